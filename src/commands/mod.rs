@@ -1,0 +1,51 @@
+//! What each subcommand does. Each returns `Ok(())` or a [`CommandError`]
+//! that knows its exit code; `main` logs the error once.
+
+mod migrate;
+mod run;
+
+use crate::cli::Command;
+use crate::config::{ConfigError, Settings};
+use crate::db::DbError;
+use crate::exit;
+use crate::scan::ScanError;
+use crate::stripe::BuildError;
+
+/// Why a subcommand failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// A missing or malformed setting (exit 78).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The database could not be reached or migrated (exit 1).
+    #[error(transparent)]
+    Db(#[from] DbError),
+    /// The HTTP client could not be built (exit 1).
+    #[error(transparent)]
+    Http(#[from] BuildError),
+    /// The run stopped early (exit code per [`ScanError::exit_code`]).
+    #[error(transparent)]
+    Scan(#[from] ScanError),
+}
+
+impl CommandError {
+    /// The process exit code (DESIGN.md, Interface).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CommandError::Config(_) => exit::CONFIG,
+            CommandError::Db(_) | CommandError::Http(_) => exit::FAILURE,
+            CommandError::Scan(e) => e.exit_code(),
+        }
+    }
+}
+
+/// Runs one subcommand.
+///
+/// # Errors
+/// [`CommandError`], whose [`CommandError::exit_code`] is the process's.
+pub async fn dispatch(command: Command, settings: Settings) -> Result<(), CommandError> {
+    match command {
+        Command::Migrate => migrate::migrate(&settings).await,
+        Command::Run { dry_run } => run::run(&settings, dry_run).await,
+    }
+}

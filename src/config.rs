@@ -1,0 +1,340 @@
+//! Settings from the environment (DESIGN.md, Interface): two flat envy structs,
+//! one for the un-prefixed connection variables and one for `RECONCILER_*`,
+//! validated into [`Settings`]. Secrets are [`SecretString`]s: their `Debug`
+//! prints `[REDACTED]`.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use sqlx::postgres::PgConnectOptions;
+use url::Url;
+
+/// A missing or malformed setting. Every variant names the variable; none
+/// carries a secret's value.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A required variable is not set.
+    #[error("{0} is required but not set")]
+    Missing(String),
+    /// A variable is set but its value is not acceptable.
+    #[error("{var} is invalid: {reason}")]
+    Invalid {
+        /// The environment variable's name.
+        var: String,
+        /// What is wrong, without the value when the variable is secret.
+        reason: String,
+    },
+}
+
+/// Log output format (`RECONCILER_LOG_FORMAT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One JSON object per line (for the cluster's log pipeline).
+    Json,
+    /// Human-readable lines (for a terminal).
+    Pretty,
+}
+
+#[derive(Deserialize)]
+struct ConnectionVars {
+    database_url: Option<SecretString>,
+    stripe_api_key: Option<SecretString>,
+    stripe_api_base: Option<String>,
+    pushgateway_url: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct JobVars {
+    job: Option<String>,
+    batch_size: Option<String>,
+    batches_per_run: Option<String>,
+    grace_seconds: Option<String>,
+    rate_limit_rps: Option<String>,
+    max_in_flight: Option<String>,
+    http_timeout_seconds: Option<String>,
+    log_format: Option<String>,
+}
+
+/// Everything the binary reads from its environment, validated.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `DATABASE_URL` (secret: it may hold the password).
+    pub database_url: SecretString,
+    /// `STRIPE_API_KEY`; required by `run`, `None` for commands that do not call Stripe.
+    pub stripe_api_key: Option<SecretString>,
+    /// `STRIPE_API_BASE`, default `https://api.stripe.com`.
+    pub stripe_api_base: Url,
+    /// `PUSHGATEWAY_URL`; `None` disables the push.
+    pub pushgateway_url: Option<Url>,
+    /// The job's tuning (`RECONCILER_*`).
+    pub job: JobSettings,
+    /// `RECONCILER_LOG_FORMAT`, default json.
+    pub log_format: LogFormat,
+}
+
+/// The `RECONCILER_*` variables that shape a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSettings {
+    /// `RECONCILER_JOB`: cursor name and Pushgateway `job` label.
+    pub job: String,
+    /// `RECONCILER_BATCH_SIZE`: B, rows per batch (1..=10000, default 200).
+    pub batch_size: u32,
+    /// `RECONCILER_BATCHES_PER_RUN`: batches per invocation (>= 1, default 10).
+    pub batches_per_run: u32,
+    /// `RECONCILER_GRACE_SECONDS`: rows updated more recently are IN_FLIGHT (default 600 s).
+    pub grace: Duration,
+    /// `RECONCILER_RATE_LIMIT_RPS`: Stripe reads per second (>= 1, default 10).
+    pub rate_limit_rps: u32,
+    /// `RECONCILER_MAX_IN_FLIGHT`: concurrent Stripe reads (1..=100, default 8).
+    pub max_in_flight: u32,
+    /// `RECONCILER_HTTP_TIMEOUT_SECONDS`: per Stripe request (>= 1, default 10 s).
+    pub http_timeout: Duration,
+}
+
+impl Default for JobSettings {
+    fn default() -> Self {
+        JobSettings {
+            job: "payments-vs-stripe".to_owned(),
+            batch_size: 200,
+            batches_per_run: 10,
+            grace: Duration::from_secs(600),
+            rate_limit_rps: 10,
+            max_in_flight: 8,
+            http_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Stripe's production API.
+pub const DEFAULT_STRIPE_API_BASE: &str = "https://api.stripe.com";
+
+impl Settings {
+    /// Reads the process environment.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the first missing or malformed variable.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_iter(std::env::vars())
+    }
+
+    /// Reads settings from `(name, value)` pairs (tests use this instead of
+    /// mutating the process environment).
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the first missing or malformed variable.
+    pub fn from_iter<I>(vars: I) -> Result<Self, ConfigError>
+    where
+        I: IntoIterator<Item = (String, String)>,
+    {
+        let vars: Vec<(String, String)> = vars.into_iter().collect();
+        // Every field is an Option<String>, so envy cannot fail on a value.
+        let conn: ConnectionVars = envy::from_iter(vars.clone()).map_err(envy_error)?;
+        let vars_job: JobVars = envy::prefixed("RECONCILER_")
+            .from_iter(vars)
+            .map_err(envy_error)?;
+
+        let database_url = conn
+            .database_url
+            .filter(|u| !u.expose_secret().trim().is_empty())
+            .ok_or_else(|| ConfigError::Missing("DATABASE_URL".into()))?;
+        check_database_url(&database_url)?;
+        let stripe_api_key = conn.stripe_api_key.filter(|k| !k.expose_secret().is_empty());
+        if let Some(key) = &stripe_api_key {
+            if key.expose_secret().trim() != key.expose_secret() {
+                return Err(invalid("STRIPE_API_KEY", "has leading or trailing whitespace"));
+            }
+        }
+        let stripe_api_base = parse_http_url(
+            "STRIPE_API_BASE",
+            conn.stripe_api_base.as_deref().unwrap_or(DEFAULT_STRIPE_API_BASE),
+        )?;
+        let pushgateway_url = conn
+            .pushgateway_url
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| parse_http_url("PUSHGATEWAY_URL", &s))
+            .transpose()?;
+
+        let d = JobSettings::default();
+        let job = vars_job;
+        let job_name = job.job.unwrap_or(d.job);
+        if job_name.is_empty() || job_name.len() > 100 || job_name.contains('/') {
+            return Err(invalid("RECONCILER_JOB", "must be 1 to 100 characters without '/'"));
+        }
+        let log_format_raw = job.log_format.clone();
+        let job = JobSettings {
+            job: job_name,
+            batch_size: number("RECONCILER_BATCH_SIZE", job.batch_size, d.batch_size, 1, 10_000)?,
+            batches_per_run: number(
+                "RECONCILER_BATCHES_PER_RUN",
+                job.batches_per_run,
+                d.batches_per_run,
+                1,
+                100_000,
+            )?,
+            grace: Duration::from_secs(number(
+                "RECONCILER_GRACE_SECONDS",
+                job.grace_seconds,
+                d.grace.as_secs(),
+                0,
+                7 * 24 * 3600,
+            )?),
+            rate_limit_rps: number("RECONCILER_RATE_LIMIT_RPS", job.rate_limit_rps, d.rate_limit_rps, 1, 10_000)?,
+            max_in_flight: number("RECONCILER_MAX_IN_FLIGHT", job.max_in_flight, d.max_in_flight, 1, 100)?,
+            http_timeout: Duration::from_secs(number(
+                "RECONCILER_HTTP_TIMEOUT_SECONDS",
+                job.http_timeout_seconds,
+                d.http_timeout.as_secs(),
+                1,
+                300,
+            )?),
+        };
+        let log_format = match log_format_raw.as_deref().map(str::trim) {
+            None | Some("json") => LogFormat::Json,
+            Some("pretty") => LogFormat::Pretty,
+            Some(_) => return Err(invalid("RECONCILER_LOG_FORMAT", "must be json or pretty")),
+        };
+        Ok(Settings { database_url, stripe_api_key, stripe_api_base, pushgateway_url, job, log_format })
+    }
+
+    /// The Stripe key, or the error `run` reports when it is missing.
+    ///
+    /// # Errors
+    /// [`ConfigError::Missing`] for `STRIPE_API_KEY`.
+    pub fn require_stripe_key(&self) -> Result<&SecretString, ConfigError> {
+        self.stripe_api_key
+            .as_ref()
+            .ok_or_else(|| ConfigError::Missing("STRIPE_API_KEY".into()))
+    }
+
+    /// PostgreSQL connect options from `DATABASE_URL`.
+    ///
+    /// Never `Debug`-print the result: sqlx's `Debug` shows the password.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for `DATABASE_URL`.
+    pub fn connect_options(&self) -> Result<PgConnectOptions, ConfigError> {
+        PgConnectOptions::from_str(self.database_url.expose_secret())
+            .map(|o| o.application_name("stripe-reconciler"))
+            .map_err(|_| invalid("DATABASE_URL", "is not a valid postgres:// connection string"))
+    }
+}
+
+fn check_database_url(url: &SecretString) -> Result<(), ConfigError> {
+    // The value is secret: the error says what is wrong, never what it was.
+    let value = url.expose_secret();
+    if !(value.starts_with("postgres://") || value.starts_with("postgresql://")) {
+        return Err(invalid("DATABASE_URL", "must start with postgres:// or postgresql://"));
+    }
+    PgConnectOptions::from_str(value)
+        .map(|_| ())
+        .map_err(|_| invalid("DATABASE_URL", "is not a valid postgres:// connection string"))
+}
+
+fn parse_http_url(var: &str, value: &str) -> Result<Url, ConfigError> {
+    let url = Url::parse(value.trim()).map_err(|e| invalid(var, &format!("not a URL ({e})")))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err(invalid(var, "must be an http:// or https:// URL with a host"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(invalid(var, "must not carry credentials"));
+    }
+    Ok(url)
+}
+
+fn number<T>(var: &str, raw: Option<String>, default: T, min: T, max: T) -> Result<T, ConfigError>
+where
+    T: FromStr + PartialOrd + std::fmt::Display + Copy,
+{
+    let Some(raw) = raw else { return Ok(default) };
+    let value: T = raw
+        .trim()
+        .parse()
+        .map_err(|_| invalid(var, &format!("{raw:?} is not a whole number")))?;
+    if value < min || value > max {
+        return Err(invalid(var, &format!("{value} is outside {min}..={max}")));
+    }
+    Ok(value)
+}
+
+fn invalid(var: &str, reason: &str) -> ConfigError {
+    ConfigError::Invalid { var: var.to_owned(), reason: reason.to_owned() }
+}
+
+fn envy_error(e: envy::Error) -> ConfigError {
+    // Only reachable for malformed input envy itself rejects; its message
+    // names the field, not the value.
+    match e {
+        envy::Error::MissingValue(field) => ConfigError::Missing(field.to_uppercase()),
+        envy::Error::Custom(msg) => ConfigError::Invalid { var: "environment".into(), reason: msg },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    const DB: (&str, &str) = ("DATABASE_URL", "postgres://app:hunter2-db-secret@db:5432/payments");
+
+    #[test]
+    fn defaults_match_the_interface_table() {
+        let s = Settings::from_iter(vars(&[DB])).unwrap();
+        assert_eq!(s.job, JobSettings::default());
+        assert_eq!(s.stripe_api_base.as_str(), "https://api.stripe.com/");
+        assert!(s.pushgateway_url.is_none());
+        assert!(s.stripe_api_key.is_none());
+        assert_eq!(s.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn missing_database_url_names_the_variable() {
+        let e = Settings::from_iter(vars(&[])).unwrap_err();
+        assert_eq!(e.to_string(), "DATABASE_URL is required but not set");
+    }
+
+    #[test]
+    fn malformed_values_name_the_variable() {
+        for (var, value) in [
+            ("RECONCILER_BATCH_SIZE", "0"),
+            ("RECONCILER_BATCH_SIZE", "-5"),
+            ("RECONCILER_BATCH_SIZE", "lots"),
+            ("RECONCILER_BATCHES_PER_RUN", "0"),
+            ("RECONCILER_RATE_LIMIT_RPS", "0"),
+            ("RECONCILER_MAX_IN_FLIGHT", "0"),
+            ("RECONCILER_HTTP_TIMEOUT_SECONDS", "0"),
+            ("RECONCILER_GRACE_SECONDS", "1.5"),
+            ("RECONCILER_LOG_FORMAT", "xml"),
+            ("STRIPE_API_BASE", "not a url"),
+            ("STRIPE_API_BASE", "ftp://example.com"),
+            ("PUSHGATEWAY_URL", "pushgateway:9091"),
+            ("DATABASE_URL", "mysql://nope"),
+        ] {
+            let mut v: Vec<_> = vars(&[DB]).into_iter().filter(|(k, _)| k != var).collect();
+            v.push((var.into(), value.into()));
+            let e = Settings::from_iter(v).unwrap_err();
+            assert!(e.to_string().starts_with(var), "{var}={value}: {e}");
+        }
+    }
+
+    #[test]
+    fn debug_output_redacts_secrets() {
+        let s = Settings::from_iter(vars(&[DB, ("STRIPE_API_KEY", "sk_test_SECRETKEY123")])).unwrap();
+        let debug = format!("{s:?}");
+        assert!(!debug.contains("hunter2-db-secret"), "{debug}");
+        assert!(!debug.contains("sk_test_SECRETKEY123"), "{debug}");
+    }
+
+    #[test]
+    fn an_invalid_database_url_error_does_not_echo_it() {
+        let e = Settings::from_iter(vars(&[("DATABASE_URL", "postgres://u:hunter2@host:notaport/db")]))
+            .unwrap_err();
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+        assert!(e.to_string().starts_with("DATABASE_URL"));
+    }
+}

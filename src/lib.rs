@@ -1,0 +1,37 @@
+//! # stripe-reconciler
+//!
+//! A batch job that keeps a `payments` table in PostgreSQL honest against
+//! Stripe PaymentIntents: it walks the whole table with a persistent cursor,
+//! asks Stripe for each PaymentIntent's status, classifies every disagreement,
+//! records each open finding once, and enqueues repair commands for the safe
+//! ones in an outbox for the canonical writer. The specification is
+//! `DESIGN.md` (shared with the team) and the design note it restates.
+//!
+//! # Layout
+//!
+//! - [`cli`]: the clap command line (subcommands of DESIGN.md's Interface).
+//! - [`commands`]: what each subcommand does, returning an exit code.
+//! - [`config`]: settings from the environment, secrets redacted.
+//! - [`db`]: the connection pool and the embedded migrations.
+//! - [`exit`]: the process exit codes.
+//! - [`reconcile`]: PURE classification: statuses, `Verdict`, `Decision`, `classify`.
+//! - [`scan`]: one batch in three phases, and the run loop.
+//! - [`shutdown`]: SIGTERM/SIGINT into a cancellation token.
+//! - [`store`]: all SQL, one file per table.
+//! - [`stripe`]: the gateway boundary: HTTP client, retry rule, ids, errors.
+//! - [`telemetry`]: tracing initialisation (json or pretty).
+
+pub mod cli;
+pub mod commands;
+pub mod config;
+pub mod db;
+pub mod exit;
+pub mod reconcile;
+pub mod scan;
+pub mod shutdown;
+pub mod store;
+pub mod stripe;
+pub mod telemetry;
+
+/// The embedded migrations of `migrations/`.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();

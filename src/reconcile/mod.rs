@@ -1,0 +1,119 @@
+//! Pure classification: no I/O, no async, no database or HTTP types.
+//!
+//! [`classify`] maps (local status, Stripe status) to a [`Decision`]. Strings
+//! appear only at the edges ([`LocalStatus::parse`], [`ExternalStatus::parse`],
+//! the `as_str` methods used by the store).
+
+mod decision;
+mod status;
+
+pub use decision::{classify, Decision, FindingKind, RepairCommand, Verdict};
+pub use status::{ExternalStatus, LocalStatus};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every row of DESIGN.md's classification table, as
+    /// (local, external, verdict, kind, command).
+    const TABLE: &[(&str, &str, Verdict, Option<&str>, Option<RepairCommand>)] = &[
+        ("pending", "processing", Verdict::InFlight, None, None),
+        ("pending", "requires_action", Verdict::InFlight, None, None),
+        ("pending", "requires_confirmation", Verdict::InFlight, None, None),
+        ("pending", "requires_capture", Verdict::InFlight, None, None),
+        ("paid", "succeeded", Verdict::InSync, None, None),
+        ("failed", "canceled", Verdict::InSync, None, None),
+        ("failed", "requires_payment_method", Verdict::InSync, None, None),
+        ("pending", "requires_payment_method", Verdict::InSync, None, None),
+        (
+            "pending",
+            "succeeded",
+            Verdict::Repairable,
+            Some("missed_success"),
+            Some(RepairCommand::ApplyPaymentSucceeded),
+        ),
+        (
+            "pending",
+            "canceled",
+            Verdict::Repairable,
+            Some("missed_cancel"),
+            Some(RepairCommand::ApplyPaymentCanceled),
+        ),
+        ("paid", "requires_payment_method", Verdict::NeedsReview, Some("paid_locally_not_externally"), None),
+        ("paid", "requires_confirmation", Verdict::NeedsReview, Some("paid_locally_not_externally"), None),
+        ("paid", "requires_action", Verdict::NeedsReview, Some("paid_locally_not_externally"), None),
+        ("paid", "processing", Verdict::NeedsReview, Some("paid_locally_not_externally"), None),
+        ("paid", "requires_capture", Verdict::NeedsReview, Some("paid_locally_not_externally"), None),
+        ("paid", "canceled", Verdict::NeedsReview, Some("paid_locally_not_externally"), None),
+        ("paid", "blocked_by_new_api", Verdict::NeedsReview, Some("paid_locally_not_externally"), None),
+        // Money-moving direction: succeeded at Stripe, failed here. Never repaired.
+        ("failed", "succeeded", Verdict::NeedsReview, Some("unexpected:failed->succeeded"), None),
+        ("failed", "processing", Verdict::NeedsReview, Some("unexpected:failed->processing"), None),
+        ("failed", "requires_action", Verdict::NeedsReview, Some("unexpected:failed->requires_action"), None),
+        ("failed", "requires_confirmation", Verdict::NeedsReview, Some("unexpected:failed->requires_confirmation"), None),
+        ("failed", "requires_capture", Verdict::NeedsReview, Some("unexpected:failed->requires_capture"), None),
+        // Unknown strings on either side.
+        ("pending", "some_new_status", Verdict::NeedsReview, Some("unexpected:pending->some_new_status"), None),
+        ("failed", "some_new_status", Verdict::NeedsReview, Some("unexpected:failed->some_new_status"), None),
+        ("refunded", "succeeded", Verdict::NeedsReview, Some("unexpected:refunded->succeeded"), None),
+    ];
+
+    #[test]
+    fn every_row_of_the_design_table() {
+        for &(local, external, verdict, kind, command) in TABLE {
+            let d = classify(&LocalStatus::parse(local), &ExternalStatus::parse(external));
+            let case = format!("{local} -> {external}");
+            assert_eq!(d.verdict, verdict, "{case}");
+            assert_eq!(d.kind.as_ref().map(|k| k.as_str().into_owned()).as_deref(), kind, "{case}");
+            assert_eq!(d.command, command, "{case}");
+        }
+    }
+
+    #[test]
+    fn every_local_and_documented_external_pair_is_covered_by_the_table() {
+        let locals = ["pending", "paid", "failed"];
+        let externals = [
+            "requires_payment_method",
+            "requires_confirmation",
+            "requires_action",
+            "processing",
+            "requires_capture",
+            "canceled",
+            "succeeded",
+        ];
+        for l in locals {
+            for e in externals {
+                assert!(
+                    TABLE.iter().any(|row| row.0 == l && row.1 == e),
+                    "{l} -> {e} is missing from the table test"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn only_repairable_decisions_carry_a_command() {
+        for &(local, external, ..) in TABLE {
+            let d = classify(&LocalStatus::parse(local), &ExternalStatus::parse(external));
+            assert_eq!(d.command.is_some(), d.verdict == Verdict::Repairable);
+            assert_eq!(
+                d.kind.is_some(),
+                matches!(d.verdict, Verdict::Repairable | Verdict::NeedsReview)
+            );
+        }
+    }
+
+    #[test]
+    fn status_strings_round_trip() {
+        for s in ["requires_payment_method", "succeeded", "canceled", "brand_new"] {
+            assert_eq!(ExternalStatus::parse(s).as_str(), s);
+        }
+        for s in ["pending", "paid", "failed", "refunded"] {
+            assert_eq!(LocalStatus::parse(s).as_str(), s);
+        }
+        for c in RepairCommand::ALL {
+            assert_eq!(RepairCommand::parse(c.as_str()), Some(c));
+        }
+        assert_eq!(RepairCommand::parse("PaymentStatusChanged"), None);
+    }
+}

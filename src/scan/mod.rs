@@ -1,0 +1,72 @@
+//! The scan: one batch ([`batch`]) and the run loop over batches ([`run`]).
+
+pub mod batch;
+pub mod detect;
+pub mod report;
+pub mod run;
+
+pub use batch::{run_batch, Mode};
+pub use report::{BatchReport, RunSummary, VerdictCounts};
+pub use run::{run, RunOptions};
+
+use crate::exit;
+use crate::store::StoreError;
+use crate::stripe::GatewayError;
+
+/// Why a batch or a run stopped early. Each maps to an exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    /// Another run moved the cursor (the compare-and-set hit no row); this
+    /// batch was rolled back.
+    #[error("another run moved the cursor of job {job:?}; this batch was rolled back")]
+    ConcurrentRun {
+        /// `RECONCILER_JOB`
+        job: String,
+    },
+    /// Stripe rejected the key (401/403): a configuration fault.
+    #[error("Stripe rejected the API key; nothing was written for this batch")]
+    StripeRejected(#[source] GatewayError),
+    /// Most reads of a batch failed after retries; the batch was abandoned
+    /// without moving the cursor.
+    #[error("Stripe unreachable: {failed} of {asked} reads in the batch failed; batch abandoned, cursor not moved")]
+    StripeDown {
+        /// Reads that ended UNVERIFIABLE.
+        failed: usize,
+        /// Reads attempted.
+        asked: usize,
+    },
+    /// A database failure.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// SIGTERM/SIGINT: the batch in progress was abandoned (nothing written).
+    #[error("interrupted by a shutdown signal; the batch in progress was abandoned")]
+    Interrupted,
+}
+
+impl From<GatewayError> for ScanError {
+    fn from(e: GatewayError) -> Self {
+        ScanError::StripeRejected(e)
+    }
+}
+
+impl ScanError {
+    /// The process exit code (DESIGN.md, Interface).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ScanError::ConcurrentRun { .. } => exit::CONCURRENT_RUN,
+            ScanError::StripeRejected(_) => exit::CONFIG,
+            ScanError::StripeDown { .. } | ScanError::Store(_) | ScanError::Interrupted => exit::FAILURE,
+        }
+    }
+
+    /// The run's outcome label (logs, run history, metrics).
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            ScanError::ConcurrentRun { .. } => "concurrent_run",
+            ScanError::StripeRejected(_) => "stripe_rejected_key",
+            ScanError::StripeDown { .. } => "stripe_down",
+            ScanError::Store(_) => "database_error",
+            ScanError::Interrupted => "interrupted",
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! Counters of a batch and of a run.
+
+use serde::Serialize;
+
+use crate::reconcile::Verdict;
+
+/// Rows per verdict.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VerdictCounts([u64; 5]);
+
+impl VerdictCounts {
+    fn index(v: Verdict) -> usize {
+        Verdict::ALL.iter().position(|x| *x == v).unwrap_or(0)
+    }
+
+    /// Counts one row.
+    pub fn add(&mut self, v: Verdict) {
+        self.0[Self::index(v)] += 1;
+    }
+
+    /// Rows with this verdict.
+    pub fn get(&self, v: Verdict) -> u64 {
+        self.0[Self::index(v)]
+    }
+
+    /// Adds another set of counts.
+    pub fn merge(&mut self, other: &VerdictCounts) {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a += b;
+        }
+    }
+
+    /// `(verdict, rows)` for every verdict, in report order.
+    pub fn iter(&self) -> impl Iterator<Item = (Verdict, u64)> + '_ {
+        Verdict::ALL.into_iter().map(|v| (v, self.get(v)))
+    }
+
+    /// `{"in_sync": n, "in_flight": n, ...}`
+    pub fn to_json(&self) -> serde_json::Value {
+        self.iter().map(|(v, n)| (v.as_str().to_owned(), serde_json::Value::from(n))).collect()
+    }
+}
+
+impl Serialize for VerdictCounts {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_json().serialize(s)
+    }
+}
+
+/// What one batch did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct BatchReport {
+    /// Rows read from `payments` (0 for a wrap).
+    pub scanned: u64,
+    /// Rows per verdict.
+    pub verdicts: VerdictCounts,
+    /// Findings newly recorded (in a dry run: findings that would be recorded
+    /// if none were open yet).
+    pub findings_created: u64,
+    /// Repair commands enqueued (dry run: that would be enqueued).
+    pub commands_enqueued: u64,
+    /// Open findings resolved as `cleared` because the payment is now in sync.
+    pub findings_cleared: u64,
+    /// The batch found the end of the table and reset the cursor to 0.
+    pub wrapped: bool,
+    /// Cursor before the batch.
+    pub cursor_from: i64,
+    /// Cursor after the batch.
+    pub cursor_to: i64,
+}
+
+/// What a whole `run` did, also when it failed part-way.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RunSummary {
+    /// `RECONCILER_JOB`
+    pub job: String,
+    /// Nothing was written.
+    pub dry_run: bool,
+    /// Batches committed (a wrap counts as one).
+    pub batches: u64,
+    /// Rows read in committed batches.
+    pub rows_scanned: u64,
+    /// Rows per verdict in committed batches.
+    pub verdicts: VerdictCounts,
+    /// Findings newly recorded.
+    pub findings_created: u64,
+    /// Repair commands enqueued.
+    pub commands_enqueued: u64,
+    /// Findings cleared by a verified in-sync row.
+    pub findings_cleared: u64,
+    /// The cursor reached the end of the table during the run.
+    pub wrapped: bool,
+    /// Cursor at the end of the run.
+    pub cursor_position: i64,
+    /// Wall time of the run, in seconds.
+    pub duration_seconds: f64,
+    /// `completed` or the failure's label (see `ScanError::outcome`).
+    pub outcome: String,
+}
+
+impl RunSummary {
+    /// Adds a committed batch.
+    pub fn add_batch(&mut self, batch: &BatchReport) {
+        self.batches += 1;
+        self.rows_scanned += batch.scanned;
+        self.verdicts.merge(&batch.verdicts);
+        self.findings_created += batch.findings_created;
+        self.commands_enqueued += batch.commands_enqueued;
+        self.findings_cleared += batch.findings_cleared;
+        self.wrapped |= batch.wrapped;
+        self.cursor_position = batch.cursor_to;
+    }
+}

@@ -1,0 +1,80 @@
+//! `reconciliation_findings`: at most one open finding per (payment, kind),
+//! enforced by the partial unique index `reconciliation_findings_open`.
+
+use sqlx::PgConnection;
+
+use super::{Context, StoreError};
+
+/// A finding to record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewFinding {
+    /// `payments.id`
+    pub payment_id: i64,
+    /// The kind's database string (`missed_success`, `unexpected:a->b`, ...).
+    pub kind: String,
+    /// `payments.status` when detected.
+    pub local_status: String,
+    /// Stripe's status when detected; `None` when Stripe had nothing to say.
+    pub external_status: Option<String>,
+}
+
+/// A finding the insert actually created (it was not already open).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct CreatedFinding {
+    /// `reconciliation_findings.id`
+    pub id: i64,
+    /// `payments.id`
+    pub payment_id: i64,
+    /// The kind's database string.
+    pub kind: String,
+}
+
+/// Inserts the findings in one statement; those already open are skipped
+/// (`ON CONFLICT ... WHERE resolved_at IS NULL DO NOTHING`). Returns only the
+/// rows created now.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn insert_open(conn: &mut PgConnection, findings: &[NewFinding]) -> Result<Vec<CreatedFinding>, StoreError> {
+    if findings.is_empty() {
+        return Ok(Vec::new());
+    }
+    let payment_ids: Vec<i64> = findings.iter().map(|f| f.payment_id).collect();
+    let kinds: Vec<&str> = findings.iter().map(|f| f.kind.as_str()).collect();
+    let locals: Vec<&str> = findings.iter().map(|f| f.local_status.as_str()).collect();
+    let externals: Vec<Option<&str>> = findings.iter().map(|f| f.external_status.as_deref()).collect();
+    sqlx::query_as(
+        "INSERT INTO reconciliation_findings (payment_id, kind, local_status, external_status)
+         SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[])
+         ON CONFLICT (payment_id, kind) WHERE resolved_at IS NULL DO NOTHING
+         RETURNING id, payment_id, kind",
+    )
+    .bind(payment_ids)
+    .bind(kinds)
+    .bind(locals)
+    .bind(externals)
+    .fetch_all(conn)
+    .await
+    .context("recording findings")
+}
+
+/// Resolves every open finding of these payments with `resolution = 'cleared'`:
+/// a later scan verified them in sync. Returns how many were cleared.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn clear_in_sync(conn: &mut PgConnection, payment_ids: &[i64]) -> Result<u64, StoreError> {
+    if payment_ids.is_empty() {
+        return Ok(0);
+    }
+    let done = sqlx::query(
+        "UPDATE reconciliation_findings
+            SET resolved_at = now(), resolution = 'cleared'
+          WHERE resolved_at IS NULL AND payment_id = ANY($1::bigint[])",
+    )
+    .bind(payment_ids)
+    .execute(conn)
+    .await
+    .context("clearing findings of in-sync payments")?;
+    Ok(done.rows_affected())
+}

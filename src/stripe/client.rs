@@ -1,0 +1,287 @@
+//! [`StripeGateway`]: reads PaymentIntents over HTTP under one shared rate
+//! limit, with the retry rule of [`super::retry`].
+
+use std::num::NonZeroU32;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use reqwest::header::{HeaderMap, CONTENT_TYPE};
+use reqwest::StatusCode;
+use secrecy::{ExposeSecret, SecretString};
+use tokio::time::Instant;
+use tracing::Span;
+use url::Url;
+
+use super::error::{BuildError, GatewayError, Unavailable};
+use super::id::PaymentIntentId;
+use super::retry::{AttemptOutcome, RetryDecision, RetryPolicy};
+use super::wire::{WireErrorEnvelope, WirePaymentIntent};
+use crate::reconcile::ExternalStatus;
+
+/// The Stripe API version every request pins (`Stripe-Version` header), so a
+/// change of the account's default version cannot change the shapes we parse.
+pub const STRIPE_VERSION: &str = "2024-06-20";
+
+/// Largest response body read, in bytes. A PaymentIntent is a few KiB; a
+/// bigger body is garbage (or an attack) and is not buffered.
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
+
+/// Longest status string accepted from Stripe, in bytes.
+const MAX_STATUS_LEN: usize = 64;
+
+/// How the gateway is set up.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// `STRIPE_API_BASE`, e.g. `https://api.stripe.com`.
+    pub base: Url,
+    /// `STRIPE_API_KEY`.
+    pub api_key: SecretString,
+    /// Reads per second shared by every request of the run.
+    pub rate_limit_rps: NonZeroU32,
+    /// Timeout of one request, connect to last body byte.
+    pub timeout: Duration,
+    /// Retry budget.
+    pub retry: RetryPolicy,
+}
+
+/// Reads PaymentIntent statuses from Stripe.
+///
+/// One gateway serves a whole run: its rate limiter is shared by every
+/// concurrent read, and a 429 rate limit pauses all of them.
+pub struct StripeGateway {
+    http: reqwest::Client,
+    base: Url,
+    api_key: SecretString,
+    limiter: DefaultDirectRateLimiter,
+    paused_until: Mutex<Option<Instant>>,
+    retry: RetryPolicy,
+}
+
+/// One attempt's failure, before the retry rule has looked at it.
+enum AttemptError {
+    Final(GatewayError),
+    Retryable { outcome: AttemptOutcome, cause: Unavailable, request_id: Option<String> },
+}
+
+impl StripeGateway {
+    /// Builds the gateway.
+    ///
+    /// # Errors
+    /// [`BuildError`] when the HTTP client cannot be built.
+    pub fn new(config: GatewayConfig) -> Result<Self, BuildError> {
+        let http = reqwest::Client::builder()
+            .timeout(config.timeout)
+            .connect_timeout(config.timeout.min(Duration::from_secs(5)))
+            .user_agent(concat!("stripe-reconciler/", env!("CARGO_PKG_VERSION")))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(BuildError)?;
+        // Burst of one: requests are spaced evenly, so no one-second window
+        // ever holds more than the configured rate.
+        let quota = Quota::with_period(Duration::from_secs(1) / config.rate_limit_rps.get())
+            .unwrap_or_else(|| Quota::per_second(config.rate_limit_rps))
+            .allow_burst(NonZeroU32::MIN);
+        Ok(StripeGateway {
+            http,
+            base: config.base,
+            api_key: config.api_key,
+            limiter: RateLimiter::direct(quota),
+            paused_until: Mutex::new(None),
+            retry: config.retry,
+        })
+    }
+
+    /// Reads one PaymentIntent's status (`GET /v1/payment_intents/{id}`).
+    ///
+    /// # Errors
+    /// - [`GatewayError::NotFound`]: Stripe's 404 `resource_missing`.
+    /// - [`GatewayError::Rejected`]: 401/403, the key is wrong.
+    /// - [`GatewayError::Unavailable`]: timeouts, connection errors, 429, 5xx,
+    ///   or a body that is not a PaymentIntent, after the retry budget.
+    #[tracing::instrument(name = "stripe.retrieve", skip_all, fields(payment_intent = %id, request_id = tracing::field::Empty, http_status = tracing::field::Empty))]
+    pub async fn payment_intent_status(&self, id: &PaymentIntentId) -> Result<ExternalStatus, GatewayError> {
+        let url = self.url_for(id);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            self.wait_turn().await;
+            let (outcome, cause, request_id) = match self.attempt(&url, id).await {
+                Ok(status) => return Ok(status),
+                Err(AttemptError::Final(e)) => return Err(e),
+                Err(AttemptError::Retryable { outcome, cause, request_id }) => (outcome, cause, request_id),
+            };
+            match self.retry.decide(outcome, attempt, fastrand::f64()) {
+                RetryDecision::GiveUp => {
+                    return Err(GatewayError::Unavailable { attempts: attempt, cause, request_id })
+                }
+                RetryDecision::RetryAfter(delay) => {
+                    tracing::debug!(attempt, ?delay, error = %cause, "retrying Stripe read");
+                    tokio::time::sleep(delay).await;
+                }
+                RetryDecision::BackOffAll(delay) => {
+                    tracing::warn!(attempt, ?delay, "Stripe rate limit hit; pausing all reads");
+                    self.pause_all(delay);
+                }
+            }
+        }
+    }
+
+    fn url_for(&self, id: &PaymentIntentId) -> Url {
+        let mut url = self.base.clone();
+        // The id is already restricted to [A-Za-z0-9_]; push_segment would
+        // percent-encode anything else rather than let it change the path.
+        if let Ok(mut segments) = url.path_segments_mut() {
+            segments.pop_if_empty().extend(["v1", "payment_intents", id.as_str()]);
+        }
+        url
+    }
+
+    async fn wait_turn(&self) {
+        loop {
+            let until = *self.paused_until.lock().unwrap_or_else(|p| p.into_inner());
+            match until {
+                Some(t) if t > Instant::now() => tokio::time::sleep_until(t).await,
+                _ => break,
+            }
+        }
+        self.limiter.until_ready().await;
+    }
+
+    fn pause_all(&self, delay: Duration) {
+        let until = Instant::now() + delay;
+        let mut guard = self.paused_until.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.map_or(true, |t| t < until) {
+            *guard = Some(until);
+        }
+    }
+
+    async fn attempt(&self, url: &Url, id: &PaymentIntentId) -> Result<ExternalStatus, AttemptError> {
+        let response = self
+            .http
+            .get(url.clone())
+            .bearer_auth(self.api_key.expose_secret())
+            .header("Stripe-Version", STRIPE_VERSION)
+            .send()
+            .await
+            .map_err(transport_error)?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let request_id = header(&headers, "request-id");
+        let span = Span::current();
+        span.record("http_status", status.as_u16());
+        if let Some(rid) = &request_id {
+            span.record("request_id", rid.as_str());
+        }
+        let body = read_capped(response).await.map_err(|cause| match cause {
+            Unavailable::Timeout | Unavailable::Connection(_) => AttemptError::Retryable {
+                outcome: AttemptOutcome::Connection,
+                cause,
+                request_id: request_id.clone(),
+            },
+            cause => final_unavailable(cause, request_id.clone()),
+        })?;
+        match status {
+            StatusCode::OK => parse_payment_intent(&headers, &body, id)
+                .map_err(|cause| final_unavailable(cause, request_id)),
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                Err(AttemptError::Final(GatewayError::Rejected { status: status.as_u16(), request_id }))
+            }
+            StatusCode::NOT_FOUND => match WireErrorEnvelope::parse(&body) {
+                Some(_) => Err(AttemptError::Final(GatewayError::NotFound { request_id })),
+                // A 404 that is not Stripe's (a proxy, a wrong base URL) says
+                // nothing about the PaymentIntent.
+                None => Err(final_unavailable(
+                    Unavailable::InvalidBody("HTTP 404 without Stripe's error body".into()),
+                    request_id,
+                )),
+            },
+            other => {
+                let error = WireErrorEnvelope::parse(&body);
+                let code = error.as_ref().and_then(|e| e.code.as_deref());
+                // Old API versions signalled rate limits as 400 `rate_limit`.
+                let status = if other == StatusCode::BAD_REQUEST && code == Some("rate_limit") {
+                    429
+                } else {
+                    other.as_u16()
+                };
+                tracing::debug!(error_type = ?error.as_ref().and_then(|e| e.kind.as_deref()), ?code, "Stripe error response");
+                Err(AttemptError::Retryable {
+                    outcome: AttemptOutcome::Status {
+                        status,
+                        should_retry: header(&headers, "stripe-should-retry").and_then(|v| v.parse().ok()),
+                        lock_timeout: code == Some("lock_timeout"),
+                    },
+                    cause: Unavailable::Status(other.as_u16()),
+                    request_id,
+                })
+            }
+        }
+    }
+}
+
+fn final_unavailable(cause: Unavailable, request_id: Option<String>) -> AttemptError {
+    AttemptError::Final(GatewayError::Unavailable { attempts: 1, cause, request_id })
+}
+
+fn transport_error(e: reqwest::Error) -> AttemptError {
+    if e.is_timeout() {
+        AttemptError::Retryable { outcome: AttemptOutcome::Timeout, cause: Unavailable::Timeout, request_id: None }
+    } else {
+        AttemptError::Retryable {
+            outcome: AttemptOutcome::Connection,
+            cause: Unavailable::Connection(e.without_url()),
+            request_id: None,
+        }
+    }
+}
+
+fn header(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers.get(name).and_then(|v| v.to_str().ok()).map(|s| s.chars().take(200).collect())
+}
+
+async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, Unavailable> {
+    if response.content_length().is_some_and(|len| len > MAX_BODY_BYTES as u64) {
+        return Err(Unavailable::TooLarge(MAX_BODY_BYTES));
+    }
+    let mut body = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > MAX_BODY_BYTES {
+                    return Err(Unavailable::TooLarge(MAX_BODY_BYTES));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(body),
+            Err(e) if e.is_timeout() => return Err(Unavailable::Timeout),
+            Err(e) => return Err(Unavailable::Connection(e.without_url())),
+        }
+    }
+}
+
+fn parse_payment_intent(headers: &HeaderMap, body: &[u8], id: &PaymentIntentId) -> Result<ExternalStatus, Unavailable> {
+    let invalid = |why: &str| Unavailable::InvalidBody(why.to_owned());
+    let content_type = header(headers, CONTENT_TYPE.as_str()).unwrap_or_default();
+    if !content_type.starts_with("application/json") {
+        return Err(invalid(&format!("content type {content_type:?}, expected application/json")));
+    }
+    let pi: WirePaymentIntent =
+        serde_json::from_slice(body).map_err(|e| invalid(&format!("not PaymentIntent JSON ({e})")))?;
+    if pi.object.as_deref().is_some_and(|o| o != "payment_intent") {
+        return Err(invalid("object is not a payment_intent"));
+    }
+    if pi.id.as_deref() != Some(id.as_str()) {
+        return Err(invalid("id does not match the requested PaymentIntent"));
+    }
+    match pi.status {
+        Some(serde_json::Value::String(s))
+            if !s.is_empty() && s.len() <= MAX_STATUS_LEN && s.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') =>
+        {
+            Ok(ExternalStatus::parse(&s))
+        }
+        Some(serde_json::Value::String(_)) => Err(invalid("status is not a Stripe status word")),
+        Some(_) => Err(invalid("status is not a string")),
+        None => Err(invalid("status is missing")),
+    }
+}

@@ -1,0 +1,14 @@
+//! The Stripe gateway boundary: Stripe's wire structs stay in here; only
+//! [`ExternalStatus`](crate::reconcile::ExternalStatus) and [`GatewayError`]
+//! cross it.
+
+pub mod client;
+pub mod error;
+pub mod id;
+pub mod retry;
+mod wire;
+
+pub use client::{GatewayConfig, StripeGateway, STRIPE_VERSION};
+pub use error::{BuildError, GatewayError, Unavailable};
+pub use id::{InvalidPaymentIntentId, PaymentIntentId};
+pub use retry::RetryPolicy;

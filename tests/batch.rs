@@ -1,0 +1,171 @@
+//! One batch end to end: every verdict path, on a real PostgreSQL, with Stripe
+//! faked by wiremock.
+
+mod support;
+
+use serde_json::json;
+use sqlx::PgPool;
+use stripe_reconciler::reconcile::Verdict;
+use stripe_reconciler::scan::{run_batch, Mode};
+use support::*;
+use wiremock::MockServer;
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn every_verdict_path_writes_exactly_what_it_should(pool: PgPool) {
+    let stripe = MockServer::start().await;
+    let in_sync = insert_payment(&pool, "pi_InSync1", "paid", 3600).await;
+    let missed_success = insert_payment(&pool, "pi_MissedSuccess", "pending", 3600).await;
+    let missed_cancel = insert_payment(&pool, "pi_MissedCancel", "pending", 3600).await;
+    let paid_not_ext = insert_payment(&pool, "pi_PaidNotExt", "paid", 3600).await;
+    let failed_succeeded = insert_payment(&pool, "pi_FailedSucceeded", "failed", 3600).await;
+    let processing = insert_payment(&pool, "pi_Processing", "pending", 3600).await;
+    let missing = insert_payment(&pool, "pi_Missing", "paid", 3600).await;
+    let down = insert_payment(&pool, "pi_Down", "pending", 3600).await;
+    let recent = insert_payment(&pool, "pi_Recent", "pending", 30).await;
+    let malicious = insert_payment(&pool, "pi_1/../../v1/customers", "pending", 3600).await;
+    let retried_failure = insert_payment(&pool, "pi_RetriedFailure", "failed", 3600).await;
+
+    mount(&stripe, "pi_InSync1", ok("pi_InSync1", "succeeded")).await;
+    mount(&stripe, "pi_MissedSuccess", ok("pi_MissedSuccess", "succeeded")).await;
+    mount(&stripe, "pi_MissedCancel", ok("pi_MissedCancel", "canceled")).await;
+    mount(&stripe, "pi_PaidNotExt", ok("pi_PaidNotExt", "requires_payment_method")).await;
+    mount(&stripe, "pi_FailedSucceeded", ok("pi_FailedSucceeded", "succeeded")).await;
+    mount(&stripe, "pi_Processing", ok("pi_Processing", "processing")).await;
+    mount(&stripe, "pi_Missing", err(404, "invalid_request_error", "resource_missing")).await;
+    mount(&stripe, "pi_Down", err(503, "api_error", "")).await;
+    mount(&stripe, "pi_RetriedFailure", ok("pi_RetriedFailure", "requires_payment_method")).await;
+
+    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write).await.unwrap();
+
+    assert_eq!(report.scanned, 11);
+    assert_eq!(report.verdicts.get(Verdict::InSync), 2);
+    assert_eq!(report.verdicts.get(Verdict::InFlight), 2);
+    assert_eq!(report.verdicts.get(Verdict::Repairable), 2);
+    assert_eq!(report.verdicts.get(Verdict::NeedsReview), 4);
+    assert_eq!(report.verdicts.get(Verdict::Unverifiable), 1);
+    assert_eq!((report.findings_created, report.commands_enqueued), (6, 2));
+    assert_eq!(report.cursor_to, retried_failure);
+
+    let f = |payment_id, kind: &str, local: &str, external: Option<&str>| FindingRow {
+        payment_id,
+        kind: kind.into(),
+        local_status: local.into(),
+        external_status: external.map(Into::into),
+        open: true,
+    };
+    assert_eq!(
+        findings(&pool).await,
+        vec![
+            f(missed_success, "missed_success", "pending", Some("succeeded")),
+            f(missed_cancel, "missed_cancel", "pending", Some("canceled")),
+            f(paid_not_ext, "paid_locally_not_externally", "paid", Some("requires_payment_method")),
+            f(failed_succeeded, "unexpected:failed->succeeded", "failed", Some("succeeded")),
+            f(missing, "missing_externally", "paid", None),
+            f(malicious, "invalid_payment_intent_id", "pending", None),
+        ]
+    );
+
+    let finding_id = |pid: i64| {
+        let pool = pool.clone();
+        async move {
+            count(&pool, &format!("SELECT id FROM reconciliation_findings WHERE payment_id = {pid}")).await
+        }
+    };
+    assert_eq!(
+        outbox(&pool).await,
+        vec![
+            OutboxRow {
+                aggregate_type: "Payment".into(),
+                aggregate_id: missed_success.to_string(),
+                event_type: "ApplyPaymentSucceeded".into(),
+                payload: json!({"payment_id": missed_success, "finding_id": finding_id(missed_success).await, "expected_local_status": "pending"}),
+            },
+            OutboxRow {
+                aggregate_type: "Payment".into(),
+                aggregate_id: missed_cancel.to_string(),
+                event_type: "ApplyPaymentCanceled".into(),
+                payload: json!({"payment_id": missed_cancel, "finding_id": finding_id(missed_cancel).await, "expected_local_status": "pending"}),
+            },
+        ]
+    );
+
+    // Verified rows carry what Stripe said; unverified rows are untouched.
+    for (id, expected) in [
+        (in_sync, (Some("succeeded"), true)),
+        (missed_success, (Some("succeeded"), true)),
+        (missed_cancel, (Some("canceled"), true)),
+        (paid_not_ext, (Some("requires_payment_method"), true)),
+        (failed_succeeded, (Some("succeeded"), true)),
+        (processing, (Some("processing"), true)),
+        (retried_failure, (Some("requires_payment_method"), true)),
+        (missing, (None, false)),
+        (down, (None, false)),
+        (recent, (None, false)),
+        (malicious, (None, false)),
+    ] {
+        let (status, reconciled) = verified(&pool, id).await;
+        assert_eq!((status.as_deref(), reconciled), expected, "payment {id}");
+    }
+
+    // The scan never changes payments.status: that is the canonical writer's job.
+    assert_eq!(count(&pool, "SELECT count(*) FROM payments WHERE version <> 0").await, 0);
+    assert_eq!(cursor(&pool, "payments-vs-stripe").await, retried_failure);
+
+    // Neither the recent row nor the malicious id produced a request.
+    let paths: Vec<String> = stripe.received_requests().await.unwrap().iter().map(|r| r.url.path().to_owned()).collect();
+    assert!(!paths.iter().any(|p| p.contains("Recent") || p.contains("customers")), "{paths:?}");
+    assert!(paths.iter().all(|p| p.starts_with("/v1/payment_intents/pi_")), "{paths:?}");
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_row_updated_a_minute_ago_is_in_flight_without_a_stripe_call(pool: PgPool) {
+    let stripe = MockServer::start().await;
+    let id = insert_payment(&pool, "pi_JustChanged", "pending", 60).await;
+    mount(&stripe, "pi_JustChanged", ok("pi_JustChanged", "succeeded")).await;
+
+    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write).await.unwrap();
+
+    assert_eq!(report.verdicts.get(Verdict::InFlight), 1);
+    assert!(stripe.received_requests().await.unwrap().is_empty(), "Stripe was called");
+    assert_eq!(verified(&pool, id).await, (None, false));
+    assert!(findings(&pool).await.is_empty());
+    assert_eq!(cursor(&pool, "payments-vs-stripe").await, id, "the cursor still moves past it");
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_verified_in_sync_row_clears_its_open_findings(pool: PgPool) {
+    let stripe = MockServer::start().await;
+    let id = insert_payment(&pool, "pi_Healed", "paid", 3600).await;
+    sqlx::query("INSERT INTO reconciliation_findings (payment_id, kind, local_status) VALUES ($1, 'missing_externally', 'paid')")
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    mount(&stripe, "pi_Healed", ok("pi_Healed", "succeeded")).await;
+
+    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write).await.unwrap();
+
+    assert_eq!(report.findings_cleared, 1);
+    let resolution: Option<String> = sqlx::query_scalar("SELECT resolution FROM reconciliation_findings WHERE payment_id = $1 AND resolved_at IS NOT NULL")
+        .bind(id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(resolution.as_deref(), Some("cleared"));
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn dry_run_writes_nothing_not_even_the_cursor(pool: PgPool) {
+    let stripe = MockServer::start().await;
+    insert_payment(&pool, "pi_Drift", "pending", 3600).await;
+    mount(&stripe, "pi_Drift", ok("pi_Drift", "succeeded")).await;
+
+    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::DryRun { after_id: 0 }).await.unwrap();
+
+    assert_eq!(report.verdicts.get(Verdict::Repairable), 1);
+    assert_eq!((report.findings_created, report.commands_enqueued), (1, 1));
+    assert_eq!(count(&pool, "SELECT count(*) FROM reconciliation_findings").await, 0);
+    assert_eq!(count(&pool, "SELECT count(*) FROM outbox").await, 0);
+    assert_eq!(count(&pool, "SELECT count(*) FROM reconciliation_cursor").await, 0);
+    assert_eq!(count(&pool, "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL").await, 0);
+}

@@ -1,0 +1,178 @@
+//! Shared test harness: a wiremock Stripe, a gateway pointed at it, payment
+//! rows, and queries of what a user would check.
+#![allow(dead_code)]
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use serde_json::Value;
+use sqlx::PgPool;
+use stripe_reconciler::config::JobSettings;
+use stripe_reconciler::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+pub const API_KEY: &str = "sk_test_4eC39HqLyjWDarjtT1zdp7dc";
+
+/// Stripe's real PaymentIntent example object (shared/stripe).
+pub fn payment_intent(id: &str, status: &str) -> Value {
+    let mut pi: Value = serde_json::from_str(include_str!("../fixtures/payment_intent.json")).unwrap();
+    pi["id"] = Value::from(id);
+    pi["status"] = Value::from(status);
+    pi
+}
+
+pub fn stripe_error(kind: &str, code: &str) -> Value {
+    serde_json::json!({"error": {"type": kind, "code": code, "message": "test", "doc_url": "https://stripe.com/docs/error-codes"}})
+}
+
+pub fn ok(id: &str, status: &str) -> ResponseTemplate {
+    ResponseTemplate::new(200)
+        .insert_header("Request-Id", "req_test123")
+        .set_body_json(payment_intent(id, status))
+}
+
+pub fn err(status: u16, kind: &str, code: &str) -> ResponseTemplate {
+    ResponseTemplate::new(status)
+        .insert_header("Request-Id", "req_err456")
+        .set_body_json(stripe_error(kind, code))
+}
+
+/// Mounts `GET /v1/payment_intents/{id}` answering `response`.
+pub async fn mount(server: &MockServer, id: &str, response: ResponseTemplate) {
+    Mock::given(method("GET"))
+        .and(path(format!("/v1/payment_intents/{id}")))
+        .respond_with(response)
+        .mount(server)
+        .await;
+}
+
+/// Job settings for tests: no grace unless asked, fast everything.
+pub fn settings(batch_size: u32) -> JobSettings {
+    JobSettings {
+        batch_size,
+        batches_per_run: 10,
+        grace: Duration::from_secs(600),
+        rate_limit_rps: 1000,
+        max_in_flight: 8,
+        http_timeout: Duration::from_secs(2),
+        ..JobSettings::default()
+    }
+}
+
+/// A gateway at the mock server with short retry delays.
+pub fn gateway(server: &MockServer) -> StripeGateway {
+    gateway_with(server, 1000, Duration::from_secs(2))
+}
+
+pub fn gateway_with(server: &MockServer, rps: u32, timeout: Duration) -> StripeGateway {
+    gateway_at(&server.uri(), rps, timeout)
+}
+
+pub fn gateway_at(base: &str, rps: u32, timeout: Duration) -> StripeGateway {
+    StripeGateway::new(GatewayConfig {
+        base: base.parse().unwrap(),
+        api_key: API_KEY.to_owned().into(),
+        rate_limit_rps: NonZeroU32::new(rps).unwrap(),
+        timeout,
+        retry: RetryPolicy {
+            max_attempts: 3,
+            initial_delay: Duration::from_millis(5),
+            max_delay: Duration::from_millis(20),
+        },
+    })
+    .unwrap()
+}
+
+/// Inserts a payment and returns its id. `updated_secs_ago` sets `updated_at`.
+pub async fn insert_payment(pool: &PgPool, pi: &str, status: &str, updated_secs_ago: i64) -> i64 {
+    sqlx::query_scalar(
+        "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
+         VALUES ('order-' || $1, $1, $2, now() - interval '30 days',
+                 now() - make_interval(secs => $3))
+         RETURNING id",
+    )
+    .bind(pi)
+    .bind(status)
+    .bind(updated_secs_ago as f64)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// Inserts `n` paid payments `pi_{i}` last updated an hour ago; returns nothing.
+pub async fn insert_paid(pool: &PgPool, n: i64) {
+    sqlx::query(
+        "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
+         SELECT 'order-' || i, 'pi_' || i, 'paid', now() - interval '30 days', now() - interval '1 hour'
+           FROM generate_series(1, $1) AS i",
+    )
+    .bind(n)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+#[derive(Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct FindingRow {
+    pub payment_id: i64,
+    pub kind: String,
+    pub local_status: String,
+    pub external_status: Option<String>,
+    pub open: bool,
+}
+
+pub async fn findings(pool: &PgPool) -> Vec<FindingRow> {
+    sqlx::query_as(
+        "SELECT payment_id, kind, local_status, external_status, resolved_at IS NULL AS open
+           FROM reconciliation_findings ORDER BY payment_id, id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[derive(Debug, PartialEq, sqlx::FromRow)]
+pub struct OutboxRow {
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    pub event_type: String,
+    pub payload: Value,
+}
+
+pub async fn outbox(pool: &PgPool) -> Vec<OutboxRow> {
+    sqlx::query_as("SELECT aggregate_type, aggregate_id, event_type, payload FROM outbox ORDER BY id")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+/// `(observed_external_status, last_reconciled_at IS NOT NULL)` of a payment.
+pub async fn verified(pool: &PgPool, payment_id: i64) -> (Option<String>, bool) {
+    sqlx::query_as("SELECT observed_external_status, last_reconciled_at IS NOT NULL FROM payments WHERE id = $1")
+        .bind(payment_id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+pub async fn cursor(pool: &PgPool, job: &str) -> i64 {
+    sqlx::query_scalar("SELECT last_id FROM reconciliation_cursor WHERE job = $1")
+        .bind(job)
+        .fetch_optional(pool)
+        .await
+        .unwrap()
+        .unwrap_or(-1)
+}
+
+pub async fn count(pool: &PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+}
+
+/// A connection URL for the test's own database, for running the real binary.
+pub fn database_url(pool: &PgPool) -> String {
+    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL must be set for the tests");
+    let mut url = url::Url::parse(&base).unwrap();
+    url.set_path(pool.connect_options().get_database().expect("test database name"));
+    url.to_string()
+}
