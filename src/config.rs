@@ -117,7 +117,7 @@ impl Settings {
     /// # Errors
     /// [`ConfigError`] naming the first missing or malformed variable.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_iter(std::env::vars())
+        Self::from_vars(std::env::vars())
     }
 
     /// Reads settings from `(name, value)` pairs (tests use this instead of
@@ -125,7 +125,7 @@ impl Settings {
     ///
     /// # Errors
     /// [`ConfigError`] naming the first missing or malformed variable.
-    pub fn from_iter<I>(vars: I) -> Result<Self, ConfigError>
+    pub fn from_vars<I>(vars: I) -> Result<Self, ConfigError>
     where
         I: IntoIterator<Item = (String, String)>,
     {
@@ -141,15 +141,22 @@ impl Settings {
             .filter(|u| !u.expose_secret().trim().is_empty())
             .ok_or_else(|| ConfigError::Missing("DATABASE_URL".into()))?;
         check_database_url(&database_url)?;
-        let stripe_api_key = conn.stripe_api_key.filter(|k| !k.expose_secret().is_empty());
+        let stripe_api_key = conn
+            .stripe_api_key
+            .filter(|k| !k.expose_secret().is_empty());
         if let Some(key) = &stripe_api_key {
             if key.expose_secret().trim() != key.expose_secret() {
-                return Err(invalid("STRIPE_API_KEY", "has leading or trailing whitespace"));
+                return Err(invalid(
+                    "STRIPE_API_KEY",
+                    "has leading or trailing whitespace",
+                ));
             }
         }
         let stripe_api_base = parse_http_url(
             "STRIPE_API_BASE",
-            conn.stripe_api_base.as_deref().unwrap_or(DEFAULT_STRIPE_API_BASE),
+            conn.stripe_api_base
+                .as_deref()
+                .unwrap_or(DEFAULT_STRIPE_API_BASE),
         )?;
         let pushgateway_url = conn
             .pushgateway_url
@@ -161,12 +168,21 @@ impl Settings {
         let job = vars_job;
         let job_name = job.job.unwrap_or(d.job);
         if job_name.is_empty() || job_name.len() > 100 || job_name.contains('/') {
-            return Err(invalid("RECONCILER_JOB", "must be 1 to 100 characters without '/'"));
+            return Err(invalid(
+                "RECONCILER_JOB",
+                "must be 1 to 100 characters without '/'",
+            ));
         }
         let log_format_raw = job.log_format.clone();
         let job = JobSettings {
             job: job_name,
-            batch_size: number("RECONCILER_BATCH_SIZE", job.batch_size, d.batch_size, 1, 10_000)?,
+            batch_size: number(
+                "RECONCILER_BATCH_SIZE",
+                job.batch_size,
+                d.batch_size,
+                1,
+                10_000,
+            )?,
             batches_per_run: number(
                 "RECONCILER_BATCHES_PER_RUN",
                 job.batches_per_run,
@@ -181,8 +197,20 @@ impl Settings {
                 0,
                 7 * 24 * 3600,
             )?),
-            rate_limit_rps: number("RECONCILER_RATE_LIMIT_RPS", job.rate_limit_rps, d.rate_limit_rps, 1, 10_000)?,
-            max_in_flight: number("RECONCILER_MAX_IN_FLIGHT", job.max_in_flight, d.max_in_flight, 1, 100)?,
+            rate_limit_rps: number(
+                "RECONCILER_RATE_LIMIT_RPS",
+                job.rate_limit_rps,
+                d.rate_limit_rps,
+                1,
+                10_000,
+            )?,
+            max_in_flight: number(
+                "RECONCILER_MAX_IN_FLIGHT",
+                job.max_in_flight,
+                d.max_in_flight,
+                1,
+                100,
+            )?,
             http_timeout: Duration::from_secs(number(
                 "RECONCILER_HTTP_TIMEOUT_SECONDS",
                 job.http_timeout_seconds,
@@ -196,7 +224,14 @@ impl Settings {
             Some("pretty") => LogFormat::Pretty,
             Some(_) => return Err(invalid("RECONCILER_LOG_FORMAT", "must be json or pretty")),
         };
-        Ok(Settings { database_url, stripe_api_key, stripe_api_base, pushgateway_url, job, log_format })
+        Ok(Settings {
+            database_url,
+            stripe_api_key,
+            stripe_api_base,
+            pushgateway_url,
+            job,
+            log_format,
+        })
     }
 
     /// The Stripe key, or the error `run` reports when it is missing.
@@ -218,7 +253,12 @@ impl Settings {
     pub fn connect_options(&self) -> Result<PgConnectOptions, ConfigError> {
         PgConnectOptions::from_str(self.database_url.expose_secret())
             .map(|o| o.application_name("stripe-reconciler"))
-            .map_err(|_| invalid("DATABASE_URL", "is not a valid postgres:// connection string"))
+            .map_err(|_| {
+                invalid(
+                    "DATABASE_URL",
+                    "is not a valid postgres:// connection string",
+                )
+            })
     }
 }
 
@@ -226,17 +266,26 @@ fn check_database_url(url: &SecretString) -> Result<(), ConfigError> {
     // The value is secret: the error says what is wrong, never what it was.
     let value = url.expose_secret();
     if !(value.starts_with("postgres://") || value.starts_with("postgresql://")) {
-        return Err(invalid("DATABASE_URL", "must start with postgres:// or postgresql://"));
+        return Err(invalid(
+            "DATABASE_URL",
+            "must start with postgres:// or postgresql://",
+        ));
     }
-    PgConnectOptions::from_str(value)
-        .map(|_| ())
-        .map_err(|_| invalid("DATABASE_URL", "is not a valid postgres:// connection string"))
+    PgConnectOptions::from_str(value).map(|_| ()).map_err(|_| {
+        invalid(
+            "DATABASE_URL",
+            "is not a valid postgres:// connection string",
+        )
+    })
 }
 
 fn parse_http_url(var: &str, value: &str) -> Result<Url, ConfigError> {
     let url = Url::parse(value.trim()).map_err(|e| invalid(var, &format!("not a URL ({e})")))?;
     if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
-        return Err(invalid(var, "must be an http:// or https:// URL with a host"));
+        return Err(invalid(
+            var,
+            "must be an http:// or https:// URL with a host",
+        ));
     }
     if !url.username().is_empty() || url.password().is_some() {
         return Err(invalid(var, "must not carry credentials"));
@@ -260,7 +309,10 @@ where
 }
 
 fn invalid(var: &str, reason: &str) -> ConfigError {
-    ConfigError::Invalid { var: var.to_owned(), reason: reason.to_owned() }
+    ConfigError::Invalid {
+        var: var.to_owned(),
+        reason: reason.to_owned(),
+    }
 }
 
 fn envy_error(e: envy::Error) -> ConfigError {
@@ -268,7 +320,10 @@ fn envy_error(e: envy::Error) -> ConfigError {
     // names the field, not the value.
     match e {
         envy::Error::MissingValue(field) => ConfigError::Missing(field.to_uppercase()),
-        envy::Error::Custom(msg) => ConfigError::Invalid { var: "environment".into(), reason: msg },
+        envy::Error::Custom(msg) => ConfigError::Invalid {
+            var: "environment".into(),
+            reason: msg,
+        },
     }
 }
 
@@ -277,14 +332,20 @@ mod tests {
     use super::*;
 
     fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
-    const DB: (&str, &str) = ("DATABASE_URL", "postgres://app:hunter2-db-secret@db:5432/payments");
+    const DB: (&str, &str) = (
+        "DATABASE_URL",
+        "postgres://app:hunter2-db-secret@db:5432/payments",
+    );
 
     #[test]
     fn defaults_match_the_interface_table() {
-        let s = Settings::from_iter(vars(&[DB])).unwrap();
+        let s = Settings::from_vars(vars(&[DB])).unwrap();
         assert_eq!(s.job, JobSettings::default());
         assert_eq!(s.stripe_api_base.as_str(), "https://api.stripe.com/");
         assert!(s.pushgateway_url.is_none());
@@ -294,7 +355,7 @@ mod tests {
 
     #[test]
     fn missing_database_url_names_the_variable() {
-        let e = Settings::from_iter(vars(&[])).unwrap_err();
+        let e = Settings::from_vars(vars(&[])).unwrap_err();
         assert_eq!(e.to_string(), "DATABASE_URL is required but not set");
     }
 
@@ -317,14 +378,15 @@ mod tests {
         ] {
             let mut v: Vec<_> = vars(&[DB]).into_iter().filter(|(k, _)| k != var).collect();
             v.push((var.into(), value.into()));
-            let e = Settings::from_iter(v).unwrap_err();
+            let e = Settings::from_vars(v).unwrap_err();
             assert!(e.to_string().starts_with(var), "{var}={value}: {e}");
         }
     }
 
     #[test]
     fn debug_output_redacts_secrets() {
-        let s = Settings::from_iter(vars(&[DB, ("STRIPE_API_KEY", "sk_test_SECRETKEY123")])).unwrap();
+        let s =
+            Settings::from_vars(vars(&[DB, ("STRIPE_API_KEY", "sk_test_SECRETKEY123")])).unwrap();
         let debug = format!("{s:?}");
         assert!(!debug.contains("hunter2-db-secret"), "{debug}");
         assert!(!debug.contains("sk_test_SECRETKEY123"), "{debug}");
@@ -332,8 +394,11 @@ mod tests {
 
     #[test]
     fn an_invalid_database_url_error_does_not_echo_it() {
-        let e = Settings::from_iter(vars(&[("DATABASE_URL", "postgres://u:hunter2@host:notaport/db")]))
-            .unwrap_err();
+        let e = Settings::from_vars(vars(&[(
+            "DATABASE_URL",
+            "postgres://u:hunter2@host:notaport/db",
+        )]))
+        .unwrap_err();
         assert!(!e.to_string().contains("hunter2"), "{e}");
         assert!(e.to_string().starts_with("DATABASE_URL"));
     }

@@ -31,7 +31,7 @@ pub enum DbError {
 pub async fn connect(options: PgConnectOptions) -> Result<PgPool, DbError> {
     PgPoolOptions::new()
         .max_connections(2)
-        .acquire_timeout(Duration::from_secs(15))
+        .acquire_timeout(Duration::from_secs(10))
         .connect_with(options.options([("statement_timeout", STATEMENT_TIMEOUT)]))
         .await
         .map_err(DbError::Connect)

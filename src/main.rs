@@ -17,7 +17,10 @@ fn main() -> ExitCode {
         }
     };
     telemetry::init(settings.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the async runtime");
@@ -29,7 +32,11 @@ fn main() -> ExitCode {
         Err(e) => {
             let code = e.exit_code();
             let report = anyhow::Error::new(e);
-            tracing::error!(exit_code = code, error = format!("{report:#}"), "stripe-reconciler failed");
+            tracing::error!(
+                exit_code = code,
+                error = format!("{report:#}"),
+                "stripe-reconciler failed"
+            );
             ExitCode::from(code)
         }
     }

@@ -26,16 +26,48 @@ async fn every_verdict_path_writes_exactly_what_it_should(pool: PgPool) {
     let retried_failure = insert_payment(&pool, "pi_RetriedFailure", "failed", 3600).await;
 
     mount(&stripe, "pi_InSync1", ok("pi_InSync1", "succeeded")).await;
-    mount(&stripe, "pi_MissedSuccess", ok("pi_MissedSuccess", "succeeded")).await;
-    mount(&stripe, "pi_MissedCancel", ok("pi_MissedCancel", "canceled")).await;
-    mount(&stripe, "pi_PaidNotExt", ok("pi_PaidNotExt", "requires_payment_method")).await;
-    mount(&stripe, "pi_FailedSucceeded", ok("pi_FailedSucceeded", "succeeded")).await;
+    mount(
+        &stripe,
+        "pi_MissedSuccess",
+        ok("pi_MissedSuccess", "succeeded"),
+    )
+    .await;
+    mount(
+        &stripe,
+        "pi_MissedCancel",
+        ok("pi_MissedCancel", "canceled"),
+    )
+    .await;
+    mount(
+        &stripe,
+        "pi_PaidNotExt",
+        ok("pi_PaidNotExt", "requires_payment_method"),
+    )
+    .await;
+    mount(
+        &stripe,
+        "pi_FailedSucceeded",
+        ok("pi_FailedSucceeded", "succeeded"),
+    )
+    .await;
     mount(&stripe, "pi_Processing", ok("pi_Processing", "processing")).await;
-    mount(&stripe, "pi_Missing", err(404, "invalid_request_error", "resource_missing")).await;
+    mount(
+        &stripe,
+        "pi_Missing",
+        err(404, "invalid_request_error", "resource_missing"),
+    )
+    .await;
     mount(&stripe, "pi_Down", err(503, "api_error", "")).await;
-    mount(&stripe, "pi_RetriedFailure", ok("pi_RetriedFailure", "requires_payment_method")).await;
+    mount(
+        &stripe,
+        "pi_RetriedFailure",
+        ok("pi_RetriedFailure", "requires_payment_method"),
+    )
+    .await;
 
-    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write).await.unwrap();
+    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write)
+        .await
+        .unwrap();
 
     assert_eq!(report.scanned, 11);
     assert_eq!(report.verdicts.get(Verdict::InSync), 2);
@@ -56,10 +88,25 @@ async fn every_verdict_path_writes_exactly_what_it_should(pool: PgPool) {
     assert_eq!(
         findings(&pool).await,
         vec![
-            f(missed_success, "missed_success", "pending", Some("succeeded")),
+            f(
+                missed_success,
+                "missed_success",
+                "pending",
+                Some("succeeded")
+            ),
             f(missed_cancel, "missed_cancel", "pending", Some("canceled")),
-            f(paid_not_ext, "paid_locally_not_externally", "paid", Some("requires_payment_method")),
-            f(failed_succeeded, "unexpected:failed->succeeded", "failed", Some("succeeded")),
+            f(
+                paid_not_ext,
+                "paid_locally_not_externally",
+                "paid",
+                Some("requires_payment_method")
+            ),
+            f(
+                failed_succeeded,
+                "unexpected:failed->succeeded",
+                "failed",
+                Some("succeeded")
+            ),
             f(missing, "missing_externally", "paid", None),
             f(malicious, "invalid_payment_intent_id", "pending", None),
         ]
@@ -68,7 +115,11 @@ async fn every_verdict_path_writes_exactly_what_it_should(pool: PgPool) {
     let finding_id = |pid: i64| {
         let pool = pool.clone();
         async move {
-            count(&pool, &format!("SELECT id FROM reconciliation_findings WHERE payment_id = {pid}")).await
+            count(
+                &pool,
+                &format!("SELECT id FROM reconciliation_findings WHERE payment_id = {pid}"),
+            )
+            .await
         }
     };
     assert_eq!(
@@ -108,13 +159,32 @@ async fn every_verdict_path_writes_exactly_what_it_should(pool: PgPool) {
     }
 
     // The scan never changes payments.status: that is the canonical writer's job.
-    assert_eq!(count(&pool, "SELECT count(*) FROM payments WHERE version <> 0").await, 0);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM payments WHERE version <> 0").await,
+        0
+    );
     assert_eq!(cursor(&pool, "payments-vs-stripe").await, retried_failure);
 
     // Neither the recent row nor the malicious id produced a request.
-    let paths: Vec<String> = stripe.received_requests().await.unwrap().iter().map(|r| r.url.path().to_owned()).collect();
-    assert!(!paths.iter().any(|p| p.contains("Recent") || p.contains("customers")), "{paths:?}");
-    assert!(paths.iter().all(|p| p.starts_with("/v1/payment_intents/pi_")), "{paths:?}");
+    let paths: Vec<String> = stripe
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.url.path().to_owned())
+        .collect();
+    assert!(
+        !paths
+            .iter()
+            .any(|p| p.contains("Recent") || p.contains("customers")),
+        "{paths:?}"
+    );
+    assert!(
+        paths
+            .iter()
+            .all(|p| p.starts_with("/v1/payment_intents/pi_")),
+        "{paths:?}"
+    );
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
@@ -123,13 +193,22 @@ async fn a_row_updated_a_minute_ago_is_in_flight_without_a_stripe_call(pool: PgP
     let id = insert_payment(&pool, "pi_JustChanged", "pending", 60).await;
     mount(&stripe, "pi_JustChanged", ok("pi_JustChanged", "succeeded")).await;
 
-    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write).await.unwrap();
+    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write)
+        .await
+        .unwrap();
 
     assert_eq!(report.verdicts.get(Verdict::InFlight), 1);
-    assert!(stripe.received_requests().await.unwrap().is_empty(), "Stripe was called");
+    assert!(
+        stripe.received_requests().await.unwrap().is_empty(),
+        "Stripe was called"
+    );
     assert_eq!(verified(&pool, id).await, (None, false));
     assert!(findings(&pool).await.is_empty());
-    assert_eq!(cursor(&pool, "payments-vs-stripe").await, id, "the cursor still moves past it");
+    assert_eq!(
+        cursor(&pool, "payments-vs-stripe").await,
+        id,
+        "the cursor still moves past it"
+    );
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
@@ -143,7 +222,9 @@ async fn a_verified_in_sync_row_clears_its_open_findings(pool: PgPool) {
         .unwrap();
     mount(&stripe, "pi_Healed", ok("pi_Healed", "succeeded")).await;
 
-    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write).await.unwrap();
+    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write)
+        .await
+        .unwrap();
 
     assert_eq!(report.findings_cleared, 1);
     let resolution: Option<String> = sqlx::query_scalar("SELECT resolution FROM reconciliation_findings WHERE payment_id = $1 AND resolved_at IS NOT NULL")
@@ -160,12 +241,32 @@ async fn dry_run_writes_nothing_not_even_the_cursor(pool: PgPool) {
     insert_payment(&pool, "pi_Drift", "pending", 3600).await;
     mount(&stripe, "pi_Drift", ok("pi_Drift", "succeeded")).await;
 
-    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::DryRun { after_id: 0 }).await.unwrap();
+    let report = run_batch(
+        &pool,
+        &gateway(&stripe),
+        &settings(200),
+        Mode::DryRun { after_id: 0 },
+    )
+    .await
+    .unwrap();
 
     assert_eq!(report.verdicts.get(Verdict::Repairable), 1);
     assert_eq!((report.findings_created, report.commands_enqueued), (1, 1));
-    assert_eq!(count(&pool, "SELECT count(*) FROM reconciliation_findings").await, 0);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
+        0
+    );
     assert_eq!(count(&pool, "SELECT count(*) FROM outbox").await, 0);
-    assert_eq!(count(&pool, "SELECT count(*) FROM reconciliation_cursor").await, 0);
-    assert_eq!(count(&pool, "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL").await, 0);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_cursor").await,
+        0
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+        )
+        .await,
+        0
+    );
 }

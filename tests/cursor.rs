@@ -52,23 +52,42 @@ async fn the_cursor_reaches_rows_that_limit_200_starves(pool: PgPool) {
     for _ in 0..10 {
         scan_broken(&pool).await;
     }
-    assert_eq!(count(&pool, never).await, 300, "ten hourly LIMIT-200 scans leave 300 rows unchecked");
+    assert_eq!(
+        count(&pool, never).await,
+        300,
+        "ten hourly LIMIT-200 scans leave 300 rows unchecked"
+    );
 
-    sqlx::query("UPDATE payments SET last_reconciled_at = NULL").execute(&pool).await.unwrap();
+    sqlx::query("UPDATE payments SET last_reconciled_at = NULL")
+        .execute(&pool)
+        .await
+        .unwrap();
     let stripe = stripe_answering("succeeded", Duration::ZERO).await;
     let gw = gateway(&stripe);
     let mut remaining = Vec::new();
     for _ in 0..3 {
-        let report = run_batch(&pool, &gw, &settings(200), Mode::Write).await.unwrap();
+        let report = run_batch(&pool, &gw, &settings(200), Mode::Write)
+            .await
+            .unwrap();
         assert!(!report.wrapped);
         remaining.push(count(&pool, never).await);
     }
-    assert_eq!(remaining, vec![300, 100, 0], "every row confirmed within 3 batches");
+    assert_eq!(
+        remaining,
+        vec![300, 100, 0],
+        "every row confirmed within 3 batches"
+    );
 
-    let fourth = run_batch(&pool, &gw, &settings(200), Mode::Write).await.unwrap();
+    let fourth = run_batch(&pool, &gw, &settings(200), Mode::Write)
+        .await
+        .unwrap();
     assert!(fourth.wrapped, "the 4th batch wraps");
     assert_eq!(cursor(&pool, "payments-vs-stripe").await, 0);
-    let completed = count(&pool, "SELECT count(*) FROM reconciliation_cursor WHERE last_cycle_completed_at IS NOT NULL").await;
+    let completed = count(
+        &pool,
+        "SELECT count(*) FROM reconciliation_cursor WHERE last_cycle_completed_at IS NOT NULL",
+    )
+    .await;
     assert_eq!(completed, 1, "the wrap stamps the cycle");
 }
 
@@ -76,7 +95,10 @@ async fn the_cursor_reaches_rows_that_limit_200_starves(pool: PgPool) {
 async fn two_full_cycles_record_each_drift_once(pool: PgPool) {
     insert_paid(&pool, 40).await;
     // Drift: pi_5 and pi_25 are pending locally; Stripe says succeeded for all.
-    sqlx::query("UPDATE payments SET status = 'pending' WHERE id IN (5, 25)").execute(&pool).await.unwrap();
+    sqlx::query("UPDATE payments SET status = 'pending' WHERE id IN (5, 25)")
+        .execute(&pool)
+        .await
+        .unwrap();
     // pi_33 is paid locally but canceled at Stripe.
     let stripe = MockServer::start().await;
     mount(&stripe, "pi_33", ok("pi_33", "canceled")).await;
@@ -90,24 +112,43 @@ async fn two_full_cycles_record_each_drift_once(pool: PgPool) {
     let mut wraps = 0;
     let mut batches = 0;
     while wraps < 2 {
-        let report = run_batch(&pool, &gw, &settings(15), Mode::Write).await.unwrap();
+        let report = run_batch(&pool, &gw, &settings(15), Mode::Write)
+            .await
+            .unwrap();
         wraps += usize::from(report.wrapped);
         batches += 1;
     }
     assert_eq!(batches, 8, "3 batches + wrap, twice");
-    assert_eq!(count(&pool, "SELECT count(*) FROM reconciliation_findings").await, 3);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
+        3
+    );
     assert_eq!(
         count(&pool, "SELECT count(*) FROM reconciliation_findings WHERE kind = 'missed_success' AND resolved_at IS NULL").await,
         2
     );
-    assert_eq!(count(&pool, "SELECT count(*) FROM outbox").await, 2, "one command per finding, not per scan");
-    assert_eq!(count(&pool, "SELECT count(*) FROM outbox WHERE event_type = 'ApplyPaymentSucceeded'").await, 2);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM outbox").await,
+        2,
+        "one command per finding, not per scan"
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM outbox WHERE event_type = 'ApplyPaymentSucceeded'"
+        )
+        .await,
+        2
+    );
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn two_runs_racing_on_one_cursor_commit_exactly_one_batch(pool: PgPool) {
     insert_paid(&pool, 30).await;
-    sqlx::query("UPDATE payments SET status = 'pending' WHERE id <= 10").execute(&pool).await.unwrap();
+    sqlx::query("UPDATE payments SET status = 'pending' WHERE id <= 10")
+        .execute(&pool)
+        .await
+        .unwrap();
     // The delay keeps both batches in phase 2 at the same time.
     let stripe = stripe_answering("succeeded", Duration::from_millis(150)).await;
     let (gw_a, gw_b) = (gateway(&stripe), gateway(&stripe));
@@ -126,10 +167,17 @@ async fn two_runs_racing_on_one_cursor_commit_exactly_one_batch(pool: PgPool) {
     assert_eq!(lost.exit_code(), 75);
     assert_eq!(won.cursor_to, 20);
     assert_eq!(cursor(&pool, "payments-vs-stripe").await, 20);
-    assert_eq!(count(&pool, "SELECT count(*) FROM reconciliation_findings").await, 10);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
+        10
+    );
     assert_eq!(count(&pool, "SELECT count(*) FROM outbox").await, 10);
     assert_eq!(
-        count(&pool, "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL").await,
+        count(
+            &pool,
+            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+        )
+        .await,
         20,
         "only the winner's 20 rows are stamped"
     );

@@ -25,7 +25,13 @@ async fn read(response: ResponseTemplate) -> (Result<ExternalStatus, GatewayErro
 }
 
 fn invalid_body(r: &Result<ExternalStatus, GatewayError>) -> bool {
-    matches!(r, Err(GatewayError::Unavailable { cause: Unavailable::InvalidBody(_), .. }))
+    matches!(
+        r,
+        Err(GatewayError::Unavailable {
+            cause: Unavailable::InvalidBody(_),
+            ..
+        })
+    )
 }
 
 #[tokio::test]
@@ -33,27 +39,40 @@ async fn sends_bearer_auth_and_the_pinned_version() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
         .and(path("/v1/payment_intents/pi_X"))
-        .and(header("Authorization", format!("Bearer {API_KEY}").as_str()))
+        .and(header(
+            "Authorization",
+            format!("Bearer {API_KEY}").as_str(),
+        ))
         .and(header("Stripe-Version", STRIPE_VERSION))
         .respond_with(ok("pi_X", "succeeded"))
         .expect(1)
         .mount(&server)
         .await;
-    let status = gateway(&server).payment_intent_status(&id("pi_X")).await.unwrap();
+    let status = gateway(&server)
+        .payment_intent_status(&id("pi_X"))
+        .await
+        .unwrap();
     assert_eq!(status, ExternalStatus::Succeeded);
 }
 
 #[tokio::test]
 async fn an_undocumented_status_is_passed_on_for_review() {
     let (r, _) = read(ok("pi_X", "requires_reauthorization")).await;
-    assert_eq!(r.unwrap(), ExternalStatus::Unknown("requires_reauthorization".into()));
+    assert_eq!(
+        r.unwrap(),
+        ExternalStatus::Unknown("requires_reauthorization".into())
+    );
 }
 
 #[tokio::test]
 async fn stripe_404_is_not_found_but_a_proxy_404_is_unavailable() {
     let (r, _) = read(err(404, "invalid_request_error", "resource_missing")).await;
-    assert!(matches!(r, Err(GatewayError::NotFound { request_id: Some(ref id) }) if id == "req_err456"), "{r:?}");
-    let (r, _) = read(ResponseTemplate::new(404).set_body_raw("<html>Not Found</html>", "text/html")).await;
+    assert!(
+        matches!(r, Err(GatewayError::NotFound { request_id: Some(ref id) }) if id == "req_err456"),
+        "{r:?}"
+    );
+    let (r, _) =
+        read(ResponseTemplate::new(404).set_body_raw("<html>Not Found</html>", "text/html")).await;
     assert!(invalid_body(&r), "{r:?}");
 }
 
@@ -61,7 +80,10 @@ async fn stripe_404_is_not_found_but_a_proxy_404_is_unavailable() {
 async fn rejected_keys_are_final_without_retries() {
     for status in [401, 403] {
         let (r, calls) = read(err(status, "invalid_request_error", "api_key_expired")).await;
-        assert!(matches!(r, Err(GatewayError::Rejected { status: s, .. }) if s == status), "{r:?}");
+        assert!(
+            matches!(r, Err(GatewayError::Rejected { status: s, .. }) if s == status),
+            "{r:?}"
+        );
         assert_eq!(calls, 1);
     }
 }
@@ -70,56 +92,130 @@ async fn rejected_keys_are_final_without_retries() {
 async fn server_errors_are_retried_then_unavailable() {
     for status in [500, 502, 503, 409] {
         let (r, calls) = read(err(status, "api_error", "")).await;
-        assert!(matches!(r, Err(GatewayError::Unavailable { cause: Unavailable::Status(s), attempts: 3, .. }) if s == status), "{r:?}");
+        assert!(
+            matches!(r, Err(GatewayError::Unavailable { cause: Unavailable::Status(s), attempts: 3, .. }) if s == status),
+            "{r:?}"
+        );
         assert_eq!(calls, 3, "HTTP {status}");
     }
 }
 
 #[tokio::test]
 async fn should_retry_false_is_obeyed() {
-    let (r, calls) = read(err(500, "api_error", "").insert_header("Stripe-Should-Retry", "false")).await;
-    assert!(matches!(r, Err(GatewayError::Unavailable { attempts: 1, .. })), "{r:?}");
+    let (r, calls) =
+        read(err(500, "api_error", "").insert_header("Stripe-Should-Retry", "false")).await;
+    assert!(
+        matches!(r, Err(GatewayError::Unavailable { attempts: 1, .. })),
+        "{r:?}"
+    );
     assert_eq!(calls, 1);
 }
 
 #[tokio::test]
 async fn rate_limited_429_is_unavailable() {
     let (r, calls) = read(err(429, "invalid_request_error", "rate_limit")).await;
-    assert!(matches!(r, Err(GatewayError::Unavailable { cause: Unavailable::Status(429), .. })), "{r:?}");
+    assert!(
+        matches!(
+            r,
+            Err(GatewayError::Unavailable {
+                cause: Unavailable::Status(429),
+                ..
+            })
+        ),
+        "{r:?}"
+    );
     assert_eq!(calls, 3);
 }
 
 #[tokio::test]
 async fn a_timeout_is_unavailable() {
     let server = MockServer::start().await;
-    mount(&server, "pi_X", ok("pi_X", "succeeded").set_delay(Duration::from_secs(3))).await;
+    mount(
+        &server,
+        "pi_X",
+        ok("pi_X", "succeeded").set_delay(Duration::from_secs(3)),
+    )
+    .await;
     let gw = gateway_with(&server, 1000, Duration::from_millis(200));
     let r = gw.payment_intent_status(&id("pi_X")).await;
-    assert!(matches!(r, Err(GatewayError::Unavailable { cause: Unavailable::Timeout, .. })), "{r:?}");
+    assert!(
+        matches!(
+            r,
+            Err(GatewayError::Unavailable {
+                cause: Unavailable::Timeout,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
 }
 
 #[tokio::test]
 async fn a_refused_connection_is_unavailable() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     // The listener is dropped: nothing listens on that port any more.
-    let gw = gateway_at(&format!("http://127.0.0.1:{port}"), 1000, Duration::from_secs(2));
+    let gw = gateway_at(
+        &format!("http://127.0.0.1:{port}"),
+        1000,
+        Duration::from_secs(2),
+    );
     let r = gw.payment_intent_status(&id("pi_X")).await;
-    assert!(matches!(r, Err(GatewayError::Unavailable { cause: Unavailable::Connection(_), .. })), "{r:?}");
+    assert!(
+        matches!(
+            r,
+            Err(GatewayError::Unavailable {
+                cause: Unavailable::Connection(_),
+                ..
+            })
+        ),
+        "{r:?}"
+    );
 }
 
 #[tokio::test]
 async fn bodies_that_are_not_a_payment_intent_are_unavailable() {
-    let json = |body: &str| ResponseTemplate::new(200).set_body_raw(body.to_owned(), "application/json");
+    let json =
+        |body: &str| ResponseTemplate::new(200).set_body_raw(body.to_owned(), "application/json");
     let cases = [
-        ("html", ResponseTemplate::new(200).set_body_raw("<html><body>502 Bad Gateway</body></html>", "text/html")),
-        ("truncated", json(r#"{"id": "pi_X", "object": "payment_intent", "sta"#)),
+        (
+            "html",
+            ResponseTemplate::new(200)
+                .set_body_raw("<html><body>502 Bad Gateway</body></html>", "text/html"),
+        ),
+        (
+            "truncated",
+            json(r#"{"id": "pi_X", "object": "payment_intent", "sta"#),
+        ),
         ("empty", json("")),
-        ("missing status", json(r#"{"id": "pi_X", "object": "payment_intent"}"#)),
-        ("numeric status", json(r#"{"id": "pi_X", "object": "payment_intent", "status": 3}"#)),
-        ("status with spaces", json(r#"{"id": "pi_X", "object": "payment_intent", "status": "DROP TABLE x"}"#)),
-        ("another object", json(r#"{"id": "pi_X", "object": "customer", "status": "succeeded"}"#)),
-        ("another id", json(r#"{"id": "pi_Y", "object": "payment_intent", "status": "succeeded"}"#)),
-        ("wrong content type", ResponseTemplate::new(200).set_body_raw(r#"{"id": "pi_X", "status": "succeeded"}"#, "text/plain")),
+        (
+            "missing status",
+            json(r#"{"id": "pi_X", "object": "payment_intent"}"#),
+        ),
+        (
+            "numeric status",
+            json(r#"{"id": "pi_X", "object": "payment_intent", "status": 3}"#),
+        ),
+        (
+            "status with spaces",
+            json(r#"{"id": "pi_X", "object": "payment_intent", "status": "DROP TABLE x"}"#),
+        ),
+        (
+            "another object",
+            json(r#"{"id": "pi_X", "object": "customer", "status": "succeeded"}"#),
+        ),
+        (
+            "another id",
+            json(r#"{"id": "pi_Y", "object": "payment_intent", "status": "succeeded"}"#),
+        ),
+        (
+            "wrong content type",
+            ResponseTemplate::new(200)
+                .set_body_raw(r#"{"id": "pi_X", "status": "succeeded"}"#, "text/plain"),
+        ),
     ];
     for (name, response) in cases {
         let (r, _) = read(response).await;
@@ -132,7 +228,16 @@ async fn a_huge_body_is_not_buffered() {
     let mut pi = payment_intent("pi_X", "succeeded");
     pi["metadata"] = serde_json::json!({"padding": "x".repeat(1024 * 1024)});
     let (r, _) = read(ResponseTemplate::new(200).set_body_json(pi)).await;
-    assert!(matches!(r, Err(GatewayError::Unavailable { cause: Unavailable::TooLarge(_), .. })), "{r:?}");
+    assert!(
+        matches!(
+            r,
+            Err(GatewayError::Unavailable {
+                cause: Unavailable::TooLarge(_),
+                ..
+            })
+        ),
+        "{r:?}"
+    );
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
@@ -146,13 +251,25 @@ async fn a_rejected_key_aborts_the_batch_and_writes_nothing(pool: PgPool) {
         .mount(&server)
         .await;
 
-    let e = run_batch(&pool, &gateway(&server), &settings(200), Mode::Write).await.unwrap_err();
+    let e = run_batch(&pool, &gateway(&server), &settings(200), Mode::Write)
+        .await
+        .unwrap_err();
 
     assert!(matches!(e, ScanError::StripeRejected(_)), "{e:?}");
     assert_eq!(e.exit_code(), 78);
     assert_eq!(cursor(&pool, "payments-vs-stripe").await, 0);
-    assert_eq!(count(&pool, "SELECT count(*) FROM reconciliation_findings").await, 0);
-    assert_eq!(count(&pool, "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL").await, 0);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
+        0
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+        )
+        .await,
+        0
+    );
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
@@ -162,14 +279,31 @@ async fn stripe_down_for_most_of_a_batch_abandons_it_without_moving_the_cursor(p
     }
     let server = MockServer::start().await;
     mount(&server, "pi_1", ok("pi_1", "succeeded")).await;
-    Mock::given(method("GET")).respond_with(err(503, "api_error", "")).mount(&server).await;
+    Mock::given(method("GET"))
+        .respond_with(err(503, "api_error", ""))
+        .mount(&server)
+        .await;
 
-    let e = run_batch(&pool, &gateway(&server), &settings(200), Mode::Write).await.unwrap_err();
+    let e = run_batch(&pool, &gateway(&server), &settings(200), Mode::Write)
+        .await
+        .unwrap_err();
 
-    assert!(matches!(e, ScanError::StripeDown { failed: 9, asked: 10 }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            ScanError::StripeDown {
+                failed: 9,
+                asked: 10
+            }
+        ),
+        "{e:?}"
+    );
     assert_eq!(e.exit_code(), 1);
     assert_eq!(cursor(&pool, "payments-vs-stripe").await, 0);
-    assert_eq!(count(&pool, "SELECT count(*) FROM reconciliation_findings").await, 0);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
+        0
+    );
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
@@ -180,14 +314,30 @@ async fn occasional_failures_are_unverifiable_and_the_cursor_moves_on(pool: PgPo
     let server = MockServer::start().await;
     mount(&server, "pi_4", err(500, "api_error", "")).await;
     Mock::given(method("GET"))
-        .respond_with(|r: &wiremock::Request| ok(r.url.path().rsplit('/').next().unwrap(), "succeeded"))
+        .respond_with(|r: &wiremock::Request| {
+            ok(r.url.path().rsplit('/').next().unwrap(), "succeeded")
+        })
         .mount(&server)
         .await;
 
-    let report = run_batch(&pool, &gateway(&server), &settings(200), Mode::Write).await.unwrap();
+    let report = run_batch(&pool, &gateway(&server), &settings(200), Mode::Write)
+        .await
+        .unwrap();
 
-    assert_eq!(report.verdicts.get(stripe_reconciler::reconcile::Verdict::Unverifiable), 1);
+    assert_eq!(
+        report
+            .verdicts
+            .get(stripe_reconciler::reconcile::Verdict::Unverifiable),
+        1
+    );
     assert_eq!(cursor(&pool, "payments-vs-stripe").await, 10);
     assert_eq!(verified(&pool, 4).await, (None, false));
-    assert_eq!(count(&pool, "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL").await, 9);
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+        )
+        .await,
+        9
+    );
 }

@@ -40,26 +40,47 @@ async fn migrations_apply_over_existing_payments_and_outbox(pool: PgPool) {
             .fetch_one(&pool)
             .await
             .unwrap();
-    assert_eq!((observed, reconciled), (None, None), "existing rows are kept");
-    let (attempts, processed): (i32, Option<chrono::DateTime<chrono::Utc>>) =
-        sqlx::query_as("SELECT attempts, processed_at FROM outbox WHERE event_type = 'OrderShipped'")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-    assert_eq!((attempts, processed), (0, None), "the application's outbox rows are kept");
-    let indexes: Vec<String> = sqlx::query_scalar("SELECT indexname::text FROM pg_indexes WHERE schemaname = 'public' ORDER BY 1")
-        .fetch_all(&pool)
-        .await
-        .unwrap();
-    for expected in ["payments_reconciled_or_created", "reconciliation_findings_open", "outbox_unprocessed"] {
-        assert!(indexes.iter().any(|i| i == expected), "{expected} missing from {indexes:?}");
+    assert_eq!(
+        (observed, reconciled),
+        (None, None),
+        "existing rows are kept"
+    );
+    let (attempts, processed): (i32, Option<chrono::DateTime<chrono::Utc>>) = sqlx::query_as(
+        "SELECT attempts, processed_at FROM outbox WHERE event_type = 'OrderShipped'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (attempts, processed),
+        (0, None),
+        "the application's outbox rows are kept"
+    );
+    let indexes: Vec<String> = sqlx::query_scalar(
+        "SELECT indexname::text FROM pg_indexes WHERE schemaname = 'public' ORDER BY 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    for expected in [
+        "payments_reconciled_or_created",
+        "reconciliation_findings_open",
+        "outbox_unprocessed",
+    ] {
+        assert!(
+            indexes.iter().any(|i| i == expected),
+            "{expected} missing from {indexes:?}"
+        );
     }
 }
 
 #[sqlx::test(migrations = false)]
 async fn the_lag_query_is_an_index_lookup(pool: PgPool) {
     stripe_reconciler::MIGRATOR.run(&pool).await.unwrap();
-    sqlx::query("SET enable_seqscan = off").execute(&pool).await.unwrap();
+    sqlx::query("SET enable_seqscan = off")
+        .execute(&pool)
+        .await
+        .unwrap();
     let plan: Vec<String> = sqlx::query_scalar(
         "EXPLAIN SELECT min(coalesce(last_reconciled_at, created_at)) FROM payments",
     )

@@ -8,6 +8,9 @@ use crate::db;
 pub(super) async fn migrate(settings: &Settings) -> Result<(), CommandError> {
     let pool = db::connect(settings.connect_options()?).await?;
     db::migrate(&pool).await?;
-    tracing::info!(migrations = crate::MIGRATOR.iter().count(), "database schema is up to date");
+    tracing::info!(
+        migrations = crate::MIGRATOR.iter().count(),
+        "database schema is up to date"
+    );
     Ok(())
 }

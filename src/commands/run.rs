@@ -21,7 +21,14 @@ pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), Comman
         retry: RetryPolicy::default(),
     })?;
     let token = shutdown::on_signal();
-    let (summary, result) = scan::run(&pool, &gateway, &settings.job, RunOptions { dry_run }, token).await;
+    let (summary, result) = scan::run(
+        &pool,
+        &gateway,
+        &settings.job,
+        RunOptions { dry_run },
+        token,
+    )
+    .await;
     log_summary(&summary);
     print_summary(&summary, settings.log_format);
     pool.close().await;
@@ -58,7 +65,11 @@ fn print_summary(s: &RunSummary, format: LogFormat) {
             Err(e) => tracing::error!(error = %e, "cannot serialise the run summary"),
         },
         LogFormat::Pretty => {
-            let title = if s.dry_run { "run summary (dry run: nothing written)" } else { "run summary" };
+            let title = if s.dry_run {
+                "run summary (dry run: nothing written)"
+            } else {
+                "run summary"
+            };
             println!("{title}");
             println!("  outcome            {}", s.outcome);
             println!("  batches            {}", s.batches);

@@ -144,16 +144,28 @@ pub struct Decision {
 impl Decision {
     /// A decision without a finding.
     pub const fn plain(verdict: Verdict) -> Self {
-        Decision { verdict, kind: None, command: None }
+        Decision {
+            verdict,
+            kind: None,
+            command: None,
+        }
     }
 
     /// A NEEDS_REVIEW decision of the given kind.
     pub fn review(kind: FindingKind) -> Self {
-        Decision { verdict: Verdict::NeedsReview, kind: Some(kind), command: None }
+        Decision {
+            verdict: Verdict::NeedsReview,
+            kind: Some(kind),
+            command: None,
+        }
     }
 
     fn repair(kind: FindingKind, command: RepairCommand) -> Self {
-        Decision { verdict: Verdict::Repairable, kind: Some(kind), command: Some(command) }
+        Decision {
+            verdict: Verdict::Repairable,
+            kind: Some(kind),
+            command: Some(command),
+        }
     }
 }
 
@@ -174,12 +186,14 @@ pub fn classify(local: &LocalStatus, external: &ExternalStatus) -> Decision {
         | (L::Failed, E::Canceled)
         | (L::Failed, E::RequiresPaymentMethod)
         | (L::Pending, E::RequiresPaymentMethod) => Decision::plain(Verdict::InSync),
-        (L::Pending, E::Succeeded) => {
-            Decision::repair(FindingKind::MissedSuccess, RepairCommand::ApplyPaymentSucceeded)
-        }
-        (L::Pending, E::Canceled) => {
-            Decision::repair(FindingKind::MissedCancel, RepairCommand::ApplyPaymentCanceled)
-        }
+        (L::Pending, E::Succeeded) => Decision::repair(
+            FindingKind::MissedSuccess,
+            RepairCommand::ApplyPaymentSucceeded,
+        ),
+        (L::Pending, E::Canceled) => Decision::repair(
+            FindingKind::MissedCancel,
+            RepairCommand::ApplyPaymentCanceled,
+        ),
         (L::Paid, _) => Decision::review(FindingKind::PaidLocallyNotExternally),
         (local, external) => Decision::review(FindingKind::Unexpected {
             local: local.as_str().to_owned(),

@@ -16,15 +16,41 @@ mod tests {
 
     /// Every row of DESIGN.md's classification table, as
     /// (local, external, verdict, kind, command).
-    const TABLE: &[(&str, &str, Verdict, Option<&str>, Option<RepairCommand>)] = &[
+    type Row = (
+        &'static str,
+        &'static str,
+        Verdict,
+        Option<&'static str>,
+        Option<RepairCommand>,
+    );
+
+    const TABLE: &[Row] = &[
         ("pending", "processing", Verdict::InFlight, None, None),
         ("pending", "requires_action", Verdict::InFlight, None, None),
-        ("pending", "requires_confirmation", Verdict::InFlight, None, None),
+        (
+            "pending",
+            "requires_confirmation",
+            Verdict::InFlight,
+            None,
+            None,
+        ),
         ("pending", "requires_capture", Verdict::InFlight, None, None),
         ("paid", "succeeded", Verdict::InSync, None, None),
         ("failed", "canceled", Verdict::InSync, None, None),
-        ("failed", "requires_payment_method", Verdict::InSync, None, None),
-        ("pending", "requires_payment_method", Verdict::InSync, None, None),
+        (
+            "failed",
+            "requires_payment_method",
+            Verdict::InSync,
+            None,
+            None,
+        ),
+        (
+            "pending",
+            "requires_payment_method",
+            Verdict::InSync,
+            None,
+            None,
+        ),
         (
             "pending",
             "succeeded",
@@ -39,23 +65,113 @@ mod tests {
             Some("missed_cancel"),
             Some(RepairCommand::ApplyPaymentCanceled),
         ),
-        ("paid", "requires_payment_method", Verdict::NeedsReview, Some("paid_locally_not_externally"), None),
-        ("paid", "requires_confirmation", Verdict::NeedsReview, Some("paid_locally_not_externally"), None),
-        ("paid", "requires_action", Verdict::NeedsReview, Some("paid_locally_not_externally"), None),
-        ("paid", "processing", Verdict::NeedsReview, Some("paid_locally_not_externally"), None),
-        ("paid", "requires_capture", Verdict::NeedsReview, Some("paid_locally_not_externally"), None),
-        ("paid", "canceled", Verdict::NeedsReview, Some("paid_locally_not_externally"), None),
-        ("paid", "blocked_by_new_api", Verdict::NeedsReview, Some("paid_locally_not_externally"), None),
+        (
+            "paid",
+            "requires_payment_method",
+            Verdict::NeedsReview,
+            Some("paid_locally_not_externally"),
+            None,
+        ),
+        (
+            "paid",
+            "requires_confirmation",
+            Verdict::NeedsReview,
+            Some("paid_locally_not_externally"),
+            None,
+        ),
+        (
+            "paid",
+            "requires_action",
+            Verdict::NeedsReview,
+            Some("paid_locally_not_externally"),
+            None,
+        ),
+        (
+            "paid",
+            "processing",
+            Verdict::NeedsReview,
+            Some("paid_locally_not_externally"),
+            None,
+        ),
+        (
+            "paid",
+            "requires_capture",
+            Verdict::NeedsReview,
+            Some("paid_locally_not_externally"),
+            None,
+        ),
+        (
+            "paid",
+            "canceled",
+            Verdict::NeedsReview,
+            Some("paid_locally_not_externally"),
+            None,
+        ),
+        (
+            "paid",
+            "blocked_by_new_api",
+            Verdict::NeedsReview,
+            Some("paid_locally_not_externally"),
+            None,
+        ),
         // Money-moving direction: succeeded at Stripe, failed here. Never repaired.
-        ("failed", "succeeded", Verdict::NeedsReview, Some("unexpected:failed->succeeded"), None),
-        ("failed", "processing", Verdict::NeedsReview, Some("unexpected:failed->processing"), None),
-        ("failed", "requires_action", Verdict::NeedsReview, Some("unexpected:failed->requires_action"), None),
-        ("failed", "requires_confirmation", Verdict::NeedsReview, Some("unexpected:failed->requires_confirmation"), None),
-        ("failed", "requires_capture", Verdict::NeedsReview, Some("unexpected:failed->requires_capture"), None),
+        (
+            "failed",
+            "succeeded",
+            Verdict::NeedsReview,
+            Some("unexpected:failed->succeeded"),
+            None,
+        ),
+        (
+            "failed",
+            "processing",
+            Verdict::NeedsReview,
+            Some("unexpected:failed->processing"),
+            None,
+        ),
+        (
+            "failed",
+            "requires_action",
+            Verdict::NeedsReview,
+            Some("unexpected:failed->requires_action"),
+            None,
+        ),
+        (
+            "failed",
+            "requires_confirmation",
+            Verdict::NeedsReview,
+            Some("unexpected:failed->requires_confirmation"),
+            None,
+        ),
+        (
+            "failed",
+            "requires_capture",
+            Verdict::NeedsReview,
+            Some("unexpected:failed->requires_capture"),
+            None,
+        ),
         // Unknown strings on either side.
-        ("pending", "some_new_status", Verdict::NeedsReview, Some("unexpected:pending->some_new_status"), None),
-        ("failed", "some_new_status", Verdict::NeedsReview, Some("unexpected:failed->some_new_status"), None),
-        ("refunded", "succeeded", Verdict::NeedsReview, Some("unexpected:refunded->succeeded"), None),
+        (
+            "pending",
+            "some_new_status",
+            Verdict::NeedsReview,
+            Some("unexpected:pending->some_new_status"),
+            None,
+        ),
+        (
+            "failed",
+            "some_new_status",
+            Verdict::NeedsReview,
+            Some("unexpected:failed->some_new_status"),
+            None,
+        ),
+        (
+            "refunded",
+            "succeeded",
+            Verdict::NeedsReview,
+            Some("unexpected:refunded->succeeded"),
+            None,
+        ),
     ];
 
     #[test]
@@ -64,7 +180,11 @@ mod tests {
             let d = classify(&LocalStatus::parse(local), &ExternalStatus::parse(external));
             let case = format!("{local} -> {external}");
             assert_eq!(d.verdict, verdict, "{case}");
-            assert_eq!(d.kind.as_ref().map(|k| k.as_str().into_owned()).as_deref(), kind, "{case}");
+            assert_eq!(
+                d.kind.as_ref().map(|k| k.as_str().into_owned()).as_deref(),
+                kind,
+                "{case}"
+            );
             assert_eq!(d.command, command, "{case}");
         }
     }
@@ -105,7 +225,12 @@ mod tests {
 
     #[test]
     fn status_strings_round_trip() {
-        for s in ["requires_payment_method", "succeeded", "canceled", "brand_new"] {
+        for s in [
+            "requires_payment_method",
+            "succeeded",
+            "canceled",
+            "brand_new",
+        ] {
             assert_eq!(ExternalStatus::parse(s).as_str(), s);
         }
         for s in ["pending", "paid", "failed", "refunded"] {

@@ -49,7 +49,10 @@ pub async fn run_batch(
 ) -> Result<BatchReport, ScanError> {
     // 1. Cursor and rows, in a short transaction.
     let (cursor_id, rows) = read_phase(pool, settings, mode).await?;
-    let mut report = BatchReport { cursor_from: cursor_id, ..BatchReport::default() };
+    let mut report = BatchReport {
+        cursor_from: cursor_id,
+        ..BatchReport::default()
+    };
     if rows.is_empty() {
         return wrap(pool, settings, mode, report).await;
     }
@@ -66,35 +69,63 @@ pub async fn run_batch(
 
     // 3. Record and advance, in one transaction.
     if matches!(mode, Mode::DryRun { .. }) {
-        report.findings_created = observations.iter().filter(|o| o.decision.kind.is_some()).count() as u64;
-        report.commands_enqueued = observations.iter().filter(|o| o.decision.command.is_some()).count() as u64;
+        report.findings_created = observations
+            .iter()
+            .filter(|o| o.decision.kind.is_some())
+            .count() as u64;
+        report.commands_enqueued = observations
+            .iter()
+            .filter(|o| o.decision.command.is_some())
+            .count() as u64;
         return Ok(report);
     }
-    write_phase(pool, &settings.job, cursor_id, last_id, &observations, &mut report).await?;
+    write_phase(
+        pool,
+        &settings.job,
+        cursor_id,
+        last_id,
+        &observations,
+        &mut report,
+    )
+    .await?;
     Ok(report)
 }
 
-async fn read_phase(pool: &PgPool, settings: &JobSettings, mode: Mode) -> Result<(i64, Vec<PaymentRow>), ScanError> {
+async fn read_phase(
+    pool: &PgPool,
+    settings: &JobSettings,
+    mode: Mode,
+) -> Result<(i64, Vec<PaymentRow>), ScanError> {
     let mut tx = pool.begin().await.context("opening the read transaction")?;
     let cursor_id = match mode {
         Mode::Write => {
             cursor::ensure(&mut tx, &settings.job).await?;
-            cursor::read(&mut tx, &settings.job).await?.map_or(0, |c| c.last_id)
+            cursor::read(&mut tx, &settings.job)
+                .await?
+                .map_or(0, |c| c.last_id)
         }
         Mode::DryRun { after_id } => after_id,
     };
-    let rows = payments::read_batch(&mut tx, cursor_id, settings.batch_size, settings.grace).await?;
+    let rows =
+        payments::read_batch(&mut tx, cursor_id, settings.batch_size, settings.grace).await?;
     tx.commit().await.context("closing the read transaction")?;
     Ok((cursor_id, rows))
 }
 
-async fn wrap(pool: &PgPool, settings: &JobSettings, mode: Mode, mut report: BatchReport) -> Result<BatchReport, ScanError> {
+async fn wrap(
+    pool: &PgPool,
+    settings: &JobSettings,
+    mode: Mode,
+    mut report: BatchReport,
+) -> Result<BatchReport, ScanError> {
     report.wrapped = true;
     report.cursor_to = 0;
     if mode == Mode::Write {
         let mut tx = pool.begin().await.context("opening the wrap transaction")?;
         if !cursor::wrap(&mut tx, &settings.job, report.cursor_from).await? {
-            return Err(ScanError::ConcurrentRun { job: settings.job.clone() });
+            return Err(ScanError::ConcurrentRun {
+                job: settings.job.clone(),
+            });
         }
         tx.commit().await.context("committing the wrap")?;
     }
@@ -103,7 +134,10 @@ async fn wrap(pool: &PgPool, settings: &JobSettings, mode: Mode, mut report: Bat
 
 fn check_stripe_reachable(observations: &[Observation]) -> Result<(), ScanError> {
     let asked = observations.iter().filter(|o| o.asked_stripe).count();
-    let failed = observations.iter().filter(|o| o.decision.verdict == Verdict::Unverifiable).count();
+    let failed = observations
+        .iter()
+        .filter(|o| o.decision.verdict == Verdict::Unverifiable)
+        .count();
     if asked >= STRIPE_DOWN_MIN_READS && failed * 2 > asked {
         return Err(ScanError::StripeDown { failed, asked });
     }
@@ -120,7 +154,11 @@ async fn write_phase(
 ) -> Result<(), ScanError> {
     let (verified_ids, verified_statuses): (Vec<i64>, Vec<String>) = observations
         .iter()
-        .filter_map(|o| o.observed.as_ref().map(|s| (o.payment_id, s.as_str().to_owned())))
+        .filter_map(|o| {
+            o.observed
+                .as_ref()
+                .map(|s| (o.payment_id, s.as_str().to_owned()))
+        })
         .unzip();
     let in_sync: Vec<i64> = observations
         .iter()
@@ -139,7 +177,10 @@ async fn write_phase(
         })
         .collect();
 
-    let mut tx = pool.begin().await.context("opening the write transaction")?;
+    let mut tx = pool
+        .begin()
+        .await
+        .context("opening the write transaction")?;
     payments::mark_reconciled(&mut tx, &verified_ids, &verified_statuses).await?;
     report.findings_cleared = findings::clear_in_sync(&mut tx, &in_sync).await?;
     let created = findings::insert_open(&mut tx, &new_findings).await?;
@@ -160,7 +201,9 @@ async fn write_phase(
     report.commands_enqueued = outbox::enqueue_repairs(&mut tx, &repairs).await?;
     if !cursor::advance(&mut tx, job, cursor_id, last_id).await? {
         // Dropping `tx` rolls back everything above.
-        return Err(ScanError::ConcurrentRun { job: job.to_owned() });
+        return Err(ScanError::ConcurrentRun {
+            job: job.to_owned(),
+        });
     }
     tx.commit().await.context("committing the batch")?;
     Ok(())

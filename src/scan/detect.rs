@@ -23,8 +23,10 @@ pub struct Observation {
     pub asked_stripe: bool,
 }
 
-/// Observes every row. Rows in the grace window and rows whose id is not a
-/// PaymentIntent id are decided without a request.
+/// Observes every row and returns the observations in the rows' order. Rows in
+/// the grace window and rows whose id is not a PaymentIntent id are decided
+/// without a request. Reads complete in any order (a slow retry does not hold
+/// up the others) and are put back in row order at the end.
 ///
 /// # Errors
 /// [`GatewayError::Rejected`] (the key is wrong) stops the batch at once; no
@@ -34,11 +36,14 @@ pub async fn observe_all(
     rows: Vec<PaymentRow>,
     max_in_flight: usize,
 ) -> Result<Vec<Observation>, GatewayError> {
-    futures::stream::iter(rows)
-        .map(|row| observe(gateway, row))
-        .buffered(max_in_flight.max(1))
-        .try_collect()
-        .await
+    let mut observed: Vec<(usize, Observation)> =
+        futures::stream::iter(rows.into_iter().enumerate())
+            .map(|(index, row)| async move { observe(gateway, row).await.map(|o| (index, o)) })
+            .buffer_unordered(max_in_flight.max(1))
+            .try_collect()
+            .await?;
+    observed.sort_unstable_by_key(|(index, _)| *index);
+    Ok(observed.into_iter().map(|(_, o)| o).collect())
 }
 
 async fn observe(gateway: &StripeGateway, row: PaymentRow) -> Result<Observation, GatewayError> {

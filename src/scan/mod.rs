@@ -55,7 +55,9 @@ impl ScanError {
         match self {
             ScanError::ConcurrentRun { .. } => exit::CONCURRENT_RUN,
             ScanError::StripeRejected(_) => exit::CONFIG,
-            ScanError::StripeDown { .. } | ScanError::Store(_) | ScanError::Interrupted => exit::FAILURE,
+            ScanError::StripeDown { .. } | ScanError::Store(_) | ScanError::Interrupted => {
+                exit::FAILURE
+            }
         }
     }
 

@@ -37,7 +37,9 @@ impl VerdictCounts {
 
     /// `{"in_sync": n, "in_flight": n, ...}`
     pub fn to_json(&self) -> serde_json::Value {
-        self.iter().map(|(v, n)| (v.as_str().to_owned(), serde_json::Value::from(n))).collect()
+        self.iter()
+            .map(|(v, n)| (v.as_str().to_owned(), serde_json::Value::from(n)))
+            .collect()
     }
 }
 

@@ -1,6 +1,6 @@
 //! The `run` loop: up to `RECONCILER_BATCHES_PER_RUN` batches, continuing past
-//! a wrap, stopping early on a second consecutive wrap (an empty table) or a
-//! shutdown signal.
+//! a wrap (DESIGN.md), stopping early on a second consecutive wrap (an empty
+//! table), at the first wrap of a dry run, or on a shutdown signal.
 
 use std::time::Instant;
 
@@ -32,8 +32,16 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> (RunSummary, Result<(), ScanError>) {
     let started = Instant::now();
-    let mut summary = RunSummary { job: settings.job.clone(), dry_run: options.dry_run, ..RunSummary::default() };
-    let run_id = if options.dry_run { None } else { start_record(pool, settings).await };
+    let mut summary = RunSummary {
+        job: settings.job.clone(),
+        dry_run: options.dry_run,
+        ..RunSummary::default()
+    };
+    let run_id = if options.dry_run {
+        None
+    } else {
+        start_record(pool, settings).await
+    };
     let result = batches(pool, gateway, settings, options, &shutdown, &mut summary).await;
     summary.duration_seconds = started.elapsed().as_secs_f64();
     summary.outcome = match &result {
@@ -56,7 +64,9 @@ async fn batches(
 ) -> Result<(), ScanError> {
     let mut mode = if options.dry_run {
         let mut conn = pool.acquire().await.context("connecting")?;
-        let start = cursor::read(&mut conn, &settings.job).await?.map_or(0, |c| c.last_id);
+        let start = cursor::read(&mut conn, &settings.job)
+            .await?
+            .map_or(0, |c| c.last_id);
         Mode::DryRun { after_id: start }
     } else {
         Mode::Write
@@ -77,8 +87,11 @@ async fn batches(
         if let Mode::DryRun { after_id } = &mut mode {
             *after_id = report.cursor_to;
         }
-        if report.wrapped && previous_wrapped {
-            break; // nothing to scan: the table is empty
+        if report.wrapped && (previous_wrapped || options.dry_run) {
+            // Two wraps in a row: the table is empty. A dry run stops at the
+            // end of the table: with nothing written, a second pass would only
+            // count the same rows twice.
+            break;
         }
         previous_wrapped = report.wrapped;
     }
@@ -129,7 +142,9 @@ async fn finish_record(pool: &PgPool, run_id: i64, s: &RunSummary) {
         outcome: &s.outcome,
     };
     let result = match pool.acquire().await {
-        Ok(mut conn) => runs::finish(&mut conn, run_id, &record).await.map_err(|e| e.to_string()),
+        Ok(mut conn) => runs::finish(&mut conn, run_id, &record)
+            .await
+            .map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     };
     if let Err(e) = result {

@@ -52,14 +52,21 @@ pub async fn read(conn: &mut PgConnection, job: &str) -> Result<Option<CursorRow
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn advance(conn: &mut PgConnection, job: &str, old: i64, new: i64) -> Result<bool, StoreError> {
-    let done = sqlx::query("UPDATE reconciliation_cursor SET last_id = $3 WHERE job = $1 AND last_id = $2")
-        .bind(job)
-        .bind(old)
-        .bind(new)
-        .execute(conn)
-        .await
-        .context("advancing the cursor")?;
+pub async fn advance(
+    conn: &mut PgConnection,
+    job: &str,
+    old: i64,
+    new: i64,
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "UPDATE reconciliation_cursor SET last_id = $3 WHERE job = $1 AND last_id = $2",
+    )
+    .bind(job)
+    .bind(old)
+    .bind(new)
+    .execute(conn)
+    .await
+    .context("advancing the cursor")?;
     Ok(done.rows_affected() == 1)
 }
 

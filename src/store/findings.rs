@@ -35,14 +35,20 @@ pub struct CreatedFinding {
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn insert_open(conn: &mut PgConnection, findings: &[NewFinding]) -> Result<Vec<CreatedFinding>, StoreError> {
+pub async fn insert_open(
+    conn: &mut PgConnection,
+    findings: &[NewFinding],
+) -> Result<Vec<CreatedFinding>, StoreError> {
     if findings.is_empty() {
         return Ok(Vec::new());
     }
     let payment_ids: Vec<i64> = findings.iter().map(|f| f.payment_id).collect();
     let kinds: Vec<&str> = findings.iter().map(|f| f.kind.as_str()).collect();
     let locals: Vec<&str> = findings.iter().map(|f| f.local_status.as_str()).collect();
-    let externals: Vec<Option<&str>> = findings.iter().map(|f| f.external_status.as_deref()).collect();
+    let externals: Vec<Option<&str>> = findings
+        .iter()
+        .map(|f| f.external_status.as_deref())
+        .collect();
     sqlx::query_as(
         "INSERT INTO reconciliation_findings (payment_id, kind, local_status, external_status)
          SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[])
@@ -63,7 +69,10 @@ pub async fn insert_open(conn: &mut PgConnection, findings: &[NewFinding]) -> Re
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn clear_in_sync(conn: &mut PgConnection, payment_ids: &[i64]) -> Result<u64, StoreError> {
+pub async fn clear_in_sync(
+    conn: &mut PgConnection,
+    payment_ids: &[i64],
+) -> Result<u64, StoreError> {
     if payment_ids.is_empty() {
         return Ok(0);
     }

@@ -24,14 +24,20 @@ pub struct RepairRow {
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn enqueue_repairs(conn: &mut PgConnection, rows: &[RepairRow]) -> Result<u64, StoreError> {
+pub async fn enqueue_repairs(
+    conn: &mut PgConnection,
+    rows: &[RepairRow],
+) -> Result<u64, StoreError> {
     if rows.is_empty() {
         return Ok(0);
     }
     let payment_ids: Vec<i64> = rows.iter().map(|r| r.payment_id).collect();
     let finding_ids: Vec<i64> = rows.iter().map(|r| r.finding_id).collect();
     let commands: Vec<&str> = rows.iter().map(|r| r.command).collect();
-    let expected: Vec<&str> = rows.iter().map(|r| r.expected_local_status.as_str()).collect();
+    let expected: Vec<&str> = rows
+        .iter()
+        .map(|r| r.expected_local_status.as_str())
+        .collect();
     let done = sqlx::query(
         "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
          SELECT 'Payment', v.payment_id::text, v.command,

@@ -53,7 +53,11 @@ pub async fn read_batch(
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn mark_reconciled(conn: &mut PgConnection, ids: &[i64], statuses: &[String]) -> Result<u64, StoreError> {
+pub async fn mark_reconciled(
+    conn: &mut PgConnection,
+    ids: &[i64],
+    statuses: &[String],
+) -> Result<u64, StoreError> {
     if ids.is_empty() {
         return Ok(0);
     }

@@ -29,19 +29,25 @@ pub struct RunRecord<'a> {
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn start(conn: &mut PgConnection, job: &str, batch_size: u32) -> Result<i64, StoreError> {
-    sqlx::query_scalar("INSERT INTO reconciliation_runs (job, batch_size) VALUES ($1, $2) RETURNING id")
-        .bind(job)
-        .bind(i32::try_from(batch_size).unwrap_or(i32::MAX))
-        .fetch_one(conn)
-        .await
-        .context("recording the run start")
+    sqlx::query_scalar(
+        "INSERT INTO reconciliation_runs (job, batch_size) VALUES ($1, $2) RETURNING id",
+    )
+    .bind(job)
+    .bind(i32::try_from(batch_size).unwrap_or(i32::MAX))
+    .fetch_one(conn)
+    .await
+    .context("recording the run start")
 }
 
 /// Closes a run row with its figures.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn finish(conn: &mut PgConnection, run_id: i64, record: &RunRecord<'_>) -> Result<(), StoreError> {
+pub async fn finish(
+    conn: &mut PgConnection,
+    run_id: i64,
+    record: &RunRecord<'_>,
+) -> Result<(), StoreError> {
     sqlx::query(
         "UPDATE reconciliation_runs
             SET finished_at = now(), batches = $2, rows_scanned = $3, verdicts = $4,

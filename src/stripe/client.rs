@@ -61,7 +61,11 @@ pub struct StripeGateway {
 /// One attempt's failure, before the retry rule has looked at it.
 enum AttemptError {
     Final(GatewayError),
-    Retryable { outcome: AttemptOutcome, cause: Unavailable, request_id: Option<String> },
+    Retryable {
+        outcome: AttemptOutcome,
+        cause: Unavailable,
+        request_id: Option<String>,
+    },
 }
 
 impl StripeGateway {
@@ -100,7 +104,10 @@ impl StripeGateway {
     /// - [`GatewayError::Unavailable`]: timeouts, connection errors, 429, 5xx,
     ///   or a body that is not a PaymentIntent, after the retry budget.
     #[tracing::instrument(name = "stripe.retrieve", skip_all, fields(payment_intent = %id, request_id = tracing::field::Empty, http_status = tracing::field::Empty))]
-    pub async fn payment_intent_status(&self, id: &PaymentIntentId) -> Result<ExternalStatus, GatewayError> {
+    pub async fn payment_intent_status(
+        &self,
+        id: &PaymentIntentId,
+    ) -> Result<ExternalStatus, GatewayError> {
         let url = self.url_for(id);
         let mut attempt = 0;
         loop {
@@ -109,11 +116,19 @@ impl StripeGateway {
             let (outcome, cause, request_id) = match self.attempt(&url, id).await {
                 Ok(status) => return Ok(status),
                 Err(AttemptError::Final(e)) => return Err(e),
-                Err(AttemptError::Retryable { outcome, cause, request_id }) => (outcome, cause, request_id),
+                Err(AttemptError::Retryable {
+                    outcome,
+                    cause,
+                    request_id,
+                }) => (outcome, cause, request_id),
             };
             match self.retry.decide(outcome, attempt, fastrand::f64()) {
                 RetryDecision::GiveUp => {
-                    return Err(GatewayError::Unavailable { attempts: attempt, cause, request_id })
+                    return Err(GatewayError::Unavailable {
+                        attempts: attempt,
+                        cause,
+                        request_id,
+                    })
                 }
                 RetryDecision::RetryAfter(delay) => {
                     tracing::debug!(attempt, ?delay, error = %cause, "retrying Stripe read");
@@ -132,7 +147,9 @@ impl StripeGateway {
         // The id is already restricted to [A-Za-z0-9_]; push_segment would
         // percent-encode anything else rather than let it change the path.
         if let Ok(mut segments) = url.path_segments_mut() {
-            segments.pop_if_empty().extend(["v1", "payment_intents", id.as_str()]);
+            segments
+                .pop_if_empty()
+                .extend(["v1", "payment_intents", id.as_str()]);
         }
         url
     }
@@ -156,7 +173,11 @@ impl StripeGateway {
         }
     }
 
-    async fn attempt(&self, url: &Url, id: &PaymentIntentId) -> Result<ExternalStatus, AttemptError> {
+    async fn attempt(
+        &self,
+        url: &Url,
+        id: &PaymentIntentId,
+    ) -> Result<ExternalStatus, AttemptError> {
         let response = self
             .http
             .get(url.clone())
@@ -185,7 +206,10 @@ impl StripeGateway {
             StatusCode::OK => parse_payment_intent(&headers, &body, id)
                 .map_err(|cause| final_unavailable(cause, request_id)),
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                Err(AttemptError::Final(GatewayError::Rejected { status: status.as_u16(), request_id }))
+                Err(AttemptError::Final(GatewayError::Rejected {
+                    status: status.as_u16(),
+                    request_id,
+                }))
             }
             StatusCode::NOT_FOUND => match WireErrorEnvelope::parse(&body) {
                 Some(_) => Err(AttemptError::Final(GatewayError::NotFound { request_id })),
@@ -209,7 +233,8 @@ impl StripeGateway {
                 Err(AttemptError::Retryable {
                     outcome: AttemptOutcome::Status {
                         status,
-                        should_retry: header(&headers, "stripe-should-retry").and_then(|v| v.parse().ok()),
+                        should_retry: header(&headers, "stripe-should-retry")
+                            .and_then(|v| v.parse().ok()),
                         lock_timeout: code == Some("lock_timeout"),
                     },
                     cause: Unavailable::Status(other.as_u16()),
@@ -221,12 +246,20 @@ impl StripeGateway {
 }
 
 fn final_unavailable(cause: Unavailable, request_id: Option<String>) -> AttemptError {
-    AttemptError::Final(GatewayError::Unavailable { attempts: 1, cause, request_id })
+    AttemptError::Final(GatewayError::Unavailable {
+        attempts: 1,
+        cause,
+        request_id,
+    })
 }
 
 fn transport_error(e: reqwest::Error) -> AttemptError {
     if e.is_timeout() {
-        AttemptError::Retryable { outcome: AttemptOutcome::Timeout, cause: Unavailable::Timeout, request_id: None }
+        AttemptError::Retryable {
+            outcome: AttemptOutcome::Timeout,
+            cause: Unavailable::Timeout,
+            request_id: None,
+        }
     } else {
         AttemptError::Retryable {
             outcome: AttemptOutcome::Connection,
@@ -237,11 +270,17 @@ fn transport_error(e: reqwest::Error) -> AttemptError {
 }
 
 fn header(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers.get(name).and_then(|v| v.to_str().ok()).map(|s| s.chars().take(200).collect())
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.chars().take(200).collect())
 }
 
 async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, Unavailable> {
-    if response.content_length().is_some_and(|len| len > MAX_BODY_BYTES as u64) {
+    if response
+        .content_length()
+        .is_some_and(|len| len > MAX_BODY_BYTES as u64)
+    {
         return Err(Unavailable::TooLarge(MAX_BODY_BYTES));
     }
     let mut body = Vec::new();
@@ -260,14 +299,20 @@ async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, Unavail
     }
 }
 
-fn parse_payment_intent(headers: &HeaderMap, body: &[u8], id: &PaymentIntentId) -> Result<ExternalStatus, Unavailable> {
+fn parse_payment_intent(
+    headers: &HeaderMap,
+    body: &[u8],
+    id: &PaymentIntentId,
+) -> Result<ExternalStatus, Unavailable> {
     let invalid = |why: &str| Unavailable::InvalidBody(why.to_owned());
     let content_type = header(headers, CONTENT_TYPE.as_str()).unwrap_or_default();
     if !content_type.starts_with("application/json") {
-        return Err(invalid(&format!("content type {content_type:?}, expected application/json")));
+        return Err(invalid(&format!(
+            "content type {content_type:?}, expected application/json"
+        )));
     }
-    let pi: WirePaymentIntent =
-        serde_json::from_slice(body).map_err(|e| invalid(&format!("not PaymentIntent JSON ({e})")))?;
+    let pi: WirePaymentIntent = serde_json::from_slice(body)
+        .map_err(|e| invalid(&format!("not PaymentIntent JSON ({e})")))?;
     if pi.object.as_deref().is_some_and(|o| o != "payment_intent") {
         return Err(invalid("object is not a payment_intent"));
     }
@@ -276,7 +321,9 @@ fn parse_payment_intent(headers: &HeaderMap, body: &[u8], id: &PaymentIntentId) 
     }
     match pi.status {
         Some(serde_json::Value::String(s))
-            if !s.is_empty() && s.len() <= MAX_STATUS_LEN && s.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') =>
+            if !s.is_empty()
+                && s.len() <= MAX_STATUS_LEN
+                && s.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') =>
         {
             Ok(ExternalStatus::parse(&s))
         }

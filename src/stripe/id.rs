@@ -72,7 +72,11 @@ mod tests {
 
     #[test]
     fn accepts_real_ids() {
-        for id in ["pi_1PgafyB7WZ01zgkWSjxsAJo3", "pi_3MtwBwLkdIwHu7ix28a3tqPa", "pi_1"] {
+        for id in [
+            "pi_1PgafyB7WZ01zgkWSjxsAJo3",
+            "pi_3MtwBwLkdIwHu7ix28a3tqPa",
+            "pi_1",
+        ] {
             assert_eq!(PaymentIntentId::parse(id).unwrap().as_str(), id);
         }
     }

@@ -68,13 +68,25 @@ impl RetryPolicy {
         }
         let delay = self.delay(attempt, jitter);
         match outcome {
-            AttemptOutcome::Connection | AttemptOutcome::Timeout => RetryDecision::RetryAfter(delay),
-            AttemptOutcome::Status { should_retry: Some(false), .. } => RetryDecision::GiveUp,
-            AttemptOutcome::Status { status: 429, lock_timeout: true, .. } => {
+            AttemptOutcome::Connection | AttemptOutcome::Timeout => {
                 RetryDecision::RetryAfter(delay)
             }
-            AttemptOutcome::Status { status: 429, .. } => RetryDecision::BackOffAll(delay.max(Duration::from_secs(1))),
-            AttemptOutcome::Status { should_retry: Some(true), .. } => RetryDecision::RetryAfter(delay),
+            AttemptOutcome::Status {
+                should_retry: Some(false),
+                ..
+            } => RetryDecision::GiveUp,
+            AttemptOutcome::Status {
+                status: 429,
+                lock_timeout: true,
+                ..
+            } => RetryDecision::RetryAfter(delay),
+            AttemptOutcome::Status { status: 429, .. } => {
+                RetryDecision::BackOffAll(delay.max(Duration::from_secs(1)))
+            }
+            AttemptOutcome::Status {
+                should_retry: Some(true),
+                ..
+            } => RetryDecision::RetryAfter(delay),
             AttemptOutcome::Status { status, .. } if status == 409 || status >= 500 => {
                 RetryDecision::RetryAfter(delay)
             }
@@ -101,7 +113,11 @@ mod tests {
     use RetryDecision::*;
 
     fn status(status: u16) -> AttemptOutcome {
-        Status { status, should_retry: None, lock_timeout: false }
+        Status {
+            status,
+            should_retry: None,
+            lock_timeout: false,
+        }
     }
 
     #[test]
@@ -117,27 +133,75 @@ mod tests {
             (status(400), 1, GiveUp),
             (status(404), 1, GiveUp),
             (status(401), 1, GiveUp),
-            (Status { status: 500, should_retry: Some(false), lock_timeout: false }, 1, GiveUp),
-            (Status { status: 400, should_retry: Some(true), lock_timeout: false }, 1, RetryAfter(ms(500))),
-            (Status { status: 429, should_retry: None, lock_timeout: true }, 1, RetryAfter(ms(500))),
+            (
+                Status {
+                    status: 500,
+                    should_retry: Some(false),
+                    lock_timeout: false,
+                },
+                1,
+                GiveUp,
+            ),
+            (
+                Status {
+                    status: 400,
+                    should_retry: Some(true),
+                    lock_timeout: false,
+                },
+                1,
+                RetryAfter(ms(500)),
+            ),
+            (
+                Status {
+                    status: 429,
+                    should_retry: None,
+                    lock_timeout: true,
+                },
+                1,
+                RetryAfter(ms(500)),
+            ),
             (status(429), 1, BackOffAll(ms(1000))),
-            (Status { status: 429, should_retry: Some(false), lock_timeout: false }, 1, GiveUp),
+            (
+                Status {
+                    status: 429,
+                    should_retry: Some(false),
+                    lock_timeout: false,
+                },
+                1,
+                GiveUp,
+            ),
             (status(500), 3, GiveUp),
             (Connection, 3, GiveUp),
         ];
         for (outcome, attempt, expected) in cases {
-            assert_eq!(p.decide(outcome, attempt, 0.0), expected, "{outcome:?} attempt {attempt}");
+            assert_eq!(
+                p.decide(outcome, attempt, 0.0),
+                expected,
+                "{outcome:?} attempt {attempt}"
+            );
         }
     }
 
     #[test]
     fn delays_double_to_the_cap_with_jitter_and_floor() {
-        let p = RetryPolicy { max_attempts: 10, ..RetryPolicy::default() };
+        let p = RetryPolicy {
+            max_attempts: 10,
+            ..RetryPolicy::default()
+        };
         let d = |attempt, jitter| match p.decide(Connection, attempt, jitter) {
             RetryAfter(d) => d.as_millis(),
             other => panic!("{other:?}"),
         };
-        assert_eq!([d(1, 0.999_999), d(2, 0.999_999), d(3, 0.999_999), d(4, 0.999_999), d(5, 0.999_999)], [500, 999, 1999, 3999, 4999]);
+        assert_eq!(
+            [
+                d(1, 0.999_999),
+                d(2, 0.999_999),
+                d(3, 0.999_999),
+                d(4, 0.999_999),
+                d(5, 0.999_999)
+            ],
+            [500, 999, 1999, 3999, 4999]
+        );
         assert_eq!(d(9, 0.0), 2500);
         assert_eq!(d(1, 0.0), 500, "floor");
     }

@@ -29,6 +29,8 @@ impl WireErrorEnvelope {
     /// Parses an error body; `None` when the body is not Stripe's envelope
     /// (an HTML page from a proxy, an empty body, ...).
     pub fn parse(body: &[u8]) -> Option<WireError> {
-        serde_json::from_slice::<WireErrorEnvelope>(body).ok().map(|e| e.error)
+        serde_json::from_slice::<WireErrorEnvelope>(body)
+            .ok()
+            .map(|e| e.error)
     }
 }

@@ -16,7 +16,8 @@ pub const API_KEY: &str = "sk_test_4eC39HqLyjWDarjtT1zdp7dc";
 
 /// Stripe's real PaymentIntent example object (shared/stripe).
 pub fn payment_intent(id: &str, status: &str) -> Value {
-    let mut pi: Value = serde_json::from_str(include_str!("../fixtures/payment_intent.json")).unwrap();
+    let mut pi: Value =
+        serde_json::from_str(include_str!("../fixtures/payment_intent.json")).unwrap();
     pi["id"] = Value::from(id);
     pi["status"] = Value::from(status);
     pi
@@ -141,10 +142,12 @@ pub struct OutboxRow {
 }
 
 pub async fn outbox(pool: &PgPool) -> Vec<OutboxRow> {
-    sqlx::query_as("SELECT aggregate_type, aggregate_id, event_type, payload FROM outbox ORDER BY id")
-        .fetch_all(pool)
-        .await
-        .unwrap()
+    sqlx::query_as(
+        "SELECT aggregate_type, aggregate_id, event_type, payload FROM outbox ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
 }
 
 /// `(observed_external_status, last_reconciled_at IS NOT NULL)` of a payment.
@@ -173,6 +176,10 @@ pub async fn count(pool: &PgPool, sql: &str) -> i64 {
 pub fn database_url(pool: &PgPool) -> String {
     let base = std::env::var("DATABASE_URL").expect("DATABASE_URL must be set for the tests");
     let mut url = url::Url::parse(&base).unwrap();
-    url.set_path(pool.connect_options().get_database().expect("test database name"));
+    url.set_path(
+        pool.connect_options()
+            .get_database()
+            .expect("test database name"),
+    );
     url.to_string()
 }

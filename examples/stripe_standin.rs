@@ -1,0 +1,275 @@
+//! A local Stripe stand-in for development, the demo and the benchmark.
+//! Not part of the production binary (it is an example, built from dev-dependencies).
+//!
+//! It speaks Stripe's real shapes: `GET /v1/payment_intents/{id}` answers the
+//! PaymentIntent example object from Stripe's OpenAPI fixtures with the id and
+//! status replaced, errors come as `{"error": {...}}` envelopes, and every
+//! response carries a `Request-Id` header. A missing or wrong Bearer key gets 401.
+//!
+//! ```text
+//! stripe_standin [--listen 127.0.0.1:12111] [--api-key sk_test_standin]
+//!                [--seed ROWS] [--latency-ms 0]
+//! ```
+//!
+//! With `--seed ROWS` it also fills `payments` in `DATABASE_URL` (which must be
+//! empty) with a deterministic data set of ROWS payments and a known mix of
+//! drift, and prints the expected findings per kind as one JSON line. Stripe's
+//! answers come from the same data set, so the demo can compare exactly.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use serde_json::Value;
+use sqlx::postgres::PgPoolOptions;
+use wiremock::matchers::{method, path_regex};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+const FIXTURE: &str = include_str!("../tests/fixtures/payment_intent.json");
+
+/// What Stripe knows about one id.
+#[derive(Clone)]
+enum Remote {
+    Status(&'static str),
+    Missing,
+    Broken,
+}
+
+/// One seeded payment: local row plus what Stripe will answer.
+struct Seed {
+    pi: String,
+    local: &'static str,
+    recent: bool,
+    remote: Remote,
+    expected_kind: Option<String>,
+}
+
+/// The data set: per mille buckets of the row number, so any size keeps the mix.
+fn seed_row(i: u64) -> Seed {
+    let pi = format!("pi_3Demo{i:010}");
+    let row = |local, remote, kind: Option<&str>| Seed {
+        pi: pi.clone(),
+        local,
+        recent: false,
+        remote,
+        expected_kind: kind.map(str::to_owned),
+    };
+    match i % 1000 {
+        0..=14 => row(
+            "pending",
+            Remote::Status("succeeded"),
+            Some("missed_success"),
+        ),
+        15..=22 => row("pending", Remote::Status("canceled"), Some("missed_cancel")),
+        23..=25 => row(
+            "paid",
+            Remote::Status("requires_payment_method"),
+            Some("paid_locally_not_externally"),
+        ),
+        26 => row(
+            "failed",
+            Remote::Status("succeeded"),
+            Some("unexpected:failed->succeeded"),
+        ),
+        27..=28 => row("paid", Remote::Missing, Some("missing_externally")),
+        29 => Seed {
+            pi: format!("pi_{i}/../../v1/customers"),
+            ..row(
+                "pending",
+                Remote::Missing,
+                Some("invalid_payment_intent_id"),
+            )
+        },
+        30..=31 => row("paid", Remote::Broken, None),
+        32..=41 => Seed {
+            recent: true,
+            ..row("pending", Remote::Status("succeeded"), None)
+        },
+        42..=91 => row("pending", Remote::Status("processing"), None),
+        92..=141 => row("failed", Remote::Status("requires_payment_method"), None),
+        142..=241 => row("failed", Remote::Status("canceled"), None),
+        242..=341 => row("pending", Remote::Status("requires_payment_method"), None),
+        _ => row("paid", Remote::Status("succeeded"), None),
+    }
+}
+
+struct Standin {
+    api_key: String,
+    known: HashMap<String, Remote>,
+    fixture: Value,
+    latency: Duration,
+    requests: AtomicU64,
+}
+
+impl Standin {
+    fn envelope(&self, status: u16, kind: &str, code: &str, message: &str) -> ResponseTemplate {
+        self.reply(status).set_body_json(serde_json::json!({
+            "error": {"type": kind, "code": code, "message": message,
+                      "doc_url": format!("https://stripe.com/docs/error-codes/{code}")}
+        }))
+    }
+
+    fn reply(&self, status: u16) -> ResponseTemplate {
+        let n = self.requests.fetch_add(1, Ordering::Relaxed);
+        ResponseTemplate::new(status)
+            .insert_header("Request-Id", format!("req_standin{n:012}").as_str())
+            .set_delay(self.latency)
+    }
+}
+
+impl Respond for Standin {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let auth = request
+            .headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        if auth != Some(format!("Bearer {}", self.api_key).as_str()) {
+            return self.envelope(
+                401,
+                "invalid_request_error",
+                "api_key_invalid",
+                "Invalid API Key provided.",
+            );
+        }
+        let id = request.url.path().rsplit('/').next().unwrap_or_default();
+        match self.known.get(id) {
+            Some(Remote::Status(status)) => {
+                let mut pi = self.fixture.clone();
+                pi["id"] = Value::from(id);
+                pi["status"] = Value::from(*status);
+                self.reply(200).set_body_json(pi)
+            }
+            Some(Remote::Broken) => {
+                self.envelope(500, "api_error", "", "An unknown error occurred.")
+            }
+            Some(Remote::Missing) | None => self.envelope(
+                404,
+                "invalid_request_error",
+                "resource_missing",
+                &format!("No such payment_intent: '{id}'"),
+            ),
+        }
+    }
+}
+
+struct Args {
+    listen: String,
+    api_key: String,
+    seed: Option<u64>,
+    latency: Duration,
+}
+
+fn parse_args() -> anyhow::Result<Args> {
+    let mut args = Args {
+        listen: "127.0.0.1:12111".into(),
+        api_key: "sk_test_standin".into(),
+        seed: None,
+        latency: Duration::ZERO,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--listen" => args.listen = value()?,
+            "--api-key" => args.api_key = value()?,
+            "--seed" => args.seed = Some(value()?.parse().context("--seed takes a row count")?),
+            "--latency-ms" => {
+                args.latency = Duration::from_millis(value()?.parse().context("--latency-ms")?)
+            }
+            other => bail!("unknown argument {other}"),
+        }
+    }
+    Ok(args)
+}
+
+async fn seed_database(rows: u64) -> anyhow::Result<BTreeMap<String, u64>> {
+    let url = std::env::var("DATABASE_URL").context("--seed needs DATABASE_URL")?;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .context("connecting")?;
+    let existing: i64 = sqlx::query_scalar("SELECT count(*) FROM payments")
+        .fetch_one(&pool)
+        .await?;
+    if existing > 0 {
+        bail!("payments already has {existing} rows; --seed needs an empty table");
+    }
+    let mut expected = BTreeMap::new();
+    for chunk_start in (1..=rows).step_by(5000) {
+        let chunk: Vec<Seed> = (chunk_start..=(chunk_start + 4999).min(rows))
+            .map(seed_row)
+            .collect();
+        let pis: Vec<&str> = chunk.iter().map(|s| s.pi.as_str()).collect();
+        let locals: Vec<&str> = chunk.iter().map(|s| s.local).collect();
+        let recent: Vec<bool> = chunk.iter().map(|s| s.recent).collect();
+        let numbers: Vec<i64> = (chunk_start..chunk_start + chunk.len() as u64)
+            .map(|n| n as i64)
+            .collect();
+        sqlx::query(
+            "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
+             SELECT 'ord_' || n, pi, st,
+                    now() - make_interval(mins => ($5 - n)::int + 60),
+                    CASE WHEN recent THEN now() ELSE now() - make_interval(mins => ($5 - n)::int + 60) END
+               FROM unnest($1::text[], $2::text[], $3::bool[], $4::bigint[]) AS v(pi, st, recent, n)
+              ORDER BY n",
+        )
+        .bind(&pis)
+        .bind(&locals)
+        .bind(&recent)
+        .bind(&numbers)
+        .bind(rows as i64)
+        .execute(&pool)
+        .await
+        .context("inserting payments")?;
+        for s in &chunk {
+            if let Some(kind) = &s.expected_kind {
+                *expected.entry(kind.clone()).or_default() += 1;
+            }
+        }
+    }
+    Ok(expected)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = parse_args()?;
+    let mut known = HashMap::new();
+    if let Some(rows) = args.seed {
+        let expected = seed_database(rows).await?;
+        println!(
+            "{}",
+            serde_json::json!({"rows": rows, "expected_findings": expected})
+        );
+    }
+    // Stripe's answers come from the same data set as the seed (any size up to
+    // 1M rows is known, whether or not this process seeded the database).
+    let known_rows = args.seed.unwrap_or(1_000_000);
+    for i in 1..=known_rows {
+        let s = seed_row(i);
+        known.insert(s.pi, s.remote);
+    }
+    let listener = std::net::TcpListener::bind(&args.listen)
+        .with_context(|| format!("binding {}", args.listen))?;
+    let server = MockServer::builder()
+        .listener(listener)
+        .disable_request_recording()
+        .start()
+        .await;
+    let standin = Standin {
+        api_key: args.api_key,
+        known,
+        fixture: serde_json::from_str(FIXTURE)?,
+        latency: args.latency,
+        requests: AtomicU64::new(0),
+    };
+    Mock::given(method("GET"))
+        .and(path_regex("^/v1/payment_intents/[^/]+$"))
+        .respond_with(standin)
+        .mount(&server)
+        .await;
+    eprintln!("stripe stand-in listening on {}", server.uri());
+    tokio::signal::ctrl_c().await?;
+    Ok(())
+}

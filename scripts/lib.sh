@@ -1,0 +1,72 @@
+# Shared shell helpers for scripts/*.sh. Source it; do not run it.
+# shellcheck shell=bash
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# The admin connection used to create databases. Override with ADMIN_DATABASE_URL.
+default_admin_url() {
+  echo "${ADMIN_DATABASE_URL:-postgres://$(id -un)@127.0.0.1:5432/postgres}"
+}
+
+# Makes sure a PostgreSQL answers at the admin URL. On a machine without one,
+# starts the installed cluster, or installs Debian's postgresql (needs root),
+# and lets local TCP connections in without a password (a dev/CI machine only).
+ensure_postgres() {
+  local url; url=$(default_admin_url)
+  command -v psql >/dev/null || install_postgres
+  if psql "$url" -Atqc 'SELECT 1' >/dev/null 2>&1; then return 0; fi
+  case "$url" in
+    *@127.0.0.1:5432/*|*@localhost:5432/*) ;;
+    *) die "cannot connect to ADMIN_DATABASE_URL; start that server or unset ADMIN_DATABASE_URL" ;;
+  esac
+  say "no PostgreSQL answers on 127.0.0.1:5432; starting a local one"
+  [ -d /etc/postgresql ] && [ -n "$(ls /etc/postgresql 2>/dev/null)" ] || install_postgres
+  local version; version=$(ls /etc/postgresql | sort -V | tail -n 1)
+  if [ "$(id -u)" = 0 ] && ! grep -q 'stripe-reconciler' "/etc/postgresql/$version/main/pg_hba.conf"; then
+    sed -i '1i host all all 127.0.0.1/32 trust # stripe-reconciler dev/CI' "/etc/postgresql/$version/main/pg_hba.conf"
+  fi
+  pg_ctlcluster --skip-systemctl-redirect "$version" main start 2>/dev/null \
+    || pg_ctlcluster "$version" main start \
+    || die "could not start PostgreSQL $version"
+  for _ in $(seq 1 30); do
+    pg_isready -q -h 127.0.0.1 -p 5432 && break
+    sleep 1
+  done
+  pg_isready -q -h 127.0.0.1 -p 5432 || die "PostgreSQL did not come up on 127.0.0.1:5432"
+  local role; role=$(id -un)
+  if ! psql "$url" -Atqc 'SELECT 1' >/dev/null 2>&1; then
+    [ "$(id -u)" = 0 ] || die "PostgreSQL is up but role $role cannot connect; create it (createuser -s $role)"
+    su postgres -c "psql -Atqc \"SELECT 1 FROM pg_roles WHERE rolname = '$role'\"" | grep -q 1 \
+      || su postgres -c "createuser --superuser $role"
+  fi
+  psql "$url" -Atqc 'SELECT 1' >/dev/null || die "cannot connect to PostgreSQL at $url"
+}
+
+install_postgres() {
+  [ "$(id -u)" = 0 ] || die "PostgreSQL is not installed; install it (apt-get install postgresql) or set ADMIN_DATABASE_URL"
+  command -v apt-get >/dev/null || die "PostgreSQL is not installed and apt-get is not available"
+  say "installing PostgreSQL from Debian's packages"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql postgresql-client >/dev/null
+}
+
+# Prints the URL of database $2 on the server of URL $1.
+url_with_db() {
+  python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2])))' "$1" "$2"
+}
+
+# A free TCP port on 127.0.0.1.
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Waits up to $2 seconds for 127.0.0.1:$1 to accept connections.
+wait_for_port() {
+  local port=$1 seconds=${2:-30}
+  for _ in $(seq 1 $((seconds * 10))); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
