@@ -84,7 +84,7 @@ fn seed_row(i: u64) -> Seed {
         30..=31 => row("paid", Remote::Broken, None),
         32..=41 => Seed {
             recent: true,
-            ..row("pending", Remote::Status("succeeded"), None)
+            ..row("pending", Remote::Status("processing"), None)
         },
         42..=91 => row("pending", Remote::Status("processing"), None),
         92..=141 => row("failed", Remote::Status("requires_payment_method"), None),

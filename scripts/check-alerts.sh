@@ -50,9 +50,10 @@ apt_has_candidate() {
 
 # Pids of running Prometheus servers (not promtool), one per line.
 prometheus_pids() {
-    local pid exe
-    for pid in $(ls /proc | grep -E '^[0-9]+$'); do
-        exe="$(readlink "/proc/$pid/exe" 2>/dev/null || true)"
+    local dir pid exe
+    for dir in /proc/[0-9]*; do
+        pid="${dir#/proc/}"
+        exe="$(readlink "$dir/exe" 2>/dev/null || true)"
         case "$exe" in
             */bin/prometheus) echo "$pid" ;;
         esac
@@ -90,16 +91,17 @@ apt_install() {
     fi
     [ "$status" -eq 0 ] || die "apt-get install $* failed (exit $status)"
 
-    # Stop a server the install started anyway (systemd ignores policy-rc.d
-    # on some releases); only processes that were not running before.
+    # Only promtool is wanted: under systemd keep the packaged server from
+    # running now or at the next boot (the package enables it).
+    if [[ " $* " == *" prometheus "* ]] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+        systemctl disable --now prometheus.service || true
+    fi
+    # Stop a server the install started anyway; only processes that were
+    # not running before the install.
     after="$(prometheus_pids)"
     for pid in $after; do
         if ! grep -qx "$pid" <<<"$before"; then
             log "stopping the prometheus server (pid $pid) the package install started"
-            if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
-                systemctl stop prometheus.service || true
-                systemctl disable prometheus.service || true
-            fi
             kill "$pid" 2>/dev/null || true
         fi
     done

@@ -64,3 +64,24 @@ else
   printf 'expected:\n%s\nactual:\n%s\n' "$expected" "$actual" >&2
   die "findings do not match the injected drift"
 fi
+
+say "stripe-reconciler repair (applies the outbox commands through the canonical writer)"
+"$bin" repair 2>>.demo/run.log
+psql "$DATABASE_URL" -c "SELECT status, count(*) AS payments, sum(version) AS versions FROM payments
+                          WHERE id IN (SELECT payment_id FROM reconciliation_findings WHERE resolution = 'repaired')
+                          GROUP BY status ORDER BY status"
+
+# The repairs just touched those rows; a grace of 0 s lets the second scan
+# verify them now instead of after RECONCILER_GRACE_SECONDS.
+say "stripe-reconciler run (second scan)"
+RECONCILER_GRACE_SECONDS=0 "$bin" run 2>>.demo/run.log || die "the second run failed"
+verified=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM payments p
+                                      JOIN reconciliation_findings f ON f.payment_id = p.id AND f.resolution = 'repaired'
+                                     WHERE p.last_reconciled_at > f.resolved_at
+                                       AND p.observed_external_status IN ('succeeded', 'canceled')")
+repaired=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM reconciliation_findings WHERE resolution = 'repaired'")
+still_open=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM reconciliation_findings WHERE resolved_at IS NULL
+                                          AND kind IN ('missed_success', 'missed_cancel')")
+[ "$repaired" -gt 0 ] && [ "$verified" = "$repaired" ] && [ "$still_open" = 0 ] \
+  || die "after repair: $repaired repaired, $verified verified in sync by the second scan, $still_open repairable findings open"
+say "the second scan verified all $repaired repaired payments in sync; no repairable finding is open"

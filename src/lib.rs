@@ -15,6 +15,7 @@
 //! - [`db`]: the connection pool and the embedded migrations.
 //! - [`exit`]: the process exit codes.
 //! - [`reconcile`]: PURE classification: statuses, `Verdict`, `Decision`, `classify`.
+//! - [`repair`]: the canonical writer and the outbox worker.
 //! - [`scan`]: one batch in three phases, and the run loop.
 //! - [`shutdown`]: SIGTERM/SIGINT into a cancellation token.
 //! - [`store`]: all SQL, one file per table.
@@ -27,6 +28,7 @@ pub mod config;
 pub mod db;
 pub mod exit;
 pub mod reconcile;
+pub mod repair;
 pub mod scan;
 pub mod shutdown;
 pub mod store;

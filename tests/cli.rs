@@ -33,36 +33,64 @@ fn url_with_password(pool: &PgPool) -> String {
 }
 
 fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 fn assert_no_secret(o: &Output) {
     let all = text(o);
     assert!(!all.contains(SECRET_KEY), "the API key leaked:\n{all}");
-    assert!(!all.contains(DB_PASSWORD), "the database password leaked:\n{all}");
+    assert!(
+        !all.contains(DB_PASSWORD),
+        "the database password leaked:\n{all}"
+    );
 }
 
 #[test]
 fn a_missing_or_malformed_setting_exits_78_naming_the_variable() {
     let out = binary(&["run"], &[]);
     assert_eq!(out.status.code(), Some(78));
-    assert!(text(&out).contains("DATABASE_URL is required"), "{}", text(&out));
+    assert!(
+        text(&out).contains("DATABASE_URL is required"),
+        "{}",
+        text(&out)
+    );
 
-    let db = ("DATABASE_URL", "postgres://u:secret-pw@127.0.0.1:1/x".to_owned());
-    let out = binary(&["run"], &[db.clone(), ("RECONCILER_BATCH_SIZE", "0".into())]);
+    let db = (
+        "DATABASE_URL",
+        "postgres://u:secret-pw@127.0.0.1:1/x".to_owned(),
+    );
+    let out = binary(
+        &["run"],
+        &[db.clone(), ("RECONCILER_BATCH_SIZE", "0".into())],
+    );
     assert_eq!(out.status.code(), Some(78));
-    assert!(text(&out).contains("RECONCILER_BATCH_SIZE"), "{}", text(&out));
+    assert!(
+        text(&out).contains("RECONCILER_BATCH_SIZE"),
+        "{}",
+        text(&out)
+    );
     assert!(!text(&out).contains("secret-pw"));
 
     let out = binary(&["run"], &[db]);
     assert_eq!(out.status.code(), Some(78));
-    assert!(text(&out).contains("STRIPE_API_KEY is required"), "{}", text(&out));
+    assert!(
+        text(&out).contains("STRIPE_API_KEY is required"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_run_prints_its_summary_and_exits_0(pool: PgPool) {
     insert_paid(&pool, 12).await;
-    sqlx::query("UPDATE payments SET status = 'pending' WHERE id = 3").execute(&pool).await.unwrap();
+    sqlx::query("UPDATE payments SET status = 'pending' WHERE id = 3")
+        .execute(&pool)
+        .await
+        .unwrap();
     let stripe = MockServer::start().await;
     Mock::given(method("GET"))
         .respond_with(|r: &Request| ok(r.url.path().rsplit('/').next().unwrap(), "succeeded"))
@@ -86,24 +114,46 @@ async fn a_run_prints_its_summary_and_exits_0(pool: PgPool) {
     let summary: Value = serde_json::from_slice(&dry.stdout).unwrap();
     assert_eq!(summary["dry_run"], true);
     assert_eq!(summary["verdicts"]["repairable"], 1);
-    assert_eq!(summary["rows_scanned"], 12, "a dry run stops at the end of the table");
-    assert_eq!(count(&pool, "SELECT count(*) FROM reconciliation_cursor").await, 0, "dry run wrote the cursor");
-    assert_eq!(count(&pool, "SELECT count(*) FROM reconciliation_findings").await, 0);
+    assert_eq!(
+        summary["rows_scanned"], 12,
+        "a dry run stops at the end of the table"
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_cursor").await,
+        0,
+        "dry run wrote the cursor"
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
+        0
+    );
 
-    let out = tokio::task::spawn_blocking(move || binary(&["run"], &env)).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || binary(&["run"], &env))
+        .await
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_no_secret(&out);
     let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary["outcome"], "completed");
     // 10 batches of 5 over 12 rows: 5, 5, 2, wrap, 5, 5, 2, wrap, 5, 5.
     assert_eq!(summary["batches"], 10);
-    assert_eq!(summary["rows_scanned"], 12 + 12 + 10, "walks past the wrap within batches_per_run");
+    assert_eq!(
+        summary["rows_scanned"],
+        12 + 12 + 10,
+        "walks past the wrap within batches_per_run"
+    );
     assert_eq!(summary["wrapped"], true);
     assert_eq!(summary["findings_created"], 1);
     assert_eq!(summary["commands_enqueued"], 1);
     assert_eq!(summary["verdicts"]["in_sync"], 11 + 11 + 9);
-    assert_eq!(summary["verdicts"]["repairable"], 3, "seen each pass, recorded once");
-    assert_eq!(count(&pool, "SELECT count(*) FROM reconciliation_findings").await, 1);
+    assert_eq!(
+        summary["verdicts"]["repairable"], 3,
+        "seen each pass, recorded once"
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
+        1
+    );
     assert_eq!(
         count(&pool, "SELECT count(*) FROM reconciliation_runs WHERE outcome = 'completed' AND rows_scanned = 34").await,
         1
@@ -124,33 +174,65 @@ async fn a_key_stripe_rejects_exits_78_and_writes_nothing(pool: PgPool) {
         ("STRIPE_API_BASE", stripe.uri()),
     ];
 
-    let out = tokio::task::spawn_blocking(move || binary(&["run"], &env)).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || binary(&["run"], &env))
+        .await
+        .unwrap();
 
     assert_eq!(out.status.code(), Some(78), "{}", text(&out));
-    assert!(text(&out).contains("Stripe rejected the API key"), "{}", text(&out));
+    assert!(
+        text(&out).contains("Stripe rejected the API key"),
+        "{}",
+        text(&out)
+    );
     assert_no_secret(&out);
-    assert_eq!(count(&pool, "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL").await, 0);
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+        )
+        .await,
+        0
+    );
     assert_eq!(cursor(&pool, "payments-vs-stripe").await, 0);
 }
 
 #[sqlx::test(migrations = false)]
 async fn migrate_applies_the_schema(pool: PgPool) {
     let env = [("DATABASE_URL", url_with_password(&pool))];
-    let out = tokio::task::spawn_blocking(move || binary(&["migrate"], &env)).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || binary(&["migrate"], &env))
+        .await
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_no_secret(&out);
-    assert_eq!(count(&pool, "SELECT count(*) FROM reconciliation_cursor").await, 0, "table exists");
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_cursor").await,
+        0,
+        "table exists"
+    );
 }
 
 #[sqlx::test(migrations = false)]
 async fn an_unreachable_database_exits_1_without_echoing_the_password(_pool: PgPool) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let env = [
-        ("DATABASE_URL", format!("postgres://app:{DB_PASSWORD}@127.0.0.1:{port}/payments")),
+        (
+            "DATABASE_URL",
+            format!("postgres://app:{DB_PASSWORD}@127.0.0.1:{port}/payments"),
+        ),
         ("STRIPE_API_KEY", SECRET_KEY.to_owned()),
     ];
-    let out = tokio::task::spawn_blocking(move || binary(&["run"], &env)).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || binary(&["run"], &env))
+        .await
+        .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(text(&out).contains("cannot connect to PostgreSQL"), "{}", text(&out));
+    assert!(
+        text(&out).contains("cannot connect to PostgreSQL"),
+        "{}",
+        text(&out)
+    );
     assert_no_secret(&out);
 }

@@ -1,14 +1,17 @@
 //! What each subcommand does. Each returns `Ok(())` or a [`CommandError`]
 //! that knows its exit code; `main` logs the error once.
 
+mod findings;
 mod migrate;
+mod repair;
 mod run;
 
-use crate::cli::Command;
+use crate::cli::{Command, FindingsCommand};
 use crate::config::{ConfigError, Settings};
 use crate::db::DbError;
 use crate::exit;
 use crate::scan::ScanError;
+use crate::store::StoreError;
 use crate::stripe::BuildError;
 
 /// Why a subcommand failed.
@@ -23,6 +26,13 @@ pub enum CommandError {
     /// The HTTP client could not be built (exit 1).
     #[error(transparent)]
     Http(#[from] BuildError),
+    /// A database failure outside a run (exit 1).
+    #[error(transparent)]
+    Store(StoreError),
+    /// The request cannot be carried out as asked (exit 1), e.g. resolving a
+    /// finding that is already resolved.
+    #[error("{0}")]
+    Usage(String),
     /// The run stopped early (exit code per [`ScanError::exit_code`]).
     #[error(transparent)]
     Scan(#[from] ScanError),
@@ -33,7 +43,10 @@ impl CommandError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CommandError::Config(_) => exit::CONFIG,
-            CommandError::Db(_) | CommandError::Http(_) => exit::FAILURE,
+            CommandError::Db(_)
+            | CommandError::Http(_)
+            | CommandError::Store(_)
+            | CommandError::Usage(_) => exit::FAILURE,
             CommandError::Scan(e) => e.exit_code(),
         }
     }
@@ -47,5 +60,18 @@ pub async fn dispatch(command: Command, settings: Settings) -> Result<(), Comman
     match command {
         Command::Migrate => migrate::migrate(&settings).await,
         Command::Run { dry_run } => run::run(&settings, dry_run).await,
+        Command::Repair => repair::repair(&settings).await,
+        Command::Findings {
+            command:
+                FindingsCommand::List {
+                    kind,
+                    open,
+                    json,
+                    limit,
+                },
+        } => findings::list(&settings, kind.as_deref(), open, json, limit).await,
+        Command::Findings {
+            command: FindingsCommand::Resolve { id, note, by },
+        } => findings::resolve(&settings, id, &note, &by).await,
     }
 }

@@ -87,3 +87,107 @@ pub async fn clear_in_sync(
     .context("clearing findings of in-sync payments")?;
     Ok(done.rows_affected())
 }
+
+/// Resolves one open finding with `resolution` (e.g. `repaired`). Returns
+/// `false` when it was already resolved or does not exist.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn resolve(
+    conn: &mut PgConnection,
+    finding_id: i64,
+    resolution: &str,
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "UPDATE reconciliation_findings SET resolved_at = now(), resolution = $2
+          WHERE id = $1 AND resolved_at IS NULL",
+    )
+    .bind(finding_id)
+    .bind(resolution)
+    .execute(conn)
+    .await
+    .context("resolving a finding")?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Resolves one open finding by hand (`resolution = 'manual'`), keeping who
+/// and why. Returns `false` when it was already resolved or does not exist.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn resolve_manually(
+    conn: &mut PgConnection,
+    finding_id: i64,
+    by: &str,
+    note: &str,
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "UPDATE reconciliation_findings
+            SET resolved_at = now(), resolution = 'manual', resolved_by = $2, resolution_note = $3
+          WHERE id = $1 AND resolved_at IS NULL",
+    )
+    .bind(finding_id)
+    .bind(by)
+    .bind(note)
+    .execute(conn)
+    .await
+    .context("resolving a finding by hand")?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// A finding as the review queue shows it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
+pub struct FindingView {
+    /// `reconciliation_findings.id`
+    pub id: i64,
+    /// `payments.id`
+    pub payment_id: i64,
+    /// The payment's order, for a person to look up.
+    pub order_id: Option<String>,
+    /// The payment's PaymentIntent id (as stored; may be malformed).
+    pub stripe_payment_intent_id: Option<String>,
+    /// The kind's database string.
+    pub kind: String,
+    /// Local status when detected.
+    pub local_status: String,
+    /// Stripe status when detected.
+    pub external_status: Option<String>,
+    /// When detected.
+    pub detected_at: chrono::DateTime<chrono::Utc>,
+    /// When resolved; `None` while open.
+    pub resolved_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// `repaired`, `cleared`, `manual`.
+    pub resolution: Option<String>,
+    /// Who resolved it by hand.
+    pub resolved_by: Option<String>,
+    /// Why.
+    pub resolution_note: Option<String>,
+}
+
+/// Lists findings, newest first, at most `limit` rows.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn list(
+    conn: &mut PgConnection,
+    kind: Option<&str>,
+    open_only: bool,
+    limit: i64,
+) -> Result<Vec<FindingView>, StoreError> {
+    sqlx::query_as(
+        "SELECT f.id, f.payment_id, p.order_id, p.stripe_payment_intent_id, f.kind, f.local_status,
+                f.external_status, f.detected_at, f.resolved_at, f.resolution, f.resolved_by,
+                f.resolution_note
+           FROM reconciliation_findings f
+           LEFT JOIN payments p ON p.id = f.payment_id
+          WHERE ($1::text IS NULL OR f.kind = $1) AND (NOT $2 OR f.resolved_at IS NULL)
+          ORDER BY f.id DESC
+          LIMIT $3",
+    )
+    .bind(kind)
+    .bind(open_only)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+    .context("listing findings")
+}

@@ -55,3 +55,142 @@ pub async fn enqueue_repairs(
     .context("enqueueing repair commands")?;
     Ok(done.rows_affected())
 }
+
+/// A repair command claimed by the worker (row-locked until its transaction ends).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ClaimedCommand {
+    /// `outbox.id`
+    pub id: i64,
+    /// `outbox.event_type`
+    pub event_type: String,
+    /// `outbox.payload`
+    pub payload: serde_json::Value,
+    /// Failed attempts so far.
+    pub attempts: i32,
+}
+
+/// Claims up to `limit` unprocessed commands of `event_types` with fewer than
+/// `max_attempts` failed attempts, oldest first, skipping the ids in `exclude`,
+/// with `FOR UPDATE SKIP LOCKED` so concurrent workers never claim the same
+/// command.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn claim(
+    conn: &mut PgConnection,
+    event_types: &[&str],
+    max_attempts: i32,
+    exclude: &[i64],
+    limit: i64,
+) -> Result<Vec<ClaimedCommand>, StoreError> {
+    sqlx::query_as(
+        "SELECT id, event_type, payload, attempts FROM outbox
+          WHERE processed_at IS NULL AND event_type = ANY($1) AND attempts < $2
+            AND id <> ALL($3)
+          ORDER BY id
+          LIMIT $4
+          FOR UPDATE SKIP LOCKED",
+    )
+    .bind(event_types)
+    .bind(max_attempts)
+    .bind(exclude)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+    .context("claiming repair commands")
+}
+
+/// Marks a command processed.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn mark_processed(conn: &mut PgConnection, id: i64) -> Result<(), StoreError> {
+    sqlx::query("UPDATE outbox SET processed_at = now(), last_error = NULL WHERE id = $1")
+        .bind(id)
+        .execute(conn)
+        .await
+        .context("marking a command processed")?;
+    Ok(())
+}
+
+/// Records a failed attempt; the command stays unprocessed for a later run.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn record_failure(
+    conn: &mut PgConnection,
+    id: i64,
+    error: &str,
+) -> Result<(), StoreError> {
+    sqlx::query("UPDATE outbox SET attempts = attempts + 1, last_error = $2 WHERE id = $1")
+        .bind(id)
+        .bind(error)
+        .execute(conn)
+        .await
+        .context("recording a failed command")?;
+    Ok(())
+}
+
+/// Appends a domain event (e.g. `PaymentStatusChanged`) for downstream consumers.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn append_event(
+    conn: &mut PgConnection,
+    aggregate_id: i64,
+    event_type: &str,
+    payload: &serde_json::Value,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+         VALUES ('Payment', $1::text, $2, $3)",
+    )
+    .bind(aggregate_id)
+    .bind(event_type)
+    .bind(payload)
+    .execute(conn)
+    .await
+    .context("appending an outbox event")?;
+    Ok(())
+}
+
+/// Commands of `event_types` that reached `max_attempts` without succeeding:
+/// left for a person.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn count_stuck(
+    conn: &mut PgConnection,
+    event_types: &[&str],
+    max_attempts: i32,
+) -> Result<i64, StoreError> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM outbox WHERE processed_at IS NULL AND event_type = ANY($1) AND attempts >= $2",
+    )
+    .bind(event_types)
+    .bind(max_attempts)
+    .fetch_one(conn)
+    .await
+    .context("counting stuck commands")
+}
+
+/// Whether an unprocessed repair command refers to this finding.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn has_pending_repair(
+    conn: &mut PgConnection,
+    event_types: &[&str],
+    finding_id: i64,
+) -> Result<bool, StoreError> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM outbox
+                         WHERE processed_at IS NULL AND event_type = ANY($1)
+                           AND payload->>'finding_id' = $2::text)",
+    )
+    .bind(event_types)
+    .bind(finding_id)
+    .fetch_one(conn)
+    .await
+    .context("looking for a pending repair")
+}

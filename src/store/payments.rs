@@ -74,3 +74,58 @@ pub async fn mark_reconciled(
     .context("stamping verified payments")?;
     Ok(done.rows_affected())
 }
+
+/// What a guarded status transition found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransitionResult {
+    /// The row was in `from` and is now in `to`; `version` is the new version.
+    Changed {
+        /// `payments.version` after the update.
+        version: i64,
+    },
+    /// The row exists but was no longer in `from` (e.g. the webhook got there
+    /// first): nothing was changed.
+    AlreadyMoved {
+        /// The status it has.
+        status: String,
+    },
+    /// No payment has this id.
+    Missing,
+}
+
+/// The guarded status UPDATE of the canonical writer: `from -> to` with
+/// `version + 1` and `updated_at = now()`, only when the row is in `from`.
+/// Only `repair::writer` may call this: it is the one path that changes
+/// `payments.status`.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub(crate) async fn transition_status(
+    conn: &mut PgConnection,
+    payment_id: i64,
+    from: &str,
+    to: &str,
+) -> Result<TransitionResult, StoreError> {
+    let version: Option<i64> = sqlx::query_scalar(
+        "UPDATE payments SET status = $3, version = version + 1, updated_at = now()
+          WHERE id = $1 AND status = $2
+          RETURNING version",
+    )
+    .bind(payment_id)
+    .bind(from)
+    .bind(to)
+    .fetch_optional(&mut *conn)
+    .await
+    .context("changing the payment status")?;
+    if let Some(version) = version {
+        return Ok(TransitionResult::Changed { version });
+    }
+    let status: Option<String> = sqlx::query_scalar("SELECT status FROM payments WHERE id = $1")
+        .bind(payment_id)
+        .fetch_optional(conn)
+        .await
+        .context("reading the payment status")?;
+    Ok(status.map_or(TransitionResult::Missing, |status| {
+        TransitionResult::AlreadyMoved { status }
+    }))
+}

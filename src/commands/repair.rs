@@ -1,0 +1,31 @@
+//! `stripe-reconciler repair`
+
+use super::CommandError;
+use crate::config::Settings;
+use crate::repair::{drain, RepairOptions};
+use crate::{db, shutdown};
+
+/// Drains the repair commands and prints the report on stdout (one JSON line).
+pub(super) async fn repair(settings: &Settings) -> Result<(), CommandError> {
+    let pool = db::connect(settings.connect_options()?).await?;
+    let token = shutdown::on_signal();
+    let report = drain(&pool, RepairOptions::default(), &token)
+        .await
+        .map_err(CommandError::Store)?;
+    tracing::info!(
+        applied = report.applied,
+        no_op = report.no_op,
+        failed = report.failed,
+        stuck = report.stuck,
+        "repair summary"
+    );
+    match serde_json::to_string(&report) {
+        Ok(line) => println!("{line}"),
+        Err(e) => tracing::error!(error = %e, "cannot serialise the repair report"),
+    }
+    pool.close().await;
+    if token.is_cancelled() {
+        return Err(CommandError::Scan(crate::scan::ScanError::Interrupted));
+    }
+    Ok(())
+}

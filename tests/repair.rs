@@ -1,0 +1,263 @@
+//! The canonical writer and the outbox worker, on a real PostgreSQL.
+
+mod support;
+
+use serde_json::json;
+use sqlx::PgPool;
+use stripe_reconciler::repair::{apply_payment_succeeded, drain, RepairOptions, RepairReport};
+use stripe_reconciler::scan::{run_batch, Mode};
+use support::*;
+use tokio_util::sync::CancellationToken;
+use wiremock::MockServer;
+
+async fn drain_all(pool: &PgPool) -> RepairReport {
+    drain(pool, RepairOptions::default(), &CancellationToken::new())
+        .await
+        .unwrap()
+}
+
+async fn payment(pool: &PgPool, id: i64) -> (String, i64) {
+    sqlx::query_as("SELECT status, version FROM payments WHERE id = $1")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+async fn events(pool: &PgPool) -> Vec<serde_json::Value> {
+    sqlx::query_scalar(
+        "SELECT payload FROM outbox WHERE event_type = 'PaymentStatusChanged' ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn findings_from_a_scan_are_repaired_once(pool: PgPool) {
+    let stripe = MockServer::start().await;
+    let success = insert_payment(&pool, "pi_Success", "pending", 3600).await;
+    let cancel = insert_payment(&pool, "pi_Cancel", "pending", 3600).await;
+    mount(&stripe, "pi_Success", ok("pi_Success", "succeeded")).await;
+    mount(&stripe, "pi_Cancel", ok("pi_Cancel", "canceled")).await;
+    run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write)
+        .await
+        .unwrap();
+
+    let report = drain_all(&pool).await;
+
+    assert_eq!(
+        report,
+        RepairReport {
+            applied: 2,
+            no_op: 0,
+            failed: 0,
+            stuck: 0
+        }
+    );
+    assert_eq!(payment(&pool, success).await, ("paid".into(), 1));
+    assert_eq!(payment(&pool, cancel).await, ("failed".into(), 1));
+    let resolved: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT kind, resolution FROM reconciliation_findings ORDER BY payment_id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        resolved,
+        vec![
+            ("missed_success".into(), Some("repaired".into())),
+            ("missed_cancel".into(), Some("repaired".into()))
+        ]
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM outbox WHERE event_type LIKE 'Apply%' AND processed_at IS NULL"
+        )
+        .await,
+        0
+    );
+    let ev = events(&pool).await;
+    assert_eq!(ev.len(), 2);
+    assert_eq!(
+        (
+            ev[0]["payment_id"].clone(),
+            ev[0]["from"].clone(),
+            ev[0]["to"].clone(),
+            ev[0]["version"].clone()
+        ),
+        (json!(success), json!("pending"), json!("paid"), json!(1))
+    );
+    assert_eq!(
+        (ev[1]["payment_id"].clone(), ev[1]["to"].clone()),
+        (json!(cancel), json!("failed"))
+    );
+
+    // A second drain has nothing to do; a second scan sees them in sync.
+    assert_eq!(drain_all(&pool).await, RepairReport::default());
+    sqlx::query("UPDATE payments SET updated_at = now() - interval '1 hour'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE reconciliation_cursor SET last_id = 0")
+        .execute(&pool)
+        .await
+        .unwrap();
+    mount(&stripe, "pi_Cancel", ok("pi_Cancel", "canceled")).await;
+    let again = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write)
+        .await
+        .unwrap();
+    assert_eq!(
+        again
+            .verdicts
+            .get(stripe_reconciler::reconcile::Verdict::InSync),
+        2
+    );
+    assert_eq!(again.findings_created, 0);
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn the_webhook_wins_the_race(pool: PgPool) {
+    let stripe = MockServer::start().await;
+    let id = insert_payment(&pool, "pi_Raced", "pending", 3600).await;
+    mount(&stripe, "pi_Raced", ok("pi_Raced", "succeeded")).await;
+    run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write)
+        .await
+        .unwrap();
+    // The webhook handler applies the same transition first, through the canonical writer.
+    let webhook = apply_payment_succeeded(&pool, id, None, "webhook")
+        .await
+        .unwrap();
+    assert!(webhook.changed);
+
+    let report = drain_all(&pool).await;
+
+    assert_eq!((report.applied, report.no_op), (0, 1));
+    assert_eq!(
+        payment(&pool, id).await,
+        ("paid".into(), 1),
+        "version bumped once, by the webhook"
+    );
+    assert_eq!(events(&pool).await.len(), 1, "only the webhook's event");
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM reconciliation_findings WHERE resolution = 'repaired'"
+        )
+        .await,
+        1,
+        "the no-op still resolves the finding"
+    );
+    assert_eq!(count(&pool, "SELECT count(*) FROM outbox WHERE event_type = 'ApplyPaymentSucceeded' AND processed_at IS NOT NULL").await, 1);
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn two_workers_apply_a_thousand_commands_exactly_once(pool: PgPool) {
+    sqlx::query(
+        "INSERT INTO payments (order_id, stripe_payment_intent_id, status)
+         SELECT 'o' || i, 'pi_' || i, 'pending' FROM generate_series(1, 1000) AS i",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+         SELECT 'Payment', id::text, CASE WHEN id % 2 = 0 THEN 'ApplyPaymentSucceeded' ELSE 'ApplyPaymentCanceled' END,
+                jsonb_build_object('payment_id', id, 'finding_id', NULL, 'expected_local_status', 'pending')
+           FROM payments",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let small = RepairOptions {
+        chunk: 25,
+        ..RepairOptions::default()
+    };
+    let token = CancellationToken::new();
+
+    let (a, b) = tokio::join!(drain(&pool, small, &token), drain(&pool, small, &token));
+    let (a, b) = (a.unwrap(), b.unwrap());
+
+    assert_eq!(a.applied + b.applied, 1000, "{a:?} {b:?}");
+    assert_eq!(a.no_op + b.no_op + a.failed + b.failed, 0);
+    assert!(
+        a.applied > 0 && b.applied > 0,
+        "both workers took part: {a:?} {b:?}"
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM payments WHERE version = 1").await,
+        1000
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM payments WHERE status = 'paid'").await,
+        500
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM outbox WHERE event_type = 'PaymentStatusChanged'"
+        )
+        .await,
+        1000
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(DISTINCT aggregate_id) FROM outbox WHERE event_type = 'PaymentStatusChanged'").await,
+        1000
+    );
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn poison_commands_do_not_block_the_ones_behind_them(pool: PgPool) {
+    let good = insert_payment(&pool, "pi_Good", "pending", 3600).await;
+    for payload in [
+        json!({"payment_id": 999_999, "finding_id": null}),
+        json!({"unexpected": "shape"}),
+        json!("not an object"),
+    ] {
+        sqlx::query("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('Payment', '0', 'ApplyPaymentSucceeded', $1)")
+            .bind(payload)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    // Someone else's event in a shared outbox is never touched.
+    sqlx::query("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('Order', '1', 'OrderShipped', '{}')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('Payment', $1::text, 'ApplyPaymentSucceeded', jsonb_build_object('payment_id', $1::bigint))")
+        .bind(good)
+        .execute(&pool)
+        .await
+        .unwrap();
+
+    let first = drain_all(&pool).await;
+
+    assert_eq!((first.applied, first.failed, first.stuck), (1, 3, 0));
+    assert_eq!(payment(&pool, good).await, ("paid".into(), 1));
+    let errors: Vec<(i32, Option<String>)> = sqlx::query_as(
+        "SELECT attempts, last_error FROM outbox WHERE processed_at IS NULL AND event_type = 'ApplyPaymentSucceeded' ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(errors.len(), 3, "poison commands are kept");
+    assert_eq!(errors[0], (1, Some("payment 999999 does not exist".into())));
+    assert!(
+        errors[1]
+            .1
+            .as_deref()
+            .unwrap()
+            .starts_with("malformed payload"),
+        "{errors:?}"
+    );
+    assert_eq!(count(&pool, "SELECT count(*) FROM outbox WHERE event_type = 'OrderShipped' AND processed_at IS NULL AND attempts = 0").await, 1);
+
+    // Retried on later runs, then left for a person and counted.
+    for _ in 0..4 {
+        drain_all(&pool).await;
+    }
+    let last = drain_all(&pool).await;
+    assert_eq!((last.failed, last.stuck), (0, 3));
+    assert_eq!(count(&pool, "SELECT max(attempts)::bigint FROM outbox WHERE event_type = 'ApplyPaymentSucceeded' AND processed_at IS NULL").await, 5);
+}
