@@ -19,7 +19,7 @@ cd "$ROOT"
 RULES=helm/stripe-reconciler/files/alerts.yaml
 TESTS=monitoring/tests/alerts_test.yaml
 DASHBOARD=helm/stripe-reconciler/files/dashboard.json
-README=monitoring/README.md
+README=README.md
 # Debian's interpreter, so that python3-yaml from apt is the one imported.
 PY=/usr/bin/python3
 
@@ -359,6 +359,11 @@ for g in rules["groups"]:
             errors.append(f"README does not document alert {r['alert']}")
 if "honor_labels: true" not in readme:
     errors.append("README lacks the honor_labels: true scrape config")
+# Everything the binary pushes is documented too.
+pushed = re.findall(r'\("(\w+)", "', open("src/metrics.rs").read())
+for m in pushed:
+    if f"`stripe_reconciler_{m}" not in readme:
+        errors.append(f"README does not document pushed metric stripe_reconciler_{m}")
 for e in errors:
     print(e)
 print(f"{len(metrics)} metrics used by rules and dashboard")

@@ -37,6 +37,21 @@ standin=$!
 trap 'kill $standin 2>/dev/null || true' EXIT
 wait_for_port "$port" 60 || { cat .demo/standin.log >&2; die "the stand-in did not start"; }
 
+# A local Pushgateway, when Debian's prometheus-pushgateway is installed (or
+# installable: the demo runs as root), receives the run's figures.
+if command -v prometheus-pushgateway >/dev/null || [ "$(id -u)" = 0 ]; then
+  ensure_pushgateway
+  pg_port=$(free_port)
+  prometheus-pushgateway --web.listen-address="127.0.0.1:$pg_port" >.demo/pushgateway.log 2>&1 &
+  pushgateway=$!
+  trap 'kill $standin $pushgateway 2>/dev/null || true' EXIT
+  wait_for_port "$pg_port" 30 || die "the Pushgateway did not start"
+  export PUSHGATEWAY_URL="http://127.0.0.1:$pg_port"
+  say "Pushgateway on $PUSHGATEWAY_URL"
+else
+  say "prometheus-pushgateway is not installed: metrics are not pushed (apt-get install prometheus-pushgateway)"
+fi
+
 # The stand-in is local, so the demo lifts Stripe's rate limit; batches of
 # 1,000 and enough of them to walk the whole table and then wrap.
 export STRIPE_API_KEY=sk_test_standin STRIPE_API_BASE="http://127.0.0.1:$port"
@@ -85,3 +100,10 @@ still_open=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM reconciliation_find
 [ "$repaired" -gt 0 ] && [ "$verified" = "$repaired" ] && [ "$still_open" = 0 ] \
   || die "after repair: $repaired repaired, $verified verified in sync by the second scan, $still_open repairable findings open"
 say "the second scan verified all $repaired repaired payments in sync; no repairable finding is open"
+
+say "stripe-reconciler status"
+"$bin" status
+if [ -n "${PUSHGATEWAY_URL:-}" ]; then
+  say "what Prometheus would scrape from the Pushgateway ($PUSHGATEWAY_URL/metrics)"
+  curl -fsS "$PUSHGATEWAY_URL/metrics" | grep '^stripe_reconciler_' | sed 's/,instance=""//; s/instance="",//'
+fi

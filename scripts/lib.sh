@@ -70,3 +70,21 @@ wait_for_port() {
   done
   return 1
 }
+
+# Installs Debian's prometheus-pushgateway (the real binary the metrics tests
+# start, one per test, on a free port) without leaving a service running.
+ensure_pushgateway() {
+  command -v prometheus-pushgateway >/dev/null && return 0
+  [ "$(id -u)" = 0 ] || die "prometheus-pushgateway is not installed; install it (apt-get install prometheus-pushgateway)"
+  command -v apt-get >/dev/null || die "prometheus-pushgateway is not installed and apt-get is not available"
+  say "installing prometheus-pushgateway from Debian's packages"
+  local policy=/usr/sbin/policy-rc.d created=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod 755 "$policy"; created=1
+  fi
+  apt-cache policy prometheus-pushgateway 2>/dev/null | grep -q 'Candidate: [0-9]' || apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus-pushgateway >/dev/null
+  [ "$created" = 1 ] && rm -f "$policy"
+  pkill -x prometheus-pushgateway 2>/dev/null || true
+  command -v prometheus-pushgateway >/dev/null || die "prometheus-pushgateway did not install"
+}

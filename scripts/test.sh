@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || die "cargo is not installed (https://rustup.rs)"
 command -v python3 >/dev/null || die "python3 is required by the test scripts"
 ensure_postgres
+ensure_pushgateway
 export DATABASE_URL=${DATABASE_URL:-$(default_admin_url)}
 
 say "cargo fmt --check"

@@ -25,6 +25,12 @@ pub enum Command {
     },
     /// Drain the outbox repair commands through the canonical writer.
     Repair,
+    /// Cursor, cycle progress, lag, open findings, outbox backlog, capacity.
+    Status {
+        /// One JSON object instead of a screen.
+        #[arg(long)]
+        json: bool,
+    },
     /// The review queue for findings no machine may repair.
     Findings {
         /// list or resolve

@@ -9,28 +9,34 @@
 //!
 //! # Layout
 //!
+//! - [`capacity`]: PURE capacity arithmetic (B·R, G, cycle time).
 //! - [`cli`]: the clap command line (subcommands of DESIGN.md's Interface).
 //! - [`commands`]: what each subcommand does, returning an exit code.
 //! - [`config`]: settings from the environment, secrets redacted.
 //! - [`db`]: the connection pool and the embedded migrations.
 //! - [`exit`]: the process exit codes.
+//! - [`metrics`]: the run's gauges and the push to the Pushgateway.
 //! - [`reconcile`]: PURE classification: statuses, `Verdict`, `Decision`, `classify`.
 //! - [`repair`]: the canonical writer and the outbox worker.
 //! - [`scan`]: one batch in three phases, and the run loop.
 //! - [`shutdown`]: SIGTERM/SIGINT into a cancellation token.
+//! - [`status`]: the job's state for `status` and the metrics.
 //! - [`store`]: all SQL, one file per table.
 //! - [`stripe`]: the gateway boundary: HTTP client, retry rule, ids, errors.
 //! - [`telemetry`]: tracing initialisation (json or pretty).
 
+pub mod capacity;
 pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod db;
 pub mod exit;
+pub mod metrics;
 pub mod reconcile;
 pub mod repair;
 pub mod scan;
 pub mod shutdown;
+pub mod status;
 pub mod store;
 pub mod stripe;
 pub mod telemetry;

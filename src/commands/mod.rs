@@ -5,6 +5,7 @@ mod findings;
 mod migrate;
 mod repair;
 mod run;
+mod status;
 
 use crate::cli::{Command, FindingsCommand};
 use crate::config::{ConfigError, Settings};
@@ -61,6 +62,7 @@ pub async fn dispatch(command: Command, settings: Settings) -> Result<(), Comman
         Command::Migrate => migrate::migrate(&settings).await,
         Command::Run { dry_run } => run::run(&settings, dry_run).await,
         Command::Repair => repair::repair(&settings).await,
+        Command::Status { json } => status::status(&settings, json).await,
         Command::Findings {
             command:
                 FindingsCommand::List {

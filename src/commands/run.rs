@@ -1,18 +1,24 @@
 //! `stripe-reconciler run [--dry-run]`
 
 use std::num::NonZeroU32;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use sqlx::PgPool;
 
 use super::CommandError;
 use crate::config::{LogFormat, Settings};
+use crate::metrics::{self, Pusher, RunMetrics};
 use crate::reconcile::Verdict;
 use crate::scan::{self, RunOptions, RunSummary};
+use crate::status::{self, Status};
+use crate::store::Context;
 use crate::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
 use crate::{db, shutdown};
 
-/// Scans, prints the summary on stdout, logs it, and returns the run's error.
+/// Scans, prints the summary on stdout, logs it, pushes the figures (also for
+/// a failed run; not for a dry run), and returns the run's error.
 pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), CommandError> {
     let api_key = settings.require_stripe_key()?.clone();
-    let pool = db::connect(settings.connect_options()?).await?;
     let gateway = StripeGateway::new(GatewayConfig {
         base: settings.stripe_api_base.clone(),
         api_key,
@@ -20,6 +26,21 @@ pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), Comman
         timeout: settings.job.http_timeout,
         retry: RetryPolicy::default(),
     })?;
+    let started = Instant::now();
+    let pool = match db::connect(settings.connect_options()?).await {
+        Ok(pool) => pool,
+        Err(e) => {
+            let summary = RunSummary {
+                job: settings.job.job.clone(),
+                dry_run,
+                outcome: "database_error".into(),
+                duration_seconds: started.elapsed().as_secs_f64(),
+                ..RunSummary::default()
+            };
+            publish(settings, &summary, None).await;
+            return Err(e.into());
+        }
+    };
     let token = shutdown::on_signal();
     let (summary, result) = scan::run(
         &pool,
@@ -31,8 +52,100 @@ pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), Comman
     .await;
     log_summary(&summary);
     print_summary(&summary, settings.log_format);
+    let state = read_status(&pool, &settings.job.job).await;
+    publish(settings, &summary, state.as_ref()).await;
     pool.close().await;
     result.map_err(CommandError::from)
+}
+
+async fn read_status(pool: &PgPool, job: &str) -> Option<Status> {
+    let read = async {
+        let mut conn = pool.acquire().await.context("connecting")?;
+        status::read(&mut conn, job).await
+    };
+    match tokio::time::timeout(Duration::from_secs(30), read).await {
+        Ok(Ok(s)) => {
+            if let Some(c) = s.capacity.filter(|c| c.ratio <= 1.0) {
+                tracing::warn!(
+                    capacity_ratio = c.ratio,
+                    scanned_rows_per_hour = c.scanned_rows_per_hour,
+                    new_rows_per_hour = c.new_rows_per_hour,
+                    "capacity ratio B*R/G is at or below 1: the cursor will never complete a cycle; raise RECONCILER_BATCH_SIZE or run more often"
+                );
+            }
+            Some(s)
+        }
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "cannot read the job's state for the metrics");
+            None
+        }
+        Err(_) => {
+            tracing::error!("reading the job's state for the metrics timed out");
+            None
+        }
+    }
+}
+
+/// Pushes the run's figures. A run that lost the cursor to another run pushes
+/// only a marker to its own group, so the holder's figures stay. Failures are
+/// logged at error level and change nothing else.
+async fn publish(settings: &Settings, summary: &RunSummary, state: Option<&Status>) {
+    let Some(base) = settings.pushgateway_url.clone() else {
+        return;
+    };
+    if summary.dry_run {
+        tracing::info!("dry run: metrics not pushed");
+        return;
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let mut figures = RunMetrics::new();
+    let extra: &[(&str, &str)] = if summary.outcome == "concurrent_run" {
+        figures.observe_concurrent_run(now);
+        &[("outcome", "concurrent_run")]
+    } else {
+        figures.observe_run(summary, now);
+        if let Some(s) = state {
+            figures.observe_status(s);
+        }
+        &[]
+    };
+    let result = match (figures.encode(), Pusher::new(base)) {
+        (Ok(body), Ok(pusher)) => {
+            match tokio::time::timeout(
+                metrics::PUSH_TIMEOUT,
+                pusher.push(&settings.job.job, extra, body),
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(_) => {
+                    tracing::error!("Pushgateway push timed out");
+                    return;
+                }
+            }
+        }
+        (Err(e), _) => Err(e.into()),
+        (_, Err(e)) => Err(e),
+    };
+    match result {
+        Ok(()) => tracing::info!("metrics pushed"),
+        Err(e) => {
+            tracing::error!(error = %anyhow_chain(&e), "cannot push metrics; the run's result is unchanged")
+        }
+    }
+}
+
+fn anyhow_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
 }
 
 fn log_summary(s: &RunSummary) {

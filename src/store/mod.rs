@@ -7,6 +7,7 @@ pub mod findings;
 pub mod outbox;
 pub mod payments;
 pub mod runs;
+pub mod stats;
 
 /// A database operation failed. `action` says which, for the log line.
 #[derive(Debug, thiserror::Error)]

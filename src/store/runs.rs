@@ -67,3 +67,50 @@ pub async fn finish(
     .context("recording the run end")?;
     Ok(())
 }
+
+/// The job's run history over the last 24 hours, reduced to what the capacity
+/// figures need.
+#[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
+pub struct RunHistory {
+    /// Finished runs in the window.
+    pub runs: i64,
+    /// Rows scanned by every finished run but the newest (those runs are
+    /// what happened between the first and the newest run's start).
+    pub rows_scanned_before_newest: i64,
+    /// Seconds between the first and the newest run's start.
+    pub span_seconds: f64,
+    /// `max(payments.id)` at the first run's start.
+    pub first_max_payment_id: Option<i64>,
+    /// `max(payments.id)` at the newest run's start.
+    pub newest_max_payment_id: Option<i64>,
+    /// When a run of this job last completed (Unix seconds), at any time.
+    pub last_success_unix: Option<f64>,
+}
+
+/// Reads the job's recent run history (an index range scan on
+/// `reconciliation_runs_job_started`).
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn history(conn: &mut PgConnection, job: &str) -> Result<RunHistory, StoreError> {
+    sqlx::query_as(
+        "WITH recent AS (
+             SELECT started_at, rows_scanned, max_payment_id,
+                    row_number() OVER (ORDER BY started_at DESC) AS newest_first,
+                    row_number() OVER (ORDER BY started_at) AS oldest_first
+               FROM reconciliation_runs
+              WHERE job = $1 AND started_at > now() - interval '24 hours' AND finished_at IS NOT NULL)
+         SELECT count(*) AS runs,
+                coalesce(sum(rows_scanned) FILTER (WHERE newest_first > 1), 0)::bigint AS rows_scanned_before_newest,
+                coalesce(extract(epoch FROM max(started_at) - min(started_at)), 0)::float8 AS span_seconds,
+                max(max_payment_id) FILTER (WHERE oldest_first = 1) AS first_max_payment_id,
+                max(max_payment_id) FILTER (WHERE newest_first = 1) AS newest_max_payment_id,
+                (SELECT extract(epoch FROM max(finished_at))::float8 FROM reconciliation_runs
+                  WHERE job = $1 AND outcome = 'completed') AS last_success_unix
+           FROM recent",
+    )
+    .bind(job)
+    .fetch_one(conn)
+    .await
+    .context("reading the run history")
+}

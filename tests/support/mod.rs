@@ -2,6 +2,8 @@
 //! rows, and queries of what a user would check.
 #![allow(dead_code)]
 
+pub mod pushgateway;
+
 use std::num::NonZeroU32;
 use std::time::Duration;
 

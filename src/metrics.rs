@@ -1,0 +1,319 @@
+//! The run's figures as Prometheus gauges (DESIGN.md, Metrics and Interface),
+//! encoded with the text format and PUT to the Pushgateway with the async
+//! client (the `prometheus` crate's own push is blocking and panics inside
+//! tokio). Each push replaces the previous run's group `job=<RECONCILER_JOB>`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use prometheus::{Encoder, Gauge, Opts, Registry, TextEncoder};
+use url::Url;
+
+use crate::reconcile::Verdict;
+use crate::scan::RunSummary;
+use crate::status::Status;
+
+/// Whole-push timeout: a dead or slow Pushgateway costs at most this.
+pub const PUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Every outcome label a run can end with.
+pub const OUTCOMES: [&str; 6] = [
+    "completed",
+    "concurrent_run",
+    "stripe_rejected_key",
+    "stripe_down",
+    "database_error",
+    "interrupted",
+];
+
+/// A push failed. The run's database work and exit code do not change; the
+/// staleness alert (`StripeReconcilerNotRunning`) catches a gateway that never
+/// receives figures.
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    /// The figures could not be encoded.
+    #[error("cannot encode metrics")]
+    Encode(#[from] prometheus::Error),
+    /// PUSHGATEWAY_URL cannot take the grouping key.
+    #[error("PUSHGATEWAY_URL cannot be a base URL")]
+    BadUrl,
+    /// No answer, or an error status.
+    #[error("Pushgateway push failed")]
+    Http(#[source] reqwest::Error),
+}
+
+/// The gauges of one run, in a private registry. A gauge exists only once it
+/// has been set: a figure that is unknown (no run history yet, database down)
+/// is absent from the push, not zero.
+pub struct RunMetrics {
+    registry: Registry,
+    gauges: HashMap<&'static str, Gauge>,
+}
+
+/// `(name without prefix, help)` of every plain gauge.
+const GAUGES: [(&str, &str); 21] = [
+    ("rows_scanned", "Rows read from payments by the last run."),
+    (
+        "batches",
+        "Batches committed by the last run (a wrap counts as one).",
+    ),
+    (
+        "findings_created",
+        "Findings newly recorded by the last run.",
+    ),
+    (
+        "commands_enqueued",
+        "Repair commands enqueued by the last run.",
+    ),
+    ("run_duration_seconds", "Wall time of the last run."),
+    ("wrapped", "1 if the last run reached the end of the table."),
+    (
+        "last_run_timestamp_seconds",
+        "When the last run ended (Unix time).",
+    ),
+    (
+        "last_success_timestamp_seconds",
+        "When a run last completed (Unix time).",
+    ),
+    (
+        "lag_seconds",
+        "Reconciliation lag: oldest time since a payment was last confirmed with Stripe.",
+    ),
+    (
+        "cycle_last_completed_timestamp_seconds",
+        "When the cursor last reached the end of the table (Unix time).",
+    ),
+    ("cycle_age_seconds", "Age of the current cycle."),
+    (
+        "cycle_progress_ratio",
+        "Share of the id range behind the cursor (0 to 1).",
+    ),
+    (
+        "cursor_position",
+        "The cursor: last payments.id scanned in this cycle.",
+    ),
+    (
+        "payments_rows",
+        "Rows in payments (planner estimate on large tables).",
+    ),
+    ("outbox_pending", "Repair commands not yet processed."),
+    (
+        "outbox_oldest_pending_age_seconds",
+        "Age of the oldest unprocessed repair command (0 when none).",
+    ),
+    (
+        "capacity_ratio",
+        "B*R/G: rows scanned per hour over new rows per hour (+Inf when none arrive).",
+    ),
+    (
+        "expected_cycle_seconds",
+        "Expected cycle time N/(B*R-G); absent when B*R <= G.",
+    ),
+    (
+        "scanned_rows_per_hour",
+        "B*R measured from the job's run history.",
+    ),
+    (
+        "new_rows_per_hour",
+        "G: new payments per hour measured from the run history.",
+    ),
+    (
+        "concurrent_run_timestamp_seconds",
+        "When a run last stopped because another run held the cursor.",
+    ),
+];
+
+impl Default for RunMetrics {
+    fn default() -> Self {
+        RunMetrics {
+            registry: Registry::new(),
+            gauges: HashMap::new(),
+        }
+    }
+}
+
+impl RunMetrics {
+    /// An empty set of figures.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn gauge(
+        &mut self,
+        name: &'static str,
+        help: &str,
+        label: Option<(&str, &str)>,
+    ) -> Option<Gauge> {
+        let full = format!("stripe_reconciler_{name}");
+        let made = match label {
+            None => Gauge::with_opts(Opts::new(full, help)),
+            Some((k, v)) => Gauge::with_opts(Opts::new(full, help).const_label(k, v)),
+        };
+        let g = made.and_then(|g| self.registry.register(Box::new(g.clone())).map(|()| g));
+        g.map_err(|e| tracing::error!(metric = name, error = %e, "cannot register metric"))
+            .ok()
+    }
+
+    fn set(&mut self, name: &'static str, value: f64) {
+        if let Some(g) = self.gauges.get(name) {
+            g.set(value);
+            return;
+        }
+        let help = GAUGES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or("", |(_, h)| *h);
+        if let Some(g) = self.gauge(name, help, None) {
+            g.set(value);
+            self.gauges.insert(name, g);
+        }
+    }
+
+    fn set_labelled(
+        &mut self,
+        name: &'static str,
+        help: &str,
+        label: &str,
+        value_label: &str,
+        value: f64,
+    ) {
+        if let Some(g) = self.gauge(name, help, Some((label, value_label))) {
+            g.set(value);
+        }
+    }
+
+    /// Records a run's figures; `now_unix` is the end of the run.
+    pub fn observe_run(&mut self, s: &RunSummary, now_unix: f64) {
+        self.set("rows_scanned", s.rows_scanned as f64);
+        self.set("batches", s.batches as f64);
+        self.set("findings_created", s.findings_created as f64);
+        self.set("commands_enqueued", s.commands_enqueued as f64);
+        self.set("run_duration_seconds", s.duration_seconds);
+        self.set("wrapped", f64::from(u8::from(s.wrapped)));
+        self.set("last_run_timestamp_seconds", now_unix);
+        for v in Verdict::ALL {
+            let n = s.verdicts.get(v) as f64;
+            self.set_labelled(
+                "verdicts",
+                "Rows per verdict in the last run.",
+                "verdict",
+                v.as_str(),
+                n,
+            );
+        }
+        for o in OUTCOMES {
+            let on = f64::from(u8::from(o == s.outcome));
+            self.set_labelled(
+                "run_outcome",
+                "1 for the last run's outcome, 0 for the others.",
+                "outcome",
+                o,
+                on,
+            );
+        }
+    }
+
+    /// Records the job's state.
+    pub fn observe_status(&mut self, st: &Status) {
+        self.set("lag_seconds", st.lag_seconds);
+        self.set("cursor_position", st.cursor_position as f64);
+        self.set("cycle_progress_ratio", st.cycle_progress_percent / 100.0);
+        self.set("payments_rows", st.rows);
+        self.set("outbox_pending", st.outbox_pending as f64);
+        self.set(
+            "outbox_oldest_pending_age_seconds",
+            st.outbox_oldest_pending_seconds,
+        );
+        if let Some(age) = st.cycle_age_seconds {
+            self.set("cycle_age_seconds", age);
+        }
+        if let Some(t) = st.cycle_last_completed_unix {
+            self.set("cycle_last_completed_timestamp_seconds", t);
+        }
+        if let Some(t) = st.last_success_unix {
+            self.set("last_success_timestamp_seconds", t);
+        }
+        if let Some(c) = &st.capacity {
+            self.set("capacity_ratio", c.ratio);
+            self.set("scanned_rows_per_hour", c.scanned_rows_per_hour);
+            self.set("new_rows_per_hour", c.new_rows_per_hour);
+            if let Some(e) = c.expected_cycle_seconds {
+                self.set("expected_cycle_seconds", e);
+            }
+        }
+        for (kind, n) in &st.open_findings {
+            self.set_labelled(
+                "open_findings",
+                "Open findings per kind.",
+                "kind",
+                kind,
+                *n as f64,
+            );
+        }
+    }
+
+    /// Marks the moment a run lost the cursor to another run.
+    pub fn observe_concurrent_run(&mut self, now_unix: f64) {
+        self.set("concurrent_run_timestamp_seconds", now_unix);
+    }
+
+    /// The figures in Prometheus text format.
+    ///
+    /// # Errors
+    /// [`prometheus::Error`] from the encoder.
+    pub fn encode(&self) -> Result<String, prometheus::Error> {
+        let mut out = Vec::new();
+        TextEncoder::new().encode(&self.registry.gather(), &mut out)?;
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+}
+
+/// PUTs figures to the Pushgateway under a grouping key.
+pub struct Pusher {
+    http: reqwest::Client,
+    base: Url,
+}
+
+impl Pusher {
+    /// A pusher for `PUSHGATEWAY_URL`.
+    ///
+    /// # Errors
+    /// [`PushError::Http`] when the client cannot be built.
+    pub fn new(base: Url) -> Result<Self, PushError> {
+        let http = reqwest::Client::builder()
+            .timeout(PUSH_TIMEOUT)
+            .connect_timeout(Duration::from_secs(2))
+            .build()
+            .map_err(PushError::Http)?;
+        Ok(Pusher { http, base })
+    }
+
+    /// Replaces the group `{base}/metrics/job/<job>[/<label>/<value>...]` with `body`.
+    ///
+    /// # Errors
+    /// [`PushError`]; the caller logs it and carries on.
+    pub async fn push(
+        &self,
+        job: &str,
+        extra: &[(&str, &str)],
+        body: String,
+    ) -> Result<(), PushError> {
+        let mut url = self.base.clone();
+        {
+            let mut segments = url.path_segments_mut().map_err(|()| PushError::BadUrl)?;
+            segments.pop_if_empty().extend(["metrics", "job", job]);
+            for (k, v) in extra {
+                segments.extend([*k, *v]);
+            }
+        }
+        self.http
+            .put(url)
+            .header(reqwest::header::CONTENT_TYPE, "text/plain; version=0.0.4")
+            .body(body)
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(|e| PushError::Http(e.without_url()))?;
+        Ok(())
+    }
+}

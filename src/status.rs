@@ -1,0 +1,119 @@
+//! The job's state, as `status` prints it and the metrics push it: cursor and
+//! cycle, lag, open findings, outbox backlog, capacity.
+
+use chrono::Utc;
+use serde::Serialize;
+use sqlx::PgConnection;
+
+use crate::capacity::{self, Capacity};
+use crate::reconcile::RepairCommand;
+use crate::store::{runs, stats, StoreError};
+
+/// Everything `status` shows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Status {
+    /// `RECONCILER_JOB`
+    pub job: String,
+    /// Reconciliation lag in seconds (oldest time since a row was confirmed).
+    pub lag_seconds: f64,
+    /// Rows in `payments` (planner estimate on large tables).
+    pub rows: f64,
+    /// Cursor position (`payments.id`).
+    pub cursor_position: i64,
+    /// Share of the id range behind the cursor, 0 to 100.
+    pub cycle_progress_percent: f64,
+    /// Seconds since the current cycle started; `None` before the first run.
+    pub cycle_age_seconds: Option<f64>,
+    /// When the last cycle completed (Unix seconds).
+    pub cycle_last_completed_unix: Option<f64>,
+    /// Open findings per kind.
+    pub open_findings: Vec<(String, i64)>,
+    /// Unprocessed repair commands.
+    pub outbox_pending: i64,
+    /// Age in seconds of the oldest unprocessed repair command.
+    pub outbox_oldest_pending_seconds: f64,
+    /// `None` until the job has two runs a minute apart in the last 24 hours.
+    pub capacity: Option<Capacity>,
+    /// When a run last completed (Unix seconds).
+    pub last_success_unix: Option<f64>,
+}
+
+/// Reads the status of `job`.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn read(conn: &mut PgConnection, job: &str) -> Result<Status, StoreError> {
+    let types: Vec<&str> = RepairCommand::ALL.iter().map(|c| c.as_str()).collect();
+    let t = stats::table_figures(conn, job, &types).await?;
+    let open_findings = stats::open_findings_by_kind(conn).await?;
+    let h = runs::history(conn, job).await?;
+    let growth = match (h.first_max_payment_id, h.newest_max_payment_id) {
+        (Some(first), Some(newest)) => newest - first,
+        _ => 0,
+    };
+    let now = Utc::now();
+    Ok(Status {
+        job: job.to_owned(),
+        lag_seconds: t.lag_seconds,
+        rows: t.rows_estimate,
+        cursor_position: t.cursor_position,
+        cycle_progress_percent: progress(t.min_id, t.max_id, t.cursor_position),
+        cycle_age_seconds: t
+            .cycle_started_at
+            .map(|s| (now - s).num_milliseconds() as f64 / 1000.0),
+        cycle_last_completed_unix: t
+            .last_cycle_completed_at
+            .map(|c| c.timestamp_millis() as f64 / 1000.0),
+        open_findings,
+        outbox_pending: t.outbox_pending,
+        outbox_oldest_pending_seconds: t.outbox_oldest_pending_seconds,
+        capacity: capacity::from_history(
+            t.rows_estimate,
+            h.runs,
+            h.rows_scanned_before_newest,
+            h.span_seconds,
+            growth,
+        ),
+        last_success_unix: h.last_success_unix,
+    })
+}
+
+fn progress(min_id: Option<i64>, max_id: Option<i64>, cursor: i64) -> f64 {
+    match (min_id, max_id) {
+        (Some(lo), Some(hi)) if hi > lo && cursor >= lo => {
+            ((cursor - lo + 1) as f64 / (hi - lo + 1) as f64 * 100.0).min(100.0)
+        }
+        _ => 0.0,
+    }
+}
+
+/// A duration in seconds for people: `3d 4h`, `2h 5m`, `42s`.
+pub fn human_duration(seconds: f64) -> String {
+    let s = seconds.max(0.0).round() as u64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m {}s", s / 60, s % 60),
+        3600..=86_399 => format!("{}h {}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d {}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_is_the_share_of_the_id_range_behind_the_cursor() {
+        assert_eq!(progress(Some(1), Some(100), 50), 50.0);
+        assert_eq!(progress(Some(1), Some(100), 0), 0.0);
+        assert_eq!(progress(None, None, 0), 0.0);
+        assert_eq!(progress(Some(1), Some(100), 100), 100.0);
+    }
+
+    #[test]
+    fn durations_read_at_a_glance() {
+        assert_eq!(human_duration(42.0), "42s");
+        assert_eq!(human_duration(3_725.0), "1h 2m");
+        assert_eq!(human_duration(273_600.0), "3d 4h");
+    }
+}

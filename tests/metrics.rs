@@ -1,0 +1,309 @@
+//! The figures a run pushes, read back from a real Pushgateway, and
+//! `status --json` on a known data set.
+
+mod support;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use sqlx::PgPool;
+use support::pushgateway::{self, value};
+use support::*;
+use wiremock::matchers::method;
+use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+
+const JOB: (&str, &str) = ("job", "payments-vs-stripe");
+
+fn run(pool: &PgPool, stripe: &str, pushgateway: &str, extra: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_stripe-reconciler"))
+        .arg("run")
+        .env_clear()
+        .env("DATABASE_URL", database_url(pool))
+        .env("STRIPE_API_KEY", API_KEY)
+        .env("STRIPE_API_BASE", stripe)
+        .env("PUSHGATEWAY_URL", pushgateway)
+        .env("RECONCILER_RATE_LIMIT_RPS", "500")
+        .envs(extra.iter().copied())
+        .output()
+        .unwrap()
+}
+
+async fn run_async(
+    pool: &PgPool,
+    stripe: &str,
+    pushgateway: &str,
+    extra: &[(&'static str, &'static str)],
+) -> Output {
+    let (pool, stripe, pushgateway, extra) = (
+        pool.clone(),
+        stripe.to_owned(),
+        pushgateway.to_owned(),
+        extra.to_vec(),
+    );
+    tokio::task::spawn_blocking(move || run(&pool, &stripe, &pushgateway, &extra))
+        .await
+        .unwrap()
+}
+
+/// 12 payments: 10 in sync, one missed success, one paid locally only.
+async fn known_data_set(pool: &PgPool) -> MockServer {
+    insert_paid(pool, 12).await;
+    sqlx::query("UPDATE payments SET status = 'pending' WHERE id = 4")
+        .execute(pool)
+        .await
+        .unwrap();
+    let stripe = MockServer::start().await;
+    mount(&stripe, "pi_9", ok("pi_9", "requires_payment_method")).await;
+    Mock::given(method("GET"))
+        .respond_with(|r: &Request| ok(r.url.path().rsplit('/').next().unwrap(), "succeeded"))
+        .mount(&stripe)
+        .await;
+    stripe
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_run_pushes_every_named_metric_with_its_value(pool: PgPool) {
+    let stripe = known_data_set(&pool).await;
+    let gw = pushgateway::start().await;
+    let before = chrono::Utc::now().timestamp() as f64;
+
+    let out = run_async(
+        &pool,
+        &stripe.uri(),
+        &gw.url,
+        &[
+            ("RECONCILER_BATCH_SIZE", "5"),
+            ("RECONCILER_BATCHES_PER_RUN", "3"),
+        ],
+    )
+    .await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let after = chrono::Utc::now().timestamp() as f64 + 1.0;
+    let m = gw.scrape().await;
+    let v = |name: &str, labels: &[(&str, &str)]| {
+        let mut all = vec![JOB];
+        all.extend_from_slice(labels);
+        value(&m, &format!("stripe_reconciler_{name}"), &all)
+            .unwrap_or_else(|| panic!("{name}{labels:?} missing from:\n{m}"))
+    };
+    assert_eq!(v("rows_scanned", &[]), 12.0);
+    assert_eq!(v("batches", &[]), 3.0);
+    assert_eq!(v("verdicts", &[("verdict", "in_sync")]), 10.0);
+    assert_eq!(v("verdicts", &[("verdict", "repairable")]), 1.0);
+    assert_eq!(v("verdicts", &[("verdict", "needs_review")]), 1.0);
+    assert_eq!(v("verdicts", &[("verdict", "unverifiable")]), 0.0);
+    assert_eq!(v("verdicts", &[("verdict", "in_flight")]), 0.0);
+    assert_eq!(v("cursor_position", &[]), 12.0);
+    assert_eq!(v("open_findings", &[("kind", "missed_success")]), 1.0);
+    assert_eq!(
+        v("open_findings", &[("kind", "paid_locally_not_externally")]),
+        1.0
+    );
+    assert_eq!(v("outbox_pending", &[]), 1.0);
+    assert_eq!(v("run_outcome", &[("outcome", "completed")]), 1.0);
+    assert_eq!(v("run_outcome", &[("outcome", "stripe_down")]), 0.0);
+    let last_run = v("last_run_timestamp_seconds", &[]);
+    let last_success = v("last_success_timestamp_seconds", &[]);
+    assert!(
+        before <= last_run && last_run <= after,
+        "{before} {last_run} {after}"
+    );
+    assert!(
+        before <= last_success && last_success <= after,
+        "{before} {last_success} {after}"
+    );
+    assert!(v("lag_seconds", &[]) < 60.0, "every row was just confirmed");
+    assert!(v("run_duration_seconds", &[]) > 0.0);
+    assert!(v("cycle_age_seconds", &[]) >= 0.0);
+    assert_eq!(v("wrapped", &[]), 0.0);
+    assert!(
+        value(&m, "stripe_reconciler_capacity_ratio", &[JOB]).is_none(),
+        "unknown after one run, so absent"
+    );
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_run_that_loses_the_cursor_keeps_the_winners_figures(pool: PgPool) {
+    insert_paid(&pool, 12).await;
+    // Slow Stripe: both runs are reading when the first commits.
+    let stripe = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(|r: &Request| {
+            ok(r.url.path().rsplit('/').next().unwrap(), "succeeded")
+                .set_delay(Duration::from_millis(700))
+        })
+        .mount(&stripe)
+        .await;
+    let gw = pushgateway::start().await;
+    let env: &[(&'static str, &'static str)] = &[
+        ("RECONCILER_BATCH_SIZE", "20"),
+        ("RECONCILER_BATCHES_PER_RUN", "1"),
+        ("RECONCILER_MAX_IN_FLIGHT", "4"),
+    ];
+
+    let uri = stripe.uri();
+    let first = run_async(&pool, &uri, &gw.url, env);
+    let second = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        run_async(&pool, &uri, &gw.url, env).await
+    };
+    let (first, second) = tokio::join!(first, second);
+
+    let mut codes = [first.status.code(), second.status.code()];
+    codes.sort();
+    assert_eq!(
+        codes,
+        [Some(0), Some(75)],
+        "{}\n{}",
+        stderr(&first),
+        stderr(&second)
+    );
+    let m = gw.scrape().await;
+    assert_eq!(
+        value(&m, "stripe_reconciler_rows_scanned", &[JOB]),
+        Some(12.0),
+        "{m}"
+    );
+    assert_eq!(
+        value(
+            &m,
+            "stripe_reconciler_run_outcome",
+            &[JOB, ("outcome", "completed")]
+        ),
+        Some(1.0)
+    );
+    assert!(
+        value(
+            &m,
+            "stripe_reconciler_concurrent_run_timestamp_seconds",
+            &[JOB, ("outcome", "concurrent_run")]
+        )
+        .is_some(),
+        "{m}"
+    );
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_dead_or_refusing_pushgateway_changes_nothing_but_a_log_line(pool: PgPool) {
+    let stripe = known_data_set(&pool).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let refusing = MockServer::start().await;
+    Mock::given(method("PUT"))
+        .respond_with(ResponseTemplate::new(400))
+        .mount(&refusing)
+        .await;
+
+    for gateway in [format!("http://127.0.0.1:{port}"), refusing.uri()] {
+        sqlx::query("UPDATE reconciliation_cursor SET last_id = 0")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let out = run_async(
+            &pool,
+            &stripe.uri(),
+            &gateway,
+            &[("RECONCILER_BATCHES_PER_RUN", "1")],
+        )
+        .await;
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("cannot push metrics"),
+            "{}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains(r#""level":"ERROR""#),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
+        2,
+        "the database work is done"
+    );
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn status_json_reports_the_known_data_set(pool: PgPool) {
+    insert_paid(&pool, 100).await;
+    sqlx::raw_sql(
+        "UPDATE payments SET last_reconciled_at = now() - interval '2 hours' WHERE id <= 40;
+         UPDATE payments SET last_reconciled_at = now() - interval '10 minutes' WHERE id > 40;
+         UPDATE payments SET created_at = now() - interval '1 hour', last_reconciled_at = NULL WHERE id = 100;
+         INSERT INTO reconciliation_cursor (job, last_id, cycle_started_at) VALUES ('payments-vs-stripe', 25, now() - interval '3 hours');
+         INSERT INTO reconciliation_findings (payment_id, kind, local_status) VALUES
+             (1, 'missed_success', 'pending'), (2, 'missed_success', 'pending'), (3, 'paid_locally_not_externally', 'paid');
+         INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, created_at) VALUES
+             ('Payment', '1', 'ApplyPaymentSucceeded', '{}', now() - interval '30 minutes'),
+             ('Order', '9', 'OrderShipped', '{}', now() - interval '5 hours');
+         -- Two hourly runs of 500 rows; 100 new payments arrived between them.
+         INSERT INTO reconciliation_runs (job, started_at, finished_at, batch_size, batches, rows_scanned, outcome, max_payment_id) VALUES
+             ('payments-vs-stripe', now() - interval '2 hours', now() - interval '2 hours' + interval '1 minute', 50, 10, 500, 'completed', 0),
+             ('payments-vs-stripe', now() - interval '1 hour', now() - interval '1 hour' + interval '1 minute', 50, 10, 500, 'completed', 100);",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let p = pool.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_stripe-reconciler"))
+            .args(["status", "--json"])
+            .env_clear()
+            .env("DATABASE_URL", database_url(&p))
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let lag = s["lag_seconds"].as_f64().unwrap();
+    assert!(
+        (7190.0..7260.0).contains(&lag),
+        "lag is the 2-hour-old confirmation: {lag}"
+    );
+    assert_eq!(s["rows"], 100.0);
+    assert_eq!(s["cursor_position"], 25);
+    assert_eq!(s["cycle_progress_percent"], 25.0);
+    let age = s["cycle_age_seconds"].as_f64().unwrap();
+    assert!((10_790.0..10_860.0).contains(&age), "{age}");
+    assert_eq!(
+        s["open_findings"],
+        serde_json::json!([["missed_success", 2], ["paid_locally_not_externally", 1]])
+    );
+    assert_eq!(
+        s["outbox_pending"], 1,
+        "the application's own events are not counted"
+    );
+    let oldest = s["outbox_oldest_pending_seconds"].as_f64().unwrap();
+    assert!((1790.0..1860.0).contains(&oldest), "{oldest}");
+    // B*R = 500 rows in the hour between the two runs, G = 100 ids in that hour.
+    let c = &s["capacity"];
+    assert_eq!(
+        c["scanned_rows_per_hour"].as_f64().map(f64::round),
+        Some(500.0)
+    );
+    assert_eq!(c["new_rows_per_hour"].as_f64().map(f64::round), Some(100.0));
+    assert_eq!(
+        c["ratio"].as_f64().map(|r| (r * 100.0).round() / 100.0),
+        Some(5.0)
+    );
+    // N / (B*R - G) = 100 / 400 h = 900 s.
+    assert_eq!(
+        c["expected_cycle_seconds"].as_f64().map(f64::round),
+        Some(900.0)
+    );
+    assert!(s["last_success_unix"].as_f64().is_some());
+}
