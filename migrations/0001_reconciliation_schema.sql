@@ -1,6 +1,12 @@
 -- Schema of the design note (shared/seed), made safe to apply to a database that
 -- already has `payments` and/or an `outbox`: every object is IF NOT EXISTS and the
 -- reconciler's own columns are added with ADD COLUMN IF NOT EXISTS.
+--
+-- ALTER TABLE takes a brief exclusive lock on the application's tables: give
+-- up after 10 s rather than queue the application's writes behind a long
+-- transaction (rerun `migrate` later). The lag index is built CONCURRENTLY in
+-- its own migration (0005), outside this transaction.
+SET LOCAL lock_timeout = '10s';
 
 CREATE TABLE IF NOT EXISTS payments (
     id                       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -17,11 +23,6 @@ CREATE TABLE IF NOT EXISTS payments (
 -- An existing payments table may predate the reconciler.
 ALTER TABLE payments ADD COLUMN IF NOT EXISTS observed_external_status text;
 ALTER TABLE payments ADD COLUMN IF NOT EXISTS last_reconciled_at timestamptz;
-
--- Reconciliation lag = now() - min(coalesce(last_reconciled_at, created_at)).
--- This expression index turns that min() into one index lookup on a 10M-row table.
-CREATE INDEX IF NOT EXISTS payments_reconciled_or_created
-    ON payments ((coalesce(last_reconciled_at, created_at)));
 
 CREATE TABLE IF NOT EXISTS reconciliation_cursor (
     job                     text        PRIMARY KEY,

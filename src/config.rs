@@ -152,8 +152,7 @@ impl Settings {
                 ));
             }
         }
-        let stripe_api_base = parse_http_url(
-            "STRIPE_API_BASE",
+        let stripe_api_base = parse_stripe_base(
             conn.stripe_api_base
                 .as_deref()
                 .unwrap_or(DEFAULT_STRIPE_API_BASE),
@@ -279,6 +278,35 @@ fn check_database_url(url: &SecretString) -> Result<(), ConfigError> {
     })
 }
 
+/// STRIPE_API_BASE carries the Bearer key: plain http only to this machine
+/// (a local stand-in or a sidecar proxy), and no `/v1` (the client adds it).
+fn parse_stripe_base(value: &str) -> Result<Url, ConfigError> {
+    let var = "STRIPE_API_BASE";
+    let url = parse_http_url(var, value)?;
+    let loopback = match url.host() {
+        Some(url::Host::Domain(d)) => d == "localhost",
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    };
+    if url.scheme() == "http" && !loopback {
+        return Err(invalid(
+            var,
+            "must be https:// (plain http only to localhost): it carries the API key",
+        ));
+    }
+    if url.path().trim_end_matches('/').ends_with("/v1") {
+        return Err(invalid(
+            var,
+            "must not end with /v1: the client adds /v1/payment_intents/{id}",
+        ));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(invalid(var, "must not have a query or fragment"));
+    }
+    Ok(url)
+}
+
 fn parse_http_url(var: &str, value: &str) -> Result<Url, ConfigError> {
     let url = Url::parse(value.trim()).map_err(|e| invalid(var, &format!("not a URL ({e})")))?;
     if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
@@ -373,6 +401,8 @@ mod tests {
             ("RECONCILER_LOG_FORMAT", "xml"),
             ("STRIPE_API_BASE", "not a url"),
             ("STRIPE_API_BASE", "ftp://example.com"),
+            ("STRIPE_API_BASE", "http://stripe-proxy.internal:8080"),
+            ("STRIPE_API_BASE", "https://api.stripe.com/v1"),
             ("PUSHGATEWAY_URL", "pushgateway:9091"),
             ("DATABASE_URL", "mysql://nope"),
         ] {
@@ -380,6 +410,18 @@ mod tests {
             v.push((var.into(), value.into()));
             let e = Settings::from_vars(v).unwrap_err();
             assert!(e.to_string().starts_with(var), "{var}={value}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_local_stand_in_or_a_prefixed_https_proxy_is_accepted() {
+        for base in [
+            "http://127.0.0.1:12111",
+            "http://localhost:8080",
+            "https://proxy.example.com/stripe",
+        ] {
+            let s = Settings::from_vars(vars(&[DB, ("STRIPE_API_BASE", base)])).unwrap();
+            assert_eq!(s.stripe_api_base.as_str().trim_end_matches('/'), base);
         }
     }
 

@@ -37,6 +37,21 @@ pub async fn connect(options: PgConnectOptions) -> Result<PgPool, DbError> {
         .map_err(DbError::Connect)
 }
 
+/// A pool for `migrate`: no statement timeout, since building an index on a
+/// large `payments` table takes as long as it takes (the migrations bound
+/// their lock waits themselves).
+///
+/// # Errors
+/// [`DbError::Connect`].
+pub async fn connect_for_migrations(options: PgConnectOptions) -> Result<PgPool, DbError> {
+    PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(options)
+        .await
+        .map_err(DbError::Connect)
+}
+
 /// Applies the embedded migrations.
 ///
 /// # Errors

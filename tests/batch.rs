@@ -65,7 +65,7 @@ async fn every_verdict_path_writes_exactly_what_it_should(pool: PgPool) {
     )
     .await;
 
-    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write)
+    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
         .await
         .unwrap();
 
@@ -193,7 +193,7 @@ async fn a_row_updated_a_minute_ago_is_in_flight_without_a_stripe_call(pool: PgP
     let id = insert_payment(&pool, "pi_JustChanged", "pending", 60).await;
     mount(&stripe, "pi_JustChanged", ok("pi_JustChanged", "succeeded")).await;
 
-    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write)
+    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
         .await
         .unwrap();
 
@@ -222,7 +222,7 @@ async fn a_verified_in_sync_row_clears_its_open_findings(pool: PgPool) {
         .unwrap();
     mount(&stripe, "pi_Healed", ok("pi_Healed", "succeeded")).await;
 
-    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write)
+    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
         .await
         .unwrap();
 
@@ -246,6 +246,7 @@ async fn dry_run_writes_nothing_not_even_the_cursor(pool: PgPool) {
         &gateway(&stripe),
         &settings(200),
         Mode::DryRun { after_id: 0 },
+        None,
     )
     .await
     .unwrap();

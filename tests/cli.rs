@@ -155,7 +155,7 @@ async fn a_run_prints_its_summary_and_exits_0(pool: PgPool) {
         1
     );
     assert_eq!(
-        count(&pool, "SELECT count(*) FROM reconciliation_runs WHERE outcome = 'completed' AND rows_scanned = 34").await,
+        count(&pool, "SELECT count(*) FROM reconciliation_runs WHERE outcome = 'completed' AND rows_scanned = 34 AND max_payment_id = 12").await,
         1
     );
 }

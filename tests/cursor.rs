@@ -11,20 +11,6 @@ use support::*;
 use wiremock::matchers::{method, path_regex};
 use wiremock::{Mock, MockServer, Request};
 
-/// Answers every PaymentIntent with `status`, echoing the id from the path.
-async fn stripe_answering(status: &'static str, delay: Duration) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("GET"))
-        .and(path_regex("^/v1/payment_intents/pi_[A-Za-z0-9]+$"))
-        .respond_with(move |req: &Request| {
-            let id = req.url.path().rsplit('/').next().unwrap().to_owned();
-            ok(&id, status).set_delay(delay)
-        })
-        .mount(&server)
-        .await;
-    server
-}
-
 /// The design note's broken scan: "the 200 most recently updated rows".
 async fn scan_broken(pool: &PgPool) {
     sqlx::query(
@@ -66,7 +52,7 @@ async fn the_cursor_reaches_rows_that_limit_200_starves(pool: PgPool) {
     let gw = gateway(&stripe);
     let mut remaining = Vec::new();
     for _ in 0..3 {
-        let report = run_batch(&pool, &gw, &settings(200), Mode::Write)
+        let report = run_batch(&pool, &gw, &settings(200), Mode::Write, None)
             .await
             .unwrap();
         assert!(!report.wrapped);
@@ -78,7 +64,7 @@ async fn the_cursor_reaches_rows_that_limit_200_starves(pool: PgPool) {
         "every row confirmed within 3 batches"
     );
 
-    let fourth = run_batch(&pool, &gw, &settings(200), Mode::Write)
+    let fourth = run_batch(&pool, &gw, &settings(200), Mode::Write, None)
         .await
         .unwrap();
     assert!(fourth.wrapped, "the 4th batch wraps");
@@ -112,7 +98,7 @@ async fn two_full_cycles_record_each_drift_once(pool: PgPool) {
     let mut wraps = 0;
     let mut batches = 0;
     while wraps < 2 {
-        let report = run_batch(&pool, &gw, &settings(15), Mode::Write)
+        let report = run_batch(&pool, &gw, &settings(15), Mode::Write, None)
             .await
             .unwrap();
         wraps += usize::from(report.wrapped);
@@ -149,36 +135,61 @@ async fn two_runs_racing_on_one_cursor_commit_exactly_one_batch(pool: PgPool) {
         .execute(&pool)
         .await
         .unwrap();
-    // The delay keeps both batches in phase 2 at the same time.
-    let stripe = stripe_answering("succeeded", Duration::from_millis(150)).await;
-    let (gw_a, gw_b) = (gateway(&stripe), gateway(&stripe));
+    // Two Stripes that disagree, so the rows show whose batch committed. The
+    // delay keeps both batches in phase 2 at the same time.
+    let says_succeeded = stripe_answering("succeeded", Duration::from_millis(150)).await;
+    let says_processing = stripe_answering("processing", Duration::from_millis(150)).await;
+    let (gw_a, gw_b) = (gateway(&says_succeeded), gateway(&says_processing));
     let s = settings(20);
 
     let (a, b) = tokio::join!(
-        run_batch(&pool, &gw_a, &s, Mode::Write),
-        run_batch(&pool, &gw_b, &s, Mode::Write)
+        run_batch(&pool, &gw_a, &s, Mode::Write, None),
+        run_batch(&pool, &gw_b, &s, Mode::Write, None)
     );
 
-    let (won, lost) = match (a, b) {
-        (Ok(r), Err(e)) | (Err(e), Ok(r)) => (r, e),
+    let (winner_status, won, lost) = match (a, b) {
+        (Ok(r), Err(e)) => ("succeeded", r, e),
+        (Err(e), Ok(r)) => ("processing", r, e),
         other => panic!("expected exactly one winner: {other:?}"),
     };
     assert!(matches!(lost, ScanError::ConcurrentRun { .. }), "{lost:?}");
     assert_eq!(lost.exit_code(), 75);
     assert_eq!(won.cursor_to, 20);
     assert_eq!(cursor(&pool, "payments-vs-stripe").await, 20);
-    assert_eq!(
-        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
-        10
+    let observed: Vec<Option<String>> = sqlx::query_scalar(
+        "SELECT observed_external_status FROM payments WHERE id <= 20 ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(
+        observed.iter().all(|o| o.as_deref() == Some(winner_status)),
+        "the loser wrote nothing: {observed:?}"
     );
-    assert_eq!(count(&pool, "SELECT count(*) FROM outbox").await, 10);
     assert_eq!(
         count(
             &pool,
             "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
         )
         .await,
-        20,
-        "only the winner's 20 rows are stamped"
+        20
     );
+    // "succeeded": rows 1-10 (pending) are missed_success with a command each.
+    // "processing": rows 1-10 are in flight; rows 11-20 (paid) need review.
+    let (kind, commands) = if winner_status == "succeeded" {
+        ("missed_success", 10)
+    } else {
+        ("paid_locally_not_externally", 0)
+    };
+    let kinds: Vec<(String, i64)> =
+        sqlx::query_as("SELECT kind, count(*) FROM reconciliation_findings GROUP BY kind")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        kinds,
+        vec![(kind.to_owned(), 10)],
+        "only the winner's findings"
+    );
+    assert_eq!(count(&pool, "SELECT count(*) FROM outbox").await, commands);
 }

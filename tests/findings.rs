@@ -24,6 +24,7 @@ async fn scan(pool: &PgPool, stripe: &MockServer) {
         &gateway(stripe),
         &settings(200),
         stripe_reconciler::scan::Mode::Write,
+        None,
     )
     .await
     .unwrap();

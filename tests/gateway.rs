@@ -251,7 +251,7 @@ async fn a_rejected_key_aborts_the_batch_and_writes_nothing(pool: PgPool) {
         .mount(&server)
         .await;
 
-    let e = run_batch(&pool, &gateway(&server), &settings(200), Mode::Write)
+    let e = run_batch(&pool, &gateway(&server), &settings(200), Mode::Write, None)
         .await
         .unwrap_err();
 
@@ -284,7 +284,7 @@ async fn stripe_down_for_most_of_a_batch_abandons_it_without_moving_the_cursor(p
         .mount(&server)
         .await;
 
-    let e = run_batch(&pool, &gateway(&server), &settings(200), Mode::Write)
+    let e = run_batch(&pool, &gateway(&server), &settings(200), Mode::Write, None)
         .await
         .unwrap_err();
 
@@ -320,7 +320,7 @@ async fn occasional_failures_are_unverifiable_and_the_cursor_moves_on(pool: PgPo
         .mount(&server)
         .await;
 
-    let report = run_batch(&pool, &gateway(&server), &settings(200), Mode::Write)
+    let report = run_batch(&pool, &gateway(&server), &settings(200), Mode::Write, None)
         .await
         .unwrap();
 

@@ -10,6 +10,37 @@ use support::*;
 use tokio_util::sync::CancellationToken;
 use wiremock::MockServer;
 
+/// A finding of `kind` for the payment and its repair command, as a scan writes them.
+async fn enqueue_repair(pool: &PgPool, payment_id: i64, kind: &str, command: &str) -> i64 {
+    let finding: i64 = sqlx::query_scalar(
+        "INSERT INTO reconciliation_findings (payment_id, kind, local_status) VALUES ($1, $2, 'pending') RETURNING id",
+    )
+    .bind(payment_id)
+    .bind(kind)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+         VALUES ('Payment', $1::text, $2, jsonb_build_object('payment_id', $1::bigint, 'finding_id', $3::bigint, 'expected_local_status', 'pending'))",
+    )
+    .bind(payment_id)
+    .bind(command)
+    .bind(finding)
+    .execute(pool)
+    .await
+    .unwrap();
+    finding
+}
+
+async fn resolution(pool: &PgPool, finding: i64) -> Option<String> {
+    sqlx::query_scalar("SELECT resolution FROM reconciliation_findings WHERE id = $1")
+        .bind(finding)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
 async fn drain_all(pool: &PgPool) -> RepairReport {
     drain(pool, RepairOptions::default(), &CancellationToken::new())
         .await
@@ -40,7 +71,7 @@ async fn findings_from_a_scan_are_repaired_once(pool: PgPool) {
     let cancel = insert_payment(&pool, "pi_Cancel", "pending", 3600).await;
     mount(&stripe, "pi_Success", ok("pi_Success", "succeeded")).await;
     mount(&stripe, "pi_Cancel", ok("pi_Cancel", "canceled")).await;
-    run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write)
+    run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
         .await
         .unwrap();
 
@@ -51,6 +82,7 @@ async fn findings_from_a_scan_are_repaired_once(pool: PgPool) {
         RepairReport {
             applied: 2,
             no_op: 0,
+            skipped: 0,
             failed: 0,
             stuck: 0
         }
@@ -104,7 +136,7 @@ async fn findings_from_a_scan_are_repaired_once(pool: PgPool) {
         .await
         .unwrap();
     mount(&stripe, "pi_Cancel", ok("pi_Cancel", "canceled")).await;
-    let again = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write)
+    let again = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
         .await
         .unwrap();
     assert_eq!(
@@ -121,7 +153,7 @@ async fn the_webhook_wins_the_race(pool: PgPool) {
     let stripe = MockServer::start().await;
     let id = insert_payment(&pool, "pi_Raced", "pending", 3600).await;
     mount(&stripe, "pi_Raced", ok("pi_Raced", "succeeded")).await;
-    run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write)
+    run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
         .await
         .unwrap();
     // The webhook handler applies the same transition first, through the canonical writer.
@@ -160,11 +192,16 @@ async fn two_workers_apply_a_thousand_commands_exactly_once(pool: PgPool) {
     .execute(&pool)
     .await
     .unwrap();
-    sqlx::query(
-        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-         SELECT 'Payment', id::text, CASE WHEN id % 2 = 0 THEN 'ApplyPaymentSucceeded' ELSE 'ApplyPaymentCanceled' END,
-                jsonb_build_object('payment_id', id, 'finding_id', NULL, 'expected_local_status', 'pending')
-           FROM payments",
+    sqlx::raw_sql(
+        "INSERT INTO reconciliation_findings (payment_id, kind, local_status, external_status)
+         SELECT id, CASE WHEN id % 2 = 0 THEN 'missed_success' ELSE 'missed_cancel' END, 'pending',
+                CASE WHEN id % 2 = 0 THEN 'succeeded' ELSE 'canceled' END
+           FROM payments;
+         INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+         SELECT 'Payment', f.payment_id::text,
+                CASE WHEN f.kind = 'missed_success' THEN 'ApplyPaymentSucceeded' ELSE 'ApplyPaymentCanceled' END,
+                jsonb_build_object('payment_id', f.payment_id, 'finding_id', f.id, 'expected_local_status', 'pending')
+           FROM reconciliation_findings f;",
     )
     .execute(&pool)
     .await
@@ -210,7 +247,7 @@ async fn two_workers_apply_a_thousand_commands_exactly_once(pool: PgPool) {
 async fn poison_commands_do_not_block_the_ones_behind_them(pool: PgPool) {
     let good = insert_payment(&pool, "pi_Good", "pending", 3600).await;
     for payload in [
-        json!({"payment_id": 999_999, "finding_id": null}),
+        json!({"payment_id": 999_999, "finding_id": 999_999}),
         json!({"unexpected": "shape"}),
         json!("not an object"),
     ] {
@@ -225,11 +262,7 @@ async fn poison_commands_do_not_block_the_ones_behind_them(pool: PgPool) {
         .execute(&pool)
         .await
         .unwrap();
-    sqlx::query("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('Payment', $1::text, 'ApplyPaymentSucceeded', jsonb_build_object('payment_id', $1::bigint))")
-        .bind(good)
-        .execute(&pool)
-        .await
-        .unwrap();
+    enqueue_repair(&pool, good, "missed_success", "ApplyPaymentSucceeded").await;
 
     let first = drain_all(&pool).await;
 
@@ -242,7 +275,7 @@ async fn poison_commands_do_not_block_the_ones_behind_them(pool: PgPool) {
     .await
     .unwrap();
     assert_eq!(errors.len(), 3, "poison commands are kept");
-    assert_eq!(errors[0], (1, Some("payment 999999 does not exist".into())));
+    assert_eq!(errors[0], (1, Some("finding 999999 does not exist".into())));
     assert!(
         errors[1]
             .1
@@ -260,4 +293,73 @@ async fn poison_commands_do_not_block_the_ones_behind_them(pool: PgPool) {
     let last = drain_all(&pool).await;
     assert_eq!((last.failed, last.stuck), (0, 3));
     assert_eq!(count(&pool, "SELECT max(attempts)::bigint FROM outbox WHERE event_type = 'ApplyPaymentSucceeded' AND processed_at IS NULL").await, 5);
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_command_whose_finding_was_resolved_by_hand_is_skipped(pool: PgPool) {
+    let id = insert_payment(&pool, "pi_Handled", "pending", 3600).await;
+    let finding = enqueue_repair(&pool, id, "missed_success", "ApplyPaymentSucceeded").await;
+    sqlx::query("UPDATE reconciliation_findings SET resolved_at = now(), resolution = 'manual' WHERE id = $1")
+        .bind(finding)
+        .execute(&pool)
+        .await
+        .unwrap();
+
+    let report = drain_all(&pool).await;
+
+    assert_eq!((report.applied, report.skipped), (0, 1));
+    assert_eq!(
+        payment(&pool, id).await,
+        ("pending".into(), 0),
+        "the payment is not touched"
+    );
+    assert_eq!(resolution(&pool, finding).await.as_deref(), Some("manual"));
+    assert!(events(&pool).await.is_empty());
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_command_that_does_not_match_its_finding_is_refused(pool: PgPool) {
+    let a = insert_payment(&pool, "pi_A", "pending", 3600).await;
+    let b = insert_payment(&pool, "pi_B", "pending", 3600).await;
+    let finding_a = enqueue_repair(&pool, a, "missed_cancel", "ApplyPaymentCanceled").await;
+    // A forged command: marks payment B paid, citing A's cancel finding.
+    sqlx::query(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+         VALUES ('Payment', $1::text, 'ApplyPaymentSucceeded', jsonb_build_object('payment_id', $1::bigint, 'finding_id', $2::bigint))",
+    )
+    .bind(b)
+    .bind(finding_a)
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let report = drain_all(&pool).await;
+
+    assert_eq!(
+        (report.applied, report.failed),
+        (1, 1),
+        "A's own command applies, the forged one fails"
+    );
+    assert_eq!(payment(&pool, b).await, ("pending".into(), 0));
+    assert_eq!(payment(&pool, a).await, ("failed".into(), 1));
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_payment_that_moved_elsewhere_supersedes_the_finding(pool: PgPool) {
+    let id = insert_payment(&pool, "pi_LateFailure", "pending", 3600).await;
+    let finding = enqueue_repair(&pool, id, "missed_success", "ApplyPaymentSucceeded").await;
+    // A late failure webhook moves it to failed first.
+    stripe_reconciler::repair::apply_payment_canceled(&pool, id, None, "webhook")
+        .await
+        .unwrap();
+
+    let report = drain_all(&pool).await;
+
+    assert_eq!((report.applied, report.no_op), (0, 1));
+    assert_eq!(payment(&pool, id).await, ("failed".into(), 1));
+    assert_eq!(
+        resolution(&pool, finding).await.as_deref(),
+        Some("superseded"),
+        "not 'repaired': it is not paid"
+    );
 }

@@ -4,6 +4,9 @@ use super::CommandError;
 use crate::config::Settings;
 use crate::db;
 use crate::reconcile::RepairCommand;
+use sqlx::Connection;
+
+use crate::repair::worker::MAX_ATTEMPTS;
 use crate::store::{findings, outbox, Context};
 
 /// Lists findings as a table, or JSON lines with `--json`.
@@ -79,7 +82,12 @@ pub(super) async fn resolve(
         .context("connecting")
         .map_err(CommandError::Store)?;
     let types: Vec<&str> = RepairCommand::ALL.iter().map(|c| c.as_str()).collect();
-    if outbox::has_pending_repair(&mut conn, &types, id)
+    let mut tx = conn
+        .begin()
+        .await
+        .context("opening a transaction")
+        .map_err(CommandError::Store)?;
+    if outbox::has_pending_repair(&mut tx, &types, id, MAX_ATTEMPTS)
         .await
         .map_err(CommandError::Store)?
     {
@@ -87,13 +95,28 @@ pub(super) async fn resolve(
             "finding {id} has a repair command pending in the outbox; run `stripe-reconciler repair` instead"
         )));
     }
-    if !findings::resolve_manually(&mut conn, id, by, note)
+    if !findings::resolve_manually(&mut tx, id, by, note)
         .await
         .map_err(CommandError::Store)?
     {
         return Err(CommandError::Usage(format!(
             "finding {id} does not exist or is already resolved"
         )));
+    }
+    let closed =
+        outbox::close_for_finding(&mut tx, &types, id, "superseded by a manual resolution")
+            .await
+            .map_err(CommandError::Store)?;
+    tx.commit()
+        .await
+        .context("committing the resolution")
+        .map_err(CommandError::Store)?;
+    if closed > 0 {
+        tracing::info!(
+            finding_id = id,
+            commands = closed,
+            "closed the finding's stuck repair commands"
+        );
     }
     tracing::info!(
         finding_id = id,

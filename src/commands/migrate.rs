@@ -6,7 +6,7 @@ use crate::db;
 
 /// Applies the embedded migrations.
 pub(super) async fn migrate(settings: &Settings) -> Result<(), CommandError> {
-    let pool = db::connect(settings.connect_options()?).await?;
+    let pool = db::connect_for_migrations(settings.connect_options()?).await?;
     db::migrate(&pool).await?;
     tracing::info!(
         migrations = crate::MIGRATOR.iter().count(),

@@ -15,10 +15,19 @@ use crate::store::Context;
 use crate::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
 use crate::{db, shutdown};
 
+/// Stripe's default per-endpoint rate limit (`shared/stripe/FACTS.md`).
+const STRIPE_ENDPOINT_LIMIT_RPS: u32 = 25;
+
 /// Scans, prints the summary on stdout, logs it, pushes the figures (also for
 /// a failed run; not for a dry run), and returns the run's error.
 pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), CommandError> {
     let api_key = settings.require_stripe_key()?.clone();
+    if settings.job.rate_limit_rps > STRIPE_ENDPOINT_LIMIT_RPS {
+        tracing::warn!(
+            rate_limit_rps = settings.job.rate_limit_rps,
+            "RECONCILER_RATE_LIMIT_RPS is above Stripe's {STRIPE_ENDPOINT_LIMIT_RPS}/s limit on this endpoint, which the application shares; use this only against a local stand-in"
+        );
+    }
     let gateway = StripeGateway::new(GatewayConfig {
         base: settings.stripe_api_base.clone(),
         api_key,

@@ -117,6 +117,14 @@ impl RepairCommand {
         }
     }
 
+    /// The finding kind this command repairs (the classification table).
+    pub fn finding_kind(self) -> FindingKind {
+        match self {
+            Self::ApplyPaymentSucceeded => FindingKind::MissedSuccess,
+            Self::ApplyPaymentCanceled => FindingKind::MissedCancel,
+        }
+    }
+
     /// Parses an outbox `event_type`; `None` for any other event type.
     pub fn parse(event_type: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|c| c.as_str() == event_type)

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::writer::{apply, WriteError};
 use crate::reconcile::RepairCommand;
+use crate::store::findings;
 use crate::store::outbox::{self, ClaimedCommand};
 use crate::store::{Context, StoreError};
 
@@ -27,11 +28,14 @@ pub struct RepairOptions {
     pub max_attempts: i32,
 }
 
+/// Failed attempts after which a command is left for a person.
+pub const MAX_ATTEMPTS: i32 = 5;
+
 impl Default for RepairOptions {
     fn default() -> Self {
         RepairOptions {
             chunk: 100,
-            max_attempts: 5,
+            max_attempts: MAX_ATTEMPTS,
         }
     }
 }
@@ -43,6 +47,9 @@ pub struct RepairReport {
     pub applied: u64,
     /// Commands that found the payment already moved (processed, no change).
     pub no_op: u64,
+    /// Commands whose finding was already resolved (by a person, or cleared by
+    /// a scan): processed without touching the payment.
+    pub skipped: u64,
     /// Attempts that failed in this drain (the commands stay in the outbox).
     pub failed: u64,
     /// Commands at `max_attempts`, left for a person (after this drain).
@@ -53,7 +60,14 @@ pub struct RepairReport {
 #[derive(Debug, Deserialize)]
 struct RepairPayload {
     payment_id: i64,
-    finding_id: Option<i64>,
+    finding_id: i64,
+}
+
+/// What applying one command did.
+enum Applied {
+    Changed,
+    NoOp,
+    Skipped,
 }
 
 fn event_types() -> Vec<&'static str> {
@@ -94,16 +108,24 @@ pub async fn drain(
                 .context("closing the repair transaction")?;
             break;
         }
+        // Payments in id order, like the scan's row locks: no deadlock between them.
+        let mut claimed = claimed;
+        claimed.sort_by_key(|c| {
+            c.payload
+                .get("payment_id")
+                .and_then(serde_json::Value::as_i64)
+                .unwrap_or(i64::MAX)
+        });
         for command in claimed {
             let mut savepoint = tx.begin().await.context("opening a savepoint")?;
             match process(&mut savepoint, &command).await {
-                Ok(changed) => {
+                Ok(applied) => {
                     outbox::mark_processed(&mut savepoint, command.id).await?;
                     savepoint.commit().await.context("releasing a savepoint")?;
-                    if changed {
-                        report.applied += 1
-                    } else {
-                        report.no_op += 1
+                    match applied {
+                        Applied::Changed => report.applied += 1,
+                        Applied::NoOp => report.no_op += 1,
+                        Applied::Skipped => report.skipped += 1,
                     }
                 }
                 Err(error) => {
@@ -128,22 +150,50 @@ pub async fn drain(
     Ok(report)
 }
 
-/// Applies one command. `Ok(changed)`; `Err(reason)` for a failure to record.
-async fn process(conn: &mut sqlx::PgConnection, command: &ClaimedCommand) -> Result<bool, String> {
+/// Applies one command after checking its finding: it must exist, be about
+/// the same payment and of the kind the command repairs. A finding already
+/// resolved means the command is moot. `Err(reason)` for a failure to record.
+async fn process(
+    conn: &mut sqlx::PgConnection,
+    command: &ClaimedCommand,
+) -> Result<Applied, String> {
     let kind = RepairCommand::parse(&command.event_type)
         .ok_or_else(|| format!("unknown command {}", command.event_type))?;
     let payload: RepairPayload = serde_json::from_value(command.payload.clone())
         .map_err(|e| format!("malformed payload: {e}"))?;
+    let finding = findings::lock_for_repair(conn, payload.finding_id)
+        .await
+        .map_err(|e| format!("{e}: {}", e.source))?
+        .ok_or_else(|| format!("finding {} does not exist", payload.finding_id))?;
+    if finding.payment_id != payload.payment_id || finding.kind != kind.finding_kind().as_str() {
+        return Err(format!(
+            "finding {} is {} for payment {}, not {} for payment {}",
+            payload.finding_id,
+            finding.kind,
+            finding.payment_id,
+            kind.finding_kind(),
+            payload.payment_id
+        ));
+    }
+    if !finding.open {
+        tracing::info!(
+            outbox_id = command.id,
+            finding_id = payload.finding_id,
+            "finding already resolved; command skipped"
+        );
+        return Ok(Applied::Skipped);
+    }
     match apply(
         conn,
         kind,
         payload.payment_id,
-        payload.finding_id,
+        Some(payload.finding_id),
         "reconciler",
     )
     .await
     {
-        Ok(outcome) => Ok(outcome.changed),
+        Ok(outcome) if outcome.changed => Ok(Applied::Changed),
+        Ok(_) => Ok(Applied::NoOp),
         Err(e @ WriteError::UnknownPayment(_)) => Err(e.to_string()),
         Err(WriteError::Store(e)) => Err(format!("{e}: {}", e.source)),
     }

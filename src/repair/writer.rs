@@ -66,10 +66,18 @@ pub async fn apply(
     cause: &str,
 ) -> Result<WriteOutcome, WriteError> {
     let (from, to) = transition(command);
+    // Where the payment is now decides how the finding closes: `repaired` when
+    // it reached the command's target (by us or by the webhook), `superseded`
+    // when it moved elsewhere (e.g. a late failure webhook): the next scan
+    // classifies that new state afresh.
+    let mut resolution = "repaired";
     let changed = match transition_status(conn, payment_id, from, to).await? {
         TransitionResult::Missing => return Err(WriteError::UnknownPayment(payment_id)),
         TransitionResult::AlreadyMoved { status } => {
             tracing::info!(payment_id, %command, %status, "payment already moved; transition is a no-op");
+            if status != to {
+                resolution = "superseded";
+            }
             false
         }
         TransitionResult::Changed { version } => {
@@ -82,7 +90,7 @@ pub async fn apply(
         }
     };
     let finding_resolved = match finding_id {
-        Some(id) => findings::resolve(conn, id, "repaired").await?,
+        Some(id) => findings::resolve(conn, id, resolution).await?,
         None => false,
     };
     Ok(WriteOutcome {

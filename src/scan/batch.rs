@@ -3,6 +3,9 @@
 //! (3) one transaction records everything and moves the cursor by
 //! compare-and-set, or rolls back on a lost race.
 
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
 use super::detect::{observe_all, Observation};
@@ -21,6 +24,38 @@ use crate::stripe::StripeGateway;
 /// should retry these rows rather than leave them unchecked for a whole cycle.
 pub const STRIPE_DOWN_MIN_READS: usize = 5;
 
+/// This run's hold on the cursor (`reconciliation_cursor.lease_owner`),
+/// renewed in every batch's write transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lease {
+    /// `host:pid:random`, unique per run.
+    pub owner: String,
+    /// How long the lease lives without renewal, in seconds: three times the
+    /// slowest plausible batch (reads at the rate limit plus retries), at
+    /// least 5 minutes. A crashed run's lease is free again after this.
+    pub ttl_seconds: f64,
+}
+
+impl Lease {
+    /// A fresh lease identity for this process.
+    pub fn new(settings: &JobSettings) -> Self {
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "unknown-host".into());
+        let batch_seconds = f64::from(settings.batch_size)
+            / f64::from(settings.rate_limit_rps.max(1))
+            + 3.0 * settings.http_timeout.as_secs_f64()
+            + 10.0;
+        Lease {
+            owner: format!("{host}:{}:{:08x}", std::process::id(), fastrand::u32(..)),
+            ttl_seconds: (3.0 * batch_seconds).max(300.0),
+        }
+    }
+}
+
 /// Where the batch starts and whether it may write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -37,7 +72,8 @@ pub enum Mode {
 ///
 /// # Errors
 /// - [`ScanError::ConcurrentRun`]: the cursor moved under us; nothing written.
-/// - [`ScanError::StripeRejected`]: 401/403; nothing written.
+/// - [`ScanError::StripeRejected`]: 401/403 or a wrong base URL; nothing written.
+/// - [`ScanError::StripeWrongAccount`]: every read 404s; nothing written.
 /// - [`ScanError::StripeDown`]: most reads failed; nothing written.
 /// - [`ScanError::Store`]: a database failure; the transaction rolled back.
 #[tracing::instrument(name = "batch", skip_all, fields(job = %settings.job))]
@@ -46,6 +82,7 @@ pub async fn run_batch(
     gateway: &StripeGateway,
     settings: &JobSettings,
     mode: Mode,
+    lease: Option<&Lease>,
 ) -> Result<BatchReport, ScanError> {
     // 1. Cursor and rows, in a short transaction.
     let (cursor_id, rows) = read_phase(pool, settings, mode).await?;
@@ -59,36 +96,38 @@ pub async fn run_batch(
     let last_id = rows.last().map_or(cursor_id, |r| r.id);
 
     // 2. Stripe, with no transaction open.
-    let observations = observe_all(gateway, rows, settings.max_in_flight as usize).await?;
+    let mut observations = observe_all(gateway, rows, settings.max_in_flight as usize).await?;
     check_stripe_reachable(&observations)?;
     report.scanned = observations.len() as u64;
     report.cursor_to = last_id;
+
+    // 3. Record and advance, in one transaction.
+    match mode {
+        Mode::DryRun { .. } => {
+            report.findings_created = count(&observations, |o| o.decision.kind.is_some());
+            report.commands_enqueued = count(&observations, |o| o.decision.command.is_some());
+        }
+        Mode::Write => {
+            let job = &settings.job;
+            write_phase(
+                pool,
+                job,
+                lease,
+                (cursor_id, last_id),
+                &mut observations,
+                &mut report,
+            )
+            .await?;
+        }
+    }
     for o in &observations {
         report.verdicts.add(o.decision.verdict);
     }
-
-    // 3. Record and advance, in one transaction.
-    if matches!(mode, Mode::DryRun { .. }) {
-        report.findings_created = observations
-            .iter()
-            .filter(|o| o.decision.kind.is_some())
-            .count() as u64;
-        report.commands_enqueued = observations
-            .iter()
-            .filter(|o| o.decision.command.is_some())
-            .count() as u64;
-        return Ok(report);
-    }
-    write_phase(
-        pool,
-        &settings.job,
-        cursor_id,
-        last_id,
-        &observations,
-        &mut report,
-    )
-    .await?;
     Ok(report)
+}
+
+fn count(observations: &[Observation], pred: impl Fn(&Observation) -> bool) -> u64 {
+    observations.iter().filter(|o| pred(o)).count() as u64
 }
 
 async fn read_phase(
@@ -123,6 +162,7 @@ async fn wrap(
     if mode == Mode::Write {
         let mut tx = pool.begin().await.context("opening the wrap transaction")?;
         if !cursor::wrap(&mut tx, &settings.job, report.cursor_from).await? {
+            tx.rollback().await.context("rolling back the lost wrap")?;
             return Err(ScanError::ConcurrentRun {
                 job: settings.job.clone(),
             });
@@ -134,10 +174,9 @@ async fn wrap(
 
 fn check_stripe_reachable(observations: &[Observation]) -> Result<(), ScanError> {
     let asked = observations.iter().filter(|o| o.asked_stripe).count();
-    let failed = observations
-        .iter()
-        .filter(|o| o.decision.verdict == Verdict::Unverifiable)
-        .count();
+    // Only outages count: a garbage answer about one PaymentIntent must not
+    // stall the cursor on every run.
+    let failed = observations.iter().filter(|o| o.outage).count();
     if asked >= STRIPE_DOWN_MIN_READS && failed * 2 > asked {
         return Err(ScanError::StripeDown { failed, asked });
     }
@@ -147,11 +186,16 @@ fn check_stripe_reachable(observations: &[Observation]) -> Result<(), ScanError>
 async fn write_phase(
     pool: &PgPool,
     job: &str,
-    cursor_id: i64,
-    last_id: i64,
-    observations: &[Observation],
+    lease: Option<&Lease>,
+    (cursor_id, last_id): (i64, i64),
+    observations: &mut [Observation],
     report: &mut BatchReport,
 ) -> Result<(), ScanError> {
+    let mut tx = pool
+        .begin()
+        .await
+        .context("opening the write transaction")?;
+    demote_changed_rows(&mut tx, observations).await?;
     let (verified_ids, verified_statuses): (Vec<i64>, Vec<String>) = observations
         .iter()
         .filter_map(|o| {
@@ -177,19 +221,17 @@ async fn write_phase(
         })
         .collect();
 
-    let mut tx = pool
-        .begin()
-        .await
-        .context("opening the write transaction")?;
     payments::mark_reconciled(&mut tx, &verified_ids, &verified_statuses).await?;
     report.findings_cleared = findings::clear_in_sync(&mut tx, &in_sync).await?;
     let created = findings::insert_open(&mut tx, &new_findings).await?;
     report.findings_created = created.len() as u64;
     // A command only for a finding created now: an open finding already has one.
+    let by_payment: HashMap<i64, &Observation> =
+        observations.iter().map(|o| (o.payment_id, o)).collect();
     let repairs: Vec<RepairRow> = created
         .iter()
         .filter_map(|f| {
-            let o = observations.iter().find(|o| o.payment_id == f.payment_id)?;
+            let o = by_payment.get(&f.payment_id)?;
             Some(RepairRow {
                 payment_id: f.payment_id,
                 finding_id: f.id,
@@ -199,12 +241,48 @@ async fn write_phase(
         })
         .collect();
     report.commands_enqueued = outbox::enqueue_repairs(&mut tx, &repairs).await?;
-    if !cursor::advance(&mut tx, job, cursor_id, last_id).await? {
-        // Dropping `tx` rolls back everything above.
+    let lease_held = match lease {
+        Some(lease) => cursor::renew_lease(&mut tx, job, &lease.owner, lease.ttl_seconds).await?,
+        None => true,
+    };
+    if !lease_held || !cursor::advance(&mut tx, job, cursor_id, last_id).await? {
+        // Roll back everything above now, not lazily when the connection is reused.
+        tx.rollback().await.context("rolling back the lost batch")?;
         return Err(ScanError::ConcurrentRun {
             job: job.to_owned(),
         });
     }
     tx.commit().await.context("committing the batch")?;
+    Ok(())
+}
+
+/// Locks the rows phase 3 writes for (in id order) and demotes to IN_FLIGHT
+/// those that changed since phase 1: a webhook that moved a payment while
+/// Stripe was being asked must not produce a finding about the old status.
+async fn demote_changed_rows(
+    tx: &mut sqlx::PgConnection,
+    observations: &mut [Observation],
+) -> Result<(), ScanError> {
+    let touched: Vec<&Observation> = observations
+        .iter()
+        .filter(|o| o.observed.is_some() || o.decision.kind.is_some())
+        .collect();
+    let ids: Vec<i64> = touched.iter().map(|o| o.payment_id).collect();
+    let versions: Vec<i64> = touched.iter().map(|o| o.version).collect();
+    let updated: Vec<DateTime<Utc>> = touched.iter().map(|o| o.updated_at).collect();
+    let unchanged: HashSet<i64> = payments::lock_unchanged(tx, &ids, &versions, &updated)
+        .await?
+        .into_iter()
+        .collect();
+    for o in observations.iter_mut() {
+        if (o.observed.is_some() || o.decision.kind.is_some()) && !unchanged.contains(&o.payment_id)
+        {
+            tracing::info!(
+                payment_id = o.payment_id,
+                "payment changed while Stripe was asked; left for the next cycle"
+            );
+            o.changed_meanwhile();
+        }
+    }
     Ok(())
 }

@@ -1,17 +1,31 @@
 //! Phase 2 of a batch: ask Stripe about each row, outside any transaction,
 //! at most `max_in_flight` reads at a time, results in the rows' order.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
 
+use super::ScanError;
 use crate::reconcile::{classify, Decision, ExternalStatus, FindingKind, LocalStatus, Verdict};
 use crate::store::payments::PaymentRow;
 use crate::stripe::{GatewayError, PaymentIntentId, StripeGateway};
+
+/// When this many reads of a batch answered 404 and none found a
+/// PaymentIntent, the key belongs to another account or mode (test vs live),
+/// or a Connect account header is missing: the run stops as a configuration
+/// error instead of recording every payment as `missing_externally`.
+pub const WRONG_ACCOUNT_NOT_FOUND_READS: usize = 10;
 
 /// One row's outcome of phase 2.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observation {
     /// `payments.id`
     pub payment_id: i64,
+    /// `payments.version` as read in phase 1.
+    pub version: i64,
+    /// `payments.updated_at` as read in phase 1.
+    pub updated_at: DateTime<Utc>,
     /// `payments.status` as read in phase 1.
     pub local: LocalStatus,
     /// What to do about it.
@@ -21,6 +35,24 @@ pub struct Observation {
     pub observed: Option<ExternalStatus>,
     /// A request was sent to Stripe for this row.
     pub asked_stripe: bool,
+    /// The read failed the way an outage does (timeout, connection, 429, 5xx),
+    /// as opposed to a garbage answer about this one PaymentIntent.
+    pub outage: bool,
+}
+
+impl Observation {
+    /// Demotes a row that changed since phase 1 to IN_FLIGHT: nothing is
+    /// written for it, the next cycle looks again.
+    pub fn changed_meanwhile(&mut self) {
+        self.decision = Decision::plain(Verdict::InFlight);
+        self.observed = None;
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    found: AtomicUsize,
+    not_found: AtomicUsize,
 }
 
 /// Observes every row and returns the observations in the rows' order. Rows in
@@ -29,16 +61,21 @@ pub struct Observation {
 /// up the others) and are put back in row order at the end.
 ///
 /// # Errors
-/// [`GatewayError::Rejected`] (the key is wrong) stops the batch at once; no
-/// other error escapes: they become verdicts.
+/// [`ScanError::StripeRejected`] (401/403 or a 404 that is not about the
+/// PaymentIntent) and [`ScanError::StripeWrongAccount`] stop the batch at once;
+/// every other failure becomes a verdict.
 pub async fn observe_all(
     gateway: &StripeGateway,
     rows: Vec<PaymentRow>,
     max_in_flight: usize,
-) -> Result<Vec<Observation>, GatewayError> {
+) -> Result<Vec<Observation>, ScanError> {
+    let tally = Tally::default();
     let mut observed: Vec<(usize, Observation)> =
         futures::stream::iter(rows.into_iter().enumerate())
-            .map(|(index, row)| async move { observe(gateway, row).await.map(|o| (index, o)) })
+            .map(|(index, row)| {
+                let tally = &tally;
+                async move { observe(gateway, row, tally).await.map(|o| (index, o)) }
+            })
             .buffer_unordered(max_in_flight.max(1))
             .try_collect()
             .await?;
@@ -46,19 +83,25 @@ pub async fn observe_all(
     Ok(observed.into_iter().map(|(_, o)| o).collect())
 }
 
-async fn observe(gateway: &StripeGateway, row: PaymentRow) -> Result<Observation, GatewayError> {
-    let local = LocalStatus::parse(&row.status);
+async fn observe(
+    gateway: &StripeGateway,
+    row: PaymentRow,
+    tally: &Tally,
+) -> Result<Observation, ScanError> {
     let mut seen = Observation {
         payment_id: row.id,
-        local,
+        version: row.version,
+        updated_at: row.updated_at,
+        local: LocalStatus::parse(row.status.as_deref().unwrap_or("")),
         decision: Decision::plain(Verdict::InFlight),
         observed: None,
         asked_stripe: false,
+        outage: false,
     };
     if row.recently_changed {
         return Ok(seen);
     }
-    let id = match PaymentIntentId::parse(&row.stripe_payment_intent_id) {
+    let id = match PaymentIntentId::parse(row.stripe_payment_intent_id.as_deref().unwrap_or("")) {
         Ok(id) => id,
         Err(reason) => {
             tracing::warn!(payment_id = row.id, %reason, "payment has a malformed PaymentIntent id; not sent to Stripe");
@@ -69,15 +112,25 @@ async fn observe(gateway: &StripeGateway, row: PaymentRow) -> Result<Observation
     seen.asked_stripe = true;
     match gateway.payment_intent_status(&id).await {
         Ok(external) => {
+            tally.found.fetch_add(1, Ordering::Relaxed);
             seen.decision = classify(&seen.local, &external);
             seen.observed = Some(external);
         }
         Err(GatewayError::NotFound { .. }) => {
+            let not_found = tally.not_found.fetch_add(1, Ordering::Relaxed) + 1;
+            if not_found >= WRONG_ACCOUNT_NOT_FOUND_READS
+                && tally.found.load(Ordering::Relaxed) == 0
+            {
+                return Err(ScanError::StripeWrongAccount { not_found });
+            }
             seen.decision = Decision::review(FindingKind::MissingExternally);
         }
-        Err(e @ GatewayError::Rejected { .. }) => return Err(e),
+        Err(e @ (GatewayError::Rejected { .. } | GatewayError::Misconfigured { .. })) => {
+            return Err(ScanError::StripeRejected(e))
+        }
         Err(e @ GatewayError::Unavailable { .. }) => {
             tracing::warn!(payment_id = row.id, payment_intent = %id, error = %e, "PaymentIntent unverifiable");
+            seen.outage = e.is_outage();
             seen.decision = Decision::plain(Verdict::Unverifiable);
         }
     }

@@ -5,7 +5,7 @@ pub mod detect;
 pub mod report;
 pub mod run;
 
-pub use batch::{run_batch, Mode};
+pub use batch::{run_batch, Lease, Mode};
 pub use report::{BatchReport, RunSummary, VerdictCounts};
 pub use run::{run, RunOptions};
 
@@ -23,9 +23,17 @@ pub enum ScanError {
         /// `RECONCILER_JOB`
         job: String,
     },
-    /// Stripe rejected the key (401/403): a configuration fault.
-    #[error("Stripe rejected the API key; nothing was written for this batch")]
+    /// Stripe rejected the key (401/403) or the URL (a 404 that is not
+    /// `resource_missing`): a configuration fault.
+    #[error("Stripe rejected the request; nothing was written for this batch")]
     StripeRejected(#[source] GatewayError),
+    /// Every read answered 404 and none found a PaymentIntent: the key is for
+    /// another account or mode (test vs live). Nothing was written.
+    #[error("{not_found} PaymentIntents in a row are unknown to Stripe and none was found: STRIPE_API_KEY is probably for another account or mode (test vs live); nothing was written for this batch")]
+    StripeWrongAccount {
+        /// 404 answers before the batch stopped.
+        not_found: usize,
+    },
     /// Most reads of a batch failed after retries; the batch was abandoned
     /// without moving the cursor.
     #[error("Stripe unreachable: {failed} of {asked} reads in the batch failed; batch abandoned, cursor not moved")]
@@ -43,18 +51,12 @@ pub enum ScanError {
     Interrupted,
 }
 
-impl From<GatewayError> for ScanError {
-    fn from(e: GatewayError) -> Self {
-        ScanError::StripeRejected(e)
-    }
-}
-
 impl ScanError {
     /// The process exit code (DESIGN.md, Interface).
     pub fn exit_code(&self) -> u8 {
         match self {
             ScanError::ConcurrentRun { .. } => exit::CONCURRENT_RUN,
-            ScanError::StripeRejected(_) => exit::CONFIG,
+            ScanError::StripeRejected(_) | ScanError::StripeWrongAccount { .. } => exit::CONFIG,
             ScanError::StripeDown { .. } | ScanError::Store(_) | ScanError::Interrupted => {
                 exit::FAILURE
             }
@@ -65,7 +67,9 @@ impl ScanError {
     pub fn outcome(&self) -> &'static str {
         match self {
             ScanError::ConcurrentRun { .. } => "concurrent_run",
-            ScanError::StripeRejected(_) => "stripe_rejected_key",
+            ScanError::StripeRejected(_) | ScanError::StripeWrongAccount { .. } => {
+                "stripe_rejected_key"
+            }
             ScanError::StripeDown { .. } => "stripe_down",
             ScanError::Store(_) => "database_error",
             ScanError::Interrupted => "interrupted",

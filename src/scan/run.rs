@@ -7,7 +7,7 @@ use std::time::Instant;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use super::batch::{run_batch, Mode};
+use super::batch::{run_batch, Lease, Mode};
 use super::report::{BatchReport, RunSummary};
 use super::ScanError;
 use crate::config::JobSettings;
@@ -37,12 +37,35 @@ pub async fn run(
         dry_run: options.dry_run,
         ..RunSummary::default()
     };
-    let run_id = if options.dry_run {
+    let lease = if options.dry_run {
         None
     } else {
-        start_record(pool, settings).await
+        match take_lease(pool, settings).await {
+            Ok(lease) => Some(lease),
+            Err(e) => {
+                summary.outcome = e.outcome().to_owned();
+                summary.duration_seconds = started.elapsed().as_secs_f64();
+                return (summary, Err(e));
+            }
+        }
     };
-    let result = batches(pool, gateway, settings, options, &shutdown, &mut summary).await;
+    let run_id = match lease {
+        Some(_) => start_record(pool, settings).await,
+        None => None,
+    };
+    let result = batches(
+        pool,
+        gateway,
+        settings,
+        options,
+        lease.as_ref(),
+        &shutdown,
+        &mut summary,
+    )
+    .await;
+    if let Some(lease) = &lease {
+        give_back(pool, settings, lease).await;
+    }
     summary.duration_seconds = started.elapsed().as_secs_f64();
     summary.outcome = match &result {
         Ok(()) => "completed".to_owned(),
@@ -59,6 +82,7 @@ async fn batches(
     gateway: &StripeGateway,
     settings: &JobSettings,
     options: RunOptions,
+    lease: Option<&Lease>,
     shutdown: &CancellationToken,
     summary: &mut RunSummary,
 ) -> Result<(), ScanError> {
@@ -80,7 +104,7 @@ async fn batches(
         let report = tokio::select! {
             biased;
             () = shutdown.cancelled() => return Err(ScanError::Interrupted),
-            report = run_batch(pool, gateway, settings, mode) => report?,
+            report = run_batch(pool, gateway, settings, mode, lease) => report?,
         };
         log_batch(number, &report, started.elapsed().as_secs_f64());
         summary.add_batch(&report);
@@ -118,6 +142,33 @@ fn log_batch(number: u32, r: &BatchReport, seconds: f64) {
         seconds,
         "batch done"
     );
+}
+
+/// Takes the cursor lease before any Stripe read, so a second run learns it
+/// is second without spending the rate budget.
+async fn take_lease(pool: &PgPool, settings: &JobSettings) -> Result<Lease, ScanError> {
+    let lease = Lease::new(settings);
+    let mut conn = pool.acquire().await.context("connecting")?;
+    if cursor::acquire_lease(&mut conn, &settings.job, &lease.owner, lease.ttl_seconds).await? {
+        tracing::info!(owner = %lease.owner, ttl_seconds = lease.ttl_seconds, "cursor lease taken");
+        Ok(lease)
+    } else {
+        Err(ScanError::ConcurrentRun {
+            job: settings.job.clone(),
+        })
+    }
+}
+
+async fn give_back(pool: &PgPool, settings: &JobSettings, lease: &Lease) {
+    let released = match pool.acquire().await {
+        Ok(mut conn) => cursor::release_lease(&mut conn, &settings.job, &lease.owner)
+            .await
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    if let Err(e) = released {
+        tracing::warn!(error = %e, ttl_seconds = lease.ttl_seconds, "could not release the cursor lease; it expires by itself");
+    }
 }
 
 async fn start_record(pool: &PgPool, settings: &JobSettings) -> Option<i64> {

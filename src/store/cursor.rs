@@ -88,3 +88,76 @@ pub async fn wrap(conn: &mut PgConnection, job: &str, old: i64) -> Result<bool, 
     .context("wrapping the cursor")?;
     Ok(done.rows_affected() == 1)
 }
+
+/// Takes the job's lease for `ttl_seconds` if it is free, expired, or already
+/// ours. Creates the cursor row if needed. Returns `false` when another run
+/// holds a live lease.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn acquire_lease(
+    conn: &mut PgConnection,
+    job: &str,
+    owner: &str,
+    ttl_seconds: f64,
+) -> Result<bool, StoreError> {
+    ensure(conn, job).await?;
+    let taken = sqlx::query(
+        "UPDATE reconciliation_cursor
+            SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3)
+          WHERE job = $1
+            AND (lease_owner IS NULL OR lease_expires_at < now() OR lease_owner = $2)",
+    )
+    .bind(job)
+    .bind(owner)
+    .bind(ttl_seconds)
+    .execute(conn)
+    .await
+    .context("taking the cursor lease")?;
+    Ok(taken.rows_affected() == 1)
+}
+
+/// Extends our lease by `ttl_seconds` from now (done in each batch's write
+/// transaction). Returns `false` when the lease is no longer ours.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn renew_lease(
+    conn: &mut PgConnection,
+    job: &str,
+    owner: &str,
+    ttl_seconds: f64,
+) -> Result<bool, StoreError> {
+    let renewed = sqlx::query(
+        "UPDATE reconciliation_cursor SET lease_expires_at = now() + make_interval(secs => $3)
+          WHERE job = $1 AND lease_owner = $2",
+    )
+    .bind(job)
+    .bind(owner)
+    .bind(ttl_seconds)
+    .execute(conn)
+    .await
+    .context("renewing the cursor lease")?;
+    Ok(renewed.rows_affected() == 1)
+}
+
+/// Gives the lease back (end of run, also a failed one).
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn release_lease(
+    conn: &mut PgConnection,
+    job: &str,
+    owner: &str,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE reconciliation_cursor SET lease_owner = NULL, lease_expires_at = NULL
+          WHERE job = $1 AND lease_owner = $2",
+    )
+    .bind(job)
+    .bind(owner)
+    .execute(conn)
+    .await
+    .context("releasing the cursor lease")?;
+    Ok(())
+}

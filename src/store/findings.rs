@@ -191,3 +191,33 @@ pub async fn list(
     .await
     .context("listing findings")
 }
+
+/// A finding as the repair worker checks it before applying its command.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct FindingForRepair {
+    /// `payments.id` the finding is about.
+    pub payment_id: i64,
+    /// The kind's database string.
+    pub kind: String,
+    /// Not yet resolved.
+    pub open: bool,
+}
+
+/// Locks one finding (`FOR UPDATE`) for the repair worker; `None` when it does
+/// not exist.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn lock_for_repair(
+    conn: &mut PgConnection,
+    finding_id: i64,
+) -> Result<Option<FindingForRepair>, StoreError> {
+    sqlx::query_as(
+        "SELECT payment_id, kind, resolved_at IS NULL AS open
+           FROM reconciliation_findings WHERE id = $1 FOR UPDATE",
+    )
+    .bind(finding_id)
+    .fetch_optional(conn)
+    .await
+    .context("locking a finding for repair")
+}

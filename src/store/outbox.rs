@@ -174,7 +174,8 @@ pub async fn count_stuck(
     .context("counting stuck commands")
 }
 
-/// Whether an unprocessed repair command refers to this finding.
+/// Whether a repair command the worker will still apply (unprocessed, fewer
+/// than `max_attempts` failures) refers to this finding.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -182,15 +183,41 @@ pub async fn has_pending_repair(
     conn: &mut PgConnection,
     event_types: &[&str],
     finding_id: i64,
+    max_attempts: i32,
 ) -> Result<bool, StoreError> {
     sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM outbox
-                         WHERE processed_at IS NULL AND event_type = ANY($1)
+                         WHERE processed_at IS NULL AND event_type = ANY($1) AND attempts < $3
                            AND payload->>'finding_id' = $2::text)",
     )
     .bind(event_types)
     .bind(finding_id)
+    .bind(max_attempts)
     .fetch_one(conn)
     .await
     .context("looking for a pending repair")
+}
+
+/// Closes the stuck repair commands of a finding a person resolved by hand
+/// (`processed_at` set, `last_error` says why), so they stop being counted.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn close_for_finding(
+    conn: &mut PgConnection,
+    event_types: &[&str],
+    finding_id: i64,
+    note: &str,
+) -> Result<u64, StoreError> {
+    let done = sqlx::query(
+        "UPDATE outbox SET processed_at = now(), last_error = $3
+          WHERE processed_at IS NULL AND event_type = ANY($1) AND payload->>'finding_id' = $2::text",
+    )
+    .bind(event_types)
+    .bind(finding_id)
+    .bind(note)
+    .execute(conn)
+    .await
+    .context("closing a finding's stuck commands")?;
+    Ok(done.rows_affected())
 }

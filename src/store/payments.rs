@@ -3,19 +3,27 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use super::{Context, StoreError};
 
-/// One row of a batch, as phase 1 reads it.
+/// One row of a batch, as phase 1 reads it. Text columns are optional: an
+/// application's own `payments` table may hold NULLs, which must become
+/// findings, not a batch that fails forever.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct PaymentRow {
     /// `payments.id`
     pub id: i64,
     /// `payments.stripe_payment_intent_id`, untrusted.
-    pub stripe_payment_intent_id: String,
+    pub stripe_payment_intent_id: Option<String>,
     /// `payments.status`
-    pub status: String,
+    pub status: Option<String>,
+    /// `payments.version` when read; phase 3 writes nothing for a row whose
+    /// version or `updated_at` changed meanwhile.
+    pub version: i64,
+    /// `payments.updated_at` when read.
+    pub updated_at: DateTime<Utc>,
     /// `updated_at` falls within the grace window.
     pub recently_changed: bool,
 }
@@ -32,7 +40,7 @@ pub async fn read_batch(
     grace: Duration,
 ) -> Result<Vec<PaymentRow>, StoreError> {
     sqlx::query_as(
-        "SELECT id, stripe_payment_intent_id, status,
+        "SELECT id, stripe_payment_intent_id, status, version, updated_at,
                 updated_at > now() - make_interval(secs => $2) AS recently_changed
            FROM payments
           WHERE id > $1
@@ -45,6 +53,39 @@ pub async fn read_batch(
     .fetch_all(conn)
     .await
     .context("reading the batch")
+}
+
+/// Locks, in id order, the rows of `(ids[i], versions[i], updated_ats[i])`
+/// that are unchanged since phase 1 and returns their ids. Rows that changed
+/// (a webhook moved them while Stripe was being asked) are neither locked nor
+/// returned: the caller writes nothing for them. Locking in id order keeps
+/// concurrent batches and the repair worker from deadlocking.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn lock_unchanged(
+    conn: &mut PgConnection,
+    ids: &[i64],
+    versions: &[i64],
+    updated_ats: &[DateTime<Utc>],
+) -> Result<Vec<i64>, StoreError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar(
+        "SELECT p.id FROM payments AS p
+           JOIN unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) AS v(id, version, updated_at)
+             ON p.id = v.id
+          WHERE p.version = v.version AND p.updated_at = v.updated_at
+          ORDER BY p.id
+          FOR UPDATE OF p",
+    )
+    .bind(ids)
+    .bind(versions)
+    .bind(updated_ats)
+    .fetch_all(conn)
+    .await
+    .context("locking the batch's payments")
 }
 
 /// Records what Stripe said for rows actually confirmed with it: sets

@@ -30,7 +30,9 @@ pub struct RunRecord<'a> {
 /// [`StoreError`] from the database.
 pub async fn start(conn: &mut PgConnection, job: &str, batch_size: u32) -> Result<i64, StoreError> {
     sqlx::query_scalar(
-        "INSERT INTO reconciliation_runs (job, batch_size) VALUES ($1, $2) RETURNING id",
+        "INSERT INTO reconciliation_runs (job, batch_size, max_payment_id)
+         VALUES ($1, $2, (SELECT coalesce(max(id), 0) FROM payments))
+         RETURNING id",
     )
     .bind(job)
     .bind(i32::try_from(batch_size).unwrap_or(i32::MAX))

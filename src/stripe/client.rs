@@ -101,6 +101,8 @@ impl StripeGateway {
     /// # Errors
     /// - [`GatewayError::NotFound`]: Stripe's 404 `resource_missing`.
     /// - [`GatewayError::Rejected`]: 401/403, the key is wrong.
+    /// - [`GatewayError::Misconfigured`]: a Stripe 404 that is not
+    ///   `resource_missing` (wrong base path).
     /// - [`GatewayError::Unavailable`]: timeouts, connection errors, 429, 5xx,
     ///   or a body that is not a PaymentIntent, after the retry budget.
     #[tracing::instrument(name = "stripe.retrieve", skip_all, fields(payment_intent = %id, request_id = tracing::field::Empty, http_status = tracing::field::Empty))]
@@ -212,7 +214,14 @@ impl StripeGateway {
                 }))
             }
             StatusCode::NOT_FOUND => match WireErrorEnvelope::parse(&body) {
-                Some(_) => Err(AttemptError::Final(GatewayError::NotFound { request_id })),
+                Some(e) if e.code.as_deref() == Some("resource_missing") => {
+                    Err(AttemptError::Final(GatewayError::NotFound { request_id }))
+                }
+                Some(e) => Err(AttemptError::Final(GatewayError::Misconfigured {
+                    status: status.as_u16(),
+                    code: e.code,
+                    request_id,
+                })),
                 // A 404 that is not Stripe's (a proxy, a wrong base URL) says
                 // nothing about the PaymentIntent.
                 None => Err(final_unavailable(

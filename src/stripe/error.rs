@@ -18,6 +18,18 @@ pub enum GatewayError {
         /// Stripe's `Request-Id` header.
         request_id: Option<String>,
     },
+    /// A 404 carrying Stripe's error body with a code other than
+    /// `resource_missing` (e.g. "Unrecognized request URL": STRIPE_API_BASE
+    /// has a wrong path): a configuration fault; the run aborts.
+    #[error("Stripe answered HTTP {status} with code {code:?} (request {}); check STRIPE_API_BASE", request_id.as_deref().unwrap_or("-"))]
+    Misconfigured {
+        /// The HTTP status.
+        status: u16,
+        /// The error envelope's `code`, if any.
+        code: Option<String>,
+        /// Stripe's `Request-Id` header.
+        request_id: Option<String>,
+    },
     /// Stripe could not be asked, after the retry budget: the row is UNVERIFIABLE.
     #[error("Stripe unavailable after {attempts} attempt(s) (request {}): {cause}", request_id.as_deref().unwrap_or("-"))]
     Unavailable {
@@ -29,6 +41,22 @@ pub enum GatewayError {
         /// The last response's `Request-Id`, if there was a response.
         request_id: Option<String>,
     },
+}
+
+impl GatewayError {
+    /// For [`GatewayError::Unavailable`]: whether it looks like an outage
+    /// (timeout, connection error, 409, 429, 5xx) rather than a garbage answer
+    /// about one PaymentIntent. Only outages count towards "Stripe is down".
+    pub fn is_outage(&self) -> bool {
+        match self {
+            GatewayError::Unavailable { cause, .. } => match cause {
+                Unavailable::Timeout | Unavailable::Connection(_) => true,
+                Unavailable::Status(s) => *s == 409 || *s == 429 || *s >= 500,
+                Unavailable::InvalidBody(_) | Unavailable::TooLarge(_) => false,
+            },
+            _ => false,
+        }
+    }
 }
 
 /// What the last attempt of an unavailable read ended with.

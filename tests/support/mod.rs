@@ -185,3 +185,41 @@ pub fn database_url(pool: &PgPool) -> String {
     );
     url.to_string()
 }
+
+/// The real binary with a clean environment: only PATH and `env`.
+pub fn reconciler(args: &[&str], env: &[(&str, String)]) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_stripe-reconciler"));
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+    cmd
+}
+
+/// Runs the binary to completion off the async runtime.
+pub async fn reconciler_output(args: &[&str], env: &[(&str, String)]) -> std::process::Output {
+    let mut cmd = reconciler(args, env);
+    tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap()
+}
+
+/// `GET /v1/payment_intents/{id}` for any id, answering `status` after `delay`.
+pub async fn stripe_answering(status: &'static str, delay: Duration) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path_regex(
+            "^/v1/payment_intents/pi_[A-Za-z0-9]+$",
+        ))
+        .respond_with(move |req: &wiremock::Request| {
+            ok(req.url.path().rsplit('/').next().unwrap(), status).set_delay(delay)
+        })
+        .mount(&server)
+        .await;
+    server
+}
+
+/// How many requests the mock server received.
+pub async fn requests(server: &MockServer) -> usize {
+    server.received_requests().await.map_or(0, |r| r.len())
+}

@@ -1,0 +1,32 @@
+-- The grants `stripe-reconciler run`, `repair`, `status` and `findings` need,
+-- and nothing more. Run as the owner of the tables, after `migrate`:
+--
+--   psql "$OWNER_DATABASE_URL" -f sql/least_privilege.sql
+--   ALTER ROLE stripe_reconciler_job PASSWORD '...';   -- then use it in DATABASE_URL
+--
+-- `migrate` itself needs DDL rights: run it (or the chart's hook Job) as the
+-- owner. Rename the role by editing the name below.
+
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'stripe_reconciler_job') THEN
+        CREATE ROLE stripe_reconciler_job LOGIN;
+    END IF;
+END
+$$;
+
+GRANT USAGE ON SCHEMA public TO stripe_reconciler_job;
+
+-- Reads the batch; stamps observed_external_status and last_reconciled_at; the
+-- canonical writer (repair) changes status, version and updated_at.
+GRANT SELECT ON payments TO stripe_reconciler_job;
+GRANT UPDATE (observed_external_status, last_reconciled_at, status, version, updated_at)
+    ON payments TO stripe_reconciler_job;
+
+-- The reconciler's own tables. No DELETE anywhere.
+GRANT SELECT, INSERT, UPDATE ON reconciliation_cursor TO stripe_reconciler_job;
+GRANT SELECT, INSERT, UPDATE ON reconciliation_findings TO stripe_reconciler_job;
+GRANT SELECT, INSERT, UPDATE ON reconciliation_runs TO stripe_reconciler_job;
+
+-- Repair commands and PaymentStatusChanged events (the outbox may be shared).
+GRANT SELECT, INSERT, UPDATE ON outbox TO stripe_reconciler_job;

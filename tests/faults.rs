@@ -1,0 +1,449 @@
+//! Faults and bad input: the job keeps its promises when the world misbehaves.
+//! Run the whole fault suite with `scripts/faults.sh`.
+
+mod support;
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use stripe_reconciler::reconcile::Verdict;
+use stripe_reconciler::scan::{run_batch, Mode, ScanError};
+use support::pushgateway::{self, value};
+use support::*;
+use wiremock::matchers::method;
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+const SECRET_KEY: &str = "sk_live_FaultSuiteKey0a1b2c3d4e5f";
+const DB_PASSWORD: &str = "FaultSuite-db-password-27182";
+
+fn env(pool: &PgPool, stripe: &str, extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+    let mut url = url::Url::parse(&database_url(pool)).unwrap();
+    url.set_password(Some(DB_PASSWORD)).unwrap();
+    let mut env = vec![
+        ("DATABASE_URL", url.to_string()),
+        ("STRIPE_API_KEY", SECRET_KEY.to_owned()),
+        ("STRIPE_API_BASE", stripe.to_owned()),
+        ("RECONCILER_RATE_LIMIT_RPS", "500".to_owned()),
+    ];
+    env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    env
+}
+
+fn all_output(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+async fn nothing_written(pool: &PgPool) {
+    assert_eq!(
+        count(pool, "SELECT count(*) FROM reconciliation_findings").await,
+        0
+    );
+    assert_eq!(count(pool, "SELECT count(*) FROM outbox").await, 0);
+    assert_eq!(
+        count(
+            pool,
+            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+        )
+        .await,
+        0
+    );
+    assert!(
+        cursor(pool, "payments-vs-stripe").await <= 0,
+        "the cursor moved"
+    );
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn sigterm_abandons_the_batch_pushes_metrics_and_the_next_run_redoes_it(pool: PgPool) {
+    insert_paid(&pool, 10).await;
+    sqlx::query("UPDATE payments SET status = 'pending' WHERE id = 2")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let slow = stripe_answering("succeeded", Duration::from_secs(3)).await;
+    let gw = pushgateway::start().await;
+    let run_env = env(
+        &pool,
+        &slow.uri(),
+        &[
+            ("PUSHGATEWAY_URL", &gw.url),
+            ("RECONCILER_MAX_IN_FLIGHT", "2"),
+        ],
+    );
+
+    let child = reconciler(&["run"], &run_env)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await; // in phase 2
+    let pid = child.id().to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+
+    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "stopped within seconds"
+    );
+    assert!(
+        all_output(&out).contains("interrupted"),
+        "{}",
+        all_output(&out)
+    );
+    nothing_written(&pool).await;
+    let m = gw.scrape().await;
+    assert_eq!(
+        value(
+            &m,
+            "stripe_reconciler_run_outcome",
+            &[("outcome", "interrupted")]
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    assert!(!m.contains(SECRET_KEY) && !m.contains(DB_PASSWORD));
+
+    // The lease was given back: the next run starts at once and redoes the batch.
+    let fast = stripe_answering("succeeded", Duration::ZERO).await;
+    let out = reconciler_output(
+        &["run"],
+        &env(&pool, &fast.uri(), &[("RECONCILER_BATCHES_PER_RUN", "1")]),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
+        1
+    );
+    assert_eq!(count(&pool, "SELECT count(*) FROM outbox").await, 1);
+    assert_eq!(cursor(&pool, "payments-vs-stripe").await, 10);
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_connection_killed_in_phase_3_writes_nothing_and_exits_1(pool: PgPool) {
+    insert_paid(&pool, 10).await;
+    sqlx::query("UPDATE payments SET status = 'pending' WHERE id = 3")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let slow = stripe_answering("succeeded", Duration::from_millis(800)).await;
+    let run_env = env(&pool, &slow.uri(), &[("RECONCILER_BATCHES_PER_RUN", "1")]);
+    let child = reconciler(&["run"], &run_env)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    // While the job asks Stripe, hold the cursor row: phase 3 will wait on it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut blocker = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM reconciliation_cursor FOR UPDATE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    // Wait until the job's phase 3 is blocked on that lock, then kill its connection.
+    let mut killed = 0i64;
+    for _ in 0..100 {
+        killed = count(
+            &pool,
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+              WHERE application_name = 'stripe-reconciler' AND wait_event_type = 'Lock'",
+        )
+        .await;
+        if killed > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(killed, 1, "phase 3 never blocked on the cursor");
+    blocker.rollback().await.unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+
+    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert!(!all_output(&out).contains(DB_PASSWORD));
+    nothing_written(&pool).await;
+
+    // The next run completes the batch once the lease the dead run held has expired.
+    sqlx::query("UPDATE reconciliation_cursor SET lease_expires_at = now() - interval '1 second'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let fast = stripe_answering("succeeded", Duration::ZERO).await;
+    let out = reconciler_output(
+        &["run"],
+        &env(&pool, &fast.uri(), &[("RECONCILER_BATCHES_PER_RUN", "1")]),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
+        1
+    );
+    assert_eq!(count(&pool, "SELECT count(*) FROM outbox").await, 1);
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_connection_killed_in_phase_2_is_replaced_and_the_batch_commits_once(pool: PgPool) {
+    insert_paid(&pool, 10).await;
+    sqlx::query("UPDATE payments SET status = 'pending' WHERE id = 3")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let slow = stripe_answering("succeeded", Duration::from_millis(800)).await;
+    let run_env = env(&pool, &slow.uri(), &[("RECONCILER_BATCHES_PER_RUN", "1")]);
+    let child = reconciler(&["run"], &run_env)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let killed = count(
+        &pool,
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'stripe-reconciler'",
+    )
+    .await;
+    assert!(killed >= 1);
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+
+    // No transaction was open during phase 2; the pool reconnects for phase 3.
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
+        1
+    );
+    assert_eq!(count(&pool, "SELECT count(*) FROM outbox").await, 1);
+    assert_eq!(cursor(&pool, "payments-vs-stripe").await, 10);
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_key_for_another_account_stops_after_a_few_reads_with_exit_78(pool: PgPool) {
+    insert_paid(&pool, 60).await;
+    let stripe = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(err(404, "invalid_request_error", "resource_missing"))
+        .mount(&stripe)
+        .await;
+
+    let out = reconciler_output(&["run"], &env(&pool, &stripe.uri(), &[])).await;
+
+    assert_eq!(out.status.code(), Some(78), "{}", all_output(&out));
+    assert!(
+        all_output(&out).contains("another account or mode"),
+        "{}",
+        all_output(&out)
+    );
+    let spent = requests(&stripe).await;
+    assert!(
+        spent < 30,
+        "stopped after a few reads, not the whole batch: {spent}"
+    );
+    nothing_written(&pool).await;
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_stripe_404_that_is_not_resource_missing_is_a_configuration_error(pool: PgPool) {
+    insert_paid(&pool, 5).await;
+    let stripe = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(ResponseTemplate::new(404).set_body_json(serde_json::json!({
+            "error": {"type": "invalid_request_error", "message": "Unrecognized request URL (GET: /v1/v1/payment_intents/pi_1)."}
+        })))
+        .mount(&stripe)
+        .await;
+
+    let e = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
+        .await
+        .unwrap_err();
+
+    assert!(matches!(e, ScanError::StripeRejected(_)), "{e:?}");
+    assert_eq!(e.exit_code(), 78);
+    nothing_written(&pool).await;
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_second_run_exits_75_before_any_stripe_read(pool: PgPool) {
+    insert_paid(&pool, 5).await;
+    sqlx::query(
+        "INSERT INTO reconciliation_cursor (job, lease_owner, lease_expires_at)
+         VALUES ('payments-vs-stripe', 'other-pod:1:abc', now() + interval '5 minutes')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+
+    let out = reconciler_output(&["run"], &env(&pool, &stripe.uri(), &[])).await;
+
+    assert_eq!(out.status.code(), Some(75), "{}", all_output(&out));
+    assert_eq!(requests(&stripe).await, 0, "no Stripe read was spent");
+    nothing_written(&pool).await;
+
+    // A lease whose holder died expires; the next run takes it over.
+    sqlx::query("UPDATE reconciliation_cursor SET lease_expires_at = now() - interval '1 second'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let out = reconciler_output(&["run"], &env(&pool, &stripe.uri(), &[])).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM reconciliation_cursor WHERE lease_owner IS NULL"
+        )
+        .await,
+        1,
+        "released at the end"
+    );
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_payment_moved_by_the_webhook_during_phase_2_gets_no_stale_finding(pool: PgPool) {
+    let id = insert_payment(&pool, "pi_Racing", "pending", 3600).await;
+    let stripe = stripe_answering("succeeded", Duration::from_millis(600)).await;
+    let gw = gateway(&stripe);
+    let s = settings(200);
+
+    let batch = run_batch(&pool, &gw, &s, Mode::Write, None);
+    let webhook = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stripe_reconciler::repair::apply_payment_succeeded(&pool, id, None, "webhook")
+            .await
+            .unwrap()
+    };
+    let (report, applied) = tokio::join!(batch, webhook);
+    let report = report.unwrap();
+
+    assert!(applied.changed);
+    assert_eq!(
+        report.verdicts.get(Verdict::InFlight),
+        1,
+        "the changed row is left for the next cycle"
+    );
+    assert_eq!(report.verdicts.get(Verdict::Repairable), 0);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
+        0
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM outbox WHERE event_type LIKE 'Apply%'"
+        )
+        .await,
+        0
+    );
+    assert_eq!(verified(&pool, id).await, (None, false));
+    assert_eq!(cursor(&pool, "payments-vs-stripe").await, id);
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn hostile_payment_intent_ids_become_findings_without_a_request(pool: PgPool) {
+    sqlx::query("ALTER TABLE payments ALTER COLUMN stripe_payment_intent_id DROP NOT NULL")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let long = format!("pi_{}", "A".repeat(5000));
+    let ids: Vec<Option<&str>> = vec![
+        None,
+        Some(""),
+        Some("   "),
+        Some(&long),
+        Some("pi_ünïcødé"),
+        Some("pi_1/../../v1/customers"),
+        Some("pi_1?expand[]=customer"),
+        Some("pi_1#fragment"),
+        Some("pi_1%2F..%2Fcharges"),
+        Some("pi_.."),
+        Some("pi_1\r\nX-Injected: 1"),
+    ];
+    for (n, id) in ids.iter().enumerate() {
+        sqlx::query("INSERT INTO payments (order_id, stripe_payment_intent_id, status, updated_at) VALUES ($1, $2, 'pending', now() - interval '1 hour')")
+            .bind(format!("order-{n}"))
+            .bind(id)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+
+    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
+        .await
+        .unwrap();
+
+    assert_eq!(report.verdicts.get(Verdict::NeedsReview), ids.len() as u64);
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM reconciliation_findings WHERE kind = 'invalid_payment_intent_id'"
+        )
+        .await,
+        ids.len() as i64
+    );
+    assert_eq!(requests(&stripe).await, 0, "no hostile id reached Stripe");
+    assert_eq!(
+        cursor(&pool, "payments-vs-stripe").await,
+        ids.len() as i64,
+        "the cursor moves past them"
+    );
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn secrets_never_appear_in_output_or_metrics(pool: PgPool) {
+    insert_paid(&pool, 6).await;
+    let gw = pushgateway::start().await;
+    let good = stripe_answering("succeeded", Duration::ZERO).await;
+    let rejecting = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(err(401, "invalid_request_error", "api_key_invalid"))
+        .mount(&rejecting)
+        .await;
+    let unreachable = format!(
+        "http://127.0.0.1:{}",
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    );
+
+    for (stripe, expected) in [(good.uri(), 0), (rejecting.uri(), 78), (unreachable, 1)] {
+        sqlx::query("UPDATE reconciliation_cursor SET last_id = 0")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let out = reconciler_output(
+            &["run"],
+            &env(
+                &pool,
+                &stripe,
+                &[("PUSHGATEWAY_URL", &gw.url), ("RUST_LOG", "debug")],
+            ),
+        )
+        .await;
+        assert_eq!(out.status.code(), Some(expected), "{}", all_output(&out));
+        let everything = format!("{}{}", all_output(&out), gw.scrape().await);
+        assert!(
+            !everything.contains(SECRET_KEY),
+            "the API key leaked:\n{everything}"
+        );
+        assert!(
+            !everything.contains(DB_PASSWORD),
+            "the database password leaked:\n{everything}"
+        );
+    }
+}

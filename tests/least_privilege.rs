@@ -1,0 +1,83 @@
+//! `sql/least_privilege.sql` grants enough for `run` and `repair`, and no more.
+
+mod support;
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use support::*;
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn run_and_repair_work_as_the_least_privileged_role(pool: PgPool) {
+    // Roles are cluster-wide: one per test database.
+    let db = pool.connect_options().get_database().unwrap().to_owned();
+    let suffix: String = db
+        .chars()
+        .rev()
+        .take(20)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let role = format!("reconciler_job_{suffix}");
+    let grants = include_str!("../sql/least_privilege.sql").replace("stripe_reconciler_job", &role);
+    sqlx::raw_sql(&grants).execute(&pool).await.unwrap();
+    insert_paid(&pool, 8).await;
+    sqlx::query("UPDATE payments SET status = 'pending' WHERE id IN (2, 5)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+    let mut url = url::Url::parse(&database_url(&pool)).unwrap();
+    url.set_username(&role).unwrap();
+    let env = [
+        ("DATABASE_URL", url.to_string()),
+        ("STRIPE_API_KEY", API_KEY.to_owned()),
+        ("STRIPE_API_BASE", stripe.uri()),
+        ("RECONCILER_BATCHES_PER_RUN", "1".to_owned()),
+    ];
+
+    let run = reconciler_output(&["run"], &env).await;
+    let repair = reconciler_output(&["repair"], &env).await;
+    let status = reconciler_output(&["status", "--json"], &env).await;
+
+    for (name, out) in [("run", &run), ("repair", &repair), ("status", &status)] {
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM payments WHERE status = 'paid' AND version = 1"
+        )
+        .await,
+        2
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM outbox WHERE event_type = 'PaymentStatusChanged'"
+        )
+        .await,
+        2
+    );
+    // And no more: the role cannot delete, nor change the schema.
+    let denied: bool = sqlx::query_scalar("SELECT NOT has_table_privilege($1, 'payments', 'DELETE') AND NOT has_schema_privilege($1, 'public', 'CREATE')")
+        .bind(&role)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(denied);
+    sqlx::raw_sql(&format!("DROP OWNED BY \"{role}\"; DROP ROLE \"{role}\";"))
+        .execute(&pool)
+        .await
+        .unwrap();
+}
