@@ -215,6 +215,8 @@ def test_default(r, chart):
         "RECONCILER_GRACE_SECONDS": "600", "RECONCILER_RATE_LIMIT_RPS": "10",
         "RECONCILER_MAX_IN_FLIGHT": "8", "RECONCILER_HTTP_TIMEOUT_SECONDS": "10",
         "RECONCILER_LOG_FORMAT": "json",
+        # activeDeadlineSeconds (540) less a minute.
+        "RECONCILER_RUN_DEADLINE_SECONDS": "480",
     }
     r.equal(cm.get("data"), expected, "default/ConfigMap: DESIGN.md defaults, no PUSHGATEWAY_URL when empty")
     r.equal(container(cj).get("envFrom"), [{"configMapRef": {"name": RELEASE}}], f"{label}: envFrom the ConfigMap")

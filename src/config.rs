@@ -55,6 +55,7 @@ struct JobVars {
     rate_limit_rps: Option<String>,
     max_in_flight: Option<String>,
     http_timeout_seconds: Option<String>,
+    run_deadline_seconds: Option<String>,
     log_format: Option<String>,
 }
 
@@ -92,6 +93,10 @@ pub struct JobSettings {
     pub max_in_flight: u32,
     /// `RECONCILER_HTTP_TIMEOUT_SECONDS`: per Stripe request (>= 1, default 10 s).
     pub http_timeout: Duration,
+    /// `RECONCILER_RUN_DEADLINE_SECONDS`: after this long (seconds from the
+    /// start) a run starts no new batch and no Stripe retry waits past it.
+    /// Set it below the CronJob's `activeDeadlineSeconds`. Default 0: none.
+    pub run_deadline: Option<Duration>,
 }
 
 impl Default for JobSettings {
@@ -104,6 +109,7 @@ impl Default for JobSettings {
             rate_limit_rps: 10,
             max_in_flight: 8,
             http_timeout: Duration::from_secs(10),
+            run_deadline: None,
         }
     }
 }
@@ -217,6 +223,16 @@ impl Settings {
                 1,
                 300,
             )?),
+            run_deadline: match number(
+                "RECONCILER_RUN_DEADLINE_SECONDS",
+                job.run_deadline_seconds,
+                0,
+                0,
+                7 * 24 * 3600,
+            )? {
+                0 => None,
+                secs => Some(Duration::from_secs(secs)),
+            },
         };
         let log_format = match log_format_raw.as_deref().map(str::trim) {
             None | Some("json") => LogFormat::Json,
@@ -398,6 +414,7 @@ mod tests {
             ("RECONCILER_MAX_IN_FLIGHT", "0"),
             ("RECONCILER_HTTP_TIMEOUT_SECONDS", "0"),
             ("RECONCILER_GRACE_SECONDS", "1.5"),
+            ("RECONCILER_RUN_DEADLINE_SECONDS", "-1"),
             ("RECONCILER_LOG_FORMAT", "xml"),
             ("STRIPE_API_BASE", "not a url"),
             ("STRIPE_API_BASE", "ftp://example.com"),

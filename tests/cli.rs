@@ -236,3 +236,31 @@ async fn an_unreachable_database_exits_1_without_echoing_the_password(_pool: PgP
     );
     assert_no_secret(&out);
 }
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_run_past_its_deadline_starts_no_new_batch(pool: PgPool) {
+    insert_paid(&pool, 10).await;
+    let slow = stripe_answering("succeeded", std::time::Duration::from_millis(400)).await;
+    let env = [
+        ("DATABASE_URL", database_url(&pool)),
+        ("STRIPE_API_KEY", SECRET_KEY.to_owned()),
+        ("STRIPE_API_BASE", slow.uri()),
+        ("RECONCILER_BATCH_SIZE", "1".to_owned()),
+        ("RECONCILER_RUN_DEADLINE_SECONDS", "1".to_owned()),
+    ];
+
+    let out = reconciler_output(&["run"], &env).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let batches = summary["batches"].as_u64().unwrap();
+    assert!(
+        (2..=4).contains(&batches),
+        "stopped at the deadline, not after 10 batches: {batches}"
+    );
+    assert_eq!(
+        cursor(&pool, "payments-vs-stripe").await,
+        batches as i64,
+        "the batches it did are committed"
+    );
+}

@@ -34,6 +34,10 @@ pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), Comman
         rate_limit_rps: NonZeroU32::new(settings.job.rate_limit_rps).unwrap_or(NonZeroU32::MIN),
         timeout: settings.job.http_timeout,
         retry: RetryPolicy::default(),
+        deadline: settings
+            .job
+            .run_deadline
+            .map(|d| tokio::time::Instant::now() + d),
     })?;
     let started = Instant::now();
     let pool = match db::connect(settings.connect_options()?).await {

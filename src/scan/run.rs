@@ -95,10 +95,21 @@ async fn batches(
     } else {
         Mode::Write
     };
+    let run_started = Instant::now();
     let mut previous_wrapped = false;
     for number in 1..=settings.batches_per_run {
         if shutdown.is_cancelled() {
             return Err(ScanError::Interrupted);
+        }
+        if settings
+            .run_deadline
+            .is_some_and(|d| run_started.elapsed() >= d)
+        {
+            tracing::info!(
+                batches_done = number - 1,
+                "run deadline reached; no new batch started"
+            );
+            break;
         }
         let started = Instant::now();
         let report = tokio::select! {

@@ -15,7 +15,7 @@ use url::Url;
 
 use super::error::{BuildError, GatewayError, Unavailable};
 use super::id::PaymentIntentId;
-use super::retry::{AttemptOutcome, RetryDecision, RetryPolicy};
+use super::retry::{self, Attempt, AttemptOutcome, RetryPolicy};
 use super::wire::{WireErrorEnvelope, WirePaymentIntent};
 use crate::reconcile::ExternalStatus;
 
@@ -43,6 +43,8 @@ pub struct GatewayConfig {
     pub timeout: Duration,
     /// Retry budget.
     pub retry: RetryPolicy,
+    /// No retry waits past this instant (the run's deadline), if set.
+    pub deadline: Option<Instant>,
 }
 
 /// Reads PaymentIntent statuses from Stripe.
@@ -56,6 +58,7 @@ pub struct StripeGateway {
     limiter: DefaultDirectRateLimiter,
     paused_until: Mutex<Option<Instant>>,
     retry: RetryPolicy,
+    deadline: Option<Instant>,
 }
 
 /// One attempt's failure, before the retry rule has looked at it.
@@ -93,6 +96,7 @@ impl StripeGateway {
             limiter: RateLimiter::direct(quota),
             paused_until: Mutex::new(None),
             retry: config.retry,
+            deadline: config.deadline,
         })
     }
 
@@ -110,38 +114,42 @@ impl StripeGateway {
         &self,
         id: &PaymentIntentId,
     ) -> Result<ExternalStatus, GatewayError> {
-        let url = self.url_for(id);
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            self.wait_turn().await;
-            let (outcome, cause, request_id) = match self.attempt(&url, id).await {
-                Ok(status) => return Ok(status),
-                Err(AttemptError::Final(e)) => return Err(e),
-                Err(AttemptError::Retryable {
-                    outcome,
-                    cause,
-                    request_id,
-                }) => (outcome, cause, request_id),
-            };
-            match self.retry.decide(outcome, attempt, fastrand::f64()) {
-                RetryDecision::GiveUp => {
-                    return Err(GatewayError::Unavailable {
-                        attempts: attempt,
+        let url = &self.url_for(id);
+        let (result, attempts) = retry::execute(
+            &self.retry,
+            self.deadline,
+            || async move {
+                self.wait_turn().await;
+                match self.attempt(url, id).await {
+                    Ok(status) => Attempt::Done(Ok(status)),
+                    Err(AttemptError::Final(e)) => Attempt::Done(Err(e)),
+                    Err(AttemptError::Retryable {
+                        outcome,
                         cause,
                         request_id,
-                    })
+                    }) => Attempt::Retry(
+                        outcome,
+                        GatewayError::Unavailable {
+                            attempts: 1,
+                            cause,
+                            request_id,
+                        },
+                    ),
                 }
-                RetryDecision::RetryAfter(delay) => {
-                    tracing::debug!(attempt, ?delay, error = %cause, "retrying Stripe read");
-                    tokio::time::sleep(delay).await;
-                }
-                RetryDecision::BackOffAll(delay) => {
-                    tracing::warn!(attempt, ?delay, "Stripe rate limit hit; pausing all reads");
-                    self.pause_all(delay);
-                }
-            }
-        }
+            },
+            |pause| self.pause_all(pause),
+        )
+        .await;
+        result.map_err(|e| match e {
+            GatewayError::Unavailable {
+                cause, request_id, ..
+            } => GatewayError::Unavailable {
+                attempts,
+                cause,
+                request_id,
+            },
+            other => other,
+        })
     }
 
     fn url_for(&self, id: &PaymentIntentId) -> Url {

@@ -3,13 +3,14 @@
 #![allow(dead_code)]
 
 pub mod pushgateway;
+pub mod seed_algorithm;
 
 use std::num::NonZeroU32;
 use std::time::Duration;
 
 use serde_json::Value;
 use sqlx::PgPool;
-use stripe_reconciler::config::JobSettings;
+pub use stripe_reconciler::config::JobSettings;
 use stripe_reconciler::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -83,6 +84,7 @@ pub fn gateway_at(base: &str, rps: u32, timeout: Duration) -> StripeGateway {
             initial_delay: Duration::from_millis(5),
             max_delay: Duration::from_millis(20),
         },
+        deadline: None,
     })
     .unwrap()
 }
