@@ -17,7 +17,7 @@ fn main() -> ExitCode {
         }
     };
     telemetry::init(settings.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
