@@ -30,3 +30,19 @@ GRANT SELECT, INSERT, UPDATE ON reconciliation_runs TO stripe_reconciler_job;
 
 -- Repair commands and PaymentStatusChanged events (the outbox may be shared).
 GRANT SELECT, INSERT, UPDATE ON outbox TO stripe_reconciler_job;
+
+-- nextval on the id sequences: needed where an application's own outbox has a
+-- serial (not identity) id; harmless for identity columns.
+DO $$
+DECLARE
+    t text;
+    seq text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['outbox', 'reconciliation_findings', 'reconciliation_runs'] LOOP
+        seq := pg_get_serial_sequence(t, 'id');
+        IF seq IS NOT NULL THEN
+            EXECUTE format('GRANT USAGE ON SEQUENCE %s TO stripe_reconciler_job', seq);
+        END IF;
+    END LOOP;
+END
+$$;

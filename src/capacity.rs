@@ -37,7 +37,8 @@ pub fn capacity(rows: f64, scanned_rows_per_hour: f64, new_rows_per_hour: f64) -
 
 /// Measures B·R and G from the run history: rows scanned and id growth
 /// between the first and the newest run start in the window. `None` when
-/// there are fewer than two runs or they span less than a minute.
+/// there are fewer than two runs, they span less than a minute, or they
+/// scanned nothing.
 pub fn from_history(
     rows: f64,
     runs: i64,
@@ -45,7 +46,8 @@ pub fn from_history(
     span_seconds: f64,
     id_growth: i64,
 ) -> Option<Capacity> {
-    if runs < 2 || span_seconds < 60.0 {
+    if runs < 2 || span_seconds < 60.0 || rows_scanned_between <= 0 {
+        // Nothing scanned (an empty table, failing runs): B·R is unknown, not 0.
         return None;
     }
     let hours = span_seconds / 3600.0;
@@ -94,6 +96,11 @@ mod tests {
     fn history_needs_two_runs_a_minute_apart() {
         assert_eq!(from_history(10.0, 1, 0, 3600.0, 0), None);
         assert_eq!(from_history(10.0, 2, 100, 30.0, 0), None);
+        assert_eq!(
+            from_history(0.0, 5, 0, 7_200.0, 0),
+            None,
+            "an empty table is not a capacity problem"
+        );
         let c = from_history(10_000.0, 3, 4_000, 7_200.0, 1_000).unwrap();
         assert_eq!(
             (c.scanned_rows_per_hour, c.new_rows_per_hour, c.ratio),

@@ -268,7 +268,16 @@ impl RunMetrics {
     }
 }
 
-/// PUTs figures to the Pushgateway under a grouping key.
+/// How a push treats the figures already in the group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushMethod {
+    /// HTTP PUT: the group becomes exactly these figures.
+    Replace,
+    /// HTTP POST: only metrics of the same names are replaced; the rest stay.
+    Merge,
+}
+
+/// PUTs (or POSTs) figures to the Pushgateway under a grouping key.
 pub struct Pusher {
     http: reqwest::Client,
     base: Url,
@@ -296,6 +305,7 @@ impl Pusher {
         &self,
         job: &str,
         extra: &[(&str, &str)],
+        method: PushMethod,
         body: String,
     ) -> Result<(), PushError> {
         let mut url = self.base.clone();
@@ -306,8 +316,11 @@ impl Pusher {
                 segments.extend([*k, *v]);
             }
         }
-        self.http
-            .put(url)
+        let request = match method {
+            PushMethod::Replace => self.http.put(url),
+            PushMethod::Merge => self.http.post(url),
+        };
+        request
             .header(reqwest::header::CONTENT_TYPE, "text/plain; version=0.0.4")
             .body(body)
             .send()

@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 use sqlx::PgPool;
@@ -15,13 +15,7 @@ const SECRET_KEY: &str = "sk_test_DistinctiveKey9f8e7d6c5b4a";
 const DB_PASSWORD: &str = "Distinctive-db-password-31415";
 
 fn binary(args: &[&str], env: &[(&str, String)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_stripe-reconciler"))
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .output()
-        .unwrap()
+    reconciler(args, env).output().unwrap()
 }
 
 /// The test database's URL with a password in it (trust auth ignores it), so

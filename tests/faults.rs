@@ -233,6 +233,11 @@ async fn a_connection_killed_in_phase_2_is_replaced_and_the_batch_commits_once(p
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_key_for_another_account_stops_after_a_few_reads_with_exit_78(pool: PgPool) {
     insert_paid(&pool, 60).await;
+    // pi_60 was verified by an earlier run with the right key.
+    sqlx::query("UPDATE payments SET observed_external_status = 'succeeded' WHERE id = 60")
+        .execute(&pool)
+        .await
+        .unwrap();
     let stripe = MockServer::start().await;
     Mock::given(method("GET"))
         .respond_with(err(404, "invalid_request_error", "resource_missing"))
@@ -252,7 +257,99 @@ async fn a_key_for_another_account_stops_after_a_few_reads_with_exit_78(pool: Pg
         spent < 30,
         "stopped after a few reads, not the whole batch: {spent}"
     );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
+        0
+    );
+    assert_eq!(cursor(&pool, "payments-vs-stripe").await, 0);
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn genuinely_missing_payment_intents_at_the_start_of_a_batch_are_findings(pool: PgPool) {
+    insert_paid(&pool, 40).await;
+    sqlx::query("UPDATE payments SET observed_external_status = 'succeeded' WHERE id = 40")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let stripe = MockServer::start().await;
+    // pi_1 .. pi_12 are unknown to Stripe (old rows of another account); the rest exist.
+    for i in 1..=12 {
+        let id = format!("pi_{i}");
+        mount(
+            &stripe,
+            &id,
+            err(404, "invalid_request_error", "resource_missing"),
+        )
+        .await;
+    }
+    Mock::given(method("GET"))
+        .respond_with(|r: &wiremock::Request| {
+            ok(r.url.path().rsplit('/').next().unwrap(), "succeeded")
+                .set_delay(Duration::from_millis(50))
+        })
+        .mount(&stripe)
+        .await;
+
+    let out = reconciler_output(
+        &["run"],
+        &env(&pool, &stripe.uri(), &[("RECONCILER_BATCHES_PER_RUN", "1")]),
+    )
+    .await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM reconciliation_findings WHERE kind = 'missing_externally'"
+        )
+        .await,
+        12
+    );
+    assert_eq!(cursor(&pool, "payments-vs-stripe").await, 40);
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_new_install_whose_every_read_is_404_stops_with_exit_78_and_writes_nothing(pool: PgPool) {
+    insert_paid(&pool, 20).await;
+    let stripe = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(err(404, "invalid_request_error", "resource_missing"))
+        .mount(&stripe)
+        .await;
+
+    let out = reconciler_output(&["run"], &env(&pool, &stripe.uri(), &[])).await;
+
+    assert_eq!(out.status.code(), Some(78), "{}", all_output(&out));
     nothing_written(&pool).await;
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_proxy_answering_html_for_everything_stops_the_run_without_moving_the_cursor(
+    pool: PgPool,
+) {
+    insert_paid(&pool, 20).await;
+    let stripe = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(
+            ResponseTemplate::new(404)
+                .set_body_raw("<html><body>Not Found</body></html>", "text/html"),
+        )
+        .mount(&stripe)
+        .await;
+
+    let out = reconciler_output(&["run"], &env(&pool, &stripe.uri(), &[])).await;
+
+    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    nothing_written(&pool).await;
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM reconciliation_runs WHERE outcome = 'completed'"
+        )
+        .await,
+        0,
+        "not recorded as a success"
+    );
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]

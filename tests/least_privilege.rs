@@ -7,8 +7,9 @@ use std::time::Duration;
 use sqlx::PgPool;
 use support::*;
 
-#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
-async fn run_and_repair_work_as_the_least_privileged_role(pool: PgPool) {
+/// Applies the grants to a role of its own, runs `run`, `repair` and `status`
+/// as that role, checks the repairs landed, and drops the role.
+async fn run_as_least_privileged_role(pool: &PgPool) {
     // Roles are cluster-wide: one per test database.
     let db = pool.connect_options().get_database().unwrap().to_owned();
     let suffix: String = db
@@ -25,14 +26,14 @@ async fn run_and_repair_work_as_the_least_privileged_role(pool: PgPool) {
         .collect();
     let role = format!("reconciler_job_{suffix}");
     let grants = include_str!("../sql/least_privilege.sql").replace("stripe_reconciler_job", &role);
-    sqlx::raw_sql(&grants).execute(&pool).await.unwrap();
-    insert_paid(&pool, 8).await;
+    sqlx::raw_sql(&grants).execute(pool).await.unwrap();
+    insert_paid(pool, 8).await;
     sqlx::query("UPDATE payments SET status = 'pending' WHERE id IN (2, 5)")
-        .execute(&pool)
+        .execute(pool)
         .await
         .unwrap();
     let stripe = stripe_answering("succeeded", Duration::ZERO).await;
-    let mut url = url::Url::parse(&database_url(&pool)).unwrap();
+    let mut url = url::Url::parse(&database_url(pool)).unwrap();
     url.set_username(&role).unwrap();
     let env = [
         ("DATABASE_URL", url.to_string()),
@@ -55,7 +56,7 @@ async fn run_and_repair_work_as_the_least_privileged_role(pool: PgPool) {
     }
     assert_eq!(
         count(
-            &pool,
+            pool,
             "SELECT count(*) FROM payments WHERE status = 'paid' AND version = 1"
         )
         .await,
@@ -63,21 +64,49 @@ async fn run_and_repair_work_as_the_least_privileged_role(pool: PgPool) {
     );
     assert_eq!(
         count(
-            &pool,
+            pool,
             "SELECT count(*) FROM outbox WHERE event_type = 'PaymentStatusChanged'"
         )
         .await,
         2
     );
-    // And no more: the role cannot delete, nor change the schema.
-    let denied: bool = sqlx::query_scalar("SELECT NOT has_table_privilege($1, 'payments', 'DELETE') AND NOT has_schema_privilege($1, 'public', 'CREATE')")
-        .bind(&role)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    // And no more: no DELETE or TRUNCATE anywhere, no UPDATE of other payment columns.
+    let denied: bool = sqlx::query_scalar(
+        "SELECT NOT has_table_privilege($1, 'payments', 'DELETE')
+            AND NOT has_table_privilege($1, 'outbox', 'DELETE')
+            AND NOT has_table_privilege($1, 'reconciliation_findings', 'TRUNCATE')
+            AND NOT has_column_privilege($1, 'payments', 'order_id', 'UPDATE')",
+    )
+    .bind(&role)
+    .fetch_one(pool)
+    .await
+    .unwrap();
     assert!(denied);
     sqlx::raw_sql(&format!("DROP OWNED BY \"{role}\"; DROP ROLE \"{role}\";"))
-        .execute(&pool)
+        .execute(pool)
         .await
         .unwrap();
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn run_and_repair_work_as_the_least_privileged_role(pool: PgPool) {
+    run_as_least_privileged_role(&pool).await;
+}
+
+#[sqlx::test(migrations = false)]
+async fn the_grants_cover_an_applications_serial_outbox(pool: PgPool) {
+    sqlx::raw_sql(
+        "CREATE TABLE outbox (
+             id bigserial PRIMARY KEY,
+             aggregate_type text NOT NULL,
+             aggregate_id text NOT NULL,
+             event_type text NOT NULL,
+             payload jsonb NOT NULL,
+             created_at timestamptz NOT NULL DEFAULT now())",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    stripe_reconciler::MIGRATOR.run(&pool).await.unwrap();
+    run_as_least_privileged_role(&pool).await;
 }

@@ -15,17 +15,15 @@ use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 const JOB: (&str, &str) = ("job", "payments-vs-stripe");
 
 fn run(pool: &PgPool, stripe: &str, pushgateway: &str, extra: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_stripe-reconciler"))
-        .arg("run")
-        .env_clear()
-        .env("DATABASE_URL", database_url(pool))
-        .env("STRIPE_API_KEY", API_KEY)
-        .env("STRIPE_API_BASE", stripe)
-        .env("PUSHGATEWAY_URL", pushgateway)
-        .env("RECONCILER_RATE_LIMIT_RPS", "500")
-        .envs(extra.iter().copied())
-        .output()
-        .unwrap()
+    let mut env = vec![
+        ("DATABASE_URL", database_url(pool)),
+        ("STRIPE_API_KEY", API_KEY.to_owned()),
+        ("STRIPE_API_BASE", stripe.to_owned()),
+        ("PUSHGATEWAY_URL", pushgateway.to_owned()),
+        ("RECONCILER_RATE_LIMIT_RPS", "500".to_owned()),
+    ];
+    env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    reconciler(&["run"], &env).output().unwrap()
 }
 
 async fn run_async(
@@ -306,4 +304,56 @@ async fn status_json_reports_the_known_data_set(pool: PgPool) {
         Some(900.0)
     );
     assert!(s["last_success_unix"].as_f64().is_some());
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_run_that_cannot_reach_the_database_keeps_the_last_known_state(pool: PgPool) {
+    let stripe = known_data_set(&pool).await;
+    let gw = pushgateway::start().await;
+    let good = run_async(&pool, &stripe.uri(), &gw.url, &[]).await;
+    assert_eq!(good.status.code(), Some(0), "{}", stderr(&good));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let env = [
+        (
+            "DATABASE_URL",
+            format!("postgres://root@127.0.0.1:{port}/gone"),
+        ),
+        ("STRIPE_API_KEY", API_KEY.to_owned()),
+        ("STRIPE_API_BASE", stripe.uri()),
+        ("PUSHGATEWAY_URL", gw.url.clone()),
+    ];
+
+    let down = reconciler_output(&["run"], &env).await;
+
+    assert_eq!(down.status.code(), Some(1), "{}", stderr(&down));
+    let m = gw.scrape().await;
+    assert_eq!(
+        value(
+            &m,
+            "stripe_reconciler_run_outcome",
+            &[JOB, ("outcome", "database_error")]
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        value(
+            &m,
+            "stripe_reconciler_open_findings",
+            &[JOB, ("kind", "paid_locally_not_externally")]
+        ),
+        Some(1.0),
+        "the money-at-risk figure survives the failed run"
+    );
+    assert!(value(&m, "stripe_reconciler_lag_seconds", &[JOB]).is_some());
+    assert!(value(
+        &m,
+        "stripe_reconciler_last_success_timestamp_seconds",
+        &[JOB]
+    )
+    .is_some());
 }

@@ -2,7 +2,6 @@
 
 use super::CommandError;
 use crate::config::Settings;
-use crate::db;
 use crate::reconcile::RepairCommand;
 use sqlx::Connection;
 
@@ -17,12 +16,7 @@ pub(super) async fn list(
     json: bool,
     limit: i64,
 ) -> Result<(), CommandError> {
-    let pool = db::connect(settings.connect_options()?).await?;
-    let mut conn = pool
-        .acquire()
-        .await
-        .context("connecting")
-        .map_err(CommandError::Store)?;
+    let (_pool, mut conn) = super::connect(settings).await?;
     let rows = findings::list(&mut conn, kind, open, limit)
         .await
         .map_err(CommandError::Store)?;
@@ -75,12 +69,7 @@ pub(super) async fn resolve(
             "--note must say why the finding is resolved".into(),
         ));
     }
-    let pool = db::connect(settings.connect_options()?).await?;
-    let mut conn = pool
-        .acquire()
-        .await
-        .context("connecting")
-        .map_err(CommandError::Store)?;
+    let (_pool, mut conn) = super::connect(settings).await?;
     let types: Vec<&str> = RepairCommand::ALL.iter().map(|c| c.as_str()).collect();
     let mut tx = conn
         .begin()

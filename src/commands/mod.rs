@@ -53,6 +53,21 @@ impl CommandError {
     }
 }
 
+/// A pool and one connection from it, for the commands that read or write a
+/// little (`status`, `findings`).
+async fn connect(
+    settings: &Settings,
+) -> Result<(sqlx::PgPool, sqlx::pool::PoolConnection<sqlx::Postgres>), CommandError> {
+    let pool = crate::db::connect(settings.connect_options()?).await?;
+    let conn = pool.acquire().await.map_err(|source| {
+        CommandError::Store(StoreError {
+            action: "connecting",
+            source,
+        })
+    })?;
+    Ok((pool, conn))
+}
+
 /// Runs one subcommand.
 ///
 /// # Errors

@@ -7,7 +7,7 @@ use sqlx::PgPool;
 
 use super::CommandError;
 use crate::config::{LogFormat, Settings};
-use crate::metrics::{self, Pusher, RunMetrics};
+use crate::metrics::{self, PushMethod, Pusher, RunMetrics};
 use crate::reconcile::Verdict;
 use crate::scan::{self, RunOptions, RunSummary};
 use crate::status::{self, Status};
@@ -39,6 +39,9 @@ pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), Comman
             .run_deadline
             .map(|d| tokio::time::Instant::now() + d),
     })?;
+    // Before the first await that can take long: a SIGTERM while connecting
+    // must still end in a summary and a push, not a killed process.
+    let token = shutdown::on_signal();
     let started = Instant::now();
     let pool = match db::connect(settings.connect_options()?).await {
         Ok(pool) => pool,
@@ -54,29 +57,35 @@ pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), Comman
             return Err(e.into());
         }
     };
-    let token = shutdown::on_signal();
     let (summary, result) = scan::run(
         &pool,
         &gateway,
         &settings.job,
         RunOptions { dry_run },
-        token,
+        token.clone(),
     )
     .await;
     log_summary(&summary);
     print_summary(&summary, settings.log_format);
-    let state = read_status(&pool, &settings.job.job).await;
+    // After a signal, the pod has its termination grace period (30 s by
+    // default) for the state query and the push: keep both short.
+    let state_timeout = if token.is_cancelled() {
+        Duration::from_secs(5)
+    } else {
+        Duration::from_secs(30)
+    };
+    let state = read_status(&pool, &settings.job.job, state_timeout).await;
     publish(settings, &summary, state.as_ref()).await;
     pool.close().await;
     result.map_err(CommandError::from)
 }
 
-async fn read_status(pool: &PgPool, job: &str) -> Option<Status> {
+async fn read_status(pool: &PgPool, job: &str, timeout: Duration) -> Option<Status> {
     let read = async {
         let mut conn = pool.acquire().await.context("connecting")?;
         status::read(&mut conn, job).await
     };
-    match tokio::time::timeout(Duration::from_secs(30), read).await {
+    match tokio::time::timeout(timeout, read).await {
         Ok(Ok(s)) => {
             if let Some(c) = s.capacity.filter(|c| c.ratio <= 1.0) {
                 tracing::warn!(
@@ -114,21 +123,28 @@ async fn publish(settings: &Settings, summary: &RunSummary, state: Option<&Statu
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
     let mut figures = RunMetrics::new();
-    let extra: &[(&str, &str)] = if summary.outcome == "concurrent_run" {
+    // PUT replaces the whole group; POST only the metrics it carries. Without
+    // the database's state (it is down) the run's own figures are POSTed, so
+    // the last known lag, findings and last success stay in place and keep
+    // their alerts firing.
+    let (extra, method): (&[(&str, &str)], PushMethod) = if summary.outcome == "concurrent_run" {
         figures.observe_concurrent_run(now);
-        &[("outcome", "concurrent_run")]
+        (&[("outcome", "concurrent_run")], PushMethod::Replace)
     } else {
         figures.observe_run(summary, now);
-        if let Some(s) = state {
-            figures.observe_status(s);
+        match state {
+            Some(s) => {
+                figures.observe_status(s);
+                (&[], PushMethod::Replace)
+            }
+            None => (&[], PushMethod::Merge),
         }
-        &[]
     };
     let result = match (figures.encode(), Pusher::new(base)) {
         (Ok(body), Ok(pusher)) => {
             match tokio::time::timeout(
                 metrics::PUSH_TIMEOUT,
-                pusher.push(&settings.job.job, extra, body),
+                pusher.push(&settings.job.job, extra, method, body),
             )
             .await
             {

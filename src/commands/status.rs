@@ -4,18 +4,11 @@ use chrono::{TimeZone, Utc};
 
 use super::CommandError;
 use crate::config::Settings;
-use crate::db;
 use crate::status::{self, human_duration, Status};
-use crate::store::Context;
 
 /// Prints the job's state: a screen for people, or one JSON object.
 pub(super) async fn status(settings: &Settings, json: bool) -> Result<(), CommandError> {
-    let pool = db::connect(settings.connect_options()?).await?;
-    let mut conn = pool
-        .acquire()
-        .await
-        .context("connecting")
-        .map_err(CommandError::Store)?;
+    let (_pool, mut conn) = super::connect(settings).await?;
     let st = status::read(&mut conn, &settings.job.job)
         .await
         .map_err(CommandError::Store)?;

@@ -55,12 +55,22 @@ impl fmt::Display for LocalStatus {
 /// in [`ExternalStatus::Unknown`] and classified as needing review.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ExternalStatus {
+    /// `requires_payment_method`: new, or back here after a failed attempt.
     RequiresPaymentMethod,
+    /// `requires_confirmation`: waiting for the integration to confirm.
     RequiresConfirmation,
+    /// `requires_action`: waiting for the customer (e.g. 3-D Secure).
     RequiresAction,
+    /// `processing`: the payment method is being processed (ACH and SEPA
+    /// debits can stay here for days).
     Processing,
+    /// `requires_capture`: authorised, not captured (Stripe cancels it after
+    /// about 7 days).
     RequiresCapture,
+    /// `canceled`: final, no money moved.
     Canceled,
+    /// `succeeded`: final, funds captured (a refund or dispute does not
+    /// change this status).
     Succeeded,
     /// A status string Stripe does not (yet) document.
     Unknown(String),

@@ -12,12 +12,13 @@ use super::detect::{observe_all, Observation};
 use super::report::BatchReport;
 use super::ScanError;
 use crate::config::JobSettings;
-use crate::reconcile::Verdict;
+use crate::reconcile::{FindingKind, Verdict};
 use crate::store::findings::{self, NewFinding};
 use crate::store::outbox::{self, RepairRow};
 use crate::store::payments::{self, PaymentRow};
 use crate::store::{cursor, Context};
-use crate::stripe::StripeGateway;
+use crate::stripe::{RetryPolicy, StripeGateway};
+use tokio_util::sync::CancellationToken;
 
 /// A batch aborts instead of skipping rows as UNVERIFIABLE when more than half
 /// of at least this many Stripe reads failed: Stripe is down, and the next run
@@ -30,9 +31,10 @@ pub const STRIPE_DOWN_MIN_READS: usize = 5;
 pub struct Lease {
     /// `host:pid:random`, unique per run.
     pub owner: String,
-    /// How long the lease lives without renewal, in seconds: three times the
-    /// slowest plausible batch (reads at the rate limit plus retries), at
-    /// least 5 minutes. A crashed run's lease is free again after this.
+    /// How long the lease lives without renewal, in seconds: the slowest batch
+    /// the settings allow (every read timing out on every attempt, or all of
+    /// them at the rate limit), at least 5 minutes. Renewed in every phase 1
+    /// and phase 3. A crashed run's lease is free again after this.
     pub ttl_seconds: f64,
 }
 
@@ -45,13 +47,17 @@ impl Lease {
             .map(|h| h.trim().to_owned())
             .filter(|h| !h.is_empty())
             .unwrap_or_else(|| "unknown-host".into());
-        let batch_seconds = f64::from(settings.batch_size)
-            / f64::from(settings.rate_limit_rps.max(1))
-            + 3.0 * settings.http_timeout.as_secs_f64()
-            + 10.0;
+        // The slowest batch the settings allow: every read at the rate limit,
+        // or every read timing out on all its attempts, in_flight at a time.
+        let reads = f64::from(settings.batch_size);
+        let at_rate = reads / f64::from(settings.rate_limit_rps.max(1));
+        let attempts = f64::from(RetryPolicy::default().max_attempts);
+        let all_timing_out = (reads / f64::from(settings.max_in_flight.max(1))).ceil()
+            * (attempts * settings.http_timeout.as_secs_f64() + 6.0);
+        let batch_seconds = at_rate.max(all_timing_out) + 10.0;
         Lease {
             owner: format!("{host}:{}:{:08x}", std::process::id(), fastrand::u32(..)),
-            ttl_seconds: (3.0 * batch_seconds).max(300.0),
+            ttl_seconds: batch_seconds.max(300.0),
         }
     }
 }
@@ -76,7 +82,6 @@ pub enum Mode {
 /// - [`ScanError::StripeWrongAccount`]: every read 404s; nothing written.
 /// - [`ScanError::StripeDown`]: most reads failed; nothing written.
 /// - [`ScanError::Store`]: a database failure; the transaction rolled back.
-#[tracing::instrument(name = "batch", skip_all, fields(job = %settings.job))]
 pub async fn run_batch(
     pool: &PgPool,
     gateway: &StripeGateway,
@@ -84,19 +89,52 @@ pub async fn run_batch(
     mode: Mode,
     lease: Option<&Lease>,
 ) -> Result<BatchReport, ScanError> {
+    run_batch_until(
+        pool,
+        gateway,
+        settings,
+        mode,
+        lease,
+        &CancellationToken::new(),
+    )
+    .await
+}
+
+/// [`run_batch`], abandoned without a write when `shutdown` fires during
+/// phases 1 and 2. Phase 3 is never interrupted: once it starts, the batch
+/// commits or rolls back as a whole, and the caller learns which.
+///
+/// # Errors
+/// As [`run_batch`], and [`ScanError::Interrupted`].
+#[tracing::instrument(name = "batch", skip_all, fields(job = %settings.job))]
+pub async fn run_batch_until(
+    pool: &PgPool,
+    gateway: &StripeGateway,
+    settings: &JobSettings,
+    mode: Mode,
+    lease: Option<&Lease>,
+    shutdown: &CancellationToken,
+) -> Result<BatchReport, ScanError> {
     // 1. Cursor and rows, in a short transaction.
-    let (cursor_id, rows) = read_phase(pool, settings, mode).await?;
+    let (cursor_id, rows) = read_phase(pool, settings, mode, lease).await?;
     let mut report = BatchReport {
         cursor_from: cursor_id,
         ..BatchReport::default()
     };
     if rows.is_empty() {
-        return wrap(pool, settings, mode, report).await;
+        return wrap(pool, settings, mode, lease, report).await;
     }
     let last_id = rows.last().map_or(cursor_id, |r| r.id);
 
     // 2. Stripe, with no transaction open.
-    let mut observations = observe_all(gateway, rows, settings.max_in_flight as usize).await?;
+    let mut observations = tokio::select! {
+        biased;
+        () = shutdown.cancelled() => return Err(ScanError::Interrupted),
+        observed = observe_all(pool, gateway, rows, settings.max_in_flight as usize) => observed?,
+    };
+    if shutdown.is_cancelled() {
+        return Err(ScanError::Interrupted);
+    }
     check_stripe_reachable(&observations)?;
     report.scanned = observations.len() as u64;
     report.cursor_to = last_id;
@@ -134,11 +172,14 @@ async fn read_phase(
     pool: &PgPool,
     settings: &JobSettings,
     mode: Mode,
+    lease: Option<&Lease>,
 ) -> Result<(i64, Vec<PaymentRow>), ScanError> {
     let mut tx = pool.begin().await.context("opening the read transaction")?;
     let cursor_id = match mode {
         Mode::Write => {
             cursor::ensure(&mut tx, &settings.job).await?;
+            // A run whose lease expired learns it here, before spending reads.
+            hold_lease(&mut tx, &settings.job, lease).await?;
             cursor::read(&mut tx, &settings.job)
                 .await?
                 .map_or(0, |c| c.last_id)
@@ -151,16 +192,35 @@ async fn read_phase(
     Ok((cursor_id, rows))
 }
 
+/// Renews this run's lease in `tx`; [`ScanError::ConcurrentRun`] when another
+/// run has taken it.
+async fn hold_lease(
+    tx: &mut sqlx::PgConnection,
+    job: &str,
+    lease: Option<&Lease>,
+) -> Result<(), ScanError> {
+    match lease {
+        Some(lease) if !cursor::renew_lease(tx, job, &lease.owner, lease.ttl_seconds).await? => {
+            Err(ScanError::ConcurrentRun {
+                job: job.to_owned(),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 async fn wrap(
     pool: &PgPool,
     settings: &JobSettings,
     mode: Mode,
+    lease: Option<&Lease>,
     mut report: BatchReport,
 ) -> Result<BatchReport, ScanError> {
     report.wrapped = true;
     report.cursor_to = 0;
     if mode == Mode::Write {
         let mut tx = pool.begin().await.context("opening the wrap transaction")?;
+        hold_lease(&mut tx, &settings.job, lease).await?;
         if !cursor::wrap(&mut tx, &settings.job, report.cursor_from).await? {
             tx.rollback().await.context("rolling back the lost wrap")?;
             return Err(ScanError::ConcurrentRun {
@@ -172,11 +232,22 @@ async fn wrap(
     Ok(report)
 }
 
+fn definitive_without_status(o: &Observation) -> bool {
+    matches!(
+        o.decision.kind,
+        Some(FindingKind::MissingExternally | FindingKind::InvalidPaymentIntentId)
+    )
+}
+
 fn check_stripe_reachable(observations: &[Observation]) -> Result<(), ScanError> {
     let asked = observations.iter().filter(|o| o.asked_stripe).count();
-    // Only outages count: a garbage answer about one PaymentIntent must not
-    // stall the cursor on every run.
-    let failed = observations.iter().filter(|o| o.outage).count();
+    // Any failure counts, an outage or answers that are not Stripe's (a proxy's
+    // HTML, a wrong base URL): one bad answer is UNVERIFIABLE, most of a batch
+    // is a fault to fix, not rows to skip.
+    let failed = observations
+        .iter()
+        .filter(|o| o.decision.verdict == Verdict::Unverifiable)
+        .count();
     if asked >= STRIPE_DOWN_MIN_READS && failed * 2 > asked {
         return Err(ScanError::StripeDown { failed, asked });
     }
@@ -196,12 +267,17 @@ async fn write_phase(
         .await
         .context("opening the write transaction")?;
     demote_changed_rows(&mut tx, observations).await?;
-    let (verified_ids, verified_statuses): (Vec<i64>, Vec<String>) = observations
+    // Stamped: rows Stripe answered definitively. A 404 or a malformed id is
+    // an answer too (its finding carries the problem), so those rows do not
+    // hold the reconciliation lag forever; UNVERIFIABLE rows never are.
+    let (verified_ids, verified_statuses): (Vec<i64>, Vec<Option<String>>) = observations
         .iter()
-        .filter_map(|o| {
-            o.observed
-                .as_ref()
-                .map(|s| (o.payment_id, s.as_str().to_owned()))
+        .filter(|o| o.observed.is_some() || definitive_without_status(o))
+        .map(|o| {
+            (
+                o.payment_id,
+                o.observed.as_ref().map(|s| s.as_str().to_owned()),
+            )
         })
         .unzip();
     let in_sync: Vec<i64> = observations
@@ -241,11 +317,11 @@ async fn write_phase(
         })
         .collect();
     report.commands_enqueued = outbox::enqueue_repairs(&mut tx, &repairs).await?;
-    let lease_held = match lease {
-        Some(lease) => cursor::renew_lease(&mut tx, job, &lease.owner, lease.ttl_seconds).await?,
-        None => true,
-    };
-    if !lease_held || !cursor::advance(&mut tx, job, cursor_id, last_id).await? {
+    if let Err(lost) = hold_lease(&mut tx, job, lease).await {
+        tx.rollback().await.context("rolling back the lost batch")?;
+        return Err(lost);
+    }
+    if !cursor::advance(&mut tx, job, cursor_id, last_id).await? {
         // Roll back everything above now, not lazily when the connection is reused.
         tx.rollback().await.context("rolling back the lost batch")?;
         return Err(ScanError::ConcurrentRun {

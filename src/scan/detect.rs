@@ -5,17 +5,35 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
+use sqlx::PgPool;
+use tokio::sync::OnceCell;
 
 use super::ScanError;
 use crate::reconcile::{classify, Decision, ExternalStatus, FindingKind, LocalStatus, Verdict};
-use crate::store::payments::PaymentRow;
+use crate::store::payments::{self, PaymentRow};
 use crate::stripe::{GatewayError, PaymentIntentId, StripeGateway};
 
 /// When this many reads of a batch answered 404 and none found a
-/// PaymentIntent, the key belongs to another account or mode (test vs live),
-/// or a Connect account header is missing: the run stops as a configuration
-/// error instead of recording every payment as `missing_externally`.
+/// PaymentIntent, the key may belong to another account or mode (test vs
+/// live), or a Connect account header is missing. The gateway then re-reads a
+/// PaymentIntent this job verified before: if Stripe no longer knows it, the
+/// key is wrong and the run stops as a configuration error after these few
+/// reads, instead of recording every payment as `missing_externally`. If it
+/// is found, the 404s are genuine findings. With no PaymentIntent verified
+/// before (a new install), the batch stops only when every read of it was a
+/// 404 (and at least this many).
 pub const WRONG_ACCOUNT_NOT_FOUND_READS: usize = 10;
+
+/// What re-reading a known PaymentIntent said about the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyCheck {
+    /// A PaymentIntent verified before was found: the key is right.
+    Confirmed,
+    /// It is unknown to Stripe with this key: wrong account or mode.
+    Wrong,
+    /// Nothing to re-read, or Stripe did not answer.
+    Unknown,
+}
 
 /// One row's outcome of phase 2.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,9 +53,6 @@ pub struct Observation {
     pub observed: Option<ExternalStatus>,
     /// A request was sent to Stripe for this row.
     pub asked_stripe: bool,
-    /// The read failed the way an outage does (timeout, connection, 429, 5xx),
-    /// as opposed to a garbage answer about this one PaymentIntent.
-    pub outage: bool,
 }
 
 impl Observation {
@@ -53,6 +68,29 @@ impl Observation {
 struct Tally {
     found: AtomicUsize,
     not_found: AtomicUsize,
+    key: OnceCell<KeyCheck>,
+}
+
+async fn check_key(pool: &PgPool, gateway: &StripeGateway) -> KeyCheck {
+    let known = match payments::a_verified_payment_intent(pool).await {
+        Ok(Some(id)) => id,
+        Ok(None) => return KeyCheck::Unknown,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot look up a verified PaymentIntent to check the key");
+            return KeyCheck::Unknown;
+        }
+    };
+    let Ok(id) = PaymentIntentId::parse(&known) else {
+        return KeyCheck::Unknown;
+    };
+    match gateway.payment_intent_status(&id).await {
+        Ok(_) => KeyCheck::Confirmed,
+        Err(GatewayError::NotFound { .. }) => {
+            tracing::error!(payment_intent = %id, "a PaymentIntent this job verified before is unknown to Stripe with this key");
+            KeyCheck::Wrong
+        }
+        Err(_) => KeyCheck::Unknown,
+    }
 }
 
 /// Observes every row and returns the observations in the rows' order. Rows in
@@ -65,6 +103,7 @@ struct Tally {
 /// PaymentIntent) and [`ScanError::StripeWrongAccount`] stop the batch at once;
 /// every other failure becomes a verdict.
 pub async fn observe_all(
+    pool: &PgPool,
     gateway: &StripeGateway,
     rows: Vec<PaymentRow>,
     max_in_flight: usize,
@@ -74,16 +113,25 @@ pub async fn observe_all(
         futures::stream::iter(rows.into_iter().enumerate())
             .map(|(index, row)| {
                 let tally = &tally;
-                async move { observe(gateway, row, tally).await.map(|o| (index, o)) }
+                async move { observe(pool, gateway, row, tally).await.map(|o| (index, o)) }
             })
             .buffer_unordered(max_in_flight.max(1))
             .try_collect()
             .await?;
     observed.sort_unstable_by_key(|(index, _)| *index);
+    let asked = observed.iter().filter(|(_, o)| o.asked_stripe).count();
+    let not_found = tally.not_found.load(Ordering::Relaxed);
+    if asked >= WRONG_ACCOUNT_NOT_FOUND_READS
+        && not_found == asked
+        && tally.key.get() != Some(&KeyCheck::Confirmed)
+    {
+        return Err(ScanError::StripeWrongAccount { not_found });
+    }
     Ok(observed.into_iter().map(|(_, o)| o).collect())
 }
 
 async fn observe(
+    pool: &PgPool,
     gateway: &StripeGateway,
     row: PaymentRow,
     tally: &Tally,
@@ -96,7 +144,6 @@ async fn observe(
         decision: Decision::plain(Verdict::InFlight),
         observed: None,
         asked_stripe: false,
-        outage: false,
     };
     if row.recently_changed {
         return Ok(seen);
@@ -121,7 +168,10 @@ async fn observe(
             if not_found >= WRONG_ACCOUNT_NOT_FOUND_READS
                 && tally.found.load(Ordering::Relaxed) == 0
             {
-                return Err(ScanError::StripeWrongAccount { not_found });
+                let key = tally.key.get_or_init(|| check_key(pool, gateway)).await;
+                if *key == KeyCheck::Wrong {
+                    return Err(ScanError::StripeWrongAccount { not_found });
+                }
             }
             seen.decision = Decision::review(FindingKind::MissingExternally);
         }
@@ -130,7 +180,6 @@ async fn observe(
         }
         Err(e @ GatewayError::Unavailable { .. }) => {
             tracing::warn!(payment_id = row.id, payment_intent = %id, error = %e, "PaymentIntent unverifiable");
-            seen.outage = e.is_outage();
             seen.decision = Decision::plain(Verdict::Unverifiable);
         }
     }

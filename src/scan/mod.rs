@@ -5,7 +5,7 @@ pub mod detect;
 pub mod report;
 pub mod run;
 
-pub use batch::{run_batch, Lease, Mode};
+pub use batch::{run_batch, run_batch_until, Lease, Mode};
 pub use report::{BatchReport, RunSummary, VerdictCounts};
 pub use run::{run, RunOptions};
 

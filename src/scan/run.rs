@@ -7,7 +7,7 @@ use std::time::Instant;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use super::batch::{run_batch, Lease, Mode};
+use super::batch::{run_batch_until, Lease, Mode};
 use super::report::{BatchReport, RunSummary};
 use super::ScanError;
 use crate::config::JobSettings;
@@ -112,11 +112,7 @@ async fn batches(
             break;
         }
         let started = Instant::now();
-        let report = tokio::select! {
-            biased;
-            () = shutdown.cancelled() => return Err(ScanError::Interrupted),
-            report = run_batch(pool, gateway, settings, mode, lease) => report?,
-        };
+        let report = run_batch_until(pool, gateway, settings, mode, lease, shutdown).await?;
         log_batch(number, &report, started.elapsed().as_secs_f64());
         summary.add_batch(&report);
         if let Mode::DryRun { after_id } = &mut mode {

@@ -88,23 +88,26 @@ pub async fn lock_unchanged(
     .context("locking the batch's payments")
 }
 
-/// Records what Stripe said for rows actually confirmed with it: sets
-/// `observed_external_status` and `last_reconciled_at = now()` for each
-/// `(ids[i], statuses[i])`, in one statement.
+/// Records what Stripe said for rows it answered definitively: sets
+/// `last_reconciled_at = now()` and, where `statuses[i]` is not NULL,
+/// `observed_external_status`, for each `(ids[i], statuses[i])`, in one
+/// statement. A NULL status (Stripe's 404, a malformed id) keeps the last
+/// observed one.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn mark_reconciled(
     conn: &mut PgConnection,
     ids: &[i64],
-    statuses: &[String],
+    statuses: &[Option<String>],
 ) -> Result<u64, StoreError> {
     if ids.is_empty() {
         return Ok(0);
     }
     let done = sqlx::query(
         "UPDATE payments AS p
-            SET observed_external_status = v.status, last_reconciled_at = now()
+            SET observed_external_status = coalesce(v.status, p.observed_external_status),
+                last_reconciled_at = now()
            FROM unnest($1::bigint[], $2::text[]) AS v(id, status)
           WHERE p.id = v.id",
     )
@@ -169,4 +172,19 @@ pub(crate) async fn transition_status(
     Ok(status.map_or(TransitionResult::Missing, |status| {
         TransitionResult::AlreadyMoved { status }
     }))
+}
+
+/// A PaymentIntent id this job once verified with Stripe (its row has an
+/// observed status), used to tell a wrong key from genuinely missing
+/// PaymentIntents. `None` on a new install.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn a_verified_payment_intent(pool: &sqlx::PgPool) -> Result<Option<String>, StoreError> {
+    sqlx::query_scalar(
+        "SELECT stripe_payment_intent_id FROM payments WHERE observed_external_status IS NOT NULL LIMIT 1",
+    )
+    .fetch_optional(pool)
+    .await
+    .context("looking up a verified PaymentIntent")
 }

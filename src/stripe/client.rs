@@ -263,7 +263,7 @@ impl StripeGateway {
                             .and_then(|v| v.parse().ok()),
                         lock_timeout: code == Some("lock_timeout"),
                     },
-                    cause: Unavailable::Status(other.as_u16()),
+                    cause: Unavailable::Status(status),
                     request_id,
                 })
             }

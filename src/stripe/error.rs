@@ -43,22 +43,6 @@ pub enum GatewayError {
     },
 }
 
-impl GatewayError {
-    /// For [`GatewayError::Unavailable`]: whether it looks like an outage
-    /// (timeout, connection error, 409, 429, 5xx) rather than a garbage answer
-    /// about one PaymentIntent. Only outages count towards "Stripe is down".
-    pub fn is_outage(&self) -> bool {
-        match self {
-            GatewayError::Unavailable { cause, .. } => match cause {
-                Unavailable::Timeout | Unavailable::Connection(_) => true,
-                Unavailable::Status(s) => *s == 409 || *s == 429 || *s >= 500,
-                Unavailable::InvalidBody(_) | Unavailable::TooLarge(_) => false,
-            },
-            _ => false,
-        }
-    }
-}
-
 /// What the last attempt of an unavailable read ended with.
 #[derive(Debug, thiserror::Error)]
 pub enum Unavailable {

@@ -1,6 +1,7 @@
 //! The design note's own `run_batch` (shared/seed), ported line by line:
 //! sequential Stripe reads and one statement per row in phase 3. The reference
-//! the set-based phase 3 must match row for row.
+//! the set-based phase 3 must match row for row. One deliberate departure,
+//! as in the product: a 404 or a malformed id also stamps `last_reconciled_at`.
 
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::{classify, Decision, LocalStatus, Verdict};
@@ -84,13 +85,22 @@ pub async fn seed_run_batch(
 
     let mut tx = pool.begin().await.unwrap();
     for (payment_id, local_status, decision, observed) in &results {
-        if let Some(observed) = observed {
-            sqlx::query("UPDATE payments SET observed_external_status = $1, last_reconciled_at = now() WHERE id = $2")
-                .bind(observed)
-                .bind(payment_id)
-                .execute(&mut *tx)
-                .await
-                .unwrap();
+        let definitive = matches!(
+            decision.kind,
+            Some(
+                stripe_reconciler::reconcile::FindingKind::MissingExternally
+                    | stripe_reconciler::reconcile::FindingKind::InvalidPaymentIntentId
+            )
+        );
+        if observed.is_some() || definitive {
+            sqlx::query(
+                "UPDATE payments SET observed_external_status = coalesce($1, observed_external_status), last_reconciled_at = now() WHERE id = $2",
+            )
+            .bind(observed)
+            .bind(payment_id)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
         }
         let Some(kind) = &decision.kind else { continue };
         let finding: Option<i64> = sqlx::query_scalar(
