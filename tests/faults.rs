@@ -57,6 +57,40 @@ async fn nothing_written(pool: &PgPool) {
     );
 }
 
+/// Ten paid payments, one of them (id 3) pending while Stripe says succeeded.
+async fn one_missed_success_in_ten(pool: &PgPool) {
+    insert_paid(pool, 10).await;
+    sqlx::query("UPDATE payments SET status = 'pending' WHERE id = 3")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+/// `stripe-reconciler run` in the background, output captured.
+fn spawn_run(env: &[(&str, String)]) -> std::process::Child {
+    reconciler(&["run"], env)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// A healthy run after a fault records the one drift exactly once.
+async fn next_run_completes_the_batch_once(pool: &PgPool) {
+    let fast = stripe_answering("succeeded", Duration::ZERO).await;
+    let out = reconciler_output(
+        &["run"],
+        &env(pool, &fast.uri(), &[("RECONCILER_BATCHES_PER_RUN", "1")]),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    assert_eq!(
+        count(pool, "SELECT count(*) FROM reconciliation_findings").await,
+        1
+    );
+    assert_eq!(count(pool, "SELECT count(*) FROM outbox").await, 1);
+}
+
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn sigterm_abandons_the_batch_pushes_metrics_and_the_next_run_redoes_it(pool: PgPool) {
     insert_paid(&pool, 10).await;
@@ -75,11 +109,7 @@ async fn sigterm_abandons_the_batch_pushes_metrics_and_the_next_run_redoes_it(po
         ],
     );
 
-    let child = reconciler(&["run"], &run_env)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_run(&run_env);
     tokio::time::sleep(Duration::from_millis(1500)).await; // in phase 2
     let pid = child.id().to_string();
     std::process::Command::new("kill")
@@ -115,35 +145,16 @@ async fn sigterm_abandons_the_batch_pushes_metrics_and_the_next_run_redoes_it(po
     assert!(!m.contains(SECRET_KEY) && !m.contains(DB_PASSWORD));
 
     // The lease was given back: the next run starts at once and redoes the batch.
-    let fast = stripe_answering("succeeded", Duration::ZERO).await;
-    let out = reconciler_output(
-        &["run"],
-        &env(&pool, &fast.uri(), &[("RECONCILER_BATCHES_PER_RUN", "1")]),
-    )
-    .await;
-    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
-    assert_eq!(
-        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
-        1
-    );
-    assert_eq!(count(&pool, "SELECT count(*) FROM outbox").await, 1);
+    next_run_completes_the_batch_once(&pool).await;
     assert_eq!(cursor(&pool, "payments-vs-stripe").await, 10);
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_connection_killed_in_phase_3_writes_nothing_and_exits_1(pool: PgPool) {
-    insert_paid(&pool, 10).await;
-    sqlx::query("UPDATE payments SET status = 'pending' WHERE id = 3")
-        .execute(&pool)
-        .await
-        .unwrap();
+    one_missed_success_in_ten(&pool).await;
     let slow = stripe_answering("succeeded", Duration::from_millis(800)).await;
     let run_env = env(&pool, &slow.uri(), &[("RECONCILER_BATCHES_PER_RUN", "1")]);
-    let child = reconciler(&["run"], &run_env)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_run(&run_env);
 
     // While the job asks Stripe, hold the cursor row: phase 3 will wait on it.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -181,34 +192,15 @@ async fn a_connection_killed_in_phase_3_writes_nothing_and_exits_1(pool: PgPool)
         .execute(&pool)
         .await
         .unwrap();
-    let fast = stripe_answering("succeeded", Duration::ZERO).await;
-    let out = reconciler_output(
-        &["run"],
-        &env(&pool, &fast.uri(), &[("RECONCILER_BATCHES_PER_RUN", "1")]),
-    )
-    .await;
-    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
-    assert_eq!(
-        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
-        1
-    );
-    assert_eq!(count(&pool, "SELECT count(*) FROM outbox").await, 1);
+    next_run_completes_the_batch_once(&pool).await;
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_connection_killed_in_phase_2_is_replaced_and_the_batch_commits_once(pool: PgPool) {
-    insert_paid(&pool, 10).await;
-    sqlx::query("UPDATE payments SET status = 'pending' WHERE id = 3")
-        .execute(&pool)
-        .await
-        .unwrap();
+    one_missed_success_in_ten(&pool).await;
     let slow = stripe_answering("succeeded", Duration::from_millis(800)).await;
     let run_env = env(&pool, &slow.uri(), &[("RECONCILER_BATCHES_PER_RUN", "1")]);
-    let child = reconciler(&["run"], &run_env)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_run(&run_env);
     tokio::time::sleep(Duration::from_millis(400)).await;
     let killed = count(
         &pool,
