@@ -6,14 +6,15 @@ pub mod pushgateway;
 pub mod seed_algorithm;
 
 use std::num::NonZeroU32;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sqlx::PgPool;
 pub use stripe_reconciler::config::JobSettings;
 use stripe_reconciler::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
 use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, ResponseTemplate};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 pub const API_KEY: &str = "sk_test_4eC39HqLyjWDarjtT1zdp7dc";
 
@@ -224,4 +225,45 @@ pub async fn stripe_answering(status: &'static str, delay: Duration) -> MockServ
 /// How many requests the mock server received.
 pub async fn requests(server: &MockServer) -> usize {
     server.received_requests().await.map_or(0, |r| r.len())
+}
+
+/// Answers `succeeded` after `delay` and records when each request arrived.
+pub struct Recording {
+    arrivals: Arc<Mutex<Vec<Instant>>>,
+    delay: Duration,
+}
+
+impl Respond for Recording {
+    fn respond(&self, req: &Request) -> ResponseTemplate {
+        self.arrivals.lock().unwrap().push(Instant::now());
+        ok(req.url.path().rsplit('/').next().unwrap(), "succeeded").set_delay(self.delay)
+    }
+}
+
+pub async fn recording_stripe(delay: Duration) -> (MockServer, Arc<Mutex<Vec<Instant>>>) {
+    let server = MockServer::start().await;
+    let arrivals = Arc::new(Mutex::new(Vec::new()));
+    Mock::given(method("GET"))
+        .respond_with(Recording {
+            arrivals: arrivals.clone(),
+            delay,
+        })
+        .mount(&server)
+        .await;
+    (server, arrivals)
+}
+
+/// The most arrivals inside any window of `width`.
+pub fn max_in_window(arrivals: &[Instant], width: Duration) -> usize {
+    let mut sorted = arrivals.to_vec();
+    sorted.sort();
+    (0..sorted.len())
+        .map(|i| {
+            sorted[i..]
+                .iter()
+                .take_while(|t| **t - sorted[i] < width)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
 }
