@@ -43,7 +43,7 @@ pub struct Status {
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn read(conn: &mut PgConnection, job: &str) -> Result<Status, StoreError> {
-    let types: Vec<&str> = RepairCommand::ALL.iter().map(|c| c.as_str()).collect();
+    let types = RepairCommand::EVENT_TYPES;
     let t = stats::table_figures(conn, job, &types).await?;
     let open_findings = stats::open_findings_by_kind(conn).await?;
     let h = runs::history(conn, job).await?;

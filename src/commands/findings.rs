@@ -70,7 +70,7 @@ pub(super) async fn resolve(
         ));
     }
     let (_pool, mut conn) = super::connect(settings).await?;
-    let types: Vec<&str> = RepairCommand::ALL.iter().map(|c| c.as_str()).collect();
+    let types = RepairCommand::EVENT_TYPES;
     let mut tx = conn
         .begin()
         .await

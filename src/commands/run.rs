@@ -161,20 +161,13 @@ async fn publish(settings: &Settings, summary: &RunSummary, state: Option<&Statu
     match result {
         Ok(()) => tracing::info!("metrics pushed"),
         Err(e) => {
-            tracing::error!(error = %anyhow_chain(&e), "cannot push metrics; the run's result is unchanged")
+            let report = anyhow::Error::new(e);
+            tracing::error!(
+                error = format!("{report:#}"),
+                "cannot push metrics; the run's result is unchanged"
+            )
         }
     }
-}
-
-fn anyhow_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }
 
 fn log_summary(s: &RunSummary) {

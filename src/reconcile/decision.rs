@@ -109,8 +109,15 @@ impl RepairCommand {
         RepairCommand::ApplyPaymentCanceled,
     ];
 
+    /// The outbox `event_type` of every repair command (the worker, `status`
+    /// and `findings resolve` filter a possibly shared outbox on these).
+    pub const EVENT_TYPES: [&'static str; 2] = [
+        Self::ApplyPaymentSucceeded.as_str(),
+        Self::ApplyPaymentCanceled.as_str(),
+    ];
+
     /// The outbox `event_type` of the command.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Self::ApplyPaymentSucceeded => "ApplyPaymentSucceeded",
             Self::ApplyPaymentCanceled => "ApplyPaymentCanceled",

@@ -240,5 +240,9 @@ mod tests {
             assert_eq!(RepairCommand::parse(c.as_str()), Some(c));
         }
         assert_eq!(RepairCommand::parse("PaymentStatusChanged"), None);
+        assert_eq!(
+            RepairCommand::EVENT_TYPES.to_vec(),
+            RepairCommand::ALL.map(RepairCommand::as_str).to_vec()
+        );
     }
 }

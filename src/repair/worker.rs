@@ -70,10 +70,6 @@ enum Applied {
     Skipped,
 }
 
-fn event_types() -> Vec<&'static str> {
-    RepairCommand::ALL.iter().map(|c| c.as_str()).collect()
-}
-
 /// Drains the repair commands until none is claimable or `shutdown` fires.
 ///
 /// # Errors
@@ -84,7 +80,7 @@ pub async fn drain(
     options: RepairOptions,
     shutdown: &CancellationToken,
 ) -> Result<RepairReport, StoreError> {
-    let types = event_types();
+    let types = RepairCommand::EVENT_TYPES;
     let mut report = RepairReport::default();
     // Commands that failed in this drain are not claimed again by it.
     let mut failed_ids: Vec<i64> = Vec::new();
