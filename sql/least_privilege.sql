@@ -23,10 +23,12 @@ GRANT SELECT ON payments TO stripe_reconciler_job;
 GRANT UPDATE (observed_external_status, last_reconciled_at, status, version, updated_at)
     ON payments TO stripe_reconciler_job;
 
--- The reconciler's own tables. No DELETE anywhere.
+-- The reconciler's own tables. DELETE only on reconciliation_unverifiable: a
+-- row is forgotten there as soon as Stripe answers for its payment.
 GRANT SELECT, INSERT, UPDATE ON reconciliation_cursor TO stripe_reconciler_job;
 GRANT SELECT, INSERT, UPDATE ON reconciliation_findings TO stripe_reconciler_job;
 GRANT SELECT, INSERT, UPDATE ON reconciliation_runs TO stripe_reconciler_job;
+GRANT SELECT, INSERT, UPDATE, DELETE ON reconciliation_unverifiable TO stripe_reconciler_job;
 
 -- Repair commands and PaymentStatusChanged events (the outbox may be shared).
 GRANT SELECT, INSERT, UPDATE ON outbox TO stripe_reconciler_job;

@@ -11,6 +11,8 @@ use serde::Deserialize;
 use sqlx::postgres::PgConnectOptions;
 use url::Url;
 
+use crate::reconcile::Rules;
+
 /// A missing or malformed setting. Every variant names the variable; none
 /// carries a secret's value.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +59,12 @@ struct JobVars {
     http_timeout_seconds: Option<String>,
     run_deadline_seconds: Option<String>,
     log_format: Option<String>,
+    amount_column: Option<String>,
+    currency_column: Option<String>,
+    auth_expiry_warn_seconds: Option<String>,
+    processing_max_seconds: Option<String>,
+    abandoned_after_seconds: Option<String>,
+    unverifiable_cycles: Option<String>,
 }
 
 /// Everything the binary reads from its environment, validated.
@@ -97,6 +105,59 @@ pub struct JobSettings {
     /// start) a run starts no new batch and no Stripe retry waits past it.
     /// Set it below the CronJob's `activeDeadlineSeconds`. Default 0: none.
     pub run_deadline: Option<Duration>,
+    /// `RECONCILER_AMOUNT_COLUMN`: a `payments` column holding the amount in
+    /// minor units, compared with the PaymentIntent's `amount`. Default unset.
+    pub amount_column: Option<ColumnName>,
+    /// `RECONCILER_CURRENCY_COLUMN`: a `payments` column holding the ISO
+    /// currency code, compared case-insensitively. Default unset.
+    pub currency_column: Option<ColumnName>,
+    /// The aging thresholds: `RECONCILER_AUTH_EXPIRY_WARN_SECONDS` (default
+    /// 432,000), `RECONCILER_PROCESSING_MAX_SECONDS` (default 1,209,600) and
+    /// `RECONCILER_ABANDONED_AFTER_SECONDS` (default 0 = off).
+    pub rules: Rules,
+    /// `RECONCILER_UNVERIFIABLE_CYCLES`: consecutive cycles a row may stay
+    /// UNVERIFIABLE before it gets a `persistently_unverifiable` finding
+    /// (1..=100, default 3).
+    pub unverifiable_cycles: u32,
+}
+
+/// A validated column name of `payments` (`RECONCILER_AMOUNT_COLUMN`,
+/// `RECONCILER_CURRENCY_COLUMN`): 1 to 63 ASCII letters, digits and `_`, not
+/// starting with a digit. Only such a name is ever put into SQL, and always
+/// double-quoted (so it is matched exactly, case included).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnName(String);
+
+impl ColumnName {
+    /// Validates `name` for the variable `var`.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming `var`.
+    pub fn parse(var: &str, name: &str) -> Result<Self, ConfigError> {
+        let name = name.trim();
+        let ok = !name.is_empty()
+            && name.len() <= 63
+            && !name.as_bytes()[0].is_ascii_digit()
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if ok {
+            Ok(ColumnName(name.to_owned()))
+        } else {
+            Err(invalid(
+                var,
+                &format!("{name:?} is not a column name (1-63 letters, digits or _, not starting with a digit)"),
+            ))
+        }
+    }
+
+    /// The name as given (as `information_schema.columns` spells it).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The name double-quoted for SQL (safe: it holds no quote).
+    pub fn quoted(&self) -> String {
+        format!("\"{}\"", self.0)
+    }
 }
 
 impl Default for JobSettings {
@@ -110,6 +171,10 @@ impl Default for JobSettings {
             max_in_flight: 8,
             http_timeout: Duration::from_secs(10),
             run_deadline: None,
+            amount_column: None,
+            currency_column: None,
+            rules: Rules::default(),
+            unverifiable_cycles: 3,
         }
     }
 }
@@ -233,6 +298,41 @@ impl Settings {
                 0 => None,
                 secs => Some(Duration::from_secs(secs)),
             },
+            amount_column: column("RECONCILER_AMOUNT_COLUMN", job.amount_column)?,
+            currency_column: column("RECONCILER_CURRENCY_COLUMN", job.currency_column)?,
+            rules: Rules {
+                auth_expiry_warn_seconds: number(
+                    "RECONCILER_AUTH_EXPIRY_WARN_SECONDS",
+                    job.auth_expiry_warn_seconds,
+                    d.rules.auth_expiry_warn_seconds,
+                    0,
+                    30 * 24 * 3600,
+                )?,
+                processing_max_seconds: number(
+                    "RECONCILER_PROCESSING_MAX_SECONDS",
+                    job.processing_max_seconds,
+                    d.rules.processing_max_seconds,
+                    1,
+                    365 * 24 * 3600,
+                )?,
+                abandoned_after_seconds: match number(
+                    "RECONCILER_ABANDONED_AFTER_SECONDS",
+                    job.abandoned_after_seconds,
+                    0,
+                    0,
+                    365 * 24 * 3600,
+                )? {
+                    0 => None,
+                    secs => Some(secs),
+                },
+            },
+            unverifiable_cycles: number(
+                "RECONCILER_UNVERIFIABLE_CYCLES",
+                job.unverifiable_cycles,
+                d.unverifiable_cycles,
+                1,
+                100,
+            )?,
         };
         let log_format = match log_format_raw.as_deref().map(str::trim) {
             None | Some("json") => LogFormat::Json,
@@ -352,6 +452,12 @@ where
     Ok(value)
 }
 
+fn column(var: &str, raw: Option<String>) -> Result<Option<ColumnName>, ConfigError> {
+    raw.filter(|s| !s.trim().is_empty())
+        .map(|s| ColumnName::parse(var, &s))
+        .transpose()
+}
+
 fn invalid(var: &str, reason: &str) -> ConfigError {
     ConfigError::Invalid {
         var: var.to_owned(),
@@ -415,6 +521,17 @@ mod tests {
             ("RECONCILER_HTTP_TIMEOUT_SECONDS", "0"),
             ("RECONCILER_GRACE_SECONDS", "1.5"),
             ("RECONCILER_RUN_DEADLINE_SECONDS", "-1"),
+            ("RECONCILER_AMOUNT_COLUMN", "amount; DROP TABLE payments"),
+            ("RECONCILER_AMOUNT_COLUMN", "9lives"),
+            ("RECONCILER_CURRENCY_COLUMN", "cur\"rency"),
+            ("RECONCILER_AUTH_EXPIRY_WARN_SECONDS", "-1"),
+            ("RECONCILER_AUTH_EXPIRY_WARN_SECONDS", "five days"),
+            ("RECONCILER_PROCESSING_MAX_SECONDS", "-3600"),
+            ("RECONCILER_PROCESSING_MAX_SECONDS", "0"),
+            ("RECONCILER_ABANDONED_AFTER_SECONDS", "-1"),
+            ("RECONCILER_ABANDONED_AFTER_SECONDS", "1e6"),
+            ("RECONCILER_UNVERIFIABLE_CYCLES", "0"),
+            ("RECONCILER_UNVERIFIABLE_CYCLES", "x"),
             ("RECONCILER_LOG_FORMAT", "xml"),
             ("STRIPE_API_BASE", "not a url"),
             ("STRIPE_API_BASE", "ftp://example.com"),

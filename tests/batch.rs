@@ -129,13 +129,13 @@ async fn every_verdict_path_writes_exactly_what_it_should(pool: PgPool) {
                 aggregate_type: "Payment".into(),
                 aggregate_id: missed_success.to_string(),
                 event_type: "ApplyPaymentSucceeded".into(),
-                payload: json!({"payment_id": missed_success, "finding_id": finding_id(missed_success).await, "expected_local_status": "pending"}),
+                payload: json!({"payment_id": missed_success, "finding_id": finding_id(missed_success).await, "expected_local_status": "pending", "stripe_payment_intent_id": "pi_MissedSuccess"}),
             },
             OutboxRow {
                 aggregate_type: "Payment".into(),
                 aggregate_id: missed_cancel.to_string(),
                 event_type: "ApplyPaymentCanceled".into(),
-                payload: json!({"payment_id": missed_cancel, "finding_id": finding_id(missed_cancel).await, "expected_local_status": "pending"}),
+                payload: json!({"payment_id": missed_cancel, "finding_id": finding_id(missed_cancel).await, "expected_local_status": "pending", "stripe_payment_intent_id": "pi_MissedCancel"}),
             },
         ]
     );

@@ -275,7 +275,7 @@ async fn poison_commands_do_not_block_the_ones_behind_them(pool: PgPool) {
     .await
     .unwrap();
     assert_eq!(errors.len(), 3, "poison commands are kept");
-    assert_eq!(errors[0], (1, Some("finding 999999 does not exist".into())));
+    assert_eq!(errors[0], (1, Some("payment 999999 does not exist".into())));
     assert!(
         errors[1]
             .1

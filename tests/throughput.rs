@@ -63,9 +63,11 @@ async fn snapshot(
     .fetch_all(pool)
     .await
     .unwrap();
-    // The payload names its finding by (payment, kind), not by id.
+    // The payload names its finding by (payment, kind), not by id; ours adds
+    // the PaymentIntent id the writer checks before applying (issue 10).
     let outbox = sqlx::query_as(
-        "SELECT o.aggregate_id, o.event_type, f.kind, (o.payload - 'finding_id')::text
+        "SELECT o.aggregate_id, o.event_type, f.kind,
+                (o.payload - 'finding_id' - 'stripe_payment_intent_id')::text
            FROM outbox o JOIN reconciliation_findings f ON f.id = (o.payload->>'finding_id')::bigint
           ORDER BY o.aggregate_id, o.event_type",
     )

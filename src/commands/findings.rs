@@ -6,7 +6,7 @@ use crate::reconcile::RepairCommand;
 use sqlx::Connection;
 
 use crate::repair::worker::MAX_ATTEMPTS;
-use crate::store::{findings, outbox, Context};
+use crate::store::{findings, outbox, payments, Context};
 
 /// Lists findings as a table, or JSON lines with `--json`.
 pub(super) async fn list(
@@ -76,6 +76,10 @@ pub(super) async fn resolve(
         .await
         .context("opening a transaction")
         .map_err(CommandError::Store)?;
+    // Payment before finding, like every writer: no deadlock with a scan.
+    payments::lock_for_finding(&mut tx, id)
+        .await
+        .map_err(CommandError::Store)?;
     if outbox::has_pending_repair(&mut tx, &types, id, MAX_ATTEMPTS)
         .await
         .map_err(CommandError::Store)?
@@ -93,7 +97,7 @@ pub(super) async fn resolve(
         )));
     }
     let closed =
-        outbox::close_for_finding(&mut tx, &types, id, "superseded by a manual resolution")
+        outbox::close_for_findings(&mut tx, &types, &[id], "superseded by a manual resolution")
             .await
             .map_err(CommandError::Store)?;
     tx.commit()

@@ -6,11 +6,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use sqlx::PgPool;
 
 use super::CommandError;
-use crate::config::{LogFormat, Settings};
+use crate::config::{ConfigError, LogFormat, Settings};
 use crate::metrics::{self, PushMethod, Pusher, RunMetrics};
 use crate::reconcile::Verdict;
 use crate::scan::{self, RunOptions, RunSummary};
 use crate::status::{self, Status};
+use crate::store::payments::{self, ColumnError, MoneyColumns};
 use crate::store::Context;
 use crate::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
 use crate::{db, shutdown};
@@ -57,6 +58,7 @@ pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), Comman
             return Err(e.into());
         }
     };
+    check_columns(&pool, settings).await?;
     let (summary, result) = scan::run(
         &pool,
         &gateway,
@@ -78,6 +80,36 @@ pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), Comman
     publish(settings, &summary, state.as_ref()).await;
     pool.close().await;
     result.map_err(CommandError::from)
+}
+
+/// `RECONCILER_AMOUNT_COLUMN` / `RECONCILER_CURRENCY_COLUMN` must name
+/// columns of `payments` with usable types: exit 78 naming the variable.
+async fn check_columns(pool: &PgPool, settings: &Settings) -> Result<(), CommandError> {
+    let columns = MoneyColumns {
+        amount: settings.job.amount_column.as_ref(),
+        currency: settings.job.currency_column.as_ref(),
+    };
+    if columns.amount.is_none() && columns.currency.is_none() {
+        return Ok(());
+    }
+    let mut conn = pool
+        .acquire()
+        .await
+        .context("connecting")
+        .map_err(CommandError::Store)?;
+    match payments::check_columns(&mut conn, columns).await {
+        Ok(()) => Ok(()),
+        Err(ColumnError::Store(e)) => Err(CommandError::Store(e)),
+        Err(e @ (ColumnError::Missing { var, .. } | ColumnError::WrongType { var, .. })) => {
+            let reason = e.to_string();
+            let reason = reason.trim_start_matches(var).trim_start_matches(": ");
+            Err(ConfigError::Invalid {
+                var: var.to_owned(),
+                reason: reason.to_owned(),
+            }
+            .into())
+        }
+    }
 }
 
 async fn read_status(pool: &PgPool, job: &str, timeout: Duration) -> Option<Status> {

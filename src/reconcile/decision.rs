@@ -62,6 +62,34 @@ pub enum FindingKind {
     /// The id stored in `payments.stripe_payment_intent_id` is not a well-formed
     /// `pi_...` id, so it was never sent to Stripe.
     InvalidPaymentIntentId,
+    /// The latest charge of a `succeeded` PaymentIntent was refunded, fully
+    /// or in part (`amount_refunded > 0`). Money kind.
+    Refunded,
+    /// The latest charge of a `succeeded` PaymentIntent is disputed. Money kind.
+    Disputed,
+    /// The row's amount (`RECONCILER_AMOUNT_COLUMN`) differs from the
+    /// PaymentIntent's `amount`. Money kind.
+    AmountMismatch,
+    /// The row's currency (`RECONCILER_CURRENCY_COLUMN`) differs from the
+    /// PaymentIntent's `currency`. Money kind.
+    CurrencyMismatch,
+    /// Another `payments` row holds the same PaymentIntent id. Money kind.
+    DuplicatePaymentIntent,
+    /// Local `pending`, Stripe `requires_capture` for longer than
+    /// `RECONCILER_AUTH_EXPIRY_WARN_SECONDS`: the authorisation expires (about
+    /// 7 days after `created`) unless someone captures it.
+    AuthorizationExpiring,
+    /// Local `pending`, Stripe `processing` for longer than
+    /// `RECONCILER_PROCESSING_MAX_SECONDS`.
+    StuckProcessing,
+    /// Local `pending`, Stripe waiting for the customer for longer than
+    /// `RECONCILER_ABANDONED_AFTER_SECONDS`.
+    Abandoned,
+    /// A `succeeded` PaymentIntent no `payments` row points at.
+    MissingLocally,
+    /// Stripe could not answer for this row in `RECONCILER_UNVERIFIABLE_CYCLES`
+    /// consecutive cycles.
+    PersistentlyUnverifiable,
     /// Any other combination: `unexpected:<local>-><external>`.
     Unexpected {
         /// `payments.status`
@@ -80,10 +108,54 @@ impl FindingKind {
             Self::PaidLocallyNotExternally => Cow::Borrowed("paid_locally_not_externally"),
             Self::MissingExternally => Cow::Borrowed("missing_externally"),
             Self::InvalidPaymentIntentId => Cow::Borrowed("invalid_payment_intent_id"),
+            Self::Refunded => Cow::Borrowed("refunded"),
+            Self::Disputed => Cow::Borrowed("disputed"),
+            Self::AmountMismatch => Cow::Borrowed("amount_mismatch"),
+            Self::CurrencyMismatch => Cow::Borrowed("currency_mismatch"),
+            Self::DuplicatePaymentIntent => Cow::Borrowed("duplicate_payment_intent"),
+            Self::AuthorizationExpiring => Cow::Borrowed("authorization_expiring"),
+            Self::StuckProcessing => Cow::Borrowed("stuck_processing"),
+            Self::Abandoned => Cow::Borrowed("abandoned"),
+            Self::MissingLocally => Cow::Borrowed("missing_locally"),
+            Self::PersistentlyUnverifiable => Cow::Borrowed("persistently_unverifiable"),
             Self::Unexpected { local, external } => {
                 Cow::Owned(format!("unexpected:{local}->{external}"))
             }
         }
+    }
+}
+
+impl FindingKind {
+    /// The kinds where money may be wrong (DESIGN.md "Beyond status"). An
+    /// open finding of one of these blocks every repair of its payment.
+    pub const MONEY_KINDS: [&'static str; 6] = [
+        "refunded",
+        "disputed",
+        "amount_mismatch",
+        "currency_mismatch",
+        "duplicate_payment_intent",
+        "missing_locally",
+    ];
+
+    /// The kinds of DESIGN.md's "Beyond status" table: NEEDS_REVIEW, never
+    /// repaired, and an open one blocks every repair of its payment (the
+    /// scan enqueues no command, the repair worker skips one).
+    pub const BLOCKING_KINDS: [&'static str; 10] = [
+        "refunded",
+        "disputed",
+        "amount_mismatch",
+        "currency_mismatch",
+        "duplicate_payment_intent",
+        "missing_locally",
+        "authorization_expiring",
+        "stuck_processing",
+        "abandoned",
+        "persistently_unverifiable",
+    ];
+
+    /// Whether money may be wrong (see [`FindingKind::MONEY_KINDS`]).
+    pub fn is_money(&self) -> bool {
+        Self::MONEY_KINDS.contains(&self.as_str().as_ref())
     }
 }
 
@@ -154,6 +226,11 @@ pub struct Decision {
     pub kind: Option<FindingKind>,
     /// Only for [`Verdict::Repairable`].
     pub command: Option<RepairCommand>,
+    /// What a person needs to judge the finding (amounts in minor units,
+    /// currency, refund share, deadlines), stored in
+    /// `reconciliation_findings.details`; for an UNVERIFIABLE decision, the
+    /// reason (`{"reason": ...}`).
+    pub details: Option<serde_json::Value>,
 }
 
 impl Decision {
@@ -163,6 +240,7 @@ impl Decision {
             verdict,
             kind: None,
             command: None,
+            details: None,
         }
     }
 
@@ -172,6 +250,23 @@ impl Decision {
             verdict: Verdict::NeedsReview,
             kind: Some(kind),
             command: None,
+            details: None,
+        }
+    }
+
+    /// A NEEDS_REVIEW decision with details.
+    pub fn review_with(kind: FindingKind, details: serde_json::Value) -> Self {
+        Decision {
+            details: Some(details),
+            ..Self::review(kind)
+        }
+    }
+
+    /// An UNVERIFIABLE decision with the reason.
+    pub fn unverifiable(reason: impl Into<String>) -> Self {
+        Decision {
+            details: Some(serde_json::json!({ "reason": reason.into() })),
+            ..Self::plain(Verdict::Unverifiable)
         }
     }
 
@@ -180,11 +275,13 @@ impl Decision {
             verdict: Verdict::Repairable,
             kind: Some(kind),
             command: Some(command),
+            details: None,
         }
     }
 }
 
-/// Compares a payment's local status with its PaymentIntent's status.
+/// Compares a payment's local status with its PaymentIntent's status only
+/// (the status table; [`super::classify`] adds the money and aging checks).
 ///
 /// Pure: the rule table of `DESIGN.md` ("Classification"), which restates the
 /// design note's `classify` with one deliberate departure: a locally `failed`
@@ -192,7 +289,7 @@ impl Decision {
 /// because Stripe returns a PaymentIntent to that state after a failed attempt.
 /// Money-moving directions (paid locally; succeeded externally but failed
 /// locally) are never repairable.
-pub fn classify(local: &LocalStatus, external: &ExternalStatus) -> Decision {
+pub fn classify_status(local: &LocalStatus, external: &ExternalStatus) -> Decision {
     use ExternalStatus as E;
     use LocalStatus as L;
     match (local, external) {

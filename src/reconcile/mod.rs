@@ -1,13 +1,18 @@
 //! Pure classification: no I/O, no async, no database or HTTP types.
 //!
-//! [`classify`] maps (local status, Stripe status) to a [`Decision`]. Strings
+//! [`classify`] maps (local row, PaymentIntent facts, rules, the run's clock)
+//! to a [`Decision`]; [`classify_status`] is its status table alone. Strings
 //! appear only at the edges ([`LocalStatus::parse`], [`ExternalStatus::parse`],
 //! the `as_str` methods used by the store).
 
+mod classify;
 mod decision;
+mod facts;
 mod status;
 
-pub use decision::{classify, Decision, FindingKind, RepairCommand, Verdict};
+pub use classify::{classify, Rules, AUTHORIZATION_LIFETIME_SECONDS};
+pub use decision::{classify_status, Decision, FindingKind, RepairCommand, Verdict};
+pub use facts::{Charge, ChargeFacts, LocalPayment, PaymentIntentFacts};
 pub use status::{ExternalStatus, LocalStatus};
 
 #[cfg(test)]
@@ -177,7 +182,7 @@ mod tests {
     #[test]
     fn every_row_of_the_design_table() {
         for &(local, external, verdict, kind, command) in TABLE {
-            let d = classify(&LocalStatus::parse(local), &ExternalStatus::parse(external));
+            let d = classify_status(&LocalStatus::parse(local), &ExternalStatus::parse(external));
             let case = format!("{local} -> {external}");
             assert_eq!(d.verdict, verdict, "{case}");
             assert_eq!(
@@ -214,7 +219,7 @@ mod tests {
     #[test]
     fn only_repairable_decisions_carry_a_command() {
         for &(local, external, ..) in TABLE {
-            let d = classify(&LocalStatus::parse(local), &ExternalStatus::parse(external));
+            let d = classify_status(&LocalStatus::parse(local), &ExternalStatus::parse(external));
             assert_eq!(d.command.is_some(), d.verdict == Verdict::Repairable);
             assert_eq!(
                 d.kind.is_some(),

@@ -15,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::writer::{apply, WriteError};
 use crate::reconcile::RepairCommand;
-use crate::store::findings;
 use crate::store::outbox::{self, ClaimedCommand};
+use crate::store::{findings, payments};
 use crate::store::{Context, StoreError};
 
 /// The worker's limits.
@@ -56,18 +56,22 @@ pub struct RepairReport {
     pub stuck: i64,
 }
 
-/// The payload the reconciler writes (design note).
+/// The payload the reconciler writes (design note), plus the PaymentIntent
+/// id the decision was made on (absent in commands enqueued by older
+/// versions).
 #[derive(Debug, Deserialize)]
 struct RepairPayload {
     payment_id: i64,
     finding_id: i64,
+    stripe_payment_intent_id: Option<String>,
 }
 
 /// What applying one command did.
 enum Applied {
     Changed,
     NoOp,
-    Skipped,
+    /// Closed without touching the payment, with the reason.
+    Skipped(String),
 }
 
 /// Drains the repair commands until none is claimable or `shutdown` fires.
@@ -116,12 +120,19 @@ pub async fn drain(
             let mut savepoint = tx.begin().await.context("opening a savepoint")?;
             match process(&mut savepoint, &command).await {
                 Ok(applied) => {
-                    outbox::mark_processed(&mut savepoint, command.id).await?;
+                    match &applied {
+                        Applied::Skipped(reason) => {
+                            outbox::mark_skipped(&mut savepoint, command.id, reason).await?;
+                        }
+                        Applied::Changed | Applied::NoOp => {
+                            outbox::mark_processed(&mut savepoint, command.id).await?;
+                        }
+                    }
                     savepoint.commit().await.context("releasing a savepoint")?;
                     match applied {
                         Applied::Changed => report.applied += 1,
                         Applied::NoOp => report.no_op += 1,
-                        Applied::Skipped => report.skipped += 1,
+                        Applied::Skipped(_) => report.skipped += 1,
                     }
                 }
                 Err(error) => {
@@ -146,20 +157,31 @@ pub async fn drain(
     Ok(report)
 }
 
-/// Applies one command after checking its finding: it must exist, be about
-/// the same payment and of the kind the command repairs. A finding already
-/// resolved means the command is moot. `Err(reason)` for a failure to record.
+/// Applies one command after checking, with the payment locked first (the
+/// one lock order: payment, then finding): the finding must exist, be about
+/// the same payment and of the kind the command repairs. The command is
+/// closed as skipped, with the reason, when its finding is already resolved,
+/// when the payment no longer holds the PaymentIntent or the status the
+/// decision was made on, or when an open finding of a blocking kind (a
+/// refund, a dispute, a duplicate, ...) is on the payment: goods are never
+/// released for money Stripe did not keep. `Err(reason)` for a failure to
+/// record.
 async fn process(
     conn: &mut sqlx::PgConnection,
     command: &ClaimedCommand,
 ) -> Result<Applied, String> {
+    let db = |e: StoreError| format!("{e}: {}", e.source);
     let kind = RepairCommand::parse(&command.event_type)
         .ok_or_else(|| format!("unknown command {}", command.event_type))?;
     let payload: RepairPayload = serde_json::from_value(command.payload.clone())
         .map_err(|e| format!("malformed payload: {e}"))?;
+    let payment = payments::lock_for_repair(conn, payload.payment_id)
+        .await
+        .map_err(db)?
+        .ok_or_else(|| format!("payment {} does not exist", payload.payment_id))?;
     let finding = findings::lock_for_repair(conn, payload.finding_id)
         .await
-        .map_err(|e| format!("{e}: {}", e.source))?
+        .map_err(db)?
         .ok_or_else(|| format!("finding {} does not exist", payload.finding_id))?;
     if finding.payment_id != payload.payment_id || finding.kind != kind.finding_kind().as_str() {
         return Err(format!(
@@ -171,14 +193,36 @@ async fn process(
             payload.payment_id
         ));
     }
+    let skip = |reason: String| {
+        tracing::info!(outbox_id = command.id, finding_id = payload.finding_id, %reason, "repair command skipped");
+        Ok(Applied::Skipped(reason))
+    };
     if !finding.open {
-        tracing::info!(
-            outbox_id = command.id,
-            finding_id = payload.finding_id,
-            "finding already resolved; command skipped"
-        );
-        return Ok(Applied::Skipped);
+        return skip("finding already resolved".into());
     }
+    if let Some(intent) = &payload.stripe_payment_intent_id {
+        if payment.stripe_payment_intent_id.as_deref() != Some(intent.as_str()) {
+            findings::resolve(conn, payload.finding_id, "superseded")
+                .await
+                .map_err(db)?;
+            return skip(format!(
+                "payment {} no longer holds PaymentIntent {intent}",
+                payload.payment_id
+            ));
+        }
+    }
+    let blocking = findings::blocked_payments(conn, &[payload.payment_id])
+        .await
+        .map_err(db)?;
+    if !blocking.is_empty() {
+        return skip(format!(
+            "payment {} has an open finding that blocks repairs (refund, dispute, duplicate, mismatch or review); see `findings list`",
+            payload.payment_id
+        ));
+    }
+    // The expected status is the canonical writer's guard (`WHERE status =
+    // 'pending'`): repaired when the payment already reached the target,
+    // superseded when it moved elsewhere.
     match apply(
         conn,
         kind,
@@ -191,6 +235,6 @@ async fn process(
         Ok(outcome) if outcome.changed => Ok(Applied::Changed),
         Ok(_) => Ok(Applied::NoOp),
         Err(e @ WriteError::UnknownPayment(_)) => Err(e.to_string()),
-        Err(WriteError::Store(e)) => Err(format!("{e}: {}", e.source)),
+        Err(WriteError::Store(e)) => Err(db(e)),
     }
 }

@@ -12,12 +12,13 @@ use super::detect::{observe_all, Observation};
 use super::report::BatchReport;
 use super::ScanError;
 use crate::config::JobSettings;
-use crate::reconcile::{FindingKind, Verdict};
-use crate::store::findings::{self, NewFinding};
+use crate::reconcile::{FindingKind, RepairCommand, Verdict};
+use crate::store::findings::{self, CreatedFinding, NewFinding};
 use crate::store::outbox::{self, RepairRow};
-use crate::store::payments::{self, PaymentRow};
+use crate::store::payments::{self, MoneyColumns, PaymentRow};
+use crate::store::unverifiable;
 use crate::store::{cursor, Context};
-use crate::stripe::{RetryPolicy, StripeGateway};
+use crate::stripe::{GatewayError, RetryPolicy, StripeGateway};
 use tokio_util::sync::CancellationToken;
 
 /// A batch aborts instead of skipping rows as UNVERIFIABLE when more than half
@@ -130,12 +131,12 @@ pub async fn run_batch_until(
     let mut observations = tokio::select! {
         biased;
         () = shutdown.cancelled() => return Err(ScanError::Interrupted),
-        observed = observe_all(pool, gateway, rows, settings.max_in_flight as usize) => observed?,
+        observed = observe_all(pool, gateway, rows, settings, Utc::now()) => observed?,
     };
     if shutdown.is_cancelled() {
         return Err(ScanError::Interrupted);
     }
-    check_stripe_reachable(&observations)?;
+    check_stripe_reachable(gateway, &observations).await?;
     report.scanned = observations.len() as u64;
     report.cursor_to = last_id;
 
@@ -150,6 +151,7 @@ pub async fn run_batch_until(
             write_phase(
                 pool,
                 job,
+                settings.unverifiable_cycles,
                 lease,
                 (cursor_id, last_id),
                 &mut observations,
@@ -186,8 +188,18 @@ async fn read_phase(
         }
         Mode::DryRun { after_id } => after_id,
     };
-    let rows =
-        payments::read_batch(&mut tx, cursor_id, settings.batch_size, settings.grace).await?;
+    let columns = MoneyColumns {
+        amount: settings.amount_column.as_ref(),
+        currency: settings.currency_column.as_ref(),
+    };
+    let rows = payments::read_batch(
+        &mut tx,
+        cursor_id,
+        settings.batch_size,
+        settings.grace,
+        columns,
+    )
+    .await?;
     tx.commit().await.context("closing the read transaction")?;
     Ok((cursor_id, rows))
 }
@@ -239,24 +251,48 @@ fn definitive_without_status(o: &Observation) -> bool {
     )
 }
 
-fn check_stripe_reachable(observations: &[Observation]) -> Result<(), ScanError> {
+/// When more than half of at least [`STRIPE_DOWN_MIN_READS`] reads failed,
+/// asks Stripe whether it answers at all ([`StripeGateway::probe`]) before
+/// abandoning the batch: if it does, the failures belong to those rows (one
+/// PaymentIntent that always answers 500, a body Stripe cannot give whole):
+/// they stay UNVERIFIABLE and the cursor moves on, so a few bad rows at the
+/// head of a small batch can never stall the scan.
+async fn check_stripe_reachable(
+    gateway: &StripeGateway,
+    observations: &[Observation],
+) -> Result<(), ScanError> {
     let asked = observations.iter().filter(|o| o.asked_stripe).count();
-    // Any failure counts, an outage or answers that are not Stripe's (a proxy's
-    // HTML, a wrong base URL): one bad answer is UNVERIFIABLE, most of a batch
-    // is a fault to fix, not rows to skip.
     let failed = observations
         .iter()
         .filter(|o| o.decision.verdict == Verdict::Unverifiable)
         .count();
-    if asked >= STRIPE_DOWN_MIN_READS && failed * 2 > asked {
-        return Err(ScanError::StripeDown { failed, asked });
+    if asked < STRIPE_DOWN_MIN_READS || failed * 2 <= asked {
+        return Ok(());
     }
-    Ok(())
+    match gateway.probe().await {
+        Ok(()) => {
+            tracing::warn!(
+                failed,
+                asked,
+                "most reads of the batch failed but Stripe answers: those rows are UNVERIFIABLE and the cursor moves on"
+            );
+            Ok(())
+        }
+        Err(e @ (GatewayError::Rejected { .. } | GatewayError::Misconfigured { .. })) => {
+            Err(ScanError::StripeRejected(e))
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "Stripe does not answer a probe either");
+            Err(ScanError::StripeDown { failed, asked })
+        }
+    }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn write_phase(
     pool: &PgPool,
     job: &str,
+    unverifiable_cycles: u32,
     lease: Option<&Lease>,
     (cursor_id, last_id): (i64, i64),
     observations: &mut [Observation],
@@ -266,26 +302,47 @@ async fn write_phase(
         .begin()
         .await
         .context("opening the write transaction")?;
+    // Payments first (in id order), then findings, then the outbox: the one
+    // lock order of every writer, so the scan and repair workers never deadlock.
     demote_changed_rows(&mut tx, observations).await?;
-    // Stamped: rows Stripe answered definitively. A 404 or a malformed id is
+    // Answered: rows Stripe answered definitively. A 404 or a malformed id is
     // an answer too (its finding carries the problem), so those rows do not
     // hold the reconciliation lag forever; UNVERIFIABLE rows never are.
-    let (verified_ids, verified_statuses): (Vec<i64>, Vec<Option<String>>) = observations
+    let answered: Vec<&Observation> = observations
         .iter()
         .filter(|o| o.observed.is_some() || definitive_without_status(o))
-        .map(|o| {
-            (
-                o.payment_id,
-                o.observed.as_ref().map(|s| s.as_str().to_owned()),
-            )
-        })
-        .unzip();
-    let in_sync: Vec<i64> = observations
-        .iter()
-        .filter(|o| o.decision.verdict == Verdict::InSync && o.observed.is_some())
-        .map(|o| o.payment_id)
         .collect();
-    let new_findings: Vec<NewFinding> = observations
+    let answered_ids: Vec<i64> = answered.iter().map(|o| o.payment_id).collect();
+    let statuses: Vec<Option<String>> = answered
+        .iter()
+        .map(|o| o.observed.as_ref().map(|s| s.as_str().to_owned()))
+        .collect();
+    let current_kinds: Vec<Option<String>> = answered
+        .iter()
+        .map(|o| o.decision.kind.as_ref().map(|k| k.as_str().into_owned()))
+        .collect();
+    payments::mark_reconciled(&mut tx, &answered_ids, &statuses).await?;
+    // A finding the scan no longer sees is resolved, with its commands.
+    let stale = findings::resolve_stale(&mut tx, &answered_ids, &current_kinds).await?;
+    report.findings_cleared = stale.len() as u64;
+    outbox::close_for_findings(
+        &mut tx,
+        &RepairCommand::EVENT_TYPES,
+        &stale,
+        "finding resolved by a later scan",
+    )
+    .await?;
+
+    // Rows Stripe could not answer for, counted once per cycle.
+    let (failed_ids, errors): (Vec<i64>, Vec<Option<String>>) = observations
+        .iter()
+        .filter(|o| o.asked_stripe && o.decision.verdict == Verdict::Unverifiable)
+        .map(|o| (o.payment_id, o.error.clone()))
+        .unzip();
+    let failing = unverifiable::record(&mut tx, job, &answered_ids, &failed_ids, &errors).await?;
+    let by_payment: HashMap<i64, &Observation> =
+        observations.iter().map(|o| (o.payment_id, o)).collect();
+    let mut new_findings: Vec<NewFinding> = observations
         .iter()
         .filter_map(|o| {
             o.decision.kind.as_ref().map(|kind| NewFinding {
@@ -293,26 +350,68 @@ async fn write_phase(
                 kind: kind.as_str().into_owned(),
                 local_status: o.local.as_str().to_owned(),
                 external_status: o.observed.as_ref().map(|s| s.as_str().to_owned()),
+                details: o.decision.details.clone(),
             })
         })
         .collect();
+    new_findings.extend(
+        failing
+            .iter()
+            .filter(|u| u.cycles >= i32::try_from(unverifiable_cycles).unwrap_or(i32::MAX))
+            .filter_map(|u| {
+                let o = by_payment.get(&u.payment_id)?;
+                Some(NewFinding {
+                    payment_id: u.payment_id,
+                    kind: FindingKind::PersistentlyUnverifiable.as_str().into_owned(),
+                    local_status: o.local.as_str().to_owned(),
+                    external_status: None,
+                    details: Some(serde_json::json!({
+                        "last_error": u.last_error,
+                        "cycles": u.cycles,
+                        "failing_since": u.first_failed_at.to_rfc3339(),
+                    })),
+                })
+            }),
+    );
+    let touched = findings::upsert_open(&mut tx, &new_findings).await?;
+    report.findings_created = touched.iter().filter(|f| f.created).count() as u64;
 
-    payments::mark_reconciled(&mut tx, &verified_ids, &verified_statuses).await?;
-    report.findings_cleared = findings::clear_in_sync(&mut tx, &in_sync).await?;
-    let created = findings::insert_open(&mut tx, &new_findings).await?;
-    report.findings_created = created.len() as u64;
-    // A command only for a finding created now: an open finding already has one.
-    let by_payment: HashMap<i64, &Observation> =
-        observations.iter().map(|o| (o.payment_id, o)).collect();
-    let repairs: Vec<RepairRow> = created
+    // One live command per open repairable finding: enqueued when the finding
+    // is new, or again when its command was lost or skipped while a money
+    // finding blocked the payment; never for a payment that is blocked now.
+    let repairable: Vec<(&CreatedFinding, RepairCommand, &Observation)> = touched
         .iter()
         .filter_map(|f| {
             let o = by_payment.get(&f.payment_id)?;
+            let command = o.decision.command?;
+            (command.finding_kind().as_str() == f.kind).then_some((f, command, *o))
+        })
+        .collect();
+    let candidate_payments: Vec<i64> = repairable.iter().map(|(f, ..)| f.payment_id).collect();
+    let blocked: HashSet<i64> = findings::blocked_payments(&mut tx, &candidate_payments)
+        .await?
+        .into_iter()
+        .collect();
+    let candidate_findings: Vec<i64> = repairable
+        .iter()
+        .filter(|(f, ..)| !blocked.contains(&f.payment_id))
+        .map(|(f, ..)| f.id)
+        .collect();
+    let without: HashSet<i64> =
+        outbox::findings_without_command(&mut tx, &RepairCommand::EVENT_TYPES, &candidate_findings)
+            .await?
+            .into_iter()
+            .collect();
+    let repairs: Vec<RepairRow> = repairable
+        .iter()
+        .filter(|(f, ..)| without.contains(&f.id))
+        .filter_map(|(f, command, o)| {
             Some(RepairRow {
                 payment_id: f.payment_id,
                 finding_id: f.id,
-                command: o.decision.command?.as_str(),
+                command: command.as_str(),
                 expected_local_status: o.local.as_str().to_owned(),
+                stripe_payment_intent_id: o.payment_intent.clone()?,
             })
         })
         .collect();
@@ -331,7 +430,6 @@ async fn write_phase(
     tx.commit().await.context("committing the batch")?;
     Ok(())
 }
-
 /// Locks the rows phase 3 writes for (in id order) and demotes to IN_FLIGHT
 /// those that changed since phase 1: a webhook that moved a payment while
 /// Stripe was being asked must not produce a finding about the old status.

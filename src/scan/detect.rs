@@ -4,12 +4,16 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use chrono::{DateTime, Utc};
+
+use crate::config::JobSettings;
 use futures::{StreamExt, TryStreamExt};
 use sqlx::PgPool;
 use tokio::sync::OnceCell;
 
 use super::ScanError;
-use crate::reconcile::{classify, Decision, ExternalStatus, FindingKind, LocalStatus, Verdict};
+use crate::reconcile::{
+    classify, Decision, ExternalStatus, FindingKind, LocalPayment, LocalStatus, Verdict,
+};
 use crate::store::payments::{self, PaymentRow};
 use crate::stripe::{GatewayError, PaymentIntentId, StripeGateway};
 
@@ -46,6 +50,9 @@ pub struct Observation {
     pub updated_at: DateTime<Utc>,
     /// `payments.status` as read in phase 1.
     pub local: LocalStatus,
+    /// The row's PaymentIntent id when it is well-formed (repair commands
+    /// carry it).
+    pub payment_intent: Option<String>,
     /// What to do about it.
     pub decision: Decision,
     /// Stripe's status when Stripe was actually asked and answered; only these
@@ -53,6 +60,9 @@ pub struct Observation {
     pub observed: Option<ExternalStatus>,
     /// A request was sent to Stripe for this row.
     pub asked_stripe: bool,
+    /// Why the row is UNVERIFIABLE (the last error), for the
+    /// `persistently_unverifiable` finding.
+    pub error: Option<String>,
 }
 
 impl Observation {
@@ -98,24 +108,32 @@ async fn check_key(pool: &PgPool, gateway: &StripeGateway) -> KeyCheck {
 /// without a request. Reads complete in any order (a slow retry does not hold
 /// up the others) and are put back in row order at the end.
 ///
+/// Rows are classified with the settings' rules against `now`, the run's
+/// clock for the aging findings.
+///
 /// # Errors
-/// [`ScanError::StripeRejected`] (401/403 or a 404 that is not about the
-/// PaymentIntent) and [`ScanError::StripeWrongAccount`] stop the batch at once;
-/// every other failure becomes a verdict.
+/// [`ScanError::StripeRejected`] (401/403 or Stripe's "Unrecognized request
+/// URL") and [`ScanError::StripeWrongAccount`] stop the batch at once; every
+/// other failure becomes a verdict.
 pub async fn observe_all(
     pool: &PgPool,
     gateway: &StripeGateway,
     rows: Vec<PaymentRow>,
-    max_in_flight: usize,
+    settings: &JobSettings,
+    now: DateTime<Utc>,
 ) -> Result<Vec<Observation>, ScanError> {
     let tally = Tally::default();
     let mut observed: Vec<(usize, Observation)> =
         futures::stream::iter(rows.into_iter().enumerate())
             .map(|(index, row)| {
                 let tally = &tally;
-                async move { observe(pool, gateway, row, tally).await.map(|o| (index, o)) }
+                async move {
+                    observe(pool, gateway, row, settings, now, tally)
+                        .await
+                        .map(|o| (index, o))
+                }
             })
-            .buffer_unordered(max_in_flight.max(1))
+            .buffer_unordered((settings.max_in_flight as usize).max(1))
             .try_collect()
             .await?;
     observed.sort_unstable_by_key(|(index, _)| *index);
@@ -134,6 +152,8 @@ async fn observe(
     pool: &PgPool,
     gateway: &StripeGateway,
     row: PaymentRow,
+    settings: &JobSettings,
+    now: DateTime<Utc>,
     tally: &Tally,
 ) -> Result<Observation, ScanError> {
     let mut seen = Observation {
@@ -141,9 +161,11 @@ async fn observe(
         version: row.version,
         updated_at: row.updated_at,
         local: LocalStatus::parse(row.status.as_deref().unwrap_or("")),
+        payment_intent: None,
         decision: Decision::plain(Verdict::InFlight),
         observed: None,
         asked_stripe: false,
+        error: None,
     };
     if row.recently_changed {
         return Ok(seen);
@@ -156,12 +178,33 @@ async fn observe(
             return Ok(seen);
         }
     };
+    seen.payment_intent = Some(id.as_str().to_owned());
     seen.asked_stripe = true;
-    match gateway.payment_intent_status(&id).await {
-        Ok(external) => {
+    match gateway.payment_intent(&id).await {
+        Ok(facts) => {
             tally.found.fetch_add(1, Ordering::Relaxed);
-            seen.decision = classify(&seen.local, &external);
-            seen.observed = Some(external);
+            let local = LocalPayment {
+                status: seen.local.clone(),
+                amount: row.amount,
+                currency: row.currency.clone(),
+                shares_payment_intent: row.shares_payment_intent,
+            };
+            seen.decision = classify(&local, &facts, &settings.rules, now);
+            if seen.decision.verdict == Verdict::Unverifiable {
+                // Stripe answered, but not enough to judge the money.
+                let reason = seen
+                    .decision
+                    .details
+                    .as_ref()
+                    .and_then(|d| d.get("reason"))
+                    .and_then(|r| r.as_str())
+                    .unwrap_or("incomplete PaymentIntent")
+                    .to_owned();
+                tracing::warn!(payment_id = row.id, payment_intent = %id, %reason, "PaymentIntent unverifiable");
+                seen.error = Some(reason);
+            } else {
+                seen.observed = Some(facts.status);
+            }
         }
         Err(GatewayError::NotFound { .. }) => {
             let not_found = tally.not_found.fetch_add(1, Ordering::Relaxed) + 1;
@@ -180,6 +223,7 @@ async fn observe(
         }
         Err(e @ GatewayError::Unavailable { .. }) => {
             tracing::warn!(payment_id = row.id, payment_intent = %id, error = %e, "PaymentIntent unverifiable");
+            seen.error = Some(e.to_string());
             seen.decision = Decision::plain(Verdict::Unverifiable);
         }
     }

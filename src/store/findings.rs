@@ -16,9 +16,11 @@ pub struct NewFinding {
     pub local_status: String,
     /// Stripe's status when detected; `None` when Stripe had nothing to say.
     pub external_status: Option<String>,
+    /// What a person needs to judge it (amounts, currency, deadlines).
+    pub details: Option<serde_json::Value>,
 }
 
-/// A finding the insert actually created (it was not already open).
+/// A finding the upsert touched.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct CreatedFinding {
     /// `reconciliation_findings.id`
@@ -27,15 +29,22 @@ pub struct CreatedFinding {
     pub payment_id: i64,
     /// The kind's database string.
     pub kind: String,
+    /// The row was inserted now (`false`: it was already open and only its
+    /// `external_status`, `details` and `last_seen_at` were refreshed).
+    pub created: bool,
 }
 
-/// Inserts the findings in one statement; those already open are skipped
-/// (`ON CONFLICT ... WHERE resolved_at IS NULL DO NOTHING`). Returns only the
-/// rows created now.
+/// Records the findings in one statement. A finding already open for the
+/// same (payment, kind) is not duplicated: its `external_status`, `details`
+/// and `last_seen_at` are refreshed, so the review queue shows Stripe's
+/// current state. A drift a person already resolved by hand with the same
+/// external status and details (an acknowledgement, e.g. a partial refund
+/// that is fine) is not opened again. Returns every open finding touched,
+/// with `created` telling new ones apart.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn insert_open(
+pub async fn upsert_open(
     conn: &mut PgConnection,
     findings: &[NewFinding],
 ) -> Result<Vec<CreatedFinding>, StoreError> {
@@ -49,43 +58,93 @@ pub async fn insert_open(
         .iter()
         .map(|f| f.external_status.as_deref())
         .collect();
+    let details: Vec<Option<&serde_json::Value>> =
+        findings.iter().map(|f| f.details.as_ref()).collect();
     sqlx::query_as(
-        "INSERT INTO reconciliation_findings (payment_id, kind, local_status, external_status)
-         SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[])
-         ON CONFLICT (payment_id, kind) WHERE resolved_at IS NULL DO NOTHING
-         RETURNING id, payment_id, kind",
+        "INSERT INTO reconciliation_findings
+                (payment_id, kind, local_status, external_status, details, last_seen_at)
+         SELECT v.payment_id, v.kind, v.local_status, v.external_status, v.details, now()
+           FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::jsonb[])
+                AS v(payment_id, kind, local_status, external_status, details)
+          WHERE NOT EXISTS (
+                SELECT 1 FROM reconciliation_findings r
+                 WHERE r.payment_id = v.payment_id AND r.kind = v.kind
+                   AND r.resolution = 'manual'
+                   AND r.external_status IS NOT DISTINCT FROM v.external_status
+                   AND r.details IS NOT DISTINCT FROM v.details)
+          ORDER BY v.payment_id
+         ON CONFLICT (payment_id, kind) WHERE resolved_at IS NULL DO UPDATE
+            SET external_status = EXCLUDED.external_status,
+                details = EXCLUDED.details,
+                last_seen_at = now()
+         RETURNING id, payment_id, kind, (xmax = 0) AS created",
     )
     .bind(payment_ids)
     .bind(kinds)
     .bind(locals)
     .bind(externals)
+    .bind(details)
     .fetch_all(conn)
     .await
     .context("recording findings")
 }
 
-/// Resolves every open finding of these payments with `resolution = 'cleared'`:
-/// a later scan verified them in sync. Returns how many were cleared.
+/// For payments Stripe has just answered for, resolves every open finding
+/// whose kind is no longer what the scan decides: `cleared` when the payment
+/// now has no finding, `superseded` when it has another (e.g. the
+/// PaymentIntent's status moved on, a refund was seen). `current[i]` is the
+/// kind decided for `payment_ids[i]` (NULL for none). Returns the ids of the
+/// findings resolved, so their repair commands can be closed in the same
+/// transaction. The caller holds the payments' row locks (payment before
+/// finding, everywhere).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn clear_in_sync(
+pub async fn resolve_stale(
     conn: &mut PgConnection,
     payment_ids: &[i64],
-) -> Result<u64, StoreError> {
+    current: &[Option<String>],
+) -> Result<Vec<i64>, StoreError> {
     if payment_ids.is_empty() {
-        return Ok(0);
+        return Ok(Vec::new());
     }
-    let done = sqlx::query(
-        "UPDATE reconciliation_findings
-            SET resolved_at = now(), resolution = 'cleared'
-          WHERE resolved_at IS NULL AND payment_id = ANY($1::bigint[])",
+    sqlx::query_scalar(
+        "UPDATE reconciliation_findings f
+            SET resolved_at = now(),
+                resolution = CASE WHEN v.kind IS NULL THEN 'cleared' ELSE 'superseded' END
+           FROM unnest($1::bigint[], $2::text[]) AS v(payment_id, kind)
+          WHERE f.payment_id = v.payment_id AND f.resolved_at IS NULL
+            AND f.kind IS DISTINCT FROM v.kind
+         RETURNING f.id",
     )
     .bind(payment_ids)
-    .execute(conn)
+    .bind(current)
+    .fetch_all(conn)
     .await
-    .context("clearing findings of in-sync payments")?;
-    Ok(done.rows_affected())
+    .context("resolving findings the scan no longer sees")
+}
+
+/// Which of these payments have an open finding of a blocking kind
+/// ([`crate::reconcile::FindingKind::BLOCKING_KINDS`]): no repair may touch them.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn blocked_payments(
+    conn: &mut PgConnection,
+    payment_ids: &[i64],
+) -> Result<Vec<i64>, StoreError> {
+    if payment_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar(
+        "SELECT DISTINCT payment_id FROM reconciliation_findings
+          WHERE payment_id = ANY($1) AND resolved_at IS NULL AND kind = ANY($2)",
+    )
+    .bind(payment_ids)
+    .bind(&crate::reconcile::FindingKind::BLOCKING_KINDS[..])
+    .fetch_all(conn)
+    .await
+    .context("looking for findings that block repairs")
 }
 
 /// Resolves one open finding with `resolution` (e.g. `repaired`). Returns
@@ -162,6 +221,11 @@ pub struct FindingView {
     pub resolved_by: Option<String>,
     /// Why.
     pub resolution_note: Option<String>,
+    /// What a person needs to judge it (amounts in minor units, currency,
+    /// refund share, deadlines), as the scan last saw it.
+    pub details: Option<serde_json::Value>,
+    /// When a scan last saw this drift.
+    pub last_seen_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Lists findings, newest first, at most `limit` rows.
@@ -177,7 +241,7 @@ pub async fn list(
     sqlx::query_as(
         "SELECT f.id, f.payment_id, p.order_id, p.stripe_payment_intent_id, f.kind, f.local_status,
                 f.external_status, f.detected_at, f.resolved_at, f.resolution, f.resolved_by,
-                f.resolution_note
+                f.resolution_note, f.details, f.last_seen_at
            FROM reconciliation_findings f
            LEFT JOIN payments p ON p.id = f.payment_id
           WHERE ($1::text IS NULL OR f.kind = $1) AND (NOT $2 OR f.resolved_at IS NULL)

@@ -7,7 +7,9 @@ pub mod findings;
 pub mod outbox;
 pub mod payments;
 pub mod runs;
+pub mod schema;
 pub mod stats;
+pub mod unverifiable;
 
 /// A database operation failed. `action` says which, for the log line.
 #[derive(Debug, thiserror::Error)]

@@ -16,11 +16,15 @@ pub struct RepairRow {
     pub command: &'static str,
     /// The local status the classification saw.
     pub expected_local_status: String,
+    /// The PaymentIntent id the decision was made on: the writer applies the
+    /// command only while the payment still holds it.
+    pub stripe_payment_intent_id: String,
 }
 
 /// Enqueues repair commands in one statement, with the design note's payload
-/// `{"payment_id", "finding_id", "expected_local_status"}` and
-/// `aggregate_type = 'Payment'`. Returns how many were enqueued.
+/// `{"payment_id", "finding_id", "expected_local_status"}` plus
+/// `"stripe_payment_intent_id"`, and `aggregate_type = 'Payment'`. Returns
+/// how many were enqueued.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -38,18 +42,24 @@ pub async fn enqueue_repairs(
         .iter()
         .map(|r| r.expected_local_status.as_str())
         .collect();
+    let intents: Vec<&str> = rows
+        .iter()
+        .map(|r| r.stripe_payment_intent_id.as_str())
+        .collect();
     let done = sqlx::query(
         "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
          SELECT 'Payment', v.payment_id::text, v.command,
                 jsonb_build_object('payment_id', v.payment_id, 'finding_id', v.finding_id,
-                                   'expected_local_status', v.expected)
-           FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[])
-                AS v(payment_id, finding_id, command, expected)",
+                                   'expected_local_status', v.expected,
+                                   'stripe_payment_intent_id', v.intent)
+           FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[])
+                AS v(payment_id, finding_id, command, expected, intent)",
     )
     .bind(payment_ids)
     .bind(finding_ids)
     .bind(commands)
     .bind(expected)
+    .bind(intents)
     .execute(conn)
     .await
     .context("enqueueing repair commands")?;
@@ -111,6 +121,48 @@ pub async fn mark_processed(conn: &mut PgConnection, id: i64) -> Result<(), Stor
         .await
         .context("marking a command processed")?;
     Ok(())
+}
+
+/// Closes a command without applying it (`processed_at` set, `last_error`
+/// says why: e.g. its payment has a refund under review).
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn mark_skipped(conn: &mut PgConnection, id: i64, reason: &str) -> Result<(), StoreError> {
+    sqlx::query("UPDATE outbox SET processed_at = now(), last_error = $2 WHERE id = $1")
+        .bind(id)
+        .bind(reason)
+        .execute(conn)
+        .await
+        .context("closing a skipped command")?;
+    Ok(())
+}
+
+/// Of these open findings, those with no repair command the worker will still
+/// process (none unprocessed, stuck ones included): a command was lost, or
+/// skipped while the payment was blocked. The scan enqueues one for them.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn findings_without_command(
+    conn: &mut PgConnection,
+    event_types: &[&str],
+    finding_ids: &[i64],
+) -> Result<Vec<i64>, StoreError> {
+    if finding_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar(
+        "SELECT f.id FROM unnest($2::bigint[]) AS f(id)
+          WHERE NOT EXISTS (SELECT 1 FROM outbox o
+                             WHERE o.processed_at IS NULL AND o.event_type = ANY($1)
+                               AND o.payload->>'finding_id' = f.id::text)",
+    )
+    .bind(event_types)
+    .bind(finding_ids)
+    .fetch_all(conn)
+    .await
+    .context("looking for findings without a repair command")
 }
 
 /// Records a failed attempt; the command stays unprocessed for a later run.
@@ -198,26 +250,35 @@ pub async fn has_pending_repair(
     .context("looking for a pending repair")
 }
 
-/// Closes the stuck repair commands of a finding a person resolved by hand
-/// (`processed_at` set, `last_error` says why), so they stop being counted.
+/// Closes the unprocessed repair commands of resolved findings, stuck ones
+/// included (`processed_at` set, `last_error` says why), so no command
+/// outlives its finding. A command a repair worker holds right now is
+/// skipped (`SKIP LOCKED`, never a wait): that worker finds the finding
+/// resolved and closes it as skipped itself.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn close_for_finding(
+pub async fn close_for_findings(
     conn: &mut PgConnection,
     event_types: &[&str],
-    finding_id: i64,
+    finding_ids: &[i64],
     note: &str,
 ) -> Result<u64, StoreError> {
+    if finding_ids.is_empty() {
+        return Ok(0);
+    }
     let done = sqlx::query(
         "UPDATE outbox SET processed_at = now(), last_error = $3
-          WHERE processed_at IS NULL AND event_type = ANY($1) AND payload->>'finding_id' = $2::text",
+          WHERE id IN (SELECT id FROM outbox
+                        WHERE processed_at IS NULL AND event_type = ANY($1)
+                          AND payload->>'finding_id' = ANY($2::bigint[]::text[])
+                        FOR UPDATE SKIP LOCKED)",
     )
     .bind(event_types)
-    .bind(finding_id)
+    .bind(finding_ids)
     .bind(note)
     .execute(conn)
     .await
-    .context("closing a finding's stuck commands")?;
+    .context("closing the commands of resolved findings")?;
     Ok(done.rows_affected())
 }

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use super::{Context, StoreError};
+use crate::config::ColumnName;
 
 /// One row of a batch, as phase 1 reads it. Text columns are optional: an
 /// application's own `payments` table may hold NULLs, which must become
@@ -26,10 +27,140 @@ pub struct PaymentRow {
     pub updated_at: DateTime<Utc>,
     /// `updated_at` falls within the grace window.
     pub recently_changed: bool,
+    /// The amount column (`RECONCILER_AMOUNT_COLUMN`), minor units; `None`
+    /// when not configured or NULL.
+    pub amount: Option<i64>,
+    /// The currency column (`RECONCILER_CURRENCY_COLUMN`); `None` when not
+    /// configured or NULL.
+    pub currency: Option<String>,
+    /// Another row holds the same `stripe_payment_intent_id` (found with an
+    /// index lookup per row, never a table scan: `migrate` makes sure an index
+    /// on the column exists).
+    pub shares_payment_intent: bool,
+}
+
+/// The optional columns a batch reads beside the seed's, validated at start
+/// ([`check_columns`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MoneyColumns<'a> {
+    /// `RECONCILER_AMOUNT_COLUMN`.
+    pub amount: Option<&'a ColumnName>,
+    /// `RECONCILER_CURRENCY_COLUMN`.
+    pub currency: Option<&'a ColumnName>,
+}
+
+impl MoneyColumns<'_> {
+    /// The batch query. Column names enter the SQL only as validated,
+    /// double-quoted identifiers ([`ColumnName::quoted`]).
+    fn batch_sql(&self) -> String {
+        let amount = self
+            .amount
+            .map_or_else(|| "NULL".to_owned(), |c| format!("p.{}", c.quoted()));
+        let currency = self
+            .currency
+            .map_or_else(|| "NULL".to_owned(), |c| format!("p.{}", c.quoted()));
+        format!(
+            "SELECT p.id, p.stripe_payment_intent_id, p.status, p.version, p.updated_at,
+                    p.updated_at > now() - make_interval(secs => $2) AS recently_changed,
+                    ({amount})::bigint AS amount, ({currency})::text AS currency,
+                    EXISTS (SELECT 1 FROM payments q
+                             WHERE q.stripe_payment_intent_id = p.stripe_payment_intent_id
+                               AND q.id <> p.id) AS shares_payment_intent
+               FROM payments p
+              WHERE p.id > $1
+              ORDER BY p.id
+              LIMIT $3"
+        )
+    }
+}
+
+/// Why a configured column cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ColumnError {
+    /// No such column in `payments`.
+    #[error("{var}: payments has no column {column:?} (names are matched exactly, case included)")]
+    Missing {
+        /// The variable naming the column.
+        var: &'static str,
+        /// The name.
+        column: String,
+    },
+    /// The column's type cannot hold what is compared.
+    #[error("{var}: column {column:?} is {found}, expected {expected}")]
+    WrongType {
+        /// The variable naming the column.
+        var: &'static str,
+        /// The name.
+        column: String,
+        /// The column's type.
+        found: String,
+        /// What is accepted.
+        expected: &'static str,
+    },
+    /// The catalog could not be read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Checks that the configured columns exist in `payments` with usable types:
+/// the amount an integer type (`smallint`, `integer`, `bigint`: minor units),
+/// the currency a text type (`text`, `character varying`, `character`).
+///
+/// # Errors
+/// [`ColumnError`]: `Missing` and `WrongType` name the variable (exit 78).
+pub async fn check_columns(
+    conn: &mut PgConnection,
+    columns: MoneyColumns<'_>,
+) -> Result<(), ColumnError> {
+    let checks = [
+        (
+            "RECONCILER_AMOUNT_COLUMN",
+            columns.amount,
+            &["smallint", "integer", "bigint"][..],
+            "an integer type (minor units)",
+        ),
+        (
+            "RECONCILER_CURRENCY_COLUMN",
+            columns.currency,
+            &["text", "character varying", "character"][..],
+            "a text type (ISO currency code)",
+        ),
+    ];
+    for (var, column, accepted, expected) in checks {
+        let Some(column) = column else { continue };
+        let found: Option<String> = sqlx::query_scalar(
+            "SELECT format_type(a.atttypid, NULL) FROM pg_attribute a
+              WHERE a.attrelid = 'payments'::regclass AND a.attname = $1
+                AND a.attnum > 0 AND NOT a.attisdropped",
+        )
+        .bind(column.as_str())
+        .fetch_optional(&mut *conn)
+        .await
+        .context("reading the columns of payments")?;
+        match found {
+            None => {
+                return Err(ColumnError::Missing {
+                    var,
+                    column: column.as_str().to_owned(),
+                })
+            }
+            Some(t) if !accepted.contains(&t.as_str()) => {
+                return Err(ColumnError::WrongType {
+                    var,
+                    column: column.as_str().to_owned(),
+                    found: t,
+                    expected,
+                })
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
 }
 
 /// Reads up to `limit` rows with `id > after_id` in id order, flagging those
-/// updated less than `grace` ago.
+/// updated less than `grace` ago and those sharing their PaymentIntent id,
+/// with the configured money columns.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -38,15 +169,9 @@ pub async fn read_batch(
     after_id: i64,
     limit: u32,
     grace: Duration,
+    columns: MoneyColumns<'_>,
 ) -> Result<Vec<PaymentRow>, StoreError> {
-    sqlx::query_as(
-        "SELECT id, stripe_payment_intent_id, status, version, updated_at,
-                updated_at > now() - make_interval(secs => $2) AS recently_changed
-           FROM payments
-          WHERE id > $1
-          ORDER BY id
-          LIMIT $3",
-    )
+    sqlx::query_as(&columns.batch_sql())
     .bind(after_id)
     .bind(grace.as_secs_f64())
     .bind(i64::from(limit))
@@ -58,8 +183,10 @@ pub async fn read_batch(
 /// Locks, in id order, the rows of `(ids[i], versions[i], updated_ats[i])`
 /// that are unchanged since phase 1 and returns their ids. Rows that changed
 /// (a webhook moved them while Stripe was being asked) are neither locked nor
-/// returned: the caller writes nothing for them. Locking in id order keeps
-/// concurrent batches and the repair worker from deadlocking.
+/// returned: the caller writes nothing for them. Locking in id order, and
+/// payments before findings everywhere, keeps concurrent batches and the
+/// repair worker from deadlocking. `FOR NO KEY UPDATE`, so the application
+/// can still insert rows that reference `payments` meanwhile.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -78,7 +205,7 @@ pub async fn lock_unchanged(
              ON p.id = v.id
           WHERE p.version = v.version AND p.updated_at = v.updated_at
           ORDER BY p.id
-          FOR UPDATE OF p",
+          FOR NO KEY UPDATE OF p",
     )
     .bind(ids)
     .bind(versions)
@@ -172,6 +299,57 @@ pub(crate) async fn transition_status(
     Ok(status.map_or(TransitionResult::Missing, |status| {
         TransitionResult::AlreadyMoved { status }
     }))
+}
+
+/// Locks the payment a finding is about (`FOR NO KEY UPDATE`), before the
+/// finding itself is touched: payment before finding, the one lock order of
+/// every writer. Returns the payment's id; `None` when the finding or its
+/// payment does not exist.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn lock_for_finding(
+    conn: &mut PgConnection,
+    finding_id: i64,
+) -> Result<Option<i64>, StoreError> {
+    sqlx::query_scalar(
+        "SELECT p.id FROM payments p
+           JOIN reconciliation_findings f ON f.payment_id = p.id
+          WHERE f.id = $1
+            FOR NO KEY UPDATE OF p",
+    )
+    .bind(finding_id)
+    .fetch_optional(conn)
+    .await
+    .context("locking the payment of a finding")
+}
+
+/// The payment as the repair worker checks it, locked (`FOR NO KEY UPDATE`)
+/// until the worker's transaction ends.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct PaymentForRepair {
+    /// `payments.status`
+    pub status: Option<String>,
+    /// `payments.stripe_payment_intent_id`
+    pub stripe_payment_intent_id: Option<String>,
+}
+
+/// Locks one payment for the repair worker, before its finding; `None` when
+/// it does not exist.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn lock_for_repair(
+    conn: &mut PgConnection,
+    payment_id: i64,
+) -> Result<Option<PaymentForRepair>, StoreError> {
+    sqlx::query_as(
+        "SELECT status, stripe_payment_intent_id FROM payments WHERE id = $1 FOR NO KEY UPDATE",
+    )
+    .bind(payment_id)
+    .fetch_optional(conn)
+    .await
+    .context("locking a payment for repair")
 }
 
 /// A PaymentIntent id this job once verified with Stripe (its row has an

@@ -16,8 +16,8 @@ use url::Url;
 use super::error::{BuildError, GatewayError, Unavailable};
 use super::id::PaymentIntentId;
 use super::retry::{self, Attempt, AttemptOutcome, RetryPolicy};
-use super::wire::{WireErrorEnvelope, WirePaymentIntent};
-use crate::reconcile::ExternalStatus;
+use super::wire::{payment_intent_facts, WireErrorEnvelope};
+use crate::reconcile::{ExternalStatus, PaymentIntentFacts};
 
 /// The Stripe API version every request pins (`Stripe-Version` header), so a
 /// change of the account's default version cannot change the shapes we parse.
@@ -109,7 +109,20 @@ impl StripeGateway {
         })
     }
 
-    /// Reads one PaymentIntent's status (`GET /v1/payment_intents/{id}`).
+    /// Reads one PaymentIntent's status (`GET /v1/payment_intents/{id}`); see
+    /// [`StripeGateway::payment_intent`].
+    ///
+    /// # Errors
+    /// As [`StripeGateway::payment_intent`].
+    pub async fn payment_intent_status(
+        &self,
+        id: &PaymentIntentId,
+    ) -> Result<ExternalStatus, GatewayError> {
+        self.payment_intent(id).await.map(|pi| pi.status)
+    }
+
+    /// Reads one PaymentIntent with its latest charge
+    /// (`GET /v1/payment_intents/{id}?expand[]=latest_charge`).
     ///
     /// # Errors
     /// - [`GatewayError::NotFound`]: Stripe's 404 `resource_missing`.
@@ -119,18 +132,52 @@ impl StripeGateway {
     /// - [`GatewayError::Unavailable`]: timeouts, connection errors, 429, 5xx,
     ///   or a body that is not a PaymentIntent, after the retry budget.
     #[tracing::instrument(name = "stripe.retrieve", level = "debug", skip_all, fields(payment_intent = %id, request_id = tracing::field::Empty, http_status = tracing::field::Empty))]
-    pub async fn payment_intent_status(
+    pub async fn payment_intent(
         &self,
         id: &PaymentIntentId,
-    ) -> Result<ExternalStatus, GatewayError> {
-        let url = &self.url_for(id);
+    ) -> Result<PaymentIntentFacts, GatewayError> {
+        let url = self.url_for(id);
+        self.request(&url, |headers, body| parse_payment_intent(headers, body, id))
+            .await
+    }
+
+    /// Asks Stripe whether it answers at all with this key:
+    /// `GET /v1/payment_intents?limit=1`, under the same rate limit and retry
+    /// rule as every read. A batch whose reads mostly failed calls this before
+    /// concluding that Stripe is down: if Stripe answers, the failures belong
+    /// to those rows.
+    ///
+    /// # Errors
+    /// As [`StripeGateway::payment_intent`] (`NotFound` aside).
+    #[tracing::instrument(name = "stripe.probe", level = "debug", skip_all, fields(request_id = tracing::field::Empty, http_status = tracing::field::Empty))]
+    pub async fn probe(&self) -> Result<(), GatewayError> {
+        let mut url = self.v1(&["payment_intents"]);
+        url.query_pairs_mut().append_pair("limit", "1");
+        self.request(&url, |headers, body| {
+            let list: serde_json::Value = json_body(headers, body)?;
+            match list.get("object").and_then(|o| o.as_str()) {
+                Some("list") => Ok(()),
+                _ => Err(Unavailable::InvalidBody("not a Stripe list".into())),
+            }
+        })
+        .await
+    }
+
+    /// One GET under the rate limit and the retry rule; `parse` turns a 200's
+    /// body into the answer.
+    async fn request<T>(
+        &self,
+        url: &Url,
+        parse: impl Fn(&HeaderMap, &[u8]) -> Result<T, Unavailable>,
+    ) -> Result<T, GatewayError> {
+        let parse = &parse;
         let (result, attempts) = retry::execute(
             &self.retry,
             self.deadline,
             || async move {
                 self.wait_turn().await;
-                match self.attempt(url, id).await {
-                    Ok(status) => Attempt::Done(Ok(status)),
+                match self.attempt(url, parse).await {
+                    Ok(answer) => Attempt::Done(Ok(answer)),
                     Err(AttemptError::Final(e)) => Attempt::Done(Err(e)),
                     Err(AttemptError::Retryable {
                         outcome,
@@ -161,15 +208,21 @@ impl StripeGateway {
         })
     }
 
-    fn url_for(&self, id: &PaymentIntentId) -> Url {
+    /// `{base}/v1/{segments...}`. Segments are pushed one by one, so anything
+    /// outside `[A-Za-z0-9_]` would be percent-encoded, never change the path.
+    fn v1(&self, segments: &[&str]) -> Url {
         let mut url = self.base.clone();
-        // The id is already restricted to [A-Za-z0-9_]; push_segment would
-        // percent-encode anything else rather than let it change the path.
-        if let Ok(mut segments) = url.path_segments_mut() {
-            segments
-                .pop_if_empty()
-                .extend(["v1", "payment_intents", id.as_str()]);
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().push("v1").extend(segments);
         }
+        url
+    }
+
+    fn url_for(&self, id: &PaymentIntentId) -> Url {
+        let mut url = self.v1(&["payment_intents", id.as_str()]);
+        // The charge in the same request: refunds and disputes live there.
+        url.query_pairs_mut()
+            .append_pair("expand[]", "latest_charge");
         url
     }
 
@@ -192,11 +245,11 @@ impl StripeGateway {
         }
     }
 
-    async fn attempt(
+    async fn attempt<T>(
         &self,
         url: &Url,
-        id: &PaymentIntentId,
-    ) -> Result<ExternalStatus, AttemptError> {
+        parse: &impl Fn(&HeaderMap, &[u8]) -> Result<T, Unavailable>,
+    ) -> Result<T, AttemptError> {
         let response = self
             .http
             .get(url.clone())
@@ -222,25 +275,37 @@ impl StripeGateway {
             cause => final_unavailable(cause, request_id.clone()),
         })?;
         match status {
-            StatusCode::OK => parse_payment_intent(&headers, &body, id)
-                .map_err(|cause| final_unavailable(cause, request_id)),
+            StatusCode::OK => {
+                parse(&headers, &body).map_err(|cause| final_unavailable(cause, request_id))
+            }
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
                 Err(AttemptError::Final(GatewayError::Rejected {
                     status: status.as_u16(),
                     request_id,
                 }))
             }
+            // A 404 is classified by its body: only `resource_missing` says
+            // the PaymentIntent is missing, only Stripe's "Unrecognized request
+            // URL" says the base URL is wrong; any other 404 (a proxy, a test
+            // double, an odd gateway) says nothing, and the row is UNVERIFIABLE.
             StatusCode::NOT_FOUND => match WireErrorEnvelope::parse(&body) {
                 Some(e) if e.code.as_deref() == Some("resource_missing") => {
                     Err(AttemptError::Final(GatewayError::NotFound { request_id }))
                 }
-                Some(e) => Err(AttemptError::Final(GatewayError::Misconfigured {
-                    status: status.as_u16(),
-                    code: e.code,
+                Some(e) if e.is_unrecognized_url() => {
+                    Err(AttemptError::Final(GatewayError::Misconfigured {
+                        status: status.as_u16(),
+                        code: e.code,
+                        request_id,
+                    }))
+                }
+                Some(e) => Err(final_unavailable(
+                    Unavailable::InvalidBody(format!(
+                        "HTTP 404 with code {:?}, not resource_missing",
+                        e.code.as_deref().unwrap_or("-")
+                    )),
                     request_id,
-                })),
-                // A 404 that is not Stripe's (a proxy, a wrong base URL) says
-                // nothing about the PaymentIntent.
+                )),
                 None => Err(final_unavailable(
                     Unavailable::InvalidBody("HTTP 404 without Stripe's error body".into()),
                     request_id,
@@ -325,36 +390,51 @@ async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, Unavail
     }
 }
 
+/// A JSON body of a 200 answer; anything else (a proxy's HTML page, truncated
+/// JSON) is [`Unavailable::InvalidBody`].
+fn json_body(headers: &HeaderMap, body: &[u8]) -> Result<serde_json::Value, Unavailable> {
+    let content_type = header(headers, CONTENT_TYPE.as_str()).unwrap_or_default();
+    if !content_type.starts_with("application/json") {
+        return Err(Unavailable::InvalidBody(format!(
+            "content type {content_type:?}, expected application/json"
+        )));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| Unavailable::InvalidBody(format!("not JSON ({e})")))
+}
+
 fn parse_payment_intent(
     headers: &HeaderMap,
     body: &[u8],
     id: &PaymentIntentId,
-) -> Result<ExternalStatus, Unavailable> {
+) -> Result<PaymentIntentFacts, Unavailable> {
     let invalid = |why: &str| Unavailable::InvalidBody(why.to_owned());
-    let content_type = header(headers, CONTENT_TYPE.as_str()).unwrap_or_default();
-    if !content_type.starts_with("application/json") {
-        return Err(invalid(&format!(
-            "content type {content_type:?}, expected application/json"
-        )));
+    let pi = json_body(headers, body)?;
+    if !pi.is_object() {
+        return Err(invalid("not a JSON object"));
     }
-    let pi: WirePaymentIntent = serde_json::from_slice(body)
-        .map_err(|e| invalid(&format!("not PaymentIntent JSON ({e})")))?;
-    if pi.object.as_deref().is_some_and(|o| o != "payment_intent") {
+    if pi
+        .get("object")
+        .is_some_and(|o| o.as_str() != Some("payment_intent"))
+    {
         return Err(invalid("object is not a payment_intent"));
     }
-    if pi.id.as_deref() != Some(id.as_str()) {
+    if pi.get("id").and_then(|v| v.as_str()) != Some(id.as_str()) {
         return Err(invalid("id does not match the requested PaymentIntent"));
     }
-    match pi.status {
+    let status = match pi.get("status") {
         Some(serde_json::Value::String(s))
             if !s.is_empty()
                 && s.len() <= MAX_STATUS_LEN
                 && s.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') =>
         {
-            Ok(ExternalStatus::parse(&s))
+            ExternalStatus::parse(s)
         }
-        Some(serde_json::Value::String(_)) => Err(invalid("status is not a Stripe status word")),
-        Some(_) => Err(invalid("status is not a string")),
-        None => Err(invalid("status is missing")),
-    }
+        Some(serde_json::Value::String(_)) => {
+            return Err(invalid("status is not a Stripe status word"))
+        }
+        Some(_) => return Err(invalid("status is not a string")),
+        None => return Err(invalid("status is missing")),
+    };
+    Ok(payment_intent_facts(&pi, status))
 }

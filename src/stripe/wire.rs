@@ -1,16 +1,11 @@
 //! Stripe's JSON shapes, parsed leniently: only the fields the reconciler needs;
 //! unknown fields and nulls are ignored. These types never leave the gateway.
 
+use chrono::DateTime;
 use serde::Deserialize;
+use serde_json::Value;
 
-/// The part of a PaymentIntent object we read (`GET /v1/payment_intents/{id}`).
-#[derive(Debug, Deserialize)]
-pub(crate) struct WirePaymentIntent {
-    pub id: Option<String>,
-    pub object: Option<String>,
-    /// Left as a JSON value so a non-string status is reported, not a parse error.
-    pub status: Option<serde_json::Value>,
-}
+use crate::reconcile::{Charge, ChargeFacts, ExternalStatus, PaymentIntentFacts};
 
 /// Stripe's error envelope: `{"error": {"type", "code", "message", ...}}`.
 #[derive(Debug, Deserialize)]
@@ -23,6 +18,19 @@ pub(crate) struct WireError {
     #[serde(rename = "type")]
     pub kind: Option<String>,
     pub code: Option<String>,
+    pub message: Option<String>,
+}
+
+impl WireError {
+    /// Stripe's answer to a path it does not know ("Unrecognized request
+    /// URL (GET: /v1/...)"): STRIPE_API_BASE has a wrong path.
+    pub fn is_unrecognized_url(&self) -> bool {
+        self.code.is_none()
+            && self
+                .message
+                .as_deref()
+                .is_some_and(|m| m.starts_with("Unrecognized request URL"))
+    }
 }
 
 impl WireErrorEnvelope {
@@ -32,5 +40,87 @@ impl WireErrorEnvelope {
         serde_json::from_slice::<WireErrorEnvelope>(body)
             .ok()
             .map(|e| e.error)
+    }
+}
+
+/// A non-negative integer field (amounts in minor units); `None` when absent,
+/// `null`, negative or not an integer.
+fn amount(object: &Value, field: &str) -> Option<i64> {
+    object.get(field).and_then(Value::as_i64).filter(|a| *a >= 0)
+}
+
+/// Short lowercase words only (currency codes, capture methods, method types):
+/// anything else from the wire is dropped rather than stored or shown.
+fn word(value: &Value) -> Option<String> {
+    value
+        .as_str()
+        .filter(|s| !s.is_empty() && s.len() <= 64)
+        .filter(|s| s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        .map(str::to_owned)
+}
+
+/// The facts of a PaymentIntent JSON object whose `status` the caller has
+/// already validated: amounts, currency, `created`, `capture_method`,
+/// `payment_method_types`, `metadata` and the latest charge. Wrong types
+/// become `None`/empty, never an error.
+pub(crate) fn payment_intent_facts(pi: &Value, status: ExternalStatus) -> PaymentIntentFacts {
+        PaymentIntentFacts {
+            status,
+            amount: amount(pi, "amount"),
+            amount_received: amount(pi, "amount_received"),
+            currency: pi.get("currency").and_then(word),
+            created: pi
+                .get("created")
+                .and_then(Value::as_i64)
+                .and_then(|t| DateTime::from_timestamp(t, 0)),
+            capture_method: pi.get("capture_method").and_then(word),
+            payment_method_types: pi
+                .get("payment_method_types")
+                .and_then(Value::as_array)
+                .map(|types| types.iter().filter_map(word).collect())
+                .unwrap_or_default(),
+            metadata: pi
+                .get("metadata")
+                .and_then(Value::as_object)
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            charge: charge_facts(pi),
+        }
+}
+
+/// The latest charge in any of its shapes: `latest_charge` as an expanded
+/// object, a bare id (not expanded), `null` (no charge yet); or, from API
+/// versions before 2022-11-15, absent with a `charges` list (newest first).
+fn charge_facts(pi: &Value) -> ChargeFacts {
+    let charge = |c: &Value| {
+        ChargeFacts::Known(Charge {
+            amount: amount(c, "amount"),
+            amount_refunded: amount(c, "amount_refunded"),
+            refunded: c.get("refunded").and_then(Value::as_bool),
+            disputed: c.get("disputed").and_then(Value::as_bool),
+        })
+    };
+    match pi.get("latest_charge") {
+        Some(Value::Object(_)) => charge(&pi["latest_charge"]),
+        Some(Value::Null) => ChargeFacts::None,
+        Some(_) => ChargeFacts::NotExpanded,
+        None => match pi
+            .get("charges")
+            .and_then(|c| c.get("data"))
+            .and_then(Value::as_array)
+        {
+            Some(list) => list.first().map_or(ChargeFacts::None, |c| {
+                if c.is_object() {
+                    charge(c)
+                } else {
+                    ChargeFacts::NotExpanded
+                }
+            }),
+            None => ChargeFacts::NotExpanded,
+        },
     }
 }

@@ -24,6 +24,9 @@ pub fn payment_intent(id: &str, status: &str) -> Value {
         serde_json::from_str(include_str!("../fixtures/payment_intent.json")).unwrap();
     pi["id"] = Value::from(id);
     pi["status"] = Value::from(status);
+    // Created an hour ago, like the rows the tests insert (the fixture's
+    // 2009 timestamp would make every in-flight PaymentIntent "stuck").
+    pi["created"] = Value::from(chrono::Utc::now().timestamp() - 3600);
     pi
 }
 

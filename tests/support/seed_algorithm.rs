@@ -4,7 +4,7 @@
 //! as in the product: a 404 or a malformed id also stamps `last_reconciled_at`.
 
 use sqlx::PgPool;
-use stripe_reconciler::reconcile::{classify, Decision, LocalStatus, Verdict};
+use stripe_reconciler::reconcile::{classify_status, Decision, LocalStatus, Verdict};
 use stripe_reconciler::stripe::{GatewayError, PaymentIntentId, StripeGateway};
 
 pub async fn seed_run_batch(
@@ -65,7 +65,7 @@ pub async fn seed_run_batch(
             ),
             Ok(id) => match gateway.payment_intent_status(&id).await {
                 Ok(external) => (
-                    classify(&LocalStatus::parse(local_status), &external),
+                    classify_status(&LocalStatus::parse(local_status), &external),
                     Some(external.as_str().to_owned()),
                 ),
                 Err(GatewayError::NotFound { .. }) => (

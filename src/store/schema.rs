@@ -1,0 +1,111 @@
+//! Checks and changes of the application's `payments` table that cannot live
+//! in a migration file: the index on `stripe_payment_intent_id` is built
+//! `CONCURRENTLY` (outside any transaction), and whether it can be UNIQUE
+//! depends on the data.
+
+use sqlx::PgConnection;
+
+use super::{Context, StoreError};
+
+/// The unique index `migrate` adds when the table has none and no duplicates.
+pub const UNIQUE_INDEX: &str = "payments_stripe_payment_intent_id_unique";
+/// The plain index `migrate` adds when duplicates prevent a unique one.
+pub const PLAIN_INDEX: &str = "payments_stripe_payment_intent_id_lookup";
+
+/// What indexes `payments.stripe_payment_intent_id` alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PaymentIntentIndex {
+    /// A valid UNIQUE index (or constraint): duplicates cannot exist.
+    Unique,
+    /// A valid plain index: duplicates are possible but found by lookup.
+    Plain,
+    /// None: a duplicate lookup would scan the table.
+    Missing,
+}
+
+/// Reads which index covers `payments (stripe_payment_intent_id)`.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn payment_intent_index(
+    conn: &mut PgConnection,
+) -> Result<PaymentIntentIndex, StoreError> {
+    let unique: Option<bool> = sqlx::query_scalar(
+        "SELECT bool_or(i.indisunique) FROM pg_index i
+           JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+          WHERE i.indrelid = 'payments'::regclass AND i.indnatts = 1 AND i.indisvalid
+            AND i.indpred IS NULL AND a.attname = 'stripe_payment_intent_id'",
+    )
+    .fetch_one(conn)
+    .await
+    .context("reading the indexes of payments")?;
+    Ok(match unique {
+        Some(true) => PaymentIntentIndex::Unique,
+        Some(false) => PaymentIntentIndex::Plain,
+        None => PaymentIntentIndex::Missing,
+    })
+}
+
+/// PaymentIntent ids held by more than one row: `(ids, rows holding them)`.
+/// Scans the table once (`migrate` only).
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn count_duplicates(conn: &mut PgConnection) -> Result<(i64, i64), StoreError> {
+    sqlx::query_as(
+        "SELECT count(*), coalesce(sum(n), 0)::bigint FROM (
+             SELECT count(*) AS n FROM payments
+              WHERE stripe_payment_intent_id IS NOT NULL
+              GROUP BY stripe_payment_intent_id HAVING count(*) > 1) d",
+    )
+    .fetch_one(conn)
+    .await
+    .context("counting duplicate PaymentIntent ids")
+}
+
+/// Builds `name` on `payments (stripe_payment_intent_id)` with `CREATE
+/// [UNIQUE] INDEX CONCURRENTLY`, so the application keeps writing. An invalid
+/// leftover of an earlier interrupted build is dropped first. `conn` must not
+/// be in a transaction.
+///
+/// # Errors
+/// [`StoreError`]: e.g. a duplicate inserted meanwhile fails a unique build
+/// (the invalid index is dropped again).
+pub async fn create_payment_intent_index(
+    conn: &mut PgConnection,
+    unique: bool,
+) -> Result<(), StoreError> {
+    let name = if unique { UNIQUE_INDEX } else { PLAIN_INDEX };
+    drop_invalid(conn, name).await?;
+    let sql = if unique {
+        format!("CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS {name} ON payments (stripe_payment_intent_id)")
+    } else {
+        format!("CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON payments (stripe_payment_intent_id)")
+    };
+    let built = sqlx::raw_sql(&sql)
+        .execute(&mut *conn)
+        .await
+        .context("building the PaymentIntent id index");
+    if built.is_err() {
+        drop_invalid(conn, name).await?;
+    }
+    built.map(|_| ())
+}
+
+async fn drop_invalid(conn: &mut PgConnection, name: &str) -> Result<(), StoreError> {
+    let invalid: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                         WHERE c.relname = $1 AND NOT i.indisvalid)",
+    )
+    .bind(name)
+    .fetch_one(&mut *conn)
+    .await
+    .context("looking for an invalid index")?;
+    if invalid {
+        sqlx::raw_sql(&format!("DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+            .execute(&mut *conn)
+            .await
+            .context("dropping an invalid index")?;
+    }
+    Ok(())
+}
