@@ -32,9 +32,42 @@ const FIXTURE: &str = include_str!("../tests/fixtures/payment_intent.json");
 #[derive(Clone)]
 enum Remote {
     Status(&'static str),
+    /// A PaymentIntent with more than a status: its age, charge, amount, method.
+    Detailed(Pi),
     Missing,
     Broken,
 }
+
+/// The money and timing of a PaymentIntent the stand-in serves.
+#[derive(Clone, Copy)]
+struct Pi {
+    status: &'static str,
+    /// Seconds before now that it was `created`.
+    age: i64,
+    /// `amount` in minor units.
+    amount: i64,
+    /// `amount_refunded` of its latest charge.
+    refunded: i64,
+    disputed: bool,
+    method: &'static str,
+    manual_capture: bool,
+}
+
+impl Pi {
+    const fn new(status: &'static str) -> Self {
+        Pi {
+            status,
+            age: 3600,
+            amount: 1099,
+            refunded: 0,
+            disputed: false,
+            method: "card",
+            manual_capture: false,
+        }
+    }
+}
+
+const DAY: i64 = 24 * 3600;
 
 /// One seeded payment: local row plus what Stripe will answer.
 struct Seed {
@@ -43,6 +76,9 @@ struct Seed {
     recent: bool,
     remote: Remote,
     expected_kind: Option<String>,
+    /// The row's amount (minor units) and currency, when the table has them.
+    amount: i64,
+    currency: &'static str,
 }
 
 /// The data set: per mille buckets of the row number, so any size keeps the mix.
@@ -54,7 +90,10 @@ fn seed_row(i: u64) -> Seed {
         recent: false,
         remote,
         expected_kind: kind.map(str::to_owned),
+        amount: 1099,
+        currency: if i % 2 == 0 { "usd" } else { "USD" },
     };
+    let detailed = |local, pi: Pi, kind: &str| row(local, Remote::Detailed(pi), Some(kind));
     match i % 1000 {
         0..=14 => row(
             "pending",
@@ -90,6 +129,95 @@ fn seed_row(i: u64) -> Seed {
         92..=141 => row("failed", Remote::Status("requires_payment_method"), None),
         142..=241 => row("failed", Remote::Status("canceled"), None),
         242..=341 => row("pending", Remote::Status("requires_payment_method"), None),
+        // Two rows holding one PaymentIntent (a table without the UNIQUE
+        // constraint): both pending, Stripe succeeded; neither may be repaired.
+        342 => row(
+            "pending",
+            Remote::Status("succeeded"),
+            Some("duplicate_payment_intent"),
+        ),
+        343 => Seed {
+            pi: format!("pi_3Demo{:010}", i - 1),
+            ..row(
+                "pending",
+                Remote::Status("succeeded"),
+                Some("duplicate_payment_intent"),
+            )
+        },
+        // Money Stripe did not keep: never repaired to paid.
+        344 => detailed(
+            "pending",
+            Pi {
+                refunded: 1099,
+                ..Pi::new("succeeded")
+            },
+            "refunded",
+        ),
+        345 => detailed(
+            "paid",
+            Pi {
+                refunded: 500,
+                ..Pi::new("succeeded")
+            },
+            "refunded",
+        ),
+        346 => detailed(
+            "pending",
+            Pi {
+                disputed: true,
+                ..Pi::new("succeeded")
+            },
+            "disputed",
+        ),
+        347 => detailed(
+            "paid",
+            Pi {
+                disputed: true,
+                ..Pi::new("succeeded")
+            },
+            "disputed",
+        ),
+        // A zero-decimal currency stored 100x (JPY 1,099 stored as 109,900).
+        348 => Seed {
+            amount: 109_900,
+            ..row("paid", Remote::Status("succeeded"), Some("amount_mismatch"))
+        },
+        349 => Seed {
+            currency: "eur",
+            ..row(
+                "paid",
+                Remote::Status("succeeded"),
+                Some("currency_mismatch"),
+            )
+        },
+        // Deadlines: an authorisation 6 days old, a SEPA debit processing
+        // for 20 days, a checkout waiting for the customer for 40 days.
+        350 => detailed(
+            "pending",
+            Pi {
+                age: 6 * DAY,
+                manual_capture: true,
+                ..Pi::new("requires_capture")
+            },
+            "authorization_expiring",
+        ),
+        351 => detailed(
+            "pending",
+            Pi {
+                age: 20 * DAY,
+                method: "sepa_debit",
+                ..Pi::new("processing")
+            },
+            "stuck_processing",
+        ),
+        352 => detailed(
+            "pending",
+            Pi {
+                age: 40 * DAY,
+                ..Pi::new("requires_action")
+            },
+            "abandoned",
+        ),
         _ => row("paid", Remote::Status("succeeded"), None),
     }
 }
@@ -118,6 +246,45 @@ impl Standin {
     }
 }
 
+impl Standin {
+    /// Stripe's example PaymentIntent with this id, status, age and money;
+    /// `latest_charge` is the Charge object when `expand[]=latest_charge` was
+    /// asked, its id otherwise, and null before any charge.
+    fn payment_intent(&self, id: &str, p: &Pi, expanded: bool) -> Value {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let mut pi = self.fixture.clone();
+        pi["id"] = Value::from(id);
+        pi["status"] = Value::from(p.status);
+        pi["created"] = Value::from(now - p.age);
+        pi["amount"] = Value::from(p.amount);
+        pi["payment_method_types"] = serde_json::json!([p.method]);
+        pi["capture_method"] = Value::from(if p.manual_capture {
+            "manual"
+        } else {
+            "automatic"
+        });
+        let charged = matches!(p.status, "succeeded" | "requires_capture" | "processing");
+        pi["amount_received"] = Value::from(if p.status == "succeeded" { p.amount } else { 0 });
+        let charge_id = format!("ch_{}", id.trim_start_matches("pi_"));
+        pi["latest_charge"] = match (charged, expanded) {
+            (false, _) => Value::Null,
+            (true, false) => Value::from(charge_id),
+            (true, true) => serde_json::json!({
+                "id": charge_id, "object": "charge", "amount": p.amount,
+                "amount_captured": if p.status == "succeeded" { p.amount } else { 0 },
+                "amount_refunded": p.refunded, "captured": p.status == "succeeded",
+                "currency": "usd", "disputed": p.disputed, "paid": true,
+                "payment_intent": id, "refunded": p.refunded >= p.amount,
+                "status": if p.status == "processing" { "pending" } else { "succeeded" },
+                "created": now - p.age,
+            }),
+        };
+        pi
+    }
+}
+
 impl Respond for Standin {
     fn respond(&self, request: &Request) -> ResponseTemplate {
         let auth = request
@@ -133,13 +300,18 @@ impl Respond for Standin {
             );
         }
         let id = request.url.path().rsplit('/').next().unwrap_or_default();
+        let expanded = request
+            .url
+            .query_pairs()
+            .any(|(k, v)| k == "expand[]" && v == "latest_charge");
         match self.known.get(id) {
             Some(Remote::Status(status)) => {
-                let mut pi = self.fixture.clone();
-                pi["id"] = Value::from(id);
-                pi["status"] = Value::from(*status);
-                self.reply(200).set_body_json(pi)
+                self.reply(200)
+                    .set_body_json(self.payment_intent(id, &Pi::new(status), expanded))
             }
+            Some(Remote::Detailed(pi)) => self
+                .reply(200)
+                .set_body_json(self.payment_intent(id, pi, expanded)),
             Some(Remote::Broken) => {
                 self.envelope(500, "api_error", "", "An unknown error occurred.")
             }
@@ -196,6 +368,13 @@ async fn seed_database(rows: u64) -> anyhow::Result<BTreeMap<String, u64>> {
     if existing > 0 {
         bail!("payments already has {existing} rows; --seed needs an empty table");
     }
+    // An application table with amount and currency columns gets them filled.
+    let money_columns: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_attribute WHERE attrelid = 'payments'::regclass
+            AND attname IN ('amount_cents', 'currency') AND NOT attisdropped",
+    )
+    .fetch_one(&pool)
+    .await?;
     let mut expected = BTreeMap::new();
     for chunk_start in (1..=rows).step_by(5000) {
         let chunk: Vec<Seed> = (chunk_start..=(chunk_start + 4999).min(rows))
@@ -207,6 +386,8 @@ async fn seed_database(rows: u64) -> anyhow::Result<BTreeMap<String, u64>> {
         let numbers: Vec<i64> = (chunk_start..chunk_start + chunk.len() as u64)
             .map(|n| n as i64)
             .collect();
+        let amounts: Vec<i64> = chunk.iter().map(|s| s.amount).collect();
+        let currencies: Vec<&str> = chunk.iter().map(|s| s.currency).collect();
         sqlx::query(
             "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
              SELECT 'ord_' || n, pi, st,
@@ -223,7 +404,29 @@ async fn seed_database(rows: u64) -> anyhow::Result<BTreeMap<String, u64>> {
         .execute(&pool)
         .await
         .context("inserting payments")?;
+        if money_columns == 2 {
+            sqlx::query(
+                "UPDATE payments p SET amount_cents = v.amount, currency = v.currency
+                   FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS v(n, amount, currency)
+                  WHERE p.order_id = 'ord_' || v.n",
+            )
+            .bind(&numbers)
+            .bind(&amounts)
+            .bind(&currencies)
+            .execute(&pool)
+            .await
+            .context("setting amounts")?;
+        }
         for s in &chunk {
+            if money_columns < 2
+                && matches!(
+                    s.expected_kind.as_deref(),
+                    Some("amount_mismatch" | "currency_mismatch")
+                )
+            {
+                // Without the columns nothing is compared: Stripe and the row agree.
+                continue;
+            }
             if let Some(kind) = &s.expected_kind {
                 *expected.entry(kind.clone()).or_default() += 1;
             }

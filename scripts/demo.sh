@@ -25,8 +25,22 @@ psql "$admin" -qc "CREATE DATABASE $DB" >/dev/null
 export DATABASE_URL; DATABASE_URL=$(url_with_db "$admin" "$DB")
 export RECONCILER_LOG_FORMAT=pretty
 
-say "stripe-reconciler migrate"
-"$bin" migrate
+# The application's own payments table, as many real ones are: amount and
+# currency columns, and no UNIQUE constraint on the PaymentIntent id.
+say "an application's payments table (amount_cents, currency, no UNIQUE on stripe_payment_intent_id)"
+psql "$DATABASE_URL" -q <<'SQL'
+CREATE TABLE payments (
+    id                       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    order_id                 text        NOT NULL,
+    stripe_payment_intent_id text        NOT NULL,
+    status                   text        NOT NULL CHECK (status IN ('pending', 'paid', 'failed')),
+    version                  bigint      NOT NULL DEFAULT 0,
+    amount_cents             bigint,
+    currency                 text,
+    created_at               timestamptz NOT NULL DEFAULT now(),
+    updated_at               timestamptz NOT NULL DEFAULT now()
+);
+SQL
 
 mkdir -p .demo
 port=$(free_port)
@@ -36,6 +50,9 @@ target/debug/examples/stripe_standin --listen "127.0.0.1:$port" --seed "$ROWS" \
 standin=$!
 trap 'kill $standin 2>/dev/null || true' EXIT
 wait_for_port "$port" 60 || { cat .demo/standin.log >&2; die "the stand-in did not start"; }
+
+say "stripe-reconciler migrate (reports the duplicate PaymentIntent ids it finds)"
+"$bin" migrate
 
 # A local Pushgateway, when Debian's prometheus-pushgateway is installed (or
 # installable: the demo runs as root), receives the run's figures.
@@ -57,6 +74,9 @@ fi
 export STRIPE_API_KEY=sk_test_standin STRIPE_API_BASE="http://127.0.0.1:$port"
 export RECONCILER_BATCH_SIZE=1000 RECONCILER_BATCHES_PER_RUN=$((ROWS / 1000 + 1))
 export RECONCILER_RATE_LIMIT_RPS=2000 RECONCILER_MAX_IN_FLIGHT=32
+# Compare amounts and currencies; call a checkout abandoned after 30 days.
+export RECONCILER_AMOUNT_COLUMN=amount_cents RECONCILER_CURRENCY_COLUMN=currency
+export RECONCILER_ABANDONED_AFTER_SECONDS=2592000
 say "stripe-reconciler run"
 start=$(date +%s)
 "$bin" run 2>.demo/run.log || { tail -n 20 .demo/run.log >&2; die "the run failed"; }
@@ -80,8 +100,25 @@ else
   die "findings do not match the injected drift"
 fi
 
+say "findings a person must judge (one of each): money Stripe did not keep, and deadlines"
+psql "$DATABASE_URL" -c "SELECT DISTINCT ON (f.kind) f.kind, p.order_id, p.stripe_payment_intent_id AS payment_intent, p.status AS local,
+                                f.external_status AS stripe, f.details
+                           FROM reconciliation_findings f JOIN payments p ON p.id = f.payment_id
+                          WHERE f.resolved_at IS NULL AND f.kind IN ('refunded', 'disputed', 'amount_mismatch',
+                                'currency_mismatch', 'duplicate_payment_intent', 'authorization_expiring',
+                                'stuck_processing', 'abandoned')
+                          ORDER BY f.kind, p.id"
+
 say "stripe-reconciler repair (applies the outbox commands through the canonical writer)"
 "$bin" repair 2>>.demo/run.log
+touched=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM payments p
+                                     JOIN reconciliation_findings f ON f.payment_id = p.id
+                                    WHERE f.kind IN ('refunded', 'disputed', 'amount_mismatch', 'currency_mismatch',
+                                                     'duplicate_payment_intent')
+                                      AND (p.version <> 0 OR EXISTS (SELECT 1 FROM outbox o
+                                            WHERE o.event_type = 'PaymentStatusChanged' AND o.aggregate_id = p.id::text))")
+[ "$touched" = 0 ] || die "$touched payments with money findings were touched by repairs"
+say "the repairs touched none of the refunded, disputed, duplicate or mis-amounted payments"
 psql "$DATABASE_URL" -c "SELECT status, count(*) AS payments, sum(version) AS versions FROM payments
                           WHERE id IN (SELECT payment_id FROM reconciliation_findings WHERE resolution = 'repaired')
                           GROUP BY status ORDER BY status"

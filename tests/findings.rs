@@ -31,7 +31,9 @@ async fn scan(pool: &PgPool, stripe: &MockServer) {
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
-async fn a_needs_review_finding_is_listed_resolved_and_reopened_only_when_the_drift_changes(pool: PgPool) {
+async fn a_needs_review_finding_is_listed_resolved_and_reopened_only_when_the_drift_changes(
+    pool: PgPool,
+) {
     let stripe = MockServer::start().await;
     let id = insert_payment(&pool, "pi_Shipped", "paid", 3600).await;
     mount(

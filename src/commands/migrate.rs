@@ -24,7 +24,9 @@ pub(super) async fn migrate(settings: &Settings) -> Result<(), CommandError> {
         .context("connecting")
         .map_err(CommandError::Store)?;
     let store = |e: StoreError| CommandError::Store(e);
-    let index = schema::payment_intent_index(&mut conn).await.map_err(store)?;
+    let index = schema::payment_intent_index(&mut conn)
+        .await
+        .map_err(store)?;
     if index == PaymentIntentIndex::Unique {
         return Ok(());
     }

@@ -127,8 +127,9 @@ fn money_check(local: &LocalPayment, pi: &PaymentIntentFacts) -> Option<Decision
             ));
         };
         if local_amount != stripe_amount {
-            let ratio = (local_amount != 0)
-                .then(|| (stripe_amount as f64 / local_amount as f64 * 10_000.0).round() / 10_000.0);
+            let ratio = (local_amount != 0).then(|| {
+                (stripe_amount as f64 / local_amount as f64 * 10_000.0).round() / 10_000.0
+            });
             return Some(Decision::review_with(
                 FindingKind::AmountMismatch,
                 json!({
@@ -170,9 +171,12 @@ fn aging_check(
                 details(AUTHORIZATION_LIFETIME_SECONDS),
             ))
         }
-        ExternalStatus::Processing if age > rules.processing_max_seconds => Some(
-            Decision::review_with(FindingKind::StuckProcessing, details(rules.processing_max_seconds)),
-        ),
+        ExternalStatus::Processing if age > rules.processing_max_seconds => {
+            Some(Decision::review_with(
+                FindingKind::StuckProcessing,
+                details(rules.processing_max_seconds),
+            ))
+        }
         ExternalStatus::RequiresPaymentMethod
         | ExternalStatus::RequiresConfirmation
         | ExternalStatus::RequiresAction => {

@@ -128,7 +128,11 @@ pub async fn mark_processed(conn: &mut PgConnection, id: i64) -> Result<(), Stor
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn mark_skipped(conn: &mut PgConnection, id: i64, reason: &str) -> Result<(), StoreError> {
+pub async fn mark_skipped(
+    conn: &mut PgConnection,
+    id: i64,
+    reason: &str,
+) -> Result<(), StoreError> {
     sqlx::query("UPDATE outbox SET processed_at = now(), last_error = $2 WHERE id = $1")
         .bind(id)
         .bind(reason)

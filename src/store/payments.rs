@@ -172,12 +172,12 @@ pub async fn read_batch(
     columns: MoneyColumns<'_>,
 ) -> Result<Vec<PaymentRow>, StoreError> {
     sqlx::query_as(&columns.batch_sql())
-    .bind(after_id)
-    .bind(grace.as_secs_f64())
-    .bind(i64::from(limit))
-    .fetch_all(conn)
-    .await
-    .context("reading the batch")
+        .bind(after_id)
+        .bind(grace.as_secs_f64())
+        .bind(i64::from(limit))
+        .fetch_all(conn)
+        .await
+        .context("reading the batch")
 }
 
 /// Locks, in id order, the rows of `(ids[i], versions[i], updated_ats[i])`

@@ -80,7 +80,9 @@ pub async fn create_payment_intent_index(
     let sql = if unique {
         format!("CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS {name} ON payments (stripe_payment_intent_id)")
     } else {
-        format!("CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON payments (stripe_payment_intent_id)")
+        format!(
+            "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON payments (stripe_payment_intent_id)"
+        )
     };
     let built = sqlx::raw_sql(&sql)
         .execute(&mut *conn)

@@ -137,8 +137,10 @@ impl StripeGateway {
         id: &PaymentIntentId,
     ) -> Result<PaymentIntentFacts, GatewayError> {
         let url = self.url_for(id);
-        self.request(&url, |headers, body| parse_payment_intent(headers, body, id))
-            .await
+        self.request(&url, |headers, body| {
+            parse_payment_intent(headers, body, id)
+        })
+        .await
     }
 
     /// Asks Stripe whether it answers at all with this key:
@@ -399,8 +401,7 @@ fn json_body(headers: &HeaderMap, body: &[u8]) -> Result<serde_json::Value, Unav
             "content type {content_type:?}, expected application/json"
         )));
     }
-    serde_json::from_slice(body)
-        .map_err(|e| Unavailable::InvalidBody(format!("not JSON ({e})")))
+    serde_json::from_slice(body).map_err(|e| Unavailable::InvalidBody(format!("not JSON ({e})")))
 }
 
 fn parse_payment_intent(

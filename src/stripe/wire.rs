@@ -46,7 +46,10 @@ impl WireErrorEnvelope {
 /// A non-negative integer field (amounts in minor units); `None` when absent,
 /// `null`, negative or not an integer.
 fn amount(object: &Value, field: &str) -> Option<i64> {
-    object.get(field).and_then(Value::as_i64).filter(|a| *a >= 0)
+    object
+        .get(field)
+        .and_then(Value::as_i64)
+        .filter(|a| *a >= 0)
 }
 
 /// Short lowercase words only (currency codes, capture methods, method types):
@@ -64,32 +67,32 @@ fn word(value: &Value) -> Option<String> {
 /// `payment_method_types`, `metadata` and the latest charge. Wrong types
 /// become `None`/empty, never an error.
 pub(crate) fn payment_intent_facts(pi: &Value, status: ExternalStatus) -> PaymentIntentFacts {
-        PaymentIntentFacts {
-            status,
-            amount: amount(pi, "amount"),
-            amount_received: amount(pi, "amount_received"),
-            currency: pi.get("currency").and_then(word),
-            created: pi
-                .get("created")
-                .and_then(Value::as_i64)
-                .and_then(|t| DateTime::from_timestamp(t, 0)),
-            capture_method: pi.get("capture_method").and_then(word),
-            payment_method_types: pi
-                .get("payment_method_types")
-                .and_then(Value::as_array)
-                .map(|types| types.iter().filter_map(word).collect())
-                .unwrap_or_default(),
-            metadata: pi
-                .get("metadata")
-                .and_then(Value::as_object)
-                .map(|m| {
-                    m.iter()
-                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-                        .collect()
-                })
-                .unwrap_or_default(),
-            charge: charge_facts(pi),
-        }
+    PaymentIntentFacts {
+        status,
+        amount: amount(pi, "amount"),
+        amount_received: amount(pi, "amount_received"),
+        currency: pi.get("currency").and_then(word),
+        created: pi
+            .get("created")
+            .and_then(Value::as_i64)
+            .and_then(|t| DateTime::from_timestamp(t, 0)),
+        capture_method: pi.get("capture_method").and_then(word),
+        payment_method_types: pi
+            .get("payment_method_types")
+            .and_then(Value::as_array)
+            .map(|types| types.iter().filter_map(word).collect())
+            .unwrap_or_default(),
+        metadata: pi
+            .get("metadata")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        charge: charge_facts(pi),
+    }
 }
 
 /// The latest charge in any of its shapes: `latest_charge` as an expanded
