@@ -186,3 +186,609 @@ fn aging_check(
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::{Duration, TimeZone};
+    use serde_json::Value;
+
+    use super::*;
+    use crate::reconcile::{Charge, RepairCommand, Verdict};
+
+    /// The run's clock in these tests: far from the real one, so a
+    /// `classify` that read the system clock would age every PaymentIntent
+    /// by years and fail the boundary rows.
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2001, 3, 4, 12, 0, 0).unwrap()
+    }
+
+    fn local(status: &str) -> LocalPayment {
+        LocalPayment::with_status(LocalStatus::parse(status))
+    }
+
+    /// A PaymentIntent as Stripe answers it: $10.99, created an hour before
+    /// `now()`, card, automatic capture, no charge yet.
+    fn pi(status: &str) -> PaymentIntentFacts {
+        PaymentIntentFacts {
+            amount: Some(1099),
+            amount_received: Some(0),
+            currency: Some("usd".into()),
+            created: Some(now() - Duration::hours(1)),
+            capture_method: Some("automatic".into()),
+            payment_method_types: vec!["card".into()],
+            ..PaymentIntentFacts::with_status(ExternalStatus::parse(status))
+        }
+    }
+
+    fn charged(mut facts: PaymentIntentFacts, charge: Charge) -> PaymentIntentFacts {
+        facts.charge = ChargeFacts::Known(charge);
+        facts
+    }
+
+    fn charge(amount: i64, amount_refunded: i64, refunded: bool, disputed: bool) -> Charge {
+        Charge {
+            amount: Some(amount),
+            amount_refunded: Some(amount_refunded),
+            refunded: Some(refunded),
+            disputed: Some(disputed),
+        }
+    }
+
+    /// A succeeded PaymentIntent whose charge was captured whole and nothing
+    /// happened to it since.
+    fn clean_success() -> PaymentIntentFacts {
+        charged(pi("succeeded"), charge(1099, 0, false, false))
+    }
+
+    fn kind(d: &Decision) -> Option<String> {
+        d.kind.as_ref().map(|k| k.as_str().into_owned())
+    }
+
+    fn detail<'a>(d: &'a Decision, field: &str) -> &'a Value {
+        d.details
+            .as_ref()
+            .and_then(|v| v.get(field))
+            .unwrap_or(&Value::Null)
+    }
+
+    fn rules() -> Rules {
+        Rules {
+            auth_expiry_warn_seconds: 1_000,
+            processing_max_seconds: 2_000,
+            abandoned_after_seconds: Some(3_000),
+        }
+    }
+
+    /// `pi(status)` created `age` seconds before `now()`.
+    fn aged(status: &str, age: i64) -> PaymentIntentFacts {
+        PaymentIntentFacts {
+            created: Some(now() - Duration::seconds(age)),
+            ..pi(status)
+        }
+    }
+
+    struct Row {
+        case: &'static str,
+        local: LocalPayment,
+        pi: PaymentIntentFacts,
+        verdict: Verdict,
+        kind: Option<&'static str>,
+        command: Option<RepairCommand>,
+        /// Fields the decision's details must hold, with these values.
+        details: Value,
+    }
+
+    fn row(
+        case: &'static str,
+        local: LocalPayment,
+        pi: PaymentIntentFacts,
+        verdict: Verdict,
+        kind: Option<&'static str>,
+    ) -> Row {
+        Row {
+            case,
+            local,
+            pi,
+            verdict,
+            kind,
+            command: None,
+            details: Value::Null,
+        }
+    }
+
+    fn check(rows: Vec<Row>, rules: &Rules) {
+        for r in rows {
+            let d = classify(&r.local, &r.pi, rules, now());
+            let case = r.case;
+            assert_eq!(d.verdict, r.verdict, "{case}: {d:?}");
+            assert_eq!(kind(&d).as_deref(), r.kind, "{case}: {d:?}");
+            assert_eq!(d.command, r.command, "{case}: {d:?}");
+            assert_eq!(
+                d.command.is_some(),
+                d.verdict == Verdict::Repairable,
+                "{case}: only a repairable decision carries a command"
+            );
+            if let Value::Object(expected) = &r.details {
+                for (field, value) in expected {
+                    assert_eq!(detail(&d, field), value, "{case}: details.{field} in {d:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn money_rows_of_the_beyond_status_table() {
+        let with_money = |status: &str, amount: i64, currency: &str| LocalPayment {
+            amount: Some(amount),
+            currency: Some(currency.into()),
+            ..local(status)
+        };
+        let jpy = |mut facts: PaymentIntentFacts| {
+            facts.amount = Some(100_000);
+            facts.currency = Some("jpy".into());
+            charged(facts, charge(100_000, 0, false, false))
+        };
+        let rows = vec![
+            Row {
+                details: serde_json::json!({
+                    "amount": 1099, "amount_refunded": 1099, "currency": "usd",
+                    "refund": "full", "refund_share": 1.0,
+                }),
+                ..row(
+                    "full refund: money beats status (pending + succeeded is not repaired)",
+                    local("pending"),
+                    charged(pi("succeeded"), charge(1099, 1099, true, false)),
+                    Verdict::NeedsReview,
+                    Some("refunded"),
+                )
+            },
+            Row {
+                details: serde_json::json!({
+                    "amount": 2000, "amount_refunded": 500, "currency": "usd",
+                    "refund": "partial", "refund_share": 0.25,
+                }),
+                ..row(
+                    "partial refund",
+                    local("pending"),
+                    charged(pi("succeeded"), charge(2000, 500, false, false)),
+                    Verdict::NeedsReview,
+                    Some("refunded"),
+                )
+            },
+            Row {
+                details: serde_json::json!({ "refund": "partial", "amount_refunded": 1 }),
+                ..row(
+                    "a refund of one cent on a paid row",
+                    local("paid"),
+                    charged(pi("succeeded"), charge(1099, 1, false, false)),
+                    Verdict::NeedsReview,
+                    Some("refunded"),
+                )
+            },
+            Row {
+                details: serde_json::json!({ "amount": 1099, "currency": "usd" }),
+                ..row(
+                    "disputed, on a pending row",
+                    local("pending"),
+                    charged(pi("succeeded"), charge(1099, 0, false, true)),
+                    Verdict::NeedsReview,
+                    Some("disputed"),
+                )
+            },
+            row(
+                "disputed, on a paid row that is otherwise in sync",
+                local("paid"),
+                charged(pi("succeeded"), charge(1099, 0, false, true)),
+                Verdict::NeedsReview,
+                Some("disputed"),
+            ),
+            row(
+                "duplicate: a clean missed success on a shared PaymentIntent is not repaired",
+                LocalPayment {
+                    shares_payment_intent: true,
+                    ..local("pending")
+                },
+                clean_success(),
+                Verdict::NeedsReview,
+                Some("duplicate_payment_intent"),
+            ),
+            row(
+                "duplicate: a paid row in sync that shares its PaymentIntent",
+                LocalPayment {
+                    shares_payment_intent: true,
+                    ..local("paid")
+                },
+                clean_success(),
+                Verdict::NeedsReview,
+                Some("duplicate_payment_intent"),
+            ),
+            Row {
+                details: serde_json::json!({ "local_currency": "eur", "stripe_currency": "usd" }),
+                ..row(
+                    "currency mismatch",
+                    with_money("pending", 1099, "eur"),
+                    clean_success(),
+                    Verdict::NeedsReview,
+                    Some("currency_mismatch"),
+                )
+            },
+            Row {
+                command: Some(RepairCommand::ApplyPaymentSucceeded),
+                ..row(
+                    "USD vs usd is the same currency: the status table decides",
+                    with_money("pending", 1099, "USD"),
+                    clean_success(),
+                    Verdict::Repairable,
+                    Some("missed_success"),
+                )
+            },
+            row(
+                "usd vs usd, same amount, paid: in sync",
+                with_money("paid", 1099, "usd"),
+                clean_success(),
+                Verdict::InSync,
+                None,
+            ),
+            Row {
+                details: serde_json::json!({
+                    "local_amount": 1000, "stripe_amount": 100000, "currency": "jpy",
+                    "stripe_to_local_ratio": 100.0,
+                }),
+                ..row(
+                    "amount mismatch: yen stored as if it had cents (100x)",
+                    with_money("pending", 1000, "JPY"),
+                    jpy(pi("succeeded")),
+                    Verdict::NeedsReview,
+                    Some("amount_mismatch"),
+                )
+            },
+            row(
+                "amount mismatch on a paid row in sync by status",
+                with_money("paid", 1000, "jpy"),
+                jpy(pi("succeeded")),
+                Verdict::NeedsReview,
+                Some("amount_mismatch"),
+            ),
+            Row {
+                command: Some(RepairCommand::ApplyPaymentSucceeded),
+                ..row(
+                    "no columns configured: the amounts are not compared",
+                    local("pending"),
+                    jpy(pi("succeeded")),
+                    Verdict::Repairable,
+                    Some("missed_success"),
+                )
+            },
+            Row {
+                command: Some(RepairCommand::ApplyPaymentCanceled),
+                ..row(
+                    "refund on a canceled PaymentIntent (released authorisation) is ignored",
+                    local("pending"),
+                    charged(pi("canceled"), charge(1099, 1099, true, false)),
+                    Verdict::Repairable,
+                    Some("missed_cancel"),
+                )
+            },
+            row(
+                "the latest charge not expanded on a succeeded PaymentIntent",
+                local("pending"),
+                PaymentIntentFacts {
+                    charge: ChargeFacts::NotExpanded,
+                    ..pi("succeeded")
+                },
+                Verdict::Unverifiable,
+                None,
+            ),
+            row(
+                "not expanded on a paid row: not stamped in sync either",
+                local("paid"),
+                PaymentIntentFacts {
+                    charge: ChargeFacts::NotExpanded,
+                    ..pi("succeeded")
+                },
+                Verdict::Unverifiable,
+                None,
+            ),
+            Row {
+                command: Some(RepairCommand::ApplyPaymentCanceled),
+                ..row(
+                    "not expanded on a canceled PaymentIntent: no money to check",
+                    local("pending"),
+                    PaymentIntentFacts {
+                        charge: ChargeFacts::NotExpanded,
+                        ..pi("canceled")
+                    },
+                    Verdict::Repairable,
+                    Some("missed_cancel"),
+                )
+            },
+            Row {
+                command: Some(RepairCommand::ApplyPaymentSucceeded),
+                ..row(
+                    "a clean success is still a missed success",
+                    local("pending"),
+                    clean_success(),
+                    Verdict::Repairable,
+                    Some("missed_success"),
+                )
+            },
+        ];
+        check(rows, &Rules::default());
+    }
+
+    #[test]
+    fn an_unexpanded_charge_says_why_it_is_unverifiable() {
+        let d = classify(
+            &local("pending"),
+            &PaymentIntentFacts {
+                charge: ChargeFacts::NotExpanded,
+                ..pi("succeeded")
+            },
+            &Rules::default(),
+            now(),
+        );
+        let reason = detail(&d, "reason").as_str().unwrap_or_default();
+        assert!(reason.contains("expanded"), "{d:?}");
+        assert_eq!((d.kind, d.command), (None, None));
+    }
+
+    #[test]
+    fn money_decisions_are_never_repairable() {
+        // Every money kind, on every local status, with every Stripe status:
+        // none of them may carry a command.
+        for status in ["pending", "paid", "failed"] {
+            for external in ["succeeded", "canceled", "processing", "requires_capture"] {
+                for facts in [
+                    charged(pi(external), charge(1099, 1099, true, false)),
+                    charged(pi(external), charge(1099, 0, false, true)),
+                ] {
+                    let dup = LocalPayment {
+                        shares_payment_intent: true,
+                        ..local(status)
+                    };
+                    let d = classify(&dup, &facts, &Rules::default(), now());
+                    assert_eq!(
+                        (d.verdict, d.command),
+                        (Verdict::NeedsReview, None),
+                        "{status} -> {external}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn aging_rows_at_their_exact_boundaries() {
+        let r = rules();
+        let (auth, processing, abandoned) = (1_000, 2_000, 3_000);
+        let mut rows = Vec::new();
+        for (status, threshold, kind, in_window) in [
+            (
+                "requires_capture",
+                auth,
+                "authorization_expiring",
+                Verdict::InFlight,
+            ),
+            (
+                "processing",
+                processing,
+                "stuck_processing",
+                Verdict::InFlight,
+            ),
+            (
+                "requires_payment_method",
+                abandoned,
+                "abandoned",
+                Verdict::InSync,
+            ),
+            (
+                "requires_confirmation",
+                abandoned,
+                "abandoned",
+                Verdict::InFlight,
+            ),
+            ("requires_action", abandoned, "abandoned", Verdict::InFlight),
+        ] {
+            rows.push(row(
+                "one second before the threshold",
+                local("pending"),
+                aged(status, threshold - 1),
+                in_window,
+                None,
+            ));
+            rows.push(row(
+                "exactly at the threshold",
+                local("pending"),
+                aged(status, threshold),
+                in_window,
+                None,
+            ));
+            rows.push(row(
+                "one second past the threshold",
+                local("pending"),
+                aged(status, threshold + 1),
+                Verdict::NeedsReview,
+                Some(kind),
+            ));
+        }
+        check(rows, &r);
+    }
+
+    #[test]
+    fn aging_details_carry_the_clock_and_a_deadline() {
+        let created = now() - Duration::seconds(1_001);
+        let auth = classify(
+            &local("pending"),
+            &PaymentIntentFacts {
+                capture_method: Some("manual".into()),
+                ..aged("requires_capture", 1_001)
+            },
+            &rules(),
+            now(),
+        );
+        assert_eq!(kind(&auth).as_deref(), Some("authorization_expiring"));
+        assert_eq!(detail(&auth, "created"), &Value::from(created.to_rfc3339()));
+        assert_eq!(detail(&auth, "age_seconds"), &Value::from(1_001));
+        assert_eq!(
+            detail(&auth, "deadline"),
+            &Value::from((created + Duration::days(7)).to_rfc3339()),
+            "an authorisation lapses about 7 days after it was created"
+        );
+        assert_eq!(detail(&auth, "capture_method"), "manual");
+
+        let created = now() - Duration::seconds(2_001);
+        let sepa = classify(
+            &local("pending"),
+            &PaymentIntentFacts {
+                payment_method_types: vec!["sepa_debit".into()],
+                ..aged("processing", 2_001)
+            },
+            &rules(),
+            now(),
+        );
+        assert_eq!(kind(&sepa).as_deref(), Some("stuck_processing"));
+        assert_eq!(
+            detail(&sepa, "deadline"),
+            &Value::from((created + Duration::seconds(2_000)).to_rfc3339())
+        );
+        assert_eq!(
+            detail(&sepa, "payment_method_types"),
+            &serde_json::json!(["sepa_debit"])
+        );
+
+        let created = now() - Duration::seconds(3_001);
+        let gone = classify(
+            &local("pending"),
+            &aged("requires_payment_method", 3_001),
+            &rules(),
+            now(),
+        );
+        assert_eq!(kind(&gone).as_deref(), Some("abandoned"));
+        assert_eq!(
+            detail(&gone, "deadline"),
+            &Value::from((created + Duration::seconds(3_000)).to_rfc3339())
+        );
+    }
+
+    #[test]
+    fn abandoned_is_off_when_its_threshold_is_none() {
+        let off = Rules {
+            abandoned_after_seconds: None,
+            ..rules()
+        };
+        let year = 365 * 24 * 3600;
+        check(
+            vec![
+                row(
+                    "a year in requires_payment_method, rule off",
+                    local("pending"),
+                    aged("requires_payment_method", year),
+                    Verdict::InSync,
+                    None,
+                ),
+                row(
+                    "a year in requires_action, rule off",
+                    local("pending"),
+                    aged("requires_action", year),
+                    Verdict::InFlight,
+                    None,
+                ),
+                row(
+                    "the other aging rules still apply",
+                    local("pending"),
+                    aged("requires_capture", year),
+                    Verdict::NeedsReview,
+                    Some("authorization_expiring"),
+                ),
+            ],
+            &off,
+        );
+        assert_eq!(
+            Rules::default().abandoned_after_seconds,
+            None,
+            "off by default"
+        );
+    }
+
+    #[test]
+    fn aging_applies_to_pending_rows_only() {
+        let month = 30 * 24 * 3600;
+        check(
+            vec![
+                row(
+                    "a paid row in processing stays paid_locally_not_externally only",
+                    local("paid"),
+                    aged("processing", month),
+                    Verdict::NeedsReview,
+                    Some("paid_locally_not_externally"),
+                ),
+                row(
+                    "a paid row in requires_capture likewise",
+                    local("paid"),
+                    aged("requires_capture", month),
+                    Verdict::NeedsReview,
+                    Some("paid_locally_not_externally"),
+                ),
+                row(
+                    "a failed row back in requires_payment_method is in sync, however old",
+                    local("failed"),
+                    aged("requires_payment_method", month),
+                    Verdict::InSync,
+                    None,
+                ),
+                Row {
+                    command: Some(RepairCommand::ApplyPaymentSucceeded),
+                    ..row(
+                        "a pending row with an old succeeded PaymentIntent is a missed success",
+                        local("pending"),
+                        PaymentIntentFacts {
+                            created: Some(now() - Duration::seconds(month)),
+                            ..clean_success()
+                        },
+                        Verdict::Repairable,
+                        Some("missed_success"),
+                    )
+                },
+            ],
+            &rules(),
+        );
+        let d = classify(&local("paid"), &aged("processing", month), &rules(), now());
+        assert_eq!(d.details, None, "no aging details on a status finding");
+    }
+
+    #[test]
+    fn money_beats_aging() {
+        let d = classify(
+            &LocalPayment {
+                amount: Some(1000),
+                ..local("pending")
+            },
+            &aged("requires_capture", 10_000),
+            &rules(),
+            now(),
+        );
+        assert_eq!(kind(&d).as_deref(), Some("amount_mismatch"));
+    }
+
+    #[test]
+    fn the_clock_is_the_one_passed_in() {
+        // Created a day before `now()` (2001): young by the run's clock,
+        // decades old by the system clock.
+        let facts = aged("requires_capture", 24 * 3600);
+        let d = classify(&local("pending"), &facts, &Rules::default(), now());
+        assert_eq!((d.verdict, d.kind), (Verdict::InFlight, None));
+        let later = now() + Duration::days(5);
+        let d = classify(&local("pending"), &facts, &Rules::default(), later);
+        assert_eq!(kind(&d).as_deref(), Some("authorization_expiring"));
+        let no_created = PaymentIntentFacts {
+            created: None,
+            ..facts
+        };
+        let d = classify(&local("pending"), &no_created, &Rules::default(), later);
+        assert_eq!(
+            (d.verdict, d.kind),
+            (Verdict::InFlight, None),
+            "no created, no age"
+        );
+    }
+}

@@ -117,15 +117,14 @@ pub async fn run_batch_until(
     shutdown: &CancellationToken,
 ) -> Result<BatchReport, ScanError> {
     // 1. Cursor and rows, in a short transaction.
-    let (cursor_id, rows) = read_phase(pool, settings, mode, lease).await?;
+    let (cursor_id, rows, last_id) = read_phase(pool, settings, mode, lease).await?;
     let mut report = BatchReport {
         cursor_from: cursor_id,
         ..BatchReport::default()
     };
-    if rows.is_empty() {
+    let Some(last_id) = last_id else {
         return wrap(pool, settings, mode, lease, report).await;
-    }
-    let last_id = rows.last().map_or(cursor_id, |r| r.id);
+    };
 
     // 2. Stripe, with no transaction open.
     let mut observations = tokio::select! {
@@ -170,12 +169,22 @@ fn count(observations: &[Observation], pred: impl Fn(&Observation) -> bool) -> u
     observations.iter().filter(|o| pred(o)).count() as u64
 }
 
+/// Rows behind the cursor never confirmed with Stripe, read per batch beside
+/// the cursor's rows: a tenth of the batch, at least one.
+pub fn behind_cursor_limit(batch_size: u32) -> u32 {
+    (batch_size / 10).max(1)
+}
+
+/// Phase 1: the cursor, the next rows after it and a few rows behind it never
+/// confirmed (late commits). Returns the cursor, the rows (behind-cursor rows
+/// first, all in id order) and the last id of the cursor's rows (`None` at
+/// the end of the table).
 async fn read_phase(
     pool: &PgPool,
     settings: &JobSettings,
     mode: Mode,
     lease: Option<&Lease>,
-) -> Result<(i64, Vec<PaymentRow>), ScanError> {
+) -> Result<(i64, Vec<PaymentRow>, Option<i64>), ScanError> {
     let mut tx = pool.begin().await.context("opening the read transaction")?;
     let cursor_id = match mode {
         Mode::Write => {
@@ -192,7 +201,7 @@ async fn read_phase(
         amount: settings.amount_column.as_ref(),
         currency: settings.currency_column.as_ref(),
     };
-    let rows = payments::read_batch(
+    let ahead = payments::read_batch(
         &mut tx,
         cursor_id,
         settings.batch_size,
@@ -200,8 +209,29 @@ async fn read_phase(
         columns,
     )
     .await?;
+    let last_id = ahead.last().map(|r| r.id);
+    let mut rows = Vec::with_capacity(ahead.len());
+    if last_id.is_some() && cursor_id > 0 && mode == Mode::Write {
+        rows = payments::read_behind_cursor(
+            &mut tx,
+            &settings.job,
+            cursor_id,
+            behind_cursor_limit(settings.batch_size),
+            settings.grace,
+            columns,
+        )
+        .await?;
+        if !rows.is_empty() {
+            tracing::info!(
+                rows = rows.len(),
+                first = rows[0].id,
+                "rows behind the cursor never confirmed with Stripe (committed late or in the grace window when passed); checked in this batch"
+            );
+        }
+    }
+    rows.extend(ahead);
     tx.commit().await.context("closing the read transaction")?;
-    Ok((cursor_id, rows))
+    Ok((cursor_id, rows, last_id))
 }
 
 /// Renews this run's lease in `tx`; [`ScanError::ConcurrentRun`] when another

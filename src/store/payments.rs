@@ -50,9 +50,11 @@ pub struct MoneyColumns<'a> {
 }
 
 impl MoneyColumns<'_> {
-    /// The batch query. Column names enter the SQL only as validated,
+    /// The batch query (`$1` after id, `$2` grace seconds, `$3` limit) or,
+    /// with `behind`, the query of rows behind the cursor never confirmed
+    /// (`$4` job). Column names enter the SQL only as validated,
     /// double-quoted identifiers ([`ColumnName::quoted`]).
-    fn batch_sql(&self) -> String {
+    fn batch_sql(&self, behind: bool) -> String {
         let amount = self
             .amount
             .map_or_else(|| "NULL".to_owned(), |c| format!("p.{}", c.quoted()));
@@ -67,12 +69,25 @@ impl MoneyColumns<'_> {
                              WHERE q.stripe_payment_intent_id = p.stripe_payment_intent_id
                                AND q.id <> p.id) AS shares_payment_intent
                FROM payments p
-              WHERE p.id > $1
+              WHERE {where_clause}
               ORDER BY p.id
-              LIMIT $3"
+              LIMIT $3",
+            where_clause = if behind { BEHIND_CURSOR } else { "p.id > $1" }
         )
     }
 }
+
+/// Rows behind the cursor (`id <= $1`) never confirmed with Stripe, out of
+/// the grace window, and not already counted UNVERIFIABLE in this cycle (a
+/// row that keeps failing waits for the next cycle, governed by
+/// `persistently_unverifiable`, instead of being retried every batch). One
+/// range lookup on the partial index `payments_never_reconciled`.
+const BEHIND_CURSOR: &str = "p.id <= $1 AND p.last_reconciled_at IS NULL
+                AND p.updated_at <= now() - make_interval(secs => $2)
+                AND NOT EXISTS (SELECT 1 FROM reconciliation_unverifiable u
+                                  JOIN reconciliation_cursor c ON c.job = u.job
+                                 WHERE u.job = $4 AND u.payment_id = p.id
+                                   AND u.last_cycle = c.cycle_started_at)";
 
 /// Why a configured column cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -171,13 +186,38 @@ pub async fn read_batch(
     grace: Duration,
     columns: MoneyColumns<'_>,
 ) -> Result<Vec<PaymentRow>, StoreError> {
-    sqlx::query_as(&columns.batch_sql())
+    sqlx::query_as(&columns.batch_sql(false))
         .bind(after_id)
         .bind(grace.as_secs_f64())
         .bind(i64::from(limit))
         .fetch_all(conn)
         .await
         .context("reading the batch")
+}
+
+/// Reads up to `limit` rows behind the cursor (`id <= cursor`) that were
+/// never confirmed with Stripe: committed after the cursor passed their id
+/// (sequence order is not commit order), or in the grace window when it
+/// passed. Rows counted UNVERIFIABLE in `job`'s current cycle are left out.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn read_behind_cursor(
+    conn: &mut PgConnection,
+    job: &str,
+    cursor: i64,
+    limit: u32,
+    grace: Duration,
+    columns: MoneyColumns<'_>,
+) -> Result<Vec<PaymentRow>, StoreError> {
+    sqlx::query_as(&columns.batch_sql(true))
+        .bind(cursor)
+        .bind(grace.as_secs_f64())
+        .bind(i64::from(limit))
+        .bind(job)
+        .fetch_all(conn)
+        .await
+        .context("reading rows behind the cursor")
 }
 
 /// Locks, in id order, the rows of `(ids[i], versions[i], updated_ats[i])`
