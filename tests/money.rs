@@ -223,7 +223,10 @@ async fn latest_charge_is_read_in_every_shape_stripe_sends() {
         "url": "/v1/charges?payment_intent=pi_Legacy"
     });
     let mut legacy_empty = intent("pi_LegacyEmpty", "requires_payment_method", Value::Null);
-    legacy_empty.as_object_mut().unwrap().remove("latest_charge");
+    legacy_empty
+        .as_object_mut()
+        .unwrap()
+        .remove("latest_charge");
     legacy_empty["charges"] = json!({
         "object": "list", "data": [], "has_more": false, "total_count": 0,
         "url": "/v1/charges?payment_intent=pi_LegacyEmpty"
@@ -339,12 +342,19 @@ async fn refunds_disputes_and_duplicates_are_reported_and_never_repaired(pool: P
 
     let repaired = drain_all(&pool).await;
 
-    assert_eq!((repaired.applied, repaired.skipped, repaired.failed), (1, 0, 0));
+    assert_eq!(
+        (repaired.applied, repaired.skipped, repaired.failed),
+        (1, 0, 0)
+    );
     for blocked in [refunded, disputed, dup_a, dup_b] {
         assert_eq!(status_of(&pool, blocked).await, ("pending".into(), 0));
     }
     assert_eq!(status_of(&pool, clean_id).await, ("paid".into(), 1));
-    assert_eq!(status_events(&pool).await, vec![clean_id], "exactly one event");
+    assert_eq!(
+        status_events(&pool).await,
+        vec![clean_id],
+        "exactly one event"
+    );
 
     let f = findings_of(&pool, refunded).await;
     assert_eq!(f.len(), 1, "{f:?}");
@@ -418,7 +428,10 @@ async fn the_worker_skips_a_command_whose_payment_got_a_refund_finding(pool: PgP
 
     let repaired = drain_all(&pool).await;
 
-    assert_eq!((repaired.applied, repaired.skipped, repaired.failed), (0, 1, 0));
+    assert_eq!(
+        (repaired.applied, repaired.skipped, repaired.failed),
+        (0, 1, 0)
+    );
     assert_eq!(status_of(&pool, payment).await, ("pending".into(), 0));
     assert!(status_events(&pool).await.is_empty());
     let queued = commands(&pool).await;
@@ -426,7 +439,10 @@ async fn the_worker_skips_a_command_whose_payment_got_a_refund_finding(pool: PgP
     let (_, _, processed, last_error) = &queued[0];
     assert!(processed, "closed, not left for a retry: {queued:?}");
     assert!(
-        last_error.as_deref().unwrap_or("").contains("blocks repairs"),
+        last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("blocks repairs"),
         "{queued:?}"
     );
     assert_eq!(drain_all(&pool).await, RepairReport::default());
@@ -506,7 +522,10 @@ async fn a_command_for_a_payment_intent_the_payment_no_longer_holds_is_skipped(p
 
     let repaired = drain_all(&pool).await;
 
-    assert_eq!((repaired.applied, repaired.skipped, repaired.failed), (0, 1, 0));
+    assert_eq!(
+        (repaired.applied, repaired.skipped, repaired.failed),
+        (0, 1, 0)
+    );
     let (status, version, intent): (String, i64, String) = sqlx::query_as(
         "SELECT status, version, stripe_payment_intent_id FROM payments WHERE id = $1",
     )
@@ -531,7 +550,10 @@ async fn a_command_for_a_payment_intent_the_payment_no_longer_holds_is_skipped(p
         "{queued:?}"
     );
     let f = findings_of(&pool, payment).await;
-    assert!(!f[0].open, "the finding about the old PaymentIntent is closed");
+    assert!(
+        !f[0].open,
+        "the finding about the old PaymentIntent is closed"
+    );
 }
 
 // (5) `migrate` on a payments table without UNIQUE.
@@ -550,7 +572,14 @@ async fn payment_intent_indexes(pool: &PgPool) -> Vec<(String, String)> {
 #[sqlx::test(migrations = false)]
 async fn migrate_reports_duplicates_and_adds_a_plain_index(pool: PgPool) {
     payments_without_unique(&pool).await;
-    for pi in ["pi_Twice", "pi_Twice", "pi_Thrice", "pi_Thrice", "pi_Thrice", "pi_Once"] {
+    for pi in [
+        "pi_Twice",
+        "pi_Twice",
+        "pi_Thrice",
+        "pi_Thrice",
+        "pi_Thrice",
+        "pi_Once",
+    ] {
         insert_payment(&pool, pi, "paid", 3600).await;
     }
     let env = [("DATABASE_URL", database_url(&pool))];

@@ -3,7 +3,7 @@
 use super::CommandError;
 use crate::config::Settings;
 use crate::db;
-use crate::store::schema::{self, PaymentIntentIndex};
+use crate::store::payment_index::{self as schema, PaymentIntentIndex};
 use crate::store::{Context, StoreError};
 
 /// Applies the embedded migrations, then makes sure duplicate PaymentIntent

@@ -7,7 +7,7 @@ pub mod findings;
 pub mod outbox;
 pub mod payments;
 pub mod runs;
-pub mod schema;
+pub mod payment_index;
 pub mod stats;
 pub mod unverifiable;
 
