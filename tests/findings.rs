@@ -103,7 +103,7 @@ async fn a_needs_review_finding_is_listed_resolved_and_reopened_by_a_later_scan(
         )
     );
 
-    // Resolving twice is refused with exit 1.
+    // Resolving twice is refused (exit 65: nothing changed, not a retry-later failure).
     let p = pool.clone();
     let fid = finding.to_string();
     let again = tokio::task::spawn_blocking(move || {
@@ -111,7 +111,7 @@ async fn a_needs_review_finding_is_listed_resolved_and_reopened_by_a_later_scan(
     })
     .await
     .unwrap();
-    assert_eq!(again.status.code(), Some(1));
+    assert_eq!(again.status.code(), Some(65));
 
     // The drift is still there: the next scan opens a new finding.
     sqlx::query("UPDATE reconciliation_cursor SET last_id = 0")
@@ -150,7 +150,7 @@ async fn a_finding_with_a_pending_repair_cannot_be_resolved_by_hand(pool: PgPool
     .await
     .unwrap();
 
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(65), "refused, not a failure to retry");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("repair command pending"),
         "{out:?}"

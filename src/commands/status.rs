@@ -13,8 +13,7 @@ pub(super) async fn status(settings: &Settings, json: bool) -> Result<(), Comman
         .await
         .map_err(CommandError::Store)?;
     if json {
-        let line =
-            serde_json::to_string_pretty(&st).map_err(|e| CommandError::Usage(e.to_string()))?;
+        let line = serde_json::to_string_pretty(&st)?;
         println!("{line}");
     } else {
         print!("{}", render(&st));

@@ -44,6 +44,7 @@ pub async fn run(
             Ok(lease) => Some(lease),
             Err(e) => {
                 summary.outcome = e.outcome().to_owned();
+                summary.cursor_position = real_cursor(pool, settings).await;
                 summary.duration_seconds = started.elapsed().as_secs_f64();
                 return (summary, Err(e));
             }
@@ -65,6 +66,9 @@ pub async fn run(
     .await;
     if let Some(lease) = &lease {
         give_back(pool, settings, lease).await;
+        // The real cursor, whatever stopped the run: a failed batch leaves it
+        // where the last committed one (or an earlier run) put it.
+        summary.cursor_position = real_cursor(pool, settings).await;
     }
     summary.duration_seconds = started.elapsed().as_secs_f64();
     summary.outcome = match &result {
@@ -91,6 +95,7 @@ async fn batches(
         let start = cursor::read(&mut conn, &settings.job)
             .await?
             .map_or(0, |c| c.last_id);
+        summary.cursor_position = Some(start);
         Mode::DryRun { after_id: start }
     } else {
         Mode::Write
@@ -158,11 +163,27 @@ async fn take_lease(pool: &PgPool, settings: &JobSettings) -> Result<Lease, Scan
     let mut conn = pool.acquire().await.context("connecting")?;
     if cursor::acquire_lease(&mut conn, &settings.job, &lease.owner, lease.ttl_seconds).await? {
         tracing::info!(owner = %lease.owner, ttl_seconds = lease.ttl_seconds, "cursor lease taken");
-        Ok(lease)
-    } else {
-        Err(ScanError::ConcurrentRun {
-            job: settings.job.clone(),
-        })
+        return Ok(lease);
+    }
+    let (owner, expires_at) = cursor::lease_holder(&mut conn, &settings.job)
+        .await?
+        .unwrap_or_else(|| ("(released meanwhile)".to_owned(), None));
+    Err(ScanError::LeaseHeld {
+        job: settings.job.clone(),
+        owner,
+        expires_at,
+    })
+}
+
+/// The job's cursor as stored; `None` when it cannot be read.
+async fn real_cursor(pool: &PgPool, settings: &JobSettings) -> Option<i64> {
+    let mut conn = pool.acquire().await.ok()?;
+    match cursor::read(&mut conn, &settings.job).await {
+        Ok(row) => Some(row.map_or(0, |c| c.last_id)),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the cursor for the summary");
+            None
+        }
     }
 }
 

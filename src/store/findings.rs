@@ -64,6 +64,35 @@ pub async fn insert_open(
     .context("recording findings")
 }
 
+/// Of these `(payment_id, kind)` pairs (parallel slices), the ones with no
+/// open finding yet: exactly those [`insert_open`] would create, by the same
+/// rule (`reconciliation_findings_open`). For `run --dry-run`, which writes
+/// nothing. Returns the new pairs.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn not_yet_open(
+    conn: &mut PgConnection,
+    payment_ids: &[i64],
+    kinds: &[&str],
+) -> Result<Vec<(i64, String)>, StoreError> {
+    if payment_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_as(
+        "SELECT DISTINCT v.payment_id, v.kind
+           FROM unnest($1::bigint[], $2::text[]) AS v(payment_id, kind)
+          WHERE NOT EXISTS (SELECT 1 FROM reconciliation_findings f
+                             WHERE f.payment_id = v.payment_id AND f.kind = v.kind
+                               AND f.resolved_at IS NULL)",
+    )
+    .bind(payment_ids)
+    .bind(kinds)
+    .fetch_all(conn)
+    .await
+    .context("counting findings a run would create")
+}
+
 /// Resolves every open finding of these payments with `resolution = 'cleared'`:
 /// a later scan verified them in sync. Returns how many were cleared.
 ///
@@ -190,6 +219,26 @@ pub async fn list(
     .fetch_all(conn)
     .await
     .context("listing findings")
+}
+
+/// How many findings [`list`] would return without its limit.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn count(
+    conn: &mut PgConnection,
+    kind: Option<&str>,
+    open_only: bool,
+) -> Result<i64, StoreError> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM reconciliation_findings f
+          WHERE ($1::text IS NULL OR f.kind = $1) AND (NOT $2 OR f.resolved_at IS NULL)",
+    )
+    .bind(kind)
+    .bind(open_only)
+    .fetch_one(conn)
+    .await
+    .context("counting findings")
 }
 
 /// A finding as the repair worker checks it before applying its command.
