@@ -150,7 +150,11 @@ async fn a_finding_with_a_pending_repair_cannot_be_resolved_by_hand(pool: PgPool
     .await
     .unwrap();
 
-    assert_eq!(out.status.code(), Some(65), "refused, not a failure to retry");
+    assert_eq!(
+        out.status.code(),
+        Some(65),
+        "refused, not a failure to retry"
+    );
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("repair command pending"),
         "{out:?}"
