@@ -399,7 +399,7 @@ async fn usage_errors_exit_2_and_refusals_65_naming_what_to_fix(pool: PgPool) {
     let db = ("DATABASE_URL", database_url(&pool));
     let out = reconciler_output(
         &["findings", "resolve", "1", "--note", "  ", "--by", "bob"],
-        &[db.clone()],
+        std::slice::from_ref(&db),
     )
     .await;
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
@@ -408,13 +408,13 @@ async fn usage_errors_exit_2_and_refusals_65_naming_what_to_fix(pool: PgPool) {
     // Neither --by nor USER: who resolved it must not be "unknown".
     let out = reconciler_output(
         &["findings", "resolve", "1", "--note", "checked"],
-        &[db.clone()],
+        std::slice::from_ref(&db),
     )
     .await;
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("--by"), "{}", stderr(&out));
 
-    let out = reconciler_output(&["frobnicate"], &[db.clone()]).await;
+    let out = reconciler_output(&["frobnicate"], std::slice::from_ref(&db)).await;
     assert_eq!(out.status.code(), Some(2));
 
     let out = reconciler_output(
