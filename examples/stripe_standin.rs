@@ -155,7 +155,7 @@ impl Respond for Standin {
 
 /// A local Stripe stand-in: serves GET /v1/payment_intents/{id} with Stripe's
 /// shapes, for the demo, the benchmark and running the job by hand.
-#[derive(clap::Parser)]
+#[derive(Debug, clap::Parser)]
 #[command(name = "stripe_standin")]
 struct Args {
     /// Address to listen on.
@@ -263,4 +263,22 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("stripe stand-in listening on {}", server.uri());
     tokio::signal::ctrl_c().await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Args;
+
+    #[test]
+    fn help_prints_usage_not_an_error() {
+        let help = Args::try_parse_from(["stripe_standin", "--help"]).unwrap_err();
+        assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp);
+        let text = help.to_string();
+        assert!(text.contains("Usage: stripe_standin"), "{text}");
+        assert!(text.contains("--seed <ROWS>"), "{text}");
+        let bad = Args::try_parse_from(["stripe_standin", "--bogus"]).unwrap_err();
+        assert_eq!(bad.exit_code(), 2);
+    }
 }
