@@ -145,6 +145,11 @@ fn lag_holder_lines(h: &LagHolder, st: &Status, grace: Duration) -> Vec<(&'stati
     } else if confirmed_this_cycle {
         "confirmed in this cycle: the lag is the normal time between two visits of the cursor"
             .to_owned()
+    } else if passed_by_a_full_cycle(h, st) {
+        format!(
+            "a full cycle passed it without a definitive answer from Stripe (unverifiable: timeout, 429, 5xx); see the run logs for payment_id={}",
+            h.payment_id
+        )
     } else if h.payment_id > cursor {
         format!("not reached yet in this cycle (cursor at id {cursor})")
     } else {
@@ -164,4 +169,12 @@ fn lag_holder_lines(h: &LagHolder, st: &Status, grace: Duration) -> Vec<(&'stati
         lines.push(("  its repair's last error", e.clone()));
     }
     lines
+}
+
+/// A cycle completed after the row's reference time (its last confirmation,
+/// else its creation): ids only grow, so that cycle's cursor went past it.
+fn passed_by_a_full_cycle(h: &LagHolder, st: &Status) -> bool {
+    let since = h.last_reconciled_at.unwrap_or(h.created_at);
+    st.cycle_last_completed_unix
+        .is_some_and(|done| done > since.timestamp_millis() as f64 / 1000.0)
 }
