@@ -325,34 +325,24 @@ impl Respond for Standin {
     }
 }
 
+/// A local Stripe stand-in: serves GET /v1/payment_intents/{id} with Stripe's
+/// shapes, for the demo, the benchmark and running the job by hand.
+#[derive(Debug, clap::Parser)]
+#[command(name = "stripe_standin")]
 struct Args {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:12111")]
     listen: String,
+    /// The Bearer key it accepts (anything else gets 401).
+    #[arg(long, default_value = "sk_test_standin")]
     api_key: String,
+    /// Fill the empty `payments` table of DATABASE_URL with ROWS payments and
+    /// a known mix of drift; print the expected findings per kind (one JSON line).
+    #[arg(long, value_name = "ROWS")]
     seed: Option<u64>,
-    latency: Duration,
-}
-
-fn parse_args() -> anyhow::Result<Args> {
-    let mut args = Args {
-        listen: "127.0.0.1:12111".into(),
-        api_key: "sk_test_standin".into(),
-        seed: None,
-        latency: Duration::ZERO,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--listen" => args.listen = value()?,
-            "--api-key" => args.api_key = value()?,
-            "--seed" => args.seed = Some(value()?.parse().context("--seed takes a row count")?),
-            "--latency-ms" => {
-                args.latency = Duration::from_millis(value()?.parse().context("--latency-ms")?)
-            }
-            other => bail!("unknown argument {other}"),
-        }
-    }
-    Ok(args)
+    /// Delay before every answer, in milliseconds.
+    #[arg(long = "latency-ms", default_value_t = 0, value_name = "MS")]
+    latency_ms: u64,
 }
 
 async fn seed_database(rows: u64) -> anyhow::Result<BTreeMap<String, u64>> {
@@ -437,7 +427,8 @@ async fn seed_database(rows: u64) -> anyhow::Result<BTreeMap<String, u64>> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = parse_args()?;
+    let args = <Args as clap::Parser>::parse();
+    let latency = Duration::from_millis(args.latency_ms);
     let mut known = HashMap::new();
     if let Some(rows) = args.seed {
         let expected = seed_database(rows).await?;
@@ -464,7 +455,7 @@ async fn main() -> anyhow::Result<()> {
         api_key: args.api_key,
         known,
         fixture: serde_json::from_str(FIXTURE)?,
-        latency: args.latency,
+        latency,
         requests: AtomicU64::new(0),
     };
     Mock::given(method("GET"))
@@ -475,4 +466,22 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("stripe stand-in listening on {}", server.uri());
     tokio::signal::ctrl_c().await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Args;
+
+    #[test]
+    fn help_prints_usage_not_an_error() {
+        let help = Args::try_parse_from(["stripe_standin", "--help"]).unwrap_err();
+        assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp);
+        let text = help.to_string();
+        assert!(text.contains("Usage: stripe_standin"), "{text}");
+        assert!(text.contains("--seed <ROWS>"), "{text}");
+        let bad = Args::try_parse_from(["stripe_standin", "--bogus"]).unwrap_err();
+        assert_eq!(bad.exit_code(), 2);
+    }
 }

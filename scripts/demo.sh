@@ -55,15 +55,12 @@ say "stripe-reconciler migrate (reports the duplicate PaymentIntent ids it finds
 "$bin" migrate
 
 # A local Pushgateway, when Debian's prometheus-pushgateway is installed (or
-# installable: the demo runs as root), receives the run's figures.
+# installable: the demo runs as root), receives the run's figures. Its own,
+# on a free port, persistence off: it shows this demo's figures only.
 if command -v prometheus-pushgateway >/dev/null || [ "$(id -u)" = 0 ]; then
-  ensure_pushgateway
-  pg_port=$(free_port)
-  prometheus-pushgateway --web.listen-address="127.0.0.1:$pg_port" >.demo/pushgateway.log 2>&1 &
-  pushgateway=$!
-  trap 'kill $standin $pushgateway 2>/dev/null || true' EXIT
-  wait_for_port "$pg_port" 30 || die "the Pushgateway did not start"
-  export PUSHGATEWAY_URL="http://127.0.0.1:$pg_port"
+  start_pushgateway .demo/pushgateway.log
+  trap 'kill $standin $PUSHGATEWAY_PID 2>/dev/null || true' EXIT
+  export PUSHGATEWAY_URL
   say "Pushgateway on $PUSHGATEWAY_URL"
 else
   say "prometheus-pushgateway is not installed: metrics are not pushed (apt-get install prometheus-pushgateway)"

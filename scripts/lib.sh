@@ -85,6 +85,21 @@ ensure_pushgateway() {
   apt-cache policy prometheus-pushgateway 2>/dev/null | grep -q 'Candidate: [0-9]' || apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus-pushgateway >/dev/null
   [ "$created" = 1 ] && rm -f "$policy"
-  pkill -x prometheus-pushgateway 2>/dev/null || true
   command -v prometheus-pushgateway >/dev/null || die "prometheus-pushgateway did not install"
+}
+
+# Starts a private Pushgateway on a free port, in the background, with
+# persistence off: Debian's binary otherwise loads (and writes)
+# /var/lib/prometheus/pushgateway.data, the groups every earlier demo or other
+# tool on the machine pushed. Sets PUSHGATEWAY_PID and PUSHGATEWAY_URL; logs
+# go to $1 (default /dev/null). The caller kills $PUSHGATEWAY_PID.
+start_pushgateway() {
+  local log=${1:-/dev/null} port
+  ensure_pushgateway
+  port=$(free_port)
+  prometheus-pushgateway --web.listen-address="127.0.0.1:$port" --persistence.file= \
+    >"$log" 2>&1 &
+  PUSHGATEWAY_PID=$!
+  PUSHGATEWAY_URL="http://127.0.0.1:$port"
+  wait_for_port "$port" 30 || die "the Pushgateway did not start (log: $log)"
 }

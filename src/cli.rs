@@ -3,6 +3,8 @@
 
 use clap::{Parser, Subcommand};
 
+use crate::dashboard::DashboardMode;
+
 /// Keeps the payments table honest against Stripe PaymentIntents.
 #[derive(Debug, Parser)]
 #[command(name = "stripe-reconciler", version, about)]
@@ -42,7 +44,7 @@ pub enum Command {
 /// `findings` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum FindingsCommand {
-    /// List findings, newest first.
+    /// List findings, newest first, with each PaymentIntent's Stripe Dashboard link.
     List {
         /// Only this kind (e.g. paid_locally_not_externally).
         #[arg(long)]
@@ -53,19 +55,35 @@ pub enum FindingsCommand {
         /// One JSON object per line instead of a table.
         #[arg(long)]
         json: bool,
-        /// At most this many rows.
+        /// At most this many rows, newest first; the output says when the list
+        /// was cut ("showing 100 of 250").
         #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=100_000))]
         limit: i64,
+        /// Dashboard links in live or test mode [default: test for an
+        /// sk_test_/rk_test_ STRIPE_API_KEY, else live].
+        #[arg(long, value_enum, env = "RECONCILER_DASHBOARD_MODE")]
+        dashboard: Option<DashboardMode>,
     },
     /// Resolve one open finding by hand, recording who and why.
     Resolve {
         /// The finding's id (reconciliation_findings.id).
         id: i64,
-        /// Why it is resolved (kept with the finding).
-        #[arg(long)]
+        /// Why it is resolved (kept with the finding); must not be empty.
+        #[arg(long, value_parser = non_blank)]
         note: String,
-        /// Who resolves it (default: $USER).
-        #[arg(long, env = "USER", default_value = "unknown")]
-        by: String,
+        /// Who resolves it, kept with the finding [default: $USER; refused
+        /// when neither is given].
+        #[arg(long, env = "USER", value_parser = non_blank)]
+        by: Option<String>,
     },
+}
+
+/// Accepts a value with something other than whitespace in it.
+fn non_blank(value: &str) -> Result<String, String> {
+    let trimmed = value.trim();
+    if trimmed.is_empty() {
+        Err("must not be empty".to_owned())
+    } else {
+        Ok(trimmed.to_owned())
+    }
 }

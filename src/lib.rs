@@ -13,6 +13,7 @@
 //! - [`cli`]: the clap command line (subcommands of DESIGN.md's Interface).
 //! - [`commands`]: what each subcommand does, returning an exit code.
 //! - [`config`]: settings from the environment, secrets redacted.
+//! - [`dashboard`]: PURE links to a PaymentIntent in the Stripe Dashboard (live or test).
 //! - [`db`]: the connection pool and the embedded migrations.
 //! - [`exit`]: the process exit codes.
 //! - [`metrics`]: the run's gauges and the push to the Pushgateway.
@@ -29,6 +30,7 @@ pub mod capacity;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod dashboard;
 pub mod db;
 pub mod exit;
 pub mod metrics;

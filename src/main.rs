@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use stripe_reconciler::cli::Cli;
+use stripe_reconciler::cli::{Cli, Command};
 use stripe_reconciler::config::Settings;
 use stripe_reconciler::{commands, exit, telemetry};
 
@@ -27,16 +27,21 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::FAILURE);
         }
     };
+    // The CronJobs' commands log their failure as a JSON line for the log
+    // collector; a person typing a command (or a configuration error, which a
+    // person must fix) gets one readable line.
+    let scheduled = matches!(cli.command, Command::Run { .. } | Command::Repair);
     match runtime.block_on(commands::dispatch(cli.command, settings)) {
         Ok(()) => ExitCode::from(exit::SUCCESS),
         Err(e) => {
             let code = e.exit_code();
-            let report = anyhow::Error::new(e);
-            tracing::error!(
-                exit_code = code,
-                error = format!("{report:#}"),
-                "stripe-reconciler failed"
-            );
+            let for_a_person = !scheduled || matches!(e, commands::CommandError::Config(_));
+            let report = format!("{:#}", anyhow::Error::new(e)).replace('\n', " ");
+            if for_a_person {
+                eprintln!("stripe-reconciler: error: {report}");
+            } else {
+                tracing::error!(exit_code = code, error = report, "stripe-reconciler failed");
+            }
             ExitCode::from(code)
         }
     }

@@ -191,6 +191,9 @@ impl RunMetrics {
         self.set("run_duration_seconds", s.duration_seconds);
         self.set("wrapped", f64::from(u8::from(s.wrapped)));
         self.set("last_run_timestamp_seconds", now_unix);
+        if let Some(c) = s.cursor_position {
+            self.set("cursor_position", c as f64);
+        }
         for v in Verdict::ALL {
             let n = s.verdicts.get(v) as f64;
             self.set_labelled(

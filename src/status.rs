@@ -1,22 +1,29 @@
 //! The job's state, as `status` prints it and the metrics push it: cursor and
 //! cycle, lag, open findings, outbox backlog, capacity.
 
+use std::collections::BTreeMap;
+
 use chrono::Utc;
 use serde::Serialize;
 use sqlx::PgConnection;
 
 use crate::capacity::{self, Capacity};
 use crate::reconcile::RepairCommand;
+use crate::store::stats::LagHolder;
 use crate::store::{runs, stats, StoreError};
 
-/// Everything `status` shows.
+/// Everything `status` shows; `status --json` prints it as one object whose
+/// shape is documented in the README ("status --json") and pinned by a test:
+/// keys are only ever added. Counts are integers; durations are seconds and
+/// instants Unix seconds (floats); unknown values are `null`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Status {
     /// `RECONCILER_JOB`
     pub job: String,
     /// Reconciliation lag in seconds (oldest time since a row was confirmed).
     pub lag_seconds: f64,
-    /// Rows in `payments` (planner estimate on large tables).
+    /// Rows in `payments` (planner estimate on large tables; an integer in JSON).
+    #[serde(serialize_with = "as_integer")]
     pub rows: f64,
     /// Cursor position (`payments.id`).
     pub cursor_position: i64,
@@ -26,8 +33,8 @@ pub struct Status {
     pub cycle_age_seconds: Option<f64>,
     /// When the last cycle completed (Unix seconds).
     pub cycle_last_completed_unix: Option<f64>,
-    /// Open findings per kind.
-    pub open_findings: Vec<(String, i64)>,
+    /// Open findings per kind (`{"missed_success": 2, ...}` in JSON).
+    pub open_findings: BTreeMap<String, i64>,
     /// Unprocessed repair commands.
     pub outbox_pending: i64,
     /// Age in seconds of the oldest unprocessed repair command.
@@ -36,6 +43,13 @@ pub struct Status {
     pub capacity: Option<Capacity>,
     /// When a run last completed (Unix seconds).
     pub last_success_unix: Option<f64>,
+    /// The payment that holds the lag, so an operator knows where to look;
+    /// `None` for an empty table.
+    pub lag_held_by: Option<LagHolder>,
+}
+
+fn as_integer<S: serde::Serializer>(value: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_i64(value.round() as i64)
 }
 
 /// Reads the status of `job`.
@@ -46,6 +60,7 @@ pub async fn read(conn: &mut PgConnection, job: &str) -> Result<Status, StoreErr
     let types = RepairCommand::EVENT_TYPES;
     let t = stats::table_figures(conn, job, &types).await?;
     let open_findings = stats::open_findings_by_kind(conn).await?;
+    let lag_held_by = stats::lag_holder(conn, &types).await?;
     let h = runs::history(conn, job).await?;
     let growth = match (h.first_max_payment_id, h.newest_max_payment_id) {
         (Some(first), Some(newest)) => newest - first,
@@ -75,6 +90,7 @@ pub async fn read(conn: &mut PgConnection, job: &str) -> Result<Status, StoreErr
             growth,
         ),
         last_success_unix: h.last_success_unix,
+        lag_held_by,
     })
 }
 

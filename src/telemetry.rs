@@ -1,6 +1,8 @@
 //! Tracing to stderr: JSON lines in the cluster, pretty lines in a terminal.
 //! Level from `RUST_LOG` (default `info`).
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
@@ -12,7 +14,10 @@ pub fn init(format: LogFormat) {
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal: a pipe, a file or a
+        // pod's log collector gets plain text (and `NO_COLOR` is honoured).
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none());
     let _ = match format {
         LogFormat::Json => builder
             .json()

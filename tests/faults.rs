@@ -137,7 +137,7 @@ async fn sigterm_abandons_the_batch_pushes_metrics_and_the_next_run_redoes_it(po
         value(
             &m,
             "stripe_reconciler_run_outcome",
-            &[("outcome", "interrupted")]
+            &[("job", "payments-vs-stripe"), ("outcome", "interrupted")]
         ),
         Some(1.0),
         "{m}"

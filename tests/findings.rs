@@ -105,7 +105,7 @@ async fn a_needs_review_finding_is_listed_resolved_and_reopened_only_when_the_dr
         )
     );
 
-    // Resolving twice is refused with exit 1.
+    // Resolving twice is refused (exit 65: nothing changed, not a retry-later failure).
     let p = pool.clone();
     let fid = finding.to_string();
     let again = tokio::task::spawn_blocking(move || {
@@ -113,7 +113,7 @@ async fn a_needs_review_finding_is_listed_resolved_and_reopened_only_when_the_dr
     })
     .await
     .unwrap();
-    assert_eq!(again.status.code(), Some(1));
+    assert_eq!(again.status.code(), Some(65));
 
     // The same drift, acknowledged by a person (same Stripe status, same
     // details): the next scan does not open it again.
@@ -166,7 +166,11 @@ async fn a_finding_with_a_pending_repair_cannot_be_resolved_by_hand(pool: PgPool
     .await
     .unwrap();
 
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        out.status.code(),
+        Some(65),
+        "refused, not a failure to retry"
+    );
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("repair command pending"),
         "{out:?}"
@@ -179,4 +183,122 @@ async fn a_finding_with_a_pending_repair_cannot_be_resolved_by_hand(pool: PgPool
         .await,
         1
     );
+}
+
+/// `findings list` with a chosen environment (no USER unless given).
+async fn list(pool: &PgPool, args: &[&str], extra: &[(&str, &str)]) -> std::process::Output {
+    let mut env = vec![("DATABASE_URL", database_url(pool))];
+    env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    let mut all = vec!["findings", "list"];
+    all.extend_from_slice(args);
+    reconciler_output(&all, &env).await
+}
+
+async fn thirty_findings(pool: &PgPool) {
+    sqlx::raw_sql(
+        "INSERT INTO payments (order_id, stripe_payment_intent_id, status)
+         SELECT 'order-' || i, 'pi_Review' || i, 'paid' FROM generate_series(1, 30) AS i;
+         INSERT INTO reconciliation_findings (payment_id, kind, local_status, external_status)
+         SELECT id, 'paid_locally_not_externally', 'paid', 'requires_payment_method' FROM payments;",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn the_review_queue_shows_order_payment_intent_and_a_dashboard_link(pool: PgPool) {
+    thirty_findings(&pool).await;
+
+    // A test key links into the Dashboard's test mode.
+    let out = list(
+        &pool,
+        &["--limit", "3"],
+        &[("STRIPE_API_KEY", "sk_test_abc")],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    let newest = table.lines().nth(1).unwrap();
+    assert!(newest.contains("order-30"), "{table}");
+    assert!(newest.contains("pi_Review30"), "{table}");
+    assert!(
+        newest.contains("https://dashboard.stripe.com/test/payments/pi_Review30"),
+        "{table}"
+    );
+    assert_eq!(
+        table.lines().count(),
+        1 + 3 + 1,
+        "header, 3 rows, footer: {table}"
+    );
+    assert!(
+        table.contains("showing 3 of 30 findings"),
+        "the cut is said: {table}"
+    );
+
+    // No key: live mode, the documented default; an explicit choice wins.
+    let out = list(&pool, &["--json", "--limit", "1"], &[]).await;
+    let row: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        row["dashboard_url"],
+        "https://dashboard.stripe.com/payments/pi_Review30"
+    );
+    assert_eq!(row["order_id"], "order-30");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("showing 1 of 30"),
+        "{out:?}"
+    );
+    let out = list(
+        &pool,
+        &["--json", "--limit", "1"],
+        &[
+            ("STRIPE_API_KEY", "rk_live_abc"),
+            ("RECONCILER_DASHBOARD_MODE", "test"),
+        ],
+    )
+    .await;
+    let row: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        row["dashboard_url"],
+        "https://dashboard.stripe.com/test/payments/pi_Review30"
+    );
+
+    // The whole list: no cut to report, the default limit is 100.
+    let out = list(&pool, &[], &[]).await;
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(table.ends_with("30 finding(s)\n"), "{table}");
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn resolve_records_an_explicit_by_over_the_environment(pool: PgPool) {
+    thirty_findings(&pool).await;
+    let env = [
+        ("DATABASE_URL", database_url(&pool)),
+        ("USER", "root".to_owned()),
+    ];
+
+    let out = reconciler_output(
+        &[
+            "findings",
+            "resolve",
+            "5",
+            "--note",
+            "refunded, PAY-7",
+            "--by",
+            "carol",
+        ],
+        &env,
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let out = reconciler_output(&["findings", "resolve", "6", "--note", "checked"], &env).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+
+    let by: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT id, resolved_by FROM reconciliation_findings WHERE resolved_at IS NOT NULL ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(by, [(5, "carol".to_owned()), (6, "root".to_owned())]);
 }

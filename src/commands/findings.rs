@@ -2,37 +2,102 @@
 
 use super::CommandError;
 use crate::config::Settings;
+use crate::dashboard::{payment_intent_url, DashboardMode};
 use crate::reconcile::RepairCommand;
+use secrecy::ExposeSecret;
 use sqlx::Connection;
 
 use crate::repair::worker::MAX_ATTEMPTS;
 use crate::store::{findings, outbox, payments, Context};
 
-/// Lists findings as a table, or JSON lines with `--json`.
+/// What `findings list` selects.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ListQuery<'a> {
+    /// Only this kind.
+    pub kind: Option<&'a str>,
+    /// Only unresolved findings.
+    pub open: bool,
+    /// At most this many rows.
+    pub limit: i64,
+}
+
+/// One line of `findings list --json`: the finding and its Dashboard link.
+#[derive(serde::Serialize)]
+struct ListedFinding<'a> {
+    #[serde(flatten)]
+    finding: &'a findings::FindingView,
+    /// `None` when the stored id is not a well-formed PaymentIntent id.
+    dashboard_url: Option<String>,
+}
+
+/// Lists findings as a table, or JSON lines with `--json`, each with a link
+/// to its PaymentIntent in the Stripe Dashboard, and says when `--limit` cut
+/// the list (on stderr with `--json`, so stdout stays JSON lines).
 pub(super) async fn list(
     settings: &Settings,
-    kind: Option<&str>,
-    open: bool,
+    q: ListQuery<'_>,
     json: bool,
-    limit: i64,
+    dashboard: Option<DashboardMode>,
 ) -> Result<(), CommandError> {
+    let mode = DashboardMode::choose(
+        dashboard,
+        settings.stripe_api_key.as_ref().map(|k| k.expose_secret()),
+    );
     let (_pool, mut conn) = super::connect(settings).await?;
-    let rows = findings::list(&mut conn, kind, open, limit)
+    let rows = findings::list(&mut conn, q.kind, q.open, q.limit)
         .await
         .map_err(CommandError::Store)?;
+    let total = findings::count(&mut conn, q.kind, q.open)
+        .await
+        .map_err(CommandError::Store)?;
+    let link = |f: &findings::FindingView| {
+        f.stripe_payment_intent_id
+            .as_deref()
+            .and_then(|pi| payment_intent_url(pi, mode))
+    };
+    let shown = rows.len() as i64;
+    let cut = (total > shown).then(|| {
+        format!(
+            "showing {shown} of {total} findings, newest first (--limit {}; raise it to see more)",
+            q.limit
+        )
+    });
     if json {
-        for row in &rows {
-            if let Ok(line) = serde_json::to_string(row) {
-                println!("{line}");
-            }
+        for f in &rows {
+            let line = serde_json::to_string(&ListedFinding {
+                finding: f,
+                dashboard_url: link(f),
+            })?;
+            println!("{line}");
+        }
+        if let Some(note) = cut {
+            eprintln!("{note}");
         }
         return Ok(());
     }
-    println!(
-        "{:>8}  {:>10}  {:<32}  {:<8}  {:<24}  {:<20}  resolution",
-        "id", "payment", "kind", "local", "stripe", "detected"
+    print!("{}", render(&rows, &link));
+    println!("{}", cut.unwrap_or_else(|| format!("{shown} finding(s)")));
+    Ok(())
+}
+
+/// The table of `findings list`.
+fn render(
+    rows: &[findings::FindingView],
+    link: &dyn Fn(&findings::FindingView) -> Option<String>,
+) -> String {
+    let mut out = format!(
+        "{:>8}  {:>10}  {:<16}  {:<28}  {:<32}  {:<8}  {:<24}  {:<19}  {:<62}  resolution\n",
+        "id",
+        "payment",
+        "order",
+        "payment intent",
+        "kind",
+        "local",
+        "stripe",
+        "detected",
+        "stripe dashboard"
     );
-    for f in &rows {
+    for f in rows {
         let resolution = match (&f.resolution, &f.resolved_by) {
             (None, _) => "open".to_owned(),
             (Some(r), Some(by)) => format!(
@@ -41,19 +106,21 @@ pub(super) async fn list(
             ),
             (Some(r), None) => r.clone(),
         };
-        println!(
-            "{:>8}  {:>10}  {:<32}  {:<8}  {:<24}  {:<20}  {}",
+        out.push_str(&format!(
+            "{:>8}  {:>10}  {:<16}  {:<28}  {:<32}  {:<8}  {:<24}  {:<19}  {:<62}  {}\n",
             f.id,
             f.payment_id,
+            f.order_id.as_deref().unwrap_or("-"),
+            f.stripe_payment_intent_id.as_deref().unwrap_or("-"),
             f.kind,
             f.local_status,
             f.external_status.as_deref().unwrap_or("-"),
             f.detected_at.format("%Y-%m-%d %H:%M:%S"),
+            link(f).unwrap_or_else(|| "-".to_owned()),
             resolution
-        );
+        ));
     }
-    println!("{} finding(s)", rows.len());
-    Ok(())
+    out
 }
 
 /// Resolves one open finding by hand, keeping who and why. Refuses a finding
@@ -62,13 +129,21 @@ pub(super) async fn resolve(
     settings: &Settings,
     id: i64,
     note: &str,
-    by: &str,
+    by: Option<&str>,
 ) -> Result<(), CommandError> {
     if note.trim().is_empty() {
         return Err(CommandError::Usage(
             "--note must say why the finding is resolved".into(),
         ));
     }
+    let by = match by.map(str::trim) {
+        Some(by) if !by.is_empty() => by,
+        _ => {
+            return Err(CommandError::Usage(
+                "say who resolves the finding: --by NAME (or set USER)".into(),
+            ))
+        }
+    };
     let (_pool, mut conn) = super::connect(settings).await?;
     let types = RepairCommand::EVENT_TYPES;
     let mut tx = conn
@@ -84,7 +159,7 @@ pub(super) async fn resolve(
         .await
         .map_err(CommandError::Store)?
     {
-        return Err(CommandError::Usage(format!(
+        return Err(CommandError::Refused(format!(
             "finding {id} has a repair command pending in the outbox; run `stripe-reconciler repair` instead"
         )));
     }
@@ -92,7 +167,7 @@ pub(super) async fn resolve(
         .await
         .map_err(CommandError::Store)?
     {
-        return Err(CommandError::Usage(format!(
+        return Err(CommandError::Refused(format!(
             "finding {id} does not exist or is already resolved"
         )));
     }

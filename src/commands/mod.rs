@@ -30,10 +30,17 @@ pub enum CommandError {
     /// A database failure outside a run (exit 1).
     #[error(transparent)]
     Store(StoreError),
-    /// The request cannot be carried out as asked (exit 1), e.g. resolving a
-    /// finding that is already resolved.
+    /// The command line is wrong in a way clap cannot see, e.g. an empty
+    /// note (exit 2).
     #[error("{0}")]
     Usage(String),
+    /// The request was refused and nothing changed (exit 65), e.g. resolving
+    /// a finding that is already resolved.
+    #[error("{0}")]
+    Refused(String),
+    /// The output could not be serialised (exit 1).
+    #[error("cannot serialise the output")]
+    Output(#[from] serde_json::Error),
     /// The run stopped early (exit code per [`ScanError::exit_code`]).
     #[error(transparent)]
     Scan(#[from] ScanError),
@@ -47,7 +54,9 @@ impl CommandError {
             CommandError::Db(_)
             | CommandError::Http(_)
             | CommandError::Store(_)
-            | CommandError::Usage(_) => exit::FAILURE,
+            | CommandError::Output(_) => exit::FAILURE,
+            CommandError::Usage(_) => exit::USAGE,
+            CommandError::Refused(_) => exit::REFUSED,
             CommandError::Scan(e) => e.exit_code(),
         }
     }
@@ -85,10 +94,18 @@ pub async fn dispatch(command: Command, settings: Settings) -> Result<(), Comman
                     open,
                     json,
                     limit,
+                    dashboard,
                 },
-        } => findings::list(&settings, kind.as_deref(), open, json, limit).await,
+        } => {
+            let query = findings::ListQuery {
+                kind: kind.as_deref(),
+                open,
+                limit,
+            };
+            findings::list(&settings, query, json, dashboard).await
+        }
         Command::Findings {
             command: FindingsCommand::Resolve { id, note, by },
-        } => findings::resolve(&settings, id, &note, &by).await,
+        } => findings::resolve(&settings, id, &note, by.as_deref()).await,
     }
 }

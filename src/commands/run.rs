@@ -244,11 +244,24 @@ fn print_summary(s: &RunSummary, format: LogFormat) {
             for (verdict, rows) in s.verdicts.iter() {
                 println!("  {:<18} {rows}", verdict.as_str());
             }
-            println!("  findings created   {}", s.findings_created);
-            println!("  commands enqueued  {}", s.commands_enqueued);
-            println!("  findings cleared   {}", s.findings_cleared);
+            if s.dry_run {
+                // Counted with a real run's dedup rule: drift that already has
+                // an open finding would create nothing.
+                println!("  would create findings   {}", s.findings_created);
+                println!("  would enqueue commands  {}", s.commands_enqueued);
+            } else {
+                println!("  findings created   {}", s.findings_created);
+                println!("  commands enqueued  {}", s.commands_enqueued);
+                println!("  findings cleared   {}", s.findings_cleared);
+            }
             println!("  wrapped            {}", s.wrapped);
-            println!("  cursor             {}", s.cursor_position);
+            println!(
+                "  cursor             {}",
+                s.cursor_position.map_or_else(
+                    || "unknown (database unreachable)".to_owned(),
+                    |c| c.to_string()
+                )
+            );
             println!("  duration           {:.2} s", s.duration_seconds);
         }
     }

@@ -1,10 +1,13 @@
 //! `stripe-reconciler status [--json]`
 
+use std::time::Duration;
+
 use chrono::{TimeZone, Utc};
 
 use super::CommandError;
 use crate::config::Settings;
 use crate::status::{self, human_duration, Status};
+use crate::store::stats::LagHolder;
 
 /// Prints the job's state: a screen for people, or one JSON object.
 pub(super) async fn status(settings: &Settings, json: bool) -> Result<(), CommandError> {
@@ -13,11 +16,10 @@ pub(super) async fn status(settings: &Settings, json: bool) -> Result<(), Comman
         .await
         .map_err(CommandError::Store)?;
     if json {
-        let line =
-            serde_json::to_string_pretty(&st).map_err(|e| CommandError::Usage(e.to_string()))?;
+        let line = serde_json::to_string_pretty(&st)?;
         println!("{line}");
     } else {
-        print!("{}", render(&st));
+        print!("{}", render(&st, settings.job.grace));
     }
     Ok(())
 }
@@ -36,12 +38,18 @@ fn when(unix: Option<f64>) -> String {
         )
 }
 
-/// The human-readable screen.
-pub fn render(st: &Status) -> String {
+/// The human-readable screen. `grace` is `RECONCILER_GRACE_SECONDS`, to tell
+/// why a recently changed payment is not confirmed yet.
+pub fn render(st: &Status, grace: Duration) -> String {
     let mut out = String::new();
     let mut line = |k: &str, v: String| out.push_str(&format!("{k:<34}{v}\n"));
     line("job", st.job.clone());
     line("reconciliation lag", human_duration(st.lag_seconds));
+    if let Some(h) = &st.lag_held_by {
+        for (k, v) in lag_holder_lines(h, st, grace) {
+            line(k, v);
+        }
+    }
     line("payments", format!("{:.0}", st.rows));
     line(
         "cursor",
@@ -88,11 +96,85 @@ pub fn render(st: &Status) -> String {
     if st.open_findings.is_empty() {
         line("open findings", "none".into());
     } else {
-        let total: i64 = st.open_findings.iter().map(|(_, n)| n).sum();
+        let total: i64 = st.open_findings.values().sum();
         line("open findings", total.to_string());
-        for (kind, n) in &st.open_findings {
+        let mut by_count: Vec<(&String, &i64)> = st.open_findings.iter().collect();
+        by_count.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        for (kind, n) in by_count {
             line(&format!("  {kind}"), n.to_string());
         }
     }
     out
+}
+
+/// Where to look for the lag: which payment holds it and the likely reason.
+fn lag_holder_lines(h: &LagHolder, st: &Status, grace: Duration) -> Vec<(&'static str, String)> {
+    let now = Utc::now();
+    let cursor = st.cursor_position;
+    let confirmed_this_cycle = match (h.last_reconciled_at, st.cycle_age_seconds) {
+        (Some(t), Some(age)) => ((now - t).num_seconds() as f64) <= age,
+        _ => false,
+    };
+    let ago = |t: chrono::DateTime<Utc>| human_duration((now - t).num_seconds() as f64);
+    let mut lines = vec![(
+        "  held by payment",
+        format!(
+            "{} (order {}, {}, local {})",
+            h.payment_id,
+            h.order_id.as_deref().unwrap_or("-"),
+            h.stripe_payment_intent_id
+                .as_deref()
+                .unwrap_or("no PaymentIntent id"),
+            h.status
+        ),
+    )];
+    lines.push((
+        "  last confirmed with Stripe",
+        h.last_reconciled_at.map_or_else(
+            || format!("never (created {} ago)", ago(h.created_at)),
+            |t| format!("{} ago", ago(t)),
+        ),
+    ));
+    let changed_secs = (now - h.updated_at).num_seconds().max(0);
+    let why = if changed_secs < grace.as_secs() as i64 {
+        format!(
+            "changed {} ago, within RECONCILER_GRACE_SECONDS ({}s): in_flight, not sent to Stripe until the grace passes",
+            human_duration(changed_secs as f64),
+            grace.as_secs()
+        )
+    } else if confirmed_this_cycle {
+        "confirmed in this cycle: the lag is the normal time between two visits of the cursor"
+            .to_owned()
+    } else if passed_by_a_full_cycle(h, st) {
+        format!(
+            "a full cycle passed it without a definitive answer from Stripe (unverifiable: timeout, 429, 5xx); see the run logs for payment_id={}",
+            h.payment_id
+        )
+    } else if h.payment_id > cursor {
+        format!("not reached yet in this cycle (cursor at id {cursor})")
+    } else {
+        format!(
+            "passed in this cycle without a definitive answer from Stripe (unverifiable: timeout, 429, 5xx); see the run logs for payment_id={}",
+            h.payment_id
+        )
+    };
+    lines.push(("  why", why));
+    if let (Some(id), Some(kind)) = (h.open_finding_id, &h.open_finding_kind) {
+        lines.push((
+            "  its open finding",
+            format!("{id} {kind} (stripe-reconciler findings list --kind {kind})"),
+        ));
+    }
+    if let Some(e) = &h.repair_last_error {
+        lines.push(("  its repair's last error", e.clone()));
+    }
+    lines
+}
+
+/// A cycle completed after the row's reference time (its last confirmation,
+/// else its creation): ids only grow, so that cycle's cursor went past it.
+fn passed_by_a_full_cycle(h: &LagHolder, st: &Status) -> bool {
+    let since = h.last_reconciled_at.unwrap_or(h.created_at);
+    st.cycle_last_completed_unix
+        .is_some_and(|done| done > since.timestamp_millis() as f64 / 1000.0)
 }

@@ -141,10 +141,7 @@ pub async fn run_batch_until(
 
     // 3. Record and advance, in one transaction.
     match mode {
-        Mode::DryRun { .. } => {
-            report.findings_created = count(&observations, |o| o.decision.kind.is_some());
-            report.commands_enqueued = count(&observations, |o| o.decision.command.is_some());
-        }
+        Mode::DryRun { .. } => dry_run_counts(pool, &observations, &mut report).await?,
         Mode::Write => {
             let job = &settings.job;
             write_phase(
@@ -165,8 +162,40 @@ pub async fn run_batch_until(
     Ok(report)
 }
 
-fn count(observations: &[Observation], pred: impl Fn(&Observation) -> bool) -> u64 {
-    observations.iter().filter(|o| pred(o)).count() as u64
+/// What a real run would create: only findings not already open (the same
+/// dedup rule), and a command only with such a new finding.
+async fn dry_run_counts(
+    pool: &PgPool,
+    observations: &[Observation],
+    report: &mut BatchReport,
+) -> Result<(), ScanError> {
+    let (ids, kinds): (Vec<i64>, Vec<String>) = observations
+        .iter()
+        .filter_map(|o| {
+            Some((
+                o.payment_id,
+                o.decision.kind.as_ref()?.as_str().into_owned(),
+            ))
+        })
+        .unzip();
+    let kinds: Vec<&str> = kinds.iter().map(String::as_str).collect();
+    let mut conn = pool.acquire().await.context("connecting")?;
+    let new: HashSet<(i64, String)> = findings::not_yet_open(&mut conn, &ids, &kinds)
+        .await?
+        .into_iter()
+        .collect();
+    report.findings_created = new.len() as u64;
+    report.commands_enqueued = observations
+        .iter()
+        .filter(|o| o.decision.command.is_some())
+        .filter(|o| {
+            o.decision
+                .kind
+                .as_ref()
+                .is_some_and(|k| new.contains(&(o.payment_id, k.as_str().into_owned())))
+        })
+        .count() as u64;
+    Ok(())
 }
 
 /// Rows behind the cursor never confirmed with Stripe, read per batch beside

@@ -2,6 +2,7 @@
 
 pub mod batch;
 pub mod detect;
+pub mod progress;
 pub mod report;
 pub mod run;
 
@@ -22,6 +23,17 @@ pub enum ScanError {
     ConcurrentRun {
         /// `RECONCILER_JOB`
         job: String,
+    },
+    /// Another run holds the cursor lease: this run stopped before any
+    /// batch and wrote nothing.
+    #[error("another run holds the lease on job {job:?} (owner {owner}, expires {}); this run did nothing", expires_at.map_or_else(|| "now".to_owned(), |t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)))]
+    LeaseHeld {
+        /// `RECONCILER_JOB`
+        job: String,
+        /// The holder's `lease_owner` (`host:pid:random`).
+        owner: String,
+        /// When the holder's lease expires unless renewed (UTC).
+        expires_at: Option<chrono::DateTime<chrono::Utc>>,
     },
     /// Stripe rejected the key (401/403) or the URL (a 404 that is not
     /// `resource_missing`): a configuration fault.
@@ -55,7 +67,7 @@ impl ScanError {
     /// The process exit code (DESIGN.md, Interface).
     pub fn exit_code(&self) -> u8 {
         match self {
-            ScanError::ConcurrentRun { .. } => exit::CONCURRENT_RUN,
+            ScanError::ConcurrentRun { .. } | ScanError::LeaseHeld { .. } => exit::CONCURRENT_RUN,
             ScanError::StripeRejected(_) | ScanError::StripeWrongAccount { .. } => exit::CONFIG,
             ScanError::StripeDown { .. } | ScanError::Store(_) | ScanError::Interrupted => {
                 exit::FAILURE
@@ -66,7 +78,7 @@ impl ScanError {
     /// The run's outcome label (logs, run history, metrics).
     pub fn outcome(&self) -> &'static str {
         match self {
-            ScanError::ConcurrentRun { .. } => "concurrent_run",
+            ScanError::ConcurrentRun { .. } | ScanError::LeaseHeld { .. } => "concurrent_run",
             ScanError::StripeRejected(_) | ScanError::StripeWrongAccount { .. } => {
                 "stripe_rejected_key"
             }

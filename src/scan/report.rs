@@ -56,8 +56,8 @@ pub struct BatchReport {
     pub scanned: u64,
     /// Rows per verdict.
     pub verdicts: VerdictCounts,
-    /// Findings newly recorded (in a dry run: findings that would be recorded
-    /// if none were open yet).
+    /// Findings newly recorded (in a dry run: findings a real run would
+    /// record, i.e. only those not already open).
     pub findings_created: u64,
     /// Repair commands enqueued (dry run: that would be enqueued).
     pub commands_enqueued: u64,
@@ -92,8 +92,11 @@ pub struct RunSummary {
     pub findings_cleared: u64,
     /// The cursor reached the end of the table during the run.
     pub wrapped: bool,
-    /// Cursor at the end of the run.
-    pub cursor_position: i64,
+    /// Where the cursor is at the end of the run, read back from the
+    /// database (also after a failure, which leaves it where the last
+    /// committed batch put it); a dry run's in-memory position. `None` (JSON
+    /// `null`) when it could not be read (database unreachable).
+    pub cursor_position: Option<i64>,
     /// Wall time of the run, in seconds.
     pub duration_seconds: f64,
     /// `completed` or the failure's label (see `ScanError::outcome`).
@@ -110,6 +113,6 @@ impl RunSummary {
         self.commands_enqueued += batch.commands_enqueued;
         self.findings_cleared += batch.findings_cleared;
         self.wrapped |= batch.wrapped;
-        self.cursor_position = batch.cursor_to;
+        self.cursor_position = Some(batch.cursor_to);
     }
 }

@@ -10,10 +10,12 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::batch::{run_batch_until, Lease, Mode};
+use super::progress::{cycle_progress, CycleProgress, Pace, TableExtent};
 use super::report::{BatchReport, RunSummary};
 use super::ScanError;
 use crate::config::JobSettings;
-use crate::store::{cursor, runs, Context};
+use crate::status::human_duration;
+use crate::store::{cursor, runs, stats, Context};
 use crate::stripe::StripeGateway;
 
 /// How to run.
@@ -46,6 +48,7 @@ pub async fn run(
             Ok(lease) => Some(lease),
             Err(e) => {
                 summary.outcome = e.outcome().to_owned();
+                summary.cursor_position = real_cursor(pool, settings).await;
                 summary.duration_seconds = started.elapsed().as_secs_f64();
                 return (summary, Err(e));
             }
@@ -67,6 +70,9 @@ pub async fn run(
     .await;
     if let Some(lease) = &lease {
         give_back(pool, settings, lease).await;
+        // The real cursor, whatever stopped the run: a failed batch leaves it
+        // where the last committed one (or an earlier run) put it.
+        summary.cursor_position = real_cursor(pool, settings).await;
     }
     summary.duration_seconds = started.elapsed().as_secs_f64();
     summary.outcome = match &result {
@@ -93,10 +99,12 @@ async fn batches(
         let start = cursor::read(&mut conn, &settings.job)
             .await?
             .map_or(0, |c| c.last_id);
+        summary.cursor_position = Some(start);
         Mode::DryRun { after_id: start }
     } else {
         Mode::Write
     };
+    let table = table_extent(pool, settings).await;
     let run_started = Instant::now();
     let mut previous_wrapped = false;
     let mut rows_read = 0u64;
@@ -116,8 +124,16 @@ async fn batches(
         }
         let started = Instant::now();
         let report = run_batch_until(pool, gateway, settings, mode, lease, shutdown).await?;
-        log_batch(number, &report, started.elapsed().as_secs_f64());
         summary.add_batch(&report);
+        let rows_per_batch = u64::from(settings.batch_size);
+        let pace = Pace {
+            rows_scanned: summary.rows_scanned,
+            elapsed_seconds: run_started.elapsed().as_secs_f64(),
+            rows_left_in_run: u64::from(settings.batches_per_run - number) * rows_per_batch,
+            rows_per_run: u64::from(settings.batches_per_run) * rows_per_batch,
+        };
+        let progress = cycle_progress(table, report.cursor_to, pace);
+        log_batch(number, &report, started.elapsed().as_secs_f64(), &progress);
         if let Mode::DryRun { after_id } = &mut mode {
             *after_id = report.cursor_to;
         }
@@ -135,7 +151,24 @@ async fn batches(
     Ok(())
 }
 
-fn log_batch(number: u32, r: &BatchReport, seconds: f64) {
+/// The table's size and id range for the progress line, read once per run;
+/// unknown (zeros) when it cannot be read, which only blanks the estimate.
+async fn table_extent(pool: &PgPool, settings: &JobSettings) -> TableExtent {
+    let types = crate::reconcile::RepairCommand::EVENT_TYPES;
+    let figures = match pool.acquire().await {
+        Ok(mut conn) => stats::table_figures(&mut conn, &settings.job, &types)
+            .await
+            .ok(),
+        Err(_) => None,
+    };
+    figures.map_or_else(TableExtent::default, |t| TableExtent {
+        rows: t.rows_estimate,
+        min_id: t.min_id,
+        max_id: t.max_id,
+    })
+}
+
+fn log_batch(number: u32, r: &BatchReport, seconds: f64, p: &CycleProgress) {
     let v = &r.verdicts;
     use crate::reconcile::Verdict as V;
     tracing::info!(
@@ -153,7 +186,14 @@ fn log_batch(number: u32, r: &BatchReport, seconds: f64) {
         findings_cleared = r.findings_cleared,
         wrapped = r.wrapped,
         seconds,
-        "batch done"
+        cycle_rows_done = p.rows_done,
+        cycle_rows_total = p.rows_total,
+        cycle_eta_seconds = p.eta_seconds.map(f64::round),
+        cycle_more_runs = p.more_runs,
+        "batch done: {} / {} rows of the cycle, {}",
+        p.rows_done,
+        p.rows_total,
+        eta_text(p)
     );
 }
 
@@ -164,11 +204,27 @@ async fn take_lease(pool: &PgPool, settings: &JobSettings) -> Result<Lease, Scan
     let mut conn = pool.acquire().await.context("connecting")?;
     if cursor::acquire_lease(&mut conn, &settings.job, &lease.owner, lease.ttl_seconds).await? {
         tracing::info!(owner = %lease.owner, ttl_seconds = lease.ttl_seconds, "cursor lease taken");
-        Ok(lease)
-    } else {
-        Err(ScanError::ConcurrentRun {
-            job: settings.job.clone(),
-        })
+        return Ok(lease);
+    }
+    let (owner, expires_at) = cursor::lease_holder(&mut conn, &settings.job)
+        .await?
+        .unwrap_or_else(|| ("(released meanwhile)".to_owned(), None));
+    Err(ScanError::LeaseHeld {
+        job: settings.job.clone(),
+        owner,
+        expires_at,
+    })
+}
+
+/// The job's cursor as stored; `None` when it cannot be read.
+async fn real_cursor(pool: &PgPool, settings: &JobSettings) -> Option<i64> {
+    let mut conn = pool.acquire().await.ok()?;
+    match cursor::read(&mut conn, &settings.job).await {
+        Ok(row) => Some(row.map_or(0, |c| c.last_id)),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the cursor for the summary");
+            None
+        }
     }
 }
 
@@ -213,5 +269,21 @@ async fn finish_record(pool: &PgPool, run_id: i64, s: &RunSummary) {
     };
     if let Err(e) = result {
         tracing::warn!(error = %e, "could not record the run end");
+    }
+}
+
+/// "about 2m 5s of scanning to the end of the cycle (this run and 3 more)".
+fn eta_text(p: &CycleProgress) -> String {
+    let runs = match p.more_runs {
+        0 => "within this run".to_owned(),
+        1 => "this run and 1 more".to_owned(),
+        n => format!("this run and {n} more"),
+    };
+    match p.eta_seconds {
+        Some(s) => format!(
+            "about {} of scanning to the end of the cycle ({runs})",
+            human_duration(s)
+        ),
+        None => format!("end of the cycle: {runs}"),
     }
 }

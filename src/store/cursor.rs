@@ -117,6 +117,24 @@ pub async fn acquire_lease(
     Ok(taken.rows_affected() == 1)
 }
 
+/// Who holds the job's lease and until when (UTC); `None` when nobody does.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn lease_holder(
+    conn: &mut PgConnection,
+    job: &str,
+) -> Result<Option<(String, Option<DateTime<Utc>>)>, StoreError> {
+    sqlx::query_as(
+        "SELECT lease_owner, lease_expires_at FROM reconciliation_cursor
+          WHERE job = $1 AND lease_owner IS NOT NULL",
+    )
+    .bind(job)
+    .fetch_optional(conn)
+    .await
+    .context("reading the cursor lease")
+}
+
 /// Extends our lease by `ttl_seconds` from now (done in each batch's write
 /// transaction). Returns `false` when the lease is no longer ours.
 ///

@@ -89,6 +89,35 @@ pub async fn upsert_open(
     .context("recording findings")
 }
 
+/// Of these `(payment_id, kind)` pairs (parallel slices), the ones with no
+/// open finding yet: exactly those [`upsert_open`] would create, by the same
+/// rule (`reconciliation_findings_open`). For `run --dry-run`, which writes
+/// nothing. Returns the new pairs.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn not_yet_open(
+    conn: &mut PgConnection,
+    payment_ids: &[i64],
+    kinds: &[&str],
+) -> Result<Vec<(i64, String)>, StoreError> {
+    if payment_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_as(
+        "SELECT DISTINCT v.payment_id, v.kind
+           FROM unnest($1::bigint[], $2::text[]) AS v(payment_id, kind)
+          WHERE NOT EXISTS (SELECT 1 FROM reconciliation_findings f
+                             WHERE f.payment_id = v.payment_id AND f.kind = v.kind
+                               AND f.resolved_at IS NULL)",
+    )
+    .bind(payment_ids)
+    .bind(kinds)
+    .fetch_all(conn)
+    .await
+    .context("counting findings a run would create")
+}
+
 /// For payments Stripe has just answered for, resolves every open finding
 /// whose kind is no longer what the scan decides: `cleared` when the payment
 /// now has no finding, `superseded` when it has another (e.g. the
@@ -254,6 +283,26 @@ pub async fn list(
     .fetch_all(conn)
     .await
     .context("listing findings")
+}
+
+/// How many findings [`list`] would return without its limit.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn count(
+    conn: &mut PgConnection,
+    kind: Option<&str>,
+    open_only: bool,
+) -> Result<i64, StoreError> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM reconciliation_findings f
+          WHERE ($1::text IS NULL OR f.kind = $1) AND (NOT $2 OR f.resolved_at IS NULL)",
+    )
+    .bind(kind)
+    .bind(open_only)
+    .fetch_one(conn)
+    .await
+    .context("counting findings")
 }
 
 /// A finding as the repair worker checks it before applying its command.

@@ -1,6 +1,8 @@
 //! Read-only figures for `status` and the metrics. Every query here stays an
 //! index lookup or a small aggregate on a 10M-row `payments` table.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
@@ -66,18 +68,76 @@ pub async fn table_figures(
     .context("reading status figures")
 }
 
-/// Open findings per kind, most frequent first.
+/// Open findings per kind.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn open_findings_by_kind(
     conn: &mut PgConnection,
-) -> Result<Vec<(String, i64)>, StoreError> {
-    sqlx::query_as(
+) -> Result<BTreeMap<String, i64>, StoreError> {
+    let rows: Vec<(String, i64)> = sqlx::query_as(
         "SELECT kind, count(*) FROM reconciliation_findings WHERE resolved_at IS NULL
-          GROUP BY kind ORDER BY count(*) DESC, kind",
+          GROUP BY kind",
     )
     .fetch_all(conn)
     .await
-    .context("counting open findings")
+    .context("counting open findings")?;
+    Ok(rows.into_iter().collect())
+}
+
+/// The payment that holds the reconciliation lag: the least recently
+/// confirmed row (never-confirmed rows count from `created_at`), with what a
+/// person needs to look into it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
+pub struct LagHolder {
+    /// `payments.id`
+    pub payment_id: i64,
+    /// The payment's order.
+    pub order_id: Option<String>,
+    /// The stored PaymentIntent id (may be malformed).
+    pub stripe_payment_intent_id: Option<String>,
+    /// `payments.status`
+    pub status: String,
+    /// When the row was created.
+    pub created_at: DateTime<Utc>,
+    /// When the row last changed (a recent change keeps it `in_flight`).
+    pub updated_at: DateTime<Utc>,
+    /// When Stripe last confirmed it; `None`: never.
+    pub last_reconciled_at: Option<DateTime<Utc>>,
+    /// Its newest open finding, if any.
+    pub open_finding_id: Option<i64>,
+    /// That finding's kind.
+    pub open_finding_kind: Option<String>,
+    /// The last error of its unprocessed repair command, if one failed.
+    pub repair_last_error: Option<String>,
+}
+
+/// The payment holding the lag (see [`LagHolder`]); `None` for an empty
+/// table. One lookup on the expression index `payments_reconciled_or_created`.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn lag_holder(
+    conn: &mut PgConnection,
+    repair_types: &[&str],
+) -> Result<Option<LagHolder>, StoreError> {
+    sqlx::query_as(
+        "SELECT p.id AS payment_id, p.order_id, p.stripe_payment_intent_id, p.status,
+                p.created_at, p.updated_at, p.last_reconciled_at,
+                f.id AS open_finding_id, f.kind AS open_finding_kind,
+                (SELECT o.last_error FROM outbox o
+                  WHERE o.aggregate_type = 'Payment' AND o.aggregate_id = p.id::text
+                    AND o.processed_at IS NULL AND o.last_error IS NOT NULL
+                    AND o.event_type = ANY($1)
+                  ORDER BY o.id DESC LIMIT 1) AS repair_last_error
+           FROM (SELECT * FROM payments
+                  ORDER BY coalesce(last_reconciled_at, created_at) LIMIT 1) AS p
+           LEFT JOIN LATERAL (SELECT id, kind FROM reconciliation_findings
+                               WHERE payment_id = p.id AND resolved_at IS NULL
+                               ORDER BY id DESC LIMIT 1) AS f ON true",
+    )
+    .bind(repair_types)
+    .fetch_optional(conn)
+    .await
+    .context("finding the payment that holds the lag")
 }

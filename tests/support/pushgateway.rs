@@ -1,5 +1,8 @@
 //! A real Pushgateway (Debian's `prometheus-pushgateway`, installed by
-//! scripts/test.sh), one per test on a free port.
+//! scripts/test.sh), one per test on a free port, with persistence off:
+//! Debian's default `--persistence.file` would load every group anything else
+//! on the machine ever pushed (an earlier demo, another tool), and a test must
+//! pass or fail on its own pushes only.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -25,6 +28,8 @@ pub async fn start() -> Pushgateway {
         .port();
     let child = Command::new(&bin)
         .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        // Empty: metrics are only kept in memory (`--help` of the binary).
+        .arg("--persistence.file=")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -57,15 +62,45 @@ impl Pushgateway {
 }
 
 /// The value of the sample `name{labels...}` in a text exposition, if any.
+/// `labels` must include the grouping key's `job`: a Pushgateway holds every
+/// group pushed to it, and a lookup that does not name its job could read
+/// another job's figures. Other labels of the sample (`instance`) may exist.
 pub fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    assert!(
+        labels.iter().any(|(k, _)| *k == "job"),
+        "select {name} by its job (the grouping key), not by name alone: {labels:?}"
+    );
     text.lines()
         .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
-        .find(|l| {
-            labels
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        .filter_map(parse_sample)
+        .find(|(n, sample_labels, _)| {
+            n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| sample_labels.iter().any(|(sk, sv)| sk == k && sv == v))
         })
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
+        .map(|(_, _, v)| v)
+}
+
+/// A sample: metric name, labels, value.
+type Sample = (String, Vec<(String, String)>, f64);
+
+/// `name{k="v",...} value` -> (name, labels, value). Label values in these
+/// tests have no escaped quotes or commas.
+fn parse_sample(line: &str) -> Option<Sample> {
+    let (series, value) = line.rsplit_once(' ')?;
+    let value = value.parse().ok()?;
+    let Some((name, rest)) = series.split_once('{') else {
+        return Some((series.to_owned(), Vec::new(), value));
+    };
+    let labels = rest
+        .trim_end_matches('}')
+        .split(',')
+        .filter(|p| !p.is_empty())
+        .filter_map(|p| {
+            let (k, v) = p.split_once('=')?;
+            Some((k.to_owned(), v.trim_matches('"').to_owned()))
+        })
+        .collect();
+    Some((name.to_owned(), labels, value))
 }

@@ -1,0 +1,86 @@
+//! Links to a PaymentIntent in the Stripe Dashboard, for the review queue.
+//! PURE: no I/O.
+//!
+//! The Dashboard keeps live and test mode apart:
+//! `https://dashboard.stripe.com/payments/{pi}` (live) and
+//! `https://dashboard.stripe.com/test/payments/{pi}` (test). The mode comes
+//! from, in order: `findings list --dashboard` / `RECONCILER_DASHBOARD_MODE`,
+//! the prefix of `STRIPE_API_KEY` (`sk_test_`/`rk_test_` = test), else live
+//! (the review queue of a production deployment, where a person usually has
+//! no API key in their shell).
+
+use crate::stripe::PaymentIntentId;
+
+/// Which half of the Stripe Dashboard a link points into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DashboardMode {
+    /// Live mode (real money).
+    Live,
+    /// Test mode (`sk_test_`/`rk_test_` keys).
+    Test,
+}
+
+impl DashboardMode {
+    /// The mode of the account an API key belongs to: `Test` for `sk_test_`
+    /// and `rk_test_` keys, `Live` for anything else.
+    pub fn of_key(key: &str) -> Self {
+        if key.starts_with("sk_test_") || key.starts_with("rk_test_") {
+            DashboardMode::Test
+        } else {
+            DashboardMode::Live
+        }
+    }
+
+    /// The explicit choice if any, else the key's mode, else live.
+    pub fn choose(explicit: Option<DashboardMode>, api_key: Option<&str>) -> Self {
+        explicit
+            .or_else(|| api_key.map(Self::of_key))
+            .unwrap_or(DashboardMode::Live)
+    }
+}
+
+/// The Dashboard page of a PaymentIntent; `None` when the stored id is not a
+/// well-formed PaymentIntent id (it would not name a page, and it is
+/// untrusted input that must not be spliced into a URL).
+pub fn payment_intent_url(stored_id: &str, mode: DashboardMode) -> Option<String> {
+    let id = PaymentIntentId::parse(stored_id).ok()?;
+    let prefix = match mode {
+        DashboardMode::Live => "https://dashboard.stripe.com/payments/",
+        DashboardMode::Test => "https://dashboard.stripe.com/test/payments/",
+    };
+    Some(format!("{prefix}{}", id.as_str()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_keys_link_to_test_mode_and_everything_else_to_live() {
+        assert_eq!(DashboardMode::of_key("sk_test_abc"), DashboardMode::Test);
+        assert_eq!(DashboardMode::of_key("rk_test_abc"), DashboardMode::Test);
+        assert_eq!(DashboardMode::of_key("sk_live_abc"), DashboardMode::Live);
+        assert_eq!(DashboardMode::of_key("rk_live_abc"), DashboardMode::Live);
+        assert_eq!(DashboardMode::choose(None, None), DashboardMode::Live);
+        assert_eq!(
+            DashboardMode::choose(Some(DashboardMode::Live), Some("sk_test_x")),
+            DashboardMode::Live,
+            "an explicit choice wins over the key"
+        );
+    }
+
+    #[test]
+    fn links_name_the_payment_intent_in_the_right_mode() {
+        assert_eq!(
+            payment_intent_url("pi_3Abc123", DashboardMode::Live).as_deref(),
+            Some("https://dashboard.stripe.com/payments/pi_3Abc123")
+        );
+        assert_eq!(
+            payment_intent_url("pi_3Abc123", DashboardMode::Test).as_deref(),
+            Some("https://dashboard.stripe.com/test/payments/pi_3Abc123")
+        );
+        assert_eq!(payment_intent_url("pi_../../x", DashboardMode::Live), None);
+        assert_eq!(payment_intent_url("", DashboardMode::Test), None);
+    }
+}
