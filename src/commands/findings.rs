@@ -3,7 +3,6 @@
 use super::CommandError;
 use crate::config::Settings;
 use crate::reconcile::RepairCommand;
-use sqlx::Connection;
 
 use crate::repair::worker::MAX_ATTEMPTS;
 use crate::store::{findings, outbox, Context};
@@ -17,6 +16,10 @@ pub(super) async fn list(
     limit: i64,
 ) -> Result<(), CommandError> {
     let (_pool, mut conn) = super::connect(settings).await?;
+    let mut conn = crate::store::begin(&mut *conn)
+        .await
+        .context("opening a transaction")
+        .map_err(CommandError::Store)?;
     let rows = findings::list(&mut conn, kind, open, limit)
         .await
         .map_err(CommandError::Store)?;
@@ -71,8 +74,7 @@ pub(super) async fn resolve(
     }
     let (_pool, mut conn) = super::connect(settings).await?;
     let types = RepairCommand::EVENT_TYPES;
-    let mut tx = conn
-        .begin()
+    let mut tx = crate::store::begin(&mut *conn)
         .await
         .context("opening a transaction")
         .map_err(CommandError::Store)?;

@@ -82,7 +82,7 @@ pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), Comman
 
 async fn read_status(pool: &PgPool, job: &str, timeout: Duration) -> Option<Status> {
     let read = async {
-        let mut conn = pool.acquire().await.context("connecting")?;
+        let mut conn = crate::store::begin(pool).await.context("connecting")?;
         status::read(&mut conn, job).await
     };
     match tokio::time::timeout(timeout, read).await {

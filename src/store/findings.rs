@@ -49,7 +49,7 @@ pub async fn insert_open(
         .iter()
         .map(|f| f.external_status.as_deref())
         .collect();
-    sqlx::query_as(
+    super::query_as(
         "INSERT INTO reconciliation_findings (payment_id, kind, local_status, external_status)
          SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[])
          ON CONFLICT (payment_id, kind) WHERE resolved_at IS NULL DO NOTHING
@@ -76,7 +76,7 @@ pub async fn clear_in_sync(
     if payment_ids.is_empty() {
         return Ok(0);
     }
-    let done = sqlx::query(
+    let done = super::query(
         "UPDATE reconciliation_findings
             SET resolved_at = now(), resolution = 'cleared'
           WHERE resolved_at IS NULL AND payment_id = ANY($1::bigint[])",
@@ -98,7 +98,7 @@ pub async fn resolve(
     finding_id: i64,
     resolution: &str,
 ) -> Result<bool, StoreError> {
-    let done = sqlx::query(
+    let done = super::query(
         "UPDATE reconciliation_findings SET resolved_at = now(), resolution = $2
           WHERE id = $1 AND resolved_at IS NULL",
     )
@@ -121,7 +121,7 @@ pub async fn resolve_manually(
     by: &str,
     note: &str,
 ) -> Result<bool, StoreError> {
-    let done = sqlx::query(
+    let done = super::query(
         "UPDATE reconciliation_findings
             SET resolved_at = now(), resolution = 'manual', resolved_by = $2, resolution_note = $3
           WHERE id = $1 AND resolved_at IS NULL",
@@ -174,7 +174,7 @@ pub async fn list(
     open_only: bool,
     limit: i64,
 ) -> Result<Vec<FindingView>, StoreError> {
-    sqlx::query_as(
+    super::query_as(
         "SELECT f.id, f.payment_id, p.order_id, p.stripe_payment_intent_id, f.kind, f.local_status,
                 f.external_status, f.detected_at, f.resolved_at, f.resolution, f.resolved_by,
                 f.resolution_note
@@ -212,7 +212,7 @@ pub async fn lock_for_repair(
     conn: &mut PgConnection,
     finding_id: i64,
 ) -> Result<Option<FindingForRepair>, StoreError> {
-    sqlx::query_as(
+    super::query_as(
         "SELECT payment_id, kind, resolved_at IS NULL AS open
            FROM reconciliation_findings WHERE id = $1 FOR UPDATE",
     )

@@ -38,7 +38,7 @@ pub async fn enqueue_repairs(
         .iter()
         .map(|r| r.expected_local_status.as_str())
         .collect();
-    let done = sqlx::query(
+    let done = super::query(
         "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
          SELECT 'Payment', v.payment_id::text, v.command,
                 jsonb_build_object('payment_id', v.payment_id, 'finding_id', v.finding_id,
@@ -83,7 +83,7 @@ pub async fn claim(
     exclude: &[i64],
     limit: i64,
 ) -> Result<Vec<ClaimedCommand>, StoreError> {
-    sqlx::query_as(
+    super::query_as(
         "SELECT id, event_type, payload, attempts FROM outbox
           WHERE processed_at IS NULL AND event_type = ANY($1) AND attempts < $2
             AND id <> ALL($3)
@@ -105,7 +105,7 @@ pub async fn claim(
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn mark_processed(conn: &mut PgConnection, id: i64) -> Result<(), StoreError> {
-    sqlx::query("UPDATE outbox SET processed_at = now(), last_error = NULL WHERE id = $1")
+    super::query("UPDATE outbox SET processed_at = now(), last_error = NULL WHERE id = $1")
         .bind(id)
         .execute(conn)
         .await
@@ -122,7 +122,7 @@ pub async fn record_failure(
     id: i64,
     error: &str,
 ) -> Result<(), StoreError> {
-    sqlx::query("UPDATE outbox SET attempts = attempts + 1, last_error = $2 WHERE id = $1")
+    super::query("UPDATE outbox SET attempts = attempts + 1, last_error = $2 WHERE id = $1")
         .bind(id)
         .bind(error)
         .execute(conn)
@@ -141,7 +141,7 @@ pub async fn append_event(
     event_type: &str,
     payload: &serde_json::Value,
 ) -> Result<(), StoreError> {
-    sqlx::query(
+    super::query(
         "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
          VALUES ('Payment', $1::text, $2, $3)",
     )
@@ -164,7 +164,7 @@ pub async fn count_stuck(
     event_types: &[&str],
     max_attempts: i32,
 ) -> Result<i64, StoreError> {
-    sqlx::query_scalar(
+    super::query_scalar(
         "SELECT count(*) FROM outbox WHERE processed_at IS NULL AND event_type = ANY($1) AND attempts >= $2",
     )
     .bind(event_types)
@@ -185,7 +185,7 @@ pub async fn has_pending_repair(
     finding_id: i64,
     max_attempts: i32,
 ) -> Result<bool, StoreError> {
-    sqlx::query_scalar(
+    super::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM outbox
                          WHERE processed_at IS NULL AND event_type = ANY($1) AND attempts < $3
                            AND payload->>'finding_id' = $2::text)",
@@ -209,7 +209,7 @@ pub async fn close_for_finding(
     finding_id: i64,
     note: &str,
 ) -> Result<u64, StoreError> {
-    let done = sqlx::query(
+    let done = super::query(
         "UPDATE outbox SET processed_at = now(), last_error = $3
           WHERE processed_at IS NULL AND event_type = ANY($1) AND payload->>'finding_id' = $2::text",
     )

@@ -39,7 +39,7 @@ pub async fn read_batch(
     limit: u32,
     grace: Duration,
 ) -> Result<Vec<PaymentRow>, StoreError> {
-    sqlx::query_as(
+    super::query_as(
         "SELECT id, stripe_payment_intent_id, status, version, updated_at,
                 updated_at > now() - make_interval(secs => $2) AS recently_changed
            FROM payments
@@ -72,7 +72,7 @@ pub async fn lock_unchanged(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    sqlx::query_scalar(
+    super::query_scalar(
         "SELECT p.id FROM payments AS p
            JOIN unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) AS v(id, version, updated_at)
              ON p.id = v.id
@@ -104,7 +104,7 @@ pub async fn mark_reconciled(
     if ids.is_empty() {
         return Ok(0);
     }
-    let done = sqlx::query(
+    let done = super::query(
         "UPDATE payments AS p
             SET observed_external_status = coalesce(v.status, p.observed_external_status),
                 last_reconciled_at = now()
@@ -150,7 +150,7 @@ pub(crate) async fn transition_status(
     from: &str,
     to: &str,
 ) -> Result<TransitionResult, StoreError> {
-    let version: Option<i64> = sqlx::query_scalar(
+    let version: Option<i64> = super::query_scalar(
         "UPDATE payments SET status = $3, version = version + 1, updated_at = now()
           WHERE id = $1 AND status = $2
           RETURNING version",
@@ -164,7 +164,7 @@ pub(crate) async fn transition_status(
     if let Some(version) = version {
         return Ok(TransitionResult::Changed { version });
     }
-    let status: Option<String> = sqlx::query_scalar("SELECT status FROM payments WHERE id = $1")
+    let status: Option<String> = super::query_scalar("SELECT status FROM payments WHERE id = $1")
         .bind(payment_id)
         .fetch_optional(conn)
         .await
@@ -181,7 +181,7 @@ pub(crate) async fn transition_status(
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn a_verified_payment_intent(pool: &sqlx::PgPool) -> Result<Option<String>, StoreError> {
-    sqlx::query_scalar(
+    super::query_scalar(
         "SELECT stripe_payment_intent_id FROM payments WHERE observed_external_status IS NOT NULL LIMIT 1",
     )
     .fetch_optional(pool)

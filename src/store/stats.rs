@@ -42,7 +42,7 @@ pub async fn table_figures(
     job: &str,
     repair_types: &[&str],
 ) -> Result<TableFigures, StoreError> {
-    sqlx::query_as(
+    super::query_as(
         "SELECT coalesce(extract(epoch FROM now() - (SELECT min(coalesce(last_reconciled_at, created_at)) FROM payments)), 0)::float8
                     AS lag_seconds,
                 coalesce((SELECT CASE WHEN reltuples >= 0 THEN reltuples::float8 END
@@ -73,7 +73,7 @@ pub async fn table_figures(
 pub async fn open_findings_by_kind(
     conn: &mut PgConnection,
 ) -> Result<Vec<(String, i64)>, StoreError> {
-    sqlx::query_as(
+    super::query_as(
         "SELECT kind, count(*) FROM reconciliation_findings WHERE resolved_at IS NULL
           GROUP BY kind ORDER BY count(*) DESC, kind",
     )
