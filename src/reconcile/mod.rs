@@ -5,9 +5,11 @@
 //! the `as_str` methods used by the store).
 
 mod decision;
+mod labels;
 mod status;
 
 pub use decision::{classify, Decision, FindingKind, RepairCommand, Verdict};
+pub use labels::{kind_label, open_findings_by_label, KNOWN_KINDS, MAX_KIND_LABELS, OTHER_KIND};
 pub use status::{ExternalStatus, LocalStatus};
 
 #[cfg(test)]
