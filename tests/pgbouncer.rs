@@ -16,8 +16,11 @@ use support::*;
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, Request};
 
-/// What the README tells users to add to DATABASE_URL behind a pooler.
-const POOLER_QUERY: &str = "statement-cache-capacity=0";
+/// DATABASE_URL needs nothing special behind a pooler (README, "Behind a
+/// connection pooler"): the job's statements are unnamed and transactional.
+const PLAIN: &str = "";
+/// sqlx's often-suggested setting, accepted too (not needed, not enough alone).
+const NO_CACHE: &str = "statement-cache-capacity=0";
 
 fn database(pool: &PgPool) -> String {
     pool.connect_options()
@@ -28,7 +31,7 @@ fn database(pool: &PgPool) -> String {
 
 async fn binary(bouncer: &PgBouncer, pool: &PgPool, args: &[&str], stripe: &str) -> Output {
     let env = [
-        ("DATABASE_URL", bouncer.url(&database(pool), POOLER_QUERY)),
+        ("DATABASE_URL", bouncer.url(&database(pool), PLAIN)),
         ("STRIPE_API_KEY", API_KEY.to_owned()),
         ("STRIPE_API_BASE", stripe.to_owned()),
         ("RECONCILER_RATE_LIMIT_RPS", "500".to_owned()),
@@ -168,7 +171,7 @@ async fn migrate_run_repair_and_status_work_through_pgbouncer_in_transaction_mod
 }
 
 async fn pooled(bouncer: &PgBouncer, pool: &PgPool) -> PgPool {
-    let options: PgConnectOptions = bouncer.url(&database(pool), POOLER_QUERY).parse().unwrap();
+    let options: PgConnectOptions = bouncer.url(&database(pool), NO_CACHE).parse().unwrap();
     stripe_reconciler::db::connect(options).await.unwrap()
 }
 
