@@ -245,3 +245,42 @@ async fn the_transaction_timeouts_apply_through_pgbouncer_and_end_with_the_trans
     drop(tx);
     holder.rollback().await.unwrap();
 }
+
+/// `migrate` serialises on a transaction-scoped lock (what another `migrate`
+/// holds while it applies a migration): it waits while the lock is held and
+/// finishes once that transaction ends, through the pooler.
+#[sqlx::test(migrations = false)]
+async fn migrate_waits_for_another_migrations_transaction_then_applies(pool: PgPool) {
+    let bouncer = pgbouncer::start(2).await;
+    let mut other = pool.begin().await.unwrap();
+    // The key of store::lock_migrations.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('stripe-reconciler migrate', 0))")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    let env = [("DATABASE_URL", bouncer.url(&database(&pool), PLAIN))];
+    let mut child = reconciler(&["migrate"], &env)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "migrate must wait for the migration lock"
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM _sqlx_migrations").await,
+        0,
+        "nothing applied while the lock is held"
+    );
+    other.rollback().await.unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    assert_ok("migrate after the lock", &out, &bouncer);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM _sqlx_migrations WHERE success").await,
+        stripe_reconciler::MIGRATOR.iter().count() as i64
+    );
+}
