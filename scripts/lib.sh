@@ -102,4 +102,32 @@ start_pushgateway() {
   PUSHGATEWAY_PID=$!
   PUSHGATEWAY_URL="http://127.0.0.1:$port"
   wait_for_port "$port" 30 || die "the Pushgateway did not start (log: $log)"
+# Installs Debian's pgbouncer (the real pooler the tests in tests/pgbouncer.rs
+# start, one private instance per test on a free port, in transaction pooling
+# mode with a temporary ini and auth file) without leaving a service running.
+# Exports PGBOUNCER_BIN for the tests.
+ensure_pgbouncer() {
+  local bin
+  bin=$(command -v pgbouncer 2>/dev/null || true)
+  [ -n "$bin" ] || { [ -x /usr/sbin/pgbouncer ] && bin=/usr/sbin/pgbouncer; }
+  if [ -z "$bin" ]; then
+    [ "$(id -u)" = 0 ] || die "pgbouncer is not installed; install it (apt-get install pgbouncer)"
+    command -v apt-get >/dev/null || die "pgbouncer is not installed and apt-get is not available"
+    say "installing pgbouncer from Debian's packages"
+    local policy=/usr/sbin/policy-rc.d created=0
+    if [ ! -e "$policy" ]; then
+      printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod 755 "$policy"; created=1
+    fi
+    apt-cache policy pgbouncer 2>/dev/null | grep -q 'Candidate: [0-9]' || apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends pgbouncer >/dev/null
+    [ "$created" = 1 ] && rm -f "$policy"
+    # The package's own service (if its init script ran anyway): stop it by
+    # its pid file, never by name, so nobody else's pgbouncer is touched.
+    if [ -s /var/run/postgresql/pgbouncer.pid ]; then
+      kill "$(cat /var/run/postgresql/pgbouncer.pid)" 2>/dev/null || true
+    fi
+    bin=$(command -v pgbouncer 2>/dev/null || echo /usr/sbin/pgbouncer)
+    [ -x "$bin" ] || die "pgbouncer did not install"
+  fi
+  export PGBOUNCER_BIN=$bin
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: formatting, lints, unit and integration tests on a real
 # PostgreSQL (each #[sqlx::test] gets a fresh database), and the chart and alert
-# checks when their scripts exist. Starts what it needs; never skips.
+# checks when their scripts exist. Starts what it needs (PostgreSQL; installs
+# the Pushgateway and PgBouncer the tests start per test); never skips.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -10,6 +11,7 @@ command -v cargo >/dev/null || die "cargo is not installed (https://rustup.rs)"
 command -v python3 >/dev/null || die "python3 is required by the test scripts"
 ensure_postgres
 ensure_pushgateway
+ensure_pgbouncer
 export DATABASE_URL=${DATABASE_URL:-$(default_admin_url)}
 
 say "cargo fmt --check"

@@ -1,15 +1,19 @@
 //! The PostgreSQL pool and the embedded migrations.
+//!
+//! Both work behind a transaction pooler (PgBouncer with `pool_mode =
+//! transaction`): no session state is relied on. Timeouts are set per
+//! transaction by [`crate::store::begin`], not with the startup `options`
+//! parameter (a pooler refuses or drops it), and `migrate` serialises itself
+//! with a transaction-scoped lock instead of sqlx's session advisory lock.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use sqlx::migrate::{MigrateError, Migration};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
+use crate::store::{self, schema, Context, StoreError, Timeouts};
 use crate::MIGRATOR;
-
-/// Longest any single statement may run, so a stuck lock fails the run
-/// instead of hanging it until `activeDeadlineSeconds`.
-pub const STATEMENT_TIMEOUT: &str = "60s";
 
 /// Could not reach or migrate the database.
 #[derive(Debug, thiserror::Error)]
@@ -19,12 +23,23 @@ pub enum DbError {
     Connect(#[source] sqlx::Error),
     /// A migration failed.
     #[error("migration failed")]
-    Migrate(#[source] sqlx::migrate::MigrateError),
+    Migrate(#[source] MigrateError),
+    /// A statement of `migrate` failed (a migration's own error included).
+    #[error("migration failed")]
+    Store(#[from] StoreError),
 }
 
-/// Opens a small pool (the job needs one connection at a time, plus one spare)
-/// with a statement timeout. The first connection is made now, so a wrong
-/// URL fails here.
+/// Startup parameters a pooler accepts: sqlx's default `extra_float_digits`
+/// is refused by PgBouncer (`unsupported startup parameter`) unless the pooler
+/// is told to ignore it; PostgreSQL 12+ prints exact floats without it, and
+/// sqlx reads floats in binary anyway.
+fn pooler_safe(options: PgConnectOptions) -> PgConnectOptions {
+    options.extra_float_digits(None)
+}
+
+/// Opens a small pool (the job needs one connection at a time, plus one
+/// spare). The first connection is made now, so a wrong URL fails here.
+/// Statements are bounded per transaction ([`crate::store::begin`]).
 ///
 /// # Errors
 /// [`DbError::Connect`].
@@ -32,7 +47,7 @@ pub async fn connect(options: PgConnectOptions) -> Result<PgPool, DbError> {
     PgPoolOptions::new()
         .max_connections(2)
         .acquire_timeout(Duration::from_secs(10))
-        .connect_with(options.options([("statement_timeout", STATEMENT_TIMEOUT)]))
+        .connect_with(pooler_safe(options))
         .await
         .map_err(DbError::Connect)
 }
@@ -47,15 +62,97 @@ pub async fn connect_for_migrations(options: PgConnectOptions) -> Result<PgPool,
     PgPoolOptions::new()
         .max_connections(1)
         .acquire_timeout(Duration::from_secs(10))
-        .connect_with(options)
+        .connect_with(pooler_safe(options))
         .await
         .map_err(DbError::Connect)
 }
 
-/// Applies the embedded migrations.
+/// Applies the embedded migrations that are not applied yet, in order, with
+/// sqlx's checks (no dirty migration, no unknown applied version, unchanged
+/// checksums) and its bookkeeping table.
+///
+/// Behind a transaction pooler sqlx's own migrator fails twice: it names its
+/// prepared statements, and it holds a session advisory lock across several
+/// transactions, which the pooler can strand on a server connection (every
+/// later `migrate` then waits for it forever). So each transactional migration
+/// runs in its own transaction that first takes [`store::lock_migrations`]
+/// (released at commit or rollback) and then re-reads what is applied: two
+/// `migrate` runs at once apply each migration once. A `-- no-transaction`
+/// migration (`CREATE INDEX CONCURRENTLY IF NOT EXISTS`) cannot hold a
+/// transaction lock; it is idempotent, and a run that races another on it
+/// fails on the unique version row and succeeds when run again.
 ///
 /// # Errors
-/// [`DbError::Migrate`].
+/// [`DbError::Migrate`] for a dirty, changed or unknown migration;
+/// [`DbError::Store`] when a statement fails (a migration's own error too).
 pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
-    MIGRATOR.run(pool).await.map_err(DbError::Migrate)
+    let mut conn = pool.acquire().await.map_err(DbError::Connect)?;
+    schema::ensure_table(&mut conn).await?;
+    for migration in MIGRATOR.iter() {
+        if migration.migration_type.is_down_migration() {
+            continue;
+        }
+        if migration.no_tx {
+            // Reads and writes in transactions (one server connection each
+            // behind a pooler); only the migration itself runs outside one.
+            let mut tx = store::begin_with(&mut *conn, MIGRATION_TIMEOUTS)
+                .await
+                .context("opening a transaction")?;
+            let applied = is_applied(&mut tx, migration).await?;
+            tx.commit().await.context("reading _sqlx_migrations")?;
+            if !applied {
+                let started = Instant::now();
+                schema::execute(&mut conn, migration).await?;
+                let mut tx = store::begin_with(&mut *conn, MIGRATION_TIMEOUTS)
+                    .await
+                    .context("opening a transaction")?;
+                schema::record(&mut tx, migration, started.elapsed()).await?;
+                tx.commit().await.context("recording a migration")?;
+            }
+            continue;
+        }
+        let mut tx = store::begin_with(&mut *conn, MIGRATION_TIMEOUTS)
+            .await
+            .context("opening a transaction")?;
+        store::lock_migrations(&mut tx).await?;
+        if !is_applied(&mut tx, migration).await? {
+            let started = Instant::now();
+            schema::execute(&mut tx, migration).await?;
+            schema::record(&mut tx, migration, started.elapsed()).await?;
+            tracing::info!(
+                version = migration.version,
+                description = %migration.description,
+                "migration applied"
+            );
+        }
+        tx.commit().await.context("committing a migration")?;
+    }
+    Ok(())
+}
+
+/// No statement timeout (an index build on a large table takes as long as it
+/// takes); lock waits are bounded by the migrations themselves.
+const MIGRATION_TIMEOUTS: Timeouts = Timeouts {
+    statement: "0",
+    lock: "0",
+};
+
+/// Whether `migration` is applied, after sqlx's checks.
+async fn is_applied(conn: &mut PgConnection, migration: &Migration) -> Result<bool, DbError> {
+    let applied = schema::applied(conn).await?;
+    if let Some(dirty) = applied.iter().find(|a| !a.success) {
+        return Err(DbError::Migrate(MigrateError::Dirty(dirty.version)));
+    }
+    if let Some(unknown) = applied.iter().find(|a| !MIGRATOR.version_exists(a.version)) {
+        return Err(DbError::Migrate(MigrateError::VersionMissing(
+            unknown.version,
+        )));
+    }
+    match applied.iter().find(|a| a.version == migration.version) {
+        Some(a) if a.checksum != *migration.checksum => Err(DbError::Migrate(
+            MigrateError::VersionMismatch(migration.version),
+        )),
+        Some(_) => Ok(true),
+        None => Ok(false),
+    }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use prometheus::{Encoder, Gauge, Opts, Registry, TextEncoder};
 use url::Url;
 
-use crate::reconcile::Verdict;
+use crate::reconcile::{open_findings_by_label, Verdict};
 use crate::scan::RunSummary;
 use crate::status::Status;
 
@@ -244,13 +244,17 @@ impl RunMetrics {
                 self.set("expected_cycle_seconds", e);
             }
         }
-        for (kind, n) in &st.open_findings {
+        // Bounded labels: undocumented statuses collapse onto `unknown` /
+        // `other` and their counts are summed (the raw kinds stay in the rows).
+        let by_kind: Vec<(&String, i64)> =
+            st.open_findings.iter().map(|(k, n)| (k, *n)).collect();
+        for (kind, n) in open_findings_by_label(&by_kind) {
             self.set_labelled(
                 "open_findings",
-                "Open findings per kind.",
+                "Open findings per kind (bounded label values).",
                 "kind",
                 kind,
-                *n as f64,
+                n as f64,
             );
         }
     }

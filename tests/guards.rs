@@ -5,6 +5,8 @@
 
 mod support;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -19,7 +21,7 @@ use stripe_reconciler::stripe::{GatewayError, StripeGateway};
 use support::*;
 use tokio_util::sync::CancellationToken;
 use wiremock::matchers::{method, path, query_param};
-use wiremock::{Mock, MockServer, ResponseTemplate};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 const JOB: &str = "payments-vs-stripe";
 
@@ -412,12 +414,35 @@ async fn a_row_stripe_never_answers_for_gets_one_finding_after_three_cycles_and_
 
 // 4. The scan and two repair workers at once, on the same rows.
 
-const DEADLOCK_ROUNDS: usize = 5;
+/// Answers `succeeded` (the fixture: `latest_charge: null`) for any
+/// PaymentIntent and counts the requests, so a test can start something
+/// while a scan's phase 2 is under way.
+struct CountingStripe(Arc<AtomicUsize>);
+
+impl Respond for CountingStripe {
+    fn respond(&self, req: &Request) -> ResponseTemplate {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        ok(req.url.path().rsplit('/').next().unwrap(), "succeeded")
+    }
+}
+
+/// Rounds of the deadlock test, each on fresh data, and when its workers
+/// start: after this many of the rescan's 1,000 reads, so they are mid-way
+/// through the outbox when the scan's phase 3 locks the payments and
+/// refreshes their findings.
+const DEADLOCK_ROUNDS: [usize; 5] = [950, 900, 980, 850, 1000];
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_scan_and_two_repair_workers_on_the_same_rows_never_deadlock(pool: PgPool) {
-    // Every PaymentIntent `succeeded`, `latest_charge: null` (the fixture).
-    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+    let stripe = MockServer::start().await;
+    let reads = Arc::new(AtomicUsize::new(0));
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path_regex(
+            "^/v1/payment_intents/pi_[0-9]+$",
+        ))
+        .respond_with(CountingStripe(reads.clone()))
+        .mount(&stripe)
+        .await;
     let gw = gateway_with(&stripe, 20_000, Duration::from_secs(5));
     sqlx::query(
         "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
@@ -427,20 +452,15 @@ async fn a_scan_and_two_repair_workers_on_the_same_rows_never_deadlock(pool: PgP
     .execute(&pool)
     .await
     .unwrap();
-    let mut enqueue = settings(1000);
-    enqueue.max_in_flight = 32;
-    // The concurrent scan walks the rows in batches of 100: ten phase-3
-    // transactions, each locking 100 payments and refreshing their findings,
-    // interleaved with the workers' chunks.
-    let mut rescan = settings(100);
-    rescan.max_in_flight = 32;
+    let mut s = settings(1000);
+    s.max_in_flight = 32;
     let small = RepairOptions {
         chunk: 50,
         ..RepairOptions::default()
     };
     let started = std::time::Instant::now();
 
-    for round in 0..DEADLOCK_ROUNDS {
+    for (round, start_workers_after) in DEADLOCK_ROUNDS.into_iter().enumerate() {
         if round > 0 {
             sqlx::raw_sql(
                 "DELETE FROM outbox;
@@ -455,32 +475,25 @@ async fn a_scan_and_two_repair_workers_on_the_same_rows_never_deadlock(pool: PgP
             .await
             .unwrap();
         }
-        let first = scan(&pool, &gw, &enqueue).await.unwrap();
+        let first = scan(&pool, &gw, &s).await.unwrap();
         assert_eq!(first.commands_enqueued, 1000, "round {round}: {first:?}");
         rewind_cursor(&pool).await;
+        reads.store(0, Ordering::SeqCst);
 
         let token = CancellationToken::new();
-        let scanning = async {
-            let mut batches = 0;
-            loop {
-                batches += 1;
-                match scan(&pool, &gw, &rescan).await {
-                    Ok(r) if r.wrapped => return Ok(batches),
-                    Ok(_) => {}
-                    Err(e) => return Err(e),
-                }
+        let worker = || async {
+            while reads.load(Ordering::SeqCst) < start_workers_after {
+                tokio::time::sleep(Duration::from_millis(1)).await;
             }
+            drain(&pool, small, &token).await
         };
-        let (scanned, a, b) = tokio::join!(
-            scanning,
-            drain(&pool, small, &token),
-            drain(&pool, small, &token)
-        );
+        let (rescan, a, b) = tokio::join!(scan(&pool, &gw, &s), worker(), worker());
 
-        let scanned = scanned.unwrap_or_else(|e| panic!("round {round}: scan failed: {e:?}"));
+        let rescan = rescan.unwrap_or_else(|e| panic!("round {round}: scan failed: {e:?}"));
         let a = a.unwrap_or_else(|e| panic!("round {round}: worker A failed: {e:?}"));
         let b = b.unwrap_or_else(|e| panic!("round {round}: worker B failed: {e:?}"));
-        assert!(scanned >= 11, "round {round}: {scanned} batches");
+        assert_eq!(rescan.scanned, 1000, "round {round}: {rescan:?}");
+        assert!(scan(&pool, &gw, &s).await.unwrap().wrapped);
         assert_eq!(a.applied + b.applied, 1000, "round {round}: {a:?} {b:?}");
         assert_eq!(a.failed + b.failed, 0, "round {round}: {a:?} {b:?}");
         assert_eq!(

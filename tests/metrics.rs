@@ -357,3 +357,69 @@ async fn a_run_that_cannot_reach_the_database_keeps_the_last_known_state(pool: P
     )
     .is_some());
 }
+
+/// DESIGN.md: metric labels stay bounded whatever Stripe answers. 50 locally
+/// failed payments, each answered with its own undocumented status: 50 raw
+/// kinds in the findings, one `kind` label value in the push.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn fifty_undocumented_stripe_statuses_push_one_open_findings_label(pool: PgPool) {
+    insert_paid(&pool, 50).await;
+    sqlx::query("UPDATE payments SET status = 'failed'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let stripe = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(|r: &Request| {
+            let id = r.url.path().rsplit('/').next().unwrap();
+            // A Stripe-looking word (lowercase letters), new on every read.
+            let status: String = (0..12).map(|_| fastrand::lowercase()).collect();
+            ok(id, &status)
+        })
+        .mount(&stripe)
+        .await;
+    let gw = pushgateway::start().await;
+
+    let out = run_async(
+        &pool,
+        &stripe.uri(),
+        &gw.url,
+        &[
+            ("RECONCILER_BATCH_SIZE", "50"),
+            ("RECONCILER_BATCHES_PER_RUN", "1"),
+            ("RECONCILER_READ_MODE", "retrieve"),
+        ],
+    )
+    .await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(DISTINCT kind) FROM reconciliation_findings WHERE resolved_at IS NULL"
+        )
+        .await,
+        50,
+        "the raw statuses stay in the findings"
+    );
+    let m = gw.scrape().await;
+    let labels: Vec<&str> = m
+        .lines()
+        .filter(|l| l.starts_with("stripe_reconciler_open_findings{"))
+        .collect();
+    assert_eq!(
+        labels.len(),
+        1,
+        "one label value, got:\n{}",
+        labels.join("\n")
+    );
+    assert_eq!(
+        value(
+            &m,
+            "stripe_reconciler_open_findings",
+            &[JOB, ("kind", "unexpected:failed->unknown")]
+        ),
+        Some(50.0),
+        "{m}"
+    );
+}

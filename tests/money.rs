@@ -870,3 +870,31 @@ async fn an_acknowledged_partial_refund_does_not_hide_the_payment_from_review(po
         "payment {payment} is pending while its PaymentIntent succeeded, and no finding is open: {f:?}"
     );
 }
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_partial_capture_is_not_a_refund(pool: PgPool) {
+    let stripe = MockServer::start().await;
+    let payment = insert_payment(&pool, "pi_PartCaptured", "pending", 3600).await;
+    // Authorised $10.99 with manual capture, captured $8.00: Stripe releases
+    // the other $2.99 as a refund of the uncaptured remainder (PaymentIntent
+    // capture, `amount_to_capture`: "any additional amount is automatically
+    // refunded"). The customer paid $8.00 and got nothing back.
+    let mut pi = intent(
+        "pi_PartCaptured",
+        "succeeded",
+        charge("ch_3Part", "pi_PartCaptured", 1099, 299, false),
+    );
+    pi["capture_method"] = json!("manual");
+    pi["amount_received"] = json!(800);
+    pi["latest_charge"]["amount_captured"] = json!(800);
+    mount_pi(&stripe, pi).await;
+
+    scan(&pool, &stripe, &settings(200)).await;
+
+    let f = findings_of(&pool, payment).await;
+    assert_eq!(
+        f.iter().map(|f| f.kind.as_str()).collect::<Vec<_>>(),
+        ["missed_success"],
+        "a partial capture is reported as a refund and blocks the repair: {f:?}"
+    );
+}

@@ -5,7 +5,6 @@ use crate::config::Settings;
 use crate::dashboard::{payment_intent_url, DashboardMode};
 use crate::reconcile::RepairCommand;
 use secrecy::ExposeSecret;
-use sqlx::Connection;
 
 use crate::repair::worker::MAX_ATTEMPTS;
 use crate::store::{findings, outbox, payments, Context};
@@ -44,6 +43,10 @@ pub(super) async fn list(
         settings.stripe_api_key.as_ref().map(|k| k.expose_secret()),
     );
     let (_pool, mut conn) = super::connect(settings).await?;
+    let mut conn = crate::store::begin(&mut *conn)
+        .await
+        .context("opening a transaction")
+        .map_err(CommandError::Store)?;
     let rows = findings::list(&mut conn, q.kind, q.open, q.limit)
         .await
         .map_err(CommandError::Store)?;
@@ -146,8 +149,7 @@ pub(super) async fn resolve(
     };
     let (_pool, mut conn) = super::connect(settings).await?;
     let types = RepairCommand::EVENT_TYPES;
-    let mut tx = conn
-        .begin()
+    let mut tx = crate::store::begin(&mut *conn)
         .await
         .context("opening a transaction")
         .map_err(CommandError::Store)?;

@@ -114,7 +114,7 @@ async fn check_columns(pool: &PgPool, settings: &Settings) -> Result<(), Command
 
 async fn read_status(pool: &PgPool, job: &str, timeout: Duration) -> Option<Status> {
     let read = async {
-        let mut conn = pool.acquire().await.context("connecting")?;
+        let mut conn = crate::store::begin(pool).await.context("connecting")?;
         status::read(&mut conn, job).await
     };
     match tokio::time::timeout(timeout, read).await {

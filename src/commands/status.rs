@@ -8,10 +8,15 @@ use super::CommandError;
 use crate::config::Settings;
 use crate::status::{self, human_duration, Status};
 use crate::store::stats::LagHolder;
+use crate::store::Context;
 
 /// Prints the job's state: a screen for people, or one JSON object.
 pub(super) async fn status(settings: &Settings, json: bool) -> Result<(), CommandError> {
     let (_pool, mut conn) = super::connect(settings).await?;
+    let mut conn = crate::store::begin(&mut *conn)
+        .await
+        .context("opening a transaction")
+        .map_err(CommandError::Store)?;
     let st = status::read(&mut conn, &settings.job.job)
         .await
         .map_err(CommandError::Store)?;

@@ -90,8 +90,7 @@ pub async fn drain(
     let mut failed_ids: Vec<i64> = Vec::new();
     while !shutdown.is_cancelled() {
         let mut conn = pool.acquire().await.context("connecting")?;
-        let mut tx = conn
-            .begin()
+        let mut tx = crate::store::begin(&mut *conn)
             .await
             .context("opening the repair transaction")?;
         let claimed: Vec<ClaimedCommand> = outbox::claim(
@@ -149,7 +148,7 @@ pub async fn drain(
         }
         tx.commit().await.context("committing repairs")?;
     }
-    let mut conn = pool.acquire().await.context("connecting")?;
+    let mut conn = crate::store::begin(pool).await.context("connecting")?;
     report.stuck = outbox::count_stuck(&mut conn, &types, options.max_attempts).await?;
     if report.stuck > 0 {
         tracing::error!(stuck = report.stuck, "repair commands exhausted their attempts; a person must look at them (outbox.last_error)");

@@ -14,7 +14,7 @@
 //! [`apply_payment_canceled`] with `finding_id = None` and its own `cause`.
 
 use serde_json::json;
-use sqlx::{Connection, PgConnection, PgPool};
+use sqlx::{PgConnection, PgPool};
 
 use crate::reconcile::RepairCommand;
 use crate::store::payments::{transition_status, TransitionResult};
@@ -147,8 +147,7 @@ async fn apply_in_transaction(
     cause: &str,
 ) -> Result<WriteOutcome, WriteError> {
     let mut conn = pool.acquire().await.context("connecting")?;
-    let mut tx = conn
-        .begin()
+    let mut tx = crate::store::begin(&mut *conn)
         .await
         .context("opening the writer transaction")?;
     let outcome = apply(&mut tx, command, payment_id, finding_id, cause).await?;

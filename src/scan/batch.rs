@@ -214,7 +214,9 @@ async fn read_phase(
     mode: Mode,
     lease: Option<&Lease>,
 ) -> Result<(i64, Vec<PaymentRow>, Option<i64>), ScanError> {
-    let mut tx = pool.begin().await.context("opening the read transaction")?;
+    let mut tx = crate::store::begin(pool)
+        .await
+        .context("opening the read transaction")?;
     let cursor_id = match mode {
         Mode::Write => {
             cursor::ensure(&mut tx, &settings.job).await?;
@@ -290,7 +292,9 @@ async fn wrap(
     report.wrapped = true;
     report.cursor_to = 0;
     if mode == Mode::Write {
-        let mut tx = pool.begin().await.context("opening the wrap transaction")?;
+        let mut tx = crate::store::begin(pool)
+            .await
+            .context("opening the wrap transaction")?;
         hold_lease(&mut tx, &settings.job, lease).await?;
         if !cursor::wrap(&mut tx, &settings.job, report.cursor_from).await? {
             tx.rollback().await.context("rolling back the lost wrap")?;
@@ -357,8 +361,7 @@ async fn write_phase(
     observations: &mut [Observation],
     report: &mut BatchReport,
 ) -> Result<(), ScanError> {
-    let mut tx = pool
-        .begin()
+    let mut tx = crate::store::begin(pool)
         .await
         .context("opening the write transaction")?;
     // Payments first (in id order), then findings, then the outbox: the one

@@ -95,7 +95,7 @@ async fn batches(
     summary: &mut RunSummary,
 ) -> Result<(), ScanError> {
     let mut mode = if options.dry_run {
-        let mut conn = pool.acquire().await.context("connecting")?;
+        let mut conn = crate::store::begin(pool).await.context("connecting")?;
         let start = cursor::read(&mut conn, &settings.job)
             .await?
             .map_or(0, |c| c.last_id);

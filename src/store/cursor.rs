@@ -24,7 +24,7 @@ pub struct CursorRow {
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn ensure(conn: &mut PgConnection, job: &str) -> Result<(), StoreError> {
-    sqlx::query("INSERT INTO reconciliation_cursor (job) VALUES ($1) ON CONFLICT DO NOTHING")
+    super::query("INSERT INTO reconciliation_cursor (job) VALUES ($1) ON CONFLICT DO NOTHING")
         .bind(job)
         .execute(conn)
         .await
@@ -37,7 +37,7 @@ pub async fn ensure(conn: &mut PgConnection, job: &str) -> Result<(), StoreError
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn read(conn: &mut PgConnection, job: &str) -> Result<Option<CursorRow>, StoreError> {
-    sqlx::query_as(
+    super::query_as(
         "SELECT job, last_id, cycle_started_at, last_cycle_completed_at
            FROM reconciliation_cursor WHERE job = $1",
     )
@@ -58,7 +58,7 @@ pub async fn advance(
     old: i64,
     new: i64,
 ) -> Result<bool, StoreError> {
-    let done = sqlx::query(
+    let done = super::query(
         "UPDATE reconciliation_cursor SET last_id = $3 WHERE job = $1 AND last_id = $2",
     )
     .bind(job)
@@ -76,7 +76,7 @@ pub async fn advance(
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn wrap(conn: &mut PgConnection, job: &str, old: i64) -> Result<bool, StoreError> {
-    let done = sqlx::query(
+    let done = super::query(
         "UPDATE reconciliation_cursor
             SET last_id = 0, last_cycle_completed_at = now(), cycle_started_at = now()
           WHERE job = $1 AND last_id = $2",
@@ -91,7 +91,8 @@ pub async fn wrap(conn: &mut PgConnection, job: &str, old: i64) -> Result<bool, 
 
 /// Takes the job's lease for `ttl_seconds` if it is free, expired, or already
 /// ours. Creates the cursor row if needed. Returns `false` when another run
-/// holds a live lease.
+/// holds a live lease. Commits on its own (a bounded transaction, or a
+/// savepoint when `conn` is in one).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -101,8 +102,9 @@ pub async fn acquire_lease(
     owner: &str,
     ttl_seconds: f64,
 ) -> Result<bool, StoreError> {
-    ensure(conn, job).await?;
-    let taken = sqlx::query(
+    let mut tx = super::begin(conn).await.context("opening a transaction")?;
+    ensure(&mut tx, job).await?;
+    let taken = super::query(
         "UPDATE reconciliation_cursor
             SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3)
           WHERE job = $1
@@ -111,9 +113,10 @@ pub async fn acquire_lease(
     .bind(job)
     .bind(owner)
     .bind(ttl_seconds)
-    .execute(conn)
+    .execute(&mut *tx)
     .await
     .context("taking the cursor lease")?;
+    tx.commit().await.context("committing the cursor lease")?;
     Ok(taken.rows_affected() == 1)
 }
 
@@ -146,7 +149,7 @@ pub async fn renew_lease(
     owner: &str,
     ttl_seconds: f64,
 ) -> Result<bool, StoreError> {
-    let renewed = sqlx::query(
+    let renewed = super::query(
         "UPDATE reconciliation_cursor SET lease_expires_at = now() + make_interval(secs => $3)
           WHERE job = $1 AND lease_owner = $2",
     )
@@ -159,7 +162,7 @@ pub async fn renew_lease(
     Ok(renewed.rows_affected() == 1)
 }
 
-/// Gives the lease back (end of run, also a failed one).
+/// Gives the lease back (end of run, also a failed one). Commits on its own.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -168,14 +171,15 @@ pub async fn release_lease(
     job: &str,
     owner: &str,
 ) -> Result<(), StoreError> {
-    sqlx::query(
+    let mut tx = super::begin(conn).await.context("opening a transaction")?;
+    super::query(
         "UPDATE reconciliation_cursor SET lease_owner = NULL, lease_expires_at = NULL
           WHERE job = $1 AND lease_owner = $2",
     )
     .bind(job)
     .bind(owner)
-    .execute(conn)
+    .execute(&mut *tx)
     .await
     .context("releasing the cursor lease")?;
-    Ok(())
+    tx.commit().await.context("releasing the cursor lease")
 }

@@ -60,7 +60,7 @@ pub async fn upsert_open(
         .collect();
     let details: Vec<Option<&serde_json::Value>> =
         findings.iter().map(|f| f.details.as_ref()).collect();
-    sqlx::query_as(
+    super::query_as(
         "INSERT INTO reconciliation_findings
                 (payment_id, kind, local_status, external_status, details, last_seen_at)
          SELECT v.payment_id, v.kind, v.local_status, v.external_status, v.details, now()
@@ -104,7 +104,7 @@ pub async fn not_yet_open(
     if payment_ids.is_empty() {
         return Ok(Vec::new());
     }
-    sqlx::query_as(
+    super::query_as(
         "SELECT DISTINCT v.payment_id, v.kind
            FROM unnest($1::bigint[], $2::text[]) AS v(payment_id, kind)
           WHERE NOT EXISTS (SELECT 1 FROM reconciliation_findings f
@@ -137,7 +137,7 @@ pub async fn resolve_stale(
     if payment_ids.is_empty() {
         return Ok(Vec::new());
     }
-    sqlx::query_scalar(
+    super::query_scalar(
         "UPDATE reconciliation_findings f
             SET resolved_at = now(),
                 resolution = CASE WHEN v.kind IS NULL THEN 'cleared' ELSE 'superseded' END
@@ -165,7 +165,7 @@ pub async fn blocked_payments(
     if payment_ids.is_empty() {
         return Ok(Vec::new());
     }
-    sqlx::query_scalar(
+    super::query_scalar(
         "SELECT DISTINCT payment_id FROM reconciliation_findings
           WHERE payment_id = ANY($1) AND resolved_at IS NULL AND kind = ANY($2)",
     )
@@ -186,7 +186,7 @@ pub async fn resolve(
     finding_id: i64,
     resolution: &str,
 ) -> Result<bool, StoreError> {
-    let done = sqlx::query(
+    let done = super::query(
         "UPDATE reconciliation_findings SET resolved_at = now(), resolution = $2
           WHERE id = $1 AND resolved_at IS NULL",
     )
@@ -209,7 +209,7 @@ pub async fn resolve_manually(
     by: &str,
     note: &str,
 ) -> Result<bool, StoreError> {
-    let done = sqlx::query(
+    let done = super::query(
         "UPDATE reconciliation_findings
             SET resolved_at = now(), resolution = 'manual', resolved_by = $2, resolution_note = $3
           WHERE id = $1 AND resolved_at IS NULL",
@@ -267,7 +267,7 @@ pub async fn list(
     open_only: bool,
     limit: i64,
 ) -> Result<Vec<FindingView>, StoreError> {
-    sqlx::query_as(
+    super::query_as(
         "SELECT f.id, f.payment_id, p.order_id, p.stripe_payment_intent_id, f.kind, f.local_status,
                 f.external_status, f.detected_at, f.resolved_at, f.resolution, f.resolved_by,
                 f.resolution_note, f.details, f.last_seen_at
@@ -294,7 +294,7 @@ pub async fn count(
     kind: Option<&str>,
     open_only: bool,
 ) -> Result<i64, StoreError> {
-    sqlx::query_scalar(
+    super::query_scalar(
         "SELECT count(*) FROM reconciliation_findings f
           WHERE ($1::text IS NULL OR f.kind = $1) AND (NOT $2 OR f.resolved_at IS NULL)",
     )
@@ -325,7 +325,7 @@ pub async fn lock_for_repair(
     conn: &mut PgConnection,
     finding_id: i64,
 ) -> Result<Option<FindingForRepair>, StoreError> {
-    sqlx::query_as(
+    super::query_as(
         "SELECT payment_id, kind, resolved_at IS NULL AS open
            FROM reconciliation_findings WHERE id = $1 FOR UPDATE",
     )

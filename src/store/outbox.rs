@@ -46,7 +46,7 @@ pub async fn enqueue_repairs(
         .iter()
         .map(|r| r.stripe_payment_intent_id.as_str())
         .collect();
-    let done = sqlx::query(
+    let done = super::query(
         "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
          SELECT 'Payment', v.payment_id::text, v.command,
                 jsonb_build_object('payment_id', v.payment_id, 'finding_id', v.finding_id,
@@ -93,7 +93,7 @@ pub async fn claim(
     exclude: &[i64],
     limit: i64,
 ) -> Result<Vec<ClaimedCommand>, StoreError> {
-    sqlx::query_as(
+    super::query_as(
         "SELECT id, event_type, payload, attempts FROM outbox
           WHERE processed_at IS NULL AND event_type = ANY($1) AND attempts < $2
             AND id <> ALL($3)
@@ -115,7 +115,7 @@ pub async fn claim(
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn mark_processed(conn: &mut PgConnection, id: i64) -> Result<(), StoreError> {
-    sqlx::query("UPDATE outbox SET processed_at = now(), last_error = NULL WHERE id = $1")
+    super::query("UPDATE outbox SET processed_at = now(), last_error = NULL WHERE id = $1")
         .bind(id)
         .execute(conn)
         .await
@@ -133,7 +133,7 @@ pub async fn mark_skipped(
     id: i64,
     reason: &str,
 ) -> Result<(), StoreError> {
-    sqlx::query("UPDATE outbox SET processed_at = now(), last_error = $2 WHERE id = $1")
+    super::query("UPDATE outbox SET processed_at = now(), last_error = $2 WHERE id = $1")
         .bind(id)
         .bind(reason)
         .execute(conn)
@@ -156,7 +156,7 @@ pub async fn findings_without_command(
     if finding_ids.is_empty() {
         return Ok(Vec::new());
     }
-    sqlx::query_scalar(
+    super::query_scalar(
         "SELECT f.id FROM unnest($2::bigint[]) AS f(id)
           WHERE NOT EXISTS (SELECT 1 FROM outbox o
                              WHERE o.processed_at IS NULL AND o.event_type = ANY($1)
@@ -178,7 +178,7 @@ pub async fn record_failure(
     id: i64,
     error: &str,
 ) -> Result<(), StoreError> {
-    sqlx::query("UPDATE outbox SET attempts = attempts + 1, last_error = $2 WHERE id = $1")
+    super::query("UPDATE outbox SET attempts = attempts + 1, last_error = $2 WHERE id = $1")
         .bind(id)
         .bind(error)
         .execute(conn)
@@ -197,7 +197,7 @@ pub async fn append_event(
     event_type: &str,
     payload: &serde_json::Value,
 ) -> Result<(), StoreError> {
-    sqlx::query(
+    super::query(
         "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
          VALUES ('Payment', $1::text, $2, $3)",
     )
@@ -220,7 +220,7 @@ pub async fn count_stuck(
     event_types: &[&str],
     max_attempts: i32,
 ) -> Result<i64, StoreError> {
-    sqlx::query_scalar(
+    super::query_scalar(
         "SELECT count(*) FROM outbox WHERE processed_at IS NULL AND event_type = ANY($1) AND attempts >= $2",
     )
     .bind(event_types)
@@ -241,7 +241,7 @@ pub async fn has_pending_repair(
     finding_id: i64,
     max_attempts: i32,
 ) -> Result<bool, StoreError> {
-    sqlx::query_scalar(
+    super::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM outbox
                          WHERE processed_at IS NULL AND event_type = ANY($1) AND attempts < $3
                            AND payload->>'finding_id' = $2::text)",
@@ -271,7 +271,7 @@ pub async fn close_for_findings(
     if finding_ids.is_empty() {
         return Ok(0);
     }
-    let done = sqlx::query(
+    let done = super::query(
         "UPDATE outbox SET processed_at = now(), last_error = $3
           WHERE id IN (SELECT id FROM outbox
                         WHERE processed_at IS NULL AND event_type = ANY($1)

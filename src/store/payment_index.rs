@@ -30,7 +30,7 @@ pub enum PaymentIntentIndex {
 pub async fn payment_intent_index(
     conn: &mut PgConnection,
 ) -> Result<PaymentIntentIndex, StoreError> {
-    let unique: Option<bool> = sqlx::query_scalar(
+    let unique: Option<bool> = super::query_scalar(
         "SELECT bool_or(i.indisunique) FROM pg_index i
            JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
           WHERE i.indrelid = 'payments'::regclass AND i.indnatts = 1 AND i.indisvalid
@@ -52,7 +52,7 @@ pub async fn payment_intent_index(
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn count_duplicates(conn: &mut PgConnection) -> Result<(i64, i64), StoreError> {
-    sqlx::query_as(
+    super::query_as(
         "SELECT count(*), coalesce(sum(n), 0)::bigint FROM (
              SELECT count(*) AS n FROM payments
               WHERE stripe_payment_intent_id IS NOT NULL
@@ -95,7 +95,7 @@ pub async fn create_payment_intent_index(
 }
 
 async fn drop_invalid(conn: &mut PgConnection, name: &str) -> Result<(), StoreError> {
-    let invalid: bool = sqlx::query_scalar(
+    let invalid: bool = super::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
                          WHERE c.relname = $1 AND NOT i.indisvalid)",
     )

@@ -143,7 +143,7 @@ pub async fn check_columns(
     ];
     for (var, column, accepted, expected) in checks {
         let Some(column) = column else { continue };
-        let found: Option<String> = sqlx::query_scalar(
+        let found: Option<String> = super::query_scalar(
             "SELECT format_type(a.atttypid, NULL) FROM pg_attribute a
               WHERE a.attrelid = 'payments'::regclass AND a.attname = $1
                 AND a.attnum > 0 AND NOT a.attisdropped",
@@ -186,7 +186,7 @@ pub async fn read_batch(
     grace: Duration,
     columns: MoneyColumns<'_>,
 ) -> Result<Vec<PaymentRow>, StoreError> {
-    sqlx::query_as(&columns.batch_sql(false))
+    super::query_as(&columns.batch_sql(false))
         .bind(after_id)
         .bind(grace.as_secs_f64())
         .bind(i64::from(limit))
@@ -210,7 +210,7 @@ pub async fn read_behind_cursor(
     grace: Duration,
     columns: MoneyColumns<'_>,
 ) -> Result<Vec<PaymentRow>, StoreError> {
-    sqlx::query_as(&columns.batch_sql(true))
+    super::query_as(&columns.batch_sql(true))
         .bind(cursor)
         .bind(grace.as_secs_f64())
         .bind(i64::from(limit))
@@ -239,7 +239,7 @@ pub async fn lock_unchanged(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    sqlx::query_scalar(
+    super::query_scalar(
         "SELECT p.id FROM payments AS p
            JOIN unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) AS v(id, version, updated_at)
              ON p.id = v.id
@@ -271,7 +271,7 @@ pub async fn mark_reconciled(
     if ids.is_empty() {
         return Ok(0);
     }
-    let done = sqlx::query(
+    let done = super::query(
         "UPDATE payments AS p
             SET observed_external_status = coalesce(v.status, p.observed_external_status),
                 last_reconciled_at = now()
@@ -317,7 +317,7 @@ pub(crate) async fn transition_status(
     from: &str,
     to: &str,
 ) -> Result<TransitionResult, StoreError> {
-    let version: Option<i64> = sqlx::query_scalar(
+    let version: Option<i64> = super::query_scalar(
         "UPDATE payments SET status = $3, version = version + 1, updated_at = now()
           WHERE id = $1 AND status = $2
           RETURNING version",
@@ -331,7 +331,7 @@ pub(crate) async fn transition_status(
     if let Some(version) = version {
         return Ok(TransitionResult::Changed { version });
     }
-    let status: Option<String> = sqlx::query_scalar("SELECT status FROM payments WHERE id = $1")
+    let status: Option<String> = super::query_scalar("SELECT status FROM payments WHERE id = $1")
         .bind(payment_id)
         .fetch_optional(conn)
         .await
@@ -352,7 +352,7 @@ pub async fn lock_for_finding(
     conn: &mut PgConnection,
     finding_id: i64,
 ) -> Result<Option<i64>, StoreError> {
-    sqlx::query_scalar(
+    super::query_scalar(
         "SELECT p.id FROM payments p
            JOIN reconciliation_findings f ON f.payment_id = p.id
           WHERE f.id = $1
@@ -383,7 +383,7 @@ pub async fn lock_for_repair(
     conn: &mut PgConnection,
     payment_id: i64,
 ) -> Result<Option<PaymentForRepair>, StoreError> {
-    sqlx::query_as(
+    super::query_as(
         "SELECT status, stripe_payment_intent_id FROM payments WHERE id = $1 FOR NO KEY UPDATE",
     )
     .bind(payment_id)
@@ -399,7 +399,7 @@ pub async fn lock_for_repair(
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn a_verified_payment_intent(pool: &sqlx::PgPool) -> Result<Option<String>, StoreError> {
-    sqlx::query_scalar(
+    super::query_scalar(
         "SELECT stripe_payment_intent_id FROM payments WHERE observed_external_status IS NOT NULL LIMIT 1",
     )
     .fetch_optional(pool)

@@ -24,24 +24,27 @@ pub struct RunRecord<'a> {
     pub outcome: &'a str,
 }
 
-/// Opens a run row and returns its id.
+/// Opens a run row and returns its id. Commits on its own.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn start(conn: &mut PgConnection, job: &str, batch_size: u32) -> Result<i64, StoreError> {
-    sqlx::query_scalar(
+    let mut tx = super::begin(conn).await.context("opening a transaction")?;
+    let id = super::query_scalar(
         "INSERT INTO reconciliation_runs (job, batch_size, max_payment_id)
          VALUES ($1, $2, (SELECT coalesce(max(id), 0) FROM payments))
          RETURNING id",
     )
     .bind(job)
     .bind(i32::try_from(batch_size).unwrap_or(i32::MAX))
-    .fetch_one(conn)
+    .fetch_one(&mut *tx)
     .await
-    .context("recording the run start")
+    .context("recording the run start")?;
+    tx.commit().await.context("recording the run start")?;
+    Ok(id)
 }
 
-/// Closes a run row with its figures.
+/// Closes a run row with its figures. Commits on its own.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -50,7 +53,8 @@ pub async fn finish(
     run_id: i64,
     record: &RunRecord<'_>,
 ) -> Result<(), StoreError> {
-    sqlx::query(
+    let mut tx = super::begin(conn).await.context("opening a transaction")?;
+    super::query(
         "UPDATE reconciliation_runs
             SET finished_at = now(), batches = $2, rows_scanned = $3, verdicts = $4,
                 findings_created = $5, commands_enqueued = $6, wrapped = $7, outcome = $8
@@ -64,10 +68,10 @@ pub async fn finish(
     .bind(record.commands_enqueued)
     .bind(record.wrapped)
     .bind(record.outcome)
-    .execute(conn)
+    .execute(&mut *tx)
     .await
     .context("recording the run end")?;
-    Ok(())
+    tx.commit().await.context("recording the run end")
 }
 
 /// The job's run history over the last 24 hours, reduced to what the capacity
@@ -95,7 +99,7 @@ pub struct RunHistory {
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn history(conn: &mut PgConnection, job: &str) -> Result<RunHistory, StoreError> {
-    sqlx::query_as(
+    super::query_as(
         "WITH recent AS (
              SELECT started_at, rows_scanned, max_payment_id,
                     row_number() OVER (ORDER BY started_at DESC) AS newest_first,

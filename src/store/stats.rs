@@ -44,7 +44,7 @@ pub async fn table_figures(
     job: &str,
     repair_types: &[&str],
 ) -> Result<TableFigures, StoreError> {
-    sqlx::query_as(
+    super::query_as(
         "SELECT coalesce(extract(epoch FROM now() - (SELECT min(coalesce(last_reconciled_at, created_at)) FROM payments)), 0)::float8
                     AS lag_seconds,
                 coalesce((SELECT CASE WHEN reltuples >= 0 THEN reltuples::float8 END
@@ -75,7 +75,7 @@ pub async fn table_figures(
 pub async fn open_findings_by_kind(
     conn: &mut PgConnection,
 ) -> Result<BTreeMap<String, i64>, StoreError> {
-    let rows: Vec<(String, i64)> = sqlx::query_as(
+    let rows: Vec<(String, i64)> = super::query_as(
         "SELECT kind, count(*) FROM reconciliation_findings WHERE resolved_at IS NULL
           GROUP BY kind",
     )
@@ -121,7 +121,7 @@ pub async fn lag_holder(
     conn: &mut PgConnection,
     repair_types: &[&str],
 ) -> Result<Option<LagHolder>, StoreError> {
-    sqlx::query_as(
+    super::query_as(
         "SELECT p.id AS payment_id, p.order_id, p.stripe_payment_intent_id, p.status,
                 p.created_at, p.updated_at, p.last_reconciled_at,
                 f.id AS open_finding_id, f.kind AS open_finding_kind,

@@ -35,7 +35,7 @@ pub async fn record(
     errors: &[Option<String>],
 ) -> Result<Vec<Unverifiable>, StoreError> {
     if !answered.is_empty() {
-        sqlx::query(
+        super::query(
             "DELETE FROM reconciliation_unverifiable WHERE job = $1 AND payment_id = ANY($2)",
         )
         .bind(job)
@@ -47,7 +47,7 @@ pub async fn record(
     if failed.is_empty() {
         return Ok(Vec::new());
     }
-    sqlx::query_as(
+    super::query_as(
         "INSERT INTO reconciliation_unverifiable AS u (job, payment_id, last_cycle, last_error)
          SELECT $1, v.payment_id, c.cycle_started_at, v.error
            FROM unnest($2::bigint[], $3::text[]) AS v(payment_id, error)

@@ -1,0 +1,247 @@
+//! Bounded metric label values for finding kinds (DESIGN.md, "Metric labels
+//! stay bounded"): whatever strings Stripe or the database hold, the
+//! `open_findings{kind}` gauge gets at most [`MAX_KIND_LABELS`] label values.
+//! The raw kind stays in the finding's row; only the label is bounded.
+
+use std::collections::BTreeMap;
+
+/// Every finding kind with a fixed name, current and announced (DESIGN.md,
+/// Classification and "Beyond status"). Each is its own label value.
+pub const KNOWN_KINDS: [&str; 15] = [
+    "missed_success",
+    "missed_cancel",
+    "paid_locally_not_externally",
+    "missing_externally",
+    "invalid_payment_intent_id",
+    "refunded",
+    "disputed",
+    "amount_mismatch",
+    "currency_mismatch",
+    "duplicate_payment_intent",
+    "authorization_expiring",
+    "stuck_processing",
+    "abandoned",
+    "missing_locally",
+    "persistently_unverifiable",
+];
+
+/// The label of a kind that is neither known nor `unexpected:` (a kind
+/// written by a newer version, or a hand-made row).
+pub const OTHER_KIND: &str = "other";
+
+/// The local statuses an `unexpected:` label keeps; any other is `other`.
+const LOCAL: [&str; 3] = ["pending", "paid", "failed"];
+
+/// Stripe's seven documented PaymentIntent statuses; any other is `unknown`.
+const EXTERNAL: [&str; 7] = [
+    "requires_payment_method",
+    "requires_confirmation",
+    "requires_action",
+    "processing",
+    "requires_capture",
+    "canceled",
+    "succeeded",
+];
+
+/// `UNEXPECTED[local][external]`: the last row is local `other`, the last
+/// column Stripe `unknown`.
+const UNEXPECTED: [[&str; 8]; 4] = [
+    [
+        "unexpected:pending->requires_payment_method",
+        "unexpected:pending->requires_confirmation",
+        "unexpected:pending->requires_action",
+        "unexpected:pending->processing",
+        "unexpected:pending->requires_capture",
+        "unexpected:pending->canceled",
+        "unexpected:pending->succeeded",
+        "unexpected:pending->unknown",
+    ],
+    [
+        "unexpected:paid->requires_payment_method",
+        "unexpected:paid->requires_confirmation",
+        "unexpected:paid->requires_action",
+        "unexpected:paid->processing",
+        "unexpected:paid->requires_capture",
+        "unexpected:paid->canceled",
+        "unexpected:paid->succeeded",
+        "unexpected:paid->unknown",
+    ],
+    [
+        "unexpected:failed->requires_payment_method",
+        "unexpected:failed->requires_confirmation",
+        "unexpected:failed->requires_action",
+        "unexpected:failed->processing",
+        "unexpected:failed->requires_capture",
+        "unexpected:failed->canceled",
+        "unexpected:failed->succeeded",
+        "unexpected:failed->unknown",
+    ],
+    [
+        "unexpected:other->requires_payment_method",
+        "unexpected:other->requires_confirmation",
+        "unexpected:other->requires_action",
+        "unexpected:other->processing",
+        "unexpected:other->requires_capture",
+        "unexpected:other->canceled",
+        "unexpected:other->succeeded",
+        "unexpected:other->unknown",
+    ],
+];
+
+/// The most label values [`kind_label`] can produce: the known kinds, every
+/// bounded `unexpected:` pair, and [`OTHER_KIND`].
+pub const MAX_KIND_LABELS: usize = KNOWN_KINDS.len() + 4 * 8 + 1;
+
+/// The metric label for a stored finding kind: a known kind as it is;
+/// `unexpected:<local>-><external>` with `<local>` one of `pending`, `paid`,
+/// `failed` (else `other`) and `<external>` one of Stripe's seven documented
+/// statuses (else `unknown`); anything else [`OTHER_KIND`]. Never allocates,
+/// and the result is one of at most [`MAX_KIND_LABELS`] strings.
+pub fn kind_label(kind: &str) -> &'static str {
+    if let Some(known) = KNOWN_KINDS.iter().find(|k| **k == kind) {
+        return known;
+    }
+    let Some(pair) = kind.strip_prefix("unexpected:") else {
+        return OTHER_KIND;
+    };
+    // Split at the last "->": Stripe's statuses never contain it, a local
+    // status from the database might.
+    let (local, external) = pair.rsplit_once("->").unwrap_or((pair, ""));
+    let l = LOCAL
+        .iter()
+        .position(|s| *s == local)
+        .unwrap_or(LOCAL.len());
+    let e = EXTERNAL
+        .iter()
+        .position(|s| *s == external)
+        .unwrap_or(EXTERNAL.len());
+    UNEXPECTED[l][e]
+}
+
+/// Open findings per kind (as the store counts them) per bounded label,
+/// summing the kinds that share a label; ordered by label.
+pub fn open_findings_by_label<S: AsRef<str>>(by_kind: &[(S, i64)]) -> Vec<(&'static str, i64)> {
+    let mut by_label: BTreeMap<&'static str, i64> = BTreeMap::new();
+    for (kind, n) in by_kind {
+        *by_label.entry(kind_label(kind.as_ref())).or_default() += n;
+    }
+    by_label.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+    use crate::reconcile::{classify_status, ExternalStatus, LocalStatus};
+
+    fn random_from(alphabet: &[u8]) -> String {
+        let len = fastrand::usize(1..24);
+        (0..len)
+            .map(|_| fastrand::choice(alphabet).map_or('x', |b| char::from(*b)))
+            .collect()
+    }
+
+    /// A status Stripe might add: snake_case, never one of the seven.
+    fn random_status() -> String {
+        random_from(b"abcdefghijklmnopqrstuvwxyz_0123456789")
+    }
+
+    /// Anything a database column might hold, separators included.
+    fn random_garbage() -> String {
+        random_from(b"abcdefghijklmnopqrstuvwxyz_->:0123456789 ")
+    }
+
+    /// Every label [`kind_label`] may return.
+    fn allowed() -> HashSet<&'static str> {
+        KNOWN_KINDS
+            .iter()
+            .copied()
+            .chain(UNEXPECTED.iter().flatten().copied())
+            .chain([OTHER_KIND])
+            .collect()
+    }
+
+    #[test]
+    fn fifty_random_undocumented_statuses_make_one_label() {
+        let kinds: Vec<(String, i64)> = (0..50)
+            .map(|i| (format!("unexpected:failed->{}_{i}", random_status()), 1))
+            .collect();
+        let labels = open_findings_by_label(&kinds);
+        assert_eq!(labels, [("unexpected:failed->unknown", 50)]);
+    }
+
+    #[test]
+    fn random_kinds_on_both_sides_stay_in_the_bounded_set() {
+        let allowed = allowed();
+        assert_eq!(allowed.len(), MAX_KIND_LABELS, "labels are distinct");
+        let mut kinds: Vec<(String, i64)> = Vec::new();
+        for i in 0..50 {
+            let (l, e) = (random_garbage(), random_garbage());
+            kinds.push((format!("unexpected:{l}->{e}"), i));
+            kinds.push((random_garbage(), 1));
+            // What classify really produces for random statuses.
+            let d = classify_status(&LocalStatus::parse(&l), &ExternalStatus::parse(&e));
+            if let Some(k) = d.kind {
+                kinds.push((k.as_str().into_owned(), 1));
+            }
+        }
+        let labels = open_findings_by_label(&kinds);
+        for (label, _) in &labels {
+            assert!(allowed.contains(label), "{label} is not a bounded label");
+        }
+        assert!(labels.len() <= MAX_KIND_LABELS);
+        let total: i64 = kinds.iter().map(|(_, n)| n).sum();
+        assert_eq!(
+            labels.iter().map(|(_, n)| n).sum::<i64>(),
+            total,
+            "no finding lost"
+        );
+    }
+
+    #[test]
+    fn known_and_documented_kinds_keep_their_names() {
+        for k in KNOWN_KINDS {
+            assert_eq!(kind_label(k), k);
+        }
+        for l in LOCAL {
+            for e in EXTERNAL {
+                let kind = format!("unexpected:{l}->{e}");
+                assert_eq!(kind_label(&kind), kind);
+            }
+        }
+        assert_eq!(
+            kind_label("unexpected:refunded->succeeded"),
+            "unexpected:other->succeeded"
+        );
+        assert_eq!(
+            kind_label("unexpected:paid->blocked"),
+            "unexpected:paid->unknown"
+        );
+        assert_eq!(
+            kind_label("unexpected:a->b->succeeded"),
+            "unexpected:other->succeeded"
+        );
+        assert_eq!(kind_label("unexpected:"), "unexpected:other->unknown");
+        assert_eq!(kind_label("brand_new_kind"), OTHER_KIND);
+    }
+
+    #[test]
+    fn kinds_sharing_a_label_are_summed() {
+        let kinds = [
+            ("missed_success", 2),
+            ("unexpected:failed->x", 3),
+            ("unexpected:failed->y", 4),
+            ("zzz", 1),
+            ("yyy", 1),
+        ];
+        assert_eq!(
+            open_findings_by_label(&kinds),
+            [
+                ("missed_success", 2),
+                (OTHER_KIND, 2),
+                ("unexpected:failed->unknown", 7)
+            ]
+        );
+    }
+}

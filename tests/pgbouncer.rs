@@ -1,0 +1,286 @@
+//! The job behind a real PgBouncer in transaction pooling mode (Debian's
+//! `pgbouncer`, one private instance per test): `migrate`, `run`, `repair` and
+//! `status` through the pooler with the README's connection string, and the
+//! per-transaction timeouts really applying there.
+
+mod support;
+
+use std::process::Output;
+
+use serde_json::Value;
+use sqlx::postgres::PgConnectOptions;
+use sqlx::PgPool;
+use stripe_reconciler::store::{self, Timeouts};
+use support::pgbouncer::{self, PgBouncer};
+use support::*;
+use wiremock::matchers::method;
+use wiremock::{Mock, MockServer, Request};
+
+/// DATABASE_URL needs nothing special behind a pooler (README, "Behind a
+/// connection pooler"): the job's statements are unnamed and transactional.
+const PLAIN: &str = "";
+/// sqlx's often-suggested setting, accepted too (not needed, not enough alone).
+const NO_CACHE: &str = "statement-cache-capacity=0";
+
+fn database(pool: &PgPool) -> String {
+    pool.connect_options()
+        .get_database()
+        .expect("test database name")
+        .to_owned()
+}
+
+async fn binary(bouncer: &PgBouncer, pool: &PgPool, args: &[&str], stripe: &str) -> Output {
+    let env = [
+        ("DATABASE_URL", bouncer.url(&database(pool), PLAIN)),
+        ("STRIPE_API_KEY", API_KEY.to_owned()),
+        ("STRIPE_API_BASE", stripe.to_owned()),
+        ("RECONCILER_RATE_LIMIT_RPS", "500".to_owned()),
+        ("RECONCILER_READ_MODE", "retrieve".to_owned()),
+        ("RECONCILER_BATCH_SIZE", "3".to_owned()),
+        ("RECONCILER_BATCHES_PER_RUN", "2".to_owned()),
+    ];
+    reconciler_output(args, &env).await
+}
+
+fn assert_ok(what: &str, out: &Output, bouncer: &PgBouncer) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{what} through PgBouncer failed\nstderr: {stderr}\npgbouncer log: {}",
+        bouncer.log()
+    );
+    assert!(!stderr.contains("prepared statement"), "{what}: {stderr}");
+}
+
+/// Stripe: `pi_2` requires a payment method (paid here: needs review), all
+/// others succeeded.
+async fn stripe() -> MockServer {
+    let server = MockServer::start().await;
+    mount(&server, "pi_2", ok("pi_2", "requires_payment_method")).await;
+    Mock::given(method("GET"))
+        .respond_with(|r: &Request| ok(r.url.path().rsplit('/').next().unwrap(), "succeeded"))
+        .mount(&server)
+        .await;
+    server
+}
+
+#[sqlx::test(migrations = false)]
+async fn migrate_run_repair_and_status_work_through_pgbouncer_in_transaction_mode(pool: PgPool) {
+    let bouncer = pgbouncer::start(2).await;
+    let config = bouncer.show("CONFIG").await;
+    assert!(
+        config
+            .lines()
+            .any(|l| l.starts_with("pool_mode|transaction")),
+        "the test pooler must run in transaction mode: {config}"
+    );
+    let stripe = stripe().await;
+
+    // migrate, twice: the second process meets the first one's server
+    // connections (and whatever it left on them) and finds nothing to do.
+    for round in ["first", "second"] {
+        let out = binary(&bouncer, &pool, &["migrate"], &stripe.uri()).await;
+        assert_ok(&format!("{round} migrate"), &out, &bouncer);
+    }
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM _sqlx_migrations WHERE success").await,
+        stripe_reconciler::MIGRATOR.iter().count() as i64
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+              WHERE l.locktype = 'advisory' AND d.datname = current_database()"
+        )
+        .await,
+        0,
+        "migrate left an advisory lock on a pooled server connection"
+    );
+
+    // Six paid payments in sync except pi_2; pi_4 pending but succeeded at Stripe.
+    insert_paid(&pool, 7).await;
+    sqlx::query("UPDATE payments SET status = 'pending' WHERE stripe_payment_intent_id = 'pi_4'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM payments ORDER BY id")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+
+    // run: two batches of three rows, each batch three transactions.
+    let out = binary(&bouncer, &pool, &["run"], &stripe.uri()).await;
+    assert_ok("run", &out, &bouncer);
+    assert_eq!(
+        cursor(&pool, "payments-vs-stripe").await,
+        ids[5],
+        "cursor moved by 6 rows"
+    );
+    let kinds: Vec<(String, bool)> = findings(&pool)
+        .await
+        .into_iter()
+        .map(|f| (f.kind, f.open))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("paid_locally_not_externally".to_owned(), true),
+            ("missed_success".to_owned(), true)
+        ]
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+        )
+        .await,
+        6
+    );
+    assert_eq!(outbox(&pool).await.len(), 1, "one repair command enqueued");
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM reconciliation_cursor WHERE lease_owner IS NULL"
+        )
+        .await,
+        1,
+        "the lease was given back"
+    );
+
+    // repair: the missed success is applied by the canonical writer.
+    let out = binary(&bouncer, &pool, &["repair"], &stripe.uri()).await;
+    assert_ok("repair", &out, &bouncer);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["applied"], 1, "{report}");
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM payments WHERE stripe_payment_intent_id = 'pi_4' AND status = 'paid'").await,
+        1
+    );
+
+    // status: what the operator reads.
+    let out = binary(&bouncer, &pool, &["status", "--json"], &stripe.uri()).await;
+    assert_ok("status", &out, &bouncer);
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["cursor_position"], ids[5], "{status}");
+    assert_eq!(
+        status["open_findings"],
+        serde_json::json!([["paid_locally_not_externally", 1]]),
+        "{status}"
+    );
+}
+
+async fn pooled(bouncer: &PgBouncer, pool: &PgPool) -> PgPool {
+    let options: PgConnectOptions = bouncer.url(&database(pool), NO_CACHE).parse().unwrap();
+    stripe_reconciler::db::connect(options).await.unwrap()
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn the_transaction_timeouts_apply_through_pgbouncer_and_end_with_the_transaction(
+    pool: PgPool,
+) {
+    let bouncer = pgbouncer::start(1).await;
+    let through = pooled(&bouncer, &pool).await;
+
+    // The job's bounds are in force inside `begin`...
+    let mut tx = store::begin(&through).await.unwrap();
+    let (statement, lock): (String, String) = sqlx::query_as(
+        "SELECT current_setting('statement_timeout'), current_setting('lock_timeout')",
+    )
+    .persistent(false)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    assert_eq!((statement.as_str(), lock.as_str()), ("1min", "10s"));
+    tx.commit().await.unwrap();
+    // ...and do not leak onto the pooled server connection (one, shared):
+    // a plain transaction there sees the server's default.
+    let mut plain = through.begin().await.unwrap();
+    let after: String = sqlx::query_scalar("SELECT current_setting('statement_timeout')")
+        .persistent(false)
+        .fetch_one(&mut *plain)
+        .await
+        .unwrap();
+    plain.commit().await.unwrap();
+    assert_eq!(after, "0", "SET LOCAL must end with the transaction");
+
+    // A statement longer than the bound is cancelled by the server.
+    let short = Timeouts {
+        statement: "200ms",
+        lock: "100ms",
+    };
+    let mut tx = store::begin_with(&through, short).await.unwrap();
+    let started = std::time::Instant::now();
+    let err = sqlx::query("SELECT pg_sleep(5)")
+        .persistent(false)
+        .execute(&mut *tx)
+        .await
+        .expect_err("pg_sleep(5) must hit the 200ms statement_timeout");
+    assert!(started.elapsed() < std::time::Duration::from_secs(3));
+    let code = err
+        .as_database_error()
+        .and_then(|e| e.code())
+        .unwrap_or_default();
+    assert_eq!(code, "57014", "query_canceled, got {err}");
+    drop(tx);
+
+    // A lock held by another session is waited for only `lock_timeout`.
+    insert_paid(&pool, 1).await;
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM payments FOR UPDATE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let mut tx = store::begin_with(&through, short).await.unwrap();
+    let err = sqlx::query("UPDATE payments SET version = version + 1")
+        .persistent(false)
+        .execute(&mut *tx)
+        .await
+        .expect_err("the row lock must not be waited for past lock_timeout");
+    let code = err
+        .as_database_error()
+        .and_then(|e| e.code())
+        .unwrap_or_default();
+    assert_eq!(code, "55P03", "lock_not_available, got {err}");
+    drop(tx);
+    holder.rollback().await.unwrap();
+}
+
+/// `migrate` serialises on a transaction-scoped lock (what another `migrate`
+/// holds while it applies a migration): it waits while the lock is held and
+/// finishes once that transaction ends, through the pooler.
+#[sqlx::test(migrations = false)]
+async fn migrate_waits_for_another_migrations_transaction_then_applies(pool: PgPool) {
+    let bouncer = pgbouncer::start(2).await;
+    let mut other = pool.begin().await.unwrap();
+    // The key of store::lock_migrations.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('stripe-reconciler migrate', 0))")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    let env = [("DATABASE_URL", bouncer.url(&database(&pool), PLAIN))];
+    let mut child = reconciler(&["migrate"], &env)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "migrate must wait for the migration lock"
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM _sqlx_migrations").await,
+        0,
+        "nothing applied while the lock is held"
+    );
+    other.rollback().await.unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    assert_ok("migrate after the lock", &out, &bouncer);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM _sqlx_migrations WHERE success").await,
+        stripe_reconciler::MIGRATOR.iter().count() as i64
+    );
+}

@@ -1,0 +1,138 @@
+//! A real PgBouncer (Debian's `pgbouncer`, installed by scripts/test.sh) in
+//! transaction pooling mode, one private instance per test on a free port
+//! with its own ini and auth file in a temporary directory. `* =` routes every
+//! database name to the test server, so the test's own database is reached.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub struct PgBouncer {
+    child: Child,
+    dir: PathBuf,
+    user: String,
+    pub port: u16,
+}
+
+impl Drop for PgBouncer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn binary() -> String {
+    std::env::var("PGBOUNCER_BIN").unwrap_or_else(|_| {
+        if std::path::Path::new("/usr/sbin/pgbouncer").exists() {
+            "/usr/sbin/pgbouncer".into()
+        } else {
+            "pgbouncer".into()
+        }
+    })
+}
+
+fn running_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// Starts a pooler in front of the server of `DATABASE_URL`, with at most
+/// `pool_size` server connections per database (small, so clients share them
+/// the way they do in production).
+pub async fn start(pool_size: u32) -> PgBouncer {
+    let server = url::Url::parse(&std::env::var("DATABASE_URL").expect("DATABASE_URL")).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = std::env::temp_dir().join(format!("stripe-reconciler-pgbouncer-{port}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let user = server.username().to_owned();
+    let auth = dir.join("userlist.txt");
+    std::fs::write(
+        &auth,
+        format!("\"{user}\" \"{}\"\n", server.password().unwrap_or("")),
+    )
+    .unwrap();
+    // PgBouncer refuses to run as root; `user` makes it drop privileges.
+    let run_as = if running_as_root() {
+        "user = postgres\n"
+    } else {
+        ""
+    };
+    let ini = dir.join("pgbouncer.ini");
+    std::fs::write(
+        &ini,
+        format!(
+            "[databases]\n* = host={host} port={pgport}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\nauth_type = trust\nauth_file = {auth}\npool_mode = transaction\ndefault_pool_size = {pool_size}\nmax_client_conn = 100\nadmin_users = {user}\n{run_as}",
+            host = server.host_str().unwrap_or("127.0.0.1"),
+            pgport = server.port().unwrap_or(5432),
+            auth = auth.display(),
+        ),
+    )
+    .unwrap();
+    let bin = binary();
+    let log = std::fs::File::create(dir.join("pgbouncer.log")).unwrap();
+    let child = Command::new(&bin)
+        .arg(&ini)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot start {bin} ({e}); scripts/test.sh installs it (apt-get install pgbouncer)"
+            )
+        });
+    let bouncer = PgBouncer {
+        child,
+        dir,
+        user,
+        port,
+    };
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return bouncer;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("PgBouncer on port {port} did not start: {}", bouncer.log());
+}
+
+impl PgBouncer {
+    /// A URL for `database` through the pooler, with `query` appended
+    /// (e.g. `statement-cache-capacity=0`).
+    pub fn url(&self, database: &str, query: &str) -> String {
+        let server = url::Url::parse(&std::env::var("DATABASE_URL").unwrap()).unwrap();
+        let mut url = server.clone();
+        url.set_port(Some(self.port)).unwrap();
+        url.set_path(database);
+        url.set_query((!query.is_empty()).then_some(query));
+        url.to_string()
+    }
+
+    /// PgBouncer's own log (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("pgbouncer.log")).unwrap_or_default()
+    }
+
+    /// `SHOW <what>` on the admin console, as text rows.
+    pub async fn show(&self, what: &str) -> String {
+        let out = Command::new("psql")
+            .arg(format!(
+                "postgres://{}@127.0.0.1:{}/pgbouncer",
+                self.user, self.port
+            ))
+            .args(["-Atc", &format!("SHOW {what}")])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
