@@ -10,7 +10,10 @@ kubernetes-validate); each assertion prints `ok - ...` or `not ok - ...`.
   chart_tests.py validate --k8s-version 1.27.0 [--k8s-version ...] --counts FILE MANIFEST...
       validate every document against the Kubernetes schemas (strict) of each version
   chart_tests.py test --helm HELM --chart DIR --counts FILE
-      plain assertions on `helm template` output
+      plain assertions on `helm template` output (and NOTES.txt)
+  chart_tests.py static --root DIR --counts FILE
+      the Dockerfile (digest-pinned bases, stripped binary, OCI labels) and the
+      deployment docs (install command, k8s/ rules and Pushgateway URL)
 
 The pass/fail counts are appended to FILE as "PASSED FAILED".
 """
@@ -594,12 +597,67 @@ def test_kube_versions(r, chart):
           "Kubernetes 1.26 is refused (Chart.yaml kubeVersion >=1.27)")
 
 
+def test_notes(r, chart):
+    def notes(*sets):
+        cmd = [chart.helm, "install", RELEASE, str(chart.chart), "--dry-run=client", "--namespace", "payments"]
+        for x in sets:
+            cmd += ["--set", x]
+        p = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        return p.stdout.split("NOTES:", 1)[-1] if p.returncode == 0 else f"FAILED: {p.stderr}"
+    n = notes("existingSecret.name=creds", "prometheusRule.enabled=true", "schedule=0 */4 * * *")
+    r.check("StripeReconcilerNotRunning fires 8h9m0s" in n, "NOTES: the NotRunning threshold derived from a 4-hourly schedule", n[-600:])
+    r.check("prometheusRule.labels is empty" in n, "NOTES: warns that kube-prometheus-stack ignores rules without its label")
+    n = notes("existingSecret.name=creds", "prometheusRule.enabled=true", "prometheusRule.labels.release=kps",
+              "alerts.runbookBaseUrl=https://x/README.md")
+    r.check("prometheusRule.labels is empty" not in n and "runbookBaseUrl" not in n,
+            "NOTES: no label or runbook warning once they are set", n[-600:])
+    n = notes("existingSecret.name=creds")
+    r.check("prometheusRule.enabled=true" in n, "NOTES: says how to install the rules when they are off")
+    r.check("helm uninstall" not in n and "remove them afterwards" not in n,
+            "NOTES: no leftover hook objects to delete by hand after uninstall")
+
+
+def cmd_static(args):
+    import re
+
+    r = Results()
+    root = Path(args.root)
+    docker = (root / "Dockerfile").read_text(encoding="utf-8")
+    args_ = dict(re.findall(r"^ARG (\w+)=(\S+)", docker, re.M))
+    froms = re.findall(r"^FROM\s+(\S+)", docker, re.M)
+    r.check(len(froms) >= 2, "Dockerfile: a builder and a runtime stage", str(froms))
+    for f in froms:
+        image = args_.get(f[2:-1], "") if f.startswith("${") else f
+        r.check(re.search(r"@sha256:[0-9a-f]{64}$", image) is not None,
+                f"Dockerfile: FROM {f} pinned by digest", image)
+    r.check("CARGO_PROFILE_RELEASE_STRIP=symbols" in docker or re.search(r"\bstrip\b", docker) is not None,
+            "Dockerfile: the binary is stripped")
+    for label in ("version", "revision", "source", "created", "title", "licenses"):
+        r.check(f"org.opencontainers.image.{label}=" in docker, f"Dockerfile: OCI label org.opencontainers.image.{label}")
+    r.check(re.search(r"^USER 65532:65532$", docker, re.M) is not None, "Dockerfile: runs as 65532:65532")
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    deploy = readme.split("## Deployment", 1)[-1].split("\n## ", 1)[0]
+    for needle in ("helm install", "prometheusRule.enabled=true", "prometheusRule.labels.release=",
+                   "dashboard.enabled=true", "config.pushgatewayUrl=", "ruleSelector", "honorLabels",
+                   "sslmode=verify-full", "extraVolumes", "metrics/job/stripe-reconciler-alert-test", "alertmanager"):
+        r.check(needle in deploy, f"README Deployment: mentions {needle}")
+    k8s_values = yaml.safe_load((root / "k8s" / "values.yaml").read_text(encoding="utf-8"))
+    r.check(bool(k8s_values.get("config", {}).get("pushgatewayUrl")), "k8s/values.yaml: a Pushgateway URL")
+    r.check(k8s_values.get("prometheusRule", {}).get("labels", {}).get("release") == "kube-prometheus-stack",
+            "k8s/values.yaml: the PrometheusRule carries release: kube-prometheus-stack")
+    k8s_readme = (root / "k8s" / "README.md").read_text(encoding="utf-8")
+    for f in ("prometheusrule.yaml", "prometheus-rules.yaml", "PUSHGATEWAY_URL"):
+        r.check(f in k8s_readme, f"k8s/README.md: mentions {f}")
+    r.write(args.counts)
+    return 0 if r.failed == 0 else 1
+
+
 def cmd_test(args):
     r = Results()
     chart = Chart(args.helm, args.chart)
     for t in (test_default, test_existing_secret, test_alerts_dashboard, test_repair, test_failures, test_misc,
               test_migration_switch, test_deadlines, test_alert_values, test_extra_volumes, test_network_policy,
-              test_labels, test_kube_versions):
+              test_labels, test_kube_versions, test_notes):
         try:
             t(r, chart)
         except Exception as e:  # a crash is a failure, never a skip
@@ -611,6 +669,9 @@ def cmd_test(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
+    st = sub.add_parser("static")
+    st.add_argument("--root", required=True)
+    st.add_argument("--counts", required=True)
     vs = sub.add_parser("versions")
     vs.add_argument("--chart", required=True)
     v = sub.add_parser("validate")
@@ -622,7 +683,7 @@ def main():
     t.add_argument("--chart", required=True)
     t.add_argument("--counts", required=True)
     args = p.parse_args()
-    return {"versions": cmd_versions, "validate": cmd_validate, "test": cmd_test}[args.cmd](args)
+    return {"versions": cmd_versions, "validate": cmd_validate, "test": cmd_test, "static": cmd_static}[args.cmd](args)
 
 
 if __name__ == "__main__":

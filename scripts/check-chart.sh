@@ -155,5 +155,15 @@ for f in migrate-job.yaml stripe-reconciler.yaml prometheusrule.yaml prometheus-
   check "k8s/$f matches the chart (else run scripts/render-k8s.sh)" diff -u "$root/k8s/$f" "$tmp/k8s/$f"
 done
 
+log "chart README (scripts/chart-readme.py --check)"
+check "helm/stripe-reconciler/README.md parameters match values.yaml, every value documented" \
+  "$py" "$root/scripts/chart-readme.py" --check
+
+log "Dockerfile and deployment docs (scripts/chart_tests.py static)"
+: >"$tmp/static.counts"
+"$py" "$root/scripts/chart_tests.py" static --root "$root" --counts "$tmp/static.counts" || true # failures are counted
+add_counts "$tmp/static.counts"
+[[ -s "$tmp/static.counts" ]] || { failed=$((failed + 1)); echo "not ok - chart_tests.py static ran"; }
+
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]
