@@ -240,6 +240,11 @@ for p in panels:
         errors.append(f"panel {p.get('title')!r}: no gridPos")
 
 text = "\n".join(exprs)
+# The money-at-risk stat counts exactly the kinds StripeReconcilerMoneyAtRisk alerts on.
+source = open("helm/stripe-reconciler/files/alerts.yaml").read()
+alert_kinds = re.search(r'open_findings\{kind=~"([^"]+)"\}', source)
+if not alert_kinds or f'kind=~"{alert_kinds.group(1)}"' not in text:
+    errors.append("the money-at-risk panel's kinds differ from StripeReconcilerMoneyAtRisk's")
 for metric in [
     "stripe_reconciler_lag_seconds",
     "stripe_reconciler_cursor_position",
