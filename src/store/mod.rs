@@ -20,9 +20,9 @@
 pub mod cursor;
 pub mod findings;
 pub mod outbox;
+pub mod payment_index;
 pub mod payments;
 pub mod runs;
-pub mod payment_index;
 pub mod schema;
 pub mod stats;
 pub mod unverifiable;

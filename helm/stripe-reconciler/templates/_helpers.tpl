@@ -32,15 +32,30 @@ app.kubernetes.io/name: {{ include "stripe-reconciler.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/*
+Labels of a resource, as one map so that no key is ever repeated. Called with
+a dict: root (the chart context) and optional extra (labels of this resource,
+e.g. the component or prometheusRule.labels). Precedence, lowest first: the
+chart's labels, commonLabels, extra; the selector labels always win.
+*/}}
 {{- define "stripe-reconciler.labels" -}}
-helm.sh/chart: {{ include "stripe-reconciler.chart" . }}
-{{ include "stripe-reconciler.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/part-of: stripe-reconciler
-{{- with .Values.commonLabels }}
-{{ toYaml . }}
+{{- $root := .root }}
+{{- $l := dict
+      "helm.sh/chart" (include "stripe-reconciler.chart" $root)
+      "app.kubernetes.io/version" $root.Chart.AppVersion
+      "app.kubernetes.io/managed-by" $root.Release.Service
+      "app.kubernetes.io/part-of" "stripe-reconciler" }}
+{{- $l = mergeOverwrite $l (deepCopy ($root.Values.commonLabels | default dict)) (deepCopy (.extra | default dict)) }}
+{{- $l = mergeOverwrite $l (include "stripe-reconciler.selectorLabels" $root | fromYaml) }}
+{{- toYaml $l }}
 {{- end }}
+
+{{/* Labels of a pod template: podLabels, then the component, then the selector labels. */}}
+{{- define "stripe-reconciler.podLabels" -}}
+{{- $root := .root }}
+{{- $l := mergeOverwrite (deepCopy ($root.Values.podLabels | default dict)) (dict "app.kubernetes.io/component" .component) }}
+{{- $l = mergeOverwrite $l (include "stripe-reconciler.selectorLabels" $root | fromYaml) }}
+{{- toYaml $l }}
 {{- end }}
 
 {{- define "stripe-reconciler.serviceAccountName" -}}
@@ -81,6 +96,24 @@ exactly one source is configured: an existing Secret, or both chart values.
 {{- end }}
 {{- end }}
 
+{{/* The hook-scoped Secret the migration Job reads (chart-managed credentials only). */}}
+{{- define "stripe-reconciler.migrationSecretName" -}}
+{{- if include "stripe-reconciler.createSecret" . }}
+{{- printf "%s-migrate" (include "stripe-reconciler.fullname" .) }}
+{{- else }}
+{{- include "stripe-reconciler.secretName" . }}
+{{- end }}
+{{- end }}
+
+{{/* The ServiceAccount of the migration Job: a hook-scoped copy when the chart creates one. */}}
+{{- define "stripe-reconciler.migrationServiceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- printf "%s-migrate" (include "stripe-reconciler.fullname" .) }}
+{{- else }}
+{{- include "stripe-reconciler.serviceAccountName" . }}
+{{- end }}
+{{- end }}
+
 {{/* True (non-empty) when the chart renders its own Secret. */}}
 {{- define "stripe-reconciler.createSecret" -}}
 {{- if not .Values.existingSecret.name }}true{{ end }}
@@ -101,17 +134,28 @@ migration hook Job. Called with a dict:
   component       reconcile | repair | migrate
   args            container args (the subcommand)
   activeDeadlineSeconds, backoffLimit, ttlSecondsAfterFinished
+  perAttempt      true to give each attempt (pod) an equal share of
+                  activeDeadlineSeconds as its own activeDeadlineSeconds
+  runDeadline     true to pass RECONCILER_RUN_DEADLINE_SECONDS (the share
+                  less 60 s for image pull, start and a clean stop)
+  secretName, serviceAccountName
   configMap       true to load the ConfigMap with envFrom
   stripeKey       true to pass STRIPE_API_KEY
   annotations     extra pod annotations (the config checksum)
 podFailurePolicy: exit 75 (another run holds the cursor) and 78 (configuration
 error, including a Stripe key that is rejected) fail the Job at once, since a
 retry cannot help; a pod evicted or preempted (DisruptionTarget) does not count
-against backoffLimit.
+against backoffLimit. The empty onPodConditions of the exit-code rule is
+required by the schemas of Kubernetes 1.27 and 1.28 (optional from 1.29).
 */}}
 {{- define "stripe-reconciler.jobSpec" -}}
 {{- $root := .root }}
 {{- $v := $root.Values -}}
+{{- $attempt := include "stripe-reconciler.attemptDeadline" (dict "deadline" .activeDeadlineSeconds "backoffLimit" .backoffLimit) | int }}
+{{- $runDeadline := sub $attempt 60 }}
+{{- if and .runDeadline (lt $runDeadline 30) }}
+{{- fail (printf "stripe-reconciler: activeDeadlineSeconds %d split over %d attempt(s) (backoffLimit %d) leaves %d s per attempt; the binary needs at least 90 s: raise activeDeadlineSeconds or lower backoffLimit" (int .activeDeadlineSeconds) (add 1 .backoffLimit) (int .backoffLimit) $attempt) }}
+{{- end -}}
 activeDeadlineSeconds: {{ .activeDeadlineSeconds }}
 backoffLimit: {{ .backoffLimit }}
 ttlSecondsAfterFinished: {{ .ttlSecondsAfterFinished }}
@@ -122,6 +166,8 @@ podFailurePolicy:
         containerName: stripe-reconciler
         operator: In
         values: [75, 78]
+      # Required (as an empty list) by the API of Kubernetes 1.27 and 1.28.
+      onPodConditions: []
     - action: Ignore
       onPodConditions:
         - type: DisruptionTarget
@@ -129,11 +175,7 @@ podFailurePolicy:
 template:
   metadata:
     labels:
-      {{- include "stripe-reconciler.selectorLabels" $root | nindent 6 }}
-      app.kubernetes.io/component: {{ .component }}
-      {{- with $v.podLabels }}
-      {{- toYaml . | nindent 6 }}
-      {{- end }}
+      {{- include "stripe-reconciler.podLabels" (dict "root" $root "component" .component) | nindent 6 }}
     {{- $annotations := merge (dict) (.annotations | default dict) $v.podAnnotations }}
     {{- with $annotations }}
     annotations:
@@ -141,7 +183,10 @@ template:
     {{- end }}
   spec:
     restartPolicy: Never
-    serviceAccountName: {{ include "stripe-reconciler.serviceAccountName" $root }}
+    {{- if .perAttempt }}
+    activeDeadlineSeconds: {{ $attempt }}
+    {{- end }}
+    serviceAccountName: {{ .serviceAccountName }}
     automountServiceAccountToken: false
     enableServiceLinks: false
     {{- with $v.priorityClassName }}
@@ -161,26 +206,35 @@ template:
         imagePullPolicy: {{ $v.image.pullPolicy }}
         args:
           {{- toYaml .args | nindent 10 }}
-        {{- if .configMap }}
+        {{- if or .configMap $v.envFrom }}
         envFrom:
+          {{- if .configMap }}
           - configMapRef:
               name: {{ include "stripe-reconciler.fullname" $root }}
+          {{- end }}
+          {{- with $v.envFrom }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
         {{- end }}
         env:
           {{- if not .configMap }}
           - name: RECONCILER_LOG_FORMAT
             value: {{ $v.config.logFormat | quote }}
           {{- end }}
+          {{- if .runDeadline }}
+          - name: RECONCILER_RUN_DEADLINE_SECONDS
+            value: {{ $runDeadline | quote }}
+          {{- end }}
           - name: DATABASE_URL
             valueFrom:
               secretKeyRef:
-                name: {{ include "stripe-reconciler.secretName" $root }}
+                name: {{ .secretName }}
                 key: {{ include "stripe-reconciler.databaseUrlKey" $root }}
           {{- if .stripeKey }}
           - name: STRIPE_API_KEY
             valueFrom:
               secretKeyRef:
-                name: {{ include "stripe-reconciler.secretName" $root }}
+                name: {{ .secretName }}
                 key: {{ include "stripe-reconciler.stripeApiKeyKey" $root }}
           {{- end }}
           {{- with $v.extraEnv }}
@@ -197,10 +251,16 @@ template:
         volumeMounts:
           - name: tmp
             mountPath: /tmp
+          {{- with $v.extraVolumeMounts }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
     volumes:
       - name: tmp
         emptyDir:
           sizeLimit: 16Mi
+      {{- with $v.extraVolumes }}
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
     {{- with $v.nodeSelector }}
     nodeSelector:
       {{- toYaml . | nindent 6 }}
