@@ -102,6 +102,8 @@ start_pushgateway() {
   PUSHGATEWAY_PID=$!
   PUSHGATEWAY_URL="http://127.0.0.1:$port"
   wait_for_port "$port" 30 || die "the Pushgateway did not start (log: $log)"
+}
+
 # Installs Debian's pgbouncer (the real pooler the tests in tests/pgbouncer.rs
 # start, one private instance per test on a free port, in transaction pooling
 # mode with a temporary ini and auth file) without leaving a service running.
