@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgConnection;
 
@@ -46,6 +46,11 @@ pub struct Status {
     /// The payment that holds the lag, so an operator knows where to look;
     /// `None` for an empty table.
     pub lag_held_by: Option<LagHolder>,
+    /// The database's clock when the status was read: every age above and
+    /// every "ago" `status` prints is measured with it, like the lag, so a
+    /// skewed pod clock cannot distort them. Not part of the JSON.
+    #[serde(skip)]
+    pub database_now: DateTime<Utc>,
 }
 
 fn as_integer<S: serde::Serializer>(value: &f64, s: S) -> Result<S::Ok, S::Error> {
@@ -66,7 +71,7 @@ pub async fn read(conn: &mut PgConnection, job: &str) -> Result<Status, StoreErr
         (Some(first), Some(newest)) => newest - first,
         _ => 0,
     };
-    let now = Utc::now();
+    let now = t.database_now;
     Ok(Status {
         job: job.to_owned(),
         lag_seconds: t.lag_seconds,
@@ -91,6 +96,7 @@ pub async fn read(conn: &mut PgConnection, job: &str) -> Result<Status, StoreErr
         ),
         last_success_unix: h.last_success_unix,
         lag_held_by,
+        database_now: now,
     })
 }
 

@@ -898,3 +898,47 @@ async fn a_partial_capture_is_not_a_refund(pool: PgPool) {
         "a partial capture is reported as a refund and blocks the repair: {f:?}"
     );
 }
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_dry_run_counts_only_the_findings_a_real_run_would_create(pool: PgPool) {
+    let stripe = MockServer::start().await;
+    let payment = insert_payment(&pool, "pi_Acknowledged", "paid", 3600).await;
+    mount_pi(
+        &stripe,
+        intent(
+            "pi_Acknowledged",
+            "succeeded",
+            charge("ch_3Ack", "pi_Acknowledged", 1099, 100, false),
+        ),
+    )
+    .await;
+    scan(&pool, &stripe, &settings(200)).await;
+    let refund = findings_of(&pool, payment).await;
+    let mut conn = pool.acquire().await.unwrap();
+    assert!(stripe_reconciler::store::findings::resolve_manually(
+        &mut conn,
+        refund[0].id,
+        "alice",
+        "$1 goodwill refund"
+    )
+    .await
+    .unwrap());
+    drop(conn);
+
+    let dry = run_batch(
+        &pool,
+        &gateway(&stripe),
+        &settings(200),
+        Mode::DryRun { after_id: 0 },
+        None,
+    )
+    .await
+    .unwrap();
+    let real = rescan(&pool, &stripe, &settings(200)).await;
+
+    assert_eq!(real.findings_created, 0, "the acknowledgement holds");
+    assert_eq!(
+        dry.findings_created, real.findings_created,
+        "a dry run predicts what the run writes"
+    );
+}

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use chrono::{TimeZone, Utc};
+use chrono::{DateTime, TimeZone, Utc};
 
 use super::CommandError;
 use crate::config::Settings;
@@ -29,7 +29,7 @@ pub(super) async fn status(settings: &Settings, json: bool) -> Result<(), Comman
     Ok(())
 }
 
-fn when(unix: Option<f64>) -> String {
+fn when(unix: Option<f64>, now: DateTime<Utc>) -> String {
     unix.and_then(|t| Utc.timestamp_opt(t as i64, 0).single())
         .map_or_else(
             || "never".to_owned(),
@@ -37,7 +37,7 @@ fn when(unix: Option<f64>) -> String {
                 format!(
                     "{} ({} ago)",
                     t.format("%Y-%m-%d %H:%M:%S UTC"),
-                    human_duration((Utc::now() - t).num_seconds() as f64)
+                    human_duration((now - t).num_seconds() as f64)
                 )
             },
         )
@@ -68,8 +68,8 @@ pub fn render(st: &Status, grace: Duration) -> String {
         st.cycle_age_seconds
             .map_or_else(|| "no cycle yet".into(), human_duration),
     );
-    line("last cycle completed", when(st.cycle_last_completed_unix));
-    line("last successful run", when(st.last_success_unix));
+    line("last cycle completed", when(st.cycle_last_completed_unix, st.database_now));
+    line("last successful run", when(st.last_success_unix, st.database_now));
     line(
         "outbox repairs pending",
         format!(
@@ -114,7 +114,7 @@ pub fn render(st: &Status, grace: Duration) -> String {
 
 /// Where to look for the lag: which payment holds it and the likely reason.
 fn lag_holder_lines(h: &LagHolder, st: &Status, grace: Duration) -> Vec<(&'static str, String)> {
-    let now = Utc::now();
+    let now = st.database_now;
     let cursor = st.cursor_position;
     let confirmed_this_cycle = match (h.last_reconciled_at, st.cycle_age_seconds) {
         (Some(t), Some(age)) => ((now - t).num_seconds() as f64) <= age,

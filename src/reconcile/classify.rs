@@ -628,7 +628,6 @@ mod tests {
         );
         assert_eq!(kind(&auth).as_deref(), Some("authorization_expiring"));
         assert_eq!(detail(&auth, "created"), &Value::from(created.to_rfc3339()));
-        assert_eq!(detail(&auth, "age_seconds"), &Value::from(1_001));
         assert_eq!(
             detail(&auth, "deadline"),
             &Value::from((created + Duration::days(7)).to_rfc3339()),

@@ -32,6 +32,9 @@ pub struct TableFigures {
     pub outbox_pending: i64,
     /// Age in seconds of the oldest unprocessed repair command; 0 when none.
     pub outbox_oldest_pending_seconds: f64,
+    /// The database's clock (`now()`), the one clock every age is measured
+    /// with, like the lag.
+    pub database_now: DateTime<Utc>,
 }
 
 /// Reads [`TableFigures`] for a job. `repair_types` are the outbox event types
@@ -57,7 +60,8 @@ pub async fn table_figures(
                 c.last_cycle_completed_at,
                 (SELECT count(*) FROM outbox WHERE processed_at IS NULL AND event_type = ANY($2)) AS outbox_pending,
                 coalesce((SELECT extract(epoch FROM now() - min(created_at)) FROM outbox
-                           WHERE processed_at IS NULL AND event_type = ANY($2)), 0)::float8 AS outbox_oldest_pending_seconds
+                           WHERE processed_at IS NULL AND event_type = ANY($2)), 0)::float8 AS outbox_oldest_pending_seconds,
+                now() AS database_now
            FROM (SELECT 1) AS one
            LEFT JOIN reconciliation_cursor c ON c.job = $1",
     )
