@@ -13,6 +13,6 @@ ensure_postgres
 ensure_pushgateway
 ensure_pgbouncer
 export DATABASE_URL=${DATABASE_URL:-$(default_admin_url)}
-cargo test --no-fail-fast --test faults --test gateway --test least_privilege --test cli --test pgbouncer
+cargo test --no-fail-fast --test faults --test guards --test gateway --test least_privilege --test cli --test pgbouncer
 cargo test --no-fail-fast --test metrics pushgateway
 cargo test --no-fail-fast --lib -- config:: stripe::

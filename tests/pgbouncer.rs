@@ -165,7 +165,7 @@ async fn migrate_run_repair_and_status_work_through_pgbouncer_in_transaction_mod
     assert_eq!(status["cursor_position"], ids[5], "{status}");
     assert_eq!(
         status["open_findings"],
-        serde_json::json!([["paid_locally_not_externally", 1]]),
+        serde_json::json!({"paid_locally_not_externally": 1}),
         "{status}"
     );
 }

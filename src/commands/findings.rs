@@ -89,7 +89,7 @@ fn render(
     link: &dyn Fn(&findings::FindingView) -> Option<String>,
 ) -> String {
     let mut out = format!(
-        "{:>8}  {:>10}  {:<16}  {:<28}  {:<32}  {:<8}  {:<24}  {:<19}  {:<62}  resolution\n",
+        "{:>8}  {:>10}  {:<16}  {:<28}  {:<32}  {:<8}  {:<24}  {:<19}  {:<62}  {:<10}  details\n",
         "id",
         "payment",
         "order",
@@ -98,7 +98,8 @@ fn render(
         "local",
         "stripe",
         "detected",
-        "stripe dashboard"
+        "stripe dashboard",
+        "resolution"
     );
     for f in rows {
         let resolution = match (&f.resolution, &f.resolved_by) {
@@ -110,7 +111,7 @@ fn render(
             (Some(r), None) => r.clone(),
         };
         out.push_str(&format!(
-            "{:>8}  {:>10}  {:<16}  {:<28}  {:<32}  {:<8}  {:<24}  {:<19}  {:<62}  {}\n",
+            "{:>8}  {:>10}  {:<16}  {:<28}  {:<32}  {:<8}  {:<24}  {:<19}  {:<62}  {:<10}  {}\n",
             f.id,
             f.payment_id,
             f.order_id.as_deref().unwrap_or("-"),
@@ -120,10 +121,31 @@ fn render(
             f.external_status.as_deref().unwrap_or("-"),
             f.detected_at.format("%Y-%m-%d %H:%M:%S"),
             link(f).unwrap_or_else(|| "-".to_owned()),
-            resolution
+            resolution,
+            details(f)
         ));
     }
     out
+}
+
+/// What a person needs to judge a finding: how long until (or since) its
+/// deadline for the aging kinds, then its details (amounts in minor units,
+/// currency, refund share, last error).
+fn details(f: &findings::FindingView) -> String {
+    let deadline = f.seconds_to_deadline.map(|s| {
+        if s >= 0.0 {
+            format!("deadline in {}; ", crate::status::human_duration(s))
+        } else {
+            format!("deadline passed {} ago; ", crate::status::human_duration(-s))
+        }
+    });
+    format!(
+        "{}{}",
+        deadline.unwrap_or_default(),
+        f.details
+            .as_ref()
+            .map_or_else(|| "-".to_owned(), |d| d.to_string())
+    )
 }
 
 /// Resolves one open finding by hand, keeping who and why. Refuses a finding

@@ -158,7 +158,6 @@ fn aging_check(
     let details = |deadline_seconds: i64| {
         json!({
             "created": created.to_rfc3339(),
-            "age_seconds": age,
             "deadline": (created + chrono::Duration::seconds(deadline_seconds)).to_rfc3339(),
             "capture_method": pi.capture_method,
             "payment_method_types": pi.payment_method_types,

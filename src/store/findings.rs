@@ -224,7 +224,7 @@ pub async fn resolve_manually(
 }
 
 /// A finding as the review queue shows it.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow, serde::Serialize)]
 pub struct FindingView {
     /// `reconciliation_findings.id`
     pub id: i64,
@@ -255,6 +255,9 @@ pub struct FindingView {
     pub details: Option<serde_json::Value>,
     /// When a scan last saw this drift.
     pub last_seen_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// For the aging kinds, seconds until the deadline in `details`
+    /// (negative: since), by the database's clock; `None` for other kinds.
+    pub seconds_to_deadline: Option<f64>,
 }
 
 /// Lists findings, newest first, at most `limit` rows.
@@ -270,7 +273,10 @@ pub async fn list(
     super::query_as(
         "SELECT f.id, f.payment_id, p.order_id, p.stripe_payment_intent_id, f.kind, f.local_status,
                 f.external_status, f.detected_at, f.resolved_at, f.resolution, f.resolved_by,
-                f.resolution_note, f.details, f.last_seen_at
+                f.resolution_note, f.details, f.last_seen_at,
+                CASE WHEN jsonb_typeof(f.details->'deadline') = 'string'
+                     THEN extract(epoch FROM (f.details->>'deadline')::timestamptz - now())::float8
+                END AS seconds_to_deadline
            FROM reconciliation_findings f
            LEFT JOIN payments p ON p.id = f.payment_id
           WHERE ($1::text IS NULL OR f.kind = $1) AND (NOT $2 OR f.resolved_at IS NULL)
