@@ -306,7 +306,9 @@ impl Settings {
                     job.auth_expiry_warn_seconds,
                     d.rules.auth_expiry_warn_seconds,
                     0,
-                    30 * 24 * 3600,
+                    // Below the ~7 days after which Stripe cancels an
+                    // uncaptured authorisation: a later warning comes too late.
+                    7 * 24 * 3600 - 1,
                 )?,
                 processing_max_seconds: number(
                     "RECONCILER_PROCESSING_MAX_SECONDS",

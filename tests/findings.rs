@@ -31,9 +31,7 @@ async fn scan(pool: &PgPool, stripe: &MockServer) {
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
-async fn a_needs_review_finding_is_listed_resolved_and_reopened_only_when_the_drift_changes(
-    pool: PgPool,
-) {
+async fn a_needs_review_finding_is_listed_resolved_and_reopened_by_a_later_scan(pool: PgPool) {
     let stripe = MockServer::start().await;
     let id = insert_payment(&pool, "pi_Shipped", "paid", 3600).await;
     mount(
@@ -115,25 +113,14 @@ async fn a_needs_review_finding_is_listed_resolved_and_reopened_only_when_the_dr
     .unwrap();
     assert_eq!(again.status.code(), Some(65));
 
-    // The same drift, acknowledged by a person (same Stripe status, same
-    // details): the next scan does not open it again.
-    let rescan = |pool: PgPool| async move {
-        sqlx::query("UPDATE reconciliation_cursor SET last_id = 0")
-            .execute(&pool)
-            .await
-            .unwrap();
-    };
-    rescan(pool.clone()).await;
-    scan(&pool, &stripe).await;
-    assert_eq!(
-        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
-        1
-    );
-
-    // The drift changes (Stripe now says canceled): a new finding opens.
-    stripe.reset().await;
-    mount(&stripe, "pi_Shipped", ok("pi_Shipped", "canceled")).await;
-    rescan(pool.clone()).await;
+    // The drift is a status drift (paid here, not at Stripe): a manual
+    // resolution does not hide it, the next scan opens a new finding. (Only
+    // money and deadline findings on rows whose status is in sync can be
+    // acknowledged; see tests/money.rs.)
+    sqlx::query("UPDATE reconciliation_cursor SET last_id = 0")
+        .execute(&pool)
+        .await
+        .unwrap();
     scan(&pool, &stripe).await;
     assert_eq!(
         count(&pool, "SELECT count(*) FROM reconciliation_findings").await,

@@ -136,7 +136,10 @@ fn details(f: &findings::FindingView) -> String {
         if s >= 0.0 {
             format!("deadline in {}; ", crate::status::human_duration(s))
         } else {
-            format!("deadline passed {} ago; ", crate::status::human_duration(-s))
+            format!(
+                "deadline passed {} ago; ",
+                crate::status::human_duration(-s)
+            )
         }
     });
     format!(

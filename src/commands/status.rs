@@ -68,8 +68,14 @@ pub fn render(st: &Status, grace: Duration) -> String {
         st.cycle_age_seconds
             .map_or_else(|| "no cycle yet".into(), human_duration),
     );
-    line("last cycle completed", when(st.cycle_last_completed_unix, st.database_now));
-    line("last successful run", when(st.last_success_unix, st.database_now));
+    line(
+        "last cycle completed",
+        when(st.cycle_last_completed_unix, st.database_now),
+    );
+    line(
+        "last successful run",
+        when(st.last_success_unix, st.database_now),
+    );
     line(
         "outbox repairs pending",
         format!(

@@ -79,15 +79,23 @@ fn money_check(local: &LocalPayment, pi: &PaymentIntentFacts) -> Option<Decision
                 ))
             }
             ChargeFacts::Known(charge) => {
-                let amount = charge.amount.or(pi.amount);
+                let amount = charge.amount_captured.or(charge.amount).or(pi.amount);
                 if charge.disputed == Some(true) {
                     return Some(Decision::review_with(
                         FindingKind::Disputed,
                         json!({ "amount": amount, "currency": pi.currency }),
                     ));
                 }
-                let refunded = charge.amount_refunded.unwrap_or(0);
-                if refunded > 0 || charge.refunded == Some(true) {
+                // A partial capture releases the uncaptured rest, which
+                // Stripe counts in `amount_refunded`: that is no refund of
+                // money kept (Stripe API: PaymentIntent capture,
+                // `amount_to_capture`).
+                let released = match (charge.amount, charge.amount_captured) {
+                    (Some(a), Some(c)) if c < a => a - c,
+                    _ => 0,
+                };
+                let refunded = charge.amount_refunded.unwrap_or(0) - released;
+                if refunded > 0 || (charge.refunded == Some(true) && released == 0) {
                     let full = charge.refunded == Some(true) || amount.is_some_and(|a| refunded >= a);
                     let share = amount
                         .filter(|a| *a > 0)
@@ -227,6 +235,7 @@ mod tests {
     fn charge(amount: i64, amount_refunded: i64, refunded: bool, disputed: bool) -> Charge {
         Charge {
             amount: Some(amount),
+            amount_captured: Some(amount),
             amount_refunded: Some(amount_refunded),
             refunded: Some(refunded),
             disputed: Some(disputed),

@@ -62,7 +62,11 @@ pub enum ChargeFacts {
 pub struct Charge {
     /// `amount`, minor units.
     pub amount: Option<i64>,
-    /// `amount_refunded`, minor units (0 when nothing was refunded).
+    /// `amount_captured`, minor units: less than `amount` after a partial
+    /// capture, whose uncaptured rest Stripe shows as refunded.
+    pub amount_captured: Option<i64>,
+    /// `amount_refunded`, minor units (0 when nothing was refunded; includes
+    /// the released rest of a partial capture).
     pub amount_refunded: Option<i64>,
     /// `refunded`: the charge was fully refunded.
     pub refunded: Option<bool>,

@@ -12,7 +12,7 @@ use super::detect::{observe_all, Observation};
 use super::report::BatchReport;
 use super::ScanError;
 use crate::config::JobSettings;
-use crate::reconcile::{FindingKind, RepairCommand, Verdict};
+use crate::reconcile::{classify_status, FindingKind, RepairCommand, Verdict};
 use crate::store::findings::{self, CreatedFinding, NewFinding};
 use crate::store::outbox::{self, RepairRow};
 use crate::store::payments::{self, MoneyColumns, PaymentRow};
@@ -162,6 +162,26 @@ pub async fn run_batch_until(
     Ok(report)
 }
 
+/// The finding an observation records, if any. Its acknowledgement (a manual
+/// resolution of the same drift keeps it closed) holds only where the status
+/// table alone sees no drift: a `pending` payment whose PaymentIntent
+/// succeeded stays in the review queue until its status is dealt with.
+fn new_finding(o: &Observation) -> Option<NewFinding> {
+    let kind = o.decision.kind.as_ref()?;
+    let acknowledgeable = o
+        .observed
+        .as_ref()
+        .is_some_and(|external| classify_status(&o.local, external).kind.is_none());
+    Some(NewFinding {
+        payment_id: o.payment_id,
+        kind: kind.as_str().into_owned(),
+        local_status: o.local.as_str().to_owned(),
+        external_status: o.observed.as_ref().map(|s| s.as_str().to_owned()),
+        details: o.decision.details.clone(),
+        acknowledgeable,
+    })
+}
+
 /// What a real run would create: only findings not already open (the same
 /// dedup rule), and a command only with such a new finding.
 async fn dry_run_counts(
@@ -169,18 +189,9 @@ async fn dry_run_counts(
     observations: &[Observation],
     report: &mut BatchReport,
 ) -> Result<(), ScanError> {
-    let (ids, kinds): (Vec<i64>, Vec<String>) = observations
-        .iter()
-        .filter_map(|o| {
-            Some((
-                o.payment_id,
-                o.decision.kind.as_ref()?.as_str().into_owned(),
-            ))
-        })
-        .unzip();
-    let kinds: Vec<&str> = kinds.iter().map(String::as_str).collect();
+    let wanted: Vec<NewFinding> = observations.iter().filter_map(new_finding).collect();
     let mut conn = pool.acquire().await.context("connecting")?;
-    let new: HashSet<(i64, String)> = findings::not_yet_open(&mut conn, &ids, &kinds)
+    let new: HashSet<(i64, String)> = findings::not_yet_open(&mut conn, &wanted)
         .await?
         .into_iter()
         .collect();
@@ -404,18 +415,7 @@ async fn write_phase(
     let failing = unverifiable::record(&mut tx, job, &answered_ids, &failed_ids, &errors).await?;
     let by_payment: HashMap<i64, &Observation> =
         observations.iter().map(|o| (o.payment_id, o)).collect();
-    let mut new_findings: Vec<NewFinding> = observations
-        .iter()
-        .filter_map(|o| {
-            o.decision.kind.as_ref().map(|kind| NewFinding {
-                payment_id: o.payment_id,
-                kind: kind.as_str().into_owned(),
-                local_status: o.local.as_str().to_owned(),
-                external_status: o.observed.as_ref().map(|s| s.as_str().to_owned()),
-                details: o.decision.details.clone(),
-            })
-        })
-        .collect();
+    let mut new_findings: Vec<NewFinding> = observations.iter().filter_map(new_finding).collect();
     new_findings.extend(
         failing
             .iter()
@@ -432,6 +432,7 @@ async fn write_phase(
                         "cycles": u.cycles,
                         "failing_since": u.first_failed_at.to_rfc3339(),
                     })),
+                    acknowledgeable: false,
                 })
             }),
     );
@@ -492,6 +493,14 @@ async fn write_phase(
     tx.commit().await.context("committing the batch")?;
     Ok(())
 }
+/// Phase 3 writes something for this row: a stamp, a finding, or an
+/// UNVERIFIABLE count (which may become a `persistently_unverifiable` finding).
+fn writes_for(o: &Observation) -> bool {
+    o.observed.is_some()
+        || o.decision.kind.is_some()
+        || (o.asked_stripe && o.decision.verdict == Verdict::Unverifiable)
+}
+
 /// Locks the rows phase 3 writes for (in id order) and demotes to IN_FLIGHT
 /// those that changed since phase 1: a webhook that moved a payment while
 /// Stripe was being asked must not produce a finding about the old status.
@@ -499,10 +508,7 @@ async fn demote_changed_rows(
     tx: &mut sqlx::PgConnection,
     observations: &mut [Observation],
 ) -> Result<(), ScanError> {
-    let touched: Vec<&Observation> = observations
-        .iter()
-        .filter(|o| o.observed.is_some() || o.decision.kind.is_some())
-        .collect();
+    let touched: Vec<&Observation> = observations.iter().filter(|o| writes_for(o)).collect();
     let ids: Vec<i64> = touched.iter().map(|o| o.payment_id).collect();
     let versions: Vec<i64> = touched.iter().map(|o| o.version).collect();
     let updated: Vec<DateTime<Utc>> = touched.iter().map(|o| o.updated_at).collect();
@@ -511,8 +517,7 @@ async fn demote_changed_rows(
         .into_iter()
         .collect();
     for o in observations.iter_mut() {
-        if (o.observed.is_some() || o.decision.kind.is_some()) && !unchanged.contains(&o.payment_id)
-        {
+        if writes_for(o) && !unchanged.contains(&o.payment_id) {
             tracing::info!(
                 payment_id = o.payment_id,
                 "payment changed while Stripe was asked; left for the next cycle"

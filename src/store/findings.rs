@@ -18,7 +18,66 @@ pub struct NewFinding {
     pub external_status: Option<String>,
     /// What a person needs to judge it (amounts, currency, deadlines).
     pub details: Option<serde_json::Value>,
+    /// A person's manual resolution of the same drift (same kind, Stripe
+    /// status and details) keeps it closed. `false` where closing it would
+    /// hide drift of the payment's status (e.g. `pending` here while Stripe
+    /// succeeded): such a finding reopens until the status is dealt with.
+    pub acknowledgeable: bool,
 }
+
+/// The acknowledgement rule, over a row `v` of the unnested new findings: a
+/// finding is not opened again when a person resolved the same drift by hand.
+const NOT_ACKNOWLEDGED: &str = "NOT (v.acknowledgeable AND EXISTS (
+                SELECT 1 FROM reconciliation_findings r
+                 WHERE r.payment_id = v.payment_id AND r.kind = v.kind
+                   AND r.resolution = 'manual'
+                   AND r.external_status IS NOT DISTINCT FROM v.external_status
+                   AND r.details IS NOT DISTINCT FROM v.details))";
+
+/// The findings as parallel arrays: `$1` payment ids, `$2` kinds, `$3` local
+/// statuses, `$4` external statuses, `$5` details, `$6` acknowledgeable.
+fn bind_findings<'q, O>(
+    query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+    findings: &'q [NewFinding],
+) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+    query
+        .bind(findings.iter().map(|f| f.payment_id).collect::<Vec<i64>>())
+        .bind(
+            findings
+                .iter()
+                .map(|f| f.kind.as_str())
+                .collect::<Vec<&str>>(),
+        )
+        .bind(
+            findings
+                .iter()
+                .map(|f| f.local_status.as_str())
+                .collect::<Vec<&str>>(),
+        )
+        .bind(
+            findings
+                .iter()
+                .map(|f| f.external_status.as_deref())
+                .collect::<Vec<Option<&str>>>(),
+        )
+        .bind(
+            findings
+                .iter()
+                .map(|f| f.details.as_ref())
+                .collect::<Vec<Option<&serde_json::Value>>>(),
+        )
+        .bind(
+            findings
+                .iter()
+                .map(|f| f.acknowledgeable)
+                .collect::<Vec<bool>>(),
+        )
+}
+
+/// The unnested findings, `v`.
+const UNNEST_FINDINGS: &str =
+    "unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bool[])
+                AS v(payment_id, kind, local_status, external_status, details, acknowledgeable)";
 
 /// A finding the upsert touched.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -51,71 +110,50 @@ pub async fn upsert_open(
     if findings.is_empty() {
         return Ok(Vec::new());
     }
-    let payment_ids: Vec<i64> = findings.iter().map(|f| f.payment_id).collect();
-    let kinds: Vec<&str> = findings.iter().map(|f| f.kind.as_str()).collect();
-    let locals: Vec<&str> = findings.iter().map(|f| f.local_status.as_str()).collect();
-    let externals: Vec<Option<&str>> = findings
-        .iter()
-        .map(|f| f.external_status.as_deref())
-        .collect();
-    let details: Vec<Option<&serde_json::Value>> =
-        findings.iter().map(|f| f.details.as_ref()).collect();
-    super::query_as(
+    let sql = format!(
         "INSERT INTO reconciliation_findings
                 (payment_id, kind, local_status, external_status, details, last_seen_at)
          SELECT v.payment_id, v.kind, v.local_status, v.external_status, v.details, now()
-           FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::jsonb[])
-                AS v(payment_id, kind, local_status, external_status, details)
-          WHERE NOT EXISTS (
-                SELECT 1 FROM reconciliation_findings r
-                 WHERE r.payment_id = v.payment_id AND r.kind = v.kind
-                   AND r.resolution = 'manual'
-                   AND r.external_status IS NOT DISTINCT FROM v.external_status
-                   AND r.details IS NOT DISTINCT FROM v.details)
+           FROM {UNNEST_FINDINGS}
+          WHERE {NOT_ACKNOWLEDGED}
           ORDER BY v.payment_id
          ON CONFLICT (payment_id, kind) WHERE resolved_at IS NULL DO UPDATE
             SET external_status = EXCLUDED.external_status,
                 details = EXCLUDED.details,
                 last_seen_at = now()
-         RETURNING id, payment_id, kind, (xmax = 0) AS created",
-    )
-    .bind(payment_ids)
-    .bind(kinds)
-    .bind(locals)
-    .bind(externals)
-    .bind(details)
-    .fetch_all(conn)
-    .await
-    .context("recording findings")
+         RETURNING id, payment_id, kind, (xmax = 0) AS created"
+    );
+    bind_findings(super::query_as(&sql), findings)
+        .fetch_all(conn)
+        .await
+        .context("recording findings")
 }
 
-/// Of these `(payment_id, kind)` pairs (parallel slices), the ones with no
-/// open finding yet: exactly those [`upsert_open`] would create, by the same
-/// rule (`reconciliation_findings_open`). For `run --dry-run`, which writes
-/// nothing. Returns the new pairs.
+/// Of these findings, the `(payment_id, kind)` pairs [`upsert_open`] would
+/// create: not already open, not acknowledged. For `run --dry-run`, which
+/// writes nothing.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn not_yet_open(
     conn: &mut PgConnection,
-    payment_ids: &[i64],
-    kinds: &[&str],
+    findings: &[NewFinding],
 ) -> Result<Vec<(i64, String)>, StoreError> {
-    if payment_ids.is_empty() {
+    if findings.is_empty() {
         return Ok(Vec::new());
     }
-    super::query_as(
+    let sql = format!(
         "SELECT DISTINCT v.payment_id, v.kind
-           FROM unnest($1::bigint[], $2::text[]) AS v(payment_id, kind)
+           FROM {UNNEST_FINDINGS}
           WHERE NOT EXISTS (SELECT 1 FROM reconciliation_findings f
                              WHERE f.payment_id = v.payment_id AND f.kind = v.kind
-                               AND f.resolved_at IS NULL)",
-    )
-    .bind(payment_ids)
-    .bind(kinds)
-    .fetch_all(conn)
-    .await
-    .context("counting findings a run would create")
+                               AND f.resolved_at IS NULL)
+            AND {NOT_ACKNOWLEDGED}"
+    );
+    bind_findings(super::query_as(&sql), findings)
+        .fetch_all(conn)
+        .await
+        .context("counting findings a run would create")
 }
 
 /// For payments Stripe has just answered for, resolves every open finding

@@ -102,6 +102,7 @@ fn charge_facts(pi: &Value) -> ChargeFacts {
     let charge = |c: &Value| {
         ChargeFacts::Known(Charge {
             amount: amount(c, "amount"),
+            amount_captured: amount(c, "amount_captured"),
             amount_refunded: amount(c, "amount_refunded"),
             refunded: c.get("refunded").and_then(Value::as_bool),
             disputed: c.get("disputed").and_then(Value::as_bool),
