@@ -276,6 +276,13 @@ impl StripeStandin {
         let mut pi: Value = serde_json::from_str(FIXTURE).context("the fixture")?;
         pi["id"] = Value::from(MARK);
         pi["status"] = Value::from("succeeded");
+        // Its latest charge, expanded: captured whole, nothing refunded or
+        // disputed (a succeeded PaymentIntent without one is UNVERIFIABLE).
+        pi["latest_charge"] = serde_json::json!({
+            "id": "ch_bench", "object": "charge", "amount": 1099, "amount_captured": 1099,
+            "amount_refunded": 0, "captured": true, "currency": "usd", "disputed": false,
+            "paid": true, "refunded": false, "status": "succeeded",
+        });
         let text = serde_json::to_string(&pi)?;
         let (head, tail) = text
             .split_once(&format!("\"{MARK}\""))

@@ -12,7 +12,7 @@ use sqlx::migrate::{MigrateError, Migration};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool};
 
-use crate::store::{self, schema, Context, StoreError, Timeouts};
+use crate::store::{self, payment_index, schema, Context, StoreError, Timeouts};
 use crate::MIGRATOR;
 
 /// Could not reach or migrate the database.
@@ -27,6 +27,16 @@ pub enum DbError {
     /// A statement of `migrate` failed (a migration's own error included).
     #[error("migration failed")]
     Store(#[from] StoreError),
+    /// A `CREATE INDEX CONCURRENTLY` ended with an invalid index (it was
+    /// interrupted or failed half-way); the migration is not recorded, and the
+    /// next `migrate` drops the invalid index and builds it again.
+    #[error("migration {version} left the index {index} invalid; run migrate again")]
+    InvalidIndex {
+        /// The migration's version.
+        version: i64,
+        /// The invalid index.
+        index: String,
+    },
 }
 
 /// Startup parameters a pooler accepts: sqlx's default `extra_float_digits`
@@ -101,8 +111,26 @@ pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
             let applied = is_applied(&mut tx, migration).await?;
             tx.commit().await.context("reading _sqlx_migrations")?;
             if !applied {
+                // An interrupted CONCURRENTLY build leaves an invalid index
+                // that `IF NOT EXISTS` would skip, and every query that needs
+                // it would scan the table: drop it and build it again.
+                for index in
+                    payment_index::invalid_indexes_named_in(&mut conn, &migration.sql).await?
+                {
+                    payment_index::drop_invalid(&mut conn, &index).await?;
+                }
                 let started = Instant::now();
                 schema::execute(&mut conn, migration).await?;
+                if let Some(index) =
+                    payment_index::invalid_indexes_named_in(&mut conn, &migration.sql)
+                        .await?
+                        .pop()
+                {
+                    return Err(DbError::InvalidIndex {
+                        version: migration.version,
+                        index,
+                    });
+                }
                 let mut tx = store::begin_with(&mut *conn, MIGRATION_TIMEOUTS)
                     .await
                     .context("opening a transaction")?;

@@ -11,6 +11,7 @@ use crate::metrics::{self, PushMethod, Pusher, RunMetrics};
 use crate::reconcile::Verdict;
 use crate::scan::{self, RunOptions, RunSummary};
 use crate::status::{self, Status};
+use crate::store::payment_index::{self, PaymentIntentIndex};
 use crate::store::payments::{self, ColumnError, MoneyColumns};
 use crate::store::Context;
 use crate::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
@@ -82,21 +83,34 @@ pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), Comman
     result.map_err(CommandError::from)
 }
 
-/// `RECONCILER_AMOUNT_COLUMN` / `RECONCILER_CURRENCY_COLUMN` must name
-/// columns of `payments` with usable types: exit 78 naming the variable.
+/// The schema a run relies on: an index on `payments.stripe_payment_intent_id`
+/// (each batch looks duplicates up by it; without one every row would scan
+/// the table), and `RECONCILER_AMOUNT_COLUMN` / `RECONCILER_CURRENCY_COLUMN`
+/// naming columns of `payments` with usable types. Exit 78 naming what to fix.
 async fn check_columns(pool: &PgPool, settings: &Settings) -> Result<(), CommandError> {
     let columns = MoneyColumns {
         amount: settings.job.amount_column.as_ref(),
         currency: settings.job.currency_column.as_ref(),
     };
-    if columns.amount.is_none() && columns.currency.is_none() {
-        return Ok(());
-    }
     let mut conn = pool
         .acquire()
         .await
         .context("connecting")
         .map_err(CommandError::Store)?;
+    if payment_index::payment_intent_index(&mut conn)
+        .await
+        .map_err(CommandError::Store)?
+        == PaymentIntentIndex::Missing
+    {
+        return Err(ConfigError::Invalid {
+            var: "DATABASE_URL".to_owned(),
+            reason: "payments.stripe_payment_intent_id has no index: run `stripe-reconciler migrate` (it adds one) before `run`".to_owned(),
+        }
+        .into());
+    }
+    if columns.amount.is_none() && columns.currency.is_none() {
+        return Ok(());
+    }
     match payments::check_columns(&mut conn, columns).await {
         Ok(()) => Ok(()),
         Err(ColumnError::Store(e)) => Err(CommandError::Store(e)),

@@ -136,7 +136,7 @@ fn lag_holder_lines(h: &LagHolder, st: &Status, grace: Duration) -> Vec<(&'stati
             h.stripe_payment_intent_id
                 .as_deref()
                 .unwrap_or("no PaymentIntent id"),
-            h.status
+            h.status.as_deref().unwrap_or("NULL")
         ),
     )];
     lines.push((

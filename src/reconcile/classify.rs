@@ -72,47 +72,8 @@ fn money_check(local: &LocalPayment, pi: &PaymentIntentFacts) -> Option<Decision
         return Some(Decision::review(FindingKind::DuplicatePaymentIntent));
     }
     if pi.status == ExternalStatus::Succeeded {
-        match &pi.charge {
-            ChargeFacts::NotExpanded => {
-                return Some(Decision::unverifiable(
-                    "the PaymentIntent succeeded but its latest charge was not expanded: refunds and disputes cannot be checked",
-                ))
-            }
-            ChargeFacts::Known(charge) => {
-                let amount = charge.amount_captured.or(charge.amount).or(pi.amount);
-                if charge.disputed == Some(true) {
-                    return Some(Decision::review_with(
-                        FindingKind::Disputed,
-                        json!({ "amount": amount, "currency": pi.currency }),
-                    ));
-                }
-                // A partial capture releases the uncaptured rest, which
-                // Stripe counts in `amount_refunded`: that is no refund of
-                // money kept (Stripe API: PaymentIntent capture,
-                // `amount_to_capture`).
-                let released = match (charge.amount, charge.amount_captured) {
-                    (Some(a), Some(c)) if c < a => a - c,
-                    _ => 0,
-                };
-                let refunded = charge.amount_refunded.unwrap_or(0) - released;
-                if refunded > 0 || (charge.refunded == Some(true) && released == 0) {
-                    let full = charge.refunded == Some(true) || amount.is_some_and(|a| refunded >= a);
-                    let share = amount
-                        .filter(|a| *a > 0)
-                        .map(|a| (refunded as f64 / a as f64 * 10_000.0).round() / 10_000.0);
-                    return Some(Decision::review_with(
-                        FindingKind::Refunded,
-                        json!({
-                            "amount": amount,
-                            "amount_refunded": refunded,
-                            "currency": pi.currency,
-                            "refund": if full { "full" } else { "partial" },
-                            "refund_share": share,
-                        }),
-                    ));
-                }
-            }
-            ChargeFacts::None => {}
+        if let Some(decision) = charge_check(pi) {
+            return Some(decision);
         }
     }
     if let Some(local_currency) = &local.currency {
@@ -148,6 +109,69 @@ fn money_check(local: &LocalPayment, pi: &PaymentIntentFacts) -> Option<Decision
                 }),
             ));
         }
+    }
+    None
+}
+
+/// Refunds and disputes of a `succeeded` PaymentIntent's latest charge. Money
+/// that cannot be proven kept is never called kept: a missing, unexpanded or
+/// incomplete charge, or figures that contradict each other, make the row
+/// UNVERIFIABLE (so it is neither repaired nor stamped, and an open money
+/// finding is not cleared).
+fn charge_check(pi: &PaymentIntentFacts) -> Option<Decision> {
+    let charge = match &pi.charge {
+        ChargeFacts::Known(charge) => charge,
+        ChargeFacts::NotExpanded => {
+            return Some(Decision::unverifiable(
+                "the PaymentIntent succeeded but its latest charge was not expanded: refunds and disputes cannot be checked",
+            ))
+        }
+        ChargeFacts::None => {
+            return Some(Decision::unverifiable(
+                "the PaymentIntent succeeded but has no latest charge: refunds and disputes cannot be checked",
+            ))
+        }
+    };
+    let (Some(amount_refunded), Some(disputed)) = (charge.amount_refunded, charge.disputed) else {
+        return Some(Decision::unverifiable(
+            "the latest charge lacks amount_refunded or disputed: refunds and disputes cannot be checked",
+        ));
+    };
+    let amount = charge.amount_captured.or(charge.amount).or(pi.amount);
+    if disputed {
+        return Some(Decision::review_with(
+            FindingKind::Disputed,
+            json!({ "amount": amount, "currency": pi.currency }),
+        ));
+    }
+    // A partial capture releases the uncaptured rest, which Stripe counts in
+    // `amount_refunded`: that is no refund of money kept (Stripe API:
+    // PaymentIntent capture, `amount_to_capture`).
+    let released = match (charge.amount, charge.amount_captured) {
+        (Some(a), Some(c)) if c < a => a - c,
+        _ => 0,
+    };
+    if amount_refunded < released {
+        return Some(Decision::unverifiable(
+            "the latest charge's amount_refunded is below its uncaptured rest: the refund cannot be told apart",
+        ));
+    }
+    let refunded = amount_refunded - released;
+    if refunded > 0 || (charge.refunded == Some(true) && released == 0) {
+        let full = charge.refunded == Some(true) || amount.is_some_and(|a| refunded >= a);
+        let share = amount
+            .filter(|a| *a > 0)
+            .map(|a| (refunded as f64 / a as f64 * 10_000.0).round() / 10_000.0);
+        return Some(Decision::review_with(
+            FindingKind::Refunded,
+            json!({
+                "amount": amount,
+                "amount_refunded": refunded,
+                "currency": pi.currency,
+                "refund": if full { "full" } else { "partial" },
+                "refund_share": share,
+            }),
+        ));
     }
     None
 }

@@ -396,7 +396,9 @@ async fn write_phase(
         .collect();
     payments::mark_reconciled(&mut tx, &answered_ids, &statuses).await?;
     // A finding the scan no longer sees is resolved, with its commands.
-    let stale = findings::resolve_stale(&mut tx, &answered_ids, &current_kinds).await?;
+    let with_status: Vec<bool> = answered.iter().map(|o| o.observed.is_some()).collect();
+    let stale =
+        findings::resolve_stale(&mut tx, &answered_ids, &current_kinds, &with_status).await?;
     report.findings_cleared = stale.len() as u64;
     outbox::close_for_findings(
         &mut tx,

@@ -128,14 +128,17 @@ pub async fn lease_holder(
     conn: &mut PgConnection,
     job: &str,
 ) -> Result<Option<(String, Option<DateTime<Utc>>)>, StoreError> {
-    sqlx::query_as(
+    let mut tx = super::begin(conn).await.context("opening a transaction")?;
+    let holder = super::query_as(
         "SELECT lease_owner, lease_expires_at FROM reconciliation_cursor
           WHERE job = $1 AND lease_owner IS NOT NULL",
     )
     .bind(job)
-    .fetch_optional(conn)
+    .fetch_optional(&mut *tx)
     .await
-    .context("reading the cursor lease")
+    .context("reading the cursor lease")?;
+    tx.commit().await.context("closing a transaction")?;
+    Ok(holder)
 }
 
 /// Extends our lease by `ttl_seconds` from now (done in each batch's write

@@ -160,10 +160,13 @@ pub async fn not_yet_open(
 /// whose kind is no longer what the scan decides: `cleared` when the payment
 /// now has no finding, `superseded` when it has another (e.g. the
 /// PaymentIntent's status moved on, a refund was seen). `current[i]` is the
-/// kind decided for `payment_ids[i]` (NULL for none). Returns the ids of the
-/// findings resolved, so their repair commands can be closed in the same
-/// transaction. The caller holds the payments' row locks (payment before
-/// finding, everywhere).
+/// kind decided for `payment_ids[i]` (NULL for none). Where `with_status[i]`
+/// is false (a 404, a malformed id: an answer that says nothing about the
+/// money), open findings of the money kinds stay open: only a later answer
+/// that shows the money can clear them. Returns the ids of the findings
+/// resolved, so their repair commands can be closed in the same transaction.
+/// The caller holds the payments' row locks (payment before finding,
+/// everywhere).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -171,6 +174,7 @@ pub async fn resolve_stale(
     conn: &mut PgConnection,
     payment_ids: &[i64],
     current: &[Option<String>],
+    with_status: &[bool],
 ) -> Result<Vec<i64>, StoreError> {
     if payment_ids.is_empty() {
         return Ok(Vec::new());
@@ -179,13 +183,16 @@ pub async fn resolve_stale(
         "UPDATE reconciliation_findings f
             SET resolved_at = now(),
                 resolution = CASE WHEN v.kind IS NULL THEN 'cleared' ELSE 'superseded' END
-           FROM unnest($1::bigint[], $2::text[]) AS v(payment_id, kind)
+           FROM unnest($1::bigint[], $2::text[], $3::bool[]) AS v(payment_id, kind, with_status)
           WHERE f.payment_id = v.payment_id AND f.resolved_at IS NULL
             AND f.kind IS DISTINCT FROM v.kind
+            AND (v.with_status OR NOT f.kind = ANY($4))
          RETURNING f.id",
     )
     .bind(payment_ids)
     .bind(current)
+    .bind(with_status)
+    .bind(&crate::reconcile::FindingKind::MONEY_KINDS[..])
     .fetch_all(conn)
     .await
     .context("resolving findings the scan no longer sees")

@@ -94,7 +94,38 @@ pub async fn create_payment_intent_index(
     built.map(|_| ())
 }
 
-async fn drop_invalid(conn: &mut PgConnection, name: &str) -> Result<(), StoreError> {
+/// Invalid indexes (an interrupted `CREATE INDEX CONCURRENTLY`) whose names
+/// occur in `sql` (a migration's text).
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn invalid_indexes_named_in(
+    conn: &mut PgConnection,
+    sql: &str,
+) -> Result<Vec<String>, StoreError> {
+    let mut tx = super::begin(&mut *conn)
+        .await
+        .context("opening a transaction")?;
+    let invalid: Vec<String> = super::query_scalar(
+        "SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+          WHERE NOT i.indisvalid",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .context("looking for invalid indexes")?;
+    tx.commit().await.context("closing a transaction")?;
+    Ok(invalid
+        .into_iter()
+        .filter(|name| sql.contains(name.as_str()))
+        .collect())
+}
+
+/// Drops the index `name` if it is invalid (`DROP INDEX CONCURRENTLY`, so the
+/// application keeps writing). `conn` must not be in a transaction.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn drop_invalid(conn: &mut PgConnection, name: &str) -> Result<(), StoreError> {
     let invalid: bool = super::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
                          WHERE c.relname = $1 AND NOT i.indisvalid)",

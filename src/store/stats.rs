@@ -100,8 +100,8 @@ pub struct LagHolder {
     pub order_id: Option<String>,
     /// The stored PaymentIntent id (may be malformed).
     pub stripe_payment_intent_id: Option<String>,
-    /// `payments.status`
-    pub status: String,
+    /// `payments.status` (an application's table may hold NULL).
+    pub status: Option<String>,
     /// When the row was created.
     pub created_at: DateTime<Utc>,
     /// When the row last changed (a recent change keeps it `in_flight`).

@@ -72,9 +72,12 @@ pub(crate) fn payment_intent_facts(pi: &Value, status: ExternalStatus) -> Paymen
         amount: amount(pi, "amount"),
         amount_received: amount(pi, "amount_received"),
         currency: pi.get("currency").and_then(word),
+        // Stripe's clock: Unix seconds from 2009 (Stripe's first objects) to
+        // 2100; anything else is garbage and is dropped, not stored.
         created: pi
             .get("created")
             .and_then(Value::as_i64)
+            .filter(|t| (1_230_768_000..4_102_444_800).contains(t))
             .and_then(|t| DateTime::from_timestamp(t, 0)),
         capture_method: pi.get("capture_method").and_then(word),
         payment_method_types: pi

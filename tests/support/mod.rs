@@ -28,7 +28,31 @@ pub fn payment_intent(id: &str, status: &str) -> Value {
     // Created an hour ago, like the rows the tests insert (the fixture's
     // 2009 timestamp would make every in-flight PaymentIntent "stuck").
     pi["created"] = Value::from(chrono::Utc::now().timestamp() - 3600);
+    // A succeeded PaymentIntent has a latest charge; expanded
+    // (`expand[]=latest_charge`), captured whole, nothing refunded or disputed.
+    if status == "succeeded" {
+        pi["latest_charge"] = clean_charge(id);
+    }
     pi
+}
+
+/// A Stripe Charge object for PaymentIntent `pi`: 1099 usd, captured whole,
+/// not refunded, not disputed (the shape of Stripe's API reference example).
+pub fn clean_charge(pi: &str) -> Value {
+    serde_json::json!({
+        "id": format!("ch_{}", pi.trim_start_matches("pi_")),
+        "object": "charge",
+        "amount": 1099,
+        "amount_captured": 1099,
+        "amount_refunded": 0,
+        "captured": true,
+        "currency": "usd",
+        "disputed": false,
+        "paid": true,
+        "payment_intent": pi,
+        "refunded": false,
+        "status": "succeeded",
+    })
 }
 
 pub fn stripe_error(kind: &str, code: &str) -> Value {
