@@ -800,3 +800,87 @@ async fn the_scans_row_locks_do_not_block_inserts_referencing_the_payment(pool: 
     );
     scan_tx.rollback().await.unwrap();
 }
+
+/// A 404 says nothing about the money: a dispute found earlier stays open
+/// (and keeps blocking repairs) when Stripe later answers 404 for the row;
+/// only an answer that shows the charge can clear it.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_404_never_clears_a_money_finding(pool: PgPool) {
+    let stripe = MockServer::start().await;
+    let payment = insert_payment(&pool, "pi_Disputed", "paid", 3600).await;
+    let mut disputed = payment_intent("pi_Disputed", "succeeded");
+    disputed["latest_charge"]["disputed"] = json!(true);
+    mount(
+        &stripe,
+        "pi_Disputed",
+        ResponseTemplate::new(200).set_body_json(disputed),
+    )
+    .await;
+    let gw = gateway(&stripe);
+    scan(&pool, &gw, &settings(200)).await.unwrap();
+    let open_disputes = "SELECT count(*) FROM reconciliation_findings
+                          WHERE payment_id = $1 AND kind = 'disputed' AND resolved_at IS NULL";
+    assert_eq!(count_for(&pool, open_disputes, payment).await, 1);
+
+    stripe.reset().await;
+    mount(
+        &stripe,
+        "pi_Disputed",
+        err(404, "invalid_request_error", "resource_missing"),
+    )
+    .await;
+    rewind_cursor(&pool).await;
+    scan(&pool, &gw, &settings(200)).await.unwrap();
+
+    assert_eq!(
+        count_for(&pool, open_disputes, payment).await,
+        1,
+        "the dispute stays open beside missing_externally"
+    );
+    assert_eq!(
+        count_for(
+            &pool,
+            "SELECT count(*) FROM reconciliation_findings
+              WHERE payment_id = $1 AND kind = 'missing_externally' AND resolved_at IS NULL",
+            payment
+        )
+        .await,
+        1
+    );
+}
+
+/// An interrupted `CREATE INDEX CONCURRENTLY` leaves an invalid index that
+/// `IF NOT EXISTS` would skip, and every batch would then scan `payments`:
+/// `migrate` drops it and builds it again.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn migrate_rebuilds_an_index_an_interrupted_build_left_invalid(pool: PgPool) {
+    // Make the index invalid as an interrupted build leaves it, and forget
+    // that its migration ran.
+    sqlx::raw_sql(
+        "UPDATE pg_index SET indisvalid = false
+          WHERE indexrelid = 'payments_never_reconciled'::regclass;
+         DELETE FROM _sqlx_migrations WHERE version = 7;",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    stripe_reconciler::db::migrate(&pool).await.unwrap();
+
+    let valid: bool = sqlx::query_scalar(
+        "SELECT indisvalid FROM pg_index WHERE indexrelid = 'payments_never_reconciled'::regclass",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(valid, "the invalid index was rebuilt");
+    assert_eq!(
+        count_for(
+            &pool,
+            "SELECT count(*) FROM _sqlx_migrations WHERE version = $1",
+            7
+        )
+        .await,
+        1
+    );
+}

@@ -565,6 +565,58 @@ mod tests {
     }
 
     #[test]
+    fn money_that_cannot_be_proven_kept_is_never_repaired() {
+        let missing_fields = Charge {
+            amount_refunded: None,
+            disputed: None,
+            ..charge(1099, 0, false, false)
+        };
+        // Authorised 1000, captured 600, yet only 300 "refunded": the figures
+        // contradict each other, so no refund can be ruled out.
+        let contradictory = Charge {
+            amount: Some(1000),
+            amount_captured: Some(600),
+            amount_refunded: Some(300),
+            refunded: Some(false),
+            disputed: Some(false),
+        };
+        for (case, facts) in [
+            ("no latest charge", pi("succeeded")),
+            (
+                "charge without refund fields",
+                charged(pi("succeeded"), missing_fields),
+            ),
+            (
+                "contradictory partial capture",
+                charged(pi("succeeded"), contradictory),
+            ),
+        ] {
+            for status in ["pending", "paid"] {
+                let d = classify(&local(status), &facts, &Rules::default(), now());
+                assert_eq!(d.verdict, Verdict::Unverifiable, "{case}, {status}: {d:?}");
+                assert_eq!((d.kind.clone(), d.command), (None, None), "{case}");
+                assert!(detail(&d, "reason").is_string(), "{case}: {d:?}");
+            }
+        }
+        // A partial capture whose released rest is all that was "refunded"
+        // is money kept: the missed success is repaired.
+        let partial_capture = Charge {
+            amount: Some(1000),
+            amount_captured: Some(600),
+            amount_refunded: Some(400),
+            refunded: Some(false),
+            disputed: Some(false),
+        };
+        let d = classify(
+            &local("pending"),
+            &charged(pi("succeeded"), partial_capture),
+            &Rules::default(),
+            now(),
+        );
+        assert_eq!(d.command, Some(RepairCommand::ApplyPaymentSucceeded));
+    }
+
+    #[test]
     fn money_decisions_are_never_repairable() {
         // Every money kind, on every local status, with every Stripe status:
         // none of them may carry a command.
