@@ -329,6 +329,21 @@ async fn check_stripe_reachable(
         .iter()
         .filter(|o| o.decision.verdict == Verdict::Unverifiable)
         .count();
+    stripe_reachable(gateway, asked, failed).await
+}
+
+/// The outage rule of a batch, for any set of reads: `failed` of `asked`
+/// reads ended UNVERIFIABLE. Ok when few failed, or when Stripe answers a
+/// probe (the failures belong to those reads).
+///
+/// # Errors
+/// [`ScanError::StripeDown`] when Stripe does not answer the probe either;
+/// [`ScanError::StripeRejected`] when the probe is refused.
+pub async fn stripe_reachable(
+    gateway: &StripeGateway,
+    asked: usize,
+    failed: usize,
+) -> Result<(), ScanError> {
     if asked < STRIPE_DOWN_MIN_READS || failed * 2 <= asked {
         return Ok(());
     }
@@ -364,6 +379,41 @@ async fn write_phase(
     let mut tx = crate::store::begin(pool)
         .await
         .context("opening the write transaction")?;
+    record_observations(&mut tx, job, unverifiable_cycles, observations, report).await?;
+    if let Err(lost) = hold_lease(&mut tx, job, lease).await {
+        tx.rollback().await.context("rolling back the lost batch")?;
+        return Err(lost);
+    }
+    if !cursor::advance(&mut tx, job, cursor_id, last_id).await? {
+        // Roll back everything above now, not lazily when the connection is reused.
+        tx.rollback().await.context("rolling back the lost batch")?;
+        return Err(ScanError::ConcurrentRun {
+            job: job.to_owned(),
+        });
+    }
+    tx.commit().await.context("committing the batch")?;
+    Ok(())
+}
+
+/// Records what phase 2 observed, inside the caller's transaction `tx`,
+/// exactly as a scan batch does (the events job calls it too): locks the
+/// payments (demoting rows that changed meanwhile), stamps
+/// `observed_external_status`/`last_reconciled_at` for rows Stripe answered,
+/// resolves stale findings with their commands, counts UNVERIFIABLE rows
+/// against `job`'s cycle, upserts findings once per open (payment, kind),
+/// and enqueues one command per open repairable finding without a live one
+/// and not blocked. Fills `report`'s findings and commands counts.
+///
+/// # Errors
+/// [`ScanError::Store`]; the caller rolls back.
+pub async fn record_observations(
+    tx: &mut sqlx::PgConnection,
+    job: &str,
+    unverifiable_cycles: u32,
+    observations: &mut [Observation],
+    report: &mut BatchReport,
+) -> Result<(), ScanError> {
+    let mut tx = tx;
     // Payments first (in id order), then findings, then the outbox: the one
     // lock order of every writer, so the scan and repair workers never deadlock.
     demote_changed_rows(&mut tx, observations).await?;
@@ -478,18 +528,6 @@ async fn write_phase(
         })
         .collect();
     report.commands_enqueued = outbox::enqueue_repairs(&mut tx, &repairs).await?;
-    if let Err(lost) = hold_lease(&mut tx, job, lease).await {
-        tx.rollback().await.context("rolling back the lost batch")?;
-        return Err(lost);
-    }
-    if !cursor::advance(&mut tx, job, cursor_id, last_id).await? {
-        // Roll back everything above now, not lazily when the connection is reused.
-        tx.rollback().await.context("rolling back the lost batch")?;
-        return Err(ScanError::ConcurrentRun {
-            job: job.to_owned(),
-        });
-    }
-    tx.commit().await.context("committing the batch")?;
     Ok(())
 }
 /// Locks the rows phase 3 writes for (in id order) and demotes to IN_FLIGHT
