@@ -413,10 +413,9 @@ pub async fn record_observations(
     observations: &mut [Observation],
     report: &mut BatchReport,
 ) -> Result<(), ScanError> {
-    let mut tx = tx;
     // Payments first (in id order), then findings, then the outbox: the one
     // lock order of every writer, so the scan and repair workers never deadlock.
-    demote_changed_rows(&mut tx, observations).await?;
+    demote_changed_rows(tx, observations).await?;
     // Answered: rows Stripe answered definitively. A 404 or a malformed id is
     // an answer too (its finding carries the problem), so those rows do not
     // hold the reconciliation lag forever; UNVERIFIABLE rows never are.
@@ -433,12 +432,12 @@ pub async fn record_observations(
         .iter()
         .map(|o| o.decision.kind.as_ref().map(|k| k.as_str().into_owned()))
         .collect();
-    payments::mark_reconciled(&mut tx, &answered_ids, &statuses).await?;
+    payments::mark_reconciled(tx, &answered_ids, &statuses).await?;
     // A finding the scan no longer sees is resolved, with its commands.
-    let stale = findings::resolve_stale(&mut tx, &answered_ids, &current_kinds).await?;
+    let stale = findings::resolve_stale(tx, &answered_ids, &current_kinds).await?;
     report.findings_cleared = stale.len() as u64;
     outbox::close_for_findings(
-        &mut tx,
+        tx,
         &RepairCommand::EVENT_TYPES,
         &stale,
         "finding resolved by a later scan",
@@ -451,7 +450,7 @@ pub async fn record_observations(
         .filter(|o| o.asked_stripe && o.decision.verdict == Verdict::Unverifiable)
         .map(|o| (o.payment_id, o.error.clone()))
         .unzip();
-    let failing = unverifiable::record(&mut tx, job, &answered_ids, &failed_ids, &errors).await?;
+    let failing = unverifiable::record(tx, job, &answered_ids, &failed_ids, &errors).await?;
     let by_payment: HashMap<i64, &Observation> =
         observations.iter().map(|o| (o.payment_id, o)).collect();
     let mut new_findings: Vec<NewFinding> = observations
@@ -485,7 +484,7 @@ pub async fn record_observations(
                 })
             }),
     );
-    let touched = findings::upsert_open(&mut tx, &new_findings).await?;
+    let touched = findings::upsert_open(tx, &new_findings).await?;
     report.findings_created = touched.iter().filter(|f| f.created).count() as u64;
 
     // One live command per open repairable finding: enqueued when the finding
@@ -500,7 +499,7 @@ pub async fn record_observations(
         })
         .collect();
     let candidate_payments: Vec<i64> = repairable.iter().map(|(f, ..)| f.payment_id).collect();
-    let blocked: HashSet<i64> = findings::blocked_payments(&mut tx, &candidate_payments)
+    let blocked: HashSet<i64> = findings::blocked_payments(tx, &candidate_payments)
         .await?
         .into_iter()
         .collect();
@@ -510,7 +509,7 @@ pub async fn record_observations(
         .map(|(f, ..)| f.id)
         .collect();
     let without: HashSet<i64> =
-        outbox::findings_without_command(&mut tx, &RepairCommand::EVENT_TYPES, &candidate_findings)
+        outbox::findings_without_command(tx, &RepairCommand::EVENT_TYPES, &candidate_findings)
             .await?
             .into_iter()
             .collect();
@@ -527,7 +526,7 @@ pub async fn record_observations(
             })
         })
         .collect();
-    report.commands_enqueued = outbox::enqueue_repairs(&mut tx, &repairs).await?;
+    report.commands_enqueued = outbox::enqueue_repairs(tx, &repairs).await?;
     Ok(())
 }
 /// Locks the rows phase 3 writes for (in id order) and demotes to IN_FLIGHT
