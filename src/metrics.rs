@@ -56,7 +56,11 @@ pub struct EventsState {
 
 /// `(name without prefix, help)` of the events job's plain gauges (pushed to
 /// `job=<RECONCILER_JOB>-events`).
-const EVENTS_GAUGES: [(&str, &str); 11] = [
+const EVENTS_GAUGES: [(&str, &str); 12] = [
+    (
+        "events_last_success_timestamp_seconds",
+        "When an events run last committed (Unix time).",
+    ),
     ("events_read", "PaymentIntent events read by the last events run."),
     ("events_pages", "Event list pages read by the last events run."),
     (
@@ -315,9 +319,11 @@ impl RunMetrics {
     }
 
     /// Records an events run's figures and the events job's state; `now_unix`
-    /// is the end of the run. `last_success_timestamp_seconds` and
-    /// `run_outcome` keep the scan's names: the group (`job=..-events`) tells
-    /// them apart.
+    /// is the end of the run. The last success is
+    /// `events_last_success_timestamp_seconds`, not the scan's name, so the
+    /// scan's staleness alert never judges the events job by the scan's
+    /// schedule; `run_outcome` and `run_duration_seconds` keep the scan's
+    /// names (the group `job=..-events` tells them apart).
     pub fn observe_events(
         &mut self,
         s: &crate::events::EventsSummary,
@@ -370,7 +376,7 @@ impl RunMetrics {
             }
             if let Some(t) = st.last_success {
                 self.set(
-                    "last_success_timestamp_seconds",
+                    "events_last_success_timestamp_seconds",
                     t.timestamp_millis() as f64 / 1000.0,
                 );
             }
