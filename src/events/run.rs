@@ -21,7 +21,7 @@ use crate::scan::{
     record_observations, stripe_reachable, BatchReport, Lease, ScanError, VerdictCounts,
 };
 use crate::store::events_position::{self, Advance};
-use crate::store::payments::{self, MoneyColumns, PaymentByIntent};
+use crate::store::payments::{self, MoneyColumns};
 use crate::store::{findings, Context};
 use crate::stripe::{PaymentIntentEvent, StripeGateway};
 
@@ -202,14 +202,7 @@ async fn body(
         + orphan_reads.iter().filter(|o| o.unverifiable()).count();
     stripe_reachable(gateway, asked, failed).await?;
     let mut hold = plan.hold;
-    hold_unanswered(
-        &mut hold,
-        &rules,
-        &named,
-        &rows,
-        &observations,
-        &orphan_reads,
-    );
+    hold_unanswered(&mut hold, &rules, &named, &orphan_reads);
     if shutdown.is_cancelled() {
         return Err(ScanError::Interrupted.into());
     }
@@ -267,34 +260,23 @@ async fn read_all(
     Ok((observed?, orphans?))
 }
 
-/// Rows and orphans Stripe did not answer for are read again next run
-/// (within the hold limit): their events hold the position back.
+/// PaymentIntents without a row that Stripe did not answer for are read
+/// again next run (within the hold limit): their events hold the position
+/// back, since nothing else would ever look at them. Rows Stripe did not
+/// answer for do not: the scan counts them towards `persistently_unverifiable`,
+/// and one PaymentIntent that always fails must not stall the feed.
 fn hold_unanswered(
     hold: &mut Option<DateTime<Utc>>,
     rules: &PlanRules,
     named: &[&PaymentIntentEvent],
-    rows: &[PaymentByIntent],
-    observations: &[Observation],
     orphans: &[OrphanRead],
 ) {
     let created: HashMap<&str, DateTime<Utc>> = named
         .iter()
         .map(|e| (e.payment_intent.as_str(), e.created))
         .collect();
-    let intent_of: HashMap<i64, &str> = rows
-        .iter()
-        .filter_map(|r| Some((r.row.id, r.row.stripe_payment_intent_id.as_deref()?)))
-        .collect();
-    let failed_rows = observations
-        .iter()
-        .filter(|o| o.asked_stripe && o.decision.verdict == Verdict::Unverifiable)
-        .filter_map(|o| intent_of.get(&o.payment_id).copied());
-    let failed_orphans = orphans
-        .iter()
-        .filter(|o| o.unverifiable())
-        .map(|o| o.payment_intent.as_str());
-    for pi in failed_rows.chain(failed_orphans) {
-        if let Some(c) = created.get(pi) {
+    for o in orphans.iter().filter(|o| o.unverifiable()) {
+        if let Some(c) = created.get(o.payment_intent.as_str()) {
             hold_back(hold, rules, *c);
         }
     }
