@@ -2,7 +2,6 @@
 # The events feed benchmark (BENCHMARKS.md, "Events feed"): 10,000 events in
 # the window over a 1M-row table, against the local stand-in; a cold run (rows
 # never confirmed since their events) and a warm one (the same window again).
-mkdir -p .demo 2>/dev/null || true
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .demo
