@@ -6,9 +6,15 @@
 //! status replaced, errors come as `{"error": {...}}` envelopes, and every
 //! response carries a `Request-Id` header. A missing or wrong Bearer key gets 401.
 //!
+//! It also serves the events feed, `GET /v1/events` (Stripe's event shape,
+//! newest first, `types[]`, `created[gte]`, `starting_after`, `limit`), from
+//! `--events N` generated events and from
+//! `POST /standin/payment_intents/{id}/{status}`, which moves a PaymentIntent
+//! at "Stripe" and records its event without any webhook: a missed webhook.
+//!
 //! ```text
 //! stripe_standin [--listen 127.0.0.1:12111] [--api-key sk_test_standin]
-//!                [--seed ROWS] [--latency-ms 0]
+//!                [--seed ROWS] [--latency-ms 0] [--events N]
 //! ```
 //!
 //! With `--seed ROWS` it also fills `payments` in `DATABASE_URL` (which must be
@@ -225,6 +231,8 @@ fn seed_row(i: u64) -> Seed {
 struct Standin {
     api_key: String,
     known: HashMap<String, Remote>,
+    /// Statuses moved by `POST /standin/...` (they win over `known`).
+    moved: std::sync::Arc<events::Feed>,
     fixture: Value,
     latency: Duration,
     requests: AtomicU64,
@@ -304,6 +312,13 @@ impl Respond for Standin {
             .url
             .query_pairs()
             .any(|(k, v)| k == "expand[]" && v == "latest_charge");
+        if let Some(status) = self.moved.status_of(id) {
+            return self.reply(200).set_body_json(self.payment_intent(
+                id,
+                &Pi::new(status),
+                expanded,
+            ));
+        }
         match self.known.get(id) {
             Some(Remote::Status(status)) => {
                 self.reply(200)
@@ -343,6 +358,10 @@ struct Args {
     /// Delay before every answer, in milliseconds.
     #[arg(long = "latency-ms", default_value_t = 0, value_name = "MS")]
     latency_ms: u64,
+    /// Generate N PaymentIntent events over the data set's first rows, created
+    /// over the last N/10 seconds (one event per PaymentIntent, in its status).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    events: u64,
 }
 
 async fn seed_database(rows: u64) -> anyhow::Result<BTreeMap<String, u64>> {
@@ -451,10 +470,23 @@ async fn main() -> anyhow::Result<()> {
         .disable_request_recording()
         .start()
         .await;
+    let feed = std::sync::Arc::new(events::Feed::default());
+    events::generate(&feed, args.events, known_rows, |i| {
+        let s = seed_row(i);
+        let status = match s.remote {
+            Remote::Status(st) => st,
+            Remote::Detailed(p) => p.status,
+            Remote::Missing | Remote::Broken => "succeeded",
+        };
+        (s.pi, status)
+    });
+    let fixture: Value = serde_json::from_str(FIXTURE)?;
+    events::mount(&server, feed.clone(), args.api_key.clone(), fixture.clone()).await;
     let standin = Standin {
         api_key: args.api_key,
         known,
-        fixture: serde_json::from_str(FIXTURE)?,
+        moved: feed,
+        fixture,
         latency,
         requests: AtomicU64::new(0),
     };
@@ -466,6 +498,189 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("stripe stand-in listening on {}", server.uri());
     tokio::signal::ctrl_c().await?;
     Ok(())
+}
+
+/// The events feed of the stand-in (kept apart from the retrieve path).
+mod events {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    use serde_json::{json, Value};
+    use wiremock::matchers::{method, path, path_regex};
+    use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+    /// Events (oldest first) and the statuses they moved.
+    #[derive(Default)]
+    pub struct Feed {
+        events: Mutex<Vec<Value>>,
+        moved: Mutex<HashMap<String, &'static str>>,
+    }
+
+    const STATUSES: [&str; 7] = [
+        "requires_payment_method",
+        "requires_confirmation",
+        "requires_action",
+        "processing",
+        "requires_capture",
+        "canceled",
+        "succeeded",
+    ];
+
+    fn now() -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64)
+    }
+
+    /// The event type Stripe sends when a PaymentIntent enters `status`.
+    fn event_type(status: &str) -> &'static str {
+        match status {
+            "succeeded" => "payment_intent.succeeded",
+            "canceled" => "payment_intent.canceled",
+            "processing" => "payment_intent.processing",
+            "requires_action" => "payment_intent.requires_action",
+            "requires_capture" => "payment_intent.amount_capturable_updated",
+            _ => "payment_intent.payment_failed",
+        }
+    }
+
+    impl Feed {
+        /// The status a `POST` moved this PaymentIntent to, if any.
+        pub fn status_of(&self, id: &str) -> Option<&'static str> {
+            self.moved
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(id)
+                .copied()
+        }
+
+        fn record(&self, status: &'static str, created: i64, object: Value) {
+            let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+            let n = events.len();
+            events.push(json!({
+                "id": format!("evt_standin{n:010}"), "object": "event",
+                "api_version": "2024-06-20", "created": created,
+                "data": {"object": object}, "livemode": false, "pending_webhooks": 1,
+                "request": {"id": null, "idempotency_key": null},
+                "type": event_type(status),
+            }));
+        }
+    }
+
+    fn object(fixture: &Value, pi: &str, status: &str, created: i64) -> Value {
+        let mut o = fixture.clone();
+        o["id"] = Value::from(pi);
+        o["status"] = Value::from(status);
+        o["created"] = Value::from(created - 60);
+        o
+    }
+
+    /// `n` events over rows 1..=n of the data set (`row(i)` gives the id and
+    /// status), created over the last n/10 seconds, oldest first.
+    pub fn generate(feed: &Feed, n: u64, rows: u64, row: impl Fn(u64) -> (String, &'static str)) {
+        let fixture: Value = serde_json::from_str(super::FIXTURE).unwrap_or(Value::Null);
+        let start = now() - (n / 10) as i64;
+        for i in 1..=n.min(rows) {
+            let (pi, status) = row(i);
+            let created = start + (i / 10) as i64;
+            feed.record(status, created, object(&fixture, &pi, status, created));
+        }
+    }
+
+    struct List(std::sync::Arc<Feed>, String);
+
+    impl Respond for List {
+        fn respond(&self, req: &Request) -> ResponseTemplate {
+            let auth = req
+                .headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok());
+            if auth != Some(format!("Bearer {}", self.1).as_str()) {
+                return ResponseTemplate::new(401).set_body_json(json!({"error": {
+                    "type": "invalid_request_error", "code": "api_key_invalid",
+                    "message": "Invalid API Key provided."}}));
+            }
+            let q: Vec<(String, String)> = req.url.query_pairs().into_owned().collect();
+            let get = |k: &str| q.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+            let gte: i64 = get("created[gte]")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            let limit: usize = get("limit")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(10)
+                .clamp(1, 100);
+            let types: Vec<&str> = q
+                .iter()
+                .filter(|(k, _)| k == "types[]")
+                .map(|(_, v)| v.as_str())
+                .collect();
+            let events = self.0.events.lock().unwrap_or_else(|p| p.into_inner());
+            let matching: Vec<&Value> = events
+                .iter()
+                .rev()
+                .filter(|e| e["created"].as_i64().unwrap_or(0) >= gte)
+                .filter(|e| types.is_empty() || types.iter().any(|t| e["type"] == *t))
+                .collect();
+            let from = get("starting_after")
+                .and_then(|a| {
+                    matching
+                        .iter()
+                        .position(|e| e["id"] == a.as_str())
+                        .map(|i| i + 1)
+                })
+                .unwrap_or(0);
+            let page: Vec<&Value> = matching.iter().skip(from).take(limit).copied().collect();
+            let has_more = from + page.len() < matching.len();
+            ResponseTemplate::new(200)
+                .insert_header("Request-Id", "req_standin_events")
+                .set_body_json(json!({"object": "list", "url": "/v1/events", "has_more": has_more, "data": page}))
+        }
+    }
+
+    struct Move(std::sync::Arc<Feed>, Value);
+
+    impl Respond for Move {
+        fn respond(&self, req: &Request) -> ResponseTemplate {
+            let parts: Vec<&str> = req.url.path().rsplit('/').take(2).collect();
+            let (Some(status), Some(pi)) = (parts.first(), parts.get(1)) else {
+                return ResponseTemplate::new(400);
+            };
+            let Some(status) = STATUSES.iter().find(|s| *s == status) else {
+                return ResponseTemplate::new(400);
+            };
+            self.0
+                .moved
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert((*pi).to_owned(), status);
+            let created = now();
+            self.0
+                .record(status, created, object(&self.1, pi, status, created));
+            ResponseTemplate::new(200)
+                .set_body_json(json!({"payment_intent": pi, "status": status, "created": created}))
+        }
+    }
+
+    /// `GET /v1/events` and `POST /standin/payment_intents/{id}/{status}`.
+    pub async fn mount(
+        server: &MockServer,
+        feed: std::sync::Arc<Feed>,
+        api_key: String,
+        fixture: Value,
+    ) {
+        Mock::given(method("GET"))
+            .and(path("/v1/events"))
+            .respond_with(List(feed.clone(), api_key))
+            .mount(server)
+            .await;
+        Mock::given(method("POST"))
+            .and(path_regex(
+                "^/standin/payment_intents/pi_[A-Za-z0-9]+/[a-z_]+$",
+            ))
+            .respond_with(Move(feed, fixture))
+            .mount(server)
+            .await;
+    }
 }
 
 #[cfg(test)]

@@ -248,6 +248,7 @@ def test_default(r, chart):
         "RECONCILER_GRACE_SECONDS": "600", "RECONCILER_RATE_LIMIT_RPS": "10",
         "RECONCILER_MAX_IN_FLIGHT": "8", "RECONCILER_HTTP_TIMEOUT_SECONDS": "10",
         "RECONCILER_LOG_FORMAT": "json",
+        "RECONCILER_EVENTS_LOOKBACK_SECONDS": "86400", "RECONCILER_EVENTS_MAX_PAGES": "100",
     }
     r.equal(cm.get("data"), expected, "default/ConfigMap: DESIGN.md defaults, no PUSHGATEWAY_URL when empty")
     r.equal(container(cj).get("envFrom"), [{"configMapRef": {"name": RELEASE}}], f"{label}: envFrom the ConfigMap")
@@ -351,12 +352,37 @@ def test_repair(r, chart):
     r.equal(container(rep).get("args"), ["repair"], f"{label}/CronJob: args [repair]")
     check_hardening(r, rep, f"{label}/CronJob")
     check_secret_ref(r, rep, f"{label}/CronJob", RELEASE, "DATABASE_URL", None)
-    r.equal(len(d.kind("CronJob")), 2, f"{label}: reconcile and repair CronJobs")
+    r.equal(len(d.kind("CronJob")), 3, f"{label}: reconcile, events and repair CronJobs")
     r.check(not d.kind("Job"), f"{label}: migration.enabled=false renders no migration Job")
     secret = d.one("Secret")
     r.check(not hook_of(secret)[0], f"{label}: without the migration hook the Secret is an ordinary resource")
     r.equal(pod_spec(rep).get("activeDeadlineSeconds"), 70, f"{label}/CronJob: 3 attempts share 240 s less 30 s back-off")
     r.check("RECONCILER_RUN_DEADLINE_SECONDS" not in env_map(rep), f"{label}/CronJob: no run deadline for repair")
+
+
+def test_events(r, chart):
+    d = chart.render("default-values.yaml")
+    label = "events"
+    ev = d.one("CronJob", f"{RELEASE}-events")
+    r.equal(ev["spec"].get("concurrencyPolicy"), "Forbid", f"{label}/CronJob: concurrencyPolicy Forbid")
+    r.equal(ev["spec"].get("schedule"), "*/5 * * * *", f"{label}/CronJob: every 5 minutes by default")
+    r.equal(container(ev).get("args"), ["events"], f"{label}/CronJob: args [events]")
+    r.equal(container(ev).get("envFrom"), [{"configMapRef": {"name": RELEASE}}], f"{label}/CronJob: envFrom the ConfigMap")
+    check_hardening(r, ev, f"{label}/CronJob")
+    env = env_map(ev)
+    r.check("STRIPE_API_KEY" in env, f"{label}/CronJob: gets STRIPE_API_KEY")
+    off = chart.render("default-values.yaml", ["events.enabled=false", "prometheusRule.enabled=true"])
+    r.check(not [c for c in off.kind("CronJob") if c["metadata"]["name"].endswith("-events")],
+            f"{label}: events.enabled=false renders no events CronJob")
+    off_rules = [x.get("alert") for g in off.one("PrometheusRule")["spec"]["groups"] for x in g["rules"]]
+    r.check(not [a for a in off_rules if a.startswith("StripeReconcilerEvents")],
+            f"{label}: events.enabled=false drops the events alerts")
+    on = chart.render("default-values.yaml", ["prometheusRule.enabled=true", "events.orphanMetadataKey=shop_order"])
+    on_rules = [x.get("alert") for g in on.one("PrometheusRule")["spec"]["groups"] for x in g["rules"]]
+    r.check("StripeReconcilerEventsLagHigh" in on_rules and "StripeReconcilerEventsNotRunning" in on_rules,
+            f"{label}: the events alerts are rendered by default")
+    r.equal(on.one("ConfigMap", RELEASE)["data"].get("RECONCILER_ORPHAN_METADATA_KEY"), "shop_order",
+            f"{label}: events.orphanMetadataKey -> RECONCILER_ORPHAN_METADATA_KEY")
 
 
 def test_failures(r, chart):
@@ -655,7 +681,7 @@ def cmd_static(args):
 def cmd_test(args):
     r = Results()
     chart = Chart(args.helm, args.chart)
-    for t in (test_default, test_existing_secret, test_alerts_dashboard, test_repair, test_failures, test_misc,
+    for t in (test_default, test_existing_secret, test_alerts_dashboard, test_repair, test_events, test_failures, test_misc,
               test_migration_switch, test_deadlines, test_alert_values, test_extra_volumes, test_network_policy,
               test_labels, test_kube_versions, test_notes):
         try:

@@ -1,4 +1,4 @@
--- The grants `stripe-reconciler run`, `repair`, `status` and `findings` need,
+-- The grants `stripe-reconciler run`, `events`, `repair`, `status` and `findings` need,
 -- and nothing more. Run as the owner of the tables, after `migrate`:
 --
 --   psql "$OWNER_DATABASE_URL" -f sql/least_privilege.sql
@@ -28,6 +28,7 @@ GRANT UPDATE (observed_external_status, last_reconciled_at, status, version, upd
 GRANT SELECT, INSERT, UPDATE ON reconciliation_cursor TO stripe_reconciler_job;
 GRANT SELECT, INSERT, UPDATE ON reconciliation_findings TO stripe_reconciler_job;
 GRANT SELECT, INSERT, UPDATE ON reconciliation_runs TO stripe_reconciler_job;
+GRANT SELECT, INSERT, UPDATE ON reconciliation_events_position TO stripe_reconciler_job;
 GRANT SELECT, INSERT, UPDATE, DELETE ON reconciliation_unverifiable TO stripe_reconciler_job;
 
 -- Repair commands and PaymentStatusChanged events (the outbox may be shared).

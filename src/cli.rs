@@ -25,6 +25,11 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Read Stripe's PaymentIntent events since the stored position and
+    /// re-check each PaymentIntent named (the events CronJob's job): missed
+    /// webhooks within minutes, and succeeded PaymentIntents no payment
+    /// points at (missing_locally).
+    Events,
     /// Drain the outbox repair commands through the canonical writer.
     Repair,
     /// Cursor, cycle progress, lag, open findings, outbox backlog, capacity.

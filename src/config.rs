@@ -65,6 +65,9 @@ struct JobVars {
     processing_max_seconds: Option<String>,
     abandoned_after_seconds: Option<String>,
     unverifiable_cycles: Option<String>,
+    events_lookback_seconds: Option<String>,
+    events_max_pages: Option<String>,
+    orphan_metadata_key: Option<String>,
 }
 
 /// Everything the binary reads from its environment, validated.
@@ -119,6 +122,38 @@ pub struct JobSettings {
     /// UNVERIFIABLE before it gets a `persistently_unverifiable` finding
     /// (1..=100, default 3).
     pub unverifiable_cycles: u32,
+    /// The events job's settings (`RECONCILER_EVENTS_*`,
+    /// `RECONCILER_ORPHAN_METADATA_KEY`).
+    pub events: EventsSettings,
+}
+
+/// How far Stripe keeps events: 30 days.
+pub const STRIPE_EVENTS_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The settings of `stripe-reconciler events`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventsSettings {
+    /// `RECONCILER_EVENTS_LOOKBACK_SECONDS`: how far back the first run reads
+    /// (default 86,400 s; at most 30 days, Stripe's retention).
+    pub lookback: Duration,
+    /// `RECONCILER_EVENTS_MAX_PAGES`: list pages of 100 events read per run,
+    /// newest first (1..=10,000, default 100). Older events of a longer
+    /// window are logged as a gap and left to the scan.
+    pub max_pages: u32,
+    /// `RECONCILER_ORPHAN_METADATA_KEY`: only PaymentIntents whose metadata
+    /// has this key can become `missing_locally` (an account shared with
+    /// other applications). Default unset: every succeeded PaymentIntent.
+    pub orphan_metadata_key: Option<String>,
+}
+
+impl Default for EventsSettings {
+    fn default() -> Self {
+        EventsSettings {
+            lookback: Duration::from_secs(86_400),
+            max_pages: 100,
+            orphan_metadata_key: None,
+        }
+    }
 }
 
 /// A validated column name of `payments` (`RECONCILER_AMOUNT_COLUMN`,
@@ -175,6 +210,7 @@ impl Default for JobSettings {
             currency_column: None,
             rules: Rules::default(),
             unverifiable_cycles: 3,
+            events: EventsSettings::default(),
         }
     }
 }
@@ -335,6 +371,23 @@ impl Settings {
                 1,
                 100,
             )?,
+            events: EventsSettings {
+                lookback: Duration::from_secs(number(
+                    "RECONCILER_EVENTS_LOOKBACK_SECONDS",
+                    job.events_lookback_seconds,
+                    d.events.lookback.as_secs(),
+                    1,
+                    STRIPE_EVENTS_RETENTION.as_secs(),
+                )?),
+                max_pages: number(
+                    "RECONCILER_EVENTS_MAX_PAGES",
+                    job.events_max_pages,
+                    d.events.max_pages,
+                    1,
+                    10_000,
+                )?,
+                orphan_metadata_key: metadata_key(job.orphan_metadata_key)?,
+            },
         };
         let log_format = match log_format_raw.as_deref().map(str::trim) {
             None | Some("json") => LogFormat::Json,
@@ -377,6 +430,21 @@ impl Settings {
                 )
             })
     }
+}
+
+/// `RECONCILER_ORPHAN_METADATA_KEY`: Stripe metadata keys are at most 40
+/// characters; blank means unset.
+fn metadata_key(value: Option<String>) -> Result<Option<String>, ConfigError> {
+    let Some(key) = value.map(|k| k.trim().to_owned()).filter(|k| !k.is_empty()) else {
+        return Ok(None);
+    };
+    if key.chars().count() > 40 || key.contains('[') || key.contains(']') {
+        return Err(invalid(
+            "RECONCILER_ORPHAN_METADATA_KEY",
+            "must be a Stripe metadata key: at most 40 characters, no square brackets",
+        ));
+    }
+    Ok(Some(key))
 }
 
 fn check_database_url(url: &SecretString) -> Result<(), ConfigError> {

@@ -15,6 +15,7 @@
 //! - [`config`]: settings from the environment, secrets redacted.
 //! - [`dashboard`]: PURE links to a PaymentIntent in the Stripe Dashboard (live or test).
 //! - [`db`]: the connection pool and the embedded migrations.
+//! - [`events`]: the events feed (`events`): missed webhooks and money with no order.
 //! - [`exit`]: the process exit codes.
 //! - [`metrics`]: the run's gauges and the push to the Pushgateway.
 //! - [`reconcile`]: PURE classification: statuses, `Verdict`, `Decision`, `classify`.
@@ -32,6 +33,7 @@ pub mod commands;
 pub mod config;
 pub mod dashboard;
 pub mod db;
+pub mod events;
 pub mod exit;
 pub mod metrics;
 pub mod reconcile;

@@ -30,7 +30,10 @@ fn main() -> ExitCode {
     // The CronJobs' commands log their failure as a JSON line for the log
     // collector; a person typing a command (or a configuration error, which a
     // person must fix) gets one readable line.
-    let scheduled = matches!(cli.command, Command::Run { .. } | Command::Repair);
+    let scheduled = matches!(
+        cli.command,
+        Command::Run { .. } | Command::Events | Command::Repair
+    );
     match runtime.block_on(commands::dispatch(cli.command, settings)) {
         Ok(()) => ExitCode::from(exit::SUCCESS),
         Err(e) => {

@@ -40,7 +40,66 @@ pub enum PushError {
     /// No answer, or an error status.
     #[error("Pushgateway push failed")]
     Http(#[source] reqwest::Error),
+    /// No answer within [`PUSH_TIMEOUT`].
+    #[error("Pushgateway push timed out")]
+    Timeout,
 }
+
+/// The events job's stored state, for its gauges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EventsState {
+    /// Every event created before this was handled (the position).
+    pub covered_until: Option<chrono::DateTime<chrono::Utc>>,
+    /// When an events run last committed.
+    pub last_success: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// `(name without prefix, help)` of the events job's plain gauges (pushed to
+/// `job=<RECONCILER_JOB>-events`).
+const EVENTS_GAUGES: [(&str, &str); 12] = [
+    (
+        "events_last_success_timestamp_seconds",
+        "When an events run last committed (Unix time).",
+    ),
+    ("events_read", "PaymentIntent events read by the last events run."),
+    ("events_pages", "Event list pages read by the last events run."),
+    (
+        "events_payment_intents_checked",
+        "Distinct PaymentIntents the last events run handled (each once).",
+    ),
+    (
+        "events_payment_intents_retrieved",
+        "PaymentIntents the last events run re-read from Stripe.",
+    ),
+    (
+        "events_rows_confirmed",
+        "Rows confirmed with Stripe after their event: not re-read.",
+    ),
+    (
+        "events_findings_created",
+        "Findings newly recorded by the last events run (missing_locally included).",
+    ),
+    (
+        "events_missing_locally_created",
+        "missing_locally findings newly recorded by the last events run.",
+    ),
+    (
+        "events_commands_enqueued",
+        "Repair commands enqueued by the last events run.",
+    ),
+    (
+        "events_lag_seconds",
+        "Now minus the events position: every event created before it was handled.",
+    ),
+    (
+        "events_gap_seconds",
+        "Seconds of events never read by the last run (position older than 30 days, or the page limit); 0 when none.",
+    ),
+    (
+        "events_truncated",
+        "1 if the last events run hit RECONCILER_EVENTS_MAX_PAGES.",
+    ),
+];
 
 /// The gauges of one run, in a private registry. A gauge exists only once it
 /// has been set: a figure that is unknown (no run history yet, database down)
@@ -161,6 +220,7 @@ impl RunMetrics {
         }
         let help = GAUGES
             .iter()
+            .chain(EVENTS_GAUGES.iter())
             .find(|(n, _)| *n == name)
             .map_or("", |(_, h)| *h);
         if let Some(g) = self.gauge(name, help, None) {
@@ -255,6 +315,71 @@ impl RunMetrics {
                 kind,
                 n as f64,
             );
+        }
+    }
+
+    /// Records an events run's figures and the events job's state; `now_unix`
+    /// is the end of the run. The last success is
+    /// `events_last_success_timestamp_seconds`, not the scan's name, so the
+    /// scan's staleness alert never judges the events job by the scan's
+    /// schedule; `run_outcome` and `run_duration_seconds` keep the scan's
+    /// names (the group `job=..-events` tells them apart).
+    pub fn observe_events(
+        &mut self,
+        s: &crate::events::EventsSummary,
+        requests: &crate::stripe::RequestCounts,
+        state: Option<&EventsState>,
+        now_unix: f64,
+    ) {
+        self.set("events_read", s.events_read as f64);
+        self.set("events_pages", f64::from(s.pages));
+        self.set("events_payment_intents_checked", s.payment_intents as f64);
+        self.set(
+            "events_payment_intents_retrieved",
+            s.payment_intents_retrieved as f64,
+        );
+        self.set("events_rows_confirmed", s.rows_confirmed as f64);
+        self.set("events_findings_created", s.findings_created as f64);
+        self.set(
+            "events_missing_locally_created",
+            s.missing_locally_created as f64,
+        );
+        self.set("events_commands_enqueued", s.commands_enqueued as f64);
+        self.set("events_truncated", f64::from(u8::from(s.truncated)));
+        let gap = s.gap_seconds.unwrap_or(0.0);
+        self.set("events_gap_seconds", gap);
+        self.set("run_duration_seconds", s.duration_seconds);
+        self.set("last_run_timestamp_seconds", now_unix);
+        for o in OUTCOMES {
+            let on = f64::from(u8::from(o == s.outcome));
+            self.set_labelled(
+                "run_outcome",
+                "1 for the last run's outcome, 0 for the others.",
+                "outcome",
+                o,
+                on,
+            );
+        }
+        for e in crate::stripe::Endpoint::ALL {
+            self.set_labelled(
+                "stripe_requests",
+                "HTTP requests sent to Stripe by the last run, per endpoint (retries included).",
+                "endpoint",
+                e.as_str(),
+                requests.get(e) as f64,
+            );
+        }
+        if let Some(st) = state {
+            if let Some(c) = st.covered_until {
+                let lag = now_unix - c.timestamp_millis() as f64 / 1000.0;
+                self.set("events_lag_seconds", lag.max(0.0));
+            }
+            if let Some(t) = st.last_success {
+                self.set(
+                    "events_last_success_timestamp_seconds",
+                    t.timestamp_millis() as f64 / 1000.0,
+                );
+            }
         }
     }
 

@@ -113,7 +113,8 @@ fn render(
         out.push_str(&format!(
             "{:>8}  {:>10}  {:<16}  {:<28}  {:<32}  {:<8}  {:<24}  {:<19}  {:<62}  {:<10}  {}\n",
             f.id,
-            f.payment_id,
+            f.payment_id
+                .map_or_else(|| "-".to_owned(), |p| p.to_string()),
             f.order_id.as_deref().unwrap_or("-"),
             f.stripe_payment_intent_id.as_deref().unwrap_or("-"),
             f.kind,

@@ -1,6 +1,7 @@
 //! What each subcommand does. Each returns `Ok(())` or a [`CommandError`]
 //! that knows its exit code; `main` logs the error once.
 
+mod events;
 mod findings;
 mod migrate;
 mod repair;
@@ -10,6 +11,7 @@ mod status;
 use crate::cli::{Command, FindingsCommand};
 use crate::config::{ConfigError, Settings};
 use crate::db::DbError;
+use crate::events::EventsError;
 use crate::exit;
 use crate::scan::ScanError;
 use crate::store::StoreError;
@@ -44,6 +46,9 @@ pub enum CommandError {
     /// The run stopped early (exit code per [`ScanError::exit_code`]).
     #[error(transparent)]
     Scan(#[from] ScanError),
+    /// The events run stopped early (exit code per [`EventsError::exit_code`]).
+    #[error(transparent)]
+    Events(#[from] EventsError),
 }
 
 impl CommandError {
@@ -58,6 +63,7 @@ impl CommandError {
             CommandError::Usage(_) => exit::USAGE,
             CommandError::Refused(_) => exit::REFUSED,
             CommandError::Scan(e) => e.exit_code(),
+            CommandError::Events(e) => e.exit_code(),
         }
     }
 }
@@ -85,6 +91,7 @@ pub async fn dispatch(command: Command, settings: Settings) -> Result<(), Comman
     match command {
         Command::Migrate => migrate::migrate(&settings).await,
         Command::Run { dry_run } => run::run(&settings, dry_run).await,
+        Command::Events => events::events(&settings).await,
         Command::Repair => repair::repair(&settings).await,
         Command::Status { json } => status::status(&settings, json).await,
         Command::Findings {

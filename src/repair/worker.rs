@@ -182,12 +182,16 @@ async fn process(
         .await
         .map_err(db)?
         .ok_or_else(|| format!("finding {} does not exist", payload.finding_id))?;
-    if finding.payment_id != payload.payment_id || finding.kind != kind.finding_kind().as_str() {
+    if finding.payment_id != Some(payload.payment_id)
+        || finding.kind != kind.finding_kind().as_str()
+    {
         return Err(format!(
             "finding {} is {} for payment {}, not {} for payment {}",
             payload.finding_id,
             finding.kind,
-            finding.payment_id,
+            finding
+                .payment_id
+                .map_or_else(|| "none".to_owned(), |p| p.to_string()),
             kind.finding_kind(),
             payload.payment_id
         ));

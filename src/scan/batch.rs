@@ -340,6 +340,21 @@ async fn check_stripe_reachable(
         .iter()
         .filter(|o| o.decision.verdict == Verdict::Unverifiable)
         .count();
+    stripe_reachable(gateway, asked, failed).await
+}
+
+/// The outage rule of a batch, for any set of reads: `failed` of `asked`
+/// reads ended UNVERIFIABLE. Ok when few failed, or when Stripe answers a
+/// probe (the failures belong to those reads).
+///
+/// # Errors
+/// [`ScanError::StripeDown`] when Stripe does not answer the probe either;
+/// [`ScanError::StripeRejected`] when the probe is refused.
+pub async fn stripe_reachable(
+    gateway: &StripeGateway,
+    asked: usize,
+    failed: usize,
+) -> Result<(), ScanError> {
     if asked < STRIPE_DOWN_MIN_READS || failed * 2 <= asked {
         return Ok(());
     }
@@ -375,9 +390,43 @@ async fn write_phase(
     let mut tx = crate::store::begin(pool)
         .await
         .context("opening the write transaction")?;
+    record_observations(&mut tx, job, unverifiable_cycles, observations, report).await?;
+    if let Err(lost) = hold_lease(&mut tx, job, lease).await {
+        tx.rollback().await.context("rolling back the lost batch")?;
+        return Err(lost);
+    }
+    if !cursor::advance(&mut tx, job, cursor_id, last_id).await? {
+        // Roll back everything above now, not lazily when the connection is reused.
+        tx.rollback().await.context("rolling back the lost batch")?;
+        return Err(ScanError::ConcurrentRun {
+            job: job.to_owned(),
+        });
+    }
+    tx.commit().await.context("committing the batch")?;
+    Ok(())
+}
+
+/// Records what phase 2 observed, inside the caller's transaction `tx`,
+/// exactly as a scan batch does (the events job calls it too): locks the
+/// payments (demoting rows that changed meanwhile), stamps
+/// `observed_external_status`/`last_reconciled_at` for rows Stripe answered,
+/// resolves stale findings with their commands, counts UNVERIFIABLE rows
+/// against `job`'s cycle, upserts findings once per open (payment, kind),
+/// and enqueues one command per open repairable finding without a live one
+/// and not blocked. Fills `report`'s findings and commands counts.
+///
+/// # Errors
+/// [`ScanError::Store`]; the caller rolls back.
+pub async fn record_observations(
+    tx: &mut sqlx::PgConnection,
+    job: &str,
+    unverifiable_cycles: u32,
+    observations: &mut [Observation],
+    report: &mut BatchReport,
+) -> Result<(), ScanError> {
     // Payments first (in id order), then findings, then the outbox: the one
     // lock order of every writer, so the scan and repair workers never deadlock.
-    demote_changed_rows(&mut tx, observations).await?;
+    demote_changed_rows(tx, observations).await?;
     // Answered: rows Stripe answered definitively. A 404 or a malformed id is
     // an answer too (its finding carries the problem), so those rows do not
     // hold the reconciliation lag forever; UNVERIFIABLE rows never are.
@@ -394,14 +443,13 @@ async fn write_phase(
         .iter()
         .map(|o| o.decision.kind.as_ref().map(|k| k.as_str().into_owned()))
         .collect();
-    payments::mark_reconciled(&mut tx, &answered_ids, &statuses).await?;
+    payments::mark_reconciled(tx, &answered_ids, &statuses).await?;
     // A finding the scan no longer sees is resolved, with its commands.
     let with_status: Vec<bool> = answered.iter().map(|o| o.observed.is_some()).collect();
-    let stale =
-        findings::resolve_stale(&mut tx, &answered_ids, &current_kinds, &with_status).await?;
+    let stale = findings::resolve_stale(tx, &answered_ids, &current_kinds, &with_status).await?;
     report.findings_cleared = stale.len() as u64;
     outbox::close_for_findings(
-        &mut tx,
+        tx,
         &RepairCommand::EVENT_TYPES,
         &stale,
         "finding resolved by a later scan",
@@ -414,7 +462,7 @@ async fn write_phase(
         .filter(|o| o.asked_stripe && o.decision.verdict == Verdict::Unverifiable)
         .map(|o| (o.payment_id, o.error.clone()))
         .unzip();
-    let failing = unverifiable::record(&mut tx, job, &answered_ids, &failed_ids, &errors).await?;
+    let failing = unverifiable::record(tx, job, &answered_ids, &failed_ids, &errors).await?;
     let by_payment: HashMap<i64, &Observation> =
         observations.iter().map(|o| (o.payment_id, o)).collect();
     let mut new_findings: Vec<NewFinding> = observations.iter().filter_map(new_finding).collect();
@@ -438,7 +486,7 @@ async fn write_phase(
                 })
             }),
     );
-    let touched = findings::upsert_open(&mut tx, &new_findings).await?;
+    let touched = findings::upsert_open(tx, &new_findings).await?;
     report.findings_created = touched.iter().filter(|f| f.created).count() as u64;
 
     // One live command per open repairable finding: enqueued when the finding
@@ -453,7 +501,7 @@ async fn write_phase(
         })
         .collect();
     let candidate_payments: Vec<i64> = repairable.iter().map(|(f, ..)| f.payment_id).collect();
-    let blocked: HashSet<i64> = findings::blocked_payments(&mut tx, &candidate_payments)
+    let blocked: HashSet<i64> = findings::blocked_payments(tx, &candidate_payments)
         .await?
         .into_iter()
         .collect();
@@ -463,7 +511,7 @@ async fn write_phase(
         .map(|(f, ..)| f.id)
         .collect();
     let without: HashSet<i64> =
-        outbox::findings_without_command(&mut tx, &RepairCommand::EVENT_TYPES, &candidate_findings)
+        outbox::findings_without_command(tx, &RepairCommand::EVENT_TYPES, &candidate_findings)
             .await?
             .into_iter()
             .collect();
@@ -480,19 +528,7 @@ async fn write_phase(
             })
         })
         .collect();
-    report.commands_enqueued = outbox::enqueue_repairs(&mut tx, &repairs).await?;
-    if let Err(lost) = hold_lease(&mut tx, job, lease).await {
-        tx.rollback().await.context("rolling back the lost batch")?;
-        return Err(lost);
-    }
-    if !cursor::advance(&mut tx, job, cursor_id, last_id).await? {
-        // Roll back everything above now, not lazily when the connection is reused.
-        tx.rollback().await.context("rolling back the lost batch")?;
-        return Err(ScanError::ConcurrentRun {
-            job: job.to_owned(),
-        });
-    }
-    tx.commit().await.context("committing the batch")?;
+    report.commands_enqueued = outbox::enqueue_repairs(tx, &repairs).await?;
     Ok(())
 }
 /// Phase 3 writes something for this row: a stamp, a finding, or an

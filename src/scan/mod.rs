@@ -6,7 +6,7 @@ pub mod progress;
 pub mod report;
 pub mod run;
 
-pub use batch::{run_batch, run_batch_until, Lease, Mode};
+pub use batch::{record_observations, run_batch, run_batch_until, stripe_reachable, Lease, Mode};
 pub use report::{BatchReport, RunSummary, VerdictCounts};
 pub use run::{run, RunOptions};
 

@@ -18,6 +18,7 @@
 //! trip per statement, nothing next to a Stripe read.
 
 pub mod cursor;
+pub mod events_position;
 pub mod findings;
 pub mod outbox;
 pub mod payment_index;

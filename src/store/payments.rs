@@ -406,3 +406,64 @@ pub async fn a_verified_payment_intent(pool: &sqlx::PgPool) -> Result<Option<Str
     .await
     .context("looking up a verified PaymentIntent")
 }
+
+/// A row the events feed found by its PaymentIntent id, with what the job
+/// last confirmed about it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct PaymentByIntent {
+    /// The row as a batch reads it.
+    #[sqlx(flatten)]
+    pub row: PaymentRow,
+    /// When Stripe last confirmed this row (a retrieve by the scan or the
+    /// events job); `None`: never.
+    pub last_reconciled_at: Option<DateTime<Utc>>,
+    /// The status Stripe gave then.
+    pub observed_external_status: Option<String>,
+}
+
+impl MoneyColumns<'_> {
+    /// The lookup of rows by PaymentIntent id (`$1` ids, `$2` grace seconds):
+    /// one index probe per id on `payments (stripe_payment_intent_id)`.
+    fn by_intent_sql(&self) -> String {
+        let amount = self
+            .amount
+            .map_or_else(|| "NULL".to_owned(), |c| format!("p.{}", c.quoted()));
+        let currency = self
+            .currency
+            .map_or_else(|| "NULL".to_owned(), |c| format!("p.{}", c.quoted()));
+        format!(
+            "SELECT p.id, p.stripe_payment_intent_id, p.status, p.version, p.updated_at,
+                    p.updated_at > now() - make_interval(secs => $2) AS recently_changed,
+                    ({amount})::bigint AS amount, ({currency})::text AS currency,
+                    EXISTS (SELECT 1 FROM payments q
+                             WHERE q.stripe_payment_intent_id = p.stripe_payment_intent_id
+                               AND q.id <> p.id) AS shares_payment_intent,
+                    p.last_reconciled_at, p.observed_external_status
+               FROM payments p
+              WHERE p.stripe_payment_intent_id = ANY($1)
+              ORDER BY p.id"
+        )
+    }
+}
+
+/// The rows holding any of these PaymentIntent ids (several per id when the
+/// id is shared), in id order, flagged like a batch's rows.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn by_payment_intents(
+    conn: &mut PgConnection,
+    intents: &[&str],
+    grace: Duration,
+    columns: MoneyColumns<'_>,
+) -> Result<Vec<PaymentByIntent>, StoreError> {
+    if intents.is_empty() {
+        return Ok(Vec::new());
+    }
+    super::query_as(&columns.by_intent_sql())
+        .bind(intents)
+        .bind(grace.as_secs_f64())
+        .fetch_all(conn)
+        .await
+        .context("looking up payments by PaymentIntent id")
+}

@@ -15,6 +15,7 @@ use url::Url;
 
 use super::error::{BuildError, GatewayError, Unavailable};
 use super::id::PaymentIntentId;
+use super::requests::{Endpoint, RequestCounts};
 use super::retry::{self, Attempt, AttemptOutcome, RetryPolicy};
 use super::wire::{payment_intent_facts, WireErrorEnvelope};
 use crate::reconcile::{ExternalStatus, PaymentIntentFacts};
@@ -26,6 +27,11 @@ pub const STRIPE_VERSION: &str = "2024-06-20";
 /// Largest response body read, in bytes. A PaymentIntent is a few KiB; a
 /// bigger body is garbage (or an attack) and is not buffered.
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
+
+/// Largest body of a list page (`/v1/events`, `/v1/payment_intents`), in
+/// bytes: 100 objects of up to ~40 KiB each (an event embeds a whole
+/// PaymentIntent with its metadata).
+pub const MAX_LIST_BODY_BYTES: usize = 4 * 1024 * 1024;
 
 /// Extra spacing between reads, as a share of `1 / RECONCILER_RATE_LIMIT_RPS`:
 /// at 25/s reads leave every 41.2 ms, so 26 of them span 1.03 s and a read
@@ -65,6 +71,7 @@ pub struct StripeGateway {
     paused_until: Mutex<Option<Instant>>,
     retry: RetryPolicy,
     deadline: Option<Instant>,
+    requests: RequestCounts,
 }
 
 /// One attempt's failure, before the retry rule has looked at it.
@@ -106,7 +113,13 @@ impl StripeGateway {
             paused_until: Mutex::new(None),
             retry: config.retry,
             deadline: config.deadline,
+            requests: RequestCounts::default(),
         })
+    }
+
+    /// HTTP requests sent so far per endpoint, retries included.
+    pub fn requests(&self) -> &RequestCounts {
+        &self.requests
     }
 
     /// Reads one PaymentIntent's status (`GET /v1/payment_intents/{id}`); see
@@ -166,8 +179,9 @@ impl StripeGateway {
     }
 
     /// One GET under the rate limit and the retry rule; `parse` turns a 200's
-    /// body into the answer.
-    async fn request<T>(
+    /// body into the answer. Counted per [`Endpoint`]; list pages may be up
+    /// to [`MAX_LIST_BODY_BYTES`], everything else [`MAX_BODY_BYTES`].
+    pub(super) async fn request<T>(
         &self,
         url: &Url,
         parse: impl Fn(&HeaderMap, &[u8]) -> Result<T, Unavailable>,
@@ -212,7 +226,7 @@ impl StripeGateway {
 
     /// `{base}/v1/{segments...}`. Segments are pushed one by one, so anything
     /// outside `[A-Za-z0-9_]` would be percent-encoded, never change the path.
-    fn v1(&self, segments: &[&str]) -> Url {
+    pub(super) fn v1(&self, segments: &[&str]) -> Url {
         let mut url = self.base.clone();
         if let Ok(mut path) = url.path_segments_mut() {
             path.pop_if_empty().push("v1").extend(segments);
@@ -252,6 +266,12 @@ impl StripeGateway {
         url: &Url,
         parse: &impl Fn(&HeaderMap, &[u8]) -> Result<T, Unavailable>,
     ) -> Result<T, AttemptError> {
+        let endpoint = Endpoint::of(url);
+        self.requests.add(endpoint);
+        let cap = match endpoint {
+            Endpoint::Retrieve => MAX_BODY_BYTES,
+            Endpoint::List | Endpoint::Events => MAX_LIST_BODY_BYTES,
+        };
         let response = self
             .http
             .get(url.clone())
@@ -268,14 +288,16 @@ impl StripeGateway {
         if let Some(rid) = &request_id {
             span.record("request_id", rid.as_str());
         }
-        let body = read_capped(response).await.map_err(|cause| match cause {
-            Unavailable::Timeout | Unavailable::Connection(_) => AttemptError::Retryable {
-                outcome: AttemptOutcome::Connection,
-                cause,
-                request_id: request_id.clone(),
-            },
-            cause => final_unavailable(cause, request_id.clone()),
-        })?;
+        let body = read_capped(response, cap)
+            .await
+            .map_err(|cause| match cause {
+                Unavailable::Timeout | Unavailable::Connection(_) => AttemptError::Retryable {
+                    outcome: AttemptOutcome::Connection,
+                    cause,
+                    request_id: request_id.clone(),
+                },
+                cause => final_unavailable(cause, request_id.clone()),
+            })?;
         match status {
             StatusCode::OK => {
                 parse(&headers, &body).map_err(|cause| final_unavailable(cause, request_id))
@@ -369,19 +391,19 @@ fn header(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(|s| s.chars().take(200).collect())
 }
 
-async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, Unavailable> {
+async fn read_capped(mut response: reqwest::Response, cap: usize) -> Result<Vec<u8>, Unavailable> {
     if response
         .content_length()
-        .is_some_and(|len| len > MAX_BODY_BYTES as u64)
+        .is_some_and(|len| len > cap as u64)
     {
-        return Err(Unavailable::TooLarge(MAX_BODY_BYTES));
+        return Err(Unavailable::TooLarge(cap));
     }
     let mut body = Vec::new();
     loop {
         match response.chunk().await {
             Ok(Some(chunk)) => {
-                if body.len() + chunk.len() > MAX_BODY_BYTES {
-                    return Err(Unavailable::TooLarge(MAX_BODY_BYTES));
+                if body.len() + chunk.len() > cap {
+                    return Err(Unavailable::TooLarge(cap));
                 }
                 body.extend_from_slice(&chunk);
             }
@@ -394,7 +416,10 @@ async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, Unavail
 
 /// A JSON body of a 200 answer; anything else (a proxy's HTML page, truncated
 /// JSON) is [`Unavailable::InvalidBody`].
-fn json_body(headers: &HeaderMap, body: &[u8]) -> Result<serde_json::Value, Unavailable> {
+pub(super) fn json_body(
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<serde_json::Value, Unavailable> {
     let content_type = header(headers, CONTENT_TYPE.as_str()).unwrap_or_default();
     if !content_type.starts_with("application/json") {
         return Err(Unavailable::InvalidBody(format!(

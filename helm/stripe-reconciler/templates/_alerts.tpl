@@ -3,7 +3,8 @@ The alert rules of files/alerts.yaml with the chart values filled in, as a
 YAML list of rule groups. Placeholders `${alerts.<path>}` are replaced by the
 value at that path of .Values.alerts, where alerts.notRunning.afterSeconds 0
 is replaced by the threshold derived from the schedule. Alerts switched off
-(alerts.<name>.enabled) are dropped; every alert gets the `namespace` label and
+(alerts.<name>.enabled) are dropped, and the events alerts with
+events.enabled false; every alert gets the `namespace` label and
 the `runbook_url` annotation. An unknown placeholder or an alert without its
 values block fails rendering.
 */}}
@@ -46,7 +47,7 @@ values block fails rendering.
 {{- if not (hasKey $cfg $key) }}
 {{- fail (printf "stripe-reconciler: alert %s has no alerts.%s values" $r.alert $key) }}
 {{- end }}
-{{- if (index $cfg $key).enabled }}
+{{- if and (index $cfg $key).enabled (or $.Values.events.enabled (not (hasPrefix "events" $key))) }}
 {{- $_ := set $r "labels" (merge (dict "namespace" $ns) ($r.labels | default dict)) }}
 {{- $_ := set $r.labels "namespace" $ns }}
 {{- $_ := set $r.annotations "runbook_url" (printf "%s#%s" $cfg.runbookBaseUrl (lower $r.alert)) }}

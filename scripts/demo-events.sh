@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The events feed end to end: a table of 10,000 payments whose scan cursor is
+# at row 1,000, then a webhook that never arrives for a payment at the end of
+# the table, and money taken at Stripe for which no payment row exists.
+# `stripe-reconciler events` finds both seconds later, long before the
+# cursor reaches the row. Prints the time from each event to its finding.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+ROWS=${DEMO_ROWS:-10000}
+DB=${DEMO_DATABASE:-stripe_reconciler_demo_events}
+GRACE=${DEMO_GRACE_SECONDS:-5}
+
+command -v cargo >/dev/null || die "cargo is not installed (https://rustup.rs)"
+ensure_postgres
+admin=$(default_admin_url)
+
+say "building stripe-reconciler and the Stripe stand-in"
+cargo build --quiet --bin stripe-reconciler --example stripe_standin
+bin=target/debug/stripe-reconciler
+
+say "fresh database $DB"
+psql "$admin" -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null
+psql "$admin" -qc "CREATE DATABASE $DB" >/dev/null
+export DATABASE_URL; DATABASE_URL=$(url_with_db "$admin" "$DB")
+export RECONCILER_LOG_FORMAT=pretty
+# The application's table as in scripts/demo.sh (the seed has shared ids).
+psql "$DATABASE_URL" -q <<'SQL'
+CREATE TABLE payments (
+    id                       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    order_id                 text        NOT NULL,
+    stripe_payment_intent_id text        NOT NULL,
+    status                   text        NOT NULL CHECK (status IN ('pending', 'paid', 'failed')),
+    version                  bigint      NOT NULL DEFAULT 0,
+    created_at               timestamptz NOT NULL DEFAULT now(),
+    updated_at               timestamptz NOT NULL DEFAULT now()
+);
+SQL
+
+mkdir -p .demo
+port=$(free_port)
+say "seeding $ROWS payments; Stripe stand-in on 127.0.0.1:$port"
+target/debug/examples/stripe_standin --listen "127.0.0.1:$port" --seed "$ROWS" \
+  --api-key sk_test_standin >.demo/events-expected.json 2>.demo/events-standin.log &
+standin=$!
+trap 'kill $standin 2>/dev/null || true' EXIT
+wait_for_port "$port" 60 || { cat .demo/events-standin.log >&2; die "the stand-in did not start"; }
+"$bin" migrate >/dev/null 2>&1
+
+export STRIPE_API_KEY=sk_test_standin STRIPE_API_BASE="http://127.0.0.1:$port"
+export RECONCILER_RATE_LIMIT_RPS=2000 RECONCILER_MAX_IN_FLIGHT=32
+# A short grace window, so the demo need not wait 10 minutes: a row (or a
+# PaymentIntent without a row) must be this many seconds quiet before a job
+# judges it.
+export RECONCILER_GRACE_SECONDS=$GRACE
+
+say "stripe-reconciler run: one batch of 1,000 rows (the scan's cursor stops at row 1,000)"
+RECONCILER_BATCH_SIZE=1000 RECONCILER_BATCHES_PER_RUN=1 "$bin" run >/dev/null 2>.demo/events-run.log
+cursor=$(psql "$DATABASE_URL" -Atc "SELECT last_id FROM reconciliation_cursor WHERE job = 'payments-vs-stripe'")
+
+say "a new order, pending, at the end of the table; its customer pays"
+row=$(psql "$DATABASE_URL" -Atc "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
+                                 VALUES ('ord_missed_webhook', 'pi_DemoMissedWebhook', 'pending', now() - interval '1 minute',
+                                         now() - interval '1 minute') RETURNING id" | head -n1)
+say "Stripe: pi_DemoMissedWebhook succeeded; the webhook never reaches the application (payments.id $row, cursor at $cursor)"
+curl -fsS -X POST "$STRIPE_API_BASE/standin/payment_intents/pi_DemoMissedWebhook/succeeded" >.demo/events-missed.json
+say "Stripe: pi_DemoNoOrder succeeded, and no payments row points at it (money with no order)"
+curl -fsS -X POST "$STRIPE_API_BASE/standin/payment_intents/pi_DemoNoOrder/succeeded" >.demo/events-orphan.json
+
+sleep $((GRACE + 1))
+say "stripe-reconciler events"
+"$bin" events 2>.demo/events-events.log || { tail -n 20 .demo/events-events.log >&2; die "the events run failed"; }
+
+say "from the event at Stripe to its finding"
+psql "$DATABASE_URL" -c "SELECT f.kind, coalesce(p.stripe_payment_intent_id, f.stripe_payment_intent_id) AS payment_intent,
+                                f.payment_id, to_timestamp(e.created) AS event_created, f.detected_at,
+                                round(extract(epoch FROM f.detected_at - to_timestamp(e.created))::numeric, 1) AS seconds_to_finding
+                           FROM reconciliation_findings f
+                           LEFT JOIN payments p ON p.id = f.payment_id
+                           JOIN (VALUES ('pi_DemoMissedWebhook', $(python3 -c 'import json;print(json.load(open(".demo/events-missed.json"))["created"])')),
+                                        ('pi_DemoNoOrder', $(python3 -c 'import json;print(json.load(open(".demo/events-orphan.json"))["created"])')))
+                                AS e(pi, created) ON e.pi = coalesce(p.stripe_payment_intent_id, f.stripe_payment_intent_id)
+                          ORDER BY f.id"
+kinds=$(psql "$DATABASE_URL" -Atc "SELECT string_agg(kind, ',' ORDER BY kind) FROM reconciliation_findings
+                                   WHERE resolved_at IS NULL AND (payment_id = $row OR stripe_payment_intent_id = 'pi_DemoNoOrder')")
+[ "$kinds" = "missed_success,missing_locally" ] || die "expected missed_success and missing_locally, got '$kinds'"
+commands=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM outbox WHERE event_type = 'ApplyPaymentSucceeded'
+                                        AND payload->>'payment_id' = '$row'")
+[ "$commands" = 1 ] || die "expected one ApplyPaymentSucceeded command for payment $row, got $commands"
+cursor_now=$(psql "$DATABASE_URL" -Atc "SELECT last_id FROM reconciliation_cursor WHERE job = 'payments-vs-stripe'")
+say "caught by events while the scan's cursor is at $cursor_now of $row rows: the scan would reach this row $(( (row - cursor_now) / 1000 + 1 )) batches from now"
+
+say "stripe-reconciler repair (the missed success is applied; missing_locally waits for a person)"
+"$bin" repair 2>>.demo/events-events.log
+psql "$DATABASE_URL" -c "SELECT id, order_id, status, version FROM payments WHERE id = $row"
+"$bin" findings list --open --kind missing_locally

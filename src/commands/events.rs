@@ -1,0 +1,169 @@
+//! `stripe-reconciler events`
+
+use std::num::NonZeroU32;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sqlx::PgPool;
+
+use super::CommandError;
+use crate::config::{LogFormat, Settings};
+use crate::events::{run_events, EventsSummary};
+use crate::metrics::{self, EventsState, PushMethod, Pusher, RunMetrics};
+use crate::store::{events_position, Context};
+use crate::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
+use crate::{db, shutdown};
+
+/// Reads the events feed once, prints the summary, logs it, pushes the
+/// figures to `job=<RECONCILER_JOB>-events` (also for a failed run), and
+/// returns the run's error.
+pub(super) async fn events(settings: &Settings) -> Result<(), CommandError> {
+    let api_key = settings.require_stripe_key()?.clone();
+    let gateway = StripeGateway::new(GatewayConfig {
+        base: settings.stripe_api_base.clone(),
+        api_key,
+        rate_limit_rps: NonZeroU32::new(settings.job.rate_limit_rps).unwrap_or(NonZeroU32::MIN),
+        timeout: settings.job.http_timeout,
+        retry: RetryPolicy::default(),
+        deadline: settings
+            .job
+            .run_deadline
+            .map(|d| tokio::time::Instant::now() + d),
+    })?;
+    let token = shutdown::on_signal();
+    let pool = match db::connect(settings.connect_options()?).await {
+        Ok(pool) => pool,
+        Err(e) => {
+            let summary = EventsSummary {
+                job: crate::events::events_job(&settings.job.job),
+                outcome: "database_error".into(),
+                ..EventsSummary::default()
+            };
+            publish(settings, &summary, &gateway, None).await;
+            return Err(e.into());
+        }
+    };
+    let (summary, result) = run_events(&pool, &gateway, &settings.job, token).await;
+    tracing::info!(
+        outcome = %summary.outcome,
+        pages = summary.pages,
+        events = summary.events_read,
+        payment_intents = summary.payment_intents,
+        retrieved = summary.payment_intents_retrieved,
+        confirmed = summary.rows_confirmed,
+        in_grace = summary.rows_in_grace,
+        findings_created = summary.findings_created,
+        missing_locally = summary.missing_locally_created,
+        commands_enqueued = summary.commands_enqueued,
+        duration_seconds = summary.duration_seconds,
+        "events run summary"
+    );
+    print_summary(&summary, settings.log_format);
+    let state = read_state(&pool, &summary.job).await;
+    publish(settings, &summary, &gateway, state.as_ref()).await;
+    pool.close().await;
+    result.map_err(CommandError::from)
+}
+
+async fn read_state(pool: &PgPool, job: &str) -> Option<EventsState> {
+    let read = async {
+        let mut conn = pool.acquire().await.context("connecting")?;
+        events_position::read(&mut conn, job).await
+    };
+    match tokio::time::timeout(std::time::Duration::from_secs(10), read).await {
+        Ok(Ok(p)) => Some(EventsState {
+            covered_until: p.as_ref().and_then(|p| p.covered_until),
+            last_success: p.as_ref().and_then(|p| p.last_success_at),
+        }),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "cannot read the events position for the metrics");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+/// Pushes to `job=<RECONCILER_JOB>-events`: never the scan's group.
+async fn publish(
+    settings: &Settings,
+    summary: &EventsSummary,
+    gateway: &StripeGateway,
+    state: Option<&EventsState>,
+) {
+    let Some(base) = settings.pushgateway_url.clone() else {
+        return;
+    };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let mut figures = RunMetrics::new();
+    let (extra, method): (&[(&str, &str)], PushMethod) = if summary.outcome == "concurrent_run" {
+        figures.observe_concurrent_run(now);
+        (&[("outcome", "concurrent_run")], PushMethod::Replace)
+    } else {
+        figures.observe_events(summary, gateway.requests(), state, now);
+        match state {
+            Some(_) => (&[], PushMethod::Replace),
+            None => (&[], PushMethod::Merge),
+        }
+    };
+    let pushed = match (figures.encode(), Pusher::new(base)) {
+        (Ok(body), Ok(pusher)) => tokio::time::timeout(
+            metrics::PUSH_TIMEOUT,
+            pusher.push(&summary.job, extra, method, body),
+        )
+        .await
+        .unwrap_or_else(|_| Err(metrics::PushError::Timeout)),
+        (Err(e), _) => Err(e.into()),
+        (_, Err(e)) => Err(e),
+    };
+    match pushed {
+        Ok(()) => tracing::info!(group = %summary.job, "metrics pushed"),
+        Err(e) => {
+            let report = anyhow::Error::new(e);
+            tracing::error!(
+                error = format!("{report:#}"),
+                "cannot push metrics; the run's result is unchanged"
+            );
+        }
+    }
+}
+
+fn print_summary(s: &EventsSummary, format: LogFormat) {
+    match format {
+        LogFormat::Json => match serde_json::to_string(s) {
+            Ok(line) => println!("{line}"),
+            Err(e) => tracing::error!(error = %e, "cannot serialise the events summary"),
+        },
+        LogFormat::Pretty => {
+            println!("events summary ({})", s.job);
+            println!("  outcome              {}", s.outcome);
+            println!(
+                "  window start         {}",
+                s.window_start.map_or("-".into(), |t| t.to_rfc3339())
+            );
+            println!("  pages                {}", s.pages);
+            println!("  events read          {}", s.events_read);
+            println!("  payment intents      {}", s.payment_intents);
+            println!("  re-read from Stripe  {}", s.payment_intents_retrieved);
+            println!("  confirmed, no read   {}", s.rows_confirmed);
+            println!("  in grace, skipped    {}", s.rows_in_grace);
+            println!(
+                "  findings created     {} (missing_locally {})",
+                s.findings_created, s.missing_locally_created
+            );
+            println!("  commands enqueued    {}", s.commands_enqueued);
+            println!("  findings cleared     {}", s.findings_cleared);
+            if let Some(g) = s.gap_seconds {
+                println!("  GAP                  {g:.0} s of events no longer kept by Stripe");
+            }
+            if s.truncated {
+                println!("  TRUNCATED            older events of the window were not read");
+            }
+            println!(
+                "  covered until        {}",
+                s.covered_until.map_or("-".into(), |t| t.to_rfc3339())
+            );
+            println!("  duration             {:.2} s", s.duration_seconds);
+        }
+    }
+}

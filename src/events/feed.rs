@@ -1,0 +1,144 @@
+//! Reading the feed: the window from the stored position, and the pages.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
+
+use super::EventsError;
+use crate::scan::ScanError;
+use crate::stripe::{GatewayError, PaymentIntentEvent, StripeGateway};
+
+/// Each run re-reads this much before its position: an event Stripe had
+/// created but not yet listed when the previous run read the feed is not
+/// lost. Re-read events cost no Stripe read when their rows were confirmed
+/// since ([`super::plan::confirmed_after`]).
+pub const OVERLAP: Duration = Duration::from_secs(60);
+
+/// Events older than Stripe's 30 days are gone; a window is clamped this far
+/// inside the retention so the first page never asks for a purged second.
+pub const RETENTION_MARGIN: Duration = Duration::from_secs(300);
+
+/// Where a run starts reading.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Window {
+    /// `created[gte]` of the first page.
+    pub start: DateTime<Utc>,
+    /// Seconds of events lost because the position was older than Stripe
+    /// keeps them (logged as a gap); `None` when there is no gap.
+    pub gap_seconds: Option<f64>,
+}
+
+/// The window of a run at `now`: the first run looks back `lookback`; later
+/// runs start [`OVERLAP`] before `covered_until`; a start older than Stripe's
+/// retention (30 days) is a gap and restarts at the oldest available event.
+pub fn window(
+    covered_until: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    lookback: Duration,
+    retention: Duration,
+) -> Window {
+    let span = |d: Duration| chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
+    let wanted = covered_until.map_or_else(|| now - span(lookback), |c| c - span(OVERLAP));
+    let oldest = now - span(retention) + span(RETENTION_MARGIN);
+    if wanted < oldest && covered_until.is_some() {
+        let gap = oldest.signed_duration_since(wanted).num_milliseconds() as f64 / 1000.0;
+        return Window {
+            start: oldest,
+            gap_seconds: Some(gap),
+        };
+    }
+    Window {
+        start: wanted.max(oldest),
+        gap_seconds: None,
+    }
+}
+
+/// What the pages gave.
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    /// Every readable PaymentIntent event, newest first.
+    pub events: Vec<PaymentIntentEvent>,
+    /// Entries skipped as unreadable.
+    pub skipped: usize,
+    /// Pages read.
+    pub pages: u32,
+    /// The page limit stopped the listing before the window's start: events
+    /// older than the oldest read were not seen (a gap left to the scan).
+    pub truncated: bool,
+}
+
+/// Reads pages of the window, newest first, at most `max_pages`.
+///
+/// # Errors
+/// [`EventsError::FeedUnavailable`] after the retry budget;
+/// [`ScanError::StripeRejected`] for a refused key or a wrong base URL;
+/// [`ScanError::Interrupted`] on shutdown.
+pub async fn list(
+    gateway: &StripeGateway,
+    start: DateTime<Utc>,
+    max_pages: u32,
+    shutdown: &CancellationToken,
+) -> Result<Listing, EventsError> {
+    let mut listing = Listing::default();
+    let mut after: Option<String> = None;
+    loop {
+        if shutdown.is_cancelled() {
+            return Err(ScanError::Interrupted.into());
+        }
+        let page = gateway
+            .payment_intent_events(start.timestamp(), after.as_deref())
+            .await
+            .map_err(|e| match e {
+                e @ (GatewayError::Rejected { .. } | GatewayError::Misconfigured { .. }) => {
+                    EventsError::Scan(ScanError::StripeRejected(e))
+                }
+                e => EventsError::FeedUnavailable(e),
+            })?;
+        listing.pages += 1;
+        listing.skipped += page.skipped;
+        listing.events.extend(page.events);
+        if !page.has_more || page.next_after.is_none() {
+            return Ok(listing);
+        }
+        if listing.pages >= max_pages {
+            listing.truncated = true;
+            return Ok(listing);
+        }
+        after = page.next_after;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    const DAY: u64 = 86_400;
+
+    #[test]
+    fn first_run_looks_back_and_later_runs_overlap_their_position() {
+        let now = Utc.timestamp_opt(100 * DAY as i64, 0).unwrap();
+        let retention = Duration::from_secs(30 * DAY);
+        let w = window(None, now, Duration::from_secs(DAY), retention);
+        assert_eq!(
+            (w.start, w.gap_seconds),
+            (now - chrono::Duration::days(1), None)
+        );
+        let pos = now - chrono::Duration::minutes(5);
+        let w = window(Some(pos), now, Duration::from_secs(DAY), retention);
+        assert_eq!(w.start, pos - chrono::Duration::seconds(60));
+    }
+
+    #[test]
+    fn a_position_older_than_thirty_days_is_a_gap_from_the_oldest_event() {
+        let now = Utc.timestamp_opt(100 * DAY as i64, 0).unwrap();
+        let retention = Duration::from_secs(30 * DAY);
+        let pos = now - chrono::Duration::days(40);
+        let w = window(Some(pos), now, Duration::from_secs(DAY), retention);
+        let oldest = now - chrono::Duration::days(30) + chrono::Duration::seconds(300);
+        assert_eq!(w.start, oldest);
+        let gap = w.gap_seconds.unwrap();
+        assert!((gap - (10.0 * DAY as f64 + 360.0)).abs() < 1.0, "{gap}");
+    }
+}

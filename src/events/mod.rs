@@ -1,0 +1,68 @@
+//! `stripe-reconciler events`: the events feed. Reads Stripe's PaymentIntent
+//! events created since the stored position, treats each as a trigger, and
+//! re-reads and classifies each PaymentIntent named exactly as the scan would
+//! ([`crate::scan::record_observations`]); a succeeded PaymentIntent no
+//! `payments` row points at becomes `missing_locally`. Time to detect a
+//! missed webhook: one events run (plus the grace window), whatever the
+//! table size.
+//!
+//! - [`plan`]: PURE: which PaymentIntents and rows need a Stripe read.
+//! - [`run`]: the run: lease, window, pages, reads, one write transaction.
+
+pub mod feed;
+pub mod orphans;
+pub mod plan;
+pub mod run;
+
+pub use plan::{collapse, plan, Plan, PlanRules, RowAction};
+pub use run::{run_events, EventsSummary};
+
+use crate::exit;
+use crate::scan::ScanError;
+use crate::stripe::GatewayError;
+
+/// The suffix of the events job's name: `<RECONCILER_JOB>-events` names its
+/// position row and its Pushgateway group.
+pub const JOB_SUFFIX: &str = "-events";
+
+/// The events job's name for `RECONCILER_JOB`.
+pub fn events_job(job: &str) -> String {
+    format!("{job}{JOB_SUFFIX}")
+}
+
+/// Why an events run stopped early. Each maps to an exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum EventsError {
+    /// The guards the scan has: lease held (75), key rejected (78), Stripe
+    /// down (1), database (1), interrupted (1).
+    #[error(transparent)]
+    Scan(#[from] ScanError),
+    /// The events list could not be read after the retry budget; nothing was
+    /// written and the position did not move.
+    #[error("cannot read Stripe's events feed; nothing written, position not moved")]
+    FeedUnavailable(#[source] GatewayError),
+}
+
+impl From<crate::store::StoreError> for EventsError {
+    fn from(e: crate::store::StoreError) -> Self {
+        EventsError::Scan(ScanError::Store(e))
+    }
+}
+
+impl EventsError {
+    /// The process exit code (DESIGN.md, Interface).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            EventsError::Scan(e) => e.exit_code(),
+            EventsError::FeedUnavailable(_) => exit::FAILURE,
+        }
+    }
+
+    /// The run's outcome label (logs, metrics).
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            EventsError::Scan(e) => e.outcome(),
+            EventsError::FeedUnavailable(_) => "stripe_down",
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! Money with no order: a succeeded PaymentIntent no `payments` row points at
+//! becomes a `missing_locally` finding (NEEDS_REVIEW, never repaired), named
+//! by its PaymentIntent id (`payment_id` NULL).
+
+use futures::{StreamExt, TryStreamExt};
+use sqlx::PgConnection;
+
+use crate::reconcile::{ExternalStatus, FindingKind, PaymentIntentFacts};
+use crate::scan::ScanError;
+use crate::store::findings::{self, NewIntentFinding};
+use crate::store::StoreError;
+use crate::stripe::{GatewayError, PaymentIntentId, StripeGateway};
+
+/// What re-reading a PaymentIntent without a row said.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OrphanRead {
+    /// The PaymentIntent.
+    pub payment_intent: PaymentIntentId,
+    /// What was learnt.
+    pub outcome: OrphanOutcome,
+}
+
+/// The outcome of one orphan read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OrphanOutcome {
+    /// Succeeded (and carries the metadata key, when one is configured): money
+    /// with no order.
+    MissingLocally(NewIntentFinding),
+    /// Stripe answered and it is not an orphan (not succeeded, no metadata
+    /// key, or unknown to Stripe).
+    NotAnOrphan,
+    /// Stripe could not be asked (the last error).
+    Unverifiable(String),
+}
+
+impl OrphanRead {
+    /// Stripe did not answer.
+    pub fn unverifiable(&self) -> bool {
+        matches!(self.outcome, OrphanOutcome::Unverifiable(_))
+    }
+}
+
+/// Re-reads each PaymentIntent, `in_flight` at a time under the gateway's
+/// shared limiter.
+///
+/// # Errors
+/// [`ScanError::StripeRejected`] for a refused key or a wrong base URL.
+pub async fn read(
+    gateway: &StripeGateway,
+    intents: &[PaymentIntentId],
+    metadata_key: Option<&str>,
+    in_flight: u32,
+) -> Result<Vec<OrphanRead>, ScanError> {
+    futures::stream::iter(intents.iter().cloned())
+        .map(|pi| async move {
+            let outcome = match gateway.payment_intent(&pi).await {
+                Ok(facts) => judge(&pi, &facts, metadata_key),
+                Err(GatewayError::NotFound { .. }) => OrphanOutcome::NotAnOrphan,
+                Err(e @ (GatewayError::Rejected { .. } | GatewayError::Misconfigured { .. })) => {
+                    return Err(ScanError::StripeRejected(e))
+                }
+                Err(e @ GatewayError::Unavailable { .. }) => {
+                    tracing::warn!(payment_intent = %pi, error = %e, "PaymentIntent without a row unverifiable");
+                    OrphanOutcome::Unverifiable(e.to_string())
+                }
+            };
+            Ok(OrphanRead {
+                payment_intent: pi,
+                outcome,
+            })
+        })
+        .buffer_unordered((in_flight as usize).max(1))
+        .try_collect()
+        .await
+}
+
+/// PURE: whether a PaymentIntent with no row is money with no order.
+pub fn judge(
+    pi: &PaymentIntentId,
+    facts: &PaymentIntentFacts,
+    metadata_key: Option<&str>,
+) -> OrphanOutcome {
+    if facts.status != ExternalStatus::parse("succeeded") {
+        return OrphanOutcome::NotAnOrphan;
+    }
+    let marker = match metadata_key {
+        Some(key) => match facts.metadata.get(key) {
+            Some(value) => Some((key, value)),
+            None => return OrphanOutcome::NotAnOrphan,
+        },
+        None => None,
+    };
+    let mut details = serde_json::json!({
+        "amount": facts.amount,
+        "amount_received": facts.amount_received,
+        "currency": facts.currency,
+        "created": facts.created.map(|c| c.to_rfc3339()),
+    });
+    if let Some((key, value)) = marker {
+        details["metadata"] = serde_json::json!({ key: value });
+    }
+    OrphanOutcome::MissingLocally(NewIntentFinding {
+        stripe_payment_intent_id: pi.as_str().to_owned(),
+        kind: FindingKind::MissingLocally.as_str().into_owned(),
+        external_status: Some(facts.status.as_str().to_owned()),
+        details: Some(details),
+    })
+}
+
+/// What recording the orphans did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recorded {
+    /// `missing_locally` findings created.
+    pub created: u64,
+    /// Findings without a payment resolved (a row appeared, or the
+    /// PaymentIntent no longer qualifies).
+    pub cleared: u64,
+}
+
+/// In the run's write transaction, after the payments' own findings (these
+/// findings have no payment to lock first): resolves findings without a
+/// payment for PaymentIntents that now have a row (`with_rows`) or that
+/// Stripe says are no longer orphans, and records the new ones once per open
+/// (PaymentIntent, kind).
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn record(
+    tx: &mut PgConnection,
+    with_rows: &[String],
+    reads: &[OrphanRead],
+) -> Result<Recorded, StoreError> {
+    let mut intents: Vec<&str> = with_rows.iter().map(String::as_str).collect();
+    let mut current: Vec<Option<&str>> = vec![None; intents.len()];
+    let mut new = Vec::new();
+    for r in reads {
+        match &r.outcome {
+            OrphanOutcome::MissingLocally(f) => {
+                intents.push(r.payment_intent.as_str());
+                current.push(Some(f.kind.as_str()));
+                new.push(f.clone());
+            }
+            OrphanOutcome::NotAnOrphan => {
+                intents.push(r.payment_intent.as_str());
+                current.push(None);
+            }
+            OrphanOutcome::Unverifiable(_) => {}
+        }
+    }
+    let cleared = findings::resolve_stale_for_intents(tx, &intents, &current).await?;
+    let created = findings::upsert_open_for_intents(tx, &new).await?;
+    Ok(Recorded { created, cleared })
+}

@@ -1,0 +1,188 @@
+//! `reconciliation_events_position`: one row per events job
+//! (`<RECONCILER_JOB>-events`): how far the events feed has been read, and
+//! the lease that keeps a second `events` run out. The position moves only in
+//! the transaction that commits the run's findings, and only while the lease
+//! is still ours (compare-and-set on `lease_owner`).
+
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+
+use super::{Context, StoreError};
+
+/// One events job's position.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct EventsPosition {
+    /// `<RECONCILER_JOB>-events`.
+    pub job: String,
+    /// Every event created before this instant was read and its findings
+    /// committed; `None` before the first successful run.
+    pub covered_until: Option<DateTime<Utc>>,
+    /// The newest event processed so far (`evt_...`).
+    pub newest_event_id: Option<String>,
+    /// Its `created`.
+    pub newest_event_created: Option<DateTime<Utc>>,
+    /// When a run last committed.
+    pub last_success_at: Option<DateTime<Utc>>,
+}
+
+/// Reads the job's position; `None` when the job never ran.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn read(
+    conn: &mut PgConnection,
+    job: &str,
+) -> Result<Option<EventsPosition>, StoreError> {
+    super::query_as(
+        "SELECT job, covered_until, newest_event_id, newest_event_created, last_success_at
+           FROM reconciliation_events_position WHERE job = $1",
+    )
+    .bind(job)
+    .fetch_optional(conn)
+    .await
+    .context("reading the events position")
+}
+
+/// Takes the job's lease for `ttl_seconds` if it is free, expired or already
+/// ours, creating the row if needed. Returns `false` when another run holds
+/// a live lease. Commits on its own.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn acquire_lease(
+    conn: &mut PgConnection,
+    job: &str,
+    owner: &str,
+    ttl_seconds: f64,
+) -> Result<bool, StoreError> {
+    let mut tx = super::begin(conn).await.context("opening a transaction")?;
+    super::query(
+        "INSERT INTO reconciliation_events_position (job) VALUES ($1) ON CONFLICT DO NOTHING",
+    )
+    .bind(job)
+    .execute(&mut *tx)
+    .await
+    .context("creating the events position")?;
+    let taken = super::query(
+        "UPDATE reconciliation_events_position
+            SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3)
+          WHERE job = $1
+            AND (lease_owner IS NULL OR lease_expires_at < now() OR lease_owner = $2)",
+    )
+    .bind(job)
+    .bind(owner)
+    .bind(ttl_seconds)
+    .execute(&mut *tx)
+    .await
+    .context("taking the events lease")?;
+    tx.commit().await.context("committing the events lease")?;
+    Ok(taken.rows_affected() == 1)
+}
+
+/// Who holds the job's lease and until when; `None` when nobody does.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn lease_holder(
+    conn: &mut PgConnection,
+    job: &str,
+) -> Result<Option<(String, Option<DateTime<Utc>>)>, StoreError> {
+    super::query_as(
+        "SELECT lease_owner, lease_expires_at FROM reconciliation_events_position
+          WHERE job = $1 AND lease_owner IS NOT NULL",
+    )
+    .bind(job)
+    .fetch_optional(conn)
+    .await
+    .context("reading the events lease")
+}
+
+/// The position a committed run moves to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Advance<'a> {
+    /// The new `covered_until`.
+    pub covered_until: DateTime<Utc>,
+    /// The newest event processed by this run, if any (`id`, `created`).
+    pub newest_event: Option<(&'a str, DateTime<Utc>)>,
+}
+
+/// Moves the position inside the run's write transaction, renewing the lease
+/// for `ttl_seconds`. Returns `false` when the lease is no longer `owner`'s
+/// (it expired and another run took it): the caller must roll back.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn advance(
+    conn: &mut PgConnection,
+    job: &str,
+    owner: &str,
+    ttl_seconds: f64,
+    to: &Advance<'_>,
+) -> Result<bool, StoreError> {
+    let (event_id, event_created) = to.newest_event.unzip();
+    let done = super::query(
+        "UPDATE reconciliation_events_position
+            SET covered_until = $3,
+                newest_event_id = coalesce($4, newest_event_id),
+                newest_event_created = coalesce($5, newest_event_created),
+                last_success_at = now(), updated_at = now(),
+                lease_expires_at = now() + make_interval(secs => $6)
+          WHERE job = $1 AND lease_owner = $2",
+    )
+    .bind(job)
+    .bind(owner)
+    .bind(to.covered_until)
+    .bind(event_id)
+    .bind(event_created)
+    .bind(ttl_seconds)
+    .execute(conn)
+    .await
+    .context("moving the events position")?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Extends our lease by `ttl_seconds`; `false` when it is no longer ours.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn renew_lease(
+    conn: &mut PgConnection,
+    job: &str,
+    owner: &str,
+    ttl_seconds: f64,
+) -> Result<bool, StoreError> {
+    let renewed = super::query(
+        "UPDATE reconciliation_events_position
+            SET lease_expires_at = now() + make_interval(secs => $3)
+          WHERE job = $1 AND lease_owner = $2",
+    )
+    .bind(job)
+    .bind(owner)
+    .bind(ttl_seconds)
+    .execute(conn)
+    .await
+    .context("renewing the events lease")?;
+    Ok(renewed.rows_affected() == 1)
+}
+
+/// Gives the lease back (end of run, also a failed one). Commits on its own.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn release_lease(
+    conn: &mut PgConnection,
+    job: &str,
+    owner: &str,
+) -> Result<(), StoreError> {
+    let mut tx = super::begin(conn).await.context("opening a transaction")?;
+    super::query(
+        "UPDATE reconciliation_events_position SET lease_owner = NULL, lease_expires_at = NULL
+          WHERE job = $1 AND lease_owner = $2",
+    )
+    .bind(job)
+    .bind(owner)
+    .execute(&mut *tx)
+    .await
+    .context("releasing the events lease")?;
+    tx.commit().await.context("releasing the events lease")
+}
