@@ -141,3 +141,9 @@ if [ -n "${PUSHGATEWAY_URL:-}" ]; then
   say "what Prometheus would scrape from the Pushgateway ($PUSHGATEWAY_URL/metrics)"
   curl -fsS "$PUSHGATEWAY_URL/metrics" | grep '^stripe_reconciler_' | sed 's/,instance=""//; s/instance="",//'
 fi
+
+# The second job: the events feed catches a missed webhook within one run,
+# whatever the table size, and money taken at Stripe with no payment row.
+say "stripe-reconciler events (scripts/demo-events.sh)"
+env -u RECONCILER_AMOUNT_COLUMN -u RECONCILER_CURRENCY_COLUMN -u RECONCILER_ABANDONED_AFTER_SECONDS \
+  -u RECONCILER_BATCH_SIZE -u RECONCILER_BATCHES_PER_RUN bash scripts/demo-events.sh
