@@ -204,6 +204,15 @@ impl RunMetrics {
                 n,
             );
         }
+        for (endpoint, n) in s.stripe_requests.by_endpoint() {
+            self.set_labelled(
+                "stripe_requests",
+                "Stripe requests sent by the last run, per endpoint (retries included).",
+                "endpoint",
+                endpoint,
+                n as f64,
+            );
+        }
         for o in OUTCOMES {
             let on = f64::from(u8::from(o == s.outcome));
             self.set_labelled(

@@ -8,7 +8,10 @@ pub mod id;
 pub mod retry;
 mod wire;
 
-pub use client::{GatewayConfig, StripeGateway, STRIPE_VERSION};
+pub use client::{
+    CreatedWindow, GatewayConfig, ListPage, ListedPaymentIntent, RequestCounts, StripeGateway,
+    LIST_PAGE_LIMIT, STRIPE_VERSION,
+};
 pub use error::{BuildError, GatewayError, Unavailable};
 pub use id::{InvalidPaymentIntentId, PaymentIntentId};
 pub use retry::RetryPolicy;

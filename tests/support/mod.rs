@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sqlx::PgPool;
-pub use stripe_reconciler::config::JobSettings;
+pub use stripe_reconciler::config::{JobSettings, ReadMode};
 use stripe_reconciler::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
@@ -65,6 +65,9 @@ pub fn settings(batch_size: u32) -> JobSettings {
         rate_limit_rps: 1000,
         max_in_flight: 8,
         http_timeout: Duration::from_secs(2),
+        // The tests written before list reads mock only the retrieve
+        // endpoint; list-mode tests opt in with `list_settings`.
+        read_mode: ReadMode::Retrieve,
         ..JobSettings::default()
     }
 }
