@@ -28,6 +28,10 @@ pub const STRIPE_VERSION: &str = "2024-06-20";
 /// bigger body is garbage (or an attack) and is not buffered.
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
+/// Largest list page read, in bytes: 100 PaymentIntents with their expanded
+/// charges are a few hundred KiB.
+pub const MAX_LIST_BODY_BYTES: usize = 4 * 1024 * 1024;
+
 /// Extra spacing between reads, as a share of `1 / RECONCILER_RATE_LIMIT_RPS`:
 /// at 25/s reads leave every 41.2 ms, so 26 of them span 1.03 s and a read
 /// delayed by up to 30 ms on the way still keeps every one-second window at
@@ -265,7 +269,10 @@ impl StripeGateway {
                 query.append_pair("starting_after", after.as_str());
             }
         }
-        match self.request(&url, parse_list_page).await {
+        match self
+            .request_capped(&url, MAX_LIST_BODY_BYTES, parse_list_page)
+            .await
+        {
             // A 404 on the list path says nothing about a PaymentIntent.
             Err(GatewayError::NotFound { request_id }) => Err(GatewayError::Unavailable {
                 attempts: 1,
@@ -305,13 +312,23 @@ impl StripeGateway {
         url: &Url,
         parse: impl Fn(&HeaderMap, &[u8]) -> Result<T, Unavailable>,
     ) -> Result<T, GatewayError> {
+        self.request_capped(url, MAX_BODY_BYTES, parse).await
+    }
+
+    /// [`StripeGateway::request`] reading bodies of up to `max_body` bytes.
+    async fn request_capped<T>(
+        &self,
+        url: &Url,
+        max_body: usize,
+        parse: impl Fn(&HeaderMap, &[u8]) -> Result<T, Unavailable>,
+    ) -> Result<T, GatewayError> {
         let parse = &parse;
         let (result, attempts) = retry::execute(
             &self.retry,
             self.deadline,
             || async move {
                 self.wait_turn().await;
-                match self.attempt(url, parse).await {
+                match self.attempt(url, max_body, parse).await {
                     Ok(answer) => Attempt::Done(Ok(answer)),
                     Err(AttemptError::Final(e)) => Attempt::Done(Err(e)),
                     Err(AttemptError::Retryable {
@@ -383,6 +400,7 @@ impl StripeGateway {
     async fn attempt<T>(
         &self,
         url: &Url,
+        max_body: usize,
         parse: &impl Fn(&HeaderMap, &[u8]) -> Result<T, Unavailable>,
     ) -> Result<T, AttemptError> {
         self.count_request(url);
@@ -402,7 +420,7 @@ impl StripeGateway {
         if let Some(rid) = &request_id {
             span.record("request_id", rid.as_str());
         }
-        let body = read_capped(response).await.map_err(|cause| match cause {
+        let body = read_capped(response, max_body).await.map_err(|cause| match cause {
             Unavailable::Timeout | Unavailable::Connection(_) => AttemptError::Retryable {
                 outcome: AttemptOutcome::Connection,
                 cause,
@@ -503,19 +521,22 @@ fn header(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(|s| s.chars().take(200).collect())
 }
 
-async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, Unavailable> {
+async fn read_capped(
+    mut response: reqwest::Response,
+    max_body: usize,
+) -> Result<Vec<u8>, Unavailable> {
     if response
         .content_length()
-        .is_some_and(|len| len > MAX_BODY_BYTES as u64)
+        .is_some_and(|len| len > max_body as u64)
     {
-        return Err(Unavailable::TooLarge(MAX_BODY_BYTES));
+        return Err(Unavailable::TooLarge(max_body));
     }
     let mut body = Vec::new();
     loop {
         match response.chunk().await {
             Ok(Some(chunk)) => {
-                if body.len() + chunk.len() > MAX_BODY_BYTES {
-                    return Err(Unavailable::TooLarge(MAX_BODY_BYTES));
+                if body.len() + chunk.len() > max_body {
+                    return Err(Unavailable::TooLarge(max_body));
                 }
                 body.extend_from_slice(&chunk);
             }
