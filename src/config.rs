@@ -373,12 +373,7 @@ impl Settings {
             read_mode: match job.read_mode.as_deref().map(str::trim) {
                 None | Some("list") => ReadMode::List,
                 Some("retrieve") => ReadMode::Retrieve,
-                Some(_) => {
-                    return Err(invalid(
-                        "RECONCILER_READ_MODE",
-                        "must be list or retrieve",
-                    ))
-                }
+                Some(_) => return Err(invalid("RECONCILER_READ_MODE", "must be list or retrieve")),
             },
             list_window_slack: Duration::from_secs(number(
                 "RECONCILER_LIST_WINDOW_SLACK_SECONDS",

@@ -14,8 +14,8 @@ use super::list::{list_batch, Listed};
 use super::ScanError;
 use crate::config::ReadMode;
 use crate::reconcile::{
-    classify, Decision, ExternalStatus, FindingKind, LocalPayment, LocalStatus,
-    PaymentIntentFacts, Verdict,
+    classify, Decision, ExternalStatus, FindingKind, LocalPayment, LocalStatus, PaymentIntentFacts,
+    Verdict,
 };
 use crate::store::payments::{self, PaymentRow};
 use crate::stripe::{GatewayError, PaymentIntentId, StripeGateway};
@@ -193,9 +193,11 @@ pub async fn observe_batch(
                     .and_then(|f| f.as_ref().ok())
                     .cloned();
                 async move {
-                    observe(pool, gateway, row, settings, now, tally, from_list, in_flight)
-                        .await
-                        .map(|o| (index, o))
+                    observe(
+                        pool, gateway, row, settings, now, tally, from_list, in_flight,
+                    )
+                    .await
+                    .map(|o| (index, o))
                 }
             })
             .buffer_unordered((settings.max_in_flight as usize).max(1))

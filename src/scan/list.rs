@@ -59,7 +59,9 @@ struct Chain<'a> {
 impl Chain<'_> {
     fn take_page(&self) -> bool {
         self.budget
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| left.checked_sub(1))
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                left.checked_sub(1)
+            })
             .is_ok()
     }
 
@@ -158,7 +160,10 @@ pub async fn list_batch(
     let wanted: HashSet<&str> = rows.iter().map(|(_, id)| id.as_str()).collect();
     let core_rows: Vec<&(&PaymentRow, &PaymentIntentId)> =
         rows.iter().filter(|(r, _)| r.id > cursor_from).collect();
-    let mut times: Vec<i64> = core_rows.iter().map(|(r, _)| r.created_at.timestamp()).collect();
+    let mut times: Vec<i64> = core_rows
+        .iter()
+        .map(|(r, _)| r.created_at.timestamp())
+        .collect();
     times.sort_unstable();
     let core: HashSet<&str> = core_rows.iter().map(|(_, id)| id.as_str()).collect();
     let windows = sub_windows(&times);
@@ -184,9 +189,10 @@ pub async fn list_batch(
     };
     futures::future::try_join_all(windows.iter().map(|w| chain.run(*w, None))).await?;
 
-    // The slack rings, each only when it is worth its pages.
+    // The slack rings, each only when it is worth its pages (and never after
+    // a failed page: Stripe's lists are not answering).
     let slack = i64::try_from(settings.list_window_slack.as_secs()).unwrap_or(i64::MAX / 4);
-    if slack > 0 {
+    if slack > 0 && failed.load(Ordering::Relaxed) == 0 {
         let unseen = {
             let found = found.lock().unwrap_or_else(|p| p.into_inner());
             core.iter().filter(|id| !found.contains_key(**id)).count()
@@ -206,8 +212,7 @@ pub async fn list_batch(
                     lte: hi.saturating_add(slack),
                 },
             ];
-            futures::future::try_join_all(rings.iter().map(|w| chain.run(*w, Some(&core))))
-                .await?;
+            futures::future::try_join_all(rings.iter().map(|w| chain.run(*w, Some(&core)))).await?;
         }
     }
     Ok(Listed {
@@ -232,7 +237,10 @@ mod tests {
             assert_eq!(pair[0].lte + 1, pair[1].gte);
         }
         // Every second in one sub-window: a single window.
-        assert_eq!(sub_windows(&[5; 500]), vec![CreatedWindow { gte: 5, lte: 5 }]);
+        assert_eq!(
+            sub_windows(&[5; 500]),
+            vec![CreatedWindow { gte: 5, lte: 5 }]
+        );
         assert!(sub_windows(&[]).is_empty());
     }
 }

@@ -184,12 +184,7 @@ async fn batches(
                 rows_per_run: u64::from(settings.batches_per_run) * rows_per_batch,
             };
             let progress = cycle_progress(table, report.cursor_to, pace);
-            log_batch(
-                number,
-                &report,
-                boundary.elapsed().as_secs_f64(),
-                &progress,
-            );
+            log_batch(number, &report, boundary.elapsed().as_secs_f64(), &progress);
             boundary = Instant::now();
         }
         Ok(())

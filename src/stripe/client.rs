@@ -420,14 +420,16 @@ impl StripeGateway {
         if let Some(rid) = &request_id {
             span.record("request_id", rid.as_str());
         }
-        let body = read_capped(response, max_body).await.map_err(|cause| match cause {
-            Unavailable::Timeout | Unavailable::Connection(_) => AttemptError::Retryable {
-                outcome: AttemptOutcome::Connection,
-                cause,
-                request_id: request_id.clone(),
-            },
-            cause => final_unavailable(cause, request_id.clone()),
-        })?;
+        let body = read_capped(response, max_body)
+            .await
+            .map_err(|cause| match cause {
+                Unavailable::Timeout | Unavailable::Connection(_) => AttemptError::Retryable {
+                    outcome: AttemptOutcome::Connection,
+                    cause,
+                    request_id: request_id.clone(),
+                },
+                cause => final_unavailable(cause, request_id.clone()),
+            })?;
         match status {
             StatusCode::OK => {
                 parse(&headers, &body).map_err(|cause| final_unavailable(cause, request_id))

@@ -2,6 +2,7 @@
 //! rows, and queries of what a user would check.
 #![allow(dead_code)]
 
+pub mod account;
 pub mod pgbouncer;
 pub mod pushgateway;
 pub mod seed_algorithm;
