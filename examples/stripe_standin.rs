@@ -329,23 +329,19 @@ impl Standin {
                 _ => {}
             }
         }
-        let cursor = |id: &Option<String>| -> Result<Option<usize>, ResponseTemplate> {
-            match id {
-                None => Ok(None),
-                Some(id) => self.position.get(id).map(|p| Some(*p)).ok_or_else(|| {
-                    self.envelope(
-                        400,
-                        "invalid_request_error",
-                        "resource_missing",
-                        &format!("No such payment_intent: '{id}'"),
-                    )
-                }),
+        // A cursor id Stripe does not know is a 400 `resource_missing`.
+        for id in [&after, &before].into_iter().flatten() {
+            if !self.position.contains_key(id) {
+                return self.envelope(
+                    400,
+                    "invalid_request_error",
+                    "resource_missing",
+                    &format!("No such payment_intent: '{id}'"),
+                );
             }
-        };
-        let (after, before) = match (cursor(&after), cursor(&before)) {
-            (Ok(a), Ok(b)) => (a, b),
-            (Err(e), _) | (_, Err(e)) => return e,
-        };
+        }
+        let after = after.map(|id| self.position[&id]);
+        let before = before.map(|id| self.position[&id]);
         // Newest first: `order` is sorted by `created` descending.
         let in_window = |i: &usize| {
             let c = self.created[&self.order[*i]];

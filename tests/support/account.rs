@@ -159,7 +159,7 @@ impl Respond for Account {
                 .iter()
                 .filter(|pi| {
                     let c = pi["created"].as_i64().unwrap_or(0);
-                    gte.is_none_or(|g| c >= g) && lte.is_none_or(|l| c <= l)
+                    gte.map_or(true, |g| c >= g) && lte.map_or(true, |l| c <= l)
                 })
                 .filter(|pi| !s.deleted.iter().any(|d| pi["id"] == d.as_str()))
                 .collect();
