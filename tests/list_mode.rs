@@ -5,14 +5,12 @@
 
 mod support;
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use stripe_reconciler::config::{JobSettings, ReadMode};
 use stripe_reconciler::reconcile::Verdict;
 use stripe_reconciler::scan::{self, run_batch, BatchReport, Mode, RunOptions, ScanError};
-use support::account::Account;
+use support::account::{insert_at, Account};
 use support::*;
 use tokio_util::sync::CancellationToken;
 
@@ -26,21 +24,6 @@ fn list_settings(batch_size: u32) -> JobSettings {
         read_mode: ReadMode::List,
         ..settings(batch_size)
     }
-}
-
-/// A payment created at `created` (Unix seconds), last updated an hour ago.
-async fn insert_at(pool: &PgPool, pi: &str, status: &str, created: i64) -> i64 {
-    sqlx::query_scalar(
-        "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
-         VALUES ('order-' || $1 || '-' || $3, $1, $2, to_timestamp($3), now() - interval '1 hour')
-         RETURNING id",
-    )
-    .bind(pi)
-    .bind(status)
-    .bind(created as f64)
-    .fetch_one(pool)
-    .await
-    .unwrap()
 }
 
 async fn batch(pool: &PgPool, account: &wiremock::MockServer, s: &JobSettings) -> BatchReport {
@@ -462,56 +445,4 @@ async fn a_page_that_is_not_a_stripe_list_is_a_failed_read(pool: PgPool) {
 
     assert_eq!(report.verdicts.get(Verdict::InSync), 8);
     assert_eq!(account.count("retrieve"), 8);
-}
-
-/// List pages, fallback retrieves and overlapping batches all share the one
-/// rate limit: never more than RECONCILER_RATE_LIMIT_RPS requests in any
-/// one-second window, and the next batch's reads start before the previous
-/// batch's commit is done.
-#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
-async fn list_pages_and_overlapping_batches_share_the_rate_limit(pool: PgPool) {
-    let account = Account::with_latency(Duration::from_millis(100));
-    let t = an_hour_ago();
-    for i in 0..120 {
-        let pi = format!("pi_Rate{i:04}");
-        insert_at(&pool, &pi, "paid", t - 1000 + i * 5).await;
-        // A third of them created far from their row: retrieves.
-        let created = if i % 3 == 0 {
-            t - 40 * 86_400
-        } else {
-            t - 1000 + i * 5
-        };
-        account.add(&pi, "succeeded", created);
-    }
-    let server = account.serve().await;
-    let s = JobSettings {
-        rate_limit_rps: 10,
-        batches_per_run: 20,
-        ..list_settings(20)
-    };
-
-    let (summary, result) = scan::run(
-        &pool,
-        &gateway_with(&server, 10, Duration::from_secs(2)),
-        &s,
-        RunOptions::default(),
-        CancellationToken::new(),
-    )
-    .await;
-
-    result.unwrap();
-    assert_eq!(summary.rows_scanned, 120);
-    let seen = account.seen();
-    let arrivals: Vec<_> = seen.iter().map(|s| s.at).collect();
-    assert!(account.count("list") >= 6 && account.count("retrieve") >= 40);
-    assert!(
-        max_in_window(&arrivals, Duration::from_secs(1)) <= 10,
-        "{} requests in one second",
-        max_in_window(&arrivals, Duration::from_secs(1))
-    );
-    assert_eq!(
-        summary.stripe_requests.total() as usize,
-        seen.len(),
-        "stripe_requests counts every request"
-    );
 }

@@ -119,14 +119,20 @@ impl Chain<'_> {
 }
 
 /// The core sub-windows: `times` (sorted Unix seconds of the rows' `created_at`)
-/// cut every [`ROWS_PER_SUB_WINDOW`] rows into contiguous, non-overlapping
-/// windows that together cover `[times[0], times[last]]`.
-pub fn sub_windows(times: &[i64]) -> Vec<CreatedWindow> {
+/// cut into contiguous, non-overlapping windows of equal row counts, about
+/// [`ROWS_PER_SUB_WINDOW`] rows each but never more windows than `max_pages`,
+/// that together cover `[times[0], times[last]]`.
+pub fn sub_windows(times: &[i64], max_pages: usize) -> Vec<CreatedWindow> {
     let (Some(&lo), Some(&hi)) = (times.first(), times.last()) else {
         return Vec::new();
     };
+    let windows = times
+        .len()
+        .div_ceil(ROWS_PER_SUB_WINDOW)
+        .clamp(1, max_pages.max(1));
+    let per_window = times.len().div_ceil(windows);
     let mut starts: Vec<i64> = vec![lo];
-    for chunk in times.chunks(ROWS_PER_SUB_WINDOW).skip(1) {
+    for chunk in times.chunks(per_window).skip(1) {
         if chunk[0] > *starts.last().unwrap_or(&lo) {
             starts.push(chunk[0]);
         }
@@ -166,7 +172,7 @@ pub async fn list_batch(
         .collect();
     times.sort_unstable();
     let core: HashSet<&str> = core_rows.iter().map(|(_, id)| id.as_str()).collect();
-    let windows = sub_windows(&times);
+    let windows = sub_windows(&times, settings.list_max_pages as usize);
     let (Some(&lo), Some(&hi)) = (times.first(), times.last()) else {
         return Ok(Listed::default());
     };
@@ -229,8 +235,11 @@ mod tests {
     #[test]
     fn sub_windows_cover_the_window_without_overlap() {
         let times: Vec<i64> = (0..300).map(|i| 1_000 + i * 2).collect();
-        let w = sub_windows(&times);
+        let w = sub_windows(&times, 10);
         assert_eq!(w.len(), 4);
+        // 75 rows each, not 95 + 95 + 95 + 15.
+        assert_eq!(w[1].gte, 1_150);
+        assert_eq!(sub_windows(&times, 2).len(), 2);
         assert_eq!(w[0].gte, 1_000);
         assert_eq!(w.last().unwrap().lte, 1_598);
         for pair in w.windows(2) {

@@ -203,3 +203,18 @@ impl Respond for Account {
         response.set_delay(self.latency)
     }
 }
+
+/// A payment created at `created` (Unix seconds), last updated an hour ago.
+pub async fn insert_at(pool: &sqlx::PgPool, pi: &str, status: &str, created: i64) -> i64 {
+    sqlx::query_scalar(
+        "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
+         VALUES ('order-' || $1 || '-' || $3, $1, $2, to_timestamp($3), now() - interval '1 hour')
+         RETURNING id",
+    )
+    .bind(pi)
+    .bind(status)
+    .bind(created as f64)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
