@@ -247,9 +247,9 @@ mod tests {
         }
         // Every second in one sub-window: a single window.
         assert_eq!(
-            sub_windows(&[5; 500]),
+            sub_windows(&[5; 500], 10),
             vec![CreatedWindow { gte: 5, lte: 5 }]
         );
-        assert!(sub_windows(&[]).is_empty());
+        assert!(sub_windows(&[], 10).is_empty());
     }
 }
