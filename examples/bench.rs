@@ -513,7 +513,8 @@ async fn run_binary(
         let Ok(v) = serde_json::from_str::<Value>(line) else {
             continue;
         };
-        if v["message"] == "batch done" || v["fields"]["message"] == "batch done" {
+        let is_batch = |m: &Value| m.as_str().is_some_and(|m| m.starts_with("batch done"));
+        if is_batch(&v["message"]) || is_batch(&v["fields"]["message"]) {
             let f = if v["rows"].is_null() {
                 &v["fields"]
             } else {
@@ -1367,17 +1368,18 @@ struct ListAccount {
     /// Every listed PaymentIntent as `(created, key)`, newest first; key
     /// `g * (foreign + 1) + k`, k = 0 for the row's own PaymentIntent.
     order: Vec<(i64, u64)>,
-    head: String,
-    middle: String,
-    tail: String,
+    /// The fixture with `"__BENCH_ID__"` and `-4242` for the id and `created`.
+    template: String,
     latency: Duration,
     arrivals: Arc<Mutex<Vec<Instant>>>,
     lists: AtomicU64,
 }
 
 impl ListAccount {
+    /// -2..=2 seconds, pseudo-random (a multiplicative hash, so batch
+    /// boundaries do not line up with a pattern).
     fn jitter(g: u64) -> i64 {
-        (g.wrapping_mul(7919) % 5) as i64 - 2
+        ((g.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) % 5) as i64 - 2
     }
 
     fn created(&self, key: u64) -> i64 {
@@ -1412,12 +1414,10 @@ impl ListAccount {
 
     fn object(&self, key: u64) -> String {
         let id = serde_json::to_string(&self.id(key)).unwrap_or_default();
-        format!(
-            "{}{id}{}{}{}",
-            self.head,
-            self.middle,
-            self.created(key),
-            self.tail
+        self.template.replacen("\"__BENCH_ID__\"", &id, 1).replacen(
+            "-4242",
+            &self.created(key).to_string(),
+            1,
         )
     }
 
@@ -1516,17 +1516,17 @@ impl ListStandin {
         pi["id"] = Value::from(ID);
         pi["status"] = Value::from("succeeded");
         pi["created"] = Value::from(-4242);
-        let text = serde_json::to_string(&pi)?;
-        let (head, rest) = text.split_once(&format!("\"{ID}\"")).context("id")?;
-        let (middle, tail) = rest.split_once("-4242").context("created")?;
+        let template = serde_json::to_string(&pi)?;
+        ensure!(
+            template.contains("-4242") && template.contains(ID),
+            "fixture template"
+        );
         let mut account = ListAccount {
             first,
             rows,
             foreign,
             order: Vec::new(),
-            head: head.to_owned(),
-            middle: middle.to_owned(),
-            tail: tail.to_owned(),
+            template,
             latency,
             arrivals: Arc::new(Mutex::new(Vec::with_capacity(200_000))),
             lists: AtomicU64::new(0),
@@ -1705,6 +1705,25 @@ async fn scenarios_list(
         (Some(a), Some(b)) => (*b - *a).as_secs_f64(),
         _ => wall,
     };
+    let gaps: Vec<f64> = arrivals
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64() * 1000.0)
+        .collect();
+    eprintln!(
+        "    gaps between arrivals: p50 {:.2} / p90 {:.2} / p99 {:.2} / max {:.2} ms; sum of gaps over 45 ms: {:.0} ms",
+        median(&gaps),
+        percentile(&gaps, 90.0),
+        percentile(&gaps, 99.0),
+        percentile(&gaps, 100.0),
+        gaps.iter().filter(|g| **g > 45.0).map(|g| g - 41.2).sum::<f64>()
+    );
+    let big: Vec<String> = gaps
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| **g > 60.0)
+        .map(|(i, g)| format!("after request {}: {g:.0} ms", i + 1))
+        .collect();
+    eprintln!("    gaps over 60 ms: {}", big.join(", "));
     let s3 = "L3 (retrieve, batch 200, 200 ms, 25/s)";
     let share = arrivals.len().saturating_sub(1) as f64 / span / f64::from(RPS);
     out.push(line(

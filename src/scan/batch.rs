@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-use super::detect::{observe_batch, Observation, Observed};
+use super::detect::{observe_batch, Observation, Observed, Pacing};
 use super::report::BatchReport;
 use super::ScanError;
 use crate::config::JobSettings;
@@ -119,7 +119,11 @@ pub async fn run_batch_until(
 ) -> Result<BatchReport, ScanError> {
     let in_flight = Semaphore::new((settings.max_in_flight as usize).max(1));
     let prepared = prepare(pool, settings, mode, lease, &Start::Cursor).await?;
-    let read = read_stripe(pool, gateway, settings, prepared, shutdown, &in_flight).await?;
+    let pacing = Pacing {
+        in_flight: &in_flight,
+        all_started: None,
+    };
+    let read = read_stripe(pool, gateway, settings, prepared, shutdown, pacing).await?;
     commit(pool, settings, mode, lease, read).await
 }
 
@@ -188,7 +192,7 @@ pub(crate) async fn read_stripe(
     settings: &JobSettings,
     prepared: Prepared,
     shutdown: &CancellationToken,
-    in_flight: &Semaphore,
+    pacing: Pacing<'_>,
 ) -> Result<ReadBatch, ScanError> {
     let Prepared {
         cursor_from,
@@ -206,7 +210,7 @@ pub(crate) async fn read_stripe(
     let observed = tokio::select! {
         biased;
         () = shutdown.cancelled() => return Err(ScanError::Interrupted),
-        observed = observe_batch(pool, gateway, rows, cursor_from, settings, Utc::now(), in_flight) => observed?,
+        observed = observe_batch(pool, gateway, rows, cursor_from, settings, Utc::now(), pacing) => observed?,
     };
     if shutdown.is_cancelled() {
         return Err(ScanError::Interrupted);

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use crate::config::JobSettings;
 use futures::{StreamExt, TryStreamExt};
 use sqlx::PgPool;
-use tokio::sync::{OnceCell, Semaphore};
+use tokio::sync::{oneshot, OnceCell, Semaphore};
 
 use super::list::{list_batch, Listed};
 use super::ScanError;
@@ -106,6 +106,18 @@ async fn check_key(pool: &PgPool, gateway: &StripeGateway) -> KeyCheck {
     }
 }
 
+/// How one batch's reads share the run with the batches around it.
+#[derive(Debug)]
+pub struct Pacing<'a> {
+    /// Every Stripe request holds one of these permits
+    /// (`RECONCILER_MAX_IN_FLIGHT` for the whole run).
+    pub in_flight: &'a Semaphore,
+    /// Fired (or dropped) once every read of the batch has been started: the
+    /// next batch may then start its own, so the rate limiter never waits
+    /// for a batch's last answers.
+    pub all_started: Option<oneshot::Sender<()>>,
+}
+
 /// Phase 2's outcome for one batch.
 #[derive(Debug)]
 pub struct Observed {
@@ -138,7 +150,11 @@ pub async fn observe_all(
     now: DateTime<Utc>,
 ) -> Result<Vec<Observation>, ScanError> {
     let in_flight = Semaphore::new((settings.max_in_flight as usize).max(1));
-    observe_batch(pool, gateway, rows, i64::MIN, settings, now, &in_flight)
+    let pacing = Pacing {
+        in_flight: &in_flight,
+        all_started: None,
+    };
+    observe_batch(pool, gateway, rows, i64::MIN, settings, now, pacing)
         .await
         .map(|o| o.observations)
 }
@@ -158,8 +174,14 @@ pub async fn observe_batch(
     cursor_from: i64,
     settings: &JobSettings,
     now: DateTime<Utc>,
-    in_flight: &Semaphore,
+    pacing: Pacing<'_>,
 ) -> Result<Observed, ScanError> {
+    let Pacing {
+        in_flight,
+        all_started,
+    } = pacing;
+    let all_started = std::sync::Mutex::new(all_started);
+    let last = rows.len().saturating_sub(1);
     let tally = Tally::default();
     let mut listed = Listed::default();
     if settings.read_mode == ReadMode::List {
@@ -179,12 +201,27 @@ pub async fn observe_batch(
             .zip(&ids)
             .filter_map(|(r, id)| Some((r, id.as_ref()?)))
             .collect();
-        listed = list_batch(gateway, &to_read, cursor_from, settings, in_flight).await?;
+        listed = list_batch(
+            gateway,
+            &to_read,
+            cursor_from,
+            settings,
+            in_flight,
+            &all_started,
+        )
+        .await?;
     }
     let found = &listed.found;
     let mut observed: Vec<(usize, Observation)> =
         futures::stream::iter(rows.into_iter().enumerate())
             .map(|(index, row)| {
+                if index == last {
+                    if let Some(started) =
+                        all_started.lock().unwrap_or_else(|p| p.into_inner()).take()
+                    {
+                        let _ = started.send(());
+                    }
+                }
                 let tally = &tally;
                 let from_list = row
                     .stripe_payment_intent_id

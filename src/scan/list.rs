@@ -18,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{oneshot, Semaphore};
 
 use super::ScanError;
 use crate::config::JobSettings;
@@ -54,6 +54,9 @@ struct Chain<'a> {
     pages: &'a AtomicUsize,
     failed: &'a AtomicUsize,
     items: &'a AtomicUsize,
+    /// Core windows whose first page has not yet been sent.
+    first_pages_left: &'a AtomicUsize,
+    all_started: &'a Mutex<Option<oneshot::Sender<()>>>,
 }
 
 impl Chain<'_> {
@@ -70,20 +73,45 @@ impl Chain<'_> {
         core.iter().all(|id| found.contains_key(*id))
     }
 
+    /// Once the first page of every core window has its permit, the batch
+    /// has no request queued that the next batch's could overtake: the next
+    /// batch may start (its pages then fill the limiter while these answer).
+    fn first_page_sent(&self) {
+        if self.first_pages_left.fetch_sub(1, Ordering::Relaxed) == 1 {
+            if let Some(started) = self
+                .all_started
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+            {
+                let _ = started.send(());
+            }
+        }
+    }
+
     /// Pages `window` until its end, the page budget, or (with `until_found`)
-    /// until every id of `until_found` was seen.
+    /// until every id of `until_found` was seen. A core window (`core_window`)
+    /// counts its first page toward [`Chain::first_page_sent`].
     async fn run(
         &self,
         window: CreatedWindow,
         until_found: Option<&HashSet<&str>>,
+        core_window: bool,
     ) -> Result<(), ScanError> {
         let mut after: Option<PaymentIntentId> = None;
+        let mut first = core_window;
         loop {
             if until_found.is_some_and(|core| self.all_found(core)) || !self.take_page() {
+                if first {
+                    self.first_page_sent();
+                }
                 return Ok(());
             }
             let page = {
                 let _permit = self.in_flight.acquire().await;
+                if std::mem::take(&mut first) {
+                    self.first_page_sent();
+                }
                 self.gateway
                     .list_payment_intents(window, after.as_ref())
                     .await
@@ -162,6 +190,7 @@ pub async fn list_batch(
     cursor_from: i64,
     settings: &JobSettings,
     in_flight: &Semaphore,
+    all_started: &Mutex<Option<oneshot::Sender<()>>>,
 ) -> Result<Listed, ScanError> {
     let wanted: HashSet<&str> = rows.iter().map(|(_, id)| id.as_str()).collect();
     let core_rows: Vec<&(&PaymentRow, &PaymentIntentId)> =
@@ -192,8 +221,10 @@ pub async fn list_batch(
         pages: &pages,
         failed: &failed,
         items: &items,
+        first_pages_left: &AtomicUsize::new(windows.len()),
+        all_started,
     };
-    futures::future::try_join_all(windows.iter().map(|w| chain.run(*w, None))).await?;
+    futures::future::try_join_all(windows.iter().map(|w| chain.run(*w, None, true))).await?;
 
     // The slack rings, each only when it is worth its pages (and never after
     // a failed page: Stripe's lists are not answering).
@@ -218,7 +249,8 @@ pub async fn list_batch(
                     lte: hi.saturating_add(slack),
                 },
             ];
-            futures::future::try_join_all(rings.iter().map(|w| chain.run(*w, Some(&core)))).await?;
+            futures::future::try_join_all(rings.iter().map(|w| chain.run(*w, Some(&core), false)))
+                .await?;
         }
     }
     Ok(Listed {

@@ -11,9 +11,10 @@ use tokio_util::sync::CancellationToken;
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::batch::{commit, prepare, read_stripe, Lease, Mode, Prepared, Start};
+use super::detect::Pacing;
 use super::progress::{cycle_progress, CycleProgress, Pace, TableExtent};
 use super::report::{BatchReport, RunSummary};
 use super::ScanError;
@@ -92,9 +93,10 @@ pub async fn run(
 }
 
 /// The batches of a run, pipelined so that Stripe is never idle at a batch
-/// boundary: while batch k commits (phase 3), batch k+1 has already read its
-/// rows (phase 1, starting right after batch k's last id, without waiting for
-/// the cursor to move) and its Stripe reads are in flight. At most two
+/// boundary: as soon as batch k has started its last Stripe read, batch k+1
+/// reads its rows (phase 1, starting right after batch k's last id, without
+/// waiting for the cursor to move) and starts its own reads, so they queue at
+/// the rate limiter while batch k's last answers arrive and batch k commits. At most two
 /// batches are between phase 1 and their commit; commits happen in order, each
 /// with the compare-and-set `last_id = previous batch's last id`, so a lost
 /// race still rolls its batch back and stops the run (exit 75), and the batch
@@ -134,6 +136,12 @@ async fn batches(
                 let Ok(slot) = slots.acquire().await else {
                     return None;
                 };
+                // The previous batch has started every read (or ended).
+                if let Some(gate) = plan.gate.take() {
+                    let _ = gate.await;
+                }
+                let (all_started, gate) = oneshot::channel();
+                plan.gate = Some(gate);
                 let read: BoxFuture<'_, _> = match start {
                     Err(e) => {
                         plan.done = true;
@@ -146,7 +154,11 @@ async fn batches(
                         }
                         Ok(prepared) => {
                             plan.prepared(&prepared, options);
-                            read_stripe(pool, gateway, settings, prepared, shutdown, in_flight)
+                            let pacing = Pacing {
+                                in_flight,
+                                all_started: Some(all_started),
+                            };
+                            read_stripe(pool, gateway, settings, prepared, shutdown, pacing)
                                 .map(move |r| r.map(|read| (read, slot)))
                                 .boxed()
                         }
@@ -202,6 +214,8 @@ async fn batches(
 /// the end of the table once rows were read or on a second wrap in a row).
 struct Plan {
     start: Start,
+    /// Fires when the previous batch has started all its reads.
+    gate: Option<oneshot::Receiver<()>>,
     started: u32,
     rows_read: u64,
     previous_wrapped: bool,
@@ -212,6 +226,7 @@ impl Plan {
     fn new() -> Self {
         Plan {
             start: Start::Cursor,
+            gate: None,
             started: 0,
             rows_read: 0,
             previous_wrapped: false,
