@@ -65,4 +65,28 @@ async fn list_pages_and_overlapping_batches_share_the_rate_limit(pool: PgPool) {
         seen.len(),
         "stripe_requests counts every request"
     );
+    // Batches overlap: the second batch (rows 20..40) lists its window while
+    // the first batch's own retrieves are still being sent.
+    let first_batch_last_retrieve = seen
+        .iter()
+        .filter(|s| s.endpoint == "retrieve")
+        .filter(|s| {
+            s.id.as_deref()
+                .and_then(|id| id.strip_prefix("pi_Rate"))
+                .and_then(|n| n.parse::<i64>().ok())
+                .is_some_and(|n| n < 20)
+        })
+        .map(|s| s.at)
+        .max()
+        .unwrap();
+    let second_batch_first_page = seen
+        .iter()
+        .filter(|s| s.endpoint == "list" && s.gte >= Some(t - 1000 + 20 * 5))
+        .map(|s| s.at)
+        .min()
+        .unwrap();
+    assert!(
+        second_batch_first_page < first_batch_last_retrieve,
+        "the second batch waited for the first one's reads to finish"
+    );
 }
