@@ -96,8 +96,8 @@ pub async fn run(
 /// boundary: as soon as batch k has started its last Stripe read, batch k+1
 /// reads its rows (phase 1, starting right after batch k's last id, without
 /// waiting for the cursor to move) and starts its own reads, so they queue at
-/// the rate limiter while batch k's last answers arrive and batch k commits. At most two
-/// batches are between phase 1 and their commit; commits happen in order, each
+/// the rate limiter while batch k's last answers arrive and batch k commits. At most
+/// [`BATCHES_IN_PROGRESS`] batches are between phase 1 and their commit; commits happen in order, each
 /// with the compare-and-set `last_id = previous batch's last id`, so a lost
 /// race still rolls its batch back and stops the run (exit 75), and the batch
 /// being read is abandoned without a write. Every Stripe request of the run
@@ -125,7 +125,7 @@ async fn batches(
     let run_started = Instant::now();
     let in_flight = Semaphore::new((settings.max_in_flight as usize).max(1));
     // A batch holds a slot from its phase 1 to the end of its commit.
-    let slots = Semaphore::new(2);
+    let slots = Semaphore::new(BATCHES_IN_PROGRESS);
     let (sender, mut receiver) = mpsc::unbounded_channel();
 
     let producer = async {
@@ -167,7 +167,7 @@ async fn batches(
                 Some((read, plan))
             }
         })
-        .buffered(2);
+        .buffered(BATCHES_IN_PROGRESS);
         let mut reads = std::pin::pin!(reads);
         while let Some(read) = reads.next().await {
             let failed = read.is_err();
@@ -209,6 +209,12 @@ async fn batches(
     }
 }
 
+/// Batches between their phase 1 and the end of their commit, at most. Three,
+/// not two: in list mode a batch's few fallback retrieves queue at the rate
+/// limiter behind the next batch's pages, so it may still be committing when
+/// that next batch has sent its pages and the one after it should start.
+const BATCHES_IN_PROGRESS: usize = 3;
+
 /// Which batches the producer starts: the loop rules of a run (at most
 /// `RECONCILER_BATCHES_PER_RUN`, the run deadline, shutdown, and stopping at
 /// the end of the table once rows were read or on a second wrap in a row).
@@ -216,6 +222,8 @@ struct Plan {
     start: Start,
     /// Fires when the previous batch has started all its reads.
     gate: Option<oneshot::Receiver<()>>,
+    /// Row ids of the last batches prepared (some may still be committing).
+    recent: std::collections::VecDeque<Vec<i64>>,
     started: u32,
     rows_read: u64,
     previous_wrapped: bool,
@@ -227,6 +235,7 @@ impl Plan {
         Plan {
             start: Start::Cursor,
             gate: None,
+            recent: std::collections::VecDeque::new(),
             started: 0,
             rows_read: 0,
             previous_wrapped: false,
@@ -269,9 +278,15 @@ impl Plan {
             Some(id) => {
                 self.rows_read += p.rows.len() as u64;
                 self.previous_wrapped = false;
+                // Rows of the batches that may still be uncommitted are left
+                // out of the next batch's rows behind the cursor.
+                self.recent.push_back(p.rows.iter().map(|r| r.id).collect());
+                while self.recent.len() > BATCHES_IN_PROGRESS - 1 {
+                    self.recent.pop_front();
+                }
                 self.start = Start::After {
                     id,
-                    pending: p.rows.iter().map(|r| r.id).collect(),
+                    pending: self.recent.iter().flatten().copied().collect(),
                 };
             }
             None => {
@@ -286,7 +301,7 @@ impl Plan {
                 self.previous_wrapped = true;
                 self.start = Start::After {
                     id: 0,
-                    pending: Vec::new(),
+                    pending: self.recent.iter().flatten().copied().collect(),
                 };
             }
         }
