@@ -446,3 +446,64 @@ async fn a_page_that_is_not_a_stripe_list_is_a_failed_read(pool: PgPool) {
     assert_eq!(report.verdicts.get(Verdict::InSync), 8);
     assert_eq!(account.count("retrieve"), 8);
 }
+
+/// Overlapping batches keep the compare-and-set as the guarantee: when
+/// another writer moves the cursor while batch 2 is being read (and batch 3
+/// already reads its rows), batch 2 rolls back, batch 3 is abandoned, and the
+/// run stops with ConcurrentRun (exit 75); only batch 1 is written.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_cursor_moved_during_overlapping_batches_rolls_back_and_stops(pool: PgPool) {
+    let account = Account::with_latency(std::time::Duration::from_millis(300));
+    let t = an_hour_ago();
+    for i in 0..60 {
+        let pi = format!("pi_Race{i:03}");
+        insert_at(&pool, &pi, "paid", t - 600 + i).await;
+        account.add(&pi, "succeeded", t - 600 + i);
+    }
+    let server = account.serve().await;
+    // Two requests a second: batch 2's page leaves half a second after batch
+    // 1's, so batch 1 commits (and the cursor moves) long before batch 2 can.
+    let s = JobSettings {
+        batches_per_run: 10,
+        rate_limit_rps: 2,
+        ..list_settings(20)
+    };
+    let intruder = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            // Once batch 1 has committed, another writer moves the cursor.
+            while cursor(&pool, "payments-vs-stripe").await < 20 {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            sqlx::query("UPDATE reconciliation_cursor SET last_id = 1000")
+                .execute(&pool)
+                .await
+                .unwrap();
+        })
+    };
+
+    let (summary, result) = scan::run(
+        &pool,
+        &gateway_with(&server, 2, std::time::Duration::from_secs(2)),
+        &s,
+        RunOptions::default(),
+        CancellationToken::new(),
+    )
+    .await;
+    intruder.await.unwrap();
+
+    let e = result.unwrap_err();
+    assert!(matches!(e, ScanError::ConcurrentRun { .. }), "{e:?}");
+    assert_eq!(e.exit_code(), 75);
+    assert_eq!(summary.batches, 1, "{summary:?}");
+    assert_eq!(cursor(&pool, "payments-vs-stripe").await, 1000);
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+        )
+        .await,
+        20,
+        "only batch 1's rows are stamped"
+    );
+}
