@@ -5,6 +5,14 @@
 //! PaymentIntent example object from Stripe's OpenAPI fixtures with the id and
 //! status replaced, errors come as `{"error": {...}}` envelopes, and every
 //! response carries a `Request-Id` header. A missing or wrong Bearer key gets 401.
+//! `GET /v1/payment_intents` lists them as Stripe does (`object: list`,
+//! `data`, `has_more`, `url`), newest first, with the `created[gte|gt|lte|lt]`
+//! filters, `limit` (1 to 100, default 10), `starting_after`/`ending_before`
+//! and `expand[]=data.latest_charge`. Each PaymentIntent's `created` is its
+//! seeded row's `created_at` give or take two seconds (the rows are one
+//! second apart, the newest an hour old); a deleted one is not listed, and
+//! one that always fails comes without a status (its row falls back to a
+//! retrieve, which answers 500).
 //!
 //! It also serves the events feed, `GET /v1/events` (Stripe's event shape,
 //! newest first, `types[]`, `created[gte]`, `starting_after`, `limit`), from
@@ -24,6 +32,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -233,6 +242,12 @@ struct Standin {
     known: HashMap<String, Remote>,
     /// Statuses moved by `POST /standin/...` (they win over `known`).
     moved: std::sync::Arc<events::Feed>,
+    /// Each listed PaymentIntent's `created` (Unix seconds).
+    created: HashMap<String, i64>,
+    /// Listed ids, newest first (`created` descending, then id descending).
+    order: Vec<String>,
+    /// Position of each id in `order`.
+    position: HashMap<String, usize>,
     fixture: Value,
     latency: Duration,
     requests: AtomicU64,
@@ -265,7 +280,7 @@ impl Standin {
         let mut pi = self.fixture.clone();
         pi["id"] = Value::from(id);
         pi["status"] = Value::from(p.status);
-        pi["created"] = Value::from(now - p.age);
+        pi["created"] = Value::from(self.created.get(id).copied().unwrap_or(now - p.age));
         pi["amount"] = Value::from(p.amount);
         pi["payment_method_types"] = serde_json::json!([p.method]);
         pi["capture_method"] = Value::from(if p.manual_capture {
@@ -293,6 +308,106 @@ impl Standin {
     }
 }
 
+/// `GET /v1/payment_intents`: Stripe's list endpoint over the data set.
+impl Standin {
+    fn list(&self, request: &Request) -> ResponseTemplate {
+        let mut gte = i64::MIN;
+        let mut lte = i64::MAX;
+        let mut limit = 10usize;
+        let (mut after, mut before, mut expanded) = (None, None, false);
+        for (k, v) in request.url.query_pairs() {
+            let number = v.parse::<i64>();
+            match (k.as_ref(), number) {
+                ("created[gte]", Ok(n)) => gte = gte.max(n),
+                ("created[gt]", Ok(n)) => gte = gte.max(n + 1),
+                ("created[lte]", Ok(n)) => lte = lte.min(n),
+                ("created[lt]", Ok(n)) => lte = lte.min(n - 1),
+                ("limit", Ok(n)) if (1..=100).contains(&n) => limit = n as usize,
+                ("starting_after", _) => after = Some(v.into_owned()),
+                ("ending_before", _) => before = Some(v.into_owned()),
+                ("expand[]", _) if v == "data.latest_charge" => expanded = true,
+                (key, _) if key.starts_with("created") || key == "limit" => {
+                    return self.envelope(
+                        400,
+                        "invalid_request_error",
+                        "parameter_invalid_integer",
+                        &format!("Invalid integer: {v}"),
+                    )
+                }
+                _ => {}
+            }
+        }
+        // A cursor id Stripe does not know is a 400 `resource_missing`.
+        for id in [&after, &before].into_iter().flatten() {
+            if !self.position.contains_key(id) {
+                return self.envelope(
+                    400,
+                    "invalid_request_error",
+                    "resource_missing",
+                    &format!("No such payment_intent: '{id}'"),
+                );
+            }
+        }
+        let after = after.map(|id| self.position[&id]);
+        let before = before.map(|id| self.position[&id]);
+        // Newest first: `order` is sorted by `created` descending.
+        let in_window = |i: &usize| {
+            let c = self.created[&self.order[*i]];
+            c >= gte && c <= lte
+        };
+        let (page, has_more): (Vec<usize>, bool) = match before {
+            Some(b) => {
+                // The `limit` objects just newer than `b`, still newest first.
+                let newer: Vec<usize> = (0..b).rev().filter(in_window).take(limit + 1).collect();
+                let has_more = newer.len() > limit;
+                let mut page: Vec<usize> = newer.into_iter().take(limit).collect();
+                page.reverse();
+                (page, has_more)
+            }
+            None => {
+                let from = after.map_or(0, |a| a + 1);
+                let mut page: Vec<usize> = (from..self.order.len())
+                    .filter(in_window)
+                    .take(limit + 1)
+                    .collect();
+                let has_more = page.len() > limit;
+                page.truncate(limit);
+                (page, has_more)
+            }
+        };
+        let data: Vec<Value> = page
+            .into_iter()
+            .map(|i| {
+                let id = &self.order[i];
+                match self.known.get(id) {
+                    Some(Remote::Status(status)) => {
+                        self.payment_intent(id, &Pi::new(status), expanded)
+                    }
+                    Some(Remote::Detailed(pi)) => self.payment_intent(id, pi, expanded),
+                    // A PaymentIntent Stripe cannot serve whole: no status.
+                    _ => {
+                        let mut pi = self.payment_intent(id, &Pi::new("succeeded"), expanded);
+                        pi.as_object_mut().map(|o| o.remove("status"));
+                        pi
+                    }
+                }
+            })
+            .collect();
+        self.reply(200).set_body_json(serde_json::json!({
+            "object": "list", "data": data, "has_more": has_more, "url": "/v1/payment_intents",
+        }))
+    }
+}
+
+/// Answers both routes with one shared data set.
+struct Shared(Arc<Standin>);
+
+impl Respond for Shared {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        self.0.respond(request)
+    }
+}
+
 impl Respond for Standin {
     fn respond(&self, request: &Request) -> ResponseTemplate {
         let auth = request
@@ -306,6 +421,9 @@ impl Respond for Standin {
                 "api_key_invalid",
                 "Invalid API Key provided.",
             );
+        }
+        if request.url.path().trim_end_matches('/') == "/v1/payment_intents" {
+            return self.list(request);
         }
         let id = request.url.path().rsplit('/').next().unwrap_or_default();
         let expanded = request
@@ -364,7 +482,17 @@ struct Args {
     events: u64,
 }
 
-async fn seed_database(rows: u64) -> anyhow::Result<BTreeMap<String, u64>> {
+/// Row `i` of `rows` was created `rows - i + 3600` seconds before `anchor`;
+/// its PaymentIntent within two seconds of that.
+fn created_at(anchor: i64, rows: u64, i: u64) -> i64 {
+    let jitter = (i.wrapping_mul(7919) % 5) as i64 - 2;
+    anchor - (rows - i) as i64 - 3600 + jitter
+}
+
+async fn seed_database(
+    rows: u64,
+    anchor: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<BTreeMap<String, u64>> {
     let url = std::env::var("DATABASE_URL").context("--seed needs DATABASE_URL")?;
     let pool = PgPoolOptions::new()
         .max_connections(1)
@@ -400,8 +528,8 @@ async fn seed_database(rows: u64) -> anyhow::Result<BTreeMap<String, u64>> {
         sqlx::query(
             "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
              SELECT 'ord_' || n, pi, st,
-                    now() - make_interval(mins => ($5 - n)::int + 60),
-                    CASE WHEN recent THEN now() ELSE now() - make_interval(mins => ($5 - n)::int + 60) END
+                    $6::timestamptz - make_interval(secs => ($5 - n)::float8 + 3600),
+                    CASE WHEN recent THEN now() ELSE $6::timestamptz - make_interval(secs => ($5 - n)::float8 + 3600) END
                FROM unnest($1::text[], $2::text[], $3::bool[], $4::bigint[]) AS v(pi, st, recent, n)
               ORDER BY n",
         )
@@ -410,6 +538,7 @@ async fn seed_database(rows: u64) -> anyhow::Result<BTreeMap<String, u64>> {
         .bind(&recent)
         .bind(&numbers)
         .bind(rows as i64)
+        .bind(anchor)
         .execute(&pool)
         .await
         .context("inserting payments")?;
@@ -449,8 +578,9 @@ async fn main() -> anyhow::Result<()> {
     let args = <Args as clap::Parser>::parse();
     let latency = Duration::from_millis(args.latency_ms);
     let mut known = HashMap::new();
+    let anchor = chrono::Utc::now();
     if let Some(rows) = args.seed {
-        let expected = seed_database(rows).await?;
+        let expected = seed_database(rows, anchor).await?;
         println!(
             "{}",
             serde_json::json!({"rows": rows, "expected_findings": expected})
@@ -459,10 +589,26 @@ async fn main() -> anyhow::Result<()> {
     // Stripe's answers come from the same data set as the seed (any size up to
     // 1M rows is known, whether or not this process seeded the database).
     let known_rows = args.seed.unwrap_or(1_000_000);
+    let mut created = HashMap::new();
     for i in 1..=known_rows {
         let s = seed_row(i);
+        let at = match &s.remote {
+            Remote::Missing => None,
+            Remote::Detailed(p) if p.age != Pi::new("").age => Some(anchor.timestamp() - p.age),
+            _ => Some(created_at(anchor.timestamp(), known_rows, i)),
+        };
+        if let Some(at) = at {
+            created.entry(s.pi.clone()).or_insert(at);
+        }
         known.insert(s.pi, s.remote);
     }
+    let mut order: Vec<String> = created.keys().cloned().collect();
+    order.sort_unstable_by(|a, b| created[b].cmp(&created[a]).then_with(|| b.cmp(a)));
+    let position = order
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (id.clone(), i))
+        .collect();
     let listener = std::net::TcpListener::bind(&args.listen)
         .with_context(|| format!("binding {}", args.listen))?;
     let server = MockServer::builder()
@@ -482,17 +628,25 @@ async fn main() -> anyhow::Result<()> {
     });
     let fixture: Value = serde_json::from_str(FIXTURE)?;
     events::mount(&server, feed.clone(), args.api_key.clone(), fixture.clone()).await;
-    let standin = Standin {
+    let standin = Arc::new(Standin {
         api_key: args.api_key,
         known,
         moved: feed,
+        created,
+        order,
+        position,
         fixture,
         latency,
         requests: AtomicU64::new(0),
-    };
+    });
     Mock::given(method("GET"))
         .and(path_regex("^/v1/payment_intents/[^/]+$"))
-        .respond_with(standin)
+        .respond_with(Shared(Arc::clone(&standin)))
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path_regex("^/v1/payment_intents/?$"))
+        .respond_with(Shared(standin))
         .mount(&server)
         .await;
     eprintln!("stripe stand-in listening on {}", server.uri());

@@ -68,6 +68,9 @@ struct JobVars {
     events_lookback_seconds: Option<String>,
     events_max_pages: Option<String>,
     orphan_metadata_key: Option<String>,
+    read_mode: Option<String>,
+    list_window_slack_seconds: Option<String>,
+    list_max_pages: Option<String>,
 }
 
 /// Everything the binary reads from its environment, validated.
@@ -125,6 +128,37 @@ pub struct JobSettings {
     /// The events job's settings (`RECONCILER_EVENTS_*`,
     /// `RECONCILER_ORPHAN_METADATA_KEY`).
     pub events: EventsSettings,
+    /// `RECONCILER_READ_MODE`: how phase 2 reads Stripe (default `list`).
+    pub read_mode: ReadMode,
+    /// `RECONCILER_LIST_WINDOW_SLACK_SECONDS`: seconds the batch's
+    /// `created_at` window is widened by on each side in list mode
+    /// (0..=2,592,000, default 3600).
+    pub list_window_slack: Duration,
+    /// `RECONCILER_LIST_MAX_PAGES`: list requests per batch before the rows
+    /// not yet seen fall back to one retrieve each (1..=1000, default 10).
+    pub list_max_pages: u32,
+}
+
+/// How phase 2 reads PaymentIntents (`RECONCILER_READ_MODE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadMode {
+    /// `GET /v1/payment_intents?created[gte]..&created[lte]..&limit=100`
+    /// over the batch's `created_at` window, up to 100 PaymentIntents per
+    /// request; rows the window did not contain fall back to [`ReadMode::Retrieve`].
+    #[default]
+    List,
+    /// `GET /v1/payment_intents/{id}`, one request per row.
+    Retrieve,
+}
+
+impl ReadMode {
+    /// `list` or `retrieve`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReadMode::List => "list",
+            ReadMode::Retrieve => "retrieve",
+        }
+    }
 }
 
 /// How far Stripe keeps events: 30 days.
@@ -211,6 +245,9 @@ impl Default for JobSettings {
             rules: Rules::default(),
             unverifiable_cycles: 3,
             events: EventsSettings::default(),
+            read_mode: ReadMode::List,
+            list_window_slack: Duration::from_secs(3600),
+            list_max_pages: 10,
         }
     }
 }
@@ -388,6 +425,25 @@ impl Settings {
                 )?,
                 orphan_metadata_key: metadata_key(job.orphan_metadata_key)?,
             },
+            read_mode: match job.read_mode.as_deref().map(str::trim) {
+                None | Some("list") => ReadMode::List,
+                Some("retrieve") => ReadMode::Retrieve,
+                Some(_) => return Err(invalid("RECONCILER_READ_MODE", "must be list or retrieve")),
+            },
+            list_window_slack: Duration::from_secs(number(
+                "RECONCILER_LIST_WINDOW_SLACK_SECONDS",
+                job.list_window_slack_seconds,
+                d.list_window_slack.as_secs(),
+                0,
+                30 * 24 * 3600,
+            )?),
+            list_max_pages: number(
+                "RECONCILER_LIST_MAX_PAGES",
+                job.list_max_pages,
+                d.list_max_pages,
+                1,
+                1000,
+            )?,
         };
         let log_format = match log_format_raw.as_deref().map(str::trim) {
             None | Some("json") => LogFormat::Json,
@@ -603,6 +659,9 @@ mod tests {
             ("RECONCILER_UNVERIFIABLE_CYCLES", "0"),
             ("RECONCILER_UNVERIFIABLE_CYCLES", "x"),
             ("RECONCILER_LOG_FORMAT", "xml"),
+            ("RECONCILER_READ_MODE", "events"),
+            ("RECONCILER_LIST_WINDOW_SLACK_SECONDS", "-1"),
+            ("RECONCILER_LIST_MAX_PAGES", "0"),
             ("STRIPE_API_BASE", "not a url"),
             ("STRIPE_API_BASE", "ftp://example.com"),
             ("STRIPE_API_BASE", "http://stripe-proxy.internal:8080"),

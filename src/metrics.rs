@@ -264,6 +264,15 @@ impl RunMetrics {
                 n,
             );
         }
+        for (endpoint, n) in s.stripe_requests.by_endpoint() {
+            self.set_labelled(
+                "stripe_requests",
+                "Stripe requests sent by the last run, per endpoint (retries included).",
+                "endpoint",
+                endpoint,
+                n as f64,
+            );
+        }
         for o in OUTCOMES {
             let on = f64::from(u8::from(o == s.outcome));
             self.set_labelled(
@@ -360,13 +369,13 @@ impl RunMetrics {
                 on,
             );
         }
-        for e in crate::stripe::Endpoint::ALL {
+        for (endpoint, n) in requests.by_endpoint() {
             self.set_labelled(
                 "stripe_requests",
                 "HTTP requests sent to Stripe by the last run, per endpoint (retries included).",
                 "endpoint",
-                e.as_str(),
-                requests.get(e) as f64,
+                endpoint,
+                n as f64,
             );
         }
         if let Some(st) = state {

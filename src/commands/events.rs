@@ -100,7 +100,7 @@ async fn publish(
         figures.observe_concurrent_run(now);
         (&[("outcome", "concurrent_run")], PushMethod::Replace)
     } else {
-        figures.observe_events(summary, gateway.requests(), state, now);
+        figures.observe_events(summary, &gateway.request_counts(), state, now);
         match state {
             Some(_) => (&[], PushMethod::Replace),
             None => (&[], PushMethod::Merge),

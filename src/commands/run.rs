@@ -234,6 +234,10 @@ fn log_summary(s: &RunSummary) {
         wrapped = s.wrapped,
         cursor = s.cursor_position,
         duration_seconds = s.duration_seconds,
+        stripe_retrieve_requests = s.stripe_requests.retrieve,
+        stripe_list_requests = s.stripe_requests.list,
+        stripe_requests_per_row = (s.rows_scanned > 0)
+            .then(|| s.stripe_requests.total() as f64 / s.rows_scanned as f64),
         "run summary"
     );
 }

@@ -206,6 +206,7 @@ mod tests {
                 status: Some("pending".into()),
                 version: 0,
                 updated_at: Utc.timestamp_opt(0, 0).unwrap(),
+                created_at: Utc.timestamp_opt(0, 0).unwrap(),
                 recently_changed: recent,
                 amount: None,
                 currency: None,

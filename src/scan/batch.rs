@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-use super::detect::{observe_all, Observation};
+use super::detect::{observe_batch, Observation, Observed, Pacing};
 use super::report::BatchReport;
 use super::ScanError;
 use crate::config::JobSettings;
@@ -19,6 +19,7 @@ use crate::store::payments::{self, MoneyColumns, PaymentRow};
 use crate::store::unverifiable;
 use crate::store::{cursor, Context};
 use crate::stripe::{GatewayError, RetryPolicy, StripeGateway};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 /// A batch aborts instead of skipping rows as UNVERIFIABLE when more than half
@@ -116,8 +117,129 @@ pub async fn run_batch_until(
     lease: Option<&Lease>,
     shutdown: &CancellationToken,
 ) -> Result<BatchReport, ScanError> {
-    // 1. Cursor and rows, in a short transaction.
-    let (cursor_id, rows, last_id) = read_phase(pool, settings, mode, lease).await?;
+    let in_flight = Semaphore::new((settings.max_in_flight as usize).max(1));
+    let prepared = prepare(pool, settings, mode, lease, &Start::Cursor).await?;
+    let pacing = Pacing {
+        in_flight: &in_flight,
+        all_started: None,
+    };
+    let read = read_stripe(pool, gateway, settings, prepared, shutdown, pacing).await?;
+    commit(pool, settings, mode, lease, read).await
+}
+
+/// Where phase 1 of a batch starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// At the persistent cursor (a dry run: at its in-memory position).
+    Cursor,
+    /// Right after the previous batch of this run, whose commit may still be
+    /// under way: after `id` (its last id, which its compare-and-set will
+    /// store), leaving its rows `pending` out of the rows behind the cursor.
+    After {
+        /// The previous batch's last id.
+        id: i64,
+        /// The previous batch's row ids.
+        pending: Vec<i64>,
+    },
+}
+
+/// Phase 1's outcome: the batch's rows.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    /// The cursor the batch starts from (its compare-and-set expects it).
+    pub cursor_from: i64,
+    /// Rows behind the cursor first, then the cursor's rows, in id order.
+    pub rows: Vec<PaymentRow>,
+    /// The last id of the cursor's rows; `None` at the end of the table.
+    pub last_id: Option<i64>,
+}
+
+/// Phase 2's outcome: the batch ready to commit.
+#[derive(Debug)]
+pub(crate) struct ReadBatch {
+    cursor_from: i64,
+    last_id: Option<i64>,
+    observations: Vec<Observation>,
+}
+
+/// Phase 1 of a batch starting at `start`.
+///
+/// # Errors
+/// As [`run_batch`].
+pub(crate) async fn prepare(
+    pool: &PgPool,
+    settings: &JobSettings,
+    mode: Mode,
+    lease: Option<&Lease>,
+    start: &Start,
+) -> Result<Prepared, ScanError> {
+    let (cursor_from, rows, last_id) = read_phase(pool, settings, mode, lease, start).await?;
+    Ok(Prepared {
+        cursor_from,
+        rows,
+        last_id,
+    })
+}
+
+/// Phase 2 of a prepared batch, with the outage rule; abandoned when
+/// `shutdown` fires.
+///
+/// # Errors
+/// As [`run_batch_until`] (never `ConcurrentRun` or `Store` from here).
+pub(crate) async fn read_stripe(
+    pool: &PgPool,
+    gateway: &StripeGateway,
+    settings: &JobSettings,
+    prepared: Prepared,
+    shutdown: &CancellationToken,
+    pacing: Pacing<'_>,
+) -> Result<ReadBatch, ScanError> {
+    let Prepared {
+        cursor_from,
+        rows,
+        last_id,
+    } = prepared;
+    if last_id.is_none() {
+        return Ok(ReadBatch {
+            cursor_from,
+            last_id,
+            observations: Vec::new(),
+        });
+    }
+    // 2. Stripe, with no transaction open.
+    let observed = tokio::select! {
+        biased;
+        () = shutdown.cancelled() => return Err(ScanError::Interrupted),
+        observed = observe_batch(pool, gateway, rows, cursor_from, settings, Utc::now(), pacing) => observed?,
+    };
+    if shutdown.is_cancelled() {
+        return Err(ScanError::Interrupted);
+    }
+    check_stripe_reachable(gateway, &observed).await?;
+    Ok(ReadBatch {
+        cursor_from,
+        last_id,
+        observations: observed.observations,
+    })
+}
+
+/// Phase 3 of a read batch (or the wrap at the end of the table). Never
+/// interrupted: it commits or rolls back as a whole.
+///
+/// # Errors
+/// As [`run_batch`].
+pub(crate) async fn commit(
+    pool: &PgPool,
+    settings: &JobSettings,
+    mode: Mode,
+    lease: Option<&Lease>,
+    read: ReadBatch,
+) -> Result<BatchReport, ScanError> {
+    let ReadBatch {
+        cursor_from: cursor_id,
+        last_id,
+        mut observations,
+    } = read;
     let mut report = BatchReport {
         cursor_from: cursor_id,
         ..BatchReport::default()
@@ -125,17 +247,6 @@ pub async fn run_batch_until(
     let Some(last_id) = last_id else {
         return wrap(pool, settings, mode, lease, report).await;
     };
-
-    // 2. Stripe, with no transaction open.
-    let mut observations = tokio::select! {
-        biased;
-        () = shutdown.cancelled() => return Err(ScanError::Interrupted),
-        observed = observe_all(pool, gateway, rows, settings, Utc::now()) => observed?,
-    };
-    if shutdown.is_cancelled() {
-        return Err(ScanError::Interrupted);
-    }
-    check_stripe_reachable(gateway, &observations).await?;
     report.scanned = observations.len() as u64;
     report.cursor_to = last_id;
 
@@ -224,20 +335,27 @@ async fn read_phase(
     settings: &JobSettings,
     mode: Mode,
     lease: Option<&Lease>,
+    start: &Start,
 ) -> Result<(i64, Vec<PaymentRow>, Option<i64>), ScanError> {
     let mut tx = crate::store::begin(pool)
         .await
         .context("opening the read transaction")?;
-    let cursor_id = match mode {
-        Mode::Write => {
+    let (cursor_id, pending): (i64, &[i64]) = match (mode, start) {
+        (Mode::Write, Start::After { id, pending }) => {
+            hold_lease(&mut tx, &settings.job, lease).await?;
+            (*id, pending)
+        }
+        (Mode::DryRun { .. }, Start::After { id, pending }) => (*id, pending),
+        (Mode::Write, Start::Cursor) => {
             cursor::ensure(&mut tx, &settings.job).await?;
             // A run whose lease expired learns it here, before spending reads.
             hold_lease(&mut tx, &settings.job, lease).await?;
-            cursor::read(&mut tx, &settings.job)
+            let id = cursor::read(&mut tx, &settings.job)
                 .await?
-                .map_or(0, |c| c.last_id)
+                .map_or(0, |c| c.last_id);
+            (id, &[])
         }
-        Mode::DryRun { after_id } => after_id,
+        (Mode::DryRun { after_id }, Start::Cursor) => (after_id, &[]),
     };
     let columns = MoneyColumns {
         amount: settings.amount_column.as_ref(),
@@ -261,6 +379,7 @@ async fn read_phase(
             behind_cursor_limit(settings.batch_size),
             settings.grace,
             columns,
+            pending,
         )
         .await?;
         if !rows.is_empty() {
@@ -333,13 +452,16 @@ fn definitive_without_status(o: &Observation) -> bool {
 /// head of a small batch can never stall the scan.
 async fn check_stripe_reachable(
     gateway: &StripeGateway,
-    observations: &[Observation],
+    observed: &Observed,
 ) -> Result<(), ScanError> {
-    let asked = observations.iter().filter(|o| o.asked_stripe).count();
+    let observations = &observed.observations;
+    // A list page that failed after retries is a failed read too.
+    let asked = observations.iter().filter(|o| o.asked_stripe).count() + observed.failed_pages;
     let failed = observations
         .iter()
         .filter(|o| o.decision.verdict == Verdict::Unverifiable)
-        .count();
+        .count()
+        + observed.failed_pages;
     stripe_reachable(gateway, asked, failed).await
 }
 

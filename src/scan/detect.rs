@@ -8,11 +8,14 @@ use chrono::{DateTime, Utc};
 use crate::config::JobSettings;
 use futures::{StreamExt, TryStreamExt};
 use sqlx::PgPool;
-use tokio::sync::OnceCell;
+use tokio::sync::{oneshot, OnceCell, Semaphore};
 
+use super::list::{list_batch, Listed};
 use super::ScanError;
+use crate::config::ReadMode;
 use crate::reconcile::{
-    classify, Decision, ExternalStatus, FindingKind, LocalPayment, LocalStatus, Verdict,
+    classify, Decision, ExternalStatus, FindingKind, LocalPayment, LocalStatus, PaymentIntentFacts,
+    Verdict,
 };
 use crate::store::payments::{self, PaymentRow};
 use crate::stripe::{GatewayError, PaymentIntentId, StripeGateway};
@@ -103,13 +106,37 @@ async fn check_key(pool: &PgPool, gateway: &StripeGateway) -> KeyCheck {
     }
 }
 
+/// How one batch's reads share the run with the batches around it.
+#[derive(Debug)]
+pub struct Pacing<'a> {
+    /// Every Stripe request holds one of these permits
+    /// (`RECONCILER_MAX_IN_FLIGHT` for the whole run).
+    pub in_flight: &'a Semaphore,
+    /// Fired (or dropped) once every read of the batch has been started: the
+    /// next batch may then start its own, so the rate limiter never waits
+    /// for a batch's last answers.
+    pub all_started: Option<oneshot::Sender<()>>,
+}
+
+/// Phase 2's outcome for one batch.
+#[derive(Debug)]
+pub struct Observed {
+    /// One observation per row, in the rows' order.
+    pub observations: Vec<Observation>,
+    /// List requests answered (list mode).
+    pub pages: usize,
+    /// List requests that failed after retries: failed reads for the outage rule.
+    pub failed_pages: usize,
+}
+
 /// Observes every row and returns the observations in the rows' order. Rows in
 /// the grace window and rows whose id is not a PaymentIntent id are decided
 /// without a request. Reads complete in any order (a slow retry does not hold
 /// up the others) and are put back in row order at the end.
 ///
 /// Rows are classified with the settings' rules against `now`, the run's
-/// clock for the aging findings.
+/// clock for the aging findings. Reads follow `settings.read_mode`; every
+/// row is treated as one of the cursor's rows (see [`observe_batch`]).
 ///
 /// # Errors
 /// [`ScanError::StripeRejected`] (401/403 or Stripe's "Unrecognized request
@@ -122,15 +149,92 @@ pub async fn observe_all(
     settings: &JobSettings,
     now: DateTime<Utc>,
 ) -> Result<Vec<Observation>, ScanError> {
+    let in_flight = Semaphore::new((settings.max_in_flight as usize).max(1));
+    let pacing = Pacing {
+        in_flight: &in_flight,
+        all_started: None,
+    };
+    observe_batch(pool, gateway, rows, i64::MIN, settings, now, pacing)
+        .await
+        .map(|o| o.observations)
+}
+
+/// [`observe_all`] for one batch whose cursor was at `cursor_from`: in list
+/// mode the window is set by the rows after it (rows behind it, late commits,
+/// fall back to retrieves unless a page contains them). Every Stripe request
+/// holds a permit of `in_flight` (shared by overlapping batches, so the run
+/// never has more than `RECONCILER_MAX_IN_FLIGHT` requests open).
+///
+/// # Errors
+/// As [`observe_all`].
+pub async fn observe_batch(
+    pool: &PgPool,
+    gateway: &StripeGateway,
+    rows: Vec<PaymentRow>,
+    cursor_from: i64,
+    settings: &JobSettings,
+    now: DateTime<Utc>,
+    pacing: Pacing<'_>,
+) -> Result<Observed, ScanError> {
+    let Pacing {
+        in_flight,
+        all_started,
+    } = pacing;
+    let all_started = std::sync::Mutex::new(all_started);
+    let last = rows.len().saturating_sub(1);
     let tally = Tally::default();
+    let mut listed = Listed::default();
+    if settings.read_mode == ReadMode::List {
+        let ids: Vec<Option<PaymentIntentId>> = rows
+            .iter()
+            .map(|r| {
+                (!r.recently_changed)
+                    .then(|| {
+                        PaymentIntentId::parse(r.stripe_payment_intent_id.as_deref().unwrap_or(""))
+                            .ok()
+                    })
+                    .flatten()
+            })
+            .collect();
+        let to_read: Vec<(&PaymentRow, &PaymentIntentId)> = rows
+            .iter()
+            .zip(&ids)
+            .filter_map(|(r, id)| Some((r, id.as_ref()?)))
+            .collect();
+        listed = list_batch(
+            gateway,
+            &to_read,
+            cursor_from,
+            settings,
+            in_flight,
+            &all_started,
+        )
+        .await?;
+    }
+    let found = &listed.found;
     let mut observed: Vec<(usize, Observation)> =
         futures::stream::iter(rows.into_iter().enumerate())
             .map(|(index, row)| {
+                if index == last {
+                    if let Some(started) =
+                        all_started.lock().unwrap_or_else(|p| p.into_inner()).take()
+                    {
+                        let _ = started.send(());
+                    }
+                }
                 let tally = &tally;
+                let from_list = row
+                    .stripe_payment_intent_id
+                    .as_deref()
+                    .and_then(|id| found.get(id))
+                    .and_then(|f| f.as_ref().ok())
+                    .cloned();
                 async move {
-                    observe(pool, gateway, row, settings, now, tally)
-                        .await
-                        .map(|o| (index, o))
+                    observe(
+                        pool, gateway, row, settings, now, tally, from_list, in_flight,
+                    )
+                    .await
+                    .map(|o| (index, o))
                 }
             })
             .buffer_unordered((settings.max_in_flight as usize).max(1))
@@ -145,9 +249,16 @@ pub async fn observe_all(
     {
         return Err(ScanError::StripeWrongAccount { not_found });
     }
-    Ok(observed.into_iter().map(|(_, o)| o).collect())
+    Ok(Observed {
+        observations: observed.into_iter().map(|(_, o)| o).collect(),
+        pages: listed.pages,
+        failed_pages: listed.failed_pages,
+    })
 }
 
+/// One row: `from_list` is its PaymentIntent as a list page contained it
+/// (no request then); otherwise it is retrieved.
+#[allow(clippy::too_many_arguments)]
 async fn observe(
     pool: &PgPool,
     gateway: &StripeGateway,
@@ -155,6 +266,8 @@ async fn observe(
     settings: &JobSettings,
     now: DateTime<Utc>,
     tally: &Tally,
+    from_list: Option<PaymentIntentFacts>,
+    in_flight: &Semaphore,
 ) -> Result<Observation, ScanError> {
     let mut seen = Observation {
         payment_id: row.id,
@@ -180,7 +293,14 @@ async fn observe(
     };
     seen.payment_intent = Some(id.as_str().to_owned());
     seen.asked_stripe = true;
-    match gateway.payment_intent(&id).await {
+    let read = match from_list {
+        Some(facts) => Ok(facts),
+        None => {
+            let _permit = in_flight.acquire().await;
+            gateway.payment_intent(&id).await
+        }
+    };
+    match read {
         Ok(facts) => {
             tally.found.fetch_add(1, Ordering::Relaxed);
             let local = LocalPayment {

@@ -2,6 +2,7 @@
 
 pub mod batch;
 pub mod detect;
+pub mod list;
 pub mod progress;
 pub mod report;
 pub mod run;

@@ -101,6 +101,8 @@ pub struct RunSummary {
     pub duration_seconds: f64,
     /// `completed` or the failure's label (see `ScanError::outcome`).
     pub outcome: String,
+    /// Stripe requests the run sent, per endpoint (retries included).
+    pub stripe_requests: crate::stripe::RequestCounts,
 }
 
 impl RunSummary {

@@ -9,7 +9,12 @@ use std::time::Instant;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use super::batch::{run_batch_until, Lease, Mode};
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use super::batch::{commit, prepare, read_stripe, Lease, Mode, Prepared, Start};
+use super::detect::Pacing;
 use super::progress::{cycle_progress, CycleProgress, Pace, TableExtent};
 use super::report::{BatchReport, RunSummary};
 use super::ScanError;
@@ -36,6 +41,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> (RunSummary, Result<(), ScanError>) {
     let started = Instant::now();
+    let requests_before = gateway.request_counts();
     let mut summary = RunSummary {
         job: settings.job.clone(),
         dry_run: options.dry_run,
@@ -75,6 +81,7 @@ pub async fn run(
         summary.cursor_position = real_cursor(pool, settings).await;
     }
     summary.duration_seconds = started.elapsed().as_secs_f64();
+    summary.stripe_requests = gateway.request_counts().since(&requests_before);
     summary.outcome = match &result {
         Ok(()) => "completed".to_owned(),
         Err(e) => e.outcome().to_owned(),
@@ -85,6 +92,16 @@ pub async fn run(
     (summary, result)
 }
 
+/// The batches of a run, pipelined so that Stripe is never idle at a batch
+/// boundary: as soon as batch k has started its last Stripe read, batch k+1
+/// reads its rows (phase 1, starting right after batch k's last id, without
+/// waiting for the cursor to move) and starts its own reads, so they queue at
+/// the rate limiter while batch k's last answers arrive and batch k commits. At most
+/// [`BATCHES_IN_PROGRESS`] batches are between phase 1 and their commit; commits happen in order, each
+/// with the compare-and-set `last_id = previous batch's last id`, so a lost
+/// race still rolls its batch back and stops the run (exit 75), and the batch
+/// being read is abandoned without a write. Every Stripe request of the run
+/// holds one of `RECONCILER_MAX_IN_FLIGHT` permits.
 async fn batches(
     pool: &PgPool,
     gateway: &StripeGateway,
@@ -94,7 +111,7 @@ async fn batches(
     shutdown: &CancellationToken,
     summary: &mut RunSummary,
 ) -> Result<(), ScanError> {
-    let mut mode = if options.dry_run {
+    let mode = if options.dry_run {
         let mut conn = crate::store::begin(pool).await.context("connecting")?;
         let start = cursor::read(&mut conn, &settings.job)
             .await?
@@ -106,49 +123,189 @@ async fn batches(
     };
     let table = table_extent(pool, settings).await;
     let run_started = Instant::now();
-    let mut previous_wrapped = false;
-    let mut rows_read = 0u64;
-    for number in 1..=settings.batches_per_run {
+    let in_flight = Semaphore::new((settings.max_in_flight as usize).max(1));
+    // A batch holds a slot from its phase 1 to the end of its commit.
+    let slots = Semaphore::new(BATCHES_IN_PROGRESS);
+    let (sender, mut receiver) = mpsc::unbounded_channel();
+
+    let producer = async {
+        let reads = futures::stream::unfold(Plan::new(), |mut plan| {
+            let (slots, in_flight) = (&slots, &in_flight);
+            async move {
+                let start = plan.next_start(settings, shutdown, run_started)?;
+                let Ok(slot) = slots.acquire().await else {
+                    return None;
+                };
+                // The previous batch has started every read (or ended).
+                if let Some(gate) = plan.gate.take() {
+                    let _ = gate.await;
+                }
+                let (all_started, gate) = oneshot::channel();
+                plan.gate = Some(gate);
+                let read: BoxFuture<'_, _> = match start {
+                    Err(e) => {
+                        plan.done = true;
+                        futures::future::ready(Err(e)).boxed()
+                    }
+                    Ok(start) => match prepare(pool, settings, mode, lease, &start).await {
+                        Err(e) => {
+                            plan.done = true;
+                            futures::future::ready(Err(e)).boxed()
+                        }
+                        Ok(prepared) => {
+                            plan.prepared(&prepared, options);
+                            let pacing = Pacing {
+                                in_flight,
+                                all_started: Some(all_started),
+                            };
+                            read_stripe(pool, gateway, settings, prepared, shutdown, pacing)
+                                .map(move |r| r.map(|read| (read, slot)))
+                                .boxed()
+                        }
+                    },
+                };
+                Some((read, plan))
+            }
+        })
+        .buffered(BATCHES_IN_PROGRESS);
+        let mut reads = std::pin::pin!(reads);
+        while let Some(read) = reads.next().await {
+            let failed = read.is_err();
+            if sender.send(read).is_err() || failed {
+                break;
+            }
+        }
+        drop(sender);
+    };
+
+    let consumer = async {
+        let mut number = 0u32;
+        let mut boundary = Instant::now();
+        while let Some(read) = receiver.recv().await {
+            let (read, slot) = read?;
+            number += 1;
+            let report = commit(pool, settings, mode, lease, read).await?;
+            drop(slot);
+            summary.add_batch(&report);
+            let rows_per_batch = u64::from(settings.batch_size);
+            let pace = Pace {
+                rows_scanned: summary.rows_scanned,
+                elapsed_seconds: run_started.elapsed().as_secs_f64(),
+                rows_left_in_run: u64::from(settings.batches_per_run.saturating_sub(number))
+                    * rows_per_batch,
+                rows_per_run: u64::from(settings.batches_per_run) * rows_per_batch,
+            };
+            let progress = cycle_progress(table, report.cursor_to, pace);
+            log_batch(number, &report, boundary.elapsed().as_secs_f64(), &progress);
+            boundary = Instant::now();
+        }
+        Ok(())
+    };
+    let mut producer = std::pin::pin!(producer);
+    let mut consumer = std::pin::pin!(consumer);
+    tokio::select! {
+        result = &mut consumer => result,
+        () = &mut producer => consumer.await,
+    }
+}
+
+/// Batches between their phase 1 and the end of their commit, at most. Three,
+/// not two: in list mode a batch's few fallback retrieves queue at the rate
+/// limiter behind the next batch's pages, so it may still be committing when
+/// that next batch has sent its pages and the one after it should start.
+const BATCHES_IN_PROGRESS: usize = 3;
+
+/// Which batches the producer starts: the loop rules of a run (at most
+/// `RECONCILER_BATCHES_PER_RUN`, the run deadline, shutdown, and stopping at
+/// the end of the table once rows were read or on a second wrap in a row).
+struct Plan {
+    start: Start,
+    /// Fires when the previous batch has started all its reads.
+    gate: Option<oneshot::Receiver<()>>,
+    /// Row ids of the last batches prepared (some may still be committing).
+    recent: std::collections::VecDeque<Vec<i64>>,
+    started: u32,
+    rows_read: u64,
+    previous_wrapped: bool,
+    done: bool,
+}
+
+impl Plan {
+    fn new() -> Self {
+        Plan {
+            start: Start::Cursor,
+            gate: None,
+            recent: std::collections::VecDeque::new(),
+            started: 0,
+            rows_read: 0,
+            previous_wrapped: false,
+            done: false,
+        }
+    }
+
+    /// The next batch's start; `None` when no batch is to start;
+    /// `Some(Err(Interrupted))` on shutdown.
+    fn next_start(
+        &mut self,
+        settings: &JobSettings,
+        shutdown: &CancellationToken,
+        run_started: Instant,
+    ) -> Option<Result<Start, ScanError>> {
+        if self.done || self.started >= settings.batches_per_run {
+            return None;
+        }
         if shutdown.is_cancelled() {
-            return Err(ScanError::Interrupted);
+            self.done = true;
+            return Some(Err(ScanError::Interrupted));
         }
         if settings
             .run_deadline
             .is_some_and(|d| run_started.elapsed() >= d)
         {
             tracing::info!(
-                batches_done = number - 1,
+                batches_started = self.started,
                 "run deadline reached; no new batch started"
             );
-            break;
+            return None;
         }
-        let started = Instant::now();
-        let report = run_batch_until(pool, gateway, settings, mode, lease, shutdown).await?;
-        summary.add_batch(&report);
-        let rows_per_batch = u64::from(settings.batch_size);
-        let pace = Pace {
-            rows_scanned: summary.rows_scanned,
-            elapsed_seconds: run_started.elapsed().as_secs_f64(),
-            rows_left_in_run: u64::from(settings.batches_per_run - number) * rows_per_batch,
-            rows_per_run: u64::from(settings.batches_per_run) * rows_per_batch,
-        };
-        let progress = cycle_progress(table, report.cursor_to, pace);
-        log_batch(number, &report, started.elapsed().as_secs_f64(), &progress);
-        if let Mode::DryRun { after_id } = &mut mode {
-            *after_id = report.cursor_to;
-        }
-        if report.wrapped && (previous_wrapped || options.dry_run || rows_read > 0) {
-            // A run reads each row at most once: it stops at the end of the
-            // table once it has read rows (a small table is not re-read up to
-            // RECONCILER_BATCHES_PER_RUN times, spending the Stripe budget the
-            // application shares and multiplying the verdict gauges). Two
-            // wraps in a row: the table is empty.
-            break;
-        }
-        rows_read += report.scanned;
-        previous_wrapped = report.wrapped;
+        self.started += 1;
+        Some(Ok(self.start.clone()))
     }
-    Ok(())
+
+    /// Records a prepared batch: the next one starts after it.
+    fn prepared(&mut self, p: &Prepared, options: RunOptions) {
+        match p.last_id {
+            Some(id) => {
+                self.rows_read += p.rows.len() as u64;
+                self.previous_wrapped = false;
+                // Rows of the batches that may still be uncommitted are left
+                // out of the next batch's rows behind the cursor.
+                self.recent.push_back(p.rows.iter().map(|r| r.id).collect());
+                while self.recent.len() > BATCHES_IN_PROGRESS - 1 {
+                    self.recent.pop_front();
+                }
+                self.start = Start::After {
+                    id,
+                    pending: self.recent.iter().flatten().copied().collect(),
+                };
+            }
+            None => {
+                // A run reads each row at most once: it stops at the end of
+                // the table once it has read rows (a small table is not
+                // re-read up to RECONCILER_BATCHES_PER_RUN times, spending the
+                // Stripe budget the application shares and multiplying the
+                // verdict gauges). Two wraps in a row: the table is empty.
+                if self.previous_wrapped || options.dry_run || self.rows_read > 0 {
+                    self.done = true;
+                }
+                self.previous_wrapped = true;
+                self.start = Start::After {
+                    id: 0,
+                    pending: self.recent.iter().flatten().copied().collect(),
+                };
+            }
+        }
+    }
 }
 
 /// The table's size and id range for the progress line, read once per run;

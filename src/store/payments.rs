@@ -25,6 +25,9 @@ pub struct PaymentRow {
     pub version: i64,
     /// `payments.updated_at` when read.
     pub updated_at: DateTime<Utc>,
+    /// `payments.created_at`: list reads look for the row's PaymentIntent in
+    /// the batch's `created_at` window.
+    pub created_at: DateTime<Utc>,
     /// `updated_at` falls within the grace window.
     pub recently_changed: bool,
     /// The amount column (`RECONCILER_AMOUNT_COLUMN`), minor units; `None`
@@ -52,7 +55,7 @@ pub struct MoneyColumns<'a> {
 impl MoneyColumns<'_> {
     /// The batch query (`$1` after id, `$2` grace seconds, `$3` limit) or,
     /// with `behind`, the query of rows behind the cursor never confirmed
-    /// (`$4` job). Column names enter the SQL only as validated,
+    /// (`$4` job, `$5` ids left out). Column names enter the SQL only as validated,
     /// double-quoted identifiers ([`ColumnName::quoted`]).
     fn batch_sql(&self, behind: bool) -> String {
         let amount = self
@@ -62,7 +65,7 @@ impl MoneyColumns<'_> {
             .currency
             .map_or_else(|| "NULL".to_owned(), |c| format!("p.{}", c.quoted()));
         format!(
-            "SELECT p.id, p.stripe_payment_intent_id, p.status, p.version, p.updated_at,
+            "SELECT p.id, p.stripe_payment_intent_id, p.status, p.version, p.updated_at, p.created_at,
                     p.updated_at > now() - make_interval(secs => $2) AS recently_changed,
                     ({amount})::bigint AS amount, ({currency})::text AS currency,
                     EXISTS (SELECT 1 FROM payments q
@@ -87,7 +90,8 @@ const BEHIND_CURSOR: &str = "p.id <= $1 AND p.last_reconciled_at IS NULL
                 AND NOT EXISTS (SELECT 1 FROM reconciliation_unverifiable u
                                   JOIN reconciliation_cursor c ON c.job = u.job
                                  WHERE u.job = $4 AND u.payment_id = p.id
-                                   AND u.last_cycle = c.cycle_started_at)";
+                                   AND u.last_cycle = c.cycle_started_at)
+                AND NOT (p.id = ANY($5))";
 
 /// Why a configured column cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -198,7 +202,9 @@ pub async fn read_batch(
 /// Reads up to `limit` rows behind the cursor (`id <= cursor`) that were
 /// never confirmed with Stripe: committed after the cursor passed their id
 /// (sequence order is not commit order), or in the grace window when it
-/// passed. Rows counted UNVERIFIABLE in `job`'s current cycle are left out.
+/// passed. Rows counted UNVERIFIABLE in `job`'s current cycle are left out,
+/// and so are the ids of `excluded` (the rows of a batch still being read or
+/// committed, whose cursor move is not yet visible).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -209,12 +215,14 @@ pub async fn read_behind_cursor(
     limit: u32,
     grace: Duration,
     columns: MoneyColumns<'_>,
+    excluded: &[i64],
 ) -> Result<Vec<PaymentRow>, StoreError> {
     super::query_as(&columns.batch_sql(true))
         .bind(cursor)
         .bind(grace.as_secs_f64())
         .bind(i64::from(limit))
         .bind(job)
+        .bind(excluded)
         .fetch_all(conn)
         .await
         .context("reading rows behind the cursor")
@@ -432,7 +440,7 @@ impl MoneyColumns<'_> {
             .currency
             .map_or_else(|| "NULL".to_owned(), |c| format!("p.{}", c.quoted()));
         format!(
-            "SELECT p.id, p.stripe_payment_intent_id, p.status, p.version, p.updated_at,
+            "SELECT p.id, p.stripe_payment_intent_id, p.status, p.version, p.updated_at, p.created_at,
                     p.updated_at > now() - make_interval(secs => $2) AS recently_changed,
                     ({amount})::bigint AS amount, ({currency})::text AS currency,
                     EXISTS (SELECT 1 FROM payments q

@@ -2,6 +2,7 @@
 //! limit, with the retry rule of [`super::retry`].
 
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -15,7 +16,6 @@ use url::Url;
 
 use super::error::{BuildError, GatewayError, Unavailable};
 use super::id::PaymentIntentId;
-use super::requests::{Endpoint, RequestCounts};
 use super::retry::{self, Attempt, AttemptOutcome, RetryPolicy};
 use super::wire::{payment_intent_facts, WireErrorEnvelope};
 use crate::reconcile::{ExternalStatus, PaymentIntentFacts};
@@ -28,9 +28,9 @@ pub const STRIPE_VERSION: &str = "2024-06-20";
 /// bigger body is garbage (or an attack) and is not buffered.
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
-/// Largest body of a list page (`/v1/events`, `/v1/payment_intents`), in
-/// bytes: 100 objects of up to ~40 KiB each (an event embeds a whole
-/// PaymentIntent with its metadata).
+/// Largest body of a list page (`/v1/payment_intents`, `/v1/events`), in
+/// bytes: 100 PaymentIntents with their expanded charges, or 100 events each
+/// embedding a PaymentIntent, are a few hundred KiB.
 pub const MAX_LIST_BODY_BYTES: usize = 4 * 1024 * 1024;
 
 /// Extra spacing between reads, as a share of `1 / RECONCILER_RATE_LIMIT_RPS`:
@@ -71,7 +71,77 @@ pub struct StripeGateway {
     paused_until: Mutex<Option<Instant>>,
     retry: RetryPolicy,
     deadline: Option<Instant>,
-    requests: RequestCounts,
+    requests: [AtomicU64; 3],
+}
+
+/// HTTP requests sent to Stripe per endpoint (every attempt, retries
+/// included: each one spends the rate budget). The metric
+/// `stripe_reconciler_stripe_requests{endpoint}`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RequestCounts {
+    /// `GET /v1/payment_intents/{id}`.
+    pub retrieve: u64,
+    /// `GET /v1/payment_intents` (list pages and the outage probe).
+    pub list: u64,
+    /// `GET /v1/events`.
+    pub events: u64,
+}
+
+impl RequestCounts {
+    /// `(endpoint label, count)` for the metric.
+    pub fn by_endpoint(&self) -> [(&'static str, u64); 3] {
+        [
+            ("retrieve", self.retrieve),
+            ("list", self.list),
+            ("events", self.events),
+        ]
+    }
+
+    /// All requests.
+    pub fn total(&self) -> u64 {
+        self.retrieve + self.list + self.events
+    }
+
+    /// The requests sent since `earlier` (the same gateway's counts).
+    pub fn since(&self, earlier: &RequestCounts) -> RequestCounts {
+        RequestCounts {
+            retrieve: self.retrieve.saturating_sub(earlier.retrieve),
+            list: self.list.saturating_sub(earlier.list),
+            events: self.events.saturating_sub(earlier.events),
+        }
+    }
+}
+
+/// Largest `limit` Stripe accepts on a list request.
+pub const LIST_PAGE_LIMIT: u32 = 100;
+
+/// The `created` bounds of a list request: Unix seconds, both inclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreatedWindow {
+    /// `created[gte]`
+    pub gte: i64,
+    /// `created[lte]`
+    pub lte: i64,
+}
+
+/// One PaymentIntent of a list page.
+#[derive(Debug, Clone)]
+pub struct ListedPaymentIntent {
+    /// Its id (items without a well-formed id are dropped from the page).
+    pub id: PaymentIntentId,
+    /// Its facts, or why this item could not be used (its row then falls
+    /// back to a retrieve).
+    pub facts: Result<PaymentIntentFacts, String>,
+}
+
+/// One page of `GET /v1/payment_intents`, newest first.
+#[derive(Debug, Clone)]
+pub struct ListPage {
+    /// The page's PaymentIntents with a well-formed id.
+    pub items: Vec<ListedPaymentIntent>,
+    /// `starting_after` for the next page: the last item's id when Stripe
+    /// said `has_more`; `None` at the end of the window.
+    pub next_after: Option<PaymentIntentId>,
 }
 
 /// One attempt's failure, before the retry rule has looked at it.
@@ -113,13 +183,8 @@ impl StripeGateway {
             paused_until: Mutex::new(None),
             retry: config.retry,
             deadline: config.deadline,
-            requests: RequestCounts::default(),
+            requests: Default::default(),
         })
-    }
-
-    /// HTTP requests sent so far per endpoint, retries included.
-    pub fn requests(&self) -> &RequestCounts {
-        &self.requests
     }
 
     /// Reads one PaymentIntent's status (`GET /v1/payment_intents/{id}`); see
@@ -178,12 +243,84 @@ impl StripeGateway {
         .await
     }
 
+    /// Lists the PaymentIntents created in `window`, newest first, with their
+    /// latest charge: `GET /v1/payment_intents?created[gte]&created[lte]
+    /// &limit=100&expand[]=data.latest_charge[&starting_after=..]`. Same rate
+    /// limit, retry rule and error mapping as [`StripeGateway::payment_intent`].
+    ///
+    /// # Errors
+    /// - [`GatewayError::Rejected`] / [`GatewayError::Misconfigured`] as for a retrieve.
+    /// - [`GatewayError::Unavailable`]: timeouts, 429, 5xx, or a body that is
+    ///   not a Stripe list, after the retry budget.
+    #[tracing::instrument(name = "stripe.list", level = "debug", skip_all, fields(gte = window.gte, lte = window.lte, request_id = tracing::field::Empty, http_status = tracing::field::Empty))]
+    pub async fn list_payment_intents(
+        &self,
+        window: CreatedWindow,
+        starting_after: Option<&PaymentIntentId>,
+    ) -> Result<ListPage, GatewayError> {
+        let mut url = self.v1(&["payment_intents"]);
+        {
+            let mut query = url.query_pairs_mut();
+            query
+                .append_pair("created[gte]", &window.gte.to_string())
+                .append_pair("created[lte]", &window.lte.to_string())
+                .append_pair("limit", &LIST_PAGE_LIMIT.to_string())
+                .append_pair("expand[]", "data.latest_charge");
+            if let Some(after) = starting_after {
+                query.append_pair("starting_after", after.as_str());
+            }
+        }
+        match self
+            .request_capped(&url, MAX_LIST_BODY_BYTES, parse_list_page)
+            .await
+        {
+            // A 404 on the list path says nothing about a PaymentIntent.
+            Err(GatewayError::NotFound { request_id }) => Err(GatewayError::Unavailable {
+                attempts: 1,
+                cause: Unavailable::InvalidBody("HTTP 404 resource_missing on a list".into()),
+                request_id,
+            }),
+            other => other,
+        }
+    }
+
+    /// Requests sent so far by this gateway, per endpoint.
+    pub fn request_counts(&self) -> RequestCounts {
+        let [retrieve, list, events] = &self.requests;
+        RequestCounts {
+            retrieve: retrieve.load(Ordering::Relaxed),
+            list: list.load(Ordering::Relaxed),
+            events: events.load(Ordering::Relaxed),
+        }
+    }
+
+    fn count_request(&self, url: &Url) {
+        let path = url.path().trim_end_matches('/');
+        let slot = if path.ends_with("/v1/payment_intents") {
+            1
+        } else if path.ends_with("/v1/events") {
+            2
+        } else {
+            0
+        };
+        self.requests[slot].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// One GET under the rate limit and the retry rule; `parse` turns a 200's
-    /// body into the answer. Counted per [`Endpoint`]; list pages may be up
-    /// to [`MAX_LIST_BODY_BYTES`], everything else [`MAX_BODY_BYTES`].
+    /// body into the answer.
     pub(super) async fn request<T>(
         &self,
         url: &Url,
+        parse: impl Fn(&HeaderMap, &[u8]) -> Result<T, Unavailable>,
+    ) -> Result<T, GatewayError> {
+        self.request_capped(url, MAX_BODY_BYTES, parse).await
+    }
+
+    /// [`StripeGateway::request`] reading bodies of up to `max_body` bytes.
+    pub(super) async fn request_capped<T>(
+        &self,
+        url: &Url,
+        max_body: usize,
         parse: impl Fn(&HeaderMap, &[u8]) -> Result<T, Unavailable>,
     ) -> Result<T, GatewayError> {
         let parse = &parse;
@@ -192,7 +329,7 @@ impl StripeGateway {
             self.deadline,
             || async move {
                 self.wait_turn().await;
-                match self.attempt(url, parse).await {
+                match self.attempt(url, max_body, parse).await {
                     Ok(answer) => Attempt::Done(Ok(answer)),
                     Err(AttemptError::Final(e)) => Attempt::Done(Err(e)),
                     Err(AttemptError::Retryable {
@@ -264,14 +401,10 @@ impl StripeGateway {
     async fn attempt<T>(
         &self,
         url: &Url,
+        max_body: usize,
         parse: &impl Fn(&HeaderMap, &[u8]) -> Result<T, Unavailable>,
     ) -> Result<T, AttemptError> {
-        let endpoint = Endpoint::of(url);
-        self.requests.add(endpoint);
-        let cap = match endpoint {
-            Endpoint::Retrieve => MAX_BODY_BYTES,
-            Endpoint::List | Endpoint::Events => MAX_LIST_BODY_BYTES,
-        };
+        self.count_request(url);
         let response = self
             .http
             .get(url.clone())
@@ -288,7 +421,7 @@ impl StripeGateway {
         if let Some(rid) = &request_id {
             span.record("request_id", rid.as_str());
         }
-        let body = read_capped(response, cap)
+        let body = read_capped(response, max_body)
             .await
             .map_err(|cause| match cause {
                 Unavailable::Timeout | Unavailable::Connection(_) => AttemptError::Retryable {
@@ -391,19 +524,22 @@ fn header(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(|s| s.chars().take(200).collect())
 }
 
-async fn read_capped(mut response: reqwest::Response, cap: usize) -> Result<Vec<u8>, Unavailable> {
+async fn read_capped(
+    mut response: reqwest::Response,
+    max_body: usize,
+) -> Result<Vec<u8>, Unavailable> {
     if response
         .content_length()
-        .is_some_and(|len| len > cap as u64)
+        .is_some_and(|len| len > max_body as u64)
     {
-        return Err(Unavailable::TooLarge(cap));
+        return Err(Unavailable::TooLarge(max_body));
     }
     let mut body = Vec::new();
     loop {
         match response.chunk().await {
             Ok(Some(chunk)) => {
-                if body.len() + chunk.len() > cap {
-                    return Err(Unavailable::TooLarge(cap));
+                if body.len() + chunk.len() > max_body {
+                    return Err(Unavailable::TooLarge(max_body));
                 }
                 body.extend_from_slice(&chunk);
             }
@@ -434,19 +570,34 @@ fn parse_payment_intent(
     body: &[u8],
     id: &PaymentIntentId,
 ) -> Result<PaymentIntentFacts, Unavailable> {
-    let invalid = |why: &str| Unavailable::InvalidBody(why.to_owned());
     let pi = json_body(headers, body)?;
+    if pi.get("id").and_then(|v| v.as_str()) != Some(id.as_str()) && pi.is_object() {
+        if pi
+            .get("object")
+            .is_some_and(|o| o.as_str() != Some("payment_intent"))
+        {
+            return Err(Unavailable::InvalidBody(
+                "object is not a payment_intent".into(),
+            ));
+        }
+        return Err(Unavailable::InvalidBody(
+            "id does not match the requested PaymentIntent".into(),
+        ));
+    }
+    payment_intent_object(&pi).map_err(|why| Unavailable::InvalidBody(why.to_owned()))
+}
+
+/// A PaymentIntent JSON object into its facts, the same checks for a
+/// retrieve's body and for each item of a list page.
+fn payment_intent_object(pi: &serde_json::Value) -> Result<PaymentIntentFacts, &'static str> {
     if !pi.is_object() {
-        return Err(invalid("not a JSON object"));
+        return Err("not a JSON object");
     }
     if pi
         .get("object")
         .is_some_and(|o| o.as_str() != Some("payment_intent"))
     {
-        return Err(invalid("object is not a payment_intent"));
-    }
-    if pi.get("id").and_then(|v| v.as_str()) != Some(id.as_str()) {
-        return Err(invalid("id does not match the requested PaymentIntent"));
+        return Err("object is not a payment_intent");
     }
     let status = match pi.get("status") {
         Some(serde_json::Value::String(s))
@@ -456,11 +607,44 @@ fn parse_payment_intent(
         {
             ExternalStatus::parse(s)
         }
-        Some(serde_json::Value::String(_)) => {
-            return Err(invalid("status is not a Stripe status word"))
-        }
-        Some(_) => return Err(invalid("status is not a string")),
-        None => return Err(invalid("status is missing")),
+        Some(serde_json::Value::String(_)) => return Err("status is not a Stripe status word"),
+        Some(_) => return Err("status is not a string"),
+        None => return Err("status is missing"),
     };
-    Ok(payment_intent_facts(&pi, status))
+    Ok(payment_intent_facts(pi, status))
+}
+
+/// A list page's body: `{"object": "list", "data": [...], "has_more": bool}`.
+/// A body that is not a Stripe list is [`Unavailable::InvalidBody`] (a failed
+/// read); an item that is not a usable PaymentIntent only spoils that item.
+fn parse_list_page(headers: &HeaderMap, body: &[u8]) -> Result<ListPage, Unavailable> {
+    let invalid = |why: &str| Unavailable::InvalidBody(why.to_owned());
+    let list = json_body(headers, body)?;
+    if list.get("object").and_then(|o| o.as_str()) != Some("list") {
+        return Err(invalid("not a Stripe list"));
+    }
+    let Some(data) = list.get("data").and_then(|d| d.as_array()) else {
+        return Err(invalid("list without a data array"));
+    };
+    let Some(has_more) = list.get("has_more").and_then(|h| h.as_bool()) else {
+        return Err(invalid("list without has_more"));
+    };
+    let items: Vec<ListedPaymentIntent> = data
+        .iter()
+        .filter_map(|pi| {
+            let id = PaymentIntentId::parse(pi.get("id")?.as_str()?).ok()?;
+            let facts = payment_intent_object(pi).map_err(str::to_owned);
+            Some(ListedPaymentIntent { id, facts })
+        })
+        .collect();
+    // Paging goes on after the page's last item; if that item has no usable
+    // id the window cannot be paged further (its rows fall back to retrieves).
+    let last = data
+        .last()
+        .and_then(|pi| pi.get("id")?.as_str())
+        .and_then(|id| PaymentIntentId::parse(id).ok());
+    Ok(ListPage {
+        items,
+        next_after: if has_more { last } else { None },
+    })
 }

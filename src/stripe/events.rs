@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::client::{json_body, StripeGateway};
+use super::client::{json_body, StripeGateway, MAX_LIST_BODY_BYTES};
 use super::error::{GatewayError, Unavailable};
 use super::id::PaymentIntentId;
 use crate::reconcile::ExternalStatus;
@@ -95,8 +95,10 @@ impl StripeGateway {
                 q.append_pair("starting_after", after);
             }
         }
-        self.request(&url, |headers, body| parse_page(&json_body(headers, body)?))
-            .await
+        self.request_capped(&url, MAX_LIST_BODY_BYTES, |headers, body| {
+            parse_page(&json_body(headers, body)?)
+        })
+        .await
     }
 }
 

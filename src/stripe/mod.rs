@@ -6,13 +6,14 @@ pub mod client;
 pub mod error;
 pub mod events;
 pub mod id;
-pub mod requests;
 pub mod retry;
 mod wire;
 
-pub use client::{GatewayConfig, StripeGateway, STRIPE_VERSION};
+pub use client::{
+    CreatedWindow, GatewayConfig, ListPage, ListedPaymentIntent, RequestCounts, StripeGateway,
+    LIST_PAGE_LIMIT, STRIPE_VERSION,
+};
 pub use error::{BuildError, GatewayError, Unavailable};
 pub use events::{EventPage, PaymentIntentEvent, PAYMENT_INTENT_EVENT_TYPES};
 pub use id::{InvalidPaymentIntentId, PaymentIntentId};
-pub use requests::{Endpoint, RequestCounts};
 pub use retry::RetryPolicy;

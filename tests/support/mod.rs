@@ -2,6 +2,7 @@
 //! rows, and queries of what a user would check.
 #![allow(dead_code)]
 
+pub mod account;
 pub mod pgbouncer;
 pub mod pushgateway;
 pub mod seed_algorithm;
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sqlx::PgPool;
-pub use stripe_reconciler::config::JobSettings;
+pub use stripe_reconciler::config::{JobSettings, ReadMode};
 use stripe_reconciler::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
@@ -89,6 +90,9 @@ pub fn settings(batch_size: u32) -> JobSettings {
         rate_limit_rps: 1000,
         max_in_flight: 8,
         http_timeout: Duration::from_secs(2),
+        // The tests written before list reads mock only the retrieve
+        // endpoint; list-mode tests opt in with `list_settings`.
+        read_mode: ReadMode::Retrieve,
         ..JobSettings::default()
     }
 }

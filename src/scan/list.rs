@@ -1,0 +1,287 @@
+//! Phase 2 in list mode (`RECONCILER_READ_MODE=list`): the PaymentIntents
+//! created in the batch's `created_at` window, up to 100 per request, matched
+//! to the batch's rows by id. A page is evidence only for the PaymentIntents it
+//! contains: a row the pages did not contain is read on its own (a retrieve),
+//! and only that retrieve's 404 makes it `missing_externally`.
+//!
+//! The window `[min(created_at), max(created_at)]` of the batch's rows after
+//! the cursor is cut into sub-windows of about [`ROWS_PER_SUB_WINDOW`] rows,
+//! paged concurrently (pages of one window are sequential: `starting_after`).
+//! The two slack rings that widen it by `RECONCILER_LIST_WINDOW_SLACK_SECONDS`
+//! on each side are listed only when the rows still unseen are at least as many
+//! as the pages the ring is expected to take (from the density of the core
+//! window), so a slack full of other rows' PaymentIntents never costs more
+//! requests than the retrieves it saves. At most `RECONCILER_LIST_MAX_PAGES`
+//! pages per batch, whatever the account holds.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use tokio::sync::{oneshot, Semaphore};
+
+use super::ScanError;
+use crate::config::JobSettings;
+use crate::reconcile::PaymentIntentFacts;
+use crate::store::payments::PaymentRow;
+use crate::stripe::{CreatedWindow, GatewayError, PaymentIntentId, StripeGateway, LIST_PAGE_LIMIT};
+
+/// Rows per core sub-window: a little under a page, so a sub-window usually
+/// fits one request even with a few PaymentIntents of neighbouring rows or of
+/// other applications in it.
+pub const ROWS_PER_SUB_WINDOW: usize = 95;
+
+/// What the list requests of one batch found.
+#[derive(Debug, Default)]
+pub struct Listed {
+    /// The facts of every PaymentIntent a page contained that one of the
+    /// batch's rows names, by id; `Err` for an item that could not be used
+    /// (its row falls back to a retrieve).
+    pub found: HashMap<String, Result<PaymentIntentFacts, String>>,
+    /// List requests whose answer arrived (after retries).
+    pub pages: usize,
+    /// List requests that failed after the retry budget (a failed read
+    /// toward the outage rule); their windows' rows fall back to retrieves.
+    pub failed_pages: usize,
+}
+
+struct Chain<'a> {
+    gateway: &'a StripeGateway,
+    in_flight: &'a Semaphore,
+    wanted: &'a HashSet<&'a str>,
+    budget: &'a AtomicUsize,
+    found: &'a Mutex<HashMap<String, Result<PaymentIntentFacts, String>>>,
+    pages: &'a AtomicUsize,
+    failed: &'a AtomicUsize,
+    items: &'a AtomicUsize,
+    /// Core windows whose first page has not yet been sent.
+    first_pages_left: &'a AtomicUsize,
+    all_started: &'a Mutex<Option<oneshot::Sender<()>>>,
+}
+
+impl Chain<'_> {
+    fn take_page(&self) -> bool {
+        self.budget
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                left.checked_sub(1)
+            })
+            .is_ok()
+    }
+
+    fn all_found(&self, core: &HashSet<&str>) -> bool {
+        let found = self.found.lock().unwrap_or_else(|p| p.into_inner());
+        core.iter().all(|id| found.contains_key(*id))
+    }
+
+    /// Once the first page of every core window has its permit, the batch
+    /// has no request queued that the next batch's could overtake: the next
+    /// batch may start (its pages then fill the limiter while these answer).
+    fn first_page_sent(&self) {
+        if self.first_pages_left.fetch_sub(1, Ordering::Relaxed) == 1 {
+            if let Some(started) = self
+                .all_started
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+            {
+                let _ = started.send(());
+            }
+        }
+    }
+
+    /// Pages `window` until its end, the page budget, or (with `until_found`)
+    /// until every id of `until_found` was seen. A core window (`core_window`)
+    /// counts its first page toward [`Chain::first_page_sent`].
+    async fn run(
+        &self,
+        window: CreatedWindow,
+        until_found: Option<&HashSet<&str>>,
+        core_window: bool,
+    ) -> Result<(), ScanError> {
+        let mut after: Option<PaymentIntentId> = None;
+        let mut first = core_window;
+        loop {
+            if until_found.is_some_and(|core| self.all_found(core)) || !self.take_page() {
+                if first {
+                    self.first_page_sent();
+                }
+                return Ok(());
+            }
+            let page = {
+                let _permit = self.in_flight.acquire().await;
+                if std::mem::take(&mut first) {
+                    self.first_page_sent();
+                }
+                self.gateway
+                    .list_payment_intents(window, after.as_ref())
+                    .await
+            };
+            match page {
+                Ok(page) => {
+                    self.pages.fetch_add(1, Ordering::Relaxed);
+                    self.items.fetch_add(page.items.len(), Ordering::Relaxed);
+                    {
+                        let mut found = self.found.lock().unwrap_or_else(|p| p.into_inner());
+                        for item in page.items {
+                            if self.wanted.contains(item.id.as_str()) {
+                                found.insert(item.id.as_str().to_owned(), item.facts);
+                            }
+                        }
+                    }
+                    match page.next_after {
+                        Some(next) => after = Some(next),
+                        None => return Ok(()),
+                    }
+                }
+                Err(e @ (GatewayError::Rejected { .. } | GatewayError::Misconfigured { .. })) => {
+                    return Err(ScanError::StripeRejected(e))
+                }
+                Err(e) => {
+                    tracing::warn!(gte = window.gte, lte = window.lte, error = %e, "list page failed; the window's rows not yet seen are read one by one");
+                    self.failed.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// The core sub-windows: `times` (sorted Unix seconds of the rows' `created_at`)
+/// cut into contiguous, non-overlapping windows of equal row counts, about
+/// [`ROWS_PER_SUB_WINDOW`] rows each but never more windows than `max_pages`,
+/// that together cover `[times[0], times[last]]`.
+pub fn sub_windows(times: &[i64], max_pages: usize) -> Vec<CreatedWindow> {
+    let (Some(&lo), Some(&hi)) = (times.first(), times.last()) else {
+        return Vec::new();
+    };
+    let windows = times
+        .len()
+        .div_ceil(ROWS_PER_SUB_WINDOW)
+        .clamp(1, max_pages.max(1));
+    let per_window = times.len().div_ceil(windows);
+    let mut starts: Vec<i64> = vec![lo];
+    for chunk in times.chunks(per_window).skip(1) {
+        if chunk[0] > *starts.last().unwrap_or(&lo) {
+            starts.push(chunk[0]);
+        }
+    }
+    starts
+        .iter()
+        .enumerate()
+        .map(|(i, &gte)| CreatedWindow {
+            gte,
+            lte: starts.get(i + 1).map_or(hi, |next| next - 1),
+        })
+        .collect()
+}
+
+/// Lists the batch's window and returns what it found for `rows`. Rows with
+/// `id > cursor_from` (the cursor's rows) set the window; rows behind the
+/// cursor are matched when a page happens to contain them and otherwise fall
+/// back to retrieves (their `created_at` may be anywhere). `rows` are the
+/// rows that need a read (out of the grace window, well-formed id).
+///
+/// # Errors
+/// [`ScanError::StripeRejected`] on 401/403 or Stripe's "Unrecognized request
+/// URL"; every other failure leaves rows to the retrieve fallback.
+pub async fn list_batch(
+    gateway: &StripeGateway,
+    rows: &[(&PaymentRow, &PaymentIntentId)],
+    cursor_from: i64,
+    settings: &JobSettings,
+    in_flight: &Semaphore,
+    all_started: &Mutex<Option<oneshot::Sender<()>>>,
+) -> Result<Listed, ScanError> {
+    let wanted: HashSet<&str> = rows.iter().map(|(_, id)| id.as_str()).collect();
+    let core_rows: Vec<&(&PaymentRow, &PaymentIntentId)> =
+        rows.iter().filter(|(r, _)| r.id > cursor_from).collect();
+    let mut times: Vec<i64> = core_rows
+        .iter()
+        .map(|(r, _)| r.created_at.timestamp())
+        .collect();
+    times.sort_unstable();
+    let core: HashSet<&str> = core_rows.iter().map(|(_, id)| id.as_str()).collect();
+    let windows = sub_windows(&times, settings.list_max_pages as usize);
+    let (Some(&lo), Some(&hi)) = (times.first(), times.last()) else {
+        return Ok(Listed::default());
+    };
+    let budget = AtomicUsize::new(settings.list_max_pages as usize);
+    let found = Mutex::new(HashMap::new());
+    let (pages, failed, items) = (
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+    );
+    let chain = Chain {
+        gateway,
+        in_flight,
+        wanted: &wanted,
+        budget: &budget,
+        found: &found,
+        pages: &pages,
+        failed: &failed,
+        items: &items,
+        first_pages_left: &AtomicUsize::new(windows.len()),
+        all_started,
+    };
+    futures::future::try_join_all(windows.iter().map(|w| chain.run(*w, None, true))).await?;
+
+    // The slack rings, each only when it is worth its pages (and never after
+    // a failed page: Stripe's lists are not answering).
+    let slack = i64::try_from(settings.list_window_slack.as_secs()).unwrap_or(i64::MAX / 4);
+    if slack > 0 && failed.load(Ordering::Relaxed) == 0 {
+        let unseen = {
+            let found = found.lock().unwrap_or_else(|p| p.into_inner());
+            core.iter().filter(|id| !found.contains_key(**id)).count()
+        };
+        let per_second = items.load(Ordering::Relaxed) as f64 / ((hi - lo + 1) as f64);
+        let ring_pages = ((per_second * slack as f64) / f64::from(LIST_PAGE_LIMIT))
+            .ceil()
+            .max(1.0);
+        if unseen > 0 && ring_pages <= unseen as f64 {
+            let rings = [
+                CreatedWindow {
+                    gte: lo.saturating_sub(slack),
+                    lte: lo - 1,
+                },
+                CreatedWindow {
+                    gte: hi + 1,
+                    lte: hi.saturating_add(slack),
+                },
+            ];
+            futures::future::try_join_all(rings.iter().map(|w| chain.run(*w, Some(&core), false)))
+                .await?;
+        }
+    }
+    Ok(Listed {
+        found: found.into_inner().unwrap_or_else(|p| p.into_inner()),
+        pages: pages.load(Ordering::Relaxed),
+        failed_pages: failed.load(Ordering::Relaxed),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sub_windows_cover_the_window_without_overlap() {
+        let times: Vec<i64> = (0..300).map(|i| 1_000 + i * 2).collect();
+        let w = sub_windows(&times, 10);
+        assert_eq!(w.len(), 4);
+        // 75 rows each, not 95 + 95 + 95 + 15.
+        assert_eq!(w[1].gte, 1_150);
+        assert_eq!(sub_windows(&times, 2).len(), 2);
+        assert_eq!(w[0].gte, 1_000);
+        assert_eq!(w.last().unwrap().lte, 1_598);
+        for pair in w.windows(2) {
+            assert_eq!(pair[0].lte + 1, pair[1].gte);
+        }
+        // Every second in one sub-window: a single window.
+        assert_eq!(
+            sub_windows(&[5; 500], 10),
+            vec![CreatedWindow { gte: 5, lte: 5 }]
+        );
+        assert!(sub_windows(&[], 10).is_empty());
+    }
+}

@@ -1,0 +1,509 @@
+//! RECONCILER_READ_MODE=list on real PostgreSQL against a wiremock Stripe
+//! account that serves both the list and the retrieve endpoint: the same
+//! rows, findings and outbox as retrieve mode, fewer requests, and every
+//! row a page did not contain read on its own.
+
+mod support;
+
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use stripe_reconciler::config::{JobSettings, ReadMode};
+use stripe_reconciler::reconcile::Verdict;
+use stripe_reconciler::scan::{self, run_batch, BatchReport, Mode, RunOptions, ScanError};
+use support::account::{insert_at, Account};
+use support::*;
+use tokio_util::sync::CancellationToken;
+
+/// An hour ago, as Stripe's `created` (Unix seconds).
+fn an_hour_ago() -> i64 {
+    chrono::Utc::now().timestamp() - 3600
+}
+
+fn list_settings(batch_size: u32) -> JobSettings {
+    JobSettings {
+        read_mode: ReadMode::List,
+        ..settings(batch_size)
+    }
+}
+
+async fn batch(pool: &PgPool, account: &wiremock::MockServer, s: &JobSettings) -> BatchReport {
+    run_batch(pool, &gateway(account), s, Mode::Write, None)
+        .await
+        .unwrap()
+}
+
+type Snapshot = (
+    Vec<(i64, Option<String>, Option<String>, bool)>,
+    Vec<FindingRow>,
+    Vec<OutboxRow>,
+    Vec<(i64, String, Option<Value>)>,
+);
+
+/// What a user compares: payments, findings (with their details, minus the
+/// clock-dependent age) and the outbox.
+async fn snapshot(pool: &PgPool) -> Snapshot {
+    let payments = sqlx::query_as(
+        "SELECT id, status, observed_external_status, last_reconciled_at IS NOT NULL
+           FROM payments ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let details = sqlx::query_as(
+        "SELECT payment_id, kind, details - 'age_seconds' FROM reconciliation_findings
+          ORDER BY payment_id, id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    (payments, findings(pool).await, outbox(pool).await, details)
+}
+
+async fn forget_everything_but_payments(pool: &PgPool) {
+    sqlx::raw_sql(
+        "TRUNCATE reconciliation_findings, outbox, reconciliation_cursor, reconciliation_runs,
+                  reconciliation_unverifiable RESTART IDENTITY CASCADE;
+         UPDATE payments SET observed_external_status = NULL, last_reconciled_at = NULL",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// Runs the job to the end of the table in `mode`; returns the snapshot and
+/// the requests per endpoint.
+async fn run_in(
+    pool: &PgPool,
+    account: &Account,
+    server: &wiremock::MockServer,
+    mode: ReadMode,
+    batch_size: u32,
+) -> (Snapshot, usize, usize) {
+    forget_everything_but_payments(pool).await;
+    let (lists, retrieves) = (account.count("list"), account.count("retrieve"));
+    let s = JobSettings {
+        read_mode: mode,
+        batches_per_run: 100,
+        ..settings(batch_size)
+    };
+    let (summary, result) = scan::run(
+        pool,
+        &gateway(server),
+        &s,
+        RunOptions::default(),
+        CancellationToken::new(),
+    )
+    .await;
+    result.unwrap();
+    assert!(summary.wrapped, "{summary:?}");
+    assert_eq!(
+        summary.stripe_requests.list as usize,
+        account.count("list") - lists
+    );
+    (
+        snapshot(pool).await,
+        account.count("list") - lists,
+        account.count("retrieve") - retrieves,
+    )
+}
+
+async fn assert_modes_agree(pool: &PgPool, account: &Account, batch_size: u32) {
+    let server = account.serve().await;
+    let (by_retrieve, lists, _) =
+        run_in(pool, account, &server, ReadMode::Retrieve, batch_size).await;
+    assert_eq!(lists, 0);
+    let (by_list, lists, retrieves) =
+        run_in(pool, account, &server, ReadMode::List, batch_size).await;
+    assert!(lists > 0);
+    assert!(!by_retrieve.1.is_empty(), "the data set has findings");
+    assert_eq!(by_list.0, by_retrieve.0, "payments differ");
+    assert_eq!(by_list.1, by_retrieve.1, "findings differ");
+    assert_eq!(by_list.2, by_retrieve.2, "outbox differs");
+    assert_eq!(by_list.3, by_retrieve.3, "finding details differ");
+    let rows = by_list.0.len();
+    assert!(
+        lists + retrieves < rows,
+        "list mode spent {lists} pages and {retrieves} retrieves on {rows} rows"
+    );
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn list_and_retrieve_modes_write_the_same_rows_on_the_verdict_paths(pool: PgPool) {
+    let account = Account::default();
+    let t0 = an_hour_ago() - 86_400;
+    let cases: &[(&str, &str)] = &[
+        ("paid", "succeeded"),
+        ("failed", "canceled"),
+        ("failed", "requires_payment_method"),
+        ("pending", "requires_payment_method"),
+        ("pending", "processing"),
+        ("pending", "requires_action"),
+        ("pending", "succeeded"),
+        ("pending", "canceled"),
+        ("paid", "requires_payment_method"),
+        ("failed", "succeeded"),
+        ("paid", "processing"),
+    ];
+    let mut n = 0;
+    for round in 0..12 {
+        for (local, remote) in cases {
+            n += 1;
+            let pi = format!("pi_Path{n:04}");
+            let created = t0 + n * 30;
+            insert_at(&pool, &pi, local, created).await;
+            // PaymentIntents created a few seconds before or after the row.
+            account.add(&pi, remote, created + (n % 5) - 2);
+        }
+        let _ = round;
+    }
+    // Missing at Stripe, a hostile id, and one in the grace window.
+    insert_at(&pool, "pi_Deleted1", "paid", t0 + 45).await;
+    account.add("pi_Deleted1", "succeeded", t0 + 45);
+    account.delete("pi_Deleted1");
+    insert_at(&pool, "pi_1/../../v1/customers", "pending", t0 + 50).await;
+    sqlx::query(
+        "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at)
+         VALUES ('fresh', 'pi_Fresh', 'pending', to_timestamp($1))",
+    )
+    .bind((t0 + 60) as f64)
+    .execute(&pool)
+    .await
+    .unwrap();
+    account.add("pi_Fresh", "succeeded", t0 + 60);
+
+    assert_modes_agree(&pool, &account, 50).await;
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn list_and_retrieve_modes_write_the_same_rows_for_every_drift_kind(pool: PgPool) {
+    let account = Account::default();
+    let t0 = an_hour_ago() - 3 * 86_400;
+    let charge = |refunded: i64, disputed: bool| {
+        json!({"id": "ch_1", "object": "charge", "amount": 2000, "amount_refunded": refunded,
+               "disputed": disputed, "refunded": refunded >= 2000, "currency": "usd"})
+    };
+    for i in 0..200i64 {
+        let pi = format!("pi_Drift{i:04}");
+        let created = t0 + i * 60;
+        let mut object = payment_intent(&pi, "succeeded");
+        object["created"] = json!(created + 1);
+        object["amount"] = json!(2000);
+        object["latest_charge"] = charge(0, false);
+        let local = match i % 10 {
+            0 => {
+                object["latest_charge"] = charge(2000, false);
+                "pending"
+            }
+            1 => {
+                object["latest_charge"] = charge(500, false);
+                "paid"
+            }
+            2 => {
+                object["latest_charge"] = charge(0, true);
+                "paid"
+            }
+            3 => {
+                // Stuck in processing for 20 days (created long before the row).
+                object["status"] = json!("processing");
+                object["created"] = json!(created - 20 * 86_400);
+                "pending"
+            }
+            4 => {
+                // An authorisation six days old.
+                object["status"] = json!("requires_capture");
+                object["created"] = json!(created - 6 * 86_400);
+                "pending"
+            }
+            5 => "pending",
+            _ => "paid",
+        };
+        insert_at(&pool, &pi, local, created).await;
+        account.add_object(object);
+    }
+    // Two rows holding one PaymentIntent (a table without the UNIQUE constraint).
+    sqlx::query("ALTER TABLE payments DROP CONSTRAINT payments_stripe_payment_intent_id_key")
+        .execute(&pool)
+        .await
+        .unwrap();
+    insert_at(&pool, "pi_Drift0007", "pending", t0 + 7 * 60 + 5).await;
+    // A row whose PaymentIntent is gone.
+    insert_at(&pool, "pi_DriftGone", "paid", t0 + 30).await;
+
+    assert_modes_agree(&pool, &account, 100).await;
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn pages_follow_has_more_with_starting_after(pool: PgPool) {
+    let account = Account::default();
+    let t = an_hour_ago();
+    // 250 PaymentIntents created in the same second: one window, three pages.
+    for i in 0..250 {
+        let pi = format!("pi_Same{i:04}");
+        insert_at(&pool, &pi, "paid", t).await;
+        account.add(&pi, "succeeded", t);
+    }
+    let server = account.serve().await;
+
+    let report = batch(&pool, &server, &list_settings(300)).await;
+
+    assert_eq!(report.verdicts.get(Verdict::InSync), 250);
+    let lists: Vec<_> = account
+        .seen()
+        .into_iter()
+        .filter(|s| s.endpoint == "list")
+        .collect();
+    assert_eq!(lists.len(), 3, "{lists:?}");
+    assert_eq!(account.count("retrieve"), 0);
+    assert_eq!(lists[0].id, None);
+    // Newest first, ties by id descending: page 1 ends at pi_Same0150.
+    assert_eq!(lists[1].id.as_deref(), Some("pi_Same0150"));
+    assert_eq!(lists[2].id.as_deref(), Some("pi_Same0050"));
+    assert!(lists
+        .iter()
+        .all(|l| l.expand == ["data.latest_charge"] && l.gte <= Some(t) && l.lte >= Some(t)));
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_row_whose_payment_intent_was_created_outside_the_window_is_retrieved(pool: PgPool) {
+    let account = Account::default();
+    let t = an_hour_ago() - 86_400;
+    for i in 0..30 {
+        let pi = format!("pi_Near{i:03}");
+        insert_at(&pool, &pi, "paid", t + i * 10).await;
+        account.add(&pi, "succeeded", t + i * 10);
+    }
+    // Created ten days before its row (a PaymentIntent reused for a new order).
+    let far = insert_at(&pool, "pi_FarAway", "pending", t + 100).await;
+    account.add("pi_FarAway", "succeeded", t - 10 * 86_400);
+    let server = account.serve().await;
+
+    let report = batch(&pool, &server, &list_settings(100)).await;
+
+    assert_eq!(report.verdicts.get(Verdict::InSync), 30);
+    assert_eq!(report.verdicts.get(Verdict::Repairable), 1);
+    assert_eq!(account.retrieved(), ["pi_FarAway"]);
+    assert_eq!(verified(&pool, far).await, (Some("succeeded".into()), true));
+    assert_eq!(outbox(&pool).await.len(), 1);
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_window_crowded_with_foreign_payment_intents_stops_at_the_page_cap(pool: PgPool) {
+    let account = Account::default();
+    let t = an_hour_ago();
+    for i in 0..20 {
+        let pi = format!("pi_Ours{i:03}");
+        insert_at(&pool, &pi, "paid", t - 20 + i).await;
+        account.add(&pi, "succeeded", t - 20 + i);
+    }
+    // Another application's 3,000 PaymentIntents in the same 20 seconds.
+    for i in 0..3000 {
+        account.add(&format!("pi_Other{i:05}"), "succeeded", t - 20 + i % 20);
+    }
+    let server = account.serve().await;
+    let s = JobSettings {
+        list_max_pages: 4,
+        ..list_settings(100)
+    };
+
+    let report = batch(&pool, &server, &s).await;
+
+    assert_eq!(report.verdicts.get(Verdict::InSync), 20);
+    assert_eq!(account.count("list"), 4, "the page cap");
+    // Every row not on those pages had its own read; none read twice.
+    let retrieved = account.retrieved();
+    assert!(retrieved.len() <= 20);
+    let mut unique = retrieved.clone();
+    unique.dedup();
+    assert_eq!(unique.len(), retrieved.len());
+    assert!(account.count("list") + retrieved.len() <= 20 + 4);
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_500_and_a_429_in_the_middle_of_paging(pool: PgPool) {
+    let account = Account::default();
+    let t = an_hour_ago();
+    for i in 0..250 {
+        let pi = format!("pi_Busy{i:04}");
+        insert_at(&pool, &pi, "pending", t).await;
+        account.add(&pi, "succeeded", t);
+    }
+    // Page 2 answers 500 once (retried), page 3 a 429 rate limit on every
+    // attempt (the retry budget is 3): the rows of page 3 are read one by one.
+    account.fail_list(1, err(500, "api_error", ""));
+    for skip in [1, 0, 0] {
+        account.fail_list(skip, err(429, "invalid_request_error", "rate_limit"));
+    }
+    let server = account.serve().await;
+
+    let report = batch(&pool, &server, &list_settings(300)).await;
+
+    assert_eq!(report.verdicts.get(Verdict::Repairable), 250);
+    assert_eq!(report.verdicts.get(Verdict::Unverifiable), 0);
+    assert_eq!(account.count("list"), 6);
+    assert_eq!(account.count("retrieve"), 50, "the rows of the failed page");
+    assert_eq!(outbox(&pool).await.len(), 250);
+    assert_eq!(cursor(&pool, "payments-vs-stripe").await, 250);
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn an_empty_window_reads_every_row_on_its_own(pool: PgPool) {
+    let account = Account::default();
+    let t = an_hour_ago() - 7 * 86_400;
+    for i in 0..10 {
+        let pi = format!("pi_Moved{i:03}");
+        insert_at(&pool, &pi, "paid", t + i).await;
+        // Every PaymentIntent was created a month before its row.
+        account.add(&pi, "succeeded", t - 30 * 86_400);
+    }
+    let server = account.serve().await;
+
+    let report = batch(&pool, &server, &list_settings(100)).await;
+
+    assert_eq!(report.verdicts.get(Verdict::InSync), 10);
+    // The window and its two slack rings, each one empty page.
+    assert_eq!(account.count("list"), 3);
+    assert_eq!(account.count("retrieve"), 10);
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_deleted_payment_intent_is_missing_only_through_its_own_404(pool: PgPool) {
+    let account = Account::default();
+    let t = an_hour_ago();
+    for i in 0..40 {
+        let pi = format!("pi_Here{i:03}");
+        insert_at(&pool, &pi, "paid", t - 100 + i).await;
+        account.add(&pi, "succeeded", t - 100 + i);
+    }
+    let gone = insert_at(&pool, "pi_Gone", "paid", t - 80).await;
+    account.add("pi_Gone", "succeeded", t - 80);
+    account.delete("pi_Gone");
+    let server = account.serve().await;
+
+    let report = batch(&pool, &server, &list_settings(100)).await;
+
+    assert_eq!(report.verdicts.get(Verdict::InSync), 40);
+    assert_eq!(report.verdicts.get(Verdict::NeedsReview), 1);
+    assert_eq!(
+        account.retrieved(),
+        ["pi_Gone"],
+        "only the absent row is read alone"
+    );
+    let f = findings(&pool).await;
+    assert_eq!(f.len(), 1);
+    assert_eq!(
+        (f[0].payment_id, f[0].kind.as_str()),
+        (gone, "missing_externally")
+    );
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_rejected_key_on_a_list_page_stops_the_batch_and_writes_nothing(pool: PgPool) {
+    let account = Account::default();
+    let t = an_hour_ago();
+    for i in 0..5 {
+        let pi = format!("pi_Key{i:03}");
+        insert_at(&pool, &pi, "pending", t + i).await;
+        account.add(&pi, "succeeded", t + i);
+    }
+    account.fail_list(0, err(401, "invalid_request_error", "api_key_invalid"));
+    let server = account.serve().await;
+
+    let e = run_batch(
+        &pool,
+        &gateway(&server),
+        &list_settings(100),
+        Mode::Write,
+        None,
+    )
+    .await
+    .unwrap_err();
+
+    assert!(matches!(e, ScanError::StripeRejected(_)), "{e:?}");
+    assert_eq!(e.exit_code(), 78);
+    assert_eq!(account.count("retrieve"), 0);
+    assert!(findings(&pool).await.is_empty());
+    assert_eq!(cursor(&pool, "payments-vs-stripe").await, 0);
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_page_that_is_not_a_stripe_list_is_a_failed_read(pool: PgPool) {
+    let account = Account::default();
+    let t = an_hour_ago();
+    for i in 0..8 {
+        let pi = format!("pi_Proxy{i:03}");
+        insert_at(&pool, &pi, "paid", t + i).await;
+        account.add(&pi, "succeeded", t + i);
+    }
+    // A proxy's HTML page instead of the list: the rows are retrieved.
+    account.fail_list(
+        0,
+        wiremock::ResponseTemplate::new(200).set_body_raw("<html>hi</html>", "text/html"),
+    );
+    let server = account.serve().await;
+
+    let report = batch(&pool, &server, &list_settings(100)).await;
+
+    assert_eq!(report.verdicts.get(Verdict::InSync), 8);
+    assert_eq!(account.count("retrieve"), 8);
+}
+
+/// Overlapping batches keep the compare-and-set as the guarantee: when
+/// another writer moves the cursor while batch 2 is being read (and batch 3
+/// already reads its rows), batch 2 rolls back, batch 3 is abandoned, and the
+/// run stops with ConcurrentRun (exit 75); only batch 1 is written.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_cursor_moved_during_overlapping_batches_rolls_back_and_stops(pool: PgPool) {
+    let account = Account::with_latency(std::time::Duration::from_millis(300));
+    let t = an_hour_ago();
+    for i in 0..60 {
+        let pi = format!("pi_Race{i:03}");
+        insert_at(&pool, &pi, "paid", t - 600 + i).await;
+        account.add(&pi, "succeeded", t - 600 + i);
+    }
+    let server = account.serve().await;
+    // Two requests a second: batch 2's page leaves half a second after batch
+    // 1's, so batch 1 commits (and the cursor moves) long before batch 2 can.
+    let s = JobSettings {
+        batches_per_run: 10,
+        rate_limit_rps: 2,
+        ..list_settings(20)
+    };
+    let intruder = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            // Once batch 1 has committed, another writer moves the cursor.
+            while cursor(&pool, "payments-vs-stripe").await < 20 {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            sqlx::query("UPDATE reconciliation_cursor SET last_id = 1000")
+                .execute(&pool)
+                .await
+                .unwrap();
+        })
+    };
+
+    let (summary, result) = scan::run(
+        &pool,
+        &gateway_with(&server, 2, std::time::Duration::from_secs(2)),
+        &s,
+        RunOptions::default(),
+        CancellationToken::new(),
+    )
+    .await;
+    intruder.await.unwrap();
+
+    let e = result.unwrap_err();
+    assert!(matches!(e, ScanError::ConcurrentRun { .. }), "{e:?}");
+    assert_eq!(e.exit_code(), 75);
+    assert_eq!(summary.batches, 1, "{summary:?}");
+    assert_eq!(cursor(&pool, "payments-vs-stripe").await, 1000);
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+        )
+        .await,
+        20,
+        "only batch 1's rows are stamped"
+    );
+}
