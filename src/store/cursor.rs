@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
+use super::lease::{self, LeaseTable};
 use super::{Context, StoreError};
 
 /// One job's cursor row.
@@ -104,20 +105,9 @@ pub async fn acquire_lease(
 ) -> Result<bool, StoreError> {
     let mut tx = super::begin(conn).await.context("opening a transaction")?;
     ensure(&mut tx, job).await?;
-    let taken = super::query(
-        "UPDATE reconciliation_cursor
-            SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3)
-          WHERE job = $1
-            AND (lease_owner IS NULL OR lease_expires_at < now() OR lease_owner = $2)",
-    )
-    .bind(job)
-    .bind(owner)
-    .bind(ttl_seconds)
-    .execute(&mut *tx)
-    .await
-    .context("taking the cursor lease")?;
+    let taken = lease::take(&mut tx, LeaseTable::Cursor, job, owner, ttl_seconds).await?;
     tx.commit().await.context("committing the cursor lease")?;
-    Ok(taken.rows_affected() == 1)
+    Ok(taken)
 }
 
 /// Who holds the job's lease and until when (UTC); `None` when nobody does.
@@ -128,17 +118,7 @@ pub async fn lease_holder(
     conn: &mut PgConnection,
     job: &str,
 ) -> Result<Option<(String, Option<DateTime<Utc>>)>, StoreError> {
-    let mut tx = super::begin(conn).await.context("opening a transaction")?;
-    let holder = super::query_as(
-        "SELECT lease_owner, lease_expires_at FROM reconciliation_cursor
-          WHERE job = $1 AND lease_owner IS NOT NULL",
-    )
-    .bind(job)
-    .fetch_optional(&mut *tx)
-    .await
-    .context("reading the cursor lease")?;
-    tx.commit().await.context("closing a transaction")?;
-    Ok(holder)
+    lease::holder(conn, LeaseTable::Cursor, job).await
 }
 
 /// Extends our lease by `ttl_seconds` from now (done in each batch's write
@@ -152,17 +132,7 @@ pub async fn renew_lease(
     owner: &str,
     ttl_seconds: f64,
 ) -> Result<bool, StoreError> {
-    let renewed = super::query(
-        "UPDATE reconciliation_cursor SET lease_expires_at = now() + make_interval(secs => $3)
-          WHERE job = $1 AND lease_owner = $2",
-    )
-    .bind(job)
-    .bind(owner)
-    .bind(ttl_seconds)
-    .execute(conn)
-    .await
-    .context("renewing the cursor lease")?;
-    Ok(renewed.rows_affected() == 1)
+    lease::renew(conn, LeaseTable::Cursor, job, owner, ttl_seconds).await
 }
 
 /// Gives the lease back (end of run, also a failed one). Commits on its own.
@@ -174,15 +144,5 @@ pub async fn release_lease(
     job: &str,
     owner: &str,
 ) -> Result<(), StoreError> {
-    let mut tx = super::begin(conn).await.context("opening a transaction")?;
-    super::query(
-        "UPDATE reconciliation_cursor SET lease_owner = NULL, lease_expires_at = NULL
-          WHERE job = $1 AND lease_owner = $2",
-    )
-    .bind(job)
-    .bind(owner)
-    .execute(&mut *tx)
-    .await
-    .context("releasing the cursor lease")?;
-    tx.commit().await.context("releasing the cursor lease")
+    lease::release(conn, LeaseTable::Cursor, job, owner).await
 }

@@ -7,6 +7,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
+use super::lease::{self, LeaseTable};
 use super::{Context, StoreError};
 
 /// One events job's position.
@@ -63,20 +64,9 @@ pub async fn acquire_lease(
     .execute(&mut *tx)
     .await
     .context("creating the events position")?;
-    let taken = super::query(
-        "UPDATE reconciliation_events_position
-            SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3)
-          WHERE job = $1
-            AND (lease_owner IS NULL OR lease_expires_at < now() OR lease_owner = $2)",
-    )
-    .bind(job)
-    .bind(owner)
-    .bind(ttl_seconds)
-    .execute(&mut *tx)
-    .await
-    .context("taking the events lease")?;
+    let taken = lease::take(&mut tx, LeaseTable::EventsPosition, job, owner, ttl_seconds).await?;
     tx.commit().await.context("committing the events lease")?;
-    Ok(taken.rows_affected() == 1)
+    Ok(taken)
 }
 
 /// Who holds the job's lease and until when; `None` when nobody does.
@@ -87,14 +77,7 @@ pub async fn lease_holder(
     conn: &mut PgConnection,
     job: &str,
 ) -> Result<Option<(String, Option<DateTime<Utc>>)>, StoreError> {
-    super::query_as(
-        "SELECT lease_owner, lease_expires_at FROM reconciliation_events_position
-          WHERE job = $1 AND lease_owner IS NOT NULL",
-    )
-    .bind(job)
-    .fetch_optional(conn)
-    .await
-    .context("reading the events lease")
+    lease::holder(conn, LeaseTable::EventsPosition, job).await
 }
 
 /// The position a committed run moves to.
@@ -151,18 +134,7 @@ pub async fn renew_lease(
     owner: &str,
     ttl_seconds: f64,
 ) -> Result<bool, StoreError> {
-    let renewed = super::query(
-        "UPDATE reconciliation_events_position
-            SET lease_expires_at = now() + make_interval(secs => $3)
-          WHERE job = $1 AND lease_owner = $2",
-    )
-    .bind(job)
-    .bind(owner)
-    .bind(ttl_seconds)
-    .execute(conn)
-    .await
-    .context("renewing the events lease")?;
-    Ok(renewed.rows_affected() == 1)
+    lease::renew(conn, LeaseTable::EventsPosition, job, owner, ttl_seconds).await
 }
 
 /// Gives the lease back (end of run, also a failed one). Commits on its own.
@@ -174,15 +146,5 @@ pub async fn release_lease(
     job: &str,
     owner: &str,
 ) -> Result<(), StoreError> {
-    let mut tx = super::begin(conn).await.context("opening a transaction")?;
-    super::query(
-        "UPDATE reconciliation_events_position SET lease_owner = NULL, lease_expires_at = NULL
-          WHERE job = $1 AND lease_owner = $2",
-    )
-    .bind(job)
-    .bind(owner)
-    .execute(&mut *tx)
-    .await
-    .context("releasing the events lease")?;
-    tx.commit().await.context("releasing the events lease")
+    lease::release(conn, LeaseTable::EventsPosition, job, owner).await
 }

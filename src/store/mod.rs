@@ -20,6 +20,7 @@
 pub mod cursor;
 pub mod events_position;
 pub mod findings;
+pub mod lease;
 pub mod outbox;
 pub mod payment_index;
 pub mod payments;
