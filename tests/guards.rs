@@ -884,3 +884,114 @@ async fn migrate_rebuilds_an_index_an_interrupted_build_left_invalid(pool: PgPoo
         1
     );
 }
+
+/// Sequence order is not commit order: a payment whose id was taken before,
+/// but committed after, the cursor passed it is checked by the next batch
+/// (one lookup on `payments_never_reconciled`), not a whole cycle later; a
+/// row behind the cursor that Stripe cannot answer for waits for the next
+/// cycle instead of being retried by every batch.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_payment_committed_after_the_cursor_passed_its_id_is_checked_by_the_next_batch(
+    pool: PgPool,
+) {
+    let stripe = MockServer::start().await;
+    for i in 1..=20 {
+        let pi = format!("pi_Row{i}");
+        insert_payment(&pool, &pi, "paid", 3600).await;
+        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+    }
+    // Ids 21 and 22 are taken by two long transactions; the cursor passes
+    // them (rows 23..=30 commit first).
+    sqlx::query("SELECT setval(pg_get_serial_sequence('payments', 'id'), 22)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    for i in 23..=30 {
+        let pi = format!("pi_Row{i}");
+        insert_payment(&pool, &pi, "paid", 3600).await;
+        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+    }
+    let gw = gateway(&stripe);
+    // Batches of 20 read up to 2 rows behind the cursor each.
+    let s = settings(20);
+    for _ in 0..2 {
+        scan(&pool, &gw, &s).await.unwrap();
+    }
+    let cursor: i64 = sqlx::query_scalar("SELECT last_id FROM reconciliation_cursor")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(cursor, 30, "the cursor passed ids 21 and 22");
+
+    // Now they commit: 21 is a missed webhook, 22 a PaymentIntent that
+    // always answers 500 (Stripe itself answers the probe).
+    for (id, pi) in [(21, "pi_Late"), (22, "pi_LateBroken")] {
+        sqlx::query(
+            "INSERT INTO payments (id, order_id, stripe_payment_intent_id, status, created_at, updated_at)
+             OVERRIDING SYSTEM VALUE
+             VALUES ($1, 'order-late', $2, 'pending', now() - interval '1 hour', now() - interval '1 hour')",
+        )
+        .bind(id)
+        .bind(pi)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    mount(&stripe, "pi_Late", ok("pi_Late", "succeeded")).await;
+    mount(&stripe, "pi_LateBroken", server_error()).await;
+    mount_probe(&stripe, empty_list()).await;
+    for i in 31..=40 {
+        let pi = format!("pi_Row{i}");
+        insert_payment(&pool, &pi, "paid", 3600).await;
+        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+    }
+
+    let next = scan(&pool, &gw, &s).await.unwrap();
+    assert_eq!(
+        next.scanned, 12,
+        "ten rows after the cursor and the two late ones"
+    );
+    assert_eq!(
+        count_for(
+            &pool,
+            "SELECT count(*) FROM reconciliation_findings
+              WHERE payment_id = $1 AND kind = 'missed_success' AND resolved_at IS NULL",
+            21
+        )
+        .await,
+        1,
+        "the late missed webhook is found by the next batch"
+    );
+    let reads_after_first = reads_of(&stripe, "/pi_LateBroken").await;
+    assert!(reads_after_first > 0);
+
+    // The next batch (the wrap) and a rewound batch in the same cycle do not
+    // retry the failing late row.
+    rewind_cursor(&pool).await;
+    sqlx::query("UPDATE reconciliation_cursor SET last_id = 40")
+        .execute(&pool)
+        .await
+        .unwrap();
+    for i in 41..=45 {
+        let pi = format!("pi_Row{i}");
+        insert_payment(&pool, &pi, "paid", 3600).await;
+        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+    }
+    let later = scan(&pool, &gw, &s).await.unwrap();
+    assert_eq!(
+        later.scanned, 5,
+        "only the new rows: the failing late row waits for the next cycle"
+    );
+    assert_eq!(reads_of(&stripe, "/pi_LateBroken").await, reads_after_first);
+}
+
+/// Requests the mock received for paths ending in `suffix`.
+async fn reads_of(stripe: &MockServer, suffix: &str) -> usize {
+    stripe
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .iter()
+        .filter(|r| r.url.path().ends_with(suffix))
+        .count()
+}
