@@ -995,3 +995,49 @@ async fn reads_of(stripe: &MockServer, suffix: &str) -> usize {
         .filter(|r| r.url.path().ends_with(suffix))
         .count()
 }
+
+/// A repair is applied only while the newest read supports it: when a later
+/// read cannot confirm the drift, the pending command is closed, and the next
+/// read that confirms it enqueues one again; the payment is repaired once.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_pending_repair_waits_while_stripe_cannot_confirm_the_drift(pool: PgPool) {
+    let stripe = MockServer::start().await;
+    let payment = insert_payment(&pool, "pi_Missed", "pending", 3600).await;
+    mount(&stripe, "pi_Missed", ok("pi_Missed", "succeeded")).await;
+    let gw = gateway(&stripe);
+    scan(&pool, &gw, &settings(200)).await.unwrap();
+    let live = "SELECT count(*) FROM outbox WHERE processed_at IS NULL
+                 AND event_type = 'ApplyPaymentSucceeded' AND aggregate_id = $1::text";
+    assert_eq!(count_for(&pool, live, payment).await, 1);
+
+    // Stripe now answers 500 for it: the command is closed, not applied.
+    stripe.reset().await;
+    mount(&stripe, "pi_Missed", server_error()).await;
+    rewind_cursor(&pool).await;
+    scan(&pool, &gw, &settings(200)).await.unwrap();
+    assert_eq!(count_for(&pool, live, payment).await, 0);
+    let report = drain(&pool, RepairOptions::default(), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(report.applied, 0);
+
+    // Stripe confirms the success again: one new command, one repair.
+    stripe.reset().await;
+    mount(&stripe, "pi_Missed", ok("pi_Missed", "succeeded")).await;
+    rewind_cursor(&pool).await;
+    scan(&pool, &gw, &settings(200)).await.unwrap();
+    assert_eq!(count_for(&pool, live, payment).await, 1);
+    let report = drain(&pool, RepairOptions::default(), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(report.applied, 1);
+    assert_eq!(
+        count_for(
+            &pool,
+            "SELECT count(*) FROM outbox WHERE event_type = 'PaymentStatusChanged' AND aggregate_id = $1::text",
+            payment
+        )
+        .await,
+        1
+    );
+}

@@ -201,14 +201,11 @@ async fn body(
         .count()
         + orphan_reads.iter().filter(|o| o.unverifiable()).count();
     stripe_reachable(gateway, asked, failed).await?;
-    let mut hold = plan.hold;
-    hold_unanswered(&mut hold, &rules, &named, &orphan_reads);
     if shutdown.is_cancelled() {
         return Err(ScanError::Interrupted.into());
     }
 
     // 5. Record and move the position, in one transaction.
-    let covered_until = hold.map_or(listed_at, |h| h.min(listed_at));
     let newest = named.first().map(|e| (e.id.as_str(), e.created));
     let mut report = BatchReport::default();
     let mut tx = crate::store::begin(pool)
@@ -222,6 +219,11 @@ async fn body(
         &mut report,
     )
     .await?;
+    // After recording: a row demoted there (it changed while Stripe was
+    // asked) holds the position like one Stripe did not answer for.
+    let mut hold = plan.hold;
+    hold_unanswered(&mut hold, &rules, &named, &orphan_reads, &observations);
+    let covered_until = hold.map_or(listed_at, |h| h.min(listed_at));
     let orphans = orphans::record(&mut tx, &plan.with_rows, &orphan_reads).await?;
     let to = Advance {
         covered_until,
@@ -260,23 +262,33 @@ async fn read_all(
     Ok((observed?, orphans?))
 }
 
-/// PaymentIntents without a row that Stripe did not answer for are read
-/// again next run (within the hold limit): their events hold the position
-/// back, since nothing else would ever look at them. Rows Stripe did not
-/// answer for do not: the scan counts them towards `persistently_unverifiable`,
-/// and one PaymentIntent that always fails must not stall the feed.
+/// Events whose PaymentIntent was not settled by this run are read again by
+/// the next one (within the hold limit, `hold_back`: grace plus about an
+/// hour, so a PaymentIntent that always fails cannot stall the feed; after
+/// that the scan covers its row): PaymentIntents without a row that Stripe
+/// did not answer for, and rows Stripe did not answer for (or whose money it
+/// could not prove) or that changed while it was asked.
 fn hold_unanswered(
     hold: &mut Option<DateTime<Utc>>,
     rules: &PlanRules,
     named: &[&PaymentIntentEvent],
     orphans: &[OrphanRead],
+    rows: &[Observation],
 ) {
     let created: HashMap<&str, DateTime<Utc>> = named
         .iter()
         .map(|e| (e.payment_intent.as_str(), e.created))
         .collect();
-    for o in orphans.iter().filter(|o| o.unverifiable()) {
-        if let Some(c) = created.get(o.payment_intent.as_str()) {
+    let unsettled_orphans = orphans
+        .iter()
+        .filter(|o| o.unverifiable())
+        .map(|o| o.payment_intent.as_str());
+    let unsettled_rows = rows
+        .iter()
+        .filter(|o| o.asked_stripe && o.observed.is_none() && o.decision.kind.is_none())
+        .filter_map(|o| o.payment_intent.as_deref());
+    for pi in unsettled_orphans.chain(unsettled_rows) {
+        if let Some(c) = created.get(pi) {
             hold_back(hold, rules, *c);
         }
     }

@@ -578,6 +578,24 @@ pub async fn record_observations(
     )
     .await?;
 
+    // A repair is applied only while the newest read supports it: a row
+    // Stripe could not answer for now (or whose money could not be proven
+    // kept) has its pending repair command closed; the next read that proves
+    // the drift enqueues one again (`findings_without_command`).
+    let unproven: Vec<i64> = observations
+        .iter()
+        .filter(|o| o.asked_stripe && o.decision.verdict == Verdict::Unverifiable)
+        .map(|o| o.payment_id)
+        .collect();
+    let held = findings::open_repairable(tx, &unproven).await?;
+    outbox::close_for_findings(
+        tx,
+        &RepairCommand::EVENT_TYPES,
+        &held,
+        "a later read could not confirm the drift with Stripe; enqueued again once one does",
+    )
+    .await?;
+
     // Rows Stripe could not answer for, counted once per cycle.
     let (failed_ids, errors): (Vec<i64>, Vec<Option<String>>) = observations
         .iter()

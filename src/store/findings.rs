@@ -201,6 +201,33 @@ pub async fn resolve_stale(
     .context("resolving findings the scan no longer sees")
 }
 
+/// The open findings of these payments that a repair command repairs
+/// (`missed_success`, `missed_cancel`).
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn open_repairable(
+    conn: &mut PgConnection,
+    payment_ids: &[i64],
+) -> Result<Vec<i64>, StoreError> {
+    if payment_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let kinds: Vec<String> = crate::reconcile::RepairCommand::ALL
+        .iter()
+        .map(|c| c.finding_kind().as_str().into_owned())
+        .collect();
+    super::query_scalar(
+        "SELECT id FROM reconciliation_findings
+          WHERE payment_id = ANY($1) AND resolved_at IS NULL AND kind = ANY($2)",
+    )
+    .bind(payment_ids)
+    .bind(kinds)
+    .fetch_all(conn)
+    .await
+    .context("looking up repairable findings")
+}
+
 /// Which of these payments have an open finding of a blocking kind
 /// ([`crate::reconcile::FindingKind::BLOCKING_KINDS`]): no repair may touch them.
 ///
