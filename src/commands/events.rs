@@ -8,7 +8,7 @@ use sqlx::PgPool;
 use super::CommandError;
 use crate::config::{LogFormat, Settings};
 use crate::events::{run_events, EventsSummary};
-use crate::metrics::{self, EventsState, PushMethod, Pusher, RunMetrics};
+use crate::metrics::{EventsState, PushMethod, RunMetrics};
 use crate::store::{events_position, Context};
 use crate::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
 use crate::{db, shutdown};
@@ -106,26 +106,7 @@ async fn publish(
             None => (&[], PushMethod::Merge),
         }
     };
-    let pushed = match (figures.encode(), Pusher::new(base)) {
-        (Ok(body), Ok(pusher)) => tokio::time::timeout(
-            metrics::PUSH_TIMEOUT,
-            pusher.push(&summary.job, extra, method, body),
-        )
-        .await
-        .unwrap_or_else(|_| Err(metrics::PushError::Timeout)),
-        (Err(e), _) => Err(e.into()),
-        (_, Err(e)) => Err(e),
-    };
-    match pushed {
-        Ok(()) => tracing::info!(group = %summary.job, "metrics pushed"),
-        Err(e) => {
-            let report = anyhow::Error::new(e);
-            tracing::error!(
-                error = format!("{report:#}"),
-                "cannot push metrics; the run's result is unchanged"
-            );
-        }
-    }
+    super::push_or_log(base, &figures, &summary.job, extra, method).await;
 }
 
 fn print_summary(s: &EventsSummary, format: LogFormat) {

@@ -13,9 +13,11 @@ use crate::config::{ConfigError, Settings};
 use crate::db::DbError;
 use crate::events::EventsError;
 use crate::exit;
+use crate::metrics;
 use crate::scan::ScanError;
 use crate::store::StoreError;
 use crate::stripe::BuildError;
+use url::Url;
 
 /// Why a subcommand failed.
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +83,38 @@ async fn connect(
         })
     })?;
     Ok((pool, conn))
+}
+
+/// Encodes `figures` and pushes them to the Pushgateway at `base` under
+/// `job=<job>` (plus `extra` labels), within [`metrics::PUSH_TIMEOUT`]. Never fails:
+/// a push that cannot be made is logged at error level and changes nothing
+/// else (the run's result and exit code stand).
+pub(super) async fn push_or_log(
+    base: Url,
+    figures: &metrics::RunMetrics,
+    job: &str,
+    extra: &[(&str, &str)],
+    method: metrics::PushMethod,
+) {
+    let pushed = match (figures.encode(), metrics::Pusher::new(base)) {
+        (Ok(body), Ok(pusher)) => {
+            tokio::time::timeout(metrics::PUSH_TIMEOUT, pusher.push(job, extra, method, body))
+                .await
+                .unwrap_or(Err(metrics::PushError::Timeout))
+        }
+        (Err(e), _) => Err(e.into()),
+        (_, Err(e)) => Err(e),
+    };
+    match pushed {
+        Ok(()) => tracing::info!(group = %job, "metrics pushed"),
+        Err(e) => {
+            let report = anyhow::Error::new(e);
+            tracing::error!(
+                error = format!("{report:#}"),
+                "cannot push metrics; the run's result is unchanged"
+            );
+        }
+    }
 }
 
 /// Runs one subcommand.

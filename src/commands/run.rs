@@ -7,7 +7,7 @@ use sqlx::PgPool;
 
 use super::CommandError;
 use crate::config::{ConfigError, LogFormat, Settings};
-use crate::metrics::{self, PushMethod, Pusher, RunMetrics};
+use crate::metrics::{PushMethod, RunMetrics};
 use crate::reconcile::Verdict;
 use crate::scan::{self, RunOptions, RunSummary};
 use crate::status::{self, Status};
@@ -186,34 +186,7 @@ async fn publish(settings: &Settings, summary: &RunSummary, state: Option<&Statu
             None => (&[], PushMethod::Merge),
         }
     };
-    let result = match (figures.encode(), Pusher::new(base)) {
-        (Ok(body), Ok(pusher)) => {
-            match tokio::time::timeout(
-                metrics::PUSH_TIMEOUT,
-                pusher.push(&settings.job.job, extra, method, body),
-            )
-            .await
-            {
-                Ok(r) => r,
-                Err(_) => {
-                    tracing::error!("Pushgateway push timed out");
-                    return;
-                }
-            }
-        }
-        (Err(e), _) => Err(e.into()),
-        (_, Err(e)) => Err(e),
-    };
-    match result {
-        Ok(()) => tracing::info!("metrics pushed"),
-        Err(e) => {
-            let report = anyhow::Error::new(e);
-            tracing::error!(
-                error = format!("{report:#}"),
-                "cannot push metrics; the run's result is unchanged"
-            )
-        }
-    }
+    super::push_or_log(base, &figures, &settings.job.job, extra, method).await;
 }
 
 fn log_summary(s: &RunSummary) {
