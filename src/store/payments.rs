@@ -58,24 +58,33 @@ impl MoneyColumns<'_> {
     /// (`$4` job, `$5` ids left out). Column names enter the SQL only as validated,
     /// double-quoted identifiers ([`ColumnName::quoted`]).
     fn batch_sql(&self, behind: bool) -> String {
-        let amount = self
-            .amount
-            .map_or_else(|| "NULL".to_owned(), |c| format!("p.{}", c.quoted()));
-        let currency = self
-            .currency
-            .map_or_else(|| "NULL".to_owned(), |c| format!("p.{}", c.quoted()));
         format!(
-            "SELECT p.id, p.stripe_payment_intent_id, p.status, p.version, p.updated_at, p.created_at,
-                    p.updated_at > now() - make_interval(secs => $2) AS recently_changed,
-                    ({amount})::bigint AS amount, ({currency})::text AS currency,
-                    EXISTS (SELECT 1 FROM payments q
-                             WHERE q.stripe_payment_intent_id = p.stripe_payment_intent_id
-                               AND q.id <> p.id) AS shares_payment_intent
+            "SELECT {}
                FROM payments p
               WHERE {where_clause}
               ORDER BY p.id
               LIMIT $3",
+            self.row_columns(),
             where_clause = if behind { BEHIND_CURSOR } else { "p.id > $1" }
+        )
+    }
+
+    /// The columns of a [`PaymentRow`] of `payments p` (`$2` grace seconds):
+    /// the seed's, the grace flag, the money columns (NULL when not
+    /// configured) and the shared-PaymentIntent flag (an index probe).
+    fn row_columns(&self) -> String {
+        let column = |c: Option<&ColumnName>| {
+            c.map_or_else(|| "NULL".to_owned(), |c| format!("p.{}", c.quoted()))
+        };
+        format!(
+            "p.id, p.stripe_payment_intent_id, p.status, p.version, p.updated_at, p.created_at,
+             p.updated_at > now() - make_interval(secs => $2) AS recently_changed,
+             ({})::bigint AS amount, ({})::text AS currency,
+             EXISTS (SELECT 1 FROM payments q
+                      WHERE q.stripe_payment_intent_id = p.stripe_payment_intent_id
+                        AND q.id <> p.id) AS shares_payment_intent",
+            column(self.amount),
+            column(self.currency)
         )
     }
 }
@@ -433,23 +442,12 @@ impl MoneyColumns<'_> {
     /// The lookup of rows by PaymentIntent id (`$1` ids, `$2` grace seconds):
     /// one index probe per id on `payments (stripe_payment_intent_id)`.
     fn by_intent_sql(&self) -> String {
-        let amount = self
-            .amount
-            .map_or_else(|| "NULL".to_owned(), |c| format!("p.{}", c.quoted()));
-        let currency = self
-            .currency
-            .map_or_else(|| "NULL".to_owned(), |c| format!("p.{}", c.quoted()));
         format!(
-            "SELECT p.id, p.stripe_payment_intent_id, p.status, p.version, p.updated_at, p.created_at,
-                    p.updated_at > now() - make_interval(secs => $2) AS recently_changed,
-                    ({amount})::bigint AS amount, ({currency})::text AS currency,
-                    EXISTS (SELECT 1 FROM payments q
-                             WHERE q.stripe_payment_intent_id = p.stripe_payment_intent_id
-                               AND q.id <> p.id) AS shares_payment_intent,
-                    p.last_reconciled_at, p.observed_external_status
+            "SELECT {}, p.last_reconciled_at, p.observed_external_status
                FROM payments p
               WHERE p.stripe_payment_intent_id = ANY($1)
-              ORDER BY p.id"
+              ORDER BY p.id",
+            self.row_columns()
         )
     }
 }
