@@ -13,16 +13,9 @@ DB=${DEMO_DATABASE:-stripe_reconciler_demo}
 command -v cargo >/dev/null || die "cargo is not installed (https://rustup.rs)"
 command -v python3 >/dev/null || die "python3 is required by the demo"
 ensure_postgres
-admin=$(default_admin_url)
 
-say "building stripe-reconciler and the Stripe stand-in"
-cargo build --quiet --bin stripe-reconciler --example stripe_standin
+demo_database "$DB"
 bin=target/debug/stripe-reconciler
-
-say "fresh database $DB"
-psql "$admin" -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null
-psql "$admin" -qc "CREATE DATABASE $DB" >/dev/null
-export DATABASE_URL; DATABASE_URL=$(url_with_db "$admin" "$DB")
 export RECONCILER_LOG_FORMAT=pretty
 
 # The application's own payments table, as many real ones are: amount and

@@ -56,6 +56,19 @@ url_with_db() {
   python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2])))' "$1" "$2"
 }
 
+# Builds the binary and the Stripe stand-in, drops and recreates database $1
+# on the local server, and exports DATABASE_URL for it (the demos' start).
+demo_database() {
+  say "building stripe-reconciler and the Stripe stand-in"
+  cargo build --quiet --bin stripe-reconciler --example stripe_standin
+  say "fresh database $1"
+  local admin; admin=$(default_admin_url)
+  psql "$admin" -qc "DROP DATABASE IF EXISTS $1 WITH (FORCE)" >/dev/null
+  psql "$admin" -qc "CREATE DATABASE $1" >/dev/null
+  DATABASE_URL=$(url_with_db "$admin" "$1")
+  export DATABASE_URL
+}
+
 # A free TCP port on 127.0.0.1.
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
