@@ -3,15 +3,13 @@
 //! rows, findings and outbox as retrieve mode, fewer requests, and every
 //! row a page did not contain read on its own.
 
-mod support;
-
+use crate::support::account::{insert_at, Account};
+use crate::support::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use stripe_reconciler::config::{JobSettings, ReadMode};
 use stripe_reconciler::reconcile::Verdict;
 use stripe_reconciler::scan::{self, run_batch, BatchReport, Mode, RunOptions, ScanError};
-use support::account::{insert_at, Account};
-use support::*;
 use tokio_util::sync::CancellationToken;
 
 /// An hour ago, as Stripe's `created` (Unix seconds).
