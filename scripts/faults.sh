@@ -13,6 +13,12 @@ ensure_postgres
 ensure_pushgateway
 ensure_pgbouncer
 export DATABASE_URL=${DATABASE_URL:-$(default_admin_url)}
-cargo test --no-fail-fast --test faults --test guards --test gateway --test least_privilege --test cli --test pgbouncer
-cargo test --no-fail-fast --test metrics pushgateway
+# Modules of the one integration binary (tests/it/), and the tests of the
+# "never stalls, never deadlocks, never lies" guards that live by subject.
+cargo test --no-fail-fast --test it -- \
+  faults:: gateway:: locks:: least_privilege:: ops:: migrate:: pgbouncer:: \
+  cursor::a_row_stripe_never_answers cursor::a_payment_committed_after \
+  review::the_review_queue_follows money::a_404_never_clears \
+  repair::a_stuck_repair_command repair::a_pending_repair_waits \
+  metrics::a_dead_or_refusing_pushgateway
 cargo test --no-fail-fast --lib -- config:: stripe::

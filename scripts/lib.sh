@@ -117,7 +117,7 @@ start_pushgateway() {
   wait_for_port "$port" 30 || die "the Pushgateway did not start (log: $log)"
 }
 
-# Installs Debian's pgbouncer (the real pooler the tests in tests/pgbouncer.rs
+# Installs Debian's pgbouncer (the real pooler the tests in tests/it/pgbouncer.rs
 # start, one private instance per test on a free port, in transaction pooling
 # mode with a temporary ini and auth file) without leaving a service running.
 # Exports PGBOUNCER_BIN for the tests.

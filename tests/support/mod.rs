@@ -5,7 +5,9 @@
 pub mod account;
 pub mod pgbouncer;
 pub mod pushgateway;
+pub mod secrets;
 pub mod seed_algorithm;
+mod steps;
 
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
@@ -13,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sqlx::PgPool;
+pub use steps::*;
 pub use stripe_reconciler::config::{JobSettings, ReadMode};
 use stripe_reconciler::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
 use wiremock::matchers::{method, path};

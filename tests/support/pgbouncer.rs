@@ -118,6 +118,19 @@ impl PgBouncer {
         url.to_string()
     }
 
+    /// Asserts that the binary's `what` through this pooler exited 0 without
+    /// a prepared-statement error (the pooler-safety promise).
+    pub fn assert_ok(&self, what: &str, out: &std::process::Output) {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{what} through PgBouncer failed\nstderr: {stderr}\npgbouncer log: {}",
+            self.log()
+        );
+        assert!(!stderr.contains("prepared statement"), "{what}: {stderr}");
+    }
+
     /// PgBouncer's own log (for failure messages).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("pgbouncer.log")).unwrap_or_default()

@@ -3,16 +3,14 @@
 //! `status` through the pooler with the README's connection string, and the
 //! per-transaction timeouts really applying there.
 
-mod support;
-
 use std::process::Output;
 
+use crate::support::pgbouncer::{self, PgBouncer};
+use crate::support::*;
 use serde_json::Value;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
 use stripe_reconciler::store::{self, Timeouts};
-use support::pgbouncer::{self, PgBouncer};
-use support::*;
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, Request};
 
@@ -22,16 +20,9 @@ const PLAIN: &str = "";
 /// sqlx's often-suggested setting, accepted too (not needed, not enough alone).
 const NO_CACHE: &str = "statement-cache-capacity=0";
 
-fn database(pool: &PgPool) -> String {
-    pool.connect_options()
-        .get_database()
-        .expect("test database name")
-        .to_owned()
-}
-
 async fn binary(bouncer: &PgBouncer, pool: &PgPool, args: &[&str], stripe: &str) -> Output {
     let env = [
-        ("DATABASE_URL", bouncer.url(&database(pool), PLAIN)),
+        ("DATABASE_URL", bouncer.url(&database_name(pool), PLAIN)),
         ("STRIPE_API_KEY", API_KEY.to_owned()),
         ("STRIPE_API_BASE", stripe.to_owned()),
         ("RECONCILER_RATE_LIMIT_RPS", "500".to_owned()),
@@ -40,17 +31,6 @@ async fn binary(bouncer: &PgBouncer, pool: &PgPool, args: &[&str], stripe: &str)
         ("RECONCILER_BATCHES_PER_RUN", "2".to_owned()),
     ];
     reconciler_output(args, &env).await
-}
-
-fn assert_ok(what: &str, out: &Output, bouncer: &PgBouncer) {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{what} through PgBouncer failed\nstderr: {stderr}\npgbouncer log: {}",
-        bouncer.log()
-    );
-    assert!(!stderr.contains("prepared statement"), "{what}: {stderr}");
 }
 
 /// Stripe: `pi_2` requires a payment method (paid here: needs review), all
@@ -81,7 +61,7 @@ async fn migrate_run_repair_and_status_work_through_pgbouncer_in_transaction_mod
     // connections (and whatever it left on them) and finds nothing to do.
     for round in ["first", "second"] {
         let out = binary(&bouncer, &pool, &["migrate"], &stripe.uri()).await;
-        assert_ok(&format!("{round} migrate"), &out, &bouncer);
+        bouncer.assert_ok(&format!("{round} migrate"), &out);
     }
     assert_eq!(
         count(&pool, "SELECT count(*) FROM _sqlx_migrations WHERE success").await,
@@ -111,7 +91,7 @@ async fn migrate_run_repair_and_status_work_through_pgbouncer_in_transaction_mod
 
     // run: two batches of three rows, each batch three transactions.
     let out = binary(&bouncer, &pool, &["run"], &stripe.uri()).await;
-    assert_ok("run", &out, &bouncer);
+    bouncer.assert_ok("run", &out);
     assert_eq!(
         cursor(&pool, "payments-vs-stripe").await,
         ids[5],
@@ -150,7 +130,7 @@ async fn migrate_run_repair_and_status_work_through_pgbouncer_in_transaction_mod
 
     // repair: the missed success is applied by the canonical writer.
     let out = binary(&bouncer, &pool, &["repair"], &stripe.uri()).await;
-    assert_ok("repair", &out, &bouncer);
+    bouncer.assert_ok("repair", &out);
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["applied"], 1, "{report}");
     assert_eq!(
@@ -160,7 +140,7 @@ async fn migrate_run_repair_and_status_work_through_pgbouncer_in_transaction_mod
 
     // status: what the operator reads.
     let out = binary(&bouncer, &pool, &["status", "--json"], &stripe.uri()).await;
-    assert_ok("status", &out, &bouncer);
+    bouncer.assert_ok("status", &out);
     let status: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(status["cursor_position"], ids[5], "{status}");
     assert_eq!(
@@ -171,7 +151,7 @@ async fn migrate_run_repair_and_status_work_through_pgbouncer_in_transaction_mod
 }
 
 async fn pooled(bouncer: &PgBouncer, pool: &PgPool) -> PgPool {
-    let options: PgConnectOptions = bouncer.url(&database(pool), NO_CACHE).parse().unwrap();
+    let options: PgConnectOptions = bouncer.url(&database_name(pool), NO_CACHE).parse().unwrap();
     stripe_reconciler::db::connect(options).await.unwrap()
 }
 
@@ -244,43 +224,4 @@ async fn the_transaction_timeouts_apply_through_pgbouncer_and_end_with_the_trans
     assert_eq!(code, "55P03", "lock_not_available, got {err}");
     drop(tx);
     holder.rollback().await.unwrap();
-}
-
-/// `migrate` serialises on a transaction-scoped lock (what another `migrate`
-/// holds while it applies a migration): it waits while the lock is held and
-/// finishes once that transaction ends, through the pooler.
-#[sqlx::test(migrations = false)]
-async fn migrate_waits_for_another_migrations_transaction_then_applies(pool: PgPool) {
-    let bouncer = pgbouncer::start(2).await;
-    let mut other = pool.begin().await.unwrap();
-    // The key of store::lock_migrations.
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('stripe-reconciler migrate', 0))")
-        .execute(&mut *other)
-        .await
-        .unwrap();
-    let env = [("DATABASE_URL", bouncer.url(&database(&pool), PLAIN))];
-    let mut child = reconciler(&["migrate"], &env)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "migrate must wait for the migration lock"
-    );
-    assert_eq!(
-        count(&pool, "SELECT count(*) FROM _sqlx_migrations").await,
-        0,
-        "nothing applied while the lock is held"
-    );
-    other.rollback().await.unwrap();
-    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
-        .await
-        .unwrap();
-    assert_ok("migrate after the lock", &out, &bouncer);
-    assert_eq!(
-        count(&pool, "SELECT count(*) FROM _sqlx_migrations WHERE success").await,
-        stripe_reconciler::MIGRATOR.iter().count() as i64
-    );
 }

@@ -3,16 +3,13 @@
 //! `created` (Stripe's clock), recorded with a deadline, resolved when the
 //! PaymentIntent moves on; and their three variables.
 
-mod support;
-
+use crate::support::*;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use stripe_reconciler::config::JobSettings;
 use stripe_reconciler::reconcile::{Rules, Verdict};
-use stripe_reconciler::scan::{run_batch, BatchReport, Mode};
-use support::*;
-use wiremock::{MockServer, ResponseTemplate};
+use wiremock::MockServer;
 
 const DAY: i64 = 24 * 3600;
 
@@ -38,18 +35,6 @@ fn captured(id: &str, created: i64) -> Value {
     pi
 }
 
-async fn mount_pi(stripe: &MockServer, body: &Value) {
-    let id = body["id"].as_str().unwrap().to_owned();
-    mount(
-        stripe,
-        &id,
-        ResponseTemplate::new(200)
-            .insert_header("Request-Id", "req_aging")
-            .set_body_json(body),
-    )
-    .await;
-}
-
 fn rfc3339(ts: i64) -> String {
     DateTime::<Utc>::from_timestamp(ts, 0).unwrap().to_rfc3339()
 }
@@ -62,40 +47,6 @@ fn with_abandoned_after(days: i64) -> JobSettings {
         },
         ..settings(200)
     }
-}
-
-async fn scan(pool: &PgPool, stripe: &MockServer, settings: &JobSettings) -> BatchReport {
-    run_batch(pool, &gateway(stripe), settings, Mode::Write, None)
-        .await
-        .unwrap()
-}
-
-async fn rescan(pool: &PgPool, stripe: &MockServer, settings: &JobSettings) -> BatchReport {
-    sqlx::query("UPDATE reconciliation_cursor SET last_id = 0")
-        .execute(pool)
-        .await
-        .unwrap();
-    scan(pool, stripe, settings).await
-}
-
-#[derive(Debug, sqlx::FromRow)]
-struct Finding {
-    id: i64,
-    kind: String,
-    open: bool,
-    resolution: Option<String>,
-    details: Option<Value>,
-}
-
-async fn findings_of(pool: &PgPool, payment: i64) -> Vec<Finding> {
-    sqlx::query_as(
-        "SELECT id, kind, resolved_at IS NULL AS open, resolution, details
-           FROM reconciliation_findings WHERE payment_id = $1 ORDER BY id",
-    )
-    .bind(payment)
-    .fetch_all(pool)
-    .await
-    .unwrap()
 }
 
 /// Unprocessed repair commands of the payment.

@@ -1,11 +1,11 @@
-//! The review queue: `findings list` and `findings resolve` through the real binary.
-
-mod support;
+//! The review queue: `findings list` and `findings resolve` through the real
+//! binary, and findings that follow Stripe's current state.
 
 use std::process::Command;
 
+use crate::support::*;
+use chrono::{DateTime, Utc};
 use sqlx::PgPool;
-use support::*;
 use wiremock::MockServer;
 
 fn reconciler(pool: &PgPool, args: &[&str]) -> std::process::Output {
@@ -18,18 +18,6 @@ fn reconciler(pool: &PgPool, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-async fn scan(pool: &PgPool, stripe: &MockServer) {
-    stripe_reconciler::scan::run_batch(
-        pool,
-        &gateway(stripe),
-        &settings(200),
-        stripe_reconciler::scan::Mode::Write,
-        None,
-    )
-    .await
-    .unwrap();
-}
-
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_needs_review_finding_is_listed_resolved_and_reopened_by_a_later_scan(pool: PgPool) {
     let stripe = MockServer::start().await;
@@ -40,7 +28,7 @@ async fn a_needs_review_finding_is_listed_resolved_and_reopened_by_a_later_scan(
         ok("pi_Shipped", "requires_payment_method"),
     )
     .await;
-    scan(&pool, &stripe).await;
+    scan(&pool, &stripe, &settings(200)).await;
     let finding = count(&pool, "SELECT id FROM reconciliation_findings").await;
 
     let p = pool.clone();
@@ -121,7 +109,7 @@ async fn a_needs_review_finding_is_listed_resolved_and_reopened_by_a_later_scan(
         .execute(&pool)
         .await
         .unwrap();
-    scan(&pool, &stripe).await;
+    scan(&pool, &stripe, &settings(200)).await;
     assert_eq!(
         count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
         2
@@ -141,7 +129,7 @@ async fn a_finding_with_a_pending_repair_cannot_be_resolved_by_hand(pool: PgPool
     let stripe = MockServer::start().await;
     insert_payment(&pool, "pi_Missed", "pending", 3600).await;
     mount(&stripe, "pi_Missed", ok("pi_Missed", "succeeded")).await;
-    scan(&pool, &stripe).await;
+    scan(&pool, &stripe, &settings(200)).await;
     let finding = count(&pool, "SELECT id FROM reconciliation_findings")
         .await
         .to_string();
@@ -288,4 +276,116 @@ async fn resolve_records_an_explicit_by_over_the_environment(pool: PgPool) {
     .await
     .unwrap();
     assert_eq!(by, [(5, "carol".to_owned()), (6, "root".to_owned())]);
+}
+
+async fn last_seen(pool: &PgPool, finding: i64) -> DateTime<Utc> {
+    sqlx::query_scalar("SELECT last_seen_at FROM reconciliation_findings WHERE id = $1")
+        .bind(finding)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+async fn age_last_seen(pool: &PgPool) {
+    sqlx::query("UPDATE reconciliation_findings SET last_seen_at = now() - interval '1 hour'")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn the_review_queue_follows_stripes_current_state(pool: PgPool) {
+    let stripe = MockServer::start().await;
+    let failed = insert_payment(&pool, "pi_Failed", "failed", 3600).await;
+    let paid = insert_payment(&pool, "pi_Paid", "paid", 3600).await;
+    mount(&stripe, "pi_Failed", ok("pi_Failed", "requires_action")).await;
+    mount(&stripe, "pi_Paid", ok("pi_Paid", "requires_action")).await;
+    let gw = gateway(&stripe);
+    let s = settings(10);
+    scan_with(&pool, &gw, &s).await.unwrap();
+    let first = findings_of(&pool, failed).await;
+    assert_eq!(
+        first
+            .iter()
+            .map(|f| (f.kind.as_str(), f.external_status.as_deref(), f.open))
+            .collect::<Vec<_>>(),
+        vec![(
+            "unexpected:failed->requires_action",
+            Some("requires_action"),
+            true
+        )]
+    );
+    let old_unexpected = first[0].id;
+    let paid_finding = findings_of(&pool, paid).await[0].id;
+
+    // Seen again, unchanged: the same finding, last seen now.
+    age_last_seen(&pool).await;
+    rewind_cursor(&pool).await;
+    let before = Utc::now() - chrono::Duration::minutes(1);
+    scan_with(&pool, &gw, &s).await.unwrap();
+    assert_eq!(findings_of(&pool, failed).await.len(), 1);
+    assert!(
+        last_seen(&pool, old_unexpected).await > before,
+        "last_seen_at refreshed"
+    );
+
+    // Stripe moves on to `processing`.
+    stripe.reset().await;
+    mount(&stripe, "pi_Failed", ok("pi_Failed", "processing")).await;
+    mount(&stripe, "pi_Paid", ok("pi_Paid", "processing")).await;
+    age_last_seen(&pool).await;
+    rewind_cursor(&pool).await;
+    let report = scan_with(&pool, &gw, &s).await.unwrap();
+
+    let now = findings_of(&pool, failed).await;
+    assert_eq!(
+        now.iter()
+            .map(|f| (
+                f.id,
+                f.kind.as_str(),
+                f.external_status.as_deref(),
+                f.resolution.as_deref(),
+                f.open
+            ))
+            .collect::<Vec<_>>(),
+        vec![
+            (
+                old_unexpected,
+                "unexpected:failed->requires_action",
+                Some("requires_action"),
+                Some("superseded"),
+                false
+            ),
+            (
+                now[1].id,
+                "unexpected:failed->processing",
+                Some("processing"),
+                None,
+                true
+            ),
+        ],
+        "{report:?}"
+    );
+    // Same kind, new Stripe status: the open finding is refreshed, not duplicated.
+    let paid_now = findings_of(&pool, paid).await;
+    assert_eq!(
+        paid_now
+            .iter()
+            .map(|f| (
+                f.id,
+                f.kind.as_str(),
+                f.external_status.as_deref(),
+                f.resolution.as_deref(),
+                f.open
+            ))
+            .collect::<Vec<_>>(),
+        vec![(
+            paid_finding,
+            "paid_locally_not_externally",
+            Some("processing"),
+            None,
+            true
+        )]
+    );
+    assert!(last_seen(&pool, paid_finding).await > before);
 }

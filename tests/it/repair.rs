@@ -1,12 +1,12 @@
-//! The canonical writer and the outbox worker, on a real PostgreSQL.
+//! The canonical writer and the outbox worker, on a real PostgreSQL; a stuck
+//! or unconfirmed repair command is closed by the scan that sees why.
 
-mod support;
-
+use crate::support::*;
 use serde_json::json;
 use sqlx::PgPool;
+use stripe_reconciler::repair::worker::MAX_ATTEMPTS;
 use stripe_reconciler::repair::{apply_payment_succeeded, drain, RepairOptions, RepairReport};
 use stripe_reconciler::scan::{run_batch, Mode};
-use support::*;
 use tokio_util::sync::CancellationToken;
 use wiremock::MockServer;
 
@@ -36,20 +36,6 @@ async fn enqueue_repair(pool: &PgPool, payment_id: i64, kind: &str, command: &st
 async fn resolution(pool: &PgPool, finding: i64) -> Option<String> {
     sqlx::query_scalar("SELECT resolution FROM reconciliation_findings WHERE id = $1")
         .bind(finding)
-        .fetch_one(pool)
-        .await
-        .unwrap()
-}
-
-async fn drain_all(pool: &PgPool) -> RepairReport {
-    drain(pool, RepairOptions::default(), &CancellationToken::new())
-        .await
-        .unwrap()
-}
-
-async fn payment(pool: &PgPool, id: i64) -> (String, i64) {
-    sqlx::query_as("SELECT status, version FROM payments WHERE id = $1")
-        .bind(id)
         .fetch_one(pool)
         .await
         .unwrap()
@@ -87,8 +73,8 @@ async fn findings_from_a_scan_are_repaired_once(pool: PgPool) {
             stuck: 0
         }
     );
-    assert_eq!(payment(&pool, success).await, ("paid".into(), 1));
-    assert_eq!(payment(&pool, cancel).await, ("failed".into(), 1));
+    assert_eq!(status_of(&pool, success).await, ("paid".into(), 1));
+    assert_eq!(status_of(&pool, cancel).await, ("failed".into(), 1));
     let resolved: Vec<(String, Option<String>)> =
         sqlx::query_as("SELECT kind, resolution FROM reconciliation_findings ORDER BY payment_id")
             .fetch_all(&pool)
@@ -166,7 +152,7 @@ async fn the_webhook_wins_the_race(pool: PgPool) {
 
     assert_eq!((report.applied, report.no_op), (0, 1));
     assert_eq!(
-        payment(&pool, id).await,
+        status_of(&pool, id).await,
         ("paid".into(), 1),
         "version bumped once, by the webhook"
     );
@@ -267,7 +253,7 @@ async fn poison_commands_do_not_block_the_ones_behind_them(pool: PgPool) {
     let first = drain_all(&pool).await;
 
     assert_eq!((first.applied, first.failed, first.stuck), (1, 3, 0));
-    assert_eq!(payment(&pool, good).await, ("paid".into(), 1));
+    assert_eq!(status_of(&pool, good).await, ("paid".into(), 1));
     let errors: Vec<(i32, Option<String>)> = sqlx::query_as(
         "SELECT attempts, last_error FROM outbox WHERE processed_at IS NULL AND event_type = 'ApplyPaymentSucceeded' ORDER BY id",
     )
@@ -309,7 +295,7 @@ async fn a_command_whose_finding_was_resolved_by_hand_is_skipped(pool: PgPool) {
 
     assert_eq!((report.applied, report.skipped), (0, 1));
     assert_eq!(
-        payment(&pool, id).await,
+        status_of(&pool, id).await,
         ("pending".into(), 0),
         "the payment is not touched"
     );
@@ -340,8 +326,8 @@ async fn a_command_that_does_not_match_its_finding_is_refused(pool: PgPool) {
         (1, 1),
         "A's own command applies, the forged one fails"
     );
-    assert_eq!(payment(&pool, b).await, ("pending".into(), 0));
-    assert_eq!(payment(&pool, a).await, ("failed".into(), 1));
+    assert_eq!(status_of(&pool, b).await, ("pending".into(), 0));
+    assert_eq!(status_of(&pool, a).await, ("failed".into(), 1));
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
@@ -356,10 +342,136 @@ async fn a_payment_that_moved_elsewhere_supersedes_the_finding(pool: PgPool) {
     let report = drain_all(&pool).await;
 
     assert_eq!((report.applied, report.no_op), (0, 1));
-    assert_eq!(payment(&pool, id).await, ("failed".into(), 1));
+    assert_eq!(status_of(&pool, id).await, ("failed".into(), 1));
     assert_eq!(
         resolution(&pool, finding).await.as_deref(),
         Some("superseded"),
         "not 'repaired': it is not paid"
+    );
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_stuck_repair_command_is_closed_when_a_later_scan_clears_its_finding(pool: PgPool) {
+    let stripe = MockServer::start().await;
+    let id = insert_payment(&pool, "pi_Stuck", "pending", 3600).await;
+    mount(&stripe, "pi_Stuck", ok("pi_Stuck", "succeeded")).await;
+    let gw = gateway(&stripe);
+    let s = settings(10);
+    assert_eq!(
+        scan_with(&pool, &gw, &s).await.unwrap().commands_enqueued,
+        1
+    );
+    sqlx::query(
+        "UPDATE outbox SET attempts = $1, last_error = 'could not serialize access'
+          WHERE event_type = 'ApplyPaymentSucceeded'",
+    )
+    .bind(MAX_ATTEMPTS)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let before = drain(&pool, RepairOptions::default(), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        (before.applied, before.stuck),
+        (0, 1),
+        "the command is stuck"
+    );
+    // The webhook got there some other way: the payment is paid, as Stripe says.
+    sqlx::query(
+        "UPDATE payments SET status = 'paid', version = version + 1,
+                updated_at = now() - interval '1 hour' WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&pool)
+    .await
+    .unwrap();
+    rewind_cursor(&pool).await;
+
+    let report = scan_with(&pool, &gw, &s).await.unwrap();
+
+    assert_eq!(report.findings_cleared, 1, "{report:?}");
+    let finding: (Option<String>,) = sqlx::query_as(
+        "SELECT resolution FROM reconciliation_findings WHERE payment_id = $1 AND kind = 'missed_success'",
+    )
+    .bind(id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(finding.0.as_deref(), Some("cleared"));
+    let command: (bool, Option<String>) = sqlx::query_as(
+        "SELECT processed_at IS NOT NULL, last_error FROM outbox WHERE event_type = 'ApplyPaymentSucceeded'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(command.0, "the stuck command is closed by the scan");
+    assert!(
+        command
+            .1
+            .as_deref()
+            .unwrap_or("")
+            .contains("resolved by a later scan"),
+        "last_error says why: {:?}",
+        command.1
+    );
+    let after = drain(&pool, RepairOptions::default(), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(after.stuck, 0, "nothing left for a person: {after:?}");
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM outbox WHERE event_type = 'PaymentStatusChanged'"
+        )
+        .await,
+        0,
+        "the scan changed no payment"
+    );
+}
+
+/// A repair is applied only while the newest read supports it: when a later
+/// read cannot confirm the drift, the pending command is closed, and the next
+/// read that confirms it enqueues one again; the payment is repaired once.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_pending_repair_waits_while_stripe_cannot_confirm_the_drift(pool: PgPool) {
+    let stripe = MockServer::start().await;
+    let payment = insert_payment(&pool, "pi_Missed", "pending", 3600).await;
+    mount(&stripe, "pi_Missed", ok("pi_Missed", "succeeded")).await;
+    let gw = gateway(&stripe);
+    scan_with(&pool, &gw, &settings(200)).await.unwrap();
+    let live = "SELECT count(*) FROM outbox WHERE processed_at IS NULL
+                 AND event_type = 'ApplyPaymentSucceeded' AND aggregate_id = $1::text";
+    assert_eq!(count_for(&pool, live, payment).await, 1);
+
+    // Stripe now answers 500 for it: the command is closed, not applied.
+    stripe.reset().await;
+    mount(&stripe, "pi_Missed", server_error()).await;
+    rewind_cursor(&pool).await;
+    scan_with(&pool, &gw, &settings(200)).await.unwrap();
+    assert_eq!(count_for(&pool, live, payment).await, 0);
+    let report = drain(&pool, RepairOptions::default(), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(report.applied, 0);
+
+    // Stripe confirms the success again: one new command, one repair.
+    stripe.reset().await;
+    mount(&stripe, "pi_Missed", ok("pi_Missed", "succeeded")).await;
+    rewind_cursor(&pool).await;
+    scan_with(&pool, &gw, &settings(200)).await.unwrap();
+    assert_eq!(count_for(&pool, live, payment).await, 1);
+    let report = drain(&pool, RepairOptions::default(), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(report.applied, 1);
+    assert_eq!(
+        count_for(
+            &pool,
+            "SELECT count(*) FROM outbox WHERE event_type = 'PaymentStatusChanged' AND aggregate_id = $1::text",
+            payment
+        )
+        .await,
+        1
     );
 }

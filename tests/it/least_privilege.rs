@@ -1,11 +1,9 @@
 //! `sql/least_privilege.sql` grants enough for `run` and `repair`, and no more.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use sqlx::PgPool;
-use support::*;
 
 /// Applies the grants to a role of its own, runs `run`, `repair` and `status`
 /// as that role, checks the repairs landed, and drops the role.
@@ -25,7 +23,8 @@ async fn run_as_least_privileged_role(pool: &PgPool) {
         })
         .collect();
     let role = format!("reconciler_job_{suffix}");
-    let grants = include_str!("../sql/least_privilege.sql").replace("stripe_reconciler_job", &role);
+    let grants =
+        include_str!("../../sql/least_privilege.sql").replace("stripe_reconciler_job", &role);
     sqlx::raw_sql(&grants).execute(pool).await.unwrap();
     insert_paid(pool, 8).await;
     sqlx::query("UPDATE payments SET status = 'pending' WHERE id IN (2, 5)")

@@ -1,15 +1,13 @@
 //! Faults and bad input: the job keeps its promises when the world misbehaves.
 //! Run the whole fault suite with `scripts/faults.sh`.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::pushgateway::{self, value};
+use crate::support::*;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
 use stripe_reconciler::scan::{run_batch, Mode, ScanError};
-use support::pushgateway::{self, value};
-use support::*;
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 

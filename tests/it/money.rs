@@ -3,17 +3,14 @@
 //! mismatches recorded as findings that block every repair of their payment,
 //! on a real PostgreSQL with Stripe faked by wiremock.
 
-mod support;
-
+use crate::support::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use stripe_reconciler::config::{ColumnName, JobSettings};
 use stripe_reconciler::reconcile::{Charge, ChargeFacts, Verdict};
-use stripe_reconciler::repair::{drain, RepairOptions, RepairReport};
-use stripe_reconciler::scan::{run_batch, BatchReport, Mode};
+use stripe_reconciler::repair::RepairReport;
+use stripe_reconciler::scan::{run_batch, Mode};
 use stripe_reconciler::stripe::PaymentIntentId;
-use support::*;
-use tokio_util::sync::CancellationToken;
 use wiremock::matchers::{method, path, query_param};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
@@ -96,67 +93,12 @@ fn answer(body: Value) -> ResponseTemplate {
         .set_body_json(body)
 }
 
-/// Mounts the PaymentIntent `body` at its id.
-async fn mount_pi(stripe: &MockServer, body: Value) {
-    let id = body["id"].as_str().unwrap().to_owned();
-    mount(stripe, &id, answer(body)).await;
-}
-
-async fn scan(pool: &PgPool, stripe: &MockServer, settings: &JobSettings) -> BatchReport {
-    run_batch(pool, &gateway(stripe), settings, Mode::Write, None)
-        .await
-        .unwrap()
-}
-
-/// Scans the whole table again from the start.
-async fn rescan(pool: &PgPool, stripe: &MockServer, settings: &JobSettings) -> BatchReport {
-    sqlx::query("UPDATE reconciliation_cursor SET last_id = 0")
-        .execute(pool)
-        .await
-        .unwrap();
-    scan(pool, stripe, settings).await
-}
-
-async fn drain_all(pool: &PgPool) -> RepairReport {
-    drain(pool, RepairOptions::default(), &CancellationToken::new())
-        .await
-        .unwrap()
-}
-
-async fn status_of(pool: &PgPool, payment: i64) -> (String, i64) {
-    sqlx::query_as("SELECT status, version FROM payments WHERE id = $1")
-        .bind(payment)
-        .fetch_one(pool)
-        .await
-        .unwrap()
-}
-
 /// `payment_id` of every `PaymentStatusChanged` event, in order.
 async fn status_events(pool: &PgPool) -> Vec<i64> {
     sqlx::query_scalar(
         "SELECT (payload->>'payment_id')::bigint FROM outbox
           WHERE event_type = 'PaymentStatusChanged' ORDER BY id",
     )
-    .fetch_all(pool)
-    .await
-    .unwrap()
-}
-
-#[derive(Debug, sqlx::FromRow)]
-struct Finding {
-    id: i64,
-    kind: String,
-    open: bool,
-    resolution: Option<String>,
-    details: Option<Value>,
-}
-
-async fn findings_of(pool: &PgPool, payment: i64) -> Vec<Finding> {
-    sqlx::query_as(
-        "SELECT id, kind, resolved_at IS NULL AS open, resolution, details
-           FROM reconciliation_findings WHERE payment_id = $1 ORDER BY id",
-    )
-    .bind(payment)
     .fetch_all(pool)
     .await
     .unwrap()
@@ -171,33 +113,6 @@ async fn commands(pool: &PgPool) -> Vec<(i64, String, bool, Option<String>)> {
     .fetch_all(pool)
     .await
     .unwrap()
-}
-
-/// An application `payments` table that predates the reconciler and has no
-/// UNIQUE constraint on `stripe_payment_intent_id`, then the migrations.
-async fn payments_without_unique(pool: &PgPool) {
-    sqlx::raw_sql(
-        "CREATE TABLE payments (
-             id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-             order_id text NOT NULL,
-             stripe_payment_intent_id text NOT NULL,
-             status text NOT NULL CHECK (status IN ('pending', 'paid', 'failed')),
-             version bigint NOT NULL DEFAULT 0,
-             created_at timestamptz NOT NULL DEFAULT now(),
-             updated_at timestamptz NOT NULL DEFAULT now())",
-    )
-    .execute(pool)
-    .await
-    .unwrap();
-    stripe_reconciler::MIGRATOR.run(pool).await.unwrap();
-}
-
-fn text(o: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 // (1) Every shape of `latest_charge`, through the real gateway.
@@ -310,7 +225,7 @@ async fn refunds_disputes_and_duplicates_are_reported_and_never_repaired(pool: P
     let clean_id = insert_payment(&pool, "pi_Clean", "pending", 3600).await;
     mount_pi(
         &stripe,
-        intent(
+        &intent(
             "pi_Refunded",
             "succeeded",
             charge("ch_3Refunded", "pi_Refunded", 1099, 1099, false),
@@ -319,15 +234,15 @@ async fn refunds_disputes_and_duplicates_are_reported_and_never_repaired(pool: P
     .await;
     mount_pi(
         &stripe,
-        intent(
+        &intent(
             "pi_Disputed",
             "succeeded",
             charge("ch_3Disputed", "pi_Disputed", 1099, 0, true),
         ),
     )
     .await;
-    mount_pi(&stripe, clean("pi_Shared")).await;
-    mount_pi(&stripe, clean("pi_Clean")).await;
+    mount_pi(&stripe, &clean("pi_Shared")).await;
+    mount_pi(&stripe, &clean("pi_Clean")).await;
 
     let report = scan(&pool, &stripe, &settings(200)).await;
 
@@ -414,7 +329,7 @@ async fn refunds_disputes_and_duplicates_are_reported_and_never_repaired(pool: P
 async fn the_worker_skips_a_command_whose_payment_got_a_refund_finding(pool: PgPool) {
     let stripe = MockServer::start().await;
     let payment = insert_payment(&pool, "pi_LateRefund", "pending", 3600).await;
-    mount_pi(&stripe, clean("pi_LateRefund")).await;
+    mount_pi(&stripe, &clean("pi_LateRefund")).await;
     let report = scan(&pool, &stripe, &settings(200)).await;
     assert_eq!(report.commands_enqueued, 1);
     // Seen by another path (a person, a webhook handler) before the worker ran.
@@ -453,7 +368,7 @@ async fn the_worker_skips_a_command_whose_payment_got_a_refund_finding(pool: PgP
 async fn a_rescan_that_sees_the_refund_closes_the_earlier_command(pool: PgPool) {
     let stripe = MockServer::start().await;
     let payment = insert_payment(&pool, "pi_LateRefund", "pending", 3600).await;
-    mount_pi(&stripe, clean("pi_LateRefund")).await;
+    mount_pi(&stripe, &clean("pi_LateRefund")).await;
     assert_eq!(
         scan(&pool, &stripe, &settings(200)).await.commands_enqueued,
         1
@@ -462,7 +377,7 @@ async fn a_rescan_that_sees_the_refund_closes_the_earlier_command(pool: PgPool) 
     stripe.reset().await;
     mount_pi(
         &stripe,
-        intent(
+        &intent(
             "pi_LateRefund",
             "succeeded",
             charge("ch_3Late", "pi_LateRefund", 1099, 1099, false),
@@ -509,7 +424,7 @@ async fn a_rescan_that_sees_the_refund_closes_the_earlier_command(pool: PgPool) 
 async fn a_command_for_a_payment_intent_the_payment_no_longer_holds_is_skipped(pool: PgPool) {
     let stripe = MockServer::start().await;
     let payment = insert_payment(&pool, "pi_FirstAttempt", "pending", 3600).await;
-    mount_pi(&stripe, clean("pi_FirstAttempt")).await;
+    mount_pi(&stripe, &clean("pi_FirstAttempt")).await;
     assert_eq!(
         scan(&pool, &stripe, &settings(200)).await.commands_enqueued,
         1
@@ -555,86 +470,6 @@ async fn a_command_for_a_payment_intent_the_payment_no_longer_holds_is_skipped(p
         !f[0].open,
         "the finding about the old PaymentIntent is closed"
     );
-}
-
-// (5) `migrate` on a payments table without UNIQUE.
-
-async fn payment_intent_indexes(pool: &PgPool) -> Vec<(String, String)> {
-    sqlx::query_as(
-        "SELECT indexname::text, indexdef FROM pg_indexes
-          WHERE tablename = 'payments' AND indexdef LIKE '%(stripe_payment_intent_id)%'
-          ORDER BY 1",
-    )
-    .fetch_all(pool)
-    .await
-    .unwrap()
-}
-
-#[sqlx::test(migrations = false)]
-async fn migrate_reports_duplicates_and_adds_a_plain_index(pool: PgPool) {
-    payments_without_unique(&pool).await;
-    for pi in [
-        "pi_Twice",
-        "pi_Twice",
-        "pi_Thrice",
-        "pi_Thrice",
-        "pi_Thrice",
-        "pi_Once",
-    ] {
-        insert_payment(&pool, pi, "paid", 3600).await;
-    }
-    let env = [("DATABASE_URL", database_url(&pool))];
-
-    let out = reconciler_output(&["migrate"], &env).await;
-
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.contains("2 PaymentIntent id(s)") && stdout.contains("5 rows"),
-        "the duplicates are counted: {stdout}"
-    );
-    let indexes = payment_intent_indexes(&pool).await;
-    assert_eq!(
-        indexes.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
-        ["payments_stripe_payment_intent_id_lookup"],
-        "{indexes:?}"
-    );
-    assert!(!indexes[0].1.contains("UNIQUE"), "{indexes:?}");
-    assert_eq!(count(&pool, "SELECT count(*) FROM payments").await, 6);
-
-    // Again: still exit 0, still one index.
-    let out = reconciler_output(&["migrate"], &env).await;
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert_eq!(payment_intent_indexes(&pool).await.len(), 1);
-}
-
-#[sqlx::test(migrations = false)]
-async fn migrate_adds_a_unique_index_when_there_are_no_duplicates(pool: PgPool) {
-    payments_without_unique(&pool).await;
-    insert_payment(&pool, "pi_One", "paid", 3600).await;
-    insert_payment(&pool, "pi_Two", "pending", 3600).await;
-    let env = [("DATABASE_URL", database_url(&pool))];
-
-    let out = reconciler_output(&["migrate"], &env).await;
-
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let indexes = payment_intent_indexes(&pool).await;
-    assert_eq!(
-        indexes.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
-        ["payments_stripe_payment_intent_id_unique"],
-        "{indexes:?}"
-    );
-    assert!(indexes[0].1.contains("UNIQUE"), "{indexes:?}");
-    let duplicate = sqlx::query(
-        "INSERT INTO payments (order_id, stripe_payment_intent_id, status) VALUES ('o', 'pi_One', 'pending')",
-    )
-    .execute(&pool)
-    .await;
-    assert!(duplicate.is_err(), "a duplicate can no longer be inserted");
-
-    let out = reconciler_output(&["migrate"], &env).await;
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert_eq!(payment_intent_indexes(&pool).await.len(), 1);
 }
 
 // (6) Amount and currency columns.
@@ -683,10 +518,10 @@ async fn configured_amount_and_currency_columns_are_compared(pool: PgPool) {
     let mut jpy_charge = charge("ch_3Yen", "pi_Yen", 100_000, 0, false);
     jpy_charge["currency"] = json!("jpy");
     jpy["latest_charge"] = jpy_charge;
-    mount_pi(&stripe, jpy).await;
-    mount_pi(&stripe, clean("pi_Euro")).await;
-    mount_pi(&stripe, clean("pi_Upper")).await;
-    mount_pi(&stripe, clean("pi_NoAmount")).await;
+    mount_pi(&stripe, &jpy).await;
+    mount_pi(&stripe, &clean("pi_Euro")).await;
+    mount_pi(&stripe, &clean("pi_Upper")).await;
+    mount_pi(&stripe, &clean("pi_NoAmount")).await;
 
     let report = scan(&pool, &stripe, &with_columns("amount_cents", "currency")).await;
 
@@ -728,7 +563,7 @@ async fn without_configured_columns_amounts_are_not_compared(pool: PgPool) {
     let stripe = MockServer::start().await;
     let payment = insert_payment(&pool, "pi_Unchecked", "pending", 3600).await;
     set_money(&pool, payment, Some(5), Some("eur")).await;
-    mount_pi(&stripe, clean("pi_Unchecked")).await;
+    mount_pi(&stripe, &clean("pi_Unchecked")).await;
 
     let report = scan(&pool, &stripe, &settings(200)).await;
 
@@ -766,11 +601,16 @@ async fn a_money_column_payments_cannot_provide_exits_78_naming_the_variable(poo
         ("RECONCILER_CURRENCY_COLUMN", "Currency"),
     ] {
         let out = reconciler_output(&["run"], &env(var, value)).await;
-        assert_eq!(out.status.code(), Some(78), "{var}={value}: {}", text(&out));
+        assert_eq!(
+            out.status.code(),
+            Some(78),
+            "{var}={value}: {}",
+            all_output(&out)
+        );
         assert!(
             String::from_utf8_lossy(&out.stderr).contains(var),
             "{var}={value}: {}",
-            text(&out)
+            all_output(&out)
         );
     }
     assert_eq!(requests(&stripe).await, 0, "no read before the check");
@@ -783,7 +623,7 @@ async fn a_money_column_payments_cannot_provide_exits_78_naming_the_variable(poo
     let mut ok_env = env("RECONCILER_AMOUNT_COLUMN", "amount_cents");
     ok_env.push(("RECONCILER_CURRENCY_COLUMN", "currency".to_owned()));
     let out = reconciler_output(&["run"], &ok_env).await;
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
     assert_eq!(
         findings_of(&pool, payment)
             .await
@@ -803,7 +643,7 @@ async fn an_unexpanded_charge_is_unverifiable_never_repaired(pool: PgPool) {
     // A proxy that drops `expand[]`: the charge comes back as a bare id.
     mount_pi(
         &stripe,
-        intent("pi_Stripped", "succeeded", json!("ch_3Stripped")),
+        &intent("pi_Stripped", "succeeded", json!("ch_3Stripped")),
     )
     .await;
     let settings = JobSettings {
@@ -835,7 +675,7 @@ async fn an_acknowledged_partial_refund_does_not_hide_the_payment_from_review(po
     let payment = insert_payment(&pool, "pi_Goodwill", "pending", 3600).await;
     mount_pi(
         &stripe,
-        intent(
+        &intent(
             "pi_Goodwill",
             "succeeded",
             charge("ch_3Goodwill", "pi_Goodwill", 1099, 200, false),
@@ -895,7 +735,7 @@ async fn a_partial_capture_is_not_a_refund(pool: PgPool) {
     pi["capture_method"] = json!("manual");
     pi["amount_received"] = json!(800);
     pi["latest_charge"]["amount_captured"] = json!(800);
-    mount_pi(&stripe, pi).await;
+    mount_pi(&stripe, &pi).await;
 
     scan(&pool, &stripe, &settings(200)).await;
 
@@ -913,7 +753,7 @@ async fn a_dry_run_counts_only_the_findings_a_real_run_would_create(pool: PgPool
     let payment = insert_payment(&pool, "pi_Acknowledged", "paid", 3600).await;
     mount_pi(
         &stripe,
-        intent(
+        &intent(
             "pi_Acknowledged",
             "succeeded",
             charge("ch_3Ack", "pi_Acknowledged", 1099, 100, false),
@@ -948,5 +788,53 @@ async fn a_dry_run_counts_only_the_findings_a_real_run_would_create(pool: PgPool
     assert_eq!(
         dry.findings_created, real.findings_created,
         "a dry run predicts what the run writes"
+    );
+}
+
+/// A 404 says nothing about the money: a dispute found earlier stays open
+/// (and keeps blocking repairs) when Stripe later answers 404 for the row;
+/// only an answer that shows the charge can clear it.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_404_never_clears_a_money_finding(pool: PgPool) {
+    let stripe = MockServer::start().await;
+    let payment = insert_payment(&pool, "pi_Disputed", "paid", 3600).await;
+    let mut disputed = payment_intent("pi_Disputed", "succeeded");
+    disputed["latest_charge"]["disputed"] = json!(true);
+    mount(
+        &stripe,
+        "pi_Disputed",
+        ResponseTemplate::new(200).set_body_json(disputed),
+    )
+    .await;
+    let gw = gateway(&stripe);
+    scan_with(&pool, &gw, &settings(200)).await.unwrap();
+    let open_disputes = "SELECT count(*) FROM reconciliation_findings
+                          WHERE payment_id = $1 AND kind = 'disputed' AND resolved_at IS NULL";
+    assert_eq!(count_for(&pool, open_disputes, payment).await, 1);
+
+    stripe.reset().await;
+    mount(
+        &stripe,
+        "pi_Disputed",
+        err(404, "invalid_request_error", "resource_missing"),
+    )
+    .await;
+    rewind_cursor(&pool).await;
+    scan_with(&pool, &gw, &settings(200)).await.unwrap();
+
+    assert_eq!(
+        count_for(&pool, open_disputes, payment).await,
+        1,
+        "the dispute stays open beside missing_externally"
+    );
+    assert_eq!(
+        count_for(
+            &pool,
+            "SELECT count(*) FROM reconciliation_findings
+              WHERE payment_id = $1 AND kind = 'missing_externally' AND resolved_at IS NULL",
+            payment
+        )
+        .await,
+        1
     );
 }

@@ -3,15 +3,13 @@
 //! rows, findings and outbox as retrieve mode, fewer requests, and every
 //! row a page did not contain read on its own.
 
-mod support;
-
+use crate::support::account::{insert_at, Account};
+use crate::support::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use stripe_reconciler::config::{JobSettings, ReadMode};
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{self, run_batch, BatchReport, Mode, RunOptions, ScanError};
-use support::account::{insert_at, Account};
-use support::*;
+use stripe_reconciler::scan::{self, run_batch, Mode, RunOptions, ScanError};
 use tokio_util::sync::CancellationToken;
 
 /// An hour ago, as Stripe's `created` (Unix seconds).
@@ -24,12 +22,6 @@ fn list_settings(batch_size: u32) -> JobSettings {
         read_mode: ReadMode::List,
         ..settings(batch_size)
     }
-}
-
-async fn batch(pool: &PgPool, account: &wiremock::MockServer, s: &JobSettings) -> BatchReport {
-    run_batch(pool, &gateway(account), s, Mode::Write, None)
-        .await
-        .unwrap()
 }
 
 type Snapshot = (
@@ -244,7 +236,7 @@ async fn pages_follow_has_more_with_starting_after(pool: PgPool) {
     }
     let server = account.serve().await;
 
-    let report = batch(&pool, &server, &list_settings(300)).await;
+    let report = scan(&pool, &server, &list_settings(300)).await;
 
     assert_eq!(report.verdicts.get(Verdict::InSync), 250);
     let lists: Vec<_> = account
@@ -277,7 +269,7 @@ async fn a_row_whose_payment_intent_was_created_outside_the_window_is_retrieved(
     account.add("pi_FarAway", "succeeded", t - 10 * 86_400);
     let server = account.serve().await;
 
-    let report = batch(&pool, &server, &list_settings(100)).await;
+    let report = scan(&pool, &server, &list_settings(100)).await;
 
     assert_eq!(report.verdicts.get(Verdict::InSync), 30);
     assert_eq!(report.verdicts.get(Verdict::Repairable), 1);
@@ -305,7 +297,7 @@ async fn a_window_crowded_with_foreign_payment_intents_stops_at_the_page_cap(poo
         ..list_settings(100)
     };
 
-    let report = batch(&pool, &server, &s).await;
+    let report = scan(&pool, &server, &s).await;
 
     assert_eq!(report.verdicts.get(Verdict::InSync), 20);
     assert_eq!(account.count("list"), 4, "the page cap");
@@ -335,7 +327,7 @@ async fn a_500_and_a_429_in_the_middle_of_paging(pool: PgPool) {
     }
     let server = account.serve().await;
 
-    let report = batch(&pool, &server, &list_settings(300)).await;
+    let report = scan(&pool, &server, &list_settings(300)).await;
 
     assert_eq!(report.verdicts.get(Verdict::Repairable), 250);
     assert_eq!(report.verdicts.get(Verdict::Unverifiable), 0);
@@ -357,7 +349,7 @@ async fn an_empty_window_reads_every_row_on_its_own(pool: PgPool) {
     }
     let server = account.serve().await;
 
-    let report = batch(&pool, &server, &list_settings(100)).await;
+    let report = scan(&pool, &server, &list_settings(100)).await;
 
     assert_eq!(report.verdicts.get(Verdict::InSync), 10);
     // The window and its two slack rings, each one empty page.
@@ -379,7 +371,7 @@ async fn a_deleted_payment_intent_is_missing_only_through_its_own_404(pool: PgPo
     account.delete("pi_Gone");
     let server = account.serve().await;
 
-    let report = batch(&pool, &server, &list_settings(100)).await;
+    let report = scan(&pool, &server, &list_settings(100)).await;
 
     assert_eq!(report.verdicts.get(Verdict::InSync), 40);
     assert_eq!(report.verdicts.get(Verdict::NeedsReview), 1);
@@ -441,7 +433,7 @@ async fn a_page_that_is_not_a_stripe_list_is_a_failed_read(pool: PgPool) {
     );
     let server = account.serve().await;
 
-    let report = batch(&pool, &server, &list_settings(100)).await;
+    let report = scan(&pool, &server, &list_settings(100)).await;
 
     assert_eq!(report.verdicts.get(Verdict::InSync), 8);
     assert_eq!(account.count("retrieve"), 8);

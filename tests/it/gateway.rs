@@ -1,15 +1,16 @@
 //! Each gateway failure class, against wiremock, and what a batch does with
-//! the ones that stop it.
-
-mod support;
+//! the ones that stop it: a 404 is classified by its body, and rows that
+//! always fail do not stall the scan while Stripe answers the outage probe.
 
 use std::time::Duration;
 
+use crate::support::*;
+use serde_json::json;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::ExternalStatus;
+use stripe_reconciler::reconcile::Verdict;
 use stripe_reconciler::scan::{run_batch, Mode, ScanError};
 use stripe_reconciler::stripe::{GatewayError, PaymentIntentId, Unavailable, STRIPE_VERSION};
-use support::*;
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -339,5 +340,216 @@ async fn occasional_failures_are_unverifiable_and_the_cursor_moves_on(pool: PgPo
         )
         .await,
         9
+    );
+}
+
+async fn probes(server: &MockServer) -> usize {
+    server
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .iter()
+        .filter(|r| r.url.path() == "/v1/payment_intents")
+        .count()
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_404_that_is_neither_resource_missing_nor_a_wrong_url_leaves_only_that_row_unverifiable(
+    pool: PgPool,
+) {
+    let stripe = MockServer::start().await;
+    let mut healthy = Vec::new();
+    for i in 0..7 {
+        let pi = format!("pi_Healthy{i}");
+        healthy.push(insert_payment(&pool, &pi, "paid", 3600).await);
+        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+    }
+    // A Stripe envelope with another code, an empty object, a proxy's HTML page.
+    let odd_code = insert_payment(&pool, "pi_OddCode", "pending", 3600).await;
+    mount(
+        &stripe,
+        "pi_OddCode",
+        ResponseTemplate::new(404).set_body_json(json!({"error": {
+            "type": "invalid_request_error", "code": "parameter_unknown",
+            "message": "Received unknown parameter: expand"}})),
+    )
+    .await;
+    let empty = insert_payment(&pool, "pi_EmptyBody", "pending", 3600).await;
+    mount(
+        &stripe,
+        "pi_EmptyBody",
+        ResponseTemplate::new(404).set_body_json(json!({})),
+    )
+    .await;
+    let html = insert_payment(&pool, "pi_HtmlBody", "pending", 3600).await;
+    mount(
+        &stripe,
+        "pi_HtmlBody",
+        ResponseTemplate::new(404).set_body_raw("<html><body>Not Found</body></html>", "text/html"),
+    )
+    .await;
+
+    let report = scan_with(&pool, &gateway(&stripe), &settings(20))
+        .await
+        .expect("a 404 that says nothing is not a reason to abandon the batch");
+
+    assert_eq!(report.verdicts.get(Verdict::Unverifiable), 3, "{report:?}");
+    assert_eq!(report.verdicts.get(Verdict::InSync), 7, "{report:?}");
+    for id in [odd_code, empty, html] {
+        assert_eq!(
+            verified(&pool, id).await,
+            (None, false),
+            "payment {id} is UNVERIFIABLE, not stamped"
+        );
+    }
+    for id in &healthy {
+        assert_eq!(verified(&pool, *id).await, (Some("succeeded".into()), true));
+    }
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM reconciliation_findings WHERE kind = 'missing_externally'"
+        )
+        .await,
+        0,
+        "no row is claimed missing from Stripe on a 404 that did not say so"
+    );
+    assert_eq!(
+        cursor(&pool, SCAN_JOB).await,
+        html,
+        "the cursor moved past the batch"
+    );
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn stripes_unrecognized_request_url_404_is_a_configuration_error_and_writes_nothing(
+    pool: PgPool,
+) {
+    let stripe = MockServer::start().await;
+    for i in 0..5 {
+        let pi = format!("pi_Fine{i}");
+        insert_payment(&pool, &pi, "pending", 3600).await;
+        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+    }
+    insert_payment(&pool, "pi_X", "paid", 3600).await;
+    mount(
+        &stripe,
+        "pi_X",
+        ResponseTemplate::new(404).set_body_json(json!({"error": {
+            "type": "invalid_request_error",
+            "message": "Unrecognized request URL (GET: /v1/payment_intents/pi_X). Please see https://stripe.com/docs or we can help at https://support.stripe.com/."}})),
+    )
+    .await;
+
+    let err = scan_with(&pool, &gateway(&stripe), &settings(20))
+        .await
+        .expect_err("a wrong URL must stop the run");
+
+    assert!(
+        matches!(
+            err,
+            ScanError::StripeRejected(GatewayError::Misconfigured { status: 404, .. })
+        ),
+        "{err:?}"
+    );
+    assert_eq!(err.exit_code(), 78);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
+        0
+    );
+    assert_eq!(count(&pool, "SELECT count(*) FROM outbox").await, 0);
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+        )
+        .await,
+        0
+    );
+    assert!(cursor(&pool, SCAN_JOB).await <= 0, "the cursor moved");
+}
+
+/// Ten paid payments; the first six answer 500 on every attempt, the other
+/// four `succeeded`. Returns the ids in order.
+async fn six_failing_of_ten(pool: &PgPool, stripe: &MockServer) -> Vec<i64> {
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        let pi = format!("pi_Row{i}");
+        ids.push(insert_payment(pool, &pi, "paid", 3600).await);
+        if i < 6 {
+            mount(stripe, &pi, server_error()).await;
+        } else {
+            mount(stripe, &pi, ok(&pi, "succeeded")).await;
+        }
+    }
+    ids
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn rows_that_always_fail_at_the_head_of_a_batch_do_not_stall_the_scan_when_stripe_answers(
+    pool: PgPool,
+) {
+    let stripe = MockServer::start().await;
+    let ids = six_failing_of_ten(&pool, &stripe).await;
+    mount_probe(&stripe, empty_list()).await;
+    let gw = gateway(&stripe);
+    let s = settings(10);
+
+    let report = scan_with(&pool, &gw, &s)
+        .await
+        .expect("Stripe answers the probe: the batch commits");
+
+    assert_eq!(probes(&stripe).await, 1, "Stripe was probed once");
+    assert_eq!(report.verdicts.get(Verdict::Unverifiable), 6);
+    assert_eq!(report.verdicts.get(Verdict::InSync), 4);
+    assert_eq!(
+        cursor(&pool, SCAN_JOB).await,
+        ids[9],
+        "the cursor moved past them"
+    );
+    for id in &ids[..6] {
+        assert_eq!(verified(&pool, *id).await, (None, false));
+    }
+    for id in &ids[6..] {
+        assert_eq!(verified(&pool, *id).await, (Some("succeeded".into()), true));
+    }
+    // The next batch reaches the end of the table instead of retrying them forever.
+    assert!(scan_with(&pool, &gw, &s).await.unwrap().wrapped);
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn when_the_probe_fails_too_the_batch_is_abandoned_as_stripe_down(pool: PgPool) {
+    let stripe = MockServer::start().await;
+    six_failing_of_ten(&pool, &stripe).await;
+    mount_probe(&stripe, server_error()).await;
+
+    let err = scan_with(&pool, &gateway(&stripe), &settings(10))
+        .await
+        .expect_err("Stripe is down");
+
+    assert!(
+        matches!(
+            err,
+            ScanError::StripeDown {
+                failed: 6,
+                asked: 10
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(err.exit_code(), 1);
+    assert!(probes(&stripe).await >= 1, "Stripe was probed");
+    assert_eq!(cursor(&pool, SCAN_JOB).await, 0, "cursor unmoved");
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
+        0
     );
 }

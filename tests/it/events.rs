@@ -1,17 +1,15 @@
 //! `stripe-reconciler events` end to end on a real PostgreSQL, with Stripe's
 //! `/v1/events` and `/v1/payment_intents/{id}` faked by wiremock.
 
-mod support;
-
 use std::sync::{Arc, Mutex};
 
+use crate::support::*;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use stripe_reconciler::events::{run_events, EventsError, EventsSummary};
 use stripe_reconciler::scan::{run_batch, Mode, ScanError};
 use stripe_reconciler::store::events_position;
-use support::*;
 use tokio_util::sync::CancellationToken;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};

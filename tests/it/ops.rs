@@ -1,19 +1,224 @@
-//! The operator's first hour (issue 16): summaries that tell the truth,
-//! errors a person can read, a status that says where the lag is, and a
-//! `status --json` shape scripts can rely on. Real binary, real PostgreSQL,
-//! real Pushgateway; Stripe is wiremock.
-
-mod support;
+//! The operator's side of the real binary (issue 16): exit codes, the
+//! summary on stdout that tells the truth, secrets never printed, errors a
+//! person can read, and log lines that say how far a cycle is. Real binary,
+//! real PostgreSQL, real Pushgateway; Stripe is wiremock.
 
 use std::process::Output;
 use std::time::Duration;
 
 use serde_json::Value;
 use sqlx::PgPool;
-use support::pushgateway::{self, value};
-use support::*;
 use wiremock::matchers::method;
-use wiremock::{Mock, MockServer};
+use wiremock::{Mock, MockServer, Request};
+
+use crate::support::pushgateway::{self, value};
+use crate::support::secrets::{assert_no_secret, url_with_password, DB_PASSWORD, SECRET_KEY};
+use crate::support::*;
+
+fn binary(args: &[&str], env: &[(&str, String)]) -> Output {
+    reconciler(args, env).output().unwrap()
+}
+
+#[test]
+fn a_missing_or_malformed_setting_exits_78_naming_the_variable() {
+    let out = binary(&["run"], &[]);
+    assert_eq!(out.status.code(), Some(78));
+    assert!(
+        all_output(&out).contains("DATABASE_URL is required"),
+        "{}",
+        all_output(&out)
+    );
+
+    let db = (
+        "DATABASE_URL",
+        "postgres://u:secret-pw@127.0.0.1:1/x".to_owned(),
+    );
+    let out = binary(
+        &["run"],
+        &[db.clone(), ("RECONCILER_BATCH_SIZE", "0".into())],
+    );
+    assert_eq!(out.status.code(), Some(78));
+    assert!(
+        all_output(&out).contains("RECONCILER_BATCH_SIZE"),
+        "{}",
+        all_output(&out)
+    );
+    assert!(!all_output(&out).contains("secret-pw"));
+
+    let out = binary(&["run"], &[db]);
+    assert_eq!(out.status.code(), Some(78));
+    assert!(
+        all_output(&out).contains("STRIPE_API_KEY is required"),
+        "{}",
+        all_output(&out)
+    );
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_run_prints_its_summary_and_exits_0(pool: PgPool) {
+    insert_paid(&pool, 12).await;
+    sqlx::query("UPDATE payments SET status = 'pending' WHERE id = 3")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let stripe = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(|r: &Request| ok(r.url.path().rsplit('/').next().unwrap(), "succeeded"))
+        .mount(&stripe)
+        .await;
+    let env = [
+        ("DATABASE_URL", url_with_password(&pool)),
+        ("STRIPE_API_KEY", SECRET_KEY.to_owned()),
+        ("STRIPE_API_BASE", stripe.uri()),
+        ("RECONCILER_BATCH_SIZE", "5".to_owned()),
+        ("RECONCILER_RATE_LIMIT_RPS", "500".to_owned()),
+    ];
+
+    let dry = tokio::task::spawn_blocking({
+        let env = env.clone();
+        move || binary(&["run", "--dry-run"], &env)
+    })
+    .await
+    .unwrap();
+    assert_eq!(dry.status.code(), Some(0), "{}", all_output(&dry));
+    let summary: Value = serde_json::from_slice(&dry.stdout).unwrap();
+    assert_eq!(summary["dry_run"], true);
+    assert_eq!(summary["verdicts"]["repairable"], 1);
+    assert_eq!(
+        summary["rows_scanned"], 12,
+        "a dry run stops at the end of the table"
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_cursor").await,
+        0,
+        "dry run wrote the cursor"
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
+        0
+    );
+
+    let out = tokio::task::spawn_blocking(move || binary(&["run"], &env))
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    assert_no_secret(&out);
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["outcome"], "completed");
+    // Up to 10 batches of 5 over 12 rows: 5, 5, 2, wrap, and the run stops:
+    // each row is read at most once per run.
+    assert_eq!(summary["batches"], 4);
+    assert_eq!(
+        summary["rows_scanned"], 12,
+        "a run reads each row at most once"
+    );
+    assert_eq!(summary["wrapped"], true);
+    assert_eq!(summary["findings_created"], 1);
+    assert_eq!(summary["commands_enqueued"], 1);
+    assert_eq!(summary["verdicts"]["in_sync"], 11);
+    assert_eq!(summary["verdicts"]["repairable"], 1);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
+        1
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_runs WHERE outcome = 'completed' AND rows_scanned = 12 AND max_payment_id = 12").await,
+        1
+    );
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_key_stripe_rejects_exits_78_and_writes_nothing(pool: PgPool) {
+    insert_paid(&pool, 3).await;
+    let stripe = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(err(401, "invalid_request_error", "api_key_invalid"))
+        .mount(&stripe)
+        .await;
+    let env = [
+        ("DATABASE_URL", url_with_password(&pool)),
+        ("STRIPE_API_KEY", SECRET_KEY.to_owned()),
+        ("STRIPE_API_BASE", stripe.uri()),
+    ];
+
+    let out = tokio::task::spawn_blocking(move || binary(&["run"], &env))
+        .await
+        .unwrap();
+
+    assert_eq!(out.status.code(), Some(78), "{}", all_output(&out));
+    assert!(
+        all_output(&out).contains("Stripe rejected the API key"),
+        "{}",
+        all_output(&out)
+    );
+    assert_no_secret(&out);
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+        )
+        .await,
+        0
+    );
+    assert_eq!(cursor(&pool, "payments-vs-stripe").await, 0);
+}
+
+#[sqlx::test(migrations = false)]
+async fn an_unreachable_database_exits_1_without_echoing_the_password(_pool: PgPool) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let env = [
+        (
+            "DATABASE_URL",
+            format!("postgres://app:{DB_PASSWORD}@127.0.0.1:{port}/payments"),
+        ),
+        ("STRIPE_API_KEY", SECRET_KEY.to_owned()),
+    ];
+    let out = tokio::task::spawn_blocking(move || binary(&["run"], &env))
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert!(
+        all_output(&out).contains("cannot connect to PostgreSQL"),
+        "{}",
+        all_output(&out)
+    );
+    assert_no_secret(&out);
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_run_past_its_deadline_starts_no_new_batch(pool: PgPool) {
+    insert_paid(&pool, 40).await;
+    let slow = stripe_answering("succeeded", std::time::Duration::from_millis(400)).await;
+    let env = [
+        ("DATABASE_URL", database_url(&pool)),
+        ("STRIPE_API_KEY", SECRET_KEY.to_owned()),
+        ("STRIPE_API_BASE", slow.uri()),
+        ("RECONCILER_BATCH_SIZE", "1".to_owned()),
+        ("RECONCILER_BATCHES_PER_RUN", "40".to_owned()),
+        ("RECONCILER_RUN_DEADLINE_SECONDS", "1".to_owned()),
+    ];
+
+    let out = reconciler_output(&["run"], &env).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let batches = summary["batches"].as_u64().unwrap();
+    // Batches overlap (up to three in progress, each a 400 ms read): about
+    // nine start within the second; those in progress at the deadline finish.
+    assert!(
+        (2..=15).contains(&batches),
+        "stopped at the deadline, not after 40 batches: {batches}"
+    );
+    assert_eq!(
+        cursor(&pool, "payments-vs-stripe").await,
+        batches as i64,
+        "the batches it did are committed"
+    );
+}
 
 const JOB: (&str, &str) = ("job", "payments-vs-stripe");
 
@@ -26,14 +231,6 @@ fn env(pool: &PgPool, stripe: &str, extra: &[(&'static str, &str)]) -> Vec<(&'st
     ];
     env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
     env
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 fn summary(o: &Output) -> Value {
@@ -219,117 +416,6 @@ async fn each_batch_line_shows_rows_done_of_the_cycle_and_an_estimated_end(pool:
             .contains("5 / 12 rows of the cycle"),
         "{first}"
     );
-}
-
-#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
-async fn status_names_the_payment_that_holds_the_lag(pool: PgPool) {
-    insert_paid(&pool, 10).await;
-    sqlx::raw_sql(
-        "UPDATE payments SET last_reconciled_at = now() - interval '5 minutes';
-         UPDATE payments SET last_reconciled_at = NULL, created_at = now() - interval '6 days',
-                             order_id = 'order-stuck', stripe_payment_intent_id = 'pi_Stuck'
-          WHERE id = 4;
-         INSERT INTO reconciliation_cursor (job, last_id) VALUES ('payments-vs-stripe', 7);
-         INSERT INTO reconciliation_findings (payment_id, kind, local_status) VALUES (4, 'missing_externally', 'paid');",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
-    let db = [("DATABASE_URL", database_url(&pool))];
-
-    let out = reconciler_output(&["status"], &db).await;
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let screen = stdout(&out);
-    assert!(
-        screen.contains("reconciliation lag                6d"),
-        "{screen}"
-    );
-    assert!(
-        screen.contains(
-            "held by payment                 4 (order order-stuck, pi_Stuck, local paid)"
-        ),
-        "{screen}"
-    );
-    assert!(screen.contains("never (created 6d"), "{screen}");
-    assert!(
-        screen.contains("without a definitive answer from Stripe"),
-        "{screen}"
-    );
-    assert!(screen.contains("missing_externally"), "{screen}");
-
-    let out = reconciler_output(&["status", "--json"], &db).await;
-    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(s["lag_held_by"]["payment_id"], 4);
-    assert_eq!(s["lag_held_by"]["open_finding_kind"], "missing_externally");
-}
-
-/// The documented shape of `status --json` (README, "status --json"):
-/// scripts depend on these keys and types; keys are only ever added.
-#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
-async fn status_json_has_the_documented_shape(pool: PgPool) {
-    insert_paid(&pool, 3).await;
-    sqlx::raw_sql(
-        "INSERT INTO reconciliation_findings (payment_id, kind, local_status) VALUES
-             (1, 'missed_success', 'pending'), (2, 'missed_success', 'pending'),
-             (3, 'unexpected:failed->succeeded', 'failed');",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
-
-    let out = reconciler_output(
-        &["status", "--json"],
-        &[("DATABASE_URL", database_url(&pool))],
-    )
-    .await;
-
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mut keys: Vec<&str> = s.as_object().unwrap().keys().map(String::as_str).collect();
-    keys.sort_unstable();
-    assert_eq!(
-        keys,
-        [
-            "capacity",
-            "cursor_position",
-            "cycle_age_seconds",
-            "cycle_last_completed_unix",
-            "cycle_progress_percent",
-            "job",
-            "lag_held_by",
-            "lag_seconds",
-            "last_success_unix",
-            "open_findings",
-            "outbox_oldest_pending_seconds",
-            "outbox_pending",
-            "rows",
-        ]
-    );
-    for key in ["rows", "cursor_position", "outbox_pending"] {
-        assert!(s[key].is_i64(), "{key} is an integer: {}", s[key]);
-    }
-    assert_eq!(
-        s["open_findings"],
-        serde_json::json!({"missed_success": 2, "unexpected:failed->succeeded": 1})
-    );
-    assert!(s["open_findings"]["missed_success"].is_i64());
-    assert!(s["lag_seconds"].is_f64());
-    assert!(s["capacity"].is_null(), "unknown without run history");
-    let holder = s["lag_held_by"].as_object().unwrap();
-    for key in [
-        "payment_id",
-        "order_id",
-        "stripe_payment_intent_id",
-        "status",
-        "created_at",
-        "updated_at",
-        "last_reconciled_at",
-        "open_finding_id",
-        "open_finding_kind",
-        "repair_last_error",
-    ] {
-        assert!(holder.contains_key(key), "lag_held_by.{key}: {holder:?}");
-    }
 }
 
 #[sqlx::test(migrations = false)]

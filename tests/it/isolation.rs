@@ -2,9 +2,7 @@
 //! scripts start load nothing another job or an earlier demo pushed, and
 //! metric lookups name their job.
 
-mod support;
-
-use support::pushgateway::{self, value};
+use crate::support::pushgateway::{self, value};
 
 #[tokio::test]
 async fn a_test_pushgateway_keeps_its_groups_in_memory_only() {

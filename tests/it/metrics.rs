@@ -1,14 +1,12 @@
-//! The figures a run pushes, read back from a real Pushgateway, and
-//! `status --json` on a known data set.
+//! The figures a run pushes, read back from a real Pushgateway (`status --json`
+//! on a known data set is in `status.rs`).
 
-mod support;
-
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
+use crate::support::pushgateway::{self, value};
+use crate::support::*;
 use sqlx::PgPool;
-use support::pushgateway::{self, value};
-use support::*;
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
@@ -57,10 +55,6 @@ async fn known_data_set(pool: &PgPool) -> MockServer {
         .mount(&stripe)
         .await;
     stripe
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
@@ -229,81 +223,6 @@ async fn a_dead_or_refusing_pushgateway_changes_nothing_but_a_log_line(pool: PgP
         2,
         "the database work is done"
     );
-}
-
-#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
-async fn status_json_reports_the_known_data_set(pool: PgPool) {
-    insert_paid(&pool, 100).await;
-    sqlx::raw_sql(
-        "UPDATE payments SET last_reconciled_at = now() - interval '2 hours' WHERE id <= 40;
-         UPDATE payments SET last_reconciled_at = now() - interval '10 minutes' WHERE id > 40;
-         UPDATE payments SET created_at = now() - interval '1 hour', last_reconciled_at = NULL WHERE id = 100;
-         INSERT INTO reconciliation_cursor (job, last_id, cycle_started_at) VALUES ('payments-vs-stripe', 25, now() - interval '3 hours');
-         INSERT INTO reconciliation_findings (payment_id, kind, local_status) VALUES
-             (1, 'missed_success', 'pending'), (2, 'missed_success', 'pending'), (3, 'paid_locally_not_externally', 'paid');
-         INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, created_at) VALUES
-             ('Payment', '1', 'ApplyPaymentSucceeded', '{}', now() - interval '30 minutes'),
-             ('Order', '9', 'OrderShipped', '{}', now() - interval '5 hours');
-         -- Two hourly runs of 500 rows; 100 new payments arrived between them.
-         INSERT INTO reconciliation_runs (job, started_at, finished_at, batch_size, batches, rows_scanned, outcome, max_payment_id) VALUES
-             ('payments-vs-stripe', now() - interval '2 hours', now() - interval '2 hours' + interval '1 minute', 50, 10, 500, 'completed', 0),
-             ('payments-vs-stripe', now() - interval '1 hour', now() - interval '1 hour' + interval '1 minute', 50, 10, 500, 'completed', 100);",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
-
-    let p = pool.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_stripe-reconciler"))
-            .args(["status", "--json"])
-            .env_clear()
-            .env("DATABASE_URL", database_url(&p))
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let lag = s["lag_seconds"].as_f64().unwrap();
-    assert!(
-        (7190.0..7260.0).contains(&lag),
-        "lag is the 2-hour-old confirmation: {lag}"
-    );
-    assert_eq!(s["rows"], 100);
-    assert_eq!(s["cursor_position"], 25);
-    assert_eq!(s["cycle_progress_percent"], 25.0);
-    let age = s["cycle_age_seconds"].as_f64().unwrap();
-    assert!((10_790.0..10_860.0).contains(&age), "{age}");
-    assert_eq!(
-        s["open_findings"],
-        serde_json::json!({"missed_success": 2, "paid_locally_not_externally": 1})
-    );
-    assert_eq!(
-        s["outbox_pending"], 1,
-        "the application's own events are not counted"
-    );
-    let oldest = s["outbox_oldest_pending_seconds"].as_f64().unwrap();
-    assert!((1790.0..1860.0).contains(&oldest), "{oldest}");
-    // B*R = 500 rows in the hour between the two runs, G = 100 ids in that hour.
-    let c = &s["capacity"];
-    assert_eq!(
-        c["scanned_rows_per_hour"].as_f64().map(f64::round),
-        Some(500.0)
-    );
-    assert_eq!(c["new_rows_per_hour"].as_f64().map(f64::round), Some(100.0));
-    assert_eq!(
-        c["ratio"].as_f64().map(|r| (r * 100.0).round() / 100.0),
-        Some(5.0)
-    );
-    // N / (B*R - G) = 100 / 400 h = 900 s.
-    assert_eq!(
-        c["expected_cycle_seconds"].as_f64().map(f64::round),
-        Some(900.0)
-    );
-    assert!(s["last_success_unix"].as_f64().is_some());
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]

@@ -1,0 +1,414 @@
+//! The cursor's promises: the whole table is walked, drift is recorded once
+//! across cycles, and two runs on one cursor never both commit; a row Stripe
+//! never answers for is counted once per cycle, and a payment committed after
+//! the cursor passed its id is checked by the next batch.
+
+use std::time::Duration;
+
+use crate::support::*;
+use sqlx::PgPool;
+use stripe_reconciler::reconcile::Verdict;
+use stripe_reconciler::scan::{run_batch, Mode, ScanError};
+use stripe_reconciler::stripe::StripeGateway;
+use wiremock::matchers::{method, path_regex};
+use wiremock::{Mock, MockServer, Request};
+
+/// The design note's broken scan: "the 200 most recently updated rows".
+async fn scan_broken(pool: &PgPool) {
+    sqlx::query(
+        "UPDATE payments SET last_reconciled_at = now()
+          WHERE id IN (SELECT id FROM payments ORDER BY updated_at DESC LIMIT 200)",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn the_cursor_reaches_rows_that_limit_200_starves(pool: PgPool) {
+    // 500 rows with distinct updated_at, as in the design note's test.
+    sqlx::query(
+        "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
+         SELECT 'o' || i, 'pi_' || i, 'paid', now() - interval '30 days', now() - interval '1 day' + i * interval '1 second'
+           FROM generate_series(1, 500) AS i",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let never = "SELECT count(*) FROM payments WHERE last_reconciled_at IS NULL";
+
+    for _ in 0..10 {
+        scan_broken(&pool).await;
+    }
+    assert_eq!(
+        count(&pool, never).await,
+        300,
+        "ten hourly LIMIT-200 scans leave 300 rows unchecked"
+    );
+
+    sqlx::query("UPDATE payments SET last_reconciled_at = NULL")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+    let gw = gateway(&stripe);
+    let mut remaining = Vec::new();
+    for _ in 0..3 {
+        let report = run_batch(&pool, &gw, &settings(200), Mode::Write, None)
+            .await
+            .unwrap();
+        assert!(!report.wrapped);
+        remaining.push(count(&pool, never).await);
+    }
+    assert_eq!(
+        remaining,
+        vec![300, 100, 0],
+        "every row confirmed within 3 batches"
+    );
+
+    let fourth = run_batch(&pool, &gw, &settings(200), Mode::Write, None)
+        .await
+        .unwrap();
+    assert!(fourth.wrapped, "the 4th batch wraps");
+    assert_eq!(cursor(&pool, "payments-vs-stripe").await, 0);
+    let completed = count(
+        &pool,
+        "SELECT count(*) FROM reconciliation_cursor WHERE last_cycle_completed_at IS NOT NULL",
+    )
+    .await;
+    assert_eq!(completed, 1, "the wrap stamps the cycle");
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn two_full_cycles_record_each_drift_once(pool: PgPool) {
+    insert_paid(&pool, 40).await;
+    // Drift: pi_5 and pi_25 are pending locally; Stripe says succeeded for all.
+    sqlx::query("UPDATE payments SET status = 'pending' WHERE id IN (5, 25)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    // pi_33 is paid locally but canceled at Stripe.
+    let stripe = MockServer::start().await;
+    mount(&stripe, "pi_33", ok("pi_33", "canceled")).await;
+    Mock::given(method("GET"))
+        .and(path_regex("^/v1/payment_intents/pi_[0-9]+$"))
+        .respond_with(|req: &Request| ok(req.url.path().rsplit('/').next().unwrap(), "succeeded"))
+        .mount(&stripe)
+        .await;
+    let gw = gateway(&stripe);
+
+    let mut wraps = 0;
+    let mut batches = 0;
+    while wraps < 2 {
+        let report = run_batch(&pool, &gw, &settings(15), Mode::Write, None)
+            .await
+            .unwrap();
+        wraps += usize::from(report.wrapped);
+        batches += 1;
+    }
+    assert_eq!(batches, 8, "3 batches + wrap, twice");
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
+        3
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings WHERE kind = 'missed_success' AND resolved_at IS NULL").await,
+        2
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM outbox").await,
+        2,
+        "one command per finding, not per scan"
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM outbox WHERE event_type = 'ApplyPaymentSucceeded'"
+        )
+        .await,
+        2
+    );
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn two_runs_racing_on_one_cursor_commit_exactly_one_batch(pool: PgPool) {
+    insert_paid(&pool, 30).await;
+    sqlx::query("UPDATE payments SET status = 'pending' WHERE id <= 10")
+        .execute(&pool)
+        .await
+        .unwrap();
+    // Two Stripes that disagree, so the rows show whose batch committed. The
+    // delay keeps both batches in phase 2 at the same time.
+    let says_succeeded = stripe_answering("succeeded", Duration::from_millis(150)).await;
+    let says_processing = stripe_answering("processing", Duration::from_millis(150)).await;
+    let (gw_a, gw_b) = (gateway(&says_succeeded), gateway(&says_processing));
+    let s = settings(20);
+
+    let (a, b) = tokio::join!(
+        run_batch(&pool, &gw_a, &s, Mode::Write, None),
+        run_batch(&pool, &gw_b, &s, Mode::Write, None)
+    );
+
+    let (winner_status, won, lost) = match (a, b) {
+        (Ok(r), Err(e)) => ("succeeded", r, e),
+        (Err(e), Ok(r)) => ("processing", r, e),
+        other => panic!("expected exactly one winner: {other:?}"),
+    };
+    assert!(matches!(lost, ScanError::ConcurrentRun { .. }), "{lost:?}");
+    assert_eq!(lost.exit_code(), 75);
+    assert_eq!(won.cursor_to, 20);
+    assert_eq!(cursor(&pool, "payments-vs-stripe").await, 20);
+    let observed: Vec<Option<String>> = sqlx::query_scalar(
+        "SELECT observed_external_status FROM payments WHERE id <= 20 ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(
+        observed.iter().all(|o| o.as_deref() == Some(winner_status)),
+        "the loser wrote nothing: {observed:?}"
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+        )
+        .await,
+        20
+    );
+    // "succeeded": rows 1-10 (pending) are missed_success with a command each.
+    // "processing": rows 1-10 are in flight; rows 11-20 (paid) need review.
+    let (kind, commands) = if winner_status == "succeeded" {
+        ("missed_success", 10)
+    } else {
+        ("paid_locally_not_externally", 0)
+    };
+    let kinds: Vec<(String, i64)> =
+        sqlx::query_as("SELECT kind, count(*) FROM reconciliation_findings GROUP BY kind")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        kinds,
+        vec![(kind.to_owned(), 10)],
+        "only the winner's findings"
+    );
+    assert_eq!(count(&pool, "SELECT count(*) FROM outbox").await, commands);
+}
+
+/// Runs batches until one reports `wrapped`; returns the batches run (the
+/// wrapping one included).
+async fn one_cycle(pool: &PgPool, gw: &StripeGateway, s: &JobSettings) -> u32 {
+    for n in 1..=50 {
+        if scan_with(pool, gw, s).await.unwrap().wrapped {
+            return n;
+        }
+    }
+    panic!("the cursor did not wrap in 50 batches");
+}
+
+async fn unverifiable_findings(
+    pool: &PgPool,
+    id: i64,
+) -> Vec<(bool, Option<String>, Option<String>)> {
+    sqlx::query_as(
+        "SELECT resolved_at IS NULL, details->>'last_error', resolution
+           FROM reconciliation_findings
+          WHERE payment_id = $1 AND kind = 'persistently_unverifiable' ORDER BY id",
+    )
+    .bind(id)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_row_stripe_never_answers_for_gets_one_finding_after_three_cycles_and_it_clears(
+    pool: PgPool,
+) {
+    let stripe = MockServer::start().await;
+    let bad = insert_payment(&pool, "pi_Broken", "paid", 3600).await;
+    mount(&stripe, "pi_Broken", server_error()).await;
+    for i in 0..5 {
+        let pi = format!("pi_Good{i}");
+        insert_payment(&pool, &pi, "paid", 3600).await;
+        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+    }
+    let gw = gateway(&stripe);
+    let s = JobSettings {
+        unverifiable_cycles: 3,
+        ..settings(10)
+    };
+
+    // Cycle 1, retried three times before it completes: counts once.
+    for _ in 0..3 {
+        let r = scan_with(&pool, &gw, &s).await.unwrap();
+        assert_eq!(r.verdicts.get(Verdict::Unverifiable), 1);
+        rewind_cursor(&pool).await;
+    }
+    assert!(
+        unverifiable_findings(&pool, bad).await.is_empty(),
+        "retries within one cycle counted more than once"
+    );
+    assert_eq!(
+        count_for(
+            &pool,
+            "SELECT cycles::bigint FROM reconciliation_unverifiable WHERE payment_id = $1",
+            bad
+        )
+        .await,
+        1
+    );
+    one_cycle(&pool, &gw, &s).await; // wrap 1
+    one_cycle(&pool, &gw, &s).await; // wrap 2
+    assert!(
+        unverifiable_findings(&pool, bad).await.is_empty(),
+        "a finding before the third cycle"
+    );
+
+    one_cycle(&pool, &gw, &s).await; // wrap 3
+
+    let found = unverifiable_findings(&pool, bad).await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].0, "open");
+    let last_error = found[0].1.clone().unwrap_or_default();
+    assert!(
+        last_error.contains("500"),
+        "details.last_error says what Stripe answered: {last_error:?}"
+    );
+    // Still failing: still one finding, never a second.
+    one_cycle(&pool, &gw, &s).await;
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM reconciliation_findings WHERE kind = 'persistently_unverifiable'"
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
+        1,
+        "no other finding for the healthy rows"
+    );
+
+    // Stripe answers for it again, in sync: the finding is cleared.
+    stripe.reset().await;
+    mount(&stripe, "pi_Broken", ok("pi_Broken", "succeeded")).await;
+    for i in 0..5 {
+        let pi = format!("pi_Good{i}");
+        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+    }
+    one_cycle(&pool, &gw, &s).await;
+
+    assert_eq!(
+        unverifiable_findings(&pool, bad).await,
+        vec![(false, Some(last_error), Some("cleared".into()))]
+    );
+    assert_eq!(verified(&pool, bad).await, (Some("succeeded".into()), true));
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_unverifiable").await,
+        0,
+        "the streak is forgotten"
+    );
+}
+
+/// Sequence order is not commit order: a payment whose id was taken before,
+/// but committed after, the cursor passed it is checked by the next batch
+/// (one lookup on `payments_never_reconciled`), not a whole cycle later; a
+/// row behind the cursor that Stripe cannot answer for waits for the next
+/// cycle instead of being retried by every batch.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_payment_committed_after_the_cursor_passed_its_id_is_checked_by_the_next_batch(
+    pool: PgPool,
+) {
+    let stripe = MockServer::start().await;
+    for i in 1..=20 {
+        let pi = format!("pi_Row{i}");
+        insert_payment(&pool, &pi, "paid", 3600).await;
+        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+    }
+    // Ids 21 and 22 are taken by two long transactions; the cursor passes
+    // them (rows 23..=30 commit first).
+    sqlx::query("SELECT setval(pg_get_serial_sequence('payments', 'id'), 22)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    for i in 23..=30 {
+        let pi = format!("pi_Row{i}");
+        insert_payment(&pool, &pi, "paid", 3600).await;
+        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+    }
+    let gw = gateway(&stripe);
+    // Batches of 20 read up to 2 rows behind the cursor each.
+    let s = settings(20);
+    for _ in 0..2 {
+        scan_with(&pool, &gw, &s).await.unwrap();
+    }
+    let cursor: i64 = sqlx::query_scalar("SELECT last_id FROM reconciliation_cursor")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(cursor, 30, "the cursor passed ids 21 and 22");
+
+    // Now they commit: 21 is a missed webhook, 22 a PaymentIntent that
+    // always answers 500 (Stripe itself answers the probe).
+    for (id, pi) in [(21, "pi_Late"), (22, "pi_LateBroken")] {
+        sqlx::query(
+            "INSERT INTO payments (id, order_id, stripe_payment_intent_id, status, created_at, updated_at)
+             OVERRIDING SYSTEM VALUE
+             VALUES ($1, 'order-late', $2, 'pending', now() - interval '1 hour', now() - interval '1 hour')",
+        )
+        .bind(id)
+        .bind(pi)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    mount(&stripe, "pi_Late", ok("pi_Late", "succeeded")).await;
+    mount(&stripe, "pi_LateBroken", server_error()).await;
+    mount_probe(&stripe, empty_list()).await;
+    for i in 31..=40 {
+        let pi = format!("pi_Row{i}");
+        insert_payment(&pool, &pi, "paid", 3600).await;
+        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+    }
+
+    let next = scan_with(&pool, &gw, &s).await.unwrap();
+    assert_eq!(
+        next.scanned, 12,
+        "ten rows after the cursor and the two late ones"
+    );
+    assert_eq!(
+        count_for(
+            &pool,
+            "SELECT count(*) FROM reconciliation_findings
+              WHERE payment_id = $1 AND kind = 'missed_success' AND resolved_at IS NULL",
+            21
+        )
+        .await,
+        1,
+        "the late missed webhook is found by the next batch"
+    );
+    let reads_after_first = reads_of(&stripe, "/pi_LateBroken").await;
+    assert!(reads_after_first > 0);
+
+    // The next batch (the wrap) and a rewound batch in the same cycle do not
+    // retry the failing late row.
+    rewind_cursor(&pool).await;
+    sqlx::query("UPDATE reconciliation_cursor SET last_id = 40")
+        .execute(&pool)
+        .await
+        .unwrap();
+    for i in 41..=45 {
+        let pi = format!("pi_Row{i}");
+        insert_payment(&pool, &pi, "paid", 3600).await;
+        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+    }
+    let later = scan_with(&pool, &gw, &s).await.unwrap();
+    assert_eq!(
+        later.scanned, 5,
+        "only the new rows: the failing late row waits for the next cycle"
+    );
+    assert_eq!(reads_of(&stripe, "/pi_LateBroken").await, reads_after_first);
+}

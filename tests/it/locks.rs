@@ -1,0 +1,211 @@
+//! The scan, the repair workers and the application on the same rows at once
+//! (issue 11, "never deadlocks"): no deadlock between a scan and two workers,
+//! and the scan's row locks do not block inserts that reference a payment.
+//! Part of `scripts/faults.sh`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::{Connection, PgPool};
+use stripe_reconciler::repair::{drain, RepairOptions};
+use stripe_reconciler::store::payments;
+use tokio_util::sync::CancellationToken;
+use wiremock::matchers::method;
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+use crate::support::*;
+
+/// Answers `succeeded` (the fixture: `latest_charge: null`) for any
+/// PaymentIntent and counts the requests, so a test can start something
+/// while a scan's phase 2 is under way.
+struct CountingStripe(Arc<AtomicUsize>);
+
+impl Respond for CountingStripe {
+    fn respond(&self, req: &Request) -> ResponseTemplate {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        ok(req.url.path().rsplit('/').next().unwrap(), "succeeded")
+    }
+}
+
+/// Rounds of the deadlock test, each on fresh data, and when its workers
+/// start: after this many of the rescan's 1,000 reads, so they are mid-way
+/// through the outbox when the scan's phase 3 locks the payments and
+/// refreshes their findings.
+const DEADLOCK_ROUNDS: [usize; 5] = [950, 900, 980, 850, 1000];
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_scan_and_two_repair_workers_on_the_same_rows_never_deadlock(pool: PgPool) {
+    let stripe = MockServer::start().await;
+    let reads = Arc::new(AtomicUsize::new(0));
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path_regex(
+            "^/v1/payment_intents/pi_[0-9]+$",
+        ))
+        .respond_with(CountingStripe(reads.clone()))
+        .mount(&stripe)
+        .await;
+    let gw = gateway_with(&stripe, 20_000, Duration::from_secs(5));
+    sqlx::query(
+        "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
+         SELECT 'order-' || i, 'pi_' || i, 'pending', now() - interval '30 days', now() - interval '1 hour'
+           FROM generate_series(1, 1000) AS i",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let mut s = settings(1000);
+    s.max_in_flight = 32;
+    let small = RepairOptions {
+        chunk: 50,
+        ..RepairOptions::default()
+    };
+    let started = std::time::Instant::now();
+
+    for (round, start_workers_after) in DEADLOCK_ROUNDS.into_iter().enumerate() {
+        if round > 0 {
+            sqlx::raw_sql(
+                "DELETE FROM outbox;
+                 DELETE FROM reconciliation_findings;
+                 DELETE FROM reconciliation_unverifiable;
+                 UPDATE payments SET status = 'pending', version = 0,
+                        updated_at = now() - interval '1 hour',
+                        observed_external_status = NULL, last_reconciled_at = NULL;
+                 UPDATE reconciliation_cursor SET last_id = 0;",
+            )
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+        let first = scan_with(&pool, &gw, &s).await.unwrap();
+        assert_eq!(first.commands_enqueued, 1000, "round {round}: {first:?}");
+        rewind_cursor(&pool).await;
+        reads.store(0, Ordering::SeqCst);
+
+        let token = CancellationToken::new();
+        let worker = || async {
+            while reads.load(Ordering::SeqCst) < start_workers_after {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            drain(&pool, small, &token).await
+        };
+        let (rescan, a, b) = tokio::join!(scan_with(&pool, &gw, &s), worker(), worker());
+
+        let rescan = rescan.unwrap_or_else(|e| panic!("round {round}: scan failed: {e:?}"));
+        let a = a.unwrap_or_else(|e| panic!("round {round}: worker A failed: {e:?}"));
+        let b = b.unwrap_or_else(|e| panic!("round {round}: worker B failed: {e:?}"));
+        assert_eq!(rescan.scanned, 1000, "round {round}: {rescan:?}");
+        assert!(scan_with(&pool, &gw, &s).await.unwrap().wrapped);
+        assert_eq!(a.applied + b.applied, 1000, "round {round}: {a:?} {b:?}");
+        assert_eq!(a.failed + b.failed, 0, "round {round}: {a:?} {b:?}");
+        assert_eq!(
+            count(
+                &pool,
+                "SELECT count(*) FROM payments WHERE status = 'paid' AND version = 1"
+            )
+            .await,
+            1000,
+            "round {round}"
+        );
+        assert_eq!(
+            count(
+                &pool,
+                "SELECT count(*) FROM outbox WHERE event_type = 'PaymentStatusChanged'"
+            )
+            .await,
+            1000,
+            "round {round}: one event per payment"
+        );
+        assert_eq!(
+            count(&pool, "SELECT count(DISTINCT aggregate_id) FROM outbox WHERE event_type = 'PaymentStatusChanged'").await,
+            1000,
+            "round {round}"
+        );
+        assert_eq!(
+            count(
+                &pool,
+                "SELECT count(*) FROM reconciliation_findings WHERE kind = 'missed_success' AND resolved_at IS NULL"
+            )
+            .await,
+            0,
+            "round {round}: open missed_success findings"
+        );
+        assert_eq!(
+            count(
+                &pool,
+                "SELECT count(*) FROM outbox WHERE event_type LIKE 'Apply%' AND processed_at IS NULL"
+            )
+            .await,
+            0,
+            "round {round}: unprocessed repair commands"
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(90),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn the_scans_row_locks_do_not_block_inserts_referencing_the_payment(pool: PgPool) {
+    let id = insert_payment(&pool, "pi_Locked", "pending", 3600).await;
+    sqlx::raw_sql(
+        "CREATE TABLE shipments (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                                 payment_id bigint NOT NULL REFERENCES payments (id))",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let (version, updated_at): (i64, DateTime<Utc>) =
+        sqlx::query_as("SELECT version, updated_at FROM payments WHERE id = $1")
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+
+    // The scan's phase 3: the batch's payments locked, in its own transaction.
+    let mut scan_conn = pool.acquire().await.unwrap();
+    let mut scan_tx = scan_conn.begin().await.unwrap();
+    let locked = payments::lock_unchanged(&mut scan_tx, &[id], &[version], &[updated_at])
+        .await
+        .unwrap();
+    assert_eq!(locked, vec![id]);
+
+    // The application, meanwhile, on another connection.
+    let mut app = pool.acquire().await.unwrap();
+    sqlx::query("SET lock_timeout = '1s'")
+        .execute(&mut *app)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let shipment = sqlx::query("INSERT INTO shipments (payment_id) VALUES ($1)")
+        .bind(id)
+        .execute(&mut *app)
+        .await;
+    assert!(
+        shipment.is_ok(),
+        "an insert referencing a payment the scan holds must not wait: {shipment:?}"
+    );
+    assert!(started.elapsed() < Duration::from_millis(900));
+    let finding = sqlx::query(
+        "INSERT INTO reconciliation_findings (payment_id, kind, local_status) VALUES ($1, 'manual_note', 'pending')",
+    )
+    .bind(id)
+    .execute(&mut *app)
+    .await;
+    assert!(finding.is_ok(), "{finding:?}");
+    // The lock is real: a status change of the same payment does wait.
+    let update = sqlx::query("UPDATE payments SET status = 'paid' WHERE id = $1")
+        .bind(id)
+        .execute(&mut *app)
+        .await;
+    assert!(
+        update
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("lock timeout")),
+        "{update:?}"
+    );
+    scan_tx.rollback().await.unwrap();
+}

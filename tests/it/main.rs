@@ -1,0 +1,46 @@
+//! The integration tests, one binary by subject, on a real PostgreSQL (each
+//! `#[sqlx::test]` gets a fresh database) with Stripe faked by wiremock. The
+//! tests that measure arrival times (`rate_limit.rs`, `rate_limit_list.rs`,
+//! `max_in_flight.rs`) are binaries of their own: cargo runs test binaries
+//! one after another, so no other test's load adds jitter to them.
+//!
+//! - `aging`: authorization_expiring, stuck_processing, abandoned
+//! - `cursor`: the walk over the table, cycles, late commits, unverifiable streaks
+//! - `events`: the events feed and its position
+//! - `faults`: the fault suite (signals, killed connections, Stripe down or wrong)
+//! - `gateway`: each Stripe failure class and what a batch does with it
+//! - `isolation`: the tests' own Pushgateways load nothing from elsewhere
+//! - `least_privilege`: `sql/least_privilege.sql` is enough and no more
+//! - `list_mode`: `RECONCILER_READ_MODE=list` agrees with retrieve mode
+//! - `locks`: scan, repair workers and the application on the same rows
+//! - `metrics`: the figures a run pushes to a real Pushgateway
+//! - `migrate`: `migrate` and the migrations
+//! - `money`: refunds, disputes, duplicates, amount and currency checks
+//! - `ops`: exit codes, summaries, secrets, readable errors, log lines
+//! - `pgbouncer`: the job behind a transaction-pooling PgBouncer
+//! - `repair`: the canonical writer and the outbox worker
+//! - `review`: the review queue (`findings list`/`resolve`)
+//! - `scan`: one batch's verdict paths and its set-based phase 3
+//! - `status`: `status` and `status --json`
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod aging;
+mod cursor;
+mod events;
+mod faults;
+mod gateway;
+mod isolation;
+mod least_privilege;
+mod list_mode;
+mod locks;
+mod metrics;
+mod migrate;
+mod money;
+mod ops;
+mod pgbouncer;
+mod repair;
+mod review;
+mod scan;
+mod status;

@@ -1,0 +1,273 @@
+//! `migrate` and the migrations: they apply to an empty database and to one
+//! that already has the application's `payments` and `outbox` tables, report
+//! duplicate PaymentIntent ids, rebuild an index an interrupted build left
+//! invalid, and wait for another `migrate`'s lock (through PgBouncer).
+
+use sqlx::PgPool;
+
+use crate::support::pgbouncer;
+use crate::support::secrets::{assert_no_secret, url_with_password};
+use crate::support::*;
+
+#[sqlx::test(migrations = false)]
+async fn migrations_apply_over_existing_payments_and_outbox(pool: PgPool) {
+    // An application schema that predates the reconciler: no reconciliation
+    // columns on payments, an outbox without the worker's bookkeeping.
+    sqlx::raw_sql(
+        "CREATE TABLE payments (
+             id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+             order_id text NOT NULL,
+             stripe_payment_intent_id text NOT NULL UNIQUE,
+             status text NOT NULL CHECK (status IN ('pending', 'paid', 'failed')),
+             version bigint NOT NULL DEFAULT 0,
+             created_at timestamptz NOT NULL DEFAULT now(),
+             updated_at timestamptz NOT NULL DEFAULT now());
+         CREATE TABLE outbox (
+             id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+             aggregate_type text NOT NULL,
+             aggregate_id text NOT NULL,
+             event_type text NOT NULL,
+             payload jsonb NOT NULL,
+             created_at timestamptz NOT NULL DEFAULT now());
+         INSERT INTO payments (order_id, stripe_payment_intent_id, status) VALUES ('o1', 'pi_1', 'paid');
+         INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+             VALUES ('Order', '7', 'OrderShipped', '{}');",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    stripe_reconciler::MIGRATOR.run(&pool).await.unwrap();
+    // Idempotent: a second run is a no-op.
+    stripe_reconciler::MIGRATOR.run(&pool).await.unwrap();
+
+    let (observed, reconciled): (Option<String>, Option<chrono::DateTime<chrono::Utc>>) =
+        sqlx::query_as("SELECT observed_external_status, last_reconciled_at FROM payments")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (observed, reconciled),
+        (None, None),
+        "existing rows are kept"
+    );
+    let (attempts, processed): (i32, Option<chrono::DateTime<chrono::Utc>>) = sqlx::query_as(
+        "SELECT attempts, processed_at FROM outbox WHERE event_type = 'OrderShipped'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (attempts, processed),
+        (0, None),
+        "the application's outbox rows are kept"
+    );
+    let indexes: Vec<String> = sqlx::query_scalar(
+        "SELECT indexname::text FROM pg_indexes WHERE schemaname = 'public' ORDER BY 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    for expected in [
+        "payments_reconciled_or_created",
+        "reconciliation_findings_open",
+        "outbox_unprocessed",
+    ] {
+        assert!(
+            indexes.iter().any(|i| i == expected),
+            "{expected} missing from {indexes:?}"
+        );
+    }
+}
+
+#[sqlx::test(migrations = false)]
+async fn the_lag_query_is_an_index_lookup(pool: PgPool) {
+    stripe_reconciler::MIGRATOR.run(&pool).await.unwrap();
+    sqlx::raw_sql(
+        "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, last_reconciled_at)
+         SELECT 'o' || i, 'pi_' || i, 'paid', now() - i * interval '1 minute',
+                CASE WHEN i % 3 = 0 THEN NULL ELSE now() - i * interval '1 second' END
+           FROM generate_series(1, 20000) AS i;
+         ANALYZE payments;",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let plan: Vec<String> = sqlx::query_scalar(
+        "EXPLAIN SELECT now() - min(coalesce(last_reconciled_at, created_at)) FROM payments",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let plan = plan.join("\n");
+    assert!(plan.contains("payments_reconciled_or_created"), "{plan}");
+    assert!(!plan.contains("Seq Scan"), "{plan}");
+}
+
+#[sqlx::test(migrations = false)]
+async fn migrate_applies_the_schema(pool: PgPool) {
+    let env = [("DATABASE_URL", url_with_password(&pool))];
+    let out = tokio::task::spawn_blocking(move || reconciler(&["migrate"], &env).output().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    assert_no_secret(&out);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_cursor").await,
+        0,
+        "table exists"
+    );
+}
+
+/// An interrupted `CREATE INDEX CONCURRENTLY` leaves an invalid index that
+/// `IF NOT EXISTS` would skip, and every batch would then scan `payments`:
+/// `migrate` drops it and builds it again.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn migrate_rebuilds_an_index_an_interrupted_build_left_invalid(pool: PgPool) {
+    // Make the index invalid as an interrupted build leaves it, and forget
+    // that its migration ran.
+    sqlx::raw_sql(
+        "UPDATE pg_index SET indisvalid = false
+          WHERE indexrelid = 'payments_never_reconciled'::regclass;
+         DELETE FROM _sqlx_migrations WHERE version = 7;",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    stripe_reconciler::db::migrate(&pool).await.unwrap();
+
+    let valid: bool = sqlx::query_scalar(
+        "SELECT indisvalid FROM pg_index WHERE indexrelid = 'payments_never_reconciled'::regclass",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(valid, "the invalid index was rebuilt");
+    assert_eq!(
+        count_for(
+            &pool,
+            "SELECT count(*) FROM _sqlx_migrations WHERE version = $1",
+            7
+        )
+        .await,
+        1
+    );
+}
+
+async fn payment_intent_indexes(pool: &PgPool) -> Vec<(String, String)> {
+    sqlx::query_as(
+        "SELECT indexname::text, indexdef FROM pg_indexes
+          WHERE tablename = 'payments' AND indexdef LIKE '%(stripe_payment_intent_id)%'
+          ORDER BY 1",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test(migrations = false)]
+async fn migrate_reports_duplicates_and_adds_a_plain_index(pool: PgPool) {
+    payments_without_unique(&pool).await;
+    for pi in [
+        "pi_Twice",
+        "pi_Twice",
+        "pi_Thrice",
+        "pi_Thrice",
+        "pi_Thrice",
+        "pi_Once",
+    ] {
+        insert_payment(&pool, pi, "paid", 3600).await;
+    }
+    let env = [("DATABASE_URL", database_url(&pool))];
+
+    let out = reconciler_output(&["migrate"], &env).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("2 PaymentIntent id(s)") && stdout.contains("5 rows"),
+        "the duplicates are counted: {stdout}"
+    );
+    let indexes = payment_intent_indexes(&pool).await;
+    assert_eq!(
+        indexes.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        ["payments_stripe_payment_intent_id_lookup"],
+        "{indexes:?}"
+    );
+    assert!(!indexes[0].1.contains("UNIQUE"), "{indexes:?}");
+    assert_eq!(count(&pool, "SELECT count(*) FROM payments").await, 6);
+
+    // Again: still exit 0, still one index.
+    let out = reconciler_output(&["migrate"], &env).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    assert_eq!(payment_intent_indexes(&pool).await.len(), 1);
+}
+
+#[sqlx::test(migrations = false)]
+async fn migrate_adds_a_unique_index_when_there_are_no_duplicates(pool: PgPool) {
+    payments_without_unique(&pool).await;
+    insert_payment(&pool, "pi_One", "paid", 3600).await;
+    insert_payment(&pool, "pi_Two", "pending", 3600).await;
+    let env = [("DATABASE_URL", database_url(&pool))];
+
+    let out = reconciler_output(&["migrate"], &env).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    let indexes = payment_intent_indexes(&pool).await;
+    assert_eq!(
+        indexes.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        ["payments_stripe_payment_intent_id_unique"],
+        "{indexes:?}"
+    );
+    assert!(indexes[0].1.contains("UNIQUE"), "{indexes:?}");
+    let duplicate = sqlx::query(
+        "INSERT INTO payments (order_id, stripe_payment_intent_id, status) VALUES ('o', 'pi_One', 'pending')",
+    )
+    .execute(&pool)
+    .await;
+    assert!(duplicate.is_err(), "a duplicate can no longer be inserted");
+
+    let out = reconciler_output(&["migrate"], &env).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    assert_eq!(payment_intent_indexes(&pool).await.len(), 1);
+}
+
+/// `migrate` serialises on a transaction-scoped lock (what another `migrate`
+/// holds while it applies a migration): it waits while the lock is held and
+/// finishes once that transaction ends, through the pooler.
+#[sqlx::test(migrations = false)]
+async fn migrate_waits_for_another_migrations_transaction_then_applies(pool: PgPool) {
+    let bouncer = pgbouncer::start(2).await;
+    let mut other = pool.begin().await.unwrap();
+    // The key of store::lock_migrations.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('stripe-reconciler migrate', 0))")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    let env = [("DATABASE_URL", bouncer.url(&database_name(&pool), ""))];
+    let mut child = reconciler(&["migrate"], &env)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "migrate must wait for the migration lock"
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM _sqlx_migrations").await,
+        0,
+        "nothing applied while the lock is held"
+    );
+    other.rollback().await.unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    bouncer.assert_ok("migrate after the lock", &out);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM _sqlx_migrations WHERE success").await,
+        stripe_reconciler::MIGRATOR.iter().count() as i64
+    );
+}

@@ -1,0 +1,195 @@
+//! `status` and `status --json`: what it reports on a known data set, the
+//! payment that holds the lag, and the documented JSON shape.
+
+use std::process::Command;
+
+use serde_json::Value;
+use sqlx::PgPool;
+
+use crate::support::*;
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn status_json_reports_the_known_data_set(pool: PgPool) {
+    insert_paid(&pool, 100).await;
+    sqlx::raw_sql(
+        "UPDATE payments SET last_reconciled_at = now() - interval '2 hours' WHERE id <= 40;
+         UPDATE payments SET last_reconciled_at = now() - interval '10 minutes' WHERE id > 40;
+         UPDATE payments SET created_at = now() - interval '1 hour', last_reconciled_at = NULL WHERE id = 100;
+         INSERT INTO reconciliation_cursor (job, last_id, cycle_started_at) VALUES ('payments-vs-stripe', 25, now() - interval '3 hours');
+         INSERT INTO reconciliation_findings (payment_id, kind, local_status) VALUES
+             (1, 'missed_success', 'pending'), (2, 'missed_success', 'pending'), (3, 'paid_locally_not_externally', 'paid');
+         INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, created_at) VALUES
+             ('Payment', '1', 'ApplyPaymentSucceeded', '{}', now() - interval '30 minutes'),
+             ('Order', '9', 'OrderShipped', '{}', now() - interval '5 hours');
+         -- Two hourly runs of 500 rows; 100 new payments arrived between them.
+         INSERT INTO reconciliation_runs (job, started_at, finished_at, batch_size, batches, rows_scanned, outcome, max_payment_id) VALUES
+             ('payments-vs-stripe', now() - interval '2 hours', now() - interval '2 hours' + interval '1 minute', 50, 10, 500, 'completed', 0),
+             ('payments-vs-stripe', now() - interval '1 hour', now() - interval '1 hour' + interval '1 minute', 50, 10, 500, 'completed', 100);",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let p = pool.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_stripe-reconciler"))
+            .args(["status", "--json"])
+            .env_clear()
+            .env("DATABASE_URL", database_url(&p))
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let lag = s["lag_seconds"].as_f64().unwrap();
+    assert!(
+        (7190.0..7260.0).contains(&lag),
+        "lag is the 2-hour-old confirmation: {lag}"
+    );
+    assert_eq!(s["rows"], 100);
+    assert_eq!(s["cursor_position"], 25);
+    assert_eq!(s["cycle_progress_percent"], 25.0);
+    let age = s["cycle_age_seconds"].as_f64().unwrap();
+    assert!((10_790.0..10_860.0).contains(&age), "{age}");
+    assert_eq!(
+        s["open_findings"],
+        serde_json::json!({"missed_success": 2, "paid_locally_not_externally": 1})
+    );
+    assert_eq!(
+        s["outbox_pending"], 1,
+        "the application's own events are not counted"
+    );
+    let oldest = s["outbox_oldest_pending_seconds"].as_f64().unwrap();
+    assert!((1790.0..1860.0).contains(&oldest), "{oldest}");
+    // B*R = 500 rows in the hour between the two runs, G = 100 ids in that hour.
+    let c = &s["capacity"];
+    assert_eq!(
+        c["scanned_rows_per_hour"].as_f64().map(f64::round),
+        Some(500.0)
+    );
+    assert_eq!(c["new_rows_per_hour"].as_f64().map(f64::round), Some(100.0));
+    assert_eq!(
+        c["ratio"].as_f64().map(|r| (r * 100.0).round() / 100.0),
+        Some(5.0)
+    );
+    // N / (B*R - G) = 100 / 400 h = 900 s.
+    assert_eq!(
+        c["expected_cycle_seconds"].as_f64().map(f64::round),
+        Some(900.0)
+    );
+    assert!(s["last_success_unix"].as_f64().is_some());
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn status_names_the_payment_that_holds_the_lag(pool: PgPool) {
+    insert_paid(&pool, 10).await;
+    sqlx::raw_sql(
+        "UPDATE payments SET last_reconciled_at = now() - interval '5 minutes';
+         UPDATE payments SET last_reconciled_at = NULL, created_at = now() - interval '6 days',
+                             order_id = 'order-stuck', stripe_payment_intent_id = 'pi_Stuck'
+          WHERE id = 4;
+         INSERT INTO reconciliation_cursor (job, last_id) VALUES ('payments-vs-stripe', 7);
+         INSERT INTO reconciliation_findings (payment_id, kind, local_status) VALUES (4, 'missing_externally', 'paid');",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let db = [("DATABASE_URL", database_url(&pool))];
+
+    let out = reconciler_output(&["status"], &db).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let screen = stdout(&out);
+    assert!(
+        screen.contains("reconciliation lag                6d"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains(
+            "held by payment                 4 (order order-stuck, pi_Stuck, local paid)"
+        ),
+        "{screen}"
+    );
+    assert!(screen.contains("never (created 6d"), "{screen}");
+    assert!(
+        screen.contains("without a definitive answer from Stripe"),
+        "{screen}"
+    );
+    assert!(screen.contains("missing_externally"), "{screen}");
+
+    let out = reconciler_output(&["status", "--json"], &db).await;
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["lag_held_by"]["payment_id"], 4);
+    assert_eq!(s["lag_held_by"]["open_finding_kind"], "missing_externally");
+}
+
+/// The documented shape of `status --json` (README, "status --json"):
+/// scripts depend on these keys and types; keys are only ever added.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn status_json_has_the_documented_shape(pool: PgPool) {
+    insert_paid(&pool, 3).await;
+    sqlx::raw_sql(
+        "INSERT INTO reconciliation_findings (payment_id, kind, local_status) VALUES
+             (1, 'missed_success', 'pending'), (2, 'missed_success', 'pending'),
+             (3, 'unexpected:failed->succeeded', 'failed');",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let out = reconciler_output(
+        &["status", "--json"],
+        &[("DATABASE_URL", database_url(&pool))],
+    )
+    .await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut keys: Vec<&str> = s.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "capacity",
+            "cursor_position",
+            "cycle_age_seconds",
+            "cycle_last_completed_unix",
+            "cycle_progress_percent",
+            "job",
+            "lag_held_by",
+            "lag_seconds",
+            "last_success_unix",
+            "open_findings",
+            "outbox_oldest_pending_seconds",
+            "outbox_pending",
+            "rows",
+        ]
+    );
+    for key in ["rows", "cursor_position", "outbox_pending"] {
+        assert!(s[key].is_i64(), "{key} is an integer: {}", s[key]);
+    }
+    assert_eq!(
+        s["open_findings"],
+        serde_json::json!({"missed_success": 2, "unexpected:failed->succeeded": 1})
+    );
+    assert!(s["open_findings"]["missed_success"].is_i64());
+    assert!(s["lag_seconds"].is_f64());
+    assert!(s["capacity"].is_null(), "unknown without run history");
+    let holder = s["lag_held_by"].as_object().unwrap();
+    for key in [
+        "payment_id",
+        "order_id",
+        "stripe_payment_intent_id",
+        "status",
+        "created_at",
+        "updated_at",
+        "last_reconciled_at",
+        "open_finding_id",
+        "open_finding_kind",
+        "repair_last_error",
+    ] {
+        assert!(holder.contains_key(key), "lag_held_by.{key}: {holder:?}");
+    }
+}

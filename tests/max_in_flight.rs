@@ -1,0 +1,45 @@
+//! Bounded concurrency (issue 6), in a test binary of its own (as
+//! `rate_limit.rs`): it measures arrival times, and cargo runs test binaries
+//! one after another, so no other test's load adds jitter to them. The
+//! set-based phase 3 test that lived here is in `it/scan.rs`.
+
+mod support;
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use stripe_reconciler::scan::{run_batch, Mode};
+use support::*;
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn reads_run_concurrently_but_never_more_than_max_in_flight(pool: PgPool) {
+    insert_paid(&pool, 24).await;
+    let latency = Duration::from_millis(200);
+    let (stripe, arrivals) = recording_stripe(latency).await;
+    let s = support::JobSettings {
+        max_in_flight: 3,
+        ..settings(200)
+    };
+
+    run_batch(&pool, &gateway(&stripe), &s, Mode::Write, None)
+        .await
+        .unwrap();
+
+    let arrivals = arrivals.lock().unwrap().clone();
+    assert_eq!(arrivals.len(), 24);
+    // A request is open for `latency` after it arrives: the arrivals inside
+    // any slightly shorter window are requests open at the same time.
+    let peak = max_in_window(&arrivals, latency - Duration::from_millis(30));
+    assert_eq!(
+        peak, 3,
+        "concurrent, and bounded by RECONCILER_MAX_IN_FLIGHT"
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+        )
+        .await,
+        24
+    );
+}
