@@ -26,6 +26,7 @@
 //! - [`store`]: all SQL, one file per table.
 //! - [`stripe`]: the gateway boundary: HTTP client, retry rule, ids, errors.
 //! - [`telemetry`]: tracing initialisation (json or pretty).
+//! - [`terminal`]: PURE escaping of stored text for human-readable output.
 
 pub mod capacity;
 pub mod cli;
@@ -44,6 +45,7 @@ pub mod status;
 pub mod store;
 pub mod stripe;
 pub mod telemetry;
+pub mod terminal;
 
 /// The embedded migrations of `migrations/`.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();

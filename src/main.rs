@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use stripe_reconciler::cli::{Cli, Command};
 use stripe_reconciler::config::Settings;
+use stripe_reconciler::terminal::escape;
 use stripe_reconciler::{commands, exit, telemetry};
 
 fn main() -> ExitCode {
@@ -12,7 +13,10 @@ fn main() -> ExitCode {
     let settings = match Settings::from_env() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("stripe-reconciler: configuration error: {e}");
+            eprintln!(
+                "stripe-reconciler: configuration error: {}",
+                escape(&e.to_string())
+            );
             return ExitCode::from(exit::CONFIG);
         }
     };
@@ -41,7 +45,8 @@ fn main() -> ExitCode {
             let for_a_person = !scheduled || matches!(e, commands::CommandError::Config(_));
             let report = format!("{:#}", anyhow::Error::new(e)).replace('\n', " ");
             if for_a_person {
-                eprintln!("stripe-reconciler: error: {report}");
+                // Messages can quote the database or Stripe (issue 21).
+                eprintln!("stripe-reconciler: error: {}", escape(&report));
             } else {
                 tracing::error!(exit_code = code, error = report, "stripe-reconciler failed");
             }

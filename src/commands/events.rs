@@ -11,6 +11,7 @@ use crate::events::{run_events, EventsSummary};
 use crate::metrics::{EventsState, PushMethod, RunMetrics};
 use crate::store::{events_position, Context};
 use crate::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
+use crate::terminal::escape;
 use crate::{db, shutdown};
 
 /// Reads the events feed once, prints the summary, logs it, pushes the
@@ -109,6 +110,8 @@ async fn publish(
     super::push_or_log(base, &figures, &summary.job, extra, method).await;
 }
 
+/// JSON (one line, exact) for machines, a small table for people (text
+/// escaped, [`crate::terminal`]).
 fn print_summary(s: &EventsSummary, format: LogFormat) {
     match format {
         LogFormat::Json => match serde_json::to_string(s) {
@@ -116,8 +119,9 @@ fn print_summary(s: &EventsSummary, format: LogFormat) {
             Err(e) => tracing::error!(error = %e, "cannot serialise the events summary"),
         },
         LogFormat::Pretty => {
-            println!("events summary ({})", s.job);
-            println!("  outcome              {}", s.outcome);
+            // `job` is RECONCILER_JOB: text a person did not type here.
+            println!("events summary ({})", escape(&s.job));
+            println!("  outcome              {}", escape(&s.outcome));
             println!(
                 "  window start         {}",
                 s.window_start.map_or("-".into(), |t| t.to_rfc3339())

@@ -8,6 +8,7 @@ use secrecy::ExposeSecret;
 
 use crate::repair::worker::MAX_ATTEMPTS;
 use crate::store::{findings, outbox, payments, Context};
+use crate::terminal::{escape, escape_or_dash};
 
 /// What `findings list` selects.
 #[derive(Debug, Clone, Copy)]
@@ -83,7 +84,8 @@ pub(super) async fn list(
     Ok(())
 }
 
-/// The table of `findings list`.
+/// The table of `findings list`: one line per finding, every stored string
+/// escaped ([`crate::terminal`]; issue 21), so `--json` is the only exact form.
 fn render(
     rows: &[findings::FindingView],
     link: &dyn Fn(&findings::FindingView) -> Option<String>,
@@ -110,20 +112,22 @@ fn render(
             ),
             (Some(r), None) => r.clone(),
         };
+        // Every stored string is escaped before it is padded: one finding is
+        // one line, and nothing in a cell can drive the terminal.
         out.push_str(&format!(
             "{:>8}  {:>10}  {:<16}  {:<28}  {:<32}  {:<8}  {:<24}  {:<19}  {:<62}  {:<10}  {}\n",
             f.id,
             f.payment_id
                 .map_or_else(|| "-".to_owned(), |p| p.to_string()),
-            f.order_id.as_deref().unwrap_or("-"),
-            f.stripe_payment_intent_id.as_deref().unwrap_or("-"),
-            f.kind,
-            f.local_status,
-            f.external_status.as_deref().unwrap_or("-"),
+            escape_or_dash(f.order_id.as_deref()),
+            escape_or_dash(f.stripe_payment_intent_id.as_deref()),
+            escape(&f.kind),
+            escape(&f.local_status),
+            escape_or_dash(f.external_status.as_deref()),
             f.detected_at.format("%Y-%m-%d %H:%M:%S"),
-            link(f).unwrap_or_else(|| "-".to_owned()),
-            resolution,
-            details(f)
+            escape_or_dash(link(f).as_deref()),
+            escape(&resolution),
+            escape(&details(f))
         ));
     }
     out
@@ -219,6 +223,6 @@ pub(super) async fn resolve(
         resolved_by = by,
         "finding resolved by hand"
     );
-    println!("finding {id} resolved by {by}");
+    println!("finding {id} resolved by {}", escape(by));
     Ok(())
 }

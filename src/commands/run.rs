@@ -15,6 +15,7 @@ use crate::store::payment_index::{self, PaymentIntentIndex};
 use crate::store::payments::{self, ColumnError, MoneyColumns};
 use crate::store::Context;
 use crate::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
+use crate::terminal::escape;
 use crate::{db, shutdown};
 
 /// Stripe's default per-endpoint rate limit (`shared/stripe/FACTS.md`).
@@ -215,7 +216,8 @@ fn log_summary(s: &RunSummary) {
     );
 }
 
-/// JSON (one line) for machines, a small table for people.
+/// JSON (one line, exact) for machines, a small table for people (text
+/// escaped, [`crate::terminal`]).
 fn print_summary(s: &RunSummary, format: LogFormat) {
     match format {
         LogFormat::Json => match serde_json::to_string(s) {
@@ -229,7 +231,8 @@ fn print_summary(s: &RunSummary, format: LogFormat) {
                 "run summary"
             };
             println!("{title}");
-            println!("  outcome            {}", s.outcome);
+            // The only string in it; the rest are numbers and flags.
+            println!("  outcome            {}", escape(&s.outcome));
             println!("  batches            {}", s.batches);
             println!("  rows scanned       {}", s.rows_scanned);
             for (verdict, rows) in s.verdicts.iter() {

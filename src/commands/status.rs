@@ -9,6 +9,7 @@ use crate::config::Settings;
 use crate::status::{self, human_duration, Status};
 use crate::store::stats::LagHolder;
 use crate::store::Context;
+use crate::terminal::escape;
 
 /// Prints the job's state: a screen for people, or one JSON object.
 pub(super) async fn status(settings: &Settings, json: bool) -> Result<(), CommandError> {
@@ -44,10 +45,15 @@ fn when(unix: Option<f64>, now: DateTime<Utc>) -> String {
 }
 
 /// The human-readable screen. `grace` is `RECONCILER_GRACE_SECONDS`, to tell
-/// why a recently changed payment is not confirmed yet.
+/// why a recently changed payment is not confirmed yet. Every line is
+/// escaped ([`crate::terminal`]; issue 21): the lag holder's order and
+/// PaymentIntent ids, its repair's last error and the finding kinds are
+/// stored text.
 pub fn render(st: &Status, grace: Duration) -> String {
     let mut out = String::new();
-    let mut line = |k: &str, v: String| out.push_str(&format!("{k:<34}{v}\n"));
+    let mut line = |k: &str, v: String| {
+        out.push_str(&format!("{:<34}{}\n", escape(k), escape(&v)));
+    };
     line("job", st.job.clone());
     line("reconciliation lag", human_duration(st.lag_seconds));
     if let Some(h) = &st.lag_held_by {
