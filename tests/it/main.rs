@@ -22,6 +22,7 @@
 //! - `review`: the review queue (`findings list`/`resolve`)
 //! - `scan`: one batch's verdict paths and its set-based phase 3
 //! - `status`: `status` and `status --json`
+//! - `terminal_output`: stored text escaped in every human-readable output
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -44,3 +45,4 @@ mod repair;
 mod review;
 mod scan;
 mod status;
+mod terminal_output;

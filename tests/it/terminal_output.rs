@@ -3,14 +3,12 @@
 //! right-to-left override print as one escaped line in every human-readable
 //! output, and `--json` keeps their exact bytes. Real binary, real PostgreSQL.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::process::Output;
 
+use crate::support::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use support::*;
 
 /// Order ids an attacker could give an order: clear the screen, set the
 /// window title, ring the bell, forge a `refunded` row, reverse the text.
