@@ -7,7 +7,7 @@ use sqlx::PgPool;
 
 use super::CommandError;
 use crate::config::{ConfigError, LogFormat, Settings};
-use crate::metrics::{PushMethod, RunMetrics};
+use crate::metrics::{PushMethod, ScanMetrics};
 use crate::reconcile::Verdict;
 use crate::scan::{self, RunOptions, RunSummary};
 use crate::status::{self, Status};
@@ -168,25 +168,31 @@ async fn publish(settings: &Settings, summary: &RunSummary, state: Option<&Statu
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
-    let mut figures = RunMetrics::new();
+    let mut metrics = match ScanMetrics::new() {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build the metrics; nothing pushed");
+            return;
+        }
+    };
     // PUT replaces the whole group; POST only the metrics it carries. Without
     // the database's state (it is down) the run's own figures are POSTed, so
     // the last known lag, findings and last success stay in place and keep
     // their alerts firing.
     let (extra, method): (&[(&str, &str)], PushMethod) = if summary.outcome == "concurrent_run" {
-        figures.observe_concurrent_run(now);
+        metrics.observe_concurrent_run(now);
         (&[("outcome", "concurrent_run")], PushMethod::Replace)
     } else {
-        figures.observe_run(summary, now);
+        metrics.observe_run(summary, now);
         match state {
             Some(s) => {
-                figures.observe_status(s);
+                metrics.observe_status(s);
                 (&[], PushMethod::Replace)
             }
             None => (&[], PushMethod::Merge),
         }
     };
-    super::push_or_log(base, &figures, &settings.job.job, extra, method).await;
+    super::push_or_log(base, metrics.figures(), &settings.job.job, extra, method).await;
 }
 
 fn log_summary(s: &RunSummary) {
