@@ -103,7 +103,7 @@ async fn check_columns(pool: &PgPool, settings: &Settings) -> Result<(), Command
         == PaymentIntentIndex::Missing
     {
         return Err(ConfigError::Invalid {
-            var: "DATABASE_URL".to_owned(),
+            var: "DATABASE_URL",
             reason: "payments.stripe_payment_intent_id has no index: run `stripe-reconciler migrate` (it adds one) before `run`".to_owned(),
         }
         .into());
@@ -115,11 +115,9 @@ async fn check_columns(pool: &PgPool, settings: &Settings) -> Result<(), Command
         Ok(()) => Ok(()),
         Err(ColumnError::Store(e)) => Err(CommandError::Store(e)),
         Err(e @ (ColumnError::Missing { var, .. } | ColumnError::WrongType { var, .. })) => {
-            let reason = e.to_string();
-            let reason = reason.trim_start_matches(var).trim_start_matches(": ");
-            Err(ConfigError::Invalid {
-                var: var.to_owned(),
-                reason: reason.to_owned(),
+            Err(ConfigError::Unusable {
+                var,
+                problem: Box::new(e),
             }
             .into())
         }
