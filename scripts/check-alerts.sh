@@ -475,7 +475,11 @@ for path in sys.argv[4:]:
 if "honor_labels: true" not in readme:
     errors.append("README lacks the honor_labels: true scrape config")
 # Everything the binary pushes is documented too.
-pushed = re.findall(r'\("(\w+)", "', open("src/metrics.rs").read())
+import glob
+sources = "".join(open(p).read() for p in sorted(glob.glob("src/metrics/*.rs")))
+pushed = re.findall(r'(?:figure|register)\(\s*(?:registry,\s*)?"(\w+)"', sources)
+if len(set(pushed)) < 30:
+    errors.append(f"found only {len(set(pushed))} pushed metric names in src/metrics/: the pattern no longer matches the code")
 for m in pushed:
     if f"`stripe_reconciler_{m}" not in readme:
         errors.append(f"README does not document pushed metric stripe_reconciler_{m}")

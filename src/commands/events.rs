@@ -8,7 +8,7 @@ use sqlx::PgPool;
 use super::CommandError;
 use crate::config::{LogFormat, Settings};
 use crate::events::{run_events, EventsSummary};
-use crate::metrics::{EventsState, PushMethod, RunMetrics};
+use crate::metrics::{EventsMetrics, EventsState, PushMethod};
 use crate::store::{events_position, Context};
 use crate::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
 use crate::terminal::escape;
@@ -96,18 +96,24 @@ async fn publish(
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
-    let mut figures = RunMetrics::new();
+    let mut metrics = match EventsMetrics::new() {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build the metrics; nothing pushed");
+            return;
+        }
+    };
     let (extra, method): (&[(&str, &str)], PushMethod) = if summary.outcome == "concurrent_run" {
-        figures.observe_concurrent_run(now);
+        metrics.observe_concurrent_run(now);
         (&[("outcome", "concurrent_run")], PushMethod::Replace)
     } else {
-        figures.observe_events(summary, &gateway.request_counts(), state, now);
+        metrics.observe_events(summary, &gateway.request_counts(), state, now);
         match state {
             Some(_) => (&[], PushMethod::Replace),
             None => (&[], PushMethod::Merge),
         }
     };
-    super::push_or_log(base, &figures, &summary.job, extra, method).await;
+    super::push_or_log(base, metrics.figures(), &summary.job, extra, method).await;
 }
 
 /// JSON (one line, exact) for machines, a small table for people (text

@@ -7,7 +7,7 @@ use sqlx::PgPool;
 
 use super::CommandError;
 use crate::config::{ConfigError, LogFormat, Settings};
-use crate::metrics::{PushMethod, RunMetrics};
+use crate::metrics::{PushMethod, ScanMetrics};
 use crate::reconcile::Verdict;
 use crate::scan::{self, RunOptions, RunSummary};
 use crate::status::{self, Status};
@@ -104,7 +104,7 @@ async fn check_columns(pool: &PgPool, settings: &Settings) -> Result<(), Command
         == PaymentIntentIndex::Missing
     {
         return Err(ConfigError::Invalid {
-            var: "DATABASE_URL".to_owned(),
+            var: "DATABASE_URL",
             reason: "payments.stripe_payment_intent_id has no index: run `stripe-reconciler migrate` (it adds one) before `run`".to_owned(),
         }
         .into());
@@ -116,11 +116,9 @@ async fn check_columns(pool: &PgPool, settings: &Settings) -> Result<(), Command
         Ok(()) => Ok(()),
         Err(ColumnError::Store(e)) => Err(CommandError::Store(e)),
         Err(e @ (ColumnError::Missing { var, .. } | ColumnError::WrongType { var, .. })) => {
-            let reason = e.to_string();
-            let reason = reason.trim_start_matches(var).trim_start_matches(": ");
-            Err(ConfigError::Invalid {
-                var: var.to_owned(),
-                reason: reason.to_owned(),
+            Err(ConfigError::Unusable {
+                var,
+                problem: Box::new(e),
             }
             .into())
         }
@@ -169,25 +167,31 @@ async fn publish(settings: &Settings, summary: &RunSummary, state: Option<&Statu
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
-    let mut figures = RunMetrics::new();
+    let mut metrics = match ScanMetrics::new() {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build the metrics; nothing pushed");
+            return;
+        }
+    };
     // PUT replaces the whole group; POST only the metrics it carries. Without
     // the database's state (it is down) the run's own figures are POSTed, so
     // the last known lag, findings and last success stay in place and keep
     // their alerts firing.
     let (extra, method): (&[(&str, &str)], PushMethod) = if summary.outcome == "concurrent_run" {
-        figures.observe_concurrent_run(now);
+        metrics.observe_concurrent_run(now);
         (&[("outcome", "concurrent_run")], PushMethod::Replace)
     } else {
-        figures.observe_run(summary, now);
+        metrics.observe_run(summary, now);
         match state {
             Some(s) => {
-                figures.observe_status(s);
+                metrics.observe_status(s);
                 (&[], PushMethod::Replace)
             }
             None => (&[], PushMethod::Merge),
         }
     };
-    super::push_or_log(base, &figures, &settings.job.job, extra, method).await;
+    super::push_or_log(base, metrics.figures(), &settings.job.job, extra, method).await;
 }
 
 fn log_summary(s: &RunSummary) {

@@ -1,0 +1,52 @@
+//! `DATABASE_URL` (DESIGN.md, Interface): required by every subcommand, and
+//! secret (it may hold the password), so no error echoes it.
+
+use std::str::FromStr;
+
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use sqlx::postgres::PgConnectOptions;
+
+use super::error::{invalid, ConfigError};
+use super::value;
+
+const VAR: &str = "DATABASE_URL";
+
+#[derive(Deserialize)]
+struct DatabaseVars {
+    database_url: Option<SecretString>,
+}
+
+/// `DATABASE_URL`, checked to be a `postgres://` connection string.
+///
+/// # Errors
+/// [`ConfigError`] naming `DATABASE_URL`.
+pub(super) fn parse<I>(vars: I) -> Result<SecretString, ConfigError>
+where
+    I: IntoIterator<Item = (String, String)>,
+{
+    let raw: DatabaseVars = value::read(None, vars)?;
+    let url = raw
+        .database_url
+        .filter(|u| !u.expose_secret().trim().is_empty())
+        .ok_or(ConfigError::Missing { var: VAR })?;
+    let value = url.expose_secret();
+    if !(value.starts_with("postgres://") || value.starts_with("postgresql://")) {
+        return Err(invalid(VAR, "must start with postgres:// or postgresql://"));
+    }
+    connect_options(&url)?;
+    Ok(url)
+}
+
+/// PostgreSQL connect options from the URL, tagged `application_name =
+/// stripe-reconciler` (so `pg_stat_activity` shows who holds a connection).
+///
+/// Never `Debug`-print the result: sqlx's `Debug` shows the password.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] for `DATABASE_URL`.
+pub(super) fn connect_options(url: &SecretString) -> Result<PgConnectOptions, ConfigError> {
+    PgConnectOptions::from_str(url.expose_secret())
+        .map(|o| o.application_name("stripe-reconciler"))
+        .map_err(|_| invalid(VAR, "is not a valid postgres:// connection string"))
+}

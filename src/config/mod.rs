@@ -1,0 +1,388 @@
+//! Settings from the environment (DESIGN.md, Interface and the turn 2 and 3
+//! tables), validated into [`Settings`]. Each group of variables has its own
+//! flat envy struct and one parser; every error names its variable
+//! ([`ConfigError::var`]). Secrets are [`SecretString`]s: their `Debug`
+//! prints `[REDACTED]`.
+//!
+//! - `error`: [`ConfigError`].
+//! - `database`: `DATABASE_URL` and the connect options.
+//! - `stripe`: `STRIPE_API_KEY`, `STRIPE_API_BASE` and the read budget (rate, in flight, timeout).
+//! - `scan`: the job's name, batch and run sizes, grace, deadline, [`ReadMode`].
+//! - `rules`: the money columns ([`ColumnName`]) and the aging thresholds.
+//! - `events`: [`EventsSettings`] of `stripe-reconciler events`.
+//! - `output`: [`LogFormat`] and `PUSHGATEWAY_URL`.
+//! - `value`: the number and URL parsers the groups share.
+
+mod database;
+mod error;
+mod events;
+mod output;
+mod rules;
+mod scan;
+mod stripe;
+mod value;
+
+use std::time::Duration;
+
+use secrecy::SecretString;
+use sqlx::postgres::PgConnectOptions;
+use url::Url;
+
+pub use error::ConfigError;
+pub use events::{EventsSettings, STRIPE_EVENTS_RETENTION};
+pub use output::LogFormat;
+pub use rules::ColumnName;
+pub use scan::ReadMode;
+pub use stripe::DEFAULT_STRIPE_API_BASE;
+
+use crate::reconcile::Rules;
+
+/// Everything the binary reads from its environment, validated.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `DATABASE_URL` (secret: it may hold the password).
+    pub database_url: SecretString,
+    /// `STRIPE_API_KEY`; required by `run`, `None` for commands that do not call Stripe.
+    pub stripe_api_key: Option<SecretString>,
+    /// `STRIPE_API_BASE`, default `https://api.stripe.com`.
+    pub stripe_api_base: Url,
+    /// `PUSHGATEWAY_URL`; `None` disables the push.
+    pub pushgateway_url: Option<Url>,
+    /// The job's tuning (`RECONCILER_*`).
+    pub job: JobSettings,
+    /// `RECONCILER_LOG_FORMAT`, default json.
+    pub log_format: LogFormat,
+}
+
+/// The `RECONCILER_*` variables that shape a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSettings {
+    /// `RECONCILER_JOB`: cursor name and Pushgateway `job` label.
+    pub job: String,
+    /// `RECONCILER_BATCH_SIZE`: B, rows per batch (1..=10000, default 200).
+    pub batch_size: u32,
+    /// `RECONCILER_BATCHES_PER_RUN`: batches per invocation (>= 1, default 10).
+    pub batches_per_run: u32,
+    /// `RECONCILER_GRACE_SECONDS`: rows updated more recently are IN_FLIGHT (default 600 s).
+    pub grace: Duration,
+    /// `RECONCILER_RATE_LIMIT_RPS`: Stripe reads per second (>= 1, default 10).
+    pub rate_limit_rps: u32,
+    /// `RECONCILER_MAX_IN_FLIGHT`: concurrent Stripe reads (1..=100, default 8).
+    pub max_in_flight: u32,
+    /// `RECONCILER_HTTP_TIMEOUT_SECONDS`: per Stripe request (>= 1, default 10 s).
+    pub http_timeout: Duration,
+    /// `RECONCILER_RUN_DEADLINE_SECONDS`: after this long (seconds from the
+    /// start) a run starts no new batch and no Stripe retry waits past it.
+    /// Set it below the CronJob's `activeDeadlineSeconds`. Default 0: none.
+    pub run_deadline: Option<Duration>,
+    /// `RECONCILER_AMOUNT_COLUMN`: a `payments` column holding the amount in
+    /// minor units, compared with the PaymentIntent's `amount`. Default unset.
+    pub amount_column: Option<ColumnName>,
+    /// `RECONCILER_CURRENCY_COLUMN`: a `payments` column holding the ISO
+    /// currency code, compared case-insensitively. Default unset.
+    pub currency_column: Option<ColumnName>,
+    /// The aging thresholds: `RECONCILER_AUTH_EXPIRY_WARN_SECONDS` (default
+    /// 432,000), `RECONCILER_PROCESSING_MAX_SECONDS` (default 1,209,600) and
+    /// `RECONCILER_ABANDONED_AFTER_SECONDS` (default 0 = off).
+    pub rules: Rules,
+    /// `RECONCILER_UNVERIFIABLE_CYCLES`: consecutive cycles a row may stay
+    /// UNVERIFIABLE before it gets a `persistently_unverifiable` finding
+    /// (1..=100, default 3).
+    pub unverifiable_cycles: u32,
+    /// The events job's settings (`RECONCILER_EVENTS_*`,
+    /// `RECONCILER_ORPHAN_METADATA_KEY`).
+    pub events: EventsSettings,
+    /// `RECONCILER_READ_MODE`: how phase 2 reads Stripe (default `list`).
+    pub read_mode: ReadMode,
+    /// `RECONCILER_LIST_WINDOW_SLACK_SECONDS`: seconds the batch's
+    /// `created_at` window is widened by on each side in list mode
+    /// (0..=2,592,000, default 3600).
+    pub list_window_slack: Duration,
+    /// `RECONCILER_LIST_MAX_PAGES`: list requests per batch before the rows
+    /// not yet seen fall back to one retrieve each (1..=1000, default 10).
+    pub list_max_pages: u32,
+}
+
+impl Default for JobSettings {
+    fn default() -> Self {
+        JobSettings {
+            job: "payments-vs-stripe".to_owned(),
+            batch_size: 200,
+            batches_per_run: 10,
+            grace: Duration::from_secs(600),
+            rate_limit_rps: 10,
+            max_in_flight: 8,
+            http_timeout: Duration::from_secs(10),
+            run_deadline: None,
+            amount_column: None,
+            currency_column: None,
+            rules: Rules::default(),
+            unverifiable_cycles: 3,
+            events: EventsSettings::default(),
+            read_mode: ReadMode::List,
+            list_window_slack: Duration::from_secs(3600),
+            list_max_pages: 10,
+        }
+    }
+}
+
+impl Settings {
+    /// Reads the process environment.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the first missing or malformed variable.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_vars(std::env::vars())
+    }
+
+    /// Reads settings from `(name, value)` pairs (tests use this instead of
+    /// mutating the process environment).
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the first missing or malformed variable.
+    pub fn from_vars<I>(vars: I) -> Result<Self, ConfigError>
+    where
+        I: IntoIterator<Item = (String, String)>,
+    {
+        let vars: Vec<(String, String)> = vars.into_iter().collect();
+        let database_url = database::parse(vars.clone())?;
+        let stripe = stripe::parse(vars.clone())?;
+        let output = output::parse(vars.clone())?;
+        let scan = scan::parse(vars.clone())?;
+        let checks = rules::parse(vars.clone())?;
+        let events = events::parse(vars)?;
+        Ok(Settings {
+            database_url,
+            stripe_api_key: stripe.api_key,
+            stripe_api_base: stripe.api_base,
+            pushgateway_url: output.pushgateway_url,
+            job: JobSettings {
+                job: scan.job,
+                batch_size: scan.batch_size,
+                batches_per_run: scan.batches_per_run,
+                grace: scan.grace,
+                rate_limit_rps: stripe.rate_limit_rps,
+                max_in_flight: stripe.max_in_flight,
+                http_timeout: stripe.http_timeout,
+                run_deadline: scan.run_deadline,
+                amount_column: checks.amount_column,
+                currency_column: checks.currency_column,
+                rules: checks.rules,
+                unverifiable_cycles: scan.unverifiable_cycles,
+                events,
+                read_mode: scan.read_mode,
+                list_window_slack: scan.list_window_slack,
+                list_max_pages: scan.list_max_pages,
+            },
+            log_format: output.log_format,
+        })
+    }
+
+    /// The Stripe key, or the error `run` reports when it is missing.
+    ///
+    /// # Errors
+    /// [`ConfigError::Missing`] for `STRIPE_API_KEY`.
+    pub fn require_stripe_key(&self) -> Result<&SecretString, ConfigError> {
+        self.stripe_api_key.as_ref().ok_or(ConfigError::Missing {
+            var: "STRIPE_API_KEY",
+        })
+    }
+
+    /// PostgreSQL connect options from `DATABASE_URL`.
+    ///
+    /// Never `Debug`-print the result: sqlx's `Debug` shows the password.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for `DATABASE_URL`.
+    pub fn connect_options(&self) -> Result<PgConnectOptions, ConfigError> {
+        database::connect_options(&self.database_url)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use secrecy::ExposeSecret;
+
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    const DB: (&str, &str) = (
+        "DATABASE_URL",
+        "postgres://app:hunter2-db-secret@db:5432/payments",
+    );
+
+    #[test]
+    fn defaults_match_the_interface_table() {
+        let s = Settings::from_vars(vars(&[DB])).unwrap();
+        assert_eq!(s.job, JobSettings::default());
+        assert_eq!(s.stripe_api_base.as_str(), "https://api.stripe.com/");
+        assert!(s.pushgateway_url.is_none());
+        assert!(s.stripe_api_key.is_none());
+        assert_eq!(s.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn every_variable_reaches_its_own_setting() {
+        let s = Settings::from_vars(vars(&[
+            DB,
+            ("STRIPE_API_KEY", "sk_test_k"),
+            ("STRIPE_API_BASE", "http://127.0.0.1:12111"),
+            ("PUSHGATEWAY_URL", "http://pushgateway:9091"),
+            ("RECONCILER_JOB", "shard-a"),
+            ("RECONCILER_BATCH_SIZE", "11"),
+            ("RECONCILER_BATCHES_PER_RUN", "12"),
+            ("RECONCILER_GRACE_SECONDS", "13"),
+            ("RECONCILER_RATE_LIMIT_RPS", "14"),
+            ("RECONCILER_MAX_IN_FLIGHT", "15"),
+            ("RECONCILER_HTTP_TIMEOUT_SECONDS", "16"),
+            ("RECONCILER_RUN_DEADLINE_SECONDS", "17"),
+            ("RECONCILER_LOG_FORMAT", "pretty"),
+            ("RECONCILER_AMOUNT_COLUMN", "amount_cents"),
+            ("RECONCILER_CURRENCY_COLUMN", "currency"),
+            ("RECONCILER_AUTH_EXPIRY_WARN_SECONDS", "18"),
+            ("RECONCILER_PROCESSING_MAX_SECONDS", "19"),
+            ("RECONCILER_ABANDONED_AFTER_SECONDS", "20"),
+            ("RECONCILER_UNVERIFIABLE_CYCLES", "21"),
+            ("RECONCILER_EVENTS_LOOKBACK_SECONDS", "22"),
+            ("RECONCILER_EVENTS_MAX_PAGES", "23"),
+            ("RECONCILER_ORPHAN_METADATA_KEY", "app"),
+            ("RECONCILER_READ_MODE", "retrieve"),
+            ("RECONCILER_LIST_WINDOW_SLACK_SECONDS", "24"),
+            ("RECONCILER_LIST_MAX_PAGES", "25"),
+        ]))
+        .unwrap();
+        let column = |var, name| Some(ColumnName::parse(var, name).unwrap());
+        let secs = Duration::from_secs;
+        assert_eq!(
+            s.job,
+            JobSettings {
+                job: "shard-a".into(),
+                batch_size: 11,
+                batches_per_run: 12,
+                grace: secs(13),
+                rate_limit_rps: 14,
+                max_in_flight: 15,
+                http_timeout: secs(16),
+                run_deadline: Some(secs(17)),
+                amount_column: column("RECONCILER_AMOUNT_COLUMN", "amount_cents"),
+                currency_column: column("RECONCILER_CURRENCY_COLUMN", "currency"),
+                rules: Rules {
+                    auth_expiry_warn_seconds: 18,
+                    processing_max_seconds: 19,
+                    abandoned_after_seconds: Some(20),
+                },
+                unverifiable_cycles: 21,
+                events: EventsSettings {
+                    lookback: secs(22),
+                    max_pages: 23,
+                    orphan_metadata_key: Some("app".into()),
+                },
+                read_mode: ReadMode::Retrieve,
+                list_window_slack: secs(24),
+                list_max_pages: 25,
+            }
+        );
+        assert_eq!(s.log_format, LogFormat::Pretty);
+        assert_eq!(s.stripe_api_base.as_str(), "http://127.0.0.1:12111/");
+        assert_eq!(
+            s.pushgateway_url.map(String::from).as_deref(),
+            Some("http://pushgateway:9091/")
+        );
+        assert_eq!(
+            s.stripe_api_key.as_ref().map(ExposeSecret::expose_secret),
+            Some("sk_test_k")
+        );
+    }
+
+    #[test]
+    fn missing_database_url_names_the_variable() {
+        let e = Settings::from_vars(vars(&[])).unwrap_err();
+        assert_eq!(e.to_string(), "DATABASE_URL is required but not set");
+        assert_eq!(e.var(), Some("DATABASE_URL"));
+    }
+
+    #[test]
+    fn malformed_values_name_the_variable() {
+        for (var, value) in [
+            ("RECONCILER_BATCH_SIZE", "0"),
+            ("RECONCILER_BATCH_SIZE", "-5"),
+            ("RECONCILER_BATCH_SIZE", "lots"),
+            ("RECONCILER_BATCHES_PER_RUN", "0"),
+            ("RECONCILER_RATE_LIMIT_RPS", "0"),
+            ("RECONCILER_MAX_IN_FLIGHT", "0"),
+            ("RECONCILER_HTTP_TIMEOUT_SECONDS", "0"),
+            ("RECONCILER_GRACE_SECONDS", "1.5"),
+            ("RECONCILER_RUN_DEADLINE_SECONDS", "-1"),
+            ("RECONCILER_AMOUNT_COLUMN", "amount; DROP TABLE payments"),
+            ("RECONCILER_AMOUNT_COLUMN", "9lives"),
+            ("RECONCILER_CURRENCY_COLUMN", "cur\"rency"),
+            ("RECONCILER_AUTH_EXPIRY_WARN_SECONDS", "-1"),
+            ("RECONCILER_AUTH_EXPIRY_WARN_SECONDS", "five days"),
+            ("RECONCILER_PROCESSING_MAX_SECONDS", "-3600"),
+            ("RECONCILER_PROCESSING_MAX_SECONDS", "0"),
+            ("RECONCILER_ABANDONED_AFTER_SECONDS", "-1"),
+            ("RECONCILER_ABANDONED_AFTER_SECONDS", "1e6"),
+            ("RECONCILER_UNVERIFIABLE_CYCLES", "0"),
+            ("RECONCILER_UNVERIFIABLE_CYCLES", "x"),
+            ("RECONCILER_LOG_FORMAT", "xml"),
+            ("RECONCILER_READ_MODE", "events"),
+            ("RECONCILER_LIST_WINDOW_SLACK_SECONDS", "-1"),
+            ("RECONCILER_LIST_MAX_PAGES", "0"),
+            ("RECONCILER_JOB", "a/b"),
+            ("RECONCILER_EVENTS_LOOKBACK_SECONDS", "2592001"),
+            ("RECONCILER_EVENTS_MAX_PAGES", "0"),
+            ("RECONCILER_ORPHAN_METADATA_KEY", "key[0]"),
+            ("STRIPE_API_KEY", " sk_test_padded"),
+            ("STRIPE_API_BASE", "not a url"),
+            ("STRIPE_API_BASE", "ftp://example.com"),
+            ("STRIPE_API_BASE", "http://stripe-proxy.internal:8080"),
+            ("STRIPE_API_BASE", "https://api.stripe.com/v1"),
+            ("PUSHGATEWAY_URL", "pushgateway:9091"),
+            ("DATABASE_URL", "mysql://nope"),
+        ] {
+            let mut v: Vec<_> = vars(&[DB]).into_iter().filter(|(k, _)| k != var).collect();
+            v.push((var.into(), value.into()));
+            let e = Settings::from_vars(v).unwrap_err();
+            assert!(e.to_string().starts_with(var), "{var}={value}: {e}");
+            assert_eq!(e.var(), Some(var), "{var}={value}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_local_stand_in_or_a_prefixed_https_proxy_is_accepted() {
+        for base in [
+            "http://127.0.0.1:12111",
+            "http://localhost:8080",
+            "https://proxy.example.com/stripe",
+        ] {
+            let s = Settings::from_vars(vars(&[DB, ("STRIPE_API_BASE", base)])).unwrap();
+            assert_eq!(s.stripe_api_base.as_str().trim_end_matches('/'), base);
+        }
+    }
+
+    #[test]
+    fn debug_output_redacts_secrets() {
+        let s =
+            Settings::from_vars(vars(&[DB, ("STRIPE_API_KEY", "sk_test_SECRETKEY123")])).unwrap();
+        let debug = format!("{s:?}");
+        assert!(!debug.contains("hunter2-db-secret"), "{debug}");
+        assert!(!debug.contains("sk_test_SECRETKEY123"), "{debug}");
+    }
+
+    #[test]
+    fn an_invalid_database_url_error_does_not_echo_it() {
+        let e = Settings::from_vars(vars(&[(
+            "DATABASE_URL",
+            "postgres://u:hunter2@host:notaport/db",
+        )]))
+        .unwrap_err();
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+        assert!(e.to_string().starts_with("DATABASE_URL"));
+    }
+}

@@ -1,0 +1,138 @@
+//! The scan's shape: `RECONCILER_JOB`, the batch and run sizes, the grace
+//! window, the run deadline, the read mode and the `persistently_unverifiable`
+//! threshold (DESIGN.md, Interface and Reads).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::error::{invalid, ConfigError};
+use super::{value, JobSettings};
+
+/// How phase 2 reads PaymentIntents (`RECONCILER_READ_MODE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadMode {
+    /// `GET /v1/payment_intents?created[gte]..&created[lte]..&limit=100`
+    /// over the batch's `created_at` window, up to 100 PaymentIntents per
+    /// request; rows the window did not contain fall back to [`ReadMode::Retrieve`].
+    #[default]
+    List,
+    /// `GET /v1/payment_intents/{id}`, one request per row.
+    Retrieve,
+}
+
+impl ReadMode {
+    /// `list` or `retrieve`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReadMode::List => "list",
+            ReadMode::Retrieve => "retrieve",
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct ScanVars {
+    job: Option<String>,
+    batch_size: Option<String>,
+    batches_per_run: Option<String>,
+    grace_seconds: Option<String>,
+    run_deadline_seconds: Option<String>,
+    unverifiable_cycles: Option<String>,
+    read_mode: Option<String>,
+    list_window_slack_seconds: Option<String>,
+    list_max_pages: Option<String>,
+}
+
+/// The scan group, validated.
+pub(super) struct Scan {
+    pub(super) job: String,
+    pub(super) batch_size: u32,
+    pub(super) batches_per_run: u32,
+    pub(super) grace: Duration,
+    pub(super) run_deadline: Option<Duration>,
+    pub(super) unverifiable_cycles: u32,
+    pub(super) read_mode: ReadMode,
+    pub(super) list_window_slack: Duration,
+    pub(super) list_max_pages: u32,
+}
+
+/// Parses the scan group; defaults from [`JobSettings::default`].
+///
+/// # Errors
+/// [`ConfigError`] naming the first malformed variable.
+pub(super) fn parse<I>(vars: I) -> Result<Scan, ConfigError>
+where
+    I: IntoIterator<Item = (String, String)>,
+{
+    let raw: ScanVars = value::read(Some("RECONCILER_"), vars)?;
+    let d = JobSettings::default();
+    let job = raw.job.unwrap_or(d.job);
+    // The name is a URL path segment of the Pushgateway's grouping key.
+    if job.is_empty() || job.len() > 100 || job.contains('/') {
+        return Err(invalid(
+            "RECONCILER_JOB",
+            "must be 1 to 100 characters without '/'",
+        ));
+    }
+    Ok(Scan {
+        job,
+        batch_size: value::number(
+            "RECONCILER_BATCH_SIZE",
+            raw.batch_size,
+            d.batch_size,
+            1,
+            10_000,
+        )?,
+        batches_per_run: value::number(
+            "RECONCILER_BATCHES_PER_RUN",
+            raw.batches_per_run,
+            d.batches_per_run,
+            1,
+            100_000,
+        )?,
+        grace: Duration::from_secs(value::number(
+            "RECONCILER_GRACE_SECONDS",
+            raw.grace_seconds,
+            d.grace.as_secs(),
+            0,
+            7 * 24 * 3600,
+        )?),
+        run_deadline: match value::number(
+            "RECONCILER_RUN_DEADLINE_SECONDS",
+            raw.run_deadline_seconds,
+            0,
+            0,
+            7 * 24 * 3600,
+        )? {
+            0 => None,
+            secs => Some(Duration::from_secs(secs)),
+        },
+        unverifiable_cycles: value::number(
+            "RECONCILER_UNVERIFIABLE_CYCLES",
+            raw.unverifiable_cycles,
+            d.unverifiable_cycles,
+            1,
+            100,
+        )?,
+        read_mode: match raw.read_mode.as_deref().map(str::trim) {
+            None | Some("list") => ReadMode::List,
+            Some("retrieve") => ReadMode::Retrieve,
+            Some(_) => return Err(invalid("RECONCILER_READ_MODE", "must be list or retrieve")),
+        },
+        list_window_slack: Duration::from_secs(value::number(
+            "RECONCILER_LIST_WINDOW_SLACK_SECONDS",
+            raw.list_window_slack_seconds,
+            d.list_window_slack.as_secs(),
+            0,
+            30 * 24 * 3600,
+        )?),
+        list_max_pages: value::number(
+            "RECONCILER_LIST_MAX_PAGES",
+            raw.list_max_pages,
+            d.list_max_pages,
+            1,
+            1000,
+        )?,
+    })
+}

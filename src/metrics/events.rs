@@ -1,0 +1,133 @@
+//! The events job's figures, pushed to `job=<RECONCILER_JOB>-events`
+//! (DESIGN.md, Reads: events).
+
+use chrono::{DateTime, Utc};
+use prometheus::Registry;
+
+use super::gauge::{Figure, Labelled};
+use crate::events::EventsSummary;
+use crate::stripe::RequestCounts;
+
+/// The events job's stored state, for its gauges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EventsState {
+    /// Every event created before this was handled (the position).
+    pub covered_until: Option<DateTime<Utc>>,
+    /// When an events run last committed.
+    pub last_success: Option<DateTime<Utc>>,
+}
+
+/// The `events_*` gauges and `stripe_requests{endpoint}`.
+pub(super) struct EventsGauges {
+    last_success: Figure,
+    read: Figure,
+    pages: Figure,
+    payment_intents_checked: Figure,
+    payment_intents_retrieved: Figure,
+    rows_confirmed: Figure,
+    findings_created: Figure,
+    missing_locally_created: Figure,
+    commands_enqueued: Figure,
+    lag: Figure,
+    gap: Figure,
+    truncated: Figure,
+    stripe_requests: Labelled,
+}
+
+impl EventsGauges {
+    pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let figure = |name, help| Figure::register(registry, name, help);
+        Ok(EventsGauges {
+            last_success: figure(
+                "events_last_success_timestamp_seconds",
+                "When an events run last committed (Unix time).",
+            )?,
+            read: figure(
+                "events_read",
+                "PaymentIntent events read by the last events run.",
+            )?,
+            pages: figure("events_pages", "Event list pages read by the last events run.")?,
+            payment_intents_checked: figure(
+                "events_payment_intents_checked",
+                "Distinct PaymentIntents the last events run handled (each once).",
+            )?,
+            payment_intents_retrieved: figure(
+                "events_payment_intents_retrieved",
+                "PaymentIntents the last events run re-read from Stripe.",
+            )?,
+            rows_confirmed: figure(
+                "events_rows_confirmed",
+                "Rows confirmed with Stripe after their event: not re-read.",
+            )?,
+            findings_created: figure(
+                "events_findings_created",
+                "Findings newly recorded by the last events run (missing_locally included).",
+            )?,
+            missing_locally_created: figure(
+                "events_missing_locally_created",
+                "missing_locally findings newly recorded by the last events run.",
+            )?,
+            commands_enqueued: figure(
+                "events_commands_enqueued",
+                "Repair commands enqueued by the last events run.",
+            )?,
+            lag: figure(
+                "events_lag_seconds",
+                "Now minus the events position: every event created before it was handled.",
+            )?,
+            gap: figure(
+                "events_gap_seconds",
+                "Seconds of events never read by the last run (position older than 30 days, or the page limit); 0 when none.",
+            )?,
+            truncated: figure(
+                "events_truncated",
+                "1 if the last events run hit RECONCILER_EVENTS_MAX_PAGES.",
+            )?,
+            stripe_requests: Labelled::register(
+                registry,
+                "stripe_requests",
+                "HTTP requests sent to Stripe by the last run, per endpoint (retries included).",
+                "endpoint",
+            )?,
+        })
+    }
+
+    /// An events run's figures and, when it could be read, the job's state;
+    /// `now_unix` is the end of the run.
+    pub(super) fn observe(
+        &self,
+        s: &EventsSummary,
+        requests: &RequestCounts,
+        state: Option<&EventsState>,
+        now_unix: f64,
+    ) {
+        self.read.set(s.events_read as f64);
+        self.pages.set(f64::from(s.pages));
+        self.payment_intents_checked.set(s.payment_intents as f64);
+        self.payment_intents_retrieved
+            .set(s.payment_intents_retrieved as f64);
+        self.rows_confirmed.set(s.rows_confirmed as f64);
+        self.findings_created.set(s.findings_created as f64);
+        self.missing_locally_created
+            .set(s.missing_locally_created as f64);
+        self.commands_enqueued.set(s.commands_enqueued as f64);
+        self.truncated.set(f64::from(u8::from(s.truncated)));
+        self.gap.set(s.gap_seconds.unwrap_or(0.0));
+        for (endpoint, n) in requests.by_endpoint() {
+            self.stripe_requests.set(endpoint, n as f64);
+        }
+        if let Some(st) = state {
+            if let Some(c) = st.covered_until {
+                let lag = now_unix - unix_seconds(c);
+                self.lag.set(lag.max(0.0));
+            }
+            if let Some(t) = st.last_success {
+                self.last_success.set(unix_seconds(t));
+            }
+        }
+    }
+}
+
+fn unix_seconds(t: DateTime<Utc>) -> f64 {
+    t.timestamp_millis() as f64 / 1000.0
+}

@@ -1,0 +1,77 @@
+//! The scan run's own figures (DESIGN.md, Metrics: per run).
+
+use prometheus::Registry;
+
+use super::gauge::{Figure, Labelled};
+use crate::reconcile::Verdict;
+use crate::scan::RunSummary;
+
+/// `rows_scanned`, `batches`, `findings_created`, `commands_enqueued`,
+/// `wrapped`, `verdicts{verdict}` and `stripe_requests{endpoint}`.
+pub(super) struct ScanGauges {
+    rows_scanned: Figure,
+    batches: Figure,
+    findings_created: Figure,
+    commands_enqueued: Figure,
+    wrapped: Figure,
+    verdicts: Labelled,
+    stripe_requests: Labelled,
+}
+
+impl ScanGauges {
+    pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        Ok(ScanGauges {
+            rows_scanned: Figure::register(
+                registry,
+                "rows_scanned",
+                "Rows read from payments by the last run.",
+            )?,
+            batches: Figure::register(
+                registry,
+                "batches",
+                "Batches committed by the last run (a wrap counts as one).",
+            )?,
+            findings_created: Figure::register(
+                registry,
+                "findings_created",
+                "Findings newly recorded by the last run.",
+            )?,
+            commands_enqueued: Figure::register(
+                registry,
+                "commands_enqueued",
+                "Repair commands enqueued by the last run.",
+            )?,
+            wrapped: Figure::register(
+                registry,
+                "wrapped",
+                "1 if the last run reached the end of the table.",
+            )?,
+            verdicts: Labelled::register(
+                registry,
+                "verdicts",
+                "Rows per verdict in the last run.",
+                "verdict",
+            )?,
+            stripe_requests: Labelled::register(
+                registry,
+                "stripe_requests",
+                "Stripe requests sent by the last run, per endpoint (retries included).",
+                "endpoint",
+            )?,
+        })
+    }
+
+    pub(super) fn observe(&self, s: &RunSummary) {
+        self.rows_scanned.set(s.rows_scanned as f64);
+        self.batches.set(s.batches as f64);
+        self.findings_created.set(s.findings_created as f64);
+        self.commands_enqueued.set(s.commands_enqueued as f64);
+        self.wrapped.set(f64::from(u8::from(s.wrapped)));
+        for v in Verdict::ALL {
+            self.verdicts.set(v.as_str(), s.verdicts.get(v) as f64);
+        }
+        for (endpoint, n) in s.stripe_requests.by_endpoint() {
+            self.stripe_requests.set(endpoint, n as f64);
+        }
+    }
+}
