@@ -136,9 +136,11 @@ impl Chain<'_> {
                         None => return Ok(()),
                     }
                 }
-                Err(e @ (GatewayError::Rejected { .. } | GatewayError::Misconfigured { .. })) => {
-                    return Err(ScanError::StripeRejected(e))
-                }
+                Err(
+                    e @ (GatewayError::Rejected { .. }
+                    | GatewayError::Misconfigured { .. }
+                    | GatewayError::Redirected { .. }),
+                ) => return Err(ScanError::StripeRejected(e)),
                 Err(e) => {
                     tracing::warn!(gte = window.gte, lte = window.lte, error = %e, "list page failed; the window's rows not yet seen are read one by one");
                     self.failed.fetch_add(1, Ordering::Relaxed);

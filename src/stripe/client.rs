@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use governor::DefaultDirectRateLimiter;
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use tokio::time::Instant;
 use url::Url;
 
@@ -69,11 +69,21 @@ pub struct CreatedWindow {
 }
 
 impl StripeGateway {
-    /// Builds the gateway.
+    /// Builds the gateway. Redirects are never followed (the key would go
+    /// with them); a 3xx is [`GatewayError::Redirected`]. Warns once (tracing
+    /// `warn`) when a live key would travel over plain `http://`; see
+    /// [`live_key_over_plain_http`].
     ///
     /// # Errors
     /// [`BuildError`] when the HTTP client cannot be built.
     pub fn new(config: GatewayConfig) -> Result<Self, BuildError> {
+        if live_key_over_plain_http(&config.base, &config.api_key) {
+            // Only the host: the key never goes into a log line.
+            tracing::warn!(
+                stripe_api_base_host = config.base.host_str().unwrap_or("-"),
+                "STRIPE_API_KEY is a live key and STRIPE_API_BASE is plain http://: the key leaves this process unencrypted; this is only safe to a local proxy that adds TLS"
+            );
+        }
         let http = reqwest::Client::builder()
             .timeout(config.timeout)
             .connect_timeout(config.timeout.min(Duration::from_secs(5)))
@@ -113,6 +123,7 @@ impl StripeGateway {
     /// - [`GatewayError::Rejected`]: 401/403, the key is wrong.
     /// - [`GatewayError::Misconfigured`]: a Stripe 404 that is not
     ///   `resource_missing` (wrong base path).
+    /// - [`GatewayError::Redirected`]: a 3xx (STRIPE_API_BASE is not the API).
     /// - [`GatewayError::Unavailable`]: timeouts, connection errors, 429, 5xx,
     ///   or a body that is not a PaymentIntent, after the retry budget.
     #[tracing::instrument(name = "stripe.retrieve", level = "debug", skip_all, fields(payment_intent = %id, request_id = tracing::field::Empty, http_status = tracing::field::Empty))]
@@ -189,5 +200,30 @@ impl StripeGateway {
     /// Requests sent so far by this gateway, per endpoint.
     pub fn request_counts(&self) -> RequestCounts {
         self.requests.snapshot()
+    }
+}
+
+/// A live key (`sk_live_`, `rk_live_`: Stripe's secret and restricted live
+/// keys) with a `http://` base. Not refused: a local egress proxy that
+/// originates TLS to Stripe is a legitimate setup (issue 21); the operator is
+/// told once instead.
+pub fn live_key_over_plain_http(base: &Url, api_key: &SecretString) -> bool {
+    let key = api_key.expose_secret();
+    base.scheme() == "http" && (key.starts_with("sk_live_") || key.starts_with("rk_live_"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_live_key_over_http_is_warned_about() {
+        let http: Url = "http://127.0.0.1:8080".parse().unwrap();
+        let https: Url = "https://api.stripe.com".parse().unwrap();
+        let key = |k: &str| SecretString::from(k.to_owned());
+        assert!(live_key_over_plain_http(&http, &key("sk_live_abc")));
+        assert!(live_key_over_plain_http(&http, &key("rk_live_abc")));
+        assert!(!live_key_over_plain_http(&http, &key("sk_test_abc")));
+        assert!(!live_key_over_plain_http(&https, &key("sk_live_abc")));
     }
 }

@@ -30,6 +30,21 @@ pub enum GatewayError {
         /// Stripe's `Request-Id` header.
         request_id: Option<String>,
     },
+    /// STRIPE_API_BASE answered with a redirect (3xx): a configuration fault;
+    /// the run aborts. The redirect is not followed, so the key is never sent
+    /// to the `Location` (the client's redirect policy is `none`).
+    #[error("STRIPE_API_BASE answered HTTP {status}, a redirect to {}; it was not followed and the API key was not sent there; set STRIPE_API_BASE to Stripe's API (https://api.stripe.com) or to a proxy that answers itself", location_host.as_deref().unwrap_or("an unusable Location"))]
+    Redirected {
+        /// The 3xx status.
+        status: u16,
+        /// The host of the `Location` header (resolved against the request's
+        /// URL); `None` when the header is absent or not a URL. Only the host
+        /// is kept: it is all the operator needs, and a parsed host holds no
+        /// control characters.
+        location_host: Option<String>,
+        /// The `Request-Id` header, if any.
+        request_id: Option<String>,
+    },
     /// Stripe could not be asked, after the retry budget: the row is UNVERIFIABLE.
     #[error("Stripe unavailable after {attempts} attempt(s) (request {}): {cause}", request_id.as_deref().unwrap_or("-"))]
     Unavailable {

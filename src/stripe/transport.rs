@@ -7,7 +7,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
-use reqwest::header::HeaderMap;
+use reqwest::header::{HeaderMap, LOCATION};
 use reqwest::StatusCode;
 use secrecy::ExposeSecret;
 use tokio::time::Instant;
@@ -193,6 +193,13 @@ impl StripeGateway {
                 }))
             }
             StatusCode::NOT_FOUND => Err(not_found(&body, request_id)),
+            redirect if redirect.is_redirection() => {
+                Err(AttemptError::Final(GatewayError::Redirected {
+                    status: redirect.as_u16(),
+                    location_host: location_host(url, &headers),
+                    request_id,
+                }))
+            }
             other => Err(other_status(other, &headers, &body, request_id)),
         }
     }
@@ -250,6 +257,14 @@ fn other_status(
         cause: Unavailable::Status(status),
         request_id,
     }
+}
+
+/// The host a redirect points at: `Location` resolved against the request's
+/// URL (a relative `Location` stays on the base's host).
+fn location_host(url: &Url, headers: &HeaderMap) -> Option<String> {
+    let location = headers.get(LOCATION)?.to_str().ok()?;
+    let target = url.join(location).ok()?;
+    target.host_str().map(str::to_owned)
 }
 
 fn final_unavailable(cause: Unavailable, request_id: Option<String>) -> AttemptError {
