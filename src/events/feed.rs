@@ -90,7 +90,9 @@ pub async fn list(
             .payment_intent_events(start.timestamp(), after.as_deref())
             .await
             .map_err(|e| match e {
-                e @ (GatewayError::Rejected { .. } | GatewayError::Misconfigured { .. }) => {
+                e @ (GatewayError::Rejected { .. }
+                | GatewayError::Misconfigured { .. }
+                | GatewayError::Redirected { .. }) => {
                     EventsError::Scan(ScanError::StripeRejected(e))
                 }
                 e => EventsError::FeedUnavailable(e),

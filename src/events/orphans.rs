@@ -56,9 +56,11 @@ pub async fn read(
             let outcome = match gateway.payment_intent(&pi).await {
                 Ok(facts) => judge(&pi, &facts, metadata_key),
                 Err(GatewayError::NotFound { .. }) => OrphanOutcome::NotAnOrphan,
-                Err(e @ (GatewayError::Rejected { .. } | GatewayError::Misconfigured { .. })) => {
-                    return Err(ScanError::StripeRejected(e))
-                }
+                Err(
+                    e @ (GatewayError::Rejected { .. }
+                    | GatewayError::Misconfigured { .. }
+                    | GatewayError::Redirected { .. }),
+                ) => return Err(ScanError::StripeRejected(e)),
                 Err(e @ GatewayError::Unavailable { .. }) => {
                     tracing::warn!(payment_intent = %pi, error = %e, "PaymentIntent without a row unverifiable");
                     OrphanOutcome::Unverifiable(e.to_string())

@@ -489,9 +489,11 @@ pub async fn stripe_reachable(
             );
             Ok(())
         }
-        Err(e @ (GatewayError::Rejected { .. } | GatewayError::Misconfigured { .. })) => {
-            Err(ScanError::StripeRejected(e))
-        }
+        Err(
+            e @ (GatewayError::Rejected { .. }
+            | GatewayError::Misconfigured { .. }
+            | GatewayError::Redirected { .. }),
+        ) => Err(ScanError::StripeRejected(e)),
         Err(e) => {
             tracing::error!(error = %e, "Stripe does not answer a probe either");
             Err(ScanError::StripeDown { failed, asked })

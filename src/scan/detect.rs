@@ -338,9 +338,11 @@ async fn observe(
             }
             seen.decision = Decision::review(FindingKind::MissingExternally);
         }
-        Err(e @ (GatewayError::Rejected { .. } | GatewayError::Misconfigured { .. })) => {
-            return Err(ScanError::StripeRejected(e))
-        }
+        Err(
+            e @ (GatewayError::Rejected { .. }
+            | GatewayError::Misconfigured { .. }
+            | GatewayError::Redirected { .. }),
+        ) => return Err(ScanError::StripeRejected(e)),
         Err(e @ GatewayError::Unavailable { .. }) => {
             tracing::warn!(payment_id = row.id, payment_intent = %id, error = %e, "PaymentIntent unverifiable");
             seen.error = Some(e.to_string());

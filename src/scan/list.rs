@@ -24,7 +24,10 @@ use super::ScanError;
 use crate::config::JobSettings;
 use crate::reconcile::PaymentIntentFacts;
 use crate::store::payments::PaymentRow;
-use crate::stripe::{CreatedWindow, GatewayError, PaymentIntentId, StripeGateway, LIST_PAGE_LIMIT};
+use crate::stripe::{
+    CreatedWindow, GatewayError, MalformedPaymentIntent, PaymentIntentId, StripeGateway,
+    LIST_PAGE_LIMIT,
+};
 
 /// Rows per core sub-window: a little under a page, so a sub-window usually
 /// fits one request even with a few PaymentIntents of neighbouring rows or of
@@ -37,7 +40,7 @@ pub struct Listed {
     /// The facts of every PaymentIntent a page contained that one of the
     /// batch's rows names, by id; `Err` for an item that could not be used
     /// (its row falls back to a retrieve).
-    pub found: HashMap<String, Result<PaymentIntentFacts, String>>,
+    pub found: HashMap<String, Result<PaymentIntentFacts, MalformedPaymentIntent>>,
     /// List requests whose answer arrived (after retries).
     pub pages: usize,
     /// List requests that failed after the retry budget (a failed read
@@ -50,7 +53,7 @@ struct Chain<'a> {
     in_flight: &'a Semaphore,
     wanted: &'a HashSet<&'a str>,
     budget: &'a AtomicUsize,
-    found: &'a Mutex<HashMap<String, Result<PaymentIntentFacts, String>>>,
+    found: &'a Mutex<HashMap<String, Result<PaymentIntentFacts, MalformedPaymentIntent>>>,
     pages: &'a AtomicUsize,
     failed: &'a AtomicUsize,
     items: &'a AtomicUsize,
@@ -133,9 +136,11 @@ impl Chain<'_> {
                         None => return Ok(()),
                     }
                 }
-                Err(e @ (GatewayError::Rejected { .. } | GatewayError::Misconfigured { .. })) => {
-                    return Err(ScanError::StripeRejected(e))
-                }
+                Err(
+                    e @ (GatewayError::Rejected { .. }
+                    | GatewayError::Misconfigured { .. }
+                    | GatewayError::Redirected { .. }),
+                ) => return Err(ScanError::StripeRejected(e)),
                 Err(e) => {
                     tracing::warn!(gte = window.gte, lte = window.lte, error = %e, "list page failed; the window's rows not yet seen are read one by one");
                     self.failed.fetch_add(1, Ordering::Relaxed);

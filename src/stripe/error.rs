@@ -30,6 +30,21 @@ pub enum GatewayError {
         /// Stripe's `Request-Id` header.
         request_id: Option<String>,
     },
+    /// STRIPE_API_BASE answered with a redirect (3xx): a configuration fault;
+    /// the run aborts. The redirect is not followed, so the key is never sent
+    /// to the `Location` (the client's redirect policy is `none`).
+    #[error("STRIPE_API_BASE answered HTTP {status}, a redirect to {}; it was not followed and the API key was not sent there; set STRIPE_API_BASE to Stripe's API (https://api.stripe.com) or to a proxy that answers itself", location_host.as_deref().unwrap_or("an unusable Location"))]
+    Redirected {
+        /// The 3xx status.
+        status: u16,
+        /// The host of the `Location` header (resolved against the request's
+        /// URL); `None` when the header is absent or not a URL. Only the host
+        /// is kept: it is all the operator needs, and a parsed host holds no
+        /// control characters.
+        location_host: Option<String>,
+        /// The `Request-Id` header, if any.
+        request_id: Option<String>,
+    },
     /// Stripe could not be asked, after the retry budget: the row is UNVERIFIABLE.
     #[error("Stripe unavailable after {attempts} attempt(s) (request {}): {cause}", request_id.as_deref().unwrap_or("-"))]
     Unavailable {
@@ -59,10 +74,76 @@ pub enum Unavailable {
     /// The body is not a PaymentIntent: an HTML page from a proxy, truncated
     /// JSON, a missing or non-string `status`, another object.
     #[error("response is not a PaymentIntent: {0}")]
-    InvalidBody(String),
-    /// The body exceeded [`super::client::MAX_BODY_BYTES`].
+    InvalidBody(InvalidBody),
+    /// The body exceeded [`super::MAX_BODY_BYTES`].
     #[error("response body exceeds {0} bytes")]
     TooLarge(usize),
+}
+
+/// Why an answer could not be used as the answer it claims to be.
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidBody {
+    /// A 200 whose `Content-Type` is not JSON (a proxy's HTML page).
+    #[error("content type {0:?}, expected application/json")]
+    ContentType(String),
+    /// A 200 whose body does not parse as JSON (truncated, garbage). The
+    /// parser's position is shown inline: these reads are logged per row with
+    /// the error's display, never through the cause chain.
+    #[error("not JSON ({0})")]
+    NotJson(serde_json::Error),
+    /// A JSON body that is not a usable PaymentIntent.
+    #[error("{0}")]
+    PaymentIntent(#[from] MalformedPaymentIntent),
+    /// A list endpoint's body without `"object": "list"`.
+    #[error("not a Stripe list")]
+    NotAList,
+    /// A list without its `data` array.
+    #[error("list without a data array")]
+    ListWithoutData,
+    /// A list without its `has_more` flag.
+    #[error("list without has_more")]
+    ListWithoutHasMore,
+    /// An events page whose last entry has no `evt_` id, so the feed cannot
+    /// be paged past it.
+    #[error("the page's last event has no usable id")]
+    LastEventWithoutId,
+    /// A 404 with Stripe's error envelope but a code other than
+    /// `resource_missing`: it says nothing about the PaymentIntent.
+    #[error("HTTP 404 with code {0:?}, not resource_missing")]
+    NotFoundCode(String),
+    /// A 404 without Stripe's error envelope (a proxy, a test double).
+    #[error("HTTP 404 without Stripe's error body")]
+    NotFoundWithoutEnvelope,
+    /// A 404 `resource_missing` on a list path says nothing about a
+    /// PaymentIntent.
+    #[error("HTTP 404 resource_missing on a list")]
+    NotFoundOnList,
+}
+
+/// Why a PaymentIntent JSON object (a retrieve's body or one item of a list
+/// page) is not usable. The checks are those of [`super::wire`]: `status` must
+/// be a short lowercase Stripe word; everything else is read leniently.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MalformedPaymentIntent {
+    /// Not a JSON object at all.
+    #[error("not a JSON object")]
+    NotAnObject,
+    /// `object` is present and is not `payment_intent`.
+    #[error("object is not a payment_intent")]
+    NotAPaymentIntent,
+    /// A retrieve's body names another PaymentIntent than the one asked for.
+    #[error("id does not match the requested PaymentIntent")]
+    IdMismatch,
+    /// `status` is absent.
+    #[error("status is missing")]
+    StatusMissing,
+    /// `status` is not a JSON string.
+    #[error("status is not a string")]
+    StatusNotAString,
+    /// `status` is a string but not a Stripe status word (empty, too long,
+    /// or other than lowercase ASCII and `_`).
+    #[error("status is not a Stripe status word")]
+    StatusNotAWord,
 }
 
 /// Could not build the HTTP client (TLS backend initialisation).

@@ -12,9 +12,12 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::client::{json_body, StripeGateway, MAX_LIST_BODY_BYTES};
-use super::error::{GatewayError, Unavailable};
+use super::client::StripeGateway;
+use super::counting::Endpoint;
+use super::error::{GatewayError, InvalidBody, Unavailable};
 use super::id::PaymentIntentId;
+use super::parsing::json_body;
+use super::transport::MAX_LIST_BODY_BYTES;
 use crate::reconcile::ExternalStatus;
 
 /// The PaymentIntent event types the job reads (Stripe accepts up to 20
@@ -95,33 +98,36 @@ impl StripeGateway {
                 q.append_pair("starting_after", after);
             }
         }
-        self.request_capped(&url, MAX_LIST_BODY_BYTES, |headers, body| {
-            parse_page(&json_body(headers, body)?)
-        })
+        self.request_capped(
+            Endpoint::Events,
+            &url,
+            MAX_LIST_BODY_BYTES,
+            |headers, body| parse_page(&json_body(headers, body)?),
+        )
         .await
     }
 }
 
 fn parse_page(list: &Value) -> Result<EventPage, Unavailable> {
-    let invalid = |why: &str| Unavailable::InvalidBody(why.to_owned());
+    let invalid = Unavailable::InvalidBody;
     if list.get("object").and_then(Value::as_str) != Some("list") {
-        return Err(invalid("not a Stripe list"));
+        return Err(invalid(InvalidBody::NotAList));
     }
     let data = list
         .get("data")
         .and_then(Value::as_array)
-        .ok_or_else(|| invalid("list without data"))?;
+        .ok_or_else(|| invalid(InvalidBody::ListWithoutData))?;
     let has_more = list
         .get("has_more")
         .and_then(Value::as_bool)
-        .ok_or_else(|| invalid("list without has_more"))?;
+        .ok_or_else(|| invalid(InvalidBody::ListWithoutHasMore))?;
     let next_after = match data.last() {
         None => None,
         Some(last) => Some(
             last.get("id")
                 .and_then(Value::as_str)
                 .filter(|id| is_event_id(id))
-                .ok_or_else(|| invalid("the page's last event has no usable id"))?
+                .ok_or_else(|| invalid(InvalidBody::LastEventWithoutId))?
                 .to_owned(),
         ),
     };

@@ -1,19 +1,33 @@
 //! The Stripe gateway boundary: Stripe's wire structs stay in here; only
-//! [`ExternalStatus`](crate::reconcile::ExternalStatus) and [`GatewayError`]
-//! cross it.
+//! domain types ([`PaymentIntentFacts`](crate::reconcile::PaymentIntentFacts),
+//! [`ExternalStatus`](crate::reconcile::ExternalStatus), [`ListPage`],
+//! [`EventPage`]) and [`GatewayError`] cross it.
+//!
+//! - [`client`]: [`StripeGateway`] and its reads (retrieve, probe, list).
+//! - [`events`]: the events feed (`GET /v1/events`).
+//! - `transport`: one GET: rate limit, retries, HTTP status mapping, body cap.
+//! - [`counting`]: requests per [`Endpoint`] (`stripe_requests{endpoint}`).
+//! - `parsing`: a 200's body into domain facts.
+//! - [`retry`]: the retry decision, a pure function.
+//! - [`error`]: [`GatewayError`] and its causes.
+//! - [`id`]: [`PaymentIntentId`], validated before it goes into a URL path.
+//! - `wire`: Stripe's JSON shapes, read leniently (private).
 
 pub mod client;
+pub mod counting;
 pub mod error;
 pub mod events;
 pub mod id;
+mod parsing;
 pub mod retry;
+mod transport;
 mod wire;
 
-pub use client::{
-    CreatedWindow, GatewayConfig, ListPage, ListedPaymentIntent, RequestCounts, StripeGateway,
-    LIST_PAGE_LIMIT, STRIPE_VERSION,
-};
-pub use error::{BuildError, GatewayError, Unavailable};
+pub use client::{CreatedWindow, GatewayConfig, StripeGateway, LIST_PAGE_LIMIT};
+pub use counting::{Endpoint, RequestCounts};
+pub use error::{BuildError, GatewayError, InvalidBody, MalformedPaymentIntent, Unavailable};
 pub use events::{EventPage, PaymentIntentEvent, PAYMENT_INTENT_EVENT_TYPES};
 pub use id::{InvalidPaymentIntentId, PaymentIntentId};
+pub use parsing::{ListPage, ListedPaymentIntent};
 pub use retry::RetryPolicy;
+pub use transport::{MAX_BODY_BYTES, MAX_LIST_BODY_BYTES, RATE_HEADROOM, STRIPE_VERSION};
