@@ -22,6 +22,7 @@
 //! - `review`: the review queue (`findings list`/`resolve`)
 //! - `scan`: one batch's verdict paths and its set-based phase 3
 //! - `status`: `status` and `status --json`
+//! - `stripe_redirect`: a redirecting API base and a live key over plain http
 //! - `terminal_output`: stored text escaped in every human-readable output
 
 #[path = "../support/mod.rs"]
@@ -45,4 +46,5 @@ mod repair;
 mod review;
 mod scan;
 mod status;
+mod stripe_redirect;
 mod terminal_output;

@@ -2,11 +2,9 @@
 //! (exit 78) naming the Location's host, and the key never sent there; a live
 //! key over plain `http://` is warned about once, without the key.
 
-mod support;
-
+use crate::support::*;
 use sqlx::PgPool;
 use stripe_reconciler::stripe::{GatewayError, PaymentIntentId};
-use support::*;
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
