@@ -8,12 +8,14 @@
 mod classify;
 mod decision;
 mod facts;
+mod kind;
 mod labels;
 mod status;
 
 pub use classify::{classify, Rules, AUTHORIZATION_LIFETIME_SECONDS};
-pub use decision::{classify_status, Decision, FindingKind, RepairCommand, Verdict};
+pub use decision::{classify_status, Decision, RepairCommand, Verdict};
 pub use facts::{Charge, ChargeFacts, LocalPayment, PaymentIntentFacts};
+pub use kind::FindingKind;
 pub use labels::{kind_label, open_findings_by_label, KNOWN_KINDS, MAX_KIND_LABELS, OTHER_KIND};
 pub use status::{ExternalStatus, LocalStatus};
 

@@ -195,7 +195,7 @@ pub async fn resolve_stale(
     .bind(payment_ids)
     .bind(current)
     .bind(with_status)
-    .bind(&crate::reconcile::FindingKind::MONEY_KINDS[..])
+    .bind(crate::reconcile::FindingKind::money_kinds())
     .fetch_all(conn)
     .await
     .context("resolving findings the scan no longer sees")
@@ -229,7 +229,7 @@ pub async fn open_repairable(
 }
 
 /// Which of these payments have an open finding of a blocking kind
-/// ([`crate::reconcile::FindingKind::BLOCKING_KINDS`]): no repair may touch them.
+/// ([`crate::reconcile::FindingKind::is_blocking`]): no repair may touch them.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -245,7 +245,7 @@ pub async fn blocked_payments(
           WHERE payment_id = ANY($1) AND resolved_at IS NULL AND kind = ANY($2)",
     )
     .bind(payment_ids)
-    .bind(&crate::reconcile::FindingKind::BLOCKING_KINDS[..])
+    .bind(crate::reconcile::FindingKind::blocking_kinds())
     .fetch_all(conn)
     .await
     .context("looking for findings that block repairs")
