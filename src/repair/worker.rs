@@ -14,7 +14,7 @@ use sqlx::{Connection, PgPool};
 use tokio_util::sync::CancellationToken;
 
 use super::writer::{apply, WriteError};
-use crate::reconcile::RepairCommand;
+use crate::reconcile::{RepairCommand, Resolution};
 use crate::store::outbox::{self, ClaimedCommand};
 use crate::store::{findings, payments};
 use crate::store::{Context, StoreError};
@@ -205,7 +205,7 @@ async fn process(
     }
     if let Some(intent) = &payload.stripe_payment_intent_id {
         if payment.stripe_payment_intent_id.as_deref() != Some(intent.as_str()) {
-            findings::resolve(conn, payload.finding_id, "superseded")
+            findings::resolve(conn, payload.finding_id, Resolution::Superseded)
                 .await
                 .map_err(db)?;
             return skip(format!(

@@ -7,6 +7,7 @@
 use sqlx::PgConnection;
 
 use super::{Context, StoreError};
+use crate::reconcile::Resolution;
 
 /// A finding to record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,16 +30,18 @@ pub struct NewFinding {
 }
 
 /// The acknowledgement rule, over a row `v` of the unnested new findings: a
-/// finding is not opened again when a person resolved the same drift by hand.
+/// finding is not opened again when a person resolved the same drift by hand
+/// (`$7` is [`Resolution::Manual`]).
 const NOT_ACKNOWLEDGED: &str = "NOT (v.acknowledgeable AND EXISTS (
                 SELECT 1 FROM reconciliation_findings r
                  WHERE r.payment_id = v.payment_id AND r.kind = v.kind
-                   AND r.resolution = 'manual'
+                   AND r.resolution = $7
                    AND r.external_status IS NOT DISTINCT FROM v.external_status
                    AND r.details IS NOT DISTINCT FROM v.details))";
 
 /// The findings as parallel arrays: `$1` payment ids, `$2` kinds, `$3` local
-/// statuses, `$4` external statuses, `$5` details, `$6` acknowledgeable.
+/// statuses, `$4` external statuses, `$5` details, `$6` acknowledgeable; `$7`
+/// the manual resolution [`NOT_ACKNOWLEDGED`] looks for.
 fn bind_findings<'q, O>(
     query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
     findings: &'q [NewFinding],
@@ -75,6 +78,7 @@ fn bind_findings<'q, O>(
                 .map(|f| f.acknowledgeable)
                 .collect::<Vec<bool>>(),
         )
+        .bind(Resolution::Manual.as_str())
 }
 
 /// The unnested findings, `v`.
@@ -185,7 +189,7 @@ pub async fn resolve_stale(
     super::query_scalar(
         "UPDATE reconciliation_findings f
             SET resolved_at = now(),
-                resolution = CASE WHEN v.kind IS NULL THEN 'cleared' ELSE 'superseded' END
+                resolution = CASE WHEN v.kind IS NULL THEN $5::text ELSE $6::text END
            FROM unnest($1::bigint[], $2::text[], $3::bool[]) AS v(payment_id, kind, with_status)
           WHERE f.payment_id = v.payment_id AND f.resolved_at IS NULL
             AND f.kind IS DISTINCT FROM v.kind
@@ -196,6 +200,8 @@ pub async fn resolve_stale(
     .bind(current)
     .bind(with_status)
     .bind(crate::reconcile::FindingKind::money_kinds())
+    .bind(Resolution::Cleared.as_str())
+    .bind(Resolution::Superseded.as_str())
     .fetch_all(conn)
     .await
     .context("resolving findings the scan no longer sees")
@@ -251,7 +257,7 @@ pub async fn blocked_payments(
     .context("looking for findings that block repairs")
 }
 
-/// Resolves one open finding with `resolution` (e.g. `repaired`). Returns
+/// Resolves one open finding with `resolution` (e.g. [`Resolution::Repaired`]). Returns
 /// `false` when it was already resolved or does not exist.
 ///
 /// # Errors
@@ -259,21 +265,21 @@ pub async fn blocked_payments(
 pub async fn resolve(
     conn: &mut PgConnection,
     finding_id: i64,
-    resolution: &str,
+    resolution: Resolution,
 ) -> Result<bool, StoreError> {
     let done = super::query(
         "UPDATE reconciliation_findings SET resolved_at = now(), resolution = $2
           WHERE id = $1 AND resolved_at IS NULL",
     )
     .bind(finding_id)
-    .bind(resolution)
+    .bind(resolution.as_str())
     .execute(conn)
     .await
     .context("resolving a finding")?;
     Ok(done.rows_affected() == 1)
 }
 
-/// Resolves one open finding by hand (`resolution = 'manual'`), keeping who
+/// Resolves one open finding by hand ([`Resolution::Manual`]), keeping who
 /// and why. Returns `false` when it was already resolved or does not exist.
 ///
 /// # Errors
@@ -286,12 +292,13 @@ pub async fn resolve_manually(
 ) -> Result<bool, StoreError> {
     let done = super::query(
         "UPDATE reconciliation_findings
-            SET resolved_at = now(), resolution = 'manual', resolved_by = $2, resolution_note = $3
+            SET resolved_at = now(), resolution = $4, resolved_by = $2, resolution_note = $3
           WHERE id = $1 AND resolved_at IS NULL",
     )
     .bind(finding_id)
     .bind(by)
     .bind(note)
+    .bind(Resolution::Manual.as_str())
     .execute(conn)
     .await
     .context("resolving a finding by hand")?;
@@ -321,7 +328,8 @@ pub struct FindingView {
     pub detected_at: chrono::DateTime<chrono::Utc>,
     /// When resolved; `None` while open.
     pub resolved_at: Option<chrono::DateTime<chrono::Utc>>,
-    /// `repaired`, `cleared`, `manual`.
+    /// [`Resolution::as_str`] of why it was resolved; kept as text because a
+    /// person or another version may have written any value.
     pub resolution: Option<String>,
     /// Who resolved it by hand.
     pub resolved_by: Option<String>,
@@ -473,7 +481,7 @@ pub async fn upsert_open_for_intents(
           WHERE NOT EXISTS (
                 SELECT 1 FROM reconciliation_findings r
                  WHERE r.payment_id IS NULL AND r.stripe_payment_intent_id = v.intent
-                   AND r.kind = v.kind AND r.resolution = 'manual'
+                   AND r.kind = v.kind AND r.resolution = $6
                    AND r.external_status IS NOT DISTINCT FROM v.external_status
                    AND r.details IS NOT DISTINCT FROM v.details)
           ORDER BY v.intent
@@ -488,6 +496,7 @@ pub async fn upsert_open_for_intents(
     .bind(externals)
     .bind(details)
     .bind(NO_LOCAL_ROW)
+    .bind(Resolution::Manual.as_str())
     .fetch_all(conn)
     .await
     .context("recording findings without a payment")?;
@@ -514,13 +523,15 @@ pub async fn resolve_stale_for_intents(
     let done = super::query(
         "UPDATE reconciliation_findings f
             SET resolved_at = now(),
-                resolution = CASE WHEN v.kind IS NULL THEN 'cleared' ELSE 'superseded' END
+                resolution = CASE WHEN v.kind IS NULL THEN $3::text ELSE $4::text END
            FROM unnest($1::text[], $2::text[]) AS v(intent, kind)
           WHERE f.payment_id IS NULL AND f.stripe_payment_intent_id = v.intent
             AND f.resolved_at IS NULL AND f.kind IS DISTINCT FROM v.kind",
     )
     .bind(intents)
     .bind(current)
+    .bind(Resolution::Cleared.as_str())
+    .bind(Resolution::Superseded.as_str())
     .execute(conn)
     .await
     .context("resolving findings without a payment")?;
