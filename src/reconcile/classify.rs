@@ -4,8 +4,9 @@
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
-use super::decision::{classify_status, Decision, FindingKind};
+use super::decision::{classify_status, Decision};
 use super::facts::{ChargeFacts, LocalPayment, PaymentIntentFacts};
+use super::kind::FindingKind;
 use super::status::{ExternalStatus, LocalStatus};
 
 /// How long Stripe keeps an uncaptured card authorisation before cancelling

@@ -1,8 +1,8 @@
 //! The typed outcome of comparing one payment with Stripe.
 
-use std::borrow::Cow;
 use std::fmt;
 
+use super::kind::FindingKind;
 use super::status::{ExternalStatus, LocalStatus};
 
 /// How a payment compares with its PaymentIntent (design note `Verdict`).
@@ -45,123 +45,6 @@ impl Verdict {
 impl fmt::Display for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// The kind of a finding, stored in `reconciliation_findings.kind`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum FindingKind {
-    /// Local `pending`, Stripe `succeeded`: the success webhook was missed.
-    MissedSuccess,
-    /// Local `pending`, Stripe `canceled`: the cancel webhook was missed.
-    MissedCancel,
-    /// Local `paid`, Stripe anything but `succeeded`: goods may have shipped unpaid.
-    PaidLocallyNotExternally,
-    /// Stripe answered 404 for the PaymentIntent id.
-    MissingExternally,
-    /// The id stored in `payments.stripe_payment_intent_id` is not a well-formed
-    /// `pi_...` id, so it was never sent to Stripe.
-    InvalidPaymentIntentId,
-    /// The latest charge of a `succeeded` PaymentIntent was refunded, fully
-    /// or in part (`amount_refunded > 0`). Money kind.
-    Refunded,
-    /// The latest charge of a `succeeded` PaymentIntent is disputed. Money kind.
-    Disputed,
-    /// The row's amount (`RECONCILER_AMOUNT_COLUMN`) differs from the
-    /// PaymentIntent's `amount`. Money kind.
-    AmountMismatch,
-    /// The row's currency (`RECONCILER_CURRENCY_COLUMN`) differs from the
-    /// PaymentIntent's `currency`. Money kind.
-    CurrencyMismatch,
-    /// Another `payments` row holds the same PaymentIntent id. Money kind.
-    DuplicatePaymentIntent,
-    /// Local `pending`, Stripe `requires_capture` for longer than
-    /// `RECONCILER_AUTH_EXPIRY_WARN_SECONDS`: the authorisation expires (about
-    /// 7 days after `created`) unless someone captures it.
-    AuthorizationExpiring,
-    /// Local `pending`, Stripe `processing` for longer than
-    /// `RECONCILER_PROCESSING_MAX_SECONDS`.
-    StuckProcessing,
-    /// Local `pending`, Stripe waiting for the customer for longer than
-    /// `RECONCILER_ABANDONED_AFTER_SECONDS`.
-    Abandoned,
-    /// A `succeeded` PaymentIntent no `payments` row points at.
-    MissingLocally,
-    /// Stripe could not answer for this row in `RECONCILER_UNVERIFIABLE_CYCLES`
-    /// consecutive cycles.
-    PersistentlyUnverifiable,
-    /// Any other combination: `unexpected:<local>-><external>`.
-    Unexpected {
-        /// `payments.status`
-        local: String,
-        /// `PaymentIntent.status`
-        external: String,
-    },
-}
-
-impl FindingKind {
-    /// The database value of the kind.
-    pub fn as_str(&self) -> Cow<'static, str> {
-        match self {
-            Self::MissedSuccess => Cow::Borrowed("missed_success"),
-            Self::MissedCancel => Cow::Borrowed("missed_cancel"),
-            Self::PaidLocallyNotExternally => Cow::Borrowed("paid_locally_not_externally"),
-            Self::MissingExternally => Cow::Borrowed("missing_externally"),
-            Self::InvalidPaymentIntentId => Cow::Borrowed("invalid_payment_intent_id"),
-            Self::Refunded => Cow::Borrowed("refunded"),
-            Self::Disputed => Cow::Borrowed("disputed"),
-            Self::AmountMismatch => Cow::Borrowed("amount_mismatch"),
-            Self::CurrencyMismatch => Cow::Borrowed("currency_mismatch"),
-            Self::DuplicatePaymentIntent => Cow::Borrowed("duplicate_payment_intent"),
-            Self::AuthorizationExpiring => Cow::Borrowed("authorization_expiring"),
-            Self::StuckProcessing => Cow::Borrowed("stuck_processing"),
-            Self::Abandoned => Cow::Borrowed("abandoned"),
-            Self::MissingLocally => Cow::Borrowed("missing_locally"),
-            Self::PersistentlyUnverifiable => Cow::Borrowed("persistently_unverifiable"),
-            Self::Unexpected { local, external } => {
-                Cow::Owned(format!("unexpected:{local}->{external}"))
-            }
-        }
-    }
-}
-
-impl FindingKind {
-    /// The kinds where money may be wrong (DESIGN.md "Beyond status"). An
-    /// open finding of one of these blocks every repair of its payment.
-    pub const MONEY_KINDS: [&'static str; 6] = [
-        "refunded",
-        "disputed",
-        "amount_mismatch",
-        "currency_mismatch",
-        "duplicate_payment_intent",
-        "missing_locally",
-    ];
-
-    /// The kinds of DESIGN.md's "Beyond status" table: NEEDS_REVIEW, never
-    /// repaired, and an open one blocks every repair of its payment (the
-    /// scan enqueues no command, the repair worker skips one).
-    pub const BLOCKING_KINDS: [&'static str; 10] = [
-        "refunded",
-        "disputed",
-        "amount_mismatch",
-        "currency_mismatch",
-        "duplicate_payment_intent",
-        "missing_locally",
-        "authorization_expiring",
-        "stuck_processing",
-        "abandoned",
-        "persistently_unverifiable",
-    ];
-
-    /// Whether money may be wrong (see [`FindingKind::MONEY_KINDS`]).
-    pub fn is_money(&self) -> bool {
-        Self::MONEY_KINDS.contains(&self.as_str().as_ref())
-    }
-}
-
-impl fmt::Display for FindingKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.as_str())
     }
 }
 

@@ -5,25 +5,25 @@
 
 use std::collections::BTreeMap;
 
-/// Every finding kind with a fixed name, current and announced (DESIGN.md,
-/// Classification and "Beyond status"). Each is its own label value.
-pub const KNOWN_KINDS: [&str; 15] = [
-    "missed_success",
-    "missed_cancel",
-    "paid_locally_not_externally",
-    "missing_externally",
-    "invalid_payment_intent_id",
-    "refunded",
-    "disputed",
-    "amount_mismatch",
-    "currency_mismatch",
-    "duplicate_payment_intent",
-    "authorization_expiring",
-    "stuck_processing",
-    "abandoned",
-    "missing_locally",
-    "persistently_unverifiable",
-];
+use super::kind::FindingKind;
+
+/// Every finding kind with a fixed name ([`FindingKind::ALL`], in its
+/// order), each its own label value.
+pub const KNOWN_KINDS: [&str; FindingKind::ALL.len()] = {
+    // A reference, so the const loop never drops a `FindingKind`.
+    const ALL: &[FindingKind] = &FindingKind::ALL;
+    let mut names = [""; ALL.len()];
+    let mut i = 0;
+    while i < ALL.len() {
+        names[i] = match ALL[i].fixed_name() {
+            Some(name) => name,
+            // `ALL` holds no `Unexpected`; the kind test proves it.
+            None => OTHER_KIND,
+        };
+        i += 1;
+    }
+    names
+};
 
 /// The label of a kind that is neither known nor `unexpected:` (a kind
 /// written by a newer version, or a hand-made row).

@@ -4,17 +4,29 @@
 //! to a [`Decision`]; [`classify_status`] is its status table alone. Strings
 //! appear only at the edges ([`LocalStatus::parse`], [`ExternalStatus::parse`],
 //! the `as_str` methods used by the store).
+//!
+//! - `classify`: [`classify`], the money checks, the status table, the aging checks.
+//! - `decision`: [`Verdict`], [`Decision`], [`RepairCommand`], [`classify_status`].
+//! - `facts`: what a read of Stripe and of the row tells classification.
+//! - `kind`: [`FindingKind`], [`FindingKind::ALL`], money and blocking kinds.
+//! - `labels`: bounded metric label values for finding kinds.
+//! - `resolution`: [`Resolution`], why a finding was resolved.
+//! - `status`: [`LocalStatus`], [`ExternalStatus`].
 
 mod classify;
 mod decision;
 mod facts;
+mod kind;
 mod labels;
+mod resolution;
 mod status;
 
 pub use classify::{classify, Rules, AUTHORIZATION_LIFETIME_SECONDS};
-pub use decision::{classify_status, Decision, FindingKind, RepairCommand, Verdict};
+pub use decision::{classify_status, Decision, RepairCommand, Verdict};
 pub use facts::{Charge, ChargeFacts, LocalPayment, PaymentIntentFacts};
+pub use kind::FindingKind;
 pub use labels::{kind_label, open_findings_by_label, KNOWN_KINDS, MAX_KIND_LABELS, OTHER_KIND};
+pub use resolution::Resolution;
 pub use status::{ExternalStatus, LocalStatus};
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use sqlx::{Connection, PgPool};
 use tokio_util::sync::CancellationToken;
 
 use super::writer::{apply, WriteError};
-use crate::reconcile::RepairCommand;
+use crate::reconcile::{FindingKind, RepairCommand, Resolution};
 use crate::store::outbox::{self, ClaimedCommand};
 use crate::store::{findings, payments};
 use crate::store::{Context, StoreError};
@@ -64,6 +64,67 @@ struct RepairPayload {
     payment_id: i64,
     finding_id: i64,
     stripe_payment_intent_id: Option<String>,
+}
+
+/// Why one repair command could not be applied. The command stays in the
+/// outbox for a later run; [`RepairError::last_error`] is the text written
+/// into `outbox.last_error`.
+#[derive(Debug, thiserror::Error)]
+pub enum RepairError {
+    /// The `event_type` is none of [`RepairCommand::EVENT_TYPES`].
+    #[error("unknown command {0}")]
+    UnknownCommand(String),
+    /// The payload is not `{"payment_id": .., "finding_id": ..}`.
+    #[error("malformed payload")]
+    MalformedPayload(#[source] serde_json::Error),
+    /// No payment has the payload's `payment_id`.
+    #[error("payment {0} does not exist")]
+    UnknownPayment(i64),
+    /// No finding has the payload's `finding_id`.
+    #[error("finding {0} does not exist")]
+    UnknownFinding(i64),
+    /// The finding is about another payment, or of a kind the command does
+    /// not repair.
+    #[error(
+        "finding {finding_id} is {kind} for payment {}, not {expected} for payment {payment_id}",
+        finding_payment.map_or_else(|| "none".to_owned(), |p| p.to_string())
+    )]
+    WrongFinding {
+        /// The payload's `finding_id`.
+        finding_id: i64,
+        /// The finding's kind, as stored.
+        kind: String,
+        /// The payment the finding is about (`None`: a PaymentIntent alone).
+        finding_payment: Option<i64>,
+        /// The kind the command repairs.
+        expected: FindingKind,
+        /// The payload's `payment_id`.
+        payment_id: i64,
+    },
+    /// The database failed inside the command's savepoint.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl RepairError {
+    /// The text for `outbox.last_error`: the error and its direct cause
+    /// (the driver's or JSON parser's message), so a person reading the
+    /// outbox sees what failed without the logs.
+    pub fn last_error(&self) -> String {
+        match std::error::Error::source(self) {
+            Some(cause) => format!("{self}: {cause}"),
+            None => self.to_string(),
+        }
+    }
+}
+
+impl From<WriteError> for RepairError {
+    fn from(e: WriteError) -> Self {
+        match e {
+            WriteError::UnknownPayment(id) => RepairError::UnknownPayment(id),
+            WriteError::Store(e) => RepairError::Store(e),
+        }
+    }
 }
 
 /// What applying one command did.
@@ -139,8 +200,9 @@ pub async fn drain(
                         .rollback()
                         .await
                         .context("rolling back a savepoint")?;
-                    tracing::warn!(outbox_id = command.id, attempts = command.attempts + 1, %error, "repair command failed; kept for a later run");
-                    outbox::record_failure(&mut tx, command.id, &error).await?;
+                    let last_error = error.last_error();
+                    tracing::warn!(outbox_id = command.id, attempts = command.attempts + 1, error = %last_error, "repair command failed; kept for a later run");
+                    outbox::record_failure(&mut tx, command.id, &last_error).await?;
                     failed_ids.push(command.id);
                     report.failed += 1;
                 }
@@ -163,38 +225,35 @@ pub async fn drain(
 /// when the payment no longer holds the PaymentIntent or the status the
 /// decision was made on, or when an open finding of a blocking kind (a
 /// refund, a dispute, a duplicate, ...) is on the payment: goods are never
-/// released for money Stripe did not keep. `Err(reason)` for a failure to
-/// record.
+/// released for money Stripe did not keep.
+///
+/// # Errors
+/// [`RepairError`] when the command cannot be applied (it is kept for a
+/// later run).
 async fn process(
     conn: &mut sqlx::PgConnection,
     command: &ClaimedCommand,
-) -> Result<Applied, String> {
-    let db = |e: StoreError| format!("{e}: {}", e.source);
+) -> Result<Applied, RepairError> {
     let kind = RepairCommand::parse(&command.event_type)
-        .ok_or_else(|| format!("unknown command {}", command.event_type))?;
-    let payload: RepairPayload = serde_json::from_value(command.payload.clone())
-        .map_err(|e| format!("malformed payload: {e}"))?;
+        .ok_or_else(|| RepairError::UnknownCommand(command.event_type.clone()))?;
+    let payload: RepairPayload =
+        serde_json::from_value(command.payload.clone()).map_err(RepairError::MalformedPayload)?;
     let payment = payments::lock_for_repair(conn, payload.payment_id)
-        .await
-        .map_err(db)?
-        .ok_or_else(|| format!("payment {} does not exist", payload.payment_id))?;
+        .await?
+        .ok_or(RepairError::UnknownPayment(payload.payment_id))?;
     let finding = findings::lock_for_repair(conn, payload.finding_id)
-        .await
-        .map_err(db)?
-        .ok_or_else(|| format!("finding {} does not exist", payload.finding_id))?;
+        .await?
+        .ok_or(RepairError::UnknownFinding(payload.finding_id))?;
     if finding.payment_id != Some(payload.payment_id)
         || finding.kind != kind.finding_kind().as_str()
     {
-        return Err(format!(
-            "finding {} is {} for payment {}, not {} for payment {}",
-            payload.finding_id,
-            finding.kind,
-            finding
-                .payment_id
-                .map_or_else(|| "none".to_owned(), |p| p.to_string()),
-            kind.finding_kind(),
-            payload.payment_id
-        ));
+        return Err(RepairError::WrongFinding {
+            finding_id: payload.finding_id,
+            kind: finding.kind,
+            finding_payment: finding.payment_id,
+            expected: kind.finding_kind(),
+            payment_id: payload.payment_id,
+        });
     }
     let skip = |reason: String| {
         tracing::info!(outbox_id = command.id, finding_id = payload.finding_id, %reason, "repair command skipped");
@@ -205,18 +264,14 @@ async fn process(
     }
     if let Some(intent) = &payload.stripe_payment_intent_id {
         if payment.stripe_payment_intent_id.as_deref() != Some(intent.as_str()) {
-            findings::resolve(conn, payload.finding_id, "superseded")
-                .await
-                .map_err(db)?;
+            findings::resolve(conn, payload.finding_id, Resolution::Superseded).await?;
             return skip(format!(
                 "payment {} no longer holds PaymentIntent {intent}",
                 payload.payment_id
             ));
         }
     }
-    let blocking = findings::blocked_payments(conn, &[payload.payment_id])
-        .await
-        .map_err(db)?;
+    let blocking = findings::blocked_payments(conn, &[payload.payment_id]).await?;
     if !blocking.is_empty() {
         return skip(format!(
             "payment {} has an open finding that blocks repairs (refund, dispute, duplicate, mismatch or review); see `findings list`",
@@ -226,18 +281,61 @@ async fn process(
     // The expected status is the canonical writer's guard (`WHERE status =
     // 'pending'`): repaired when the payment already reached the target,
     // superseded when it moved elsewhere.
-    match apply(
+    let outcome = apply(
         conn,
         kind,
         payload.payment_id,
         Some(payload.finding_id),
         "reconciler",
     )
-    .await
-    {
-        Ok(outcome) if outcome.changed => Ok(Applied::Changed),
-        Ok(_) => Ok(Applied::NoOp),
-        Err(e @ WriteError::UnknownPayment(_)) => Err(e.to_string()),
-        Err(WriteError::Store(e)) => Err(db(e)),
+    .await?;
+    Ok(if outcome.changed {
+        Applied::Changed
+    } else {
+        Applied::NoOp
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn last_error_names_the_failure_and_its_cause() {
+        let payload = serde_json::from_value::<RepairPayload>(serde_json::json!({"payment_id": 1}))
+            .map_err(RepairError::MalformedPayload);
+        let Err(malformed) = payload else {
+            panic!("a payload without finding_id parsed")
+        };
+        assert_eq!(
+            malformed.last_error(),
+            "malformed payload: missing field `finding_id`"
+        );
+        let store = RepairError::from(WriteError::Store(StoreError {
+            action: "resolving a finding",
+            source: sqlx::Error::RowNotFound,
+        }));
+        assert_eq!(
+            store.last_error(),
+            format!(
+                "database error while resolving a finding: {}",
+                sqlx::Error::RowNotFound
+            )
+        );
+        let wrong = RepairError::WrongFinding {
+            finding_id: 7,
+            kind: "refunded".into(),
+            finding_payment: None,
+            expected: FindingKind::MissedSuccess,
+            payment_id: 3,
+        };
+        assert_eq!(
+            wrong.last_error(),
+            "finding 7 is refunded for payment none, not missed_success for payment 3"
+        );
+        assert_eq!(
+            RepairError::from(WriteError::UnknownPayment(9)).last_error(),
+            "payment 9 does not exist"
+        );
     }
 }

@@ -16,7 +16,7 @@
 use serde_json::json;
 use sqlx::{PgConnection, PgPool};
 
-use crate::reconcile::RepairCommand;
+use crate::reconcile::{RepairCommand, Resolution};
 use crate::store::payments::{transition_status, TransitionResult};
 use crate::store::{findings, outbox, Context, StoreError};
 
@@ -70,13 +70,13 @@ pub async fn apply(
     // it reached the command's target (by us or by the webhook), `superseded`
     // when it moved elsewhere (e.g. a late failure webhook): the next scan
     // classifies that new state afresh.
-    let mut resolution = "repaired";
+    let mut resolution = Resolution::Repaired;
     let changed = match transition_status(conn, payment_id, from, to).await? {
         TransitionResult::Missing => return Err(WriteError::UnknownPayment(payment_id)),
         TransitionResult::AlreadyMoved { status } => {
             tracing::info!(payment_id, %command, %status, "payment already moved; transition is a no-op");
             if status != to {
-                resolution = "superseded";
+                resolution = Resolution::Superseded;
             }
             false
         }

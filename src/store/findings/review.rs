@@ -1,0 +1,126 @@
+//! The review queue (`findings list`, `findings resolve`): findings as a
+//! person sees them, and the manual resolution that keeps who and why.
+
+use sqlx::PgConnection;
+
+use crate::reconcile::Resolution;
+use crate::store::{query, query_as, query_scalar, Context, StoreError};
+
+/// Resolves one open finding by hand ([`Resolution::Manual`]), keeping who
+/// and why. Returns `false` when it was already resolved or does not exist.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn resolve_manually(
+    conn: &mut PgConnection,
+    finding_id: i64,
+    by: &str,
+    note: &str,
+) -> Result<bool, StoreError> {
+    let done = query(
+        "UPDATE reconciliation_findings
+            SET resolved_at = now(), resolution = $4, resolved_by = $2, resolution_note = $3
+          WHERE id = $1 AND resolved_at IS NULL",
+    )
+    .bind(finding_id)
+    .bind(by)
+    .bind(note)
+    .bind(Resolution::Manual.as_str())
+    .execute(conn)
+    .await
+    .context("resolving a finding by hand")?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// A finding as the review queue shows it.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow, serde::Serialize)]
+pub struct FindingView {
+    /// `reconciliation_findings.id`
+    pub id: i64,
+    /// `payments.id`; `None` for a finding about a PaymentIntent no payment
+    /// points at (`missing_locally`).
+    pub payment_id: Option<i64>,
+    /// The payment's order, for a person to look up.
+    pub order_id: Option<String>,
+    /// The payment's PaymentIntent id (as stored; may be malformed), or the
+    /// PaymentIntent a finding without payment names.
+    pub stripe_payment_intent_id: Option<String>,
+    /// The kind's database string.
+    pub kind: String,
+    /// Local status when detected.
+    pub local_status: String,
+    /// Stripe status when detected.
+    pub external_status: Option<String>,
+    /// When detected.
+    pub detected_at: chrono::DateTime<chrono::Utc>,
+    /// When resolved; `None` while open.
+    pub resolved_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// [`Resolution::as_str`] of why it was resolved; kept as text because a
+    /// person or another version may have written any value.
+    pub resolution: Option<String>,
+    /// Who resolved it by hand.
+    pub resolved_by: Option<String>,
+    /// Why.
+    pub resolution_note: Option<String>,
+    /// What a person needs to judge it (amounts in minor units, currency,
+    /// refund share, deadlines), as the scan last saw it.
+    pub details: Option<serde_json::Value>,
+    /// When a scan last saw this drift.
+    pub last_seen_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// For the aging kinds, seconds until the deadline in `details`
+    /// (negative: since), by the database's clock; `None` for other kinds.
+    pub seconds_to_deadline: Option<f64>,
+}
+
+/// Lists findings, newest first, at most `limit` rows.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn list(
+    conn: &mut PgConnection,
+    kind: Option<&str>,
+    open_only: bool,
+    limit: i64,
+) -> Result<Vec<FindingView>, StoreError> {
+    query_as(
+        "SELECT f.id, f.payment_id, p.order_id,
+                coalesce(p.stripe_payment_intent_id, f.stripe_payment_intent_id) AS stripe_payment_intent_id,
+                f.kind, f.local_status,
+                f.external_status, f.detected_at, f.resolved_at, f.resolution, f.resolved_by,
+                f.resolution_note, f.details, f.last_seen_at,
+                CASE WHEN jsonb_typeof(f.details->'deadline') = 'string'
+                     THEN extract(epoch FROM (f.details->>'deadline')::timestamptz - now())::float8
+                END AS seconds_to_deadline
+           FROM reconciliation_findings f
+           LEFT JOIN payments p ON p.id = f.payment_id
+          WHERE ($1::text IS NULL OR f.kind = $1) AND (NOT $2 OR f.resolved_at IS NULL)
+          ORDER BY f.id DESC
+          LIMIT $3",
+    )
+    .bind(kind)
+    .bind(open_only)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+    .context("listing findings")
+}
+
+/// How many findings [`list`] would return without its limit.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn count(
+    conn: &mut PgConnection,
+    kind: Option<&str>,
+    open_only: bool,
+) -> Result<i64, StoreError> {
+    query_scalar(
+        "SELECT count(*) FROM reconciliation_findings f
+          WHERE ($1::text IS NULL OR f.kind = $1) AND (NOT $2 OR f.resolved_at IS NULL)",
+    )
+    .bind(kind)
+    .bind(open_only)
+    .fetch_one(conn)
+    .await
+    .context("counting findings")
+}

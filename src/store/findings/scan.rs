@@ -1,0 +1,206 @@
+//! The scan's writes: record a batch's findings once per open (payment,
+//! kind), tell which a dry run would create, and resolve the ones a fresh
+//! Stripe answer no longer supports (`cleared`, `superseded`).
+
+use sqlx::PgConnection;
+
+use crate::reconcile::Resolution;
+use crate::store::{query_as, query_scalar, Context, StoreError};
+
+/// A finding to record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewFinding {
+    /// `payments.id`
+    pub payment_id: i64,
+    /// The kind's database string (`missed_success`, `unexpected:a->b`, ...).
+    pub kind: String,
+    /// `payments.status` when detected.
+    pub local_status: String,
+    /// Stripe's status when detected; `None` when Stripe had nothing to say.
+    pub external_status: Option<String>,
+    /// What a person needs to judge it (amounts, currency, deadlines).
+    pub details: Option<serde_json::Value>,
+    /// A person's manual resolution of the same drift (same kind, Stripe
+    /// status and details) keeps it closed. `false` where closing it would
+    /// hide drift of the payment's status (e.g. `pending` here while Stripe
+    /// succeeded): such a finding reopens until the status is dealt with.
+    pub acknowledgeable: bool,
+}
+
+/// The acknowledgement rule, over a row `v` of the unnested new findings: a
+/// finding is not opened again when a person resolved the same drift by hand
+/// (`$7` is [`Resolution::Manual`]).
+const NOT_ACKNOWLEDGED: &str = "NOT (v.acknowledgeable AND EXISTS (
+                SELECT 1 FROM reconciliation_findings r
+                 WHERE r.payment_id = v.payment_id AND r.kind = v.kind
+                   AND r.resolution = $7
+                   AND r.external_status IS NOT DISTINCT FROM v.external_status
+                   AND r.details IS NOT DISTINCT FROM v.details))";
+
+/// The findings as parallel arrays: `$1` payment ids, `$2` kinds, `$3` local
+/// statuses, `$4` external statuses, `$5` details, `$6` acknowledgeable; `$7`
+/// the manual resolution [`NOT_ACKNOWLEDGED`] looks for.
+fn bind_findings<'q, O>(
+    query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+    findings: &'q [NewFinding],
+) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+    query
+        .bind(findings.iter().map(|f| f.payment_id).collect::<Vec<i64>>())
+        .bind(
+            findings
+                .iter()
+                .map(|f| f.kind.as_str())
+                .collect::<Vec<&str>>(),
+        )
+        .bind(
+            findings
+                .iter()
+                .map(|f| f.local_status.as_str())
+                .collect::<Vec<&str>>(),
+        )
+        .bind(
+            findings
+                .iter()
+                .map(|f| f.external_status.as_deref())
+                .collect::<Vec<Option<&str>>>(),
+        )
+        .bind(
+            findings
+                .iter()
+                .map(|f| f.details.as_ref())
+                .collect::<Vec<Option<&serde_json::Value>>>(),
+        )
+        .bind(
+            findings
+                .iter()
+                .map(|f| f.acknowledgeable)
+                .collect::<Vec<bool>>(),
+        )
+        .bind(Resolution::Manual.as_str())
+}
+
+/// The unnested findings, `v`.
+const UNNEST_FINDINGS: &str =
+    "unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bool[])
+                AS v(payment_id, kind, local_status, external_status, details, acknowledgeable)";
+
+/// A finding the upsert touched.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct CreatedFinding {
+    /// `reconciliation_findings.id`
+    pub id: i64,
+    /// `payments.id`
+    pub payment_id: i64,
+    /// The kind's database string.
+    pub kind: String,
+    /// The row was inserted now (`false`: it was already open and only its
+    /// `external_status`, `details` and `last_seen_at` were refreshed).
+    pub created: bool,
+}
+
+/// Records the findings in one statement. A finding already open for the
+/// same (payment, kind) is not duplicated: its `external_status`, `details`
+/// and `last_seen_at` are refreshed, so the review queue shows Stripe's
+/// current state. A drift a person already resolved by hand with the same
+/// external status and details (an acknowledgement, e.g. a partial refund
+/// that is fine) is not opened again. Returns every open finding touched,
+/// with `created` telling new ones apart.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn upsert_open(
+    conn: &mut PgConnection,
+    findings: &[NewFinding],
+) -> Result<Vec<CreatedFinding>, StoreError> {
+    if findings.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "INSERT INTO reconciliation_findings
+                (payment_id, kind, local_status, external_status, details, last_seen_at)
+         SELECT v.payment_id, v.kind, v.local_status, v.external_status, v.details, now()
+           FROM {UNNEST_FINDINGS}
+          WHERE {NOT_ACKNOWLEDGED}
+          ORDER BY v.payment_id
+         ON CONFLICT (payment_id, kind) WHERE resolved_at IS NULL DO UPDATE
+            SET external_status = EXCLUDED.external_status,
+                details = EXCLUDED.details,
+                last_seen_at = now()
+         RETURNING id, payment_id, kind, (xmax = 0) AS created"
+    );
+    bind_findings(query_as(&sql), findings)
+        .fetch_all(conn)
+        .await
+        .context("recording findings")
+}
+
+/// Of these findings, the `(payment_id, kind)` pairs [`upsert_open`] would
+/// create: not already open, not acknowledged. For `run --dry-run`, which
+/// writes nothing.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn not_yet_open(
+    conn: &mut PgConnection,
+    findings: &[NewFinding],
+) -> Result<Vec<(i64, String)>, StoreError> {
+    if findings.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "SELECT DISTINCT v.payment_id, v.kind
+           FROM {UNNEST_FINDINGS}
+          WHERE NOT EXISTS (SELECT 1 FROM reconciliation_findings f
+                             WHERE f.payment_id = v.payment_id AND f.kind = v.kind
+                               AND f.resolved_at IS NULL)
+            AND {NOT_ACKNOWLEDGED}"
+    );
+    bind_findings(query_as(&sql), findings)
+        .fetch_all(conn)
+        .await
+        .context("counting findings a run would create")
+}
+
+/// For payments Stripe has just answered for, resolves every open finding
+/// whose kind is no longer what the scan decides: `cleared` when the payment
+/// now has no finding, `superseded` when it has another (e.g. the
+/// PaymentIntent's status moved on, a refund was seen). `current[i]` is the
+/// kind decided for `payment_ids[i]` (NULL for none). Where `with_status[i]`
+/// is false (a 404, a malformed id: an answer that says nothing about the
+/// money), open findings of the money kinds stay open: only a later answer
+/// that shows the money can clear them. Returns the ids of the findings
+/// resolved, so their repair commands can be closed in the same transaction.
+/// The caller holds the payments' row locks (payment before finding,
+/// everywhere).
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn resolve_stale(
+    conn: &mut PgConnection,
+    payment_ids: &[i64],
+    current: &[Option<String>],
+    with_status: &[bool],
+) -> Result<Vec<i64>, StoreError> {
+    if payment_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    query_scalar(
+        "UPDATE reconciliation_findings f
+            SET resolved_at = now(),
+                resolution = CASE WHEN v.kind IS NULL THEN $5::text ELSE $6::text END
+           FROM unnest($1::bigint[], $2::text[], $3::bool[]) AS v(payment_id, kind, with_status)
+          WHERE f.payment_id = v.payment_id AND f.resolved_at IS NULL
+            AND f.kind IS DISTINCT FROM v.kind
+            AND (v.with_status OR NOT f.kind = ANY($4))
+         RETURNING f.id",
+    )
+    .bind(payment_ids)
+    .bind(current)
+    .bind(with_status)
+    .bind(crate::reconcile::FindingKind::money_kinds())
+    .bind(Resolution::Cleared.as_str())
+    .bind(Resolution::Superseded.as_str())
+    .fetch_all(conn)
+    .await
+    .context("resolving findings the scan no longer sees")
+}
