@@ -36,6 +36,7 @@ pub mod db;
 pub mod events;
 pub mod exit;
 pub mod metrics;
+pub mod outcome;
 pub mod reconcile;
 pub mod repair;
 pub mod scan;

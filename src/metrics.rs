@@ -9,22 +9,13 @@ use std::time::Duration;
 use prometheus::{Encoder, Gauge, Opts, Registry, TextEncoder};
 use url::Url;
 
+use crate::outcome::RunOutcome;
 use crate::reconcile::{open_findings_by_label, Verdict};
 use crate::scan::RunSummary;
 use crate::status::Status;
 
 /// Whole-push timeout: a dead or slow Pushgateway costs at most this.
 pub const PUSH_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Every outcome label a run can end with.
-pub const OUTCOMES: [&str; 6] = [
-    "completed",
-    "concurrent_run",
-    "stripe_rejected_key",
-    "stripe_down",
-    "database_error",
-    "interrupted",
-];
 
 /// A push failed. The run's database work and exit code do not change; the
 /// staleness alert (`StripeReconcilerNotRunning`) catches a gateway that never
@@ -273,13 +264,13 @@ impl RunMetrics {
                 n as f64,
             );
         }
-        for o in OUTCOMES {
+        for o in RunOutcome::ALL {
             let on = f64::from(u8::from(o == s.outcome));
             self.set_labelled(
                 "run_outcome",
                 "1 for the last run's outcome, 0 for the others.",
                 "outcome",
-                o,
+                o.as_str(),
                 on,
             );
         }
@@ -359,13 +350,13 @@ impl RunMetrics {
         self.set("events_gap_seconds", gap);
         self.set("run_duration_seconds", s.duration_seconds);
         self.set("last_run_timestamp_seconds", now_unix);
-        for o in OUTCOMES {
+        for o in RunOutcome::ALL {
             let on = f64::from(u8::from(o == s.outcome));
             self.set_labelled(
                 "run_outcome",
                 "1 for the last run's outcome, 0 for the others.",
                 "outcome",
-                o,
+                o.as_str(),
                 on,
             );
         }

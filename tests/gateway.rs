@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::ExternalStatus;
-use stripe_reconciler::scan::{run_batch, Mode, ScanError};
+use stripe_reconciler::scan::{run_batch, Mode, RunError};
 use stripe_reconciler::stripe::{GatewayError, PaymentIntentId, Unavailable, STRIPE_VERSION};
 use support::*;
 use wiremock::matchers::{header, method, path};
@@ -255,7 +255,7 @@ async fn a_rejected_key_aborts_the_batch_and_writes_nothing(pool: PgPool) {
         .await
         .unwrap_err();
 
-    assert!(matches!(e, ScanError::StripeRejected(_)), "{e:?}");
+    assert!(matches!(e, RunError::StripeRejected(_)), "{e:?}");
     assert_eq!(e.exit_code(), 78);
     assert_eq!(cursor(&pool, "payments-vs-stripe").await, 0);
     assert_eq!(
@@ -291,7 +291,7 @@ async fn stripe_down_for_most_of_a_batch_abandons_it_without_moving_the_cursor(p
     assert!(
         matches!(
             e,
-            ScanError::StripeDown {
+            RunError::StripeDown {
                 failed: 9,
                 asked: 10
             }

@@ -15,7 +15,7 @@ use sqlx::{Connection, PgPool};
 use stripe_reconciler::reconcile::Verdict;
 use stripe_reconciler::repair::worker::MAX_ATTEMPTS;
 use stripe_reconciler::repair::{drain, RepairOptions};
-use stripe_reconciler::scan::{run_batch, BatchReport, Mode, ScanError};
+use stripe_reconciler::scan::{run_batch, BatchReport, Mode, RunError};
 use stripe_reconciler::store::payments;
 use stripe_reconciler::stripe::{GatewayError, StripeGateway};
 use support::*;
@@ -25,11 +25,7 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 const JOB: &str = "payments-vs-stripe";
 
-async fn scan(
-    pool: &PgPool,
-    gw: &StripeGateway,
-    s: &JobSettings,
-) -> Result<BatchReport, ScanError> {
+async fn scan(pool: &PgPool, gw: &StripeGateway, s: &JobSettings) -> Result<BatchReport, RunError> {
     run_batch(pool, gw, s, Mode::Write, None).await
 }
 
@@ -196,7 +192,7 @@ async fn stripes_unrecognized_request_url_404_is_a_configuration_error_and_write
     assert!(
         matches!(
             err,
-            ScanError::StripeRejected(GatewayError::Misconfigured { status: 404, .. })
+            RunError::StripeRejected(GatewayError::Misconfigured { status: 404, .. })
         ),
         "{err:?}"
     );
@@ -280,7 +276,7 @@ async fn when_the_probe_fails_too_the_batch_is_abandoned_as_stripe_down(pool: Pg
     assert!(
         matches!(
             err,
-            ScanError::StripeDown {
+            RunError::StripeDown {
                 failed: 6,
                 asked: 10
             }

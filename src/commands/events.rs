@@ -9,6 +9,7 @@ use super::CommandError;
 use crate::config::{LogFormat, Settings};
 use crate::events::{run_events, EventsSummary};
 use crate::metrics::{EventsState, PushMethod, RunMetrics};
+use crate::outcome::RunOutcome;
 use crate::store::{events_position, Context};
 use crate::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
 use crate::{db, shutdown};
@@ -35,7 +36,7 @@ pub(super) async fn events(settings: &Settings) -> Result<(), CommandError> {
         Err(e) => {
             let summary = EventsSummary {
                 job: crate::events::events_job(&settings.job.job),
-                outcome: "database_error".into(),
+                outcome: RunOutcome::DatabaseError,
                 ..EventsSummary::default()
             };
             publish(settings, &summary, &gateway, None).await;
@@ -96,16 +97,20 @@ async fn publish(
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
     let mut figures = RunMetrics::new();
-    let (extra, method): (&[(&str, &str)], PushMethod) = if summary.outcome == "concurrent_run" {
-        figures.observe_concurrent_run(now);
-        (&[("outcome", "concurrent_run")], PushMethod::Replace)
-    } else {
-        figures.observe_events(summary, &gateway.request_counts(), state, now);
-        match state {
-            Some(_) => (&[], PushMethod::Replace),
-            None => (&[], PushMethod::Merge),
-        }
-    };
+    let (extra, method): (&[(&str, &str)], PushMethod) =
+        if summary.outcome == RunOutcome::ConcurrentRun {
+            figures.observe_concurrent_run(now);
+            (
+                &[("outcome", RunOutcome::ConcurrentRun.as_str())],
+                PushMethod::Replace,
+            )
+        } else {
+            figures.observe_events(summary, &gateway.request_counts(), state, now);
+            match state {
+                Some(_) => (&[], PushMethod::Replace),
+                None => (&[], PushMethod::Merge),
+            }
+        };
     super::push_or_log(base, &figures, &summary.job, extra, method).await;
 }
 

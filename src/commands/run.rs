@@ -8,6 +8,7 @@ use sqlx::PgPool;
 use super::CommandError;
 use crate::config::{ConfigError, LogFormat, Settings};
 use crate::metrics::{PushMethod, RunMetrics};
+use crate::outcome::RunOutcome;
 use crate::reconcile::Verdict;
 use crate::scan::{self, RunOptions, RunSummary};
 use crate::status::{self, Status};
@@ -51,7 +52,7 @@ pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), Comman
             let summary = RunSummary {
                 job: settings.job.job.clone(),
                 dry_run,
-                outcome: "database_error".into(),
+                outcome: RunOutcome::DatabaseError,
                 duration_seconds: started.elapsed().as_secs_f64(),
                 ..RunSummary::default()
             };
@@ -173,19 +174,23 @@ async fn publish(settings: &Settings, summary: &RunSummary, state: Option<&Statu
     // the database's state (it is down) the run's own figures are POSTed, so
     // the last known lag, findings and last success stay in place and keep
     // their alerts firing.
-    let (extra, method): (&[(&str, &str)], PushMethod) = if summary.outcome == "concurrent_run" {
-        figures.observe_concurrent_run(now);
-        (&[("outcome", "concurrent_run")], PushMethod::Replace)
-    } else {
-        figures.observe_run(summary, now);
-        match state {
-            Some(s) => {
-                figures.observe_status(s);
-                (&[], PushMethod::Replace)
+    let (extra, method): (&[(&str, &str)], PushMethod) =
+        if summary.outcome == RunOutcome::ConcurrentRun {
+            figures.observe_concurrent_run(now);
+            (
+                &[("outcome", RunOutcome::ConcurrentRun.as_str())],
+                PushMethod::Replace,
+            )
+        } else {
+            figures.observe_run(summary, now);
+            match state {
+                Some(s) => {
+                    figures.observe_status(s);
+                    (&[], PushMethod::Replace)
+                }
+                None => (&[], PushMethod::Merge),
             }
-            None => (&[], PushMethod::Merge),
-        }
-    };
+        };
     super::push_or_log(base, &figures, &settings.job.job, extra, method).await;
 }
 

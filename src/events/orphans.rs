@@ -5,8 +5,8 @@
 use futures::{StreamExt, TryStreamExt};
 use sqlx::PgConnection;
 
+use crate::outcome::RunError;
 use crate::reconcile::{ExternalStatus, FindingKind, PaymentIntentFacts};
-use crate::scan::ScanError;
 use crate::store::findings::{self, NewIntentFinding};
 use crate::store::StoreError;
 use crate::stripe::{GatewayError, PaymentIntentId, StripeGateway};
@@ -44,20 +44,20 @@ impl OrphanRead {
 /// shared limiter.
 ///
 /// # Errors
-/// [`ScanError::StripeRejected`] for a refused key or a wrong base URL.
+/// [`RunError::StripeRejected`] for a refused key or a wrong base URL.
 pub async fn read(
     gateway: &StripeGateway,
     intents: &[PaymentIntentId],
     metadata_key: Option<&str>,
     in_flight: u32,
-) -> Result<Vec<OrphanRead>, ScanError> {
+) -> Result<Vec<OrphanRead>, RunError> {
     futures::stream::iter(intents.iter().cloned())
         .map(|pi| async move {
             let outcome = match gateway.payment_intent(&pi).await {
                 Ok(facts) => judge(&pi, &facts, metadata_key),
                 Err(GatewayError::NotFound { .. }) => OrphanOutcome::NotAnOrphan,
                 Err(e @ (GatewayError::Rejected { .. } | GatewayError::Misconfigured { .. })) => {
-                    return Err(ScanError::StripeRejected(e))
+                    return Err(RunError::StripeRejected(e))
                 }
                 Err(e @ GatewayError::Unavailable { .. }) => {
                     tracing::warn!(payment_intent = %pi, error = %e, "PaymentIntent without a row unverifiable");

@@ -15,10 +15,11 @@ use super::orphans::{self, OrphanRead};
 use super::plan::{self, hold_back, PlanRules, RowAction};
 use super::{events_job, EventsError};
 use crate::config::{JobSettings, STRIPE_EVENTS_RETENTION};
+use crate::outcome::RunOutcome;
 use crate::reconcile::{FindingKind, Verdict};
 use crate::scan::detect::{observe_all, Observation};
 use crate::scan::{
-    record_observations, stripe_reachable, BatchReport, Lease, ScanError, VerdictCounts,
+    record_observations, stripe_reachable, BatchReport, Lease, RunError, VerdictCounts,
 };
 use crate::store::events_position::{self, Advance};
 use crate::store::payments::{self, MoneyColumns};
@@ -34,8 +35,8 @@ pub const HOLD_BEYOND_GRACE: Duration = Duration::from_secs(3600);
 pub struct EventsSummary {
     /// `<RECONCILER_JOB>-events`.
     pub job: String,
-    /// `completed` or the error's outcome label.
-    pub outcome: String,
+    /// How the run ended (see [`EventsError::outcome`]).
+    pub outcome: RunOutcome,
     /// `created[gte]` of the window read.
     pub window_start: Option<DateTime<Utc>>,
     /// List pages read.
@@ -99,8 +100,8 @@ pub async fn run_events(
     };
     summary.duration_seconds = started.elapsed().as_secs_f64();
     summary.outcome = match &result {
-        Ok(()) => "completed".to_owned(),
-        Err(e) => e.outcome().to_owned(),
+        Ok(()) => RunOutcome::Completed,
+        Err(e) => e.outcome(),
     };
     (summary, result)
 }
@@ -190,7 +191,7 @@ async fn body(
         .collect();
     let (mut observations, orphan_reads) = tokio::select! {
         biased;
-        () = shutdown.cancelled() => return Err(ScanError::Interrupted.into()),
+        () = shutdown.cancelled() => return Err(RunError::Interrupted.into()),
         read = read_all(pool, gateway, settings, to_read, &plan.orphan_reads, now) => read?,
     };
     summary.payment_intents_retrieved = reads as u64;
@@ -202,7 +203,7 @@ async fn body(
         + orphan_reads.iter().filter(|o| o.unverifiable()).count();
     stripe_reachable(gateway, asked, failed).await?;
     if shutdown.is_cancelled() {
-        return Err(ScanError::Interrupted.into());
+        return Err(RunError::Interrupted.into());
     }
 
     // 5. Record and move the position, in one transaction.
@@ -231,7 +232,7 @@ async fn body(
     };
     if !events_position::advance(&mut tx, job, &lease.owner, lease.ttl_seconds, &to).await? {
         tx.rollback().await.context("rolling back the lost run")?;
-        return Err(ScanError::ConcurrentRun { job: job.clone() }.into());
+        return Err(RunError::ConcurrentRun { job: job.clone() }.into());
     }
     tx.commit().await.context("committing the events run")?;
     for o in &observations {
@@ -253,7 +254,7 @@ async fn read_all(
     rows: Vec<crate::store::payments::PaymentRow>,
     orphans: &[crate::stripe::PaymentIntentId],
     now: DateTime<Utc>,
-) -> Result<(Vec<Observation>, Vec<OrphanRead>), ScanError> {
+) -> Result<(Vec<Observation>, Vec<OrphanRead>), RunError> {
     let key = settings.events.orphan_metadata_key.as_deref();
     let (observed, orphans) = tokio::join!(
         observe_all(pool, gateway, rows, settings, now),
@@ -312,7 +313,7 @@ async fn take_lease(
     let (owner, expires_at) = events_position::lease_holder(&mut conn, job)
         .await?
         .unwrap_or_else(|| ("(released meanwhile)".to_owned(), None));
-    Err(ScanError::LeaseHeld {
+    Err(RunError::LeaseHeld {
         job: job.to_owned(),
         owner,
         expires_at,
@@ -321,7 +322,7 @@ async fn take_lease(
 }
 
 /// Extends the lease to cover `reads` Stripe reads at the rate limit (twice
-/// over), before they start; [`ScanError::ConcurrentRun`] when it was lost.
+/// over), before they start; [`RunError::ConcurrentRun`] when it was lost.
 async fn renew_for_reads(
     pool: &PgPool,
     settings: &JobSettings,
@@ -334,7 +335,7 @@ async fn renew_for_reads(
     if events_position::renew_lease(&mut conn, job, &lease.owner, ttl).await? {
         Ok(())
     } else {
-        Err(ScanError::ConcurrentRun {
+        Err(RunError::ConcurrentRun {
             job: job.to_owned(),
         }
         .into())

@@ -10,8 +10,8 @@ use sqlx::PgPool;
 
 use super::detect::{observe_batch, Observation, Observed, Pacing};
 use super::report::BatchReport;
-use super::ScanError;
 use crate::config::JobSettings;
+use crate::outcome::RunError;
 use crate::reconcile::{classify_status, FindingKind, RepairCommand, Verdict};
 use crate::store::findings::{self, CreatedFinding, NewFinding};
 use crate::store::outbox::{self, RepairRow};
@@ -79,18 +79,18 @@ pub enum Mode {
 /// Runs one batch.
 ///
 /// # Errors
-/// - [`ScanError::ConcurrentRun`]: the cursor moved under us; nothing written.
-/// - [`ScanError::StripeRejected`]: 401/403 or a wrong base URL; nothing written.
-/// - [`ScanError::StripeWrongAccount`]: every read 404s; nothing written.
-/// - [`ScanError::StripeDown`]: most reads failed; nothing written.
-/// - [`ScanError::Store`]: a database failure; the transaction rolled back.
+/// - [`RunError::ConcurrentRun`]: the cursor moved under us; nothing written.
+/// - [`RunError::StripeRejected`]: 401/403 or a wrong base URL; nothing written.
+/// - [`RunError::StripeWrongAccount`]: every read 404s; nothing written.
+/// - [`RunError::StripeDown`]: most reads failed; nothing written.
+/// - [`RunError::Store`]: a database failure; the transaction rolled back.
 pub async fn run_batch(
     pool: &PgPool,
     gateway: &StripeGateway,
     settings: &JobSettings,
     mode: Mode,
     lease: Option<&Lease>,
-) -> Result<BatchReport, ScanError> {
+) -> Result<BatchReport, RunError> {
     run_batch_until(
         pool,
         gateway,
@@ -107,7 +107,7 @@ pub async fn run_batch(
 /// commits or rolls back as a whole, and the caller learns which.
 ///
 /// # Errors
-/// As [`run_batch`], and [`ScanError::Interrupted`].
+/// As [`run_batch`], and [`RunError::Interrupted`].
 #[tracing::instrument(name = "batch", skip_all, fields(job = %settings.job))]
 pub async fn run_batch_until(
     pool: &PgPool,
@@ -116,7 +116,7 @@ pub async fn run_batch_until(
     mode: Mode,
     lease: Option<&Lease>,
     shutdown: &CancellationToken,
-) -> Result<BatchReport, ScanError> {
+) -> Result<BatchReport, RunError> {
     let in_flight = Semaphore::new((settings.max_in_flight as usize).max(1));
     let prepared = prepare(pool, settings, mode, lease, &Start::Cursor).await?;
     let pacing = Pacing {
@@ -172,7 +172,7 @@ pub(crate) async fn prepare(
     mode: Mode,
     lease: Option<&Lease>,
     start: &Start,
-) -> Result<Prepared, ScanError> {
+) -> Result<Prepared, RunError> {
     let (cursor_from, rows, last_id) = read_phase(pool, settings, mode, lease, start).await?;
     Ok(Prepared {
         cursor_from,
@@ -193,7 +193,7 @@ pub(crate) async fn read_stripe(
     prepared: Prepared,
     shutdown: &CancellationToken,
     pacing: Pacing<'_>,
-) -> Result<ReadBatch, ScanError> {
+) -> Result<ReadBatch, RunError> {
     let Prepared {
         cursor_from,
         rows,
@@ -209,11 +209,11 @@ pub(crate) async fn read_stripe(
     // 2. Stripe, with no transaction open.
     let observed = tokio::select! {
         biased;
-        () = shutdown.cancelled() => return Err(ScanError::Interrupted),
+        () = shutdown.cancelled() => return Err(RunError::Interrupted),
         observed = observe_batch(pool, gateway, rows, cursor_from, settings, Utc::now(), pacing) => observed?,
     };
     if shutdown.is_cancelled() {
-        return Err(ScanError::Interrupted);
+        return Err(RunError::Interrupted);
     }
     check_stripe_reachable(gateway, &observed).await?;
     Ok(ReadBatch {
@@ -234,7 +234,7 @@ pub(crate) async fn commit(
     mode: Mode,
     lease: Option<&Lease>,
     read: ReadBatch,
-) -> Result<BatchReport, ScanError> {
+) -> Result<BatchReport, RunError> {
     let ReadBatch {
         cursor_from: cursor_id,
         last_id,
@@ -299,7 +299,7 @@ async fn dry_run_counts(
     pool: &PgPool,
     observations: &[Observation],
     report: &mut BatchReport,
-) -> Result<(), ScanError> {
+) -> Result<(), RunError> {
     let wanted: Vec<NewFinding> = observations.iter().filter_map(new_finding).collect();
     let mut conn = pool.acquire().await.context("connecting")?;
     let new: HashSet<(i64, String)> = findings::not_yet_open(&mut conn, &wanted)
@@ -336,7 +336,7 @@ async fn read_phase(
     mode: Mode,
     lease: Option<&Lease>,
     start: &Start,
-) -> Result<(i64, Vec<PaymentRow>, Option<i64>), ScanError> {
+) -> Result<(i64, Vec<PaymentRow>, Option<i64>), RunError> {
     let mut tx = crate::store::begin(pool)
         .await
         .context("opening the read transaction")?;
@@ -395,16 +395,16 @@ async fn read_phase(
     Ok((cursor_id, rows, last_id))
 }
 
-/// Renews this run's lease in `tx`; [`ScanError::ConcurrentRun`] when another
+/// Renews this run's lease in `tx`; [`RunError::ConcurrentRun`] when another
 /// run has taken it.
 async fn hold_lease(
     tx: &mut sqlx::PgConnection,
     job: &str,
     lease: Option<&Lease>,
-) -> Result<(), ScanError> {
+) -> Result<(), RunError> {
     match lease {
         Some(lease) if !cursor::renew_lease(tx, job, &lease.owner, lease.ttl_seconds).await? => {
-            Err(ScanError::ConcurrentRun {
+            Err(RunError::ConcurrentRun {
                 job: job.to_owned(),
             })
         }
@@ -418,7 +418,7 @@ async fn wrap(
     mode: Mode,
     lease: Option<&Lease>,
     mut report: BatchReport,
-) -> Result<BatchReport, ScanError> {
+) -> Result<BatchReport, RunError> {
     report.wrapped = true;
     report.cursor_to = 0;
     if mode == Mode::Write {
@@ -428,7 +428,7 @@ async fn wrap(
         hold_lease(&mut tx, &settings.job, lease).await?;
         if !cursor::wrap(&mut tx, &settings.job, report.cursor_from).await? {
             tx.rollback().await.context("rolling back the lost wrap")?;
-            return Err(ScanError::ConcurrentRun {
+            return Err(RunError::ConcurrentRun {
                 job: settings.job.clone(),
             });
         }
@@ -453,7 +453,7 @@ fn definitive_without_status(o: &Observation) -> bool {
 async fn check_stripe_reachable(
     gateway: &StripeGateway,
     observed: &Observed,
-) -> Result<(), ScanError> {
+) -> Result<(), RunError> {
     let observations = &observed.observations;
     // A list page that failed after retries is a failed read too.
     let asked = observations.iter().filter(|o| o.asked_stripe).count() + observed.failed_pages;
@@ -470,13 +470,13 @@ async fn check_stripe_reachable(
 /// probe (the failures belong to those reads).
 ///
 /// # Errors
-/// [`ScanError::StripeDown`] when Stripe does not answer the probe either;
-/// [`ScanError::StripeRejected`] when the probe is refused.
+/// [`RunError::StripeDown`] when Stripe does not answer the probe either;
+/// [`RunError::StripeRejected`] when the probe is refused.
 pub async fn stripe_reachable(
     gateway: &StripeGateway,
     asked: usize,
     failed: usize,
-) -> Result<(), ScanError> {
+) -> Result<(), RunError> {
     if asked < STRIPE_DOWN_MIN_READS || failed * 2 <= asked {
         return Ok(());
     }
@@ -490,11 +490,11 @@ pub async fn stripe_reachable(
             Ok(())
         }
         Err(e @ (GatewayError::Rejected { .. } | GatewayError::Misconfigured { .. })) => {
-            Err(ScanError::StripeRejected(e))
+            Err(RunError::StripeRejected(e))
         }
         Err(e) => {
             tracing::error!(error = %e, "Stripe does not answer a probe either");
-            Err(ScanError::StripeDown { failed, asked })
+            Err(RunError::StripeDown { failed, asked })
         }
     }
 }
@@ -508,7 +508,7 @@ async fn write_phase(
     (cursor_id, last_id): (i64, i64),
     observations: &mut [Observation],
     report: &mut BatchReport,
-) -> Result<(), ScanError> {
+) -> Result<(), RunError> {
     let mut tx = crate::store::begin(pool)
         .await
         .context("opening the write transaction")?;
@@ -520,7 +520,7 @@ async fn write_phase(
     if !cursor::advance(&mut tx, job, cursor_id, last_id).await? {
         // Roll back everything above now, not lazily when the connection is reused.
         tx.rollback().await.context("rolling back the lost batch")?;
-        return Err(ScanError::ConcurrentRun {
+        return Err(RunError::ConcurrentRun {
             job: job.to_owned(),
         });
     }
@@ -538,14 +538,14 @@ async fn write_phase(
 /// and not blocked. Fills `report`'s findings and commands counts.
 ///
 /// # Errors
-/// [`ScanError::Store`]; the caller rolls back.
+/// [`RunError::Store`]; the caller rolls back.
 pub async fn record_observations(
     tx: &mut sqlx::PgConnection,
     job: &str,
     unverifiable_cycles: u32,
     observations: &mut [Observation],
     report: &mut BatchReport,
-) -> Result<(), ScanError> {
+) -> Result<(), RunError> {
     // Payments first (in id order), then findings, then the outbox: the one
     // lock order of every writer, so the scan and repair workers never deadlock.
     demote_changed_rows(tx, observations).await?;
@@ -685,7 +685,7 @@ fn writes_for(o: &Observation) -> bool {
 async fn demote_changed_rows(
     tx: &mut sqlx::PgConnection,
     observations: &mut [Observation],
-) -> Result<(), ScanError> {
+) -> Result<(), RunError> {
     let touched: Vec<&Observation> = observations.iter().filter(|o| writes_for(o)).collect();
     let ids: Vec<i64> = touched.iter().map(|o| o.payment_id).collect();
     let versions: Vec<i64> = touched.iter().map(|o| o.version).collect();

@@ -99,8 +99,8 @@ pub struct RunSummary {
     pub cursor_position: Option<i64>,
     /// Wall time of the run, in seconds.
     pub duration_seconds: f64,
-    /// `completed` or the failure's label (see `ScanError::outcome`).
-    pub outcome: String,
+    /// How the run ended (see [`crate::outcome::RunError::outcome`]).
+    pub outcome: crate::outcome::RunOutcome,
     /// Stripe requests the run sent, per endpoint (retries included).
     pub stripe_requests: crate::stripe::RequestCounts,
 }

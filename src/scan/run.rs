@@ -17,8 +17,8 @@ use super::batch::{commit, prepare, read_stripe, Lease, Mode, Prepared, Start};
 use super::detect::Pacing;
 use super::progress::{cycle_progress, CycleProgress, Pace, TableExtent};
 use super::report::{BatchReport, RunSummary};
-use super::ScanError;
 use crate::config::JobSettings;
+use crate::outcome::{RunError, RunOutcome};
 use crate::status::human_duration;
 use crate::store::{cursor, runs, stats, Context};
 use crate::stripe::StripeGateway;
@@ -39,7 +39,7 @@ pub async fn run(
     settings: &JobSettings,
     options: RunOptions,
     shutdown: CancellationToken,
-) -> (RunSummary, Result<(), ScanError>) {
+) -> (RunSummary, Result<(), RunError>) {
     let started = Instant::now();
     let requests_before = gateway.request_counts();
     let mut summary = RunSummary {
@@ -53,7 +53,7 @@ pub async fn run(
         match take_lease(pool, settings).await {
             Ok(lease) => Some(lease),
             Err(e) => {
-                summary.outcome = e.outcome().to_owned();
+                summary.outcome = e.outcome();
                 summary.cursor_position = real_cursor(pool, settings).await;
                 summary.duration_seconds = started.elapsed().as_secs_f64();
                 return (summary, Err(e));
@@ -83,8 +83,8 @@ pub async fn run(
     summary.duration_seconds = started.elapsed().as_secs_f64();
     summary.stripe_requests = gateway.request_counts().since(&requests_before);
     summary.outcome = match &result {
-        Ok(()) => "completed".to_owned(),
-        Err(e) => e.outcome().to_owned(),
+        Ok(()) => RunOutcome::Completed,
+        Err(e) => e.outcome(),
     };
     if let Some(id) = run_id {
         finish_record(pool, id, &summary).await;
@@ -110,7 +110,7 @@ async fn batches(
     lease: Option<&Lease>,
     shutdown: &CancellationToken,
     summary: &mut RunSummary,
-) -> Result<(), ScanError> {
+) -> Result<(), RunError> {
     let mode = if options.dry_run {
         let mut conn = crate::store::begin(pool).await.context("connecting")?;
         let start = cursor::read(&mut conn, &settings.job)
@@ -250,13 +250,13 @@ impl Plan {
         settings: &JobSettings,
         shutdown: &CancellationToken,
         run_started: Instant,
-    ) -> Option<Result<Start, ScanError>> {
+    ) -> Option<Result<Start, RunError>> {
         if self.done || self.started >= settings.batches_per_run {
             return None;
         }
         if shutdown.is_cancelled() {
             self.done = true;
-            return Some(Err(ScanError::Interrupted));
+            return Some(Err(RunError::Interrupted));
         }
         if settings
             .run_deadline
@@ -356,7 +356,7 @@ fn log_batch(number: u32, r: &BatchReport, seconds: f64, p: &CycleProgress) {
 
 /// Takes the cursor lease before any Stripe read, so a second run learns it
 /// is second without spending the rate budget.
-async fn take_lease(pool: &PgPool, settings: &JobSettings) -> Result<Lease, ScanError> {
+async fn take_lease(pool: &PgPool, settings: &JobSettings) -> Result<Lease, RunError> {
     let lease = Lease::new(settings);
     let mut conn = pool.acquire().await.context("connecting")?;
     if cursor::acquire_lease(&mut conn, &settings.job, &lease.owner, lease.ttl_seconds).await? {
@@ -366,7 +366,7 @@ async fn take_lease(pool: &PgPool, settings: &JobSettings) -> Result<Lease, Scan
     let (owner, expires_at) = cursor::lease_holder(&mut conn, &settings.job)
         .await?
         .unwrap_or_else(|| ("(released meanwhile)".to_owned(), None));
-    Err(ScanError::LeaseHeld {
+    Err(RunError::LeaseHeld {
         job: settings.job.clone(),
         owner,
         expires_at,
@@ -416,7 +416,7 @@ async fn finish_record(pool: &PgPool, run_id: i64, s: &RunSummary) {
         findings_created: i64::try_from(s.findings_created).unwrap_or(i64::MAX),
         commands_enqueued: i64::try_from(s.commands_enqueued).unwrap_or(i64::MAX),
         wrapped: s.wrapped,
-        outcome: &s.outcome,
+        outcome: s.outcome.as_str(),
     };
     let result = match pool.acquire().await {
         Ok(mut conn) => runs::finish(&mut conn, run_id, &record)
