@@ -35,6 +35,7 @@ pub mod dashboard;
 pub mod db;
 pub mod events;
 pub mod exit;
+pub mod lease;
 pub mod metrics;
 pub mod outcome;
 pub mod reconcile;

@@ -15,13 +15,13 @@ use super::orphans::{self, OrphanRead};
 use super::plan::{self, hold_back, PlanRules, RowAction};
 use super::{events_job, EventsError};
 use crate::config::{JobSettings, STRIPE_EVENTS_RETENTION};
+use crate::lease::Lease;
 use crate::outcome::RunOutcome;
 use crate::reconcile::{FindingKind, Verdict};
 use crate::scan::detect::{observe_all, Observation};
-use crate::scan::{
-    record_observations, stripe_reachable, BatchReport, Lease, RunError, VerdictCounts,
-};
+use crate::scan::{record_observations, stripe_reachable, BatchReport, RunError, VerdictCounts};
 use crate::store::events_position::{self, Advance};
+use crate::store::lease::LeaseTable;
 use crate::store::payments::{self, MoneyColumns};
 use crate::store::{findings, Context};
 use crate::stripe::{PaymentIntentEvent, StripeGateway};
@@ -93,7 +93,7 @@ pub async fn run_events(
     let result = match take_lease(pool, settings, &job).await {
         Ok(lease) => {
             let r = body(pool, gateway, settings, &lease, &shutdown, &mut summary).await;
-            give_back(pool, &job, &lease).await;
+            lease.give_back(pool).await;
             r
         }
         Err(e) => Err(e),
@@ -182,7 +182,7 @@ async fn body(
 
     // 4. Stripe, with no transaction open, under a lease long enough for it.
     let reads = plan.count(RowAction::Retrieve) + plan.orphan_reads.len();
-    renew_for_reads(pool, settings, job, lease, reads).await?;
+    renew_for_reads(pool, settings, lease, reads).await?;
     let to_read: Vec<_> = plan
         .rows
         .iter()
@@ -302,23 +302,10 @@ async fn take_lease(
     settings: &JobSettings,
     job: &str,
 ) -> Result<Lease, EventsError> {
-    let mut lease = Lease::new(settings);
+    let mut lease = Lease::new(settings, LeaseTable::EventsPosition, job);
     lease.ttl_seconds +=
         f64::from(settings.events.max_pages) / f64::from(settings.rate_limit_rps.max(1));
-    let mut conn = pool.acquire().await.context("connecting")?;
-    if events_position::acquire_lease(&mut conn, job, &lease.owner, lease.ttl_seconds).await? {
-        tracing::info!(owner = %lease.owner, ttl_seconds = lease.ttl_seconds, "events lease taken");
-        return Ok(lease);
-    }
-    let (owner, expires_at) = events_position::lease_holder(&mut conn, job)
-        .await?
-        .unwrap_or_else(|| ("(released meanwhile)".to_owned(), None));
-    Err(RunError::LeaseHeld {
-        job: job.to_owned(),
-        owner,
-        expires_at,
-    }
-    .into())
+    Ok(lease.take(pool).await?)
 }
 
 /// Extends the lease to cover `reads` Stripe reads at the rate limit (twice
@@ -326,30 +313,10 @@ async fn take_lease(
 async fn renew_for_reads(
     pool: &PgPool,
     settings: &JobSettings,
-    job: &str,
     lease: &Lease,
     reads: usize,
 ) -> Result<(), EventsError> {
     let ttl = lease.ttl_seconds + 2.0 * reads as f64 / f64::from(settings.rate_limit_rps.max(1));
     let mut conn = pool.acquire().await.context("connecting")?;
-    if events_position::renew_lease(&mut conn, job, &lease.owner, ttl).await? {
-        Ok(())
-    } else {
-        Err(RunError::ConcurrentRun {
-            job: job.to_owned(),
-        }
-        .into())
-    }
-}
-
-async fn give_back(pool: &PgPool, job: &str, lease: &Lease) {
-    let released = match pool.acquire().await {
-        Ok(mut conn) => events_position::release_lease(&mut conn, job, &lease.owner)
-            .await
-            .map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    };
-    if let Err(e) = released {
-        tracing::warn!(error = %e, "could not release the events lease; it expires by itself");
-    }
+    Ok(lease.renew_for(&mut conn, ttl).await?)
 }

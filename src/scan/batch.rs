@@ -11,6 +11,7 @@ use sqlx::PgPool;
 use super::detect::{observe_batch, Observation, Observed, Pacing};
 use super::report::BatchReport;
 use crate::config::JobSettings;
+use crate::lease::Lease;
 use crate::outcome::RunError;
 use crate::reconcile::{classify_status, FindingKind, RepairCommand, Verdict};
 use crate::store::findings::{self, CreatedFinding, NewFinding};
@@ -18,7 +19,7 @@ use crate::store::outbox::{self, RepairRow};
 use crate::store::payments::{self, MoneyColumns, PaymentRow};
 use crate::store::unverifiable;
 use crate::store::{cursor, Context};
-use crate::stripe::{GatewayError, RetryPolicy, StripeGateway};
+use crate::stripe::{GatewayError, StripeGateway};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -26,43 +27,6 @@ use tokio_util::sync::CancellationToken;
 /// of at least this many Stripe reads failed: Stripe is down, and the next run
 /// should retry these rows rather than leave them unchecked for a whole cycle.
 pub const STRIPE_DOWN_MIN_READS: usize = 5;
-
-/// This run's hold on the cursor (`reconciliation_cursor.lease_owner`),
-/// renewed in every batch's write transaction.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Lease {
-    /// `host:pid:random`, unique per run.
-    pub owner: String,
-    /// How long the lease lives without renewal, in seconds: the slowest batch
-    /// the settings allow (every read timing out on every attempt, or all of
-    /// them at the rate limit), at least 5 minutes. Renewed in every phase 1
-    /// and phase 3. A crashed run's lease is free again after this.
-    pub ttl_seconds: f64,
-}
-
-impl Lease {
-    /// A fresh lease identity for this process.
-    pub fn new(settings: &JobSettings) -> Self {
-        let host = std::env::var("HOSTNAME")
-            .ok()
-            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-            .map(|h| h.trim().to_owned())
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "unknown-host".into());
-        // The slowest batch the settings allow: every read at the rate limit,
-        // or every read timing out on all its attempts, in_flight at a time.
-        let reads = f64::from(settings.batch_size);
-        let at_rate = reads / f64::from(settings.rate_limit_rps.max(1));
-        let attempts = f64::from(RetryPolicy::default().max_attempts);
-        let all_timing_out = (reads / f64::from(settings.max_in_flight.max(1))).ceil()
-            * (attempts * settings.http_timeout.as_secs_f64() + 6.0);
-        let batch_seconds = at_rate.max(all_timing_out) + 10.0;
-        Lease {
-            owner: format!("{host}:{}:{:08x}", std::process::id(), fastrand::u32(..)),
-            ttl_seconds: batch_seconds.max(300.0),
-        }
-    }
-}
 
 /// Where the batch starts and whether it may write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -342,14 +306,14 @@ async fn read_phase(
         .context("opening the read transaction")?;
     let (cursor_id, pending): (i64, &[i64]) = match (mode, start) {
         (Mode::Write, Start::After { id, pending }) => {
-            hold_lease(&mut tx, &settings.job, lease).await?;
+            hold_lease(&mut tx, lease).await?;
             (*id, pending)
         }
         (Mode::DryRun { .. }, Start::After { id, pending }) => (*id, pending),
         (Mode::Write, Start::Cursor) => {
             cursor::ensure(&mut tx, &settings.job).await?;
             // A run whose lease expired learns it here, before spending reads.
-            hold_lease(&mut tx, &settings.job, lease).await?;
+            hold_lease(&mut tx, lease).await?;
             let id = cursor::read(&mut tx, &settings.job)
                 .await?
                 .map_or(0, |c| c.last_id);
@@ -397,18 +361,10 @@ async fn read_phase(
 
 /// Renews this run's lease in `tx`; [`RunError::ConcurrentRun`] when another
 /// run has taken it.
-async fn hold_lease(
-    tx: &mut sqlx::PgConnection,
-    job: &str,
-    lease: Option<&Lease>,
-) -> Result<(), RunError> {
+async fn hold_lease(tx: &mut sqlx::PgConnection, lease: Option<&Lease>) -> Result<(), RunError> {
     match lease {
-        Some(lease) if !cursor::renew_lease(tx, job, &lease.owner, lease.ttl_seconds).await? => {
-            Err(RunError::ConcurrentRun {
-                job: job.to_owned(),
-            })
-        }
-        _ => Ok(()),
+        Some(lease) => lease.renew(tx).await,
+        None => Ok(()),
     }
 }
 
@@ -425,7 +381,7 @@ async fn wrap(
         let mut tx = crate::store::begin(pool)
             .await
             .context("opening the wrap transaction")?;
-        hold_lease(&mut tx, &settings.job, lease).await?;
+        hold_lease(&mut tx, lease).await?;
         if !cursor::wrap(&mut tx, &settings.job, report.cursor_from).await? {
             tx.rollback().await.context("rolling back the lost wrap")?;
             return Err(RunError::ConcurrentRun {
@@ -513,7 +469,7 @@ async fn write_phase(
         .await
         .context("opening the write transaction")?;
     record_observations(&mut tx, job, unverifiable_cycles, observations, report).await?;
-    if let Err(lost) = hold_lease(&mut tx, job, lease).await {
+    if let Err(lost) = hold_lease(&mut tx, lease).await {
         tx.rollback().await.context("rolling back the lost batch")?;
         return Err(lost);
     }

@@ -7,7 +7,8 @@ pub mod progress;
 pub mod report;
 pub mod run;
 
-pub use batch::{record_observations, run_batch, run_batch_until, stripe_reachable, Lease, Mode};
+pub use crate::lease::Lease;
+pub use batch::{record_observations, run_batch, run_batch_until, stripe_reachable, Mode};
 pub use report::{BatchReport, RunSummary, VerdictCounts};
 pub use run::{run, RunOptions};
 

@@ -13,13 +13,15 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use super::batch::{commit, prepare, read_stripe, Lease, Mode, Prepared, Start};
+use super::batch::{commit, prepare, read_stripe, Mode, Prepared, Start};
 use super::detect::Pacing;
 use super::progress::{cycle_progress, CycleProgress, Pace, TableExtent};
 use super::report::{BatchReport, RunSummary};
 use crate::config::JobSettings;
+use crate::lease::Lease;
 use crate::outcome::{RunError, RunOutcome};
 use crate::status::human_duration;
+use crate::store::lease::LeaseTable;
 use crate::store::{cursor, runs, stats, Context};
 use crate::stripe::StripeGateway;
 
@@ -50,7 +52,10 @@ pub async fn run(
     let lease = if options.dry_run {
         None
     } else {
-        match take_lease(pool, settings).await {
+        match Lease::new(settings, LeaseTable::Cursor, &settings.job)
+            .take(pool)
+            .await
+        {
             Ok(lease) => Some(lease),
             Err(e) => {
                 summary.outcome = e.outcome();
@@ -75,7 +80,7 @@ pub async fn run(
     )
     .await;
     if let Some(lease) = &lease {
-        give_back(pool, settings, lease).await;
+        lease.give_back(pool).await;
         // The real cursor, whatever stopped the run: a failed batch leaves it
         // where the last committed one (or an earlier run) put it.
         summary.cursor_position = real_cursor(pool, settings).await;
@@ -354,25 +359,6 @@ fn log_batch(number: u32, r: &BatchReport, seconds: f64, p: &CycleProgress) {
     );
 }
 
-/// Takes the cursor lease before any Stripe read, so a second run learns it
-/// is second without spending the rate budget.
-async fn take_lease(pool: &PgPool, settings: &JobSettings) -> Result<Lease, RunError> {
-    let lease = Lease::new(settings);
-    let mut conn = pool.acquire().await.context("connecting")?;
-    if cursor::acquire_lease(&mut conn, &settings.job, &lease.owner, lease.ttl_seconds).await? {
-        tracing::info!(owner = %lease.owner, ttl_seconds = lease.ttl_seconds, "cursor lease taken");
-        return Ok(lease);
-    }
-    let (owner, expires_at) = cursor::lease_holder(&mut conn, &settings.job)
-        .await?
-        .unwrap_or_else(|| ("(released meanwhile)".to_owned(), None));
-    Err(RunError::LeaseHeld {
-        job: settings.job.clone(),
-        owner,
-        expires_at,
-    })
-}
-
 /// The job's cursor as stored; `None` when it cannot be read.
 async fn real_cursor(pool: &PgPool, settings: &JobSettings) -> Option<i64> {
     let mut conn = pool.acquire().await.ok()?;
@@ -382,18 +368,6 @@ async fn real_cursor(pool: &PgPool, settings: &JobSettings) -> Option<i64> {
             tracing::warn!(error = %e, "cannot read the cursor for the summary");
             None
         }
-    }
-}
-
-async fn give_back(pool: &PgPool, settings: &JobSettings, lease: &Lease) {
-    let released = match pool.acquire().await {
-        Ok(mut conn) => cursor::release_lease(&mut conn, &settings.job, &lease.owner)
-            .await
-            .map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    };
-    if let Err(e) = released {
-        tracing::warn!(error = %e, ttl_seconds = lease.ttl_seconds, "could not release the cursor lease; it expires by itself");
     }
 }
 
