@@ -1,7 +1,7 @@
 //! `stripe-reconciler events`: the events feed. Reads Stripe's PaymentIntent
 //! events created since the stored position, treats each as a trigger, and
 //! re-reads and classifies each PaymentIntent named exactly as the scan would
-//! ([`crate::scan::record_observations`]); a succeeded PaymentIntent no
+//! ([`crate::record`]); a succeeded PaymentIntent no
 //! `payments` row points at becomes `missing_locally`. Time to detect a
 //! missed webhook: one events run (plus the grace window), whatever the
 //! table size.

@@ -6,7 +6,7 @@ use futures::{StreamExt, TryStreamExt};
 use sqlx::PgConnection;
 
 use crate::outcome::RunError;
-use crate::reconcile::{ExternalStatus, FindingKind, PaymentIntentFacts};
+use crate::reconcile::{orphan_details, FindingKind, PaymentIntentFacts};
 use crate::store::findings::{self, NewIntentFinding};
 use crate::store::StoreError;
 use crate::stripe::{GatewayError, PaymentIntentId, StripeGateway};
@@ -74,37 +74,22 @@ pub async fn read(
         .await
 }
 
-/// PURE: whether a PaymentIntent with no row is money with no order.
-pub fn judge(
+/// The outcome for a PaymentIntent Stripe answered for
+/// ([`orphan_details`] decides).
+fn judge(
     pi: &PaymentIntentId,
     facts: &PaymentIntentFacts,
     metadata_key: Option<&str>,
 ) -> OrphanOutcome {
-    if facts.status != ExternalStatus::parse("succeeded") {
-        return OrphanOutcome::NotAnOrphan;
+    match orphan_details(facts, metadata_key) {
+        Some(details) => OrphanOutcome::MissingLocally(NewIntentFinding {
+            stripe_payment_intent_id: pi.as_str().to_owned(),
+            kind: FindingKind::MissingLocally.as_str().into_owned(),
+            external_status: Some(facts.status.as_str().to_owned()),
+            details: Some(details),
+        }),
+        None => OrphanOutcome::NotAnOrphan,
     }
-    let marker = match metadata_key {
-        Some(key) => match facts.metadata.get(key) {
-            Some(value) => Some((key, value)),
-            None => return OrphanOutcome::NotAnOrphan,
-        },
-        None => None,
-    };
-    let mut details = serde_json::json!({
-        "amount": facts.amount,
-        "amount_received": facts.amount_received,
-        "currency": facts.currency,
-        "created": facts.created.map(|c| c.to_rfc3339()),
-    });
-    if let Some((key, value)) = marker {
-        details["metadata"] = serde_json::json!({ key: value });
-    }
-    OrphanOutcome::MissingLocally(NewIntentFinding {
-        stripe_payment_intent_id: pi.as_str().to_owned(),
-        kind: FindingKind::MissingLocally.as_str().into_owned(),
-        external_status: Some(facts.status.as_str().to_owned()),
-        details: Some(details),
-    })
 }
 
 /// What recording the orphans did.

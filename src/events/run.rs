@@ -16,10 +16,11 @@ use super::plan::{self, hold_back, PlanRules, RowAction};
 use super::{events_job, EventsError};
 use crate::config::{JobSettings, STRIPE_EVENTS_RETENTION};
 use crate::lease::Lease;
+use crate::outcome::RunError;
 use crate::outcome::RunOutcome;
+use crate::read::{observe_all, stripe_reachable, Observation, VerdictCounts};
 use crate::reconcile::{FindingKind, Verdict};
-use crate::scan::detect::{observe_all, Observation};
-use crate::scan::{record_observations, stripe_reachable, BatchReport, RunError, VerdictCounts};
+use crate::record::record_observations;
 use crate::store::events_position::{self, Advance};
 use crate::store::lease::LeaseTable;
 use crate::store::payments::{self, MoneyColumns};
@@ -208,16 +209,14 @@ async fn body(
 
     // 5. Record and move the position, in one transaction.
     let newest = named.first().map(|e| (e.id.as_str(), e.created));
-    let mut report = BatchReport::default();
     let mut tx = crate::store::begin(pool)
         .await
         .context("opening the write transaction")?;
-    record_observations(
+    let report = record_observations(
         &mut tx,
         &settings.job,
         settings.unverifiable_cycles,
         &mut observations,
-        &mut report,
     )
     .await?;
     // After recording: a row demoted there (it changed while Stripe was

@@ -9,12 +9,14 @@ mod classify;
 mod decision;
 mod facts;
 mod labels;
+mod orphan;
 mod status;
 
 pub use classify::{classify, Rules, AUTHORIZATION_LIFETIME_SECONDS};
 pub use decision::{classify_status, Decision, FindingKind, RepairCommand, Verdict};
 pub use facts::{Charge, ChargeFacts, LocalPayment, PaymentIntentFacts};
 pub use labels::{kind_label, open_findings_by_label, KNOWN_KINDS, MAX_KIND_LABELS, OTHER_KIND};
+pub use orphan::orphan_details;
 pub use status::{ExternalStatus, LocalStatus};
 
 #[cfg(test)]

@@ -1,15 +1,23 @@
-//! The scan: one batch ([`batch`]) and the run loop over batches ([`run`]).
+//! The scan: batches over `payments` by a persistent cursor, and the run
+//! loop over them. Phase 2 is [`crate::read`], phase 3's writes
+//! [`crate::record`], the lease [`crate::lease`].
+//!
+//! - [`batch`]: one batch: phases 1 (cursor and rows) and 2 (Stripe).
+//! - [`commit`]: phase 3: record, renew the lease, move the cursor; dry-run counts.
+//! - [`progress`]: PURE cycle progress and its estimate.
+//! - [`report`]: what a batch and a run did.
+//! - [`run`]: the run loop, its pipeline of batches and its history row.
 
 pub mod batch;
-pub mod detect;
-pub mod list;
+pub mod commit;
 pub mod progress;
 pub mod report;
 pub mod run;
 
 pub use crate::lease::Lease;
-pub use batch::{record_observations, run_batch, run_batch_until, stripe_reachable, Mode};
-pub use report::{BatchReport, RunSummary, VerdictCounts};
-pub use run::{run, RunOptions};
-
 pub use crate::outcome::RunError;
+pub use crate::read::{detect, list, stripe_reachable, VerdictCounts};
+pub use crate::record::record_observations;
+pub use batch::{run_batch, run_batch_until, Mode};
+pub use report::{BatchReport, RunSummary};
+pub use run::{run, RunOptions};

@@ -13,13 +13,14 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use super::batch::{commit, prepare, read_stripe, Mode, Prepared, Start};
-use super::detect::Pacing;
+use super::batch::{prepare, read_stripe, Mode, Prepared, Start};
+use super::commit::commit;
 use super::progress::{cycle_progress, CycleProgress, Pace, TableExtent};
 use super::report::{BatchReport, RunSummary};
 use crate::config::JobSettings;
 use crate::lease::Lease;
 use crate::outcome::{RunError, RunOutcome};
+use crate::read::Pacing;
 use crate::status::human_duration;
 use crate::store::lease::LeaseTable;
 use crate::store::{cursor, runs, stats, Context};
