@@ -6,13 +6,19 @@
 //! - [`commit`]: phase 3: record, renew the lease, move the cursor; dry-run counts.
 //! - [`progress`]: PURE cycle progress and its estimate.
 //! - [`report`]: what a batch and a run did.
-//! - [`run`]: the run loop, its pipeline of batches and its history row.
+//! - `history`: the run's row in `reconciliation_runs`.
+//! - `pipeline`: the batches of a run, overlapped so Stripe is never idle.
+//! - [`run`]: the run's lifecycle: lease, batches, summary.
+//! - `schedule`: which batches a run starts, and where each starts.
 
 pub mod batch;
 pub mod commit;
+mod history;
+mod pipeline;
 pub mod progress;
 pub mod report;
 pub mod run;
+mod schedule;
 
 pub use crate::lease::Lease;
 pub use crate::outcome::RunError;
