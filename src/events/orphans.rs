@@ -2,6 +2,8 @@
 //! becomes a `missing_locally` finding (NEEDS_REVIEW, never repaired), named
 //! by its PaymentIntent id (`payment_id` NULL).
 
+use std::sync::Arc;
+
 use futures::{StreamExt, TryStreamExt};
 use sqlx::PgConnection;
 
@@ -12,7 +14,7 @@ use crate::store::StoreError;
 use crate::stripe::{GatewayError, PaymentIntentId, StripeGateway};
 
 /// What re-reading a PaymentIntent without a row said.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct OrphanRead {
     /// The PaymentIntent.
     pub payment_intent: PaymentIntentId,
@@ -21,7 +23,7 @@ pub struct OrphanRead {
 }
 
 /// The outcome of one orphan read.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum OrphanOutcome {
     /// Succeeded (and carries the metadata key, when one is configured): money
     /// with no order.
@@ -29,8 +31,8 @@ pub enum OrphanOutcome {
     /// Stripe answered and it is not an orphan (not succeeded, no metadata
     /// key, or unknown to Stripe).
     NotAnOrphan,
-    /// Stripe could not be asked (the last error).
-    Unverifiable(String),
+    /// Stripe could not be asked (the last error, shared: the outcome is cloned).
+    Unverifiable(Arc<GatewayError>),
 }
 
 impl OrphanRead {
@@ -61,7 +63,7 @@ pub async fn read(
                 }
                 Err(e @ GatewayError::Unavailable { .. }) => {
                     tracing::warn!(payment_intent = %pi, error = %e, "PaymentIntent without a row unverifiable");
-                    OrphanOutcome::Unverifiable(e.to_string())
+                    OrphanOutcome::Unverifiable(Arc::new(e))
                 }
             };
             Ok(OrphanRead {
