@@ -17,10 +17,14 @@
 //! - [`db`]: the connection pool and the embedded migrations.
 //! - [`events`]: the events feed (`events`): missed webhooks and money with no order.
 //! - [`exit`]: the process exit codes.
+//! - [`lease`]: the run lease on the cursor or the events position: take, renew, give back.
 //! - [`metrics`]: the run's gauges and the push to the Pushgateway.
-//! - [`reconcile`]: PURE classification: statuses, `Verdict`, `Decision`, `classify`.
+//! - [`outcome`]: how a run ends: `RunOutcome` labels and the `RunError` that stopped it.
+//! - [`read`]: phase 2 for scan and events: Stripe reads, list mode, the outage rule.
+//! - [`reconcile`]: PURE classification: statuses, `Verdict`, `Decision`, `classify`, orphans.
+//! - [`record`]: phase 3's write path for scan and events: stamps, findings, repair commands.
 //! - [`repair`]: the canonical writer and the outbox worker.
-//! - [`scan`]: one batch in three phases, and the run loop.
+//! - [`scan`]: batches over the cursor (phases 1 and 3), and the run loop.
 //! - [`shutdown`]: SIGTERM/SIGINT into a cancellation token.
 //! - [`status`]: the job's state for `status` and the metrics.
 //! - [`store`]: all SQL, one file per table.
@@ -36,8 +40,12 @@ pub mod dashboard;
 pub mod db;
 pub mod events;
 pub mod exit;
+pub mod lease;
 pub mod metrics;
+pub mod outcome;
+pub mod read;
 pub mod reconcile;
+pub mod record;
 pub mod repair;
 pub mod scan;
 pub mod shutdown;

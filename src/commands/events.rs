@@ -9,6 +9,7 @@ use super::CommandError;
 use crate::config::{LogFormat, Settings};
 use crate::events::{run_events, EventsSummary};
 use crate::metrics::{EventsMetrics, EventsState, PushMethod};
+use crate::outcome::RunOutcome;
 use crate::store::{events_position, Context};
 use crate::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
 use crate::terminal::escape;
@@ -36,7 +37,7 @@ pub(super) async fn events(settings: &Settings) -> Result<(), CommandError> {
         Err(e) => {
             let summary = EventsSummary {
                 job: crate::events::events_job(&settings.job.job),
-                outcome: "database_error".into(),
+                outcome: RunOutcome::DatabaseError,
                 ..EventsSummary::default()
             };
             publish(settings, &summary, &gateway, None).await;
@@ -103,16 +104,20 @@ async fn publish(
             return;
         }
     };
-    let (extra, method): (&[(&str, &str)], PushMethod) = if summary.outcome == "concurrent_run" {
-        metrics.observe_concurrent_run(now);
-        (&[("outcome", "concurrent_run")], PushMethod::Replace)
-    } else {
-        metrics.observe_events(summary, &gateway.request_counts(), state, now);
-        match state {
-            Some(_) => (&[], PushMethod::Replace),
-            None => (&[], PushMethod::Merge),
-        }
-    };
+    let (extra, method): (&[(&str, &str)], PushMethod) =
+        if summary.outcome == RunOutcome::ConcurrentRun {
+            metrics.observe_concurrent_run(now);
+            (
+                &[("outcome", RunOutcome::ConcurrentRun.as_str())],
+                PushMethod::Replace,
+            )
+        } else {
+            metrics.observe_events(summary, &gateway.request_counts(), state, now);
+            match state {
+                Some(_) => (&[], PushMethod::Replace),
+                None => (&[], PushMethod::Merge),
+            }
+        };
     super::push_or_log(base, metrics.figures(), &summary.job, extra, method).await;
 }
 
@@ -127,7 +132,7 @@ fn print_summary(s: &EventsSummary, format: LogFormat) {
         LogFormat::Pretty => {
             // `job` is RECONCILER_JOB: text a person did not type here.
             println!("events summary ({})", escape(&s.job));
-            println!("  outcome              {}", escape(&s.outcome));
+            println!("  outcome              {}", s.outcome.as_str());
             println!(
                 "  window start         {}",
                 s.window_start.map_or("-".into(), |t| t.to_rfc3339())

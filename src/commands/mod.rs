@@ -14,7 +14,7 @@ use crate::db::DbError;
 use crate::events::EventsError;
 use crate::exit;
 use crate::metrics;
-use crate::scan::ScanError;
+use crate::outcome::RunError;
 use crate::store::StoreError;
 use crate::stripe::BuildError;
 use url::Url;
@@ -45,9 +45,9 @@ pub enum CommandError {
     /// The output could not be serialised (exit 1).
     #[error("cannot serialise the output")]
     Output(#[from] serde_json::Error),
-    /// The run stopped early (exit code per [`ScanError::exit_code`]).
+    /// The run stopped early (exit code per [`RunError::exit_code`]).
     #[error(transparent)]
-    Scan(#[from] ScanError),
+    Scan(#[from] RunError),
     /// The events run stopped early (exit code per [`EventsError::exit_code`]).
     #[error(transparent)]
     Events(#[from] EventsError),

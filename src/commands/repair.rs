@@ -25,7 +25,7 @@ pub(super) async fn repair(settings: &Settings) -> Result<(), CommandError> {
     }
     pool.close().await;
     if token.is_cancelled() {
-        return Err(CommandError::Scan(crate::scan::ScanError::Interrupted));
+        return Err(CommandError::Scan(crate::outcome::RunError::Interrupted));
     }
     Ok(())
 }

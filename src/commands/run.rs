@@ -8,6 +8,7 @@ use sqlx::PgPool;
 use super::CommandError;
 use crate::config::{ConfigError, LogFormat, Settings};
 use crate::metrics::{PushMethod, ScanMetrics};
+use crate::outcome::RunOutcome;
 use crate::reconcile::Verdict;
 use crate::scan::{self, RunOptions, RunSummary};
 use crate::status::{self, Status};
@@ -15,7 +16,6 @@ use crate::store::payment_index::{self, PaymentIntentIndex};
 use crate::store::payments::{self, ColumnError, MoneyColumns};
 use crate::store::Context;
 use crate::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
-use crate::terminal::escape;
 use crate::{db, shutdown};
 
 /// Stripe's default per-endpoint rate limit (`shared/stripe/FACTS.md`).
@@ -52,7 +52,7 @@ pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), Comman
             let summary = RunSummary {
                 job: settings.job.job.clone(),
                 dry_run,
-                outcome: "database_error".into(),
+                outcome: RunOutcome::DatabaseError,
                 duration_seconds: started.elapsed().as_secs_f64(),
                 ..RunSummary::default()
             };
@@ -178,19 +178,23 @@ async fn publish(settings: &Settings, summary: &RunSummary, state: Option<&Statu
     // the database's state (it is down) the run's own figures are POSTed, so
     // the last known lag, findings and last success stay in place and keep
     // their alerts firing.
-    let (extra, method): (&[(&str, &str)], PushMethod) = if summary.outcome == "concurrent_run" {
-        metrics.observe_concurrent_run(now);
-        (&[("outcome", "concurrent_run")], PushMethod::Replace)
-    } else {
-        metrics.observe_run(summary, now);
-        match state {
-            Some(s) => {
-                metrics.observe_status(s);
-                (&[], PushMethod::Replace)
+    let (extra, method): (&[(&str, &str)], PushMethod) =
+        if summary.outcome == RunOutcome::ConcurrentRun {
+            metrics.observe_concurrent_run(now);
+            (
+                &[("outcome", RunOutcome::ConcurrentRun.as_str())],
+                PushMethod::Replace,
+            )
+        } else {
+            metrics.observe_run(summary, now);
+            match state {
+                Some(s) => {
+                    metrics.observe_status(s);
+                    (&[], PushMethod::Replace)
+                }
+                None => (&[], PushMethod::Merge),
             }
-            None => (&[], PushMethod::Merge),
-        }
-    };
+        };
     super::push_or_log(base, metrics.figures(), &settings.job.job, extra, method).await;
 }
 
@@ -220,8 +224,8 @@ fn log_summary(s: &RunSummary) {
     );
 }
 
-/// JSON (one line, exact) for machines, a small table for people (text
-/// escaped, [`crate::terminal`]).
+/// JSON (one line, exact) for machines, a small table for people (numbers,
+/// flags and the outcome's fixed label: no stored text).
 fn print_summary(s: &RunSummary, format: LogFormat) {
     match format {
         LogFormat::Json => match serde_json::to_string(s) {
@@ -235,8 +239,7 @@ fn print_summary(s: &RunSummary, format: LogFormat) {
                 "run summary"
             };
             println!("{title}");
-            // The only string in it; the rest are numbers and flags.
-            println!("  outcome            {}", escape(&s.outcome));
+            println!("  outcome            {}", s.outcome.as_str());
             println!("  batches            {}", s.batches);
             println!("  rows scanned       {}", s.rows_scanned);
             for (verdict, rows) in s.verdicts.iter() {

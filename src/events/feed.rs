@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use super::EventsError;
-use crate::scan::ScanError;
+use crate::outcome::RunError;
 use crate::stripe::{GatewayError, PaymentIntentEvent, StripeGateway};
 
 /// Each run re-reads this much before its position: an event Stripe had
@@ -72,8 +72,8 @@ pub struct Listing {
 ///
 /// # Errors
 /// [`EventsError::FeedUnavailable`] after the retry budget;
-/// [`ScanError::StripeRejected`] for a refused key or a wrong base URL;
-/// [`ScanError::Interrupted`] on shutdown.
+/// [`RunError::StripeRejected`] for a refused key or a wrong base URL;
+/// [`RunError::Interrupted`] on shutdown.
 pub async fn list(
     gateway: &StripeGateway,
     start: DateTime<Utc>,
@@ -84,7 +84,7 @@ pub async fn list(
     let mut after: Option<String> = None;
     loop {
         if shutdown.is_cancelled() {
-            return Err(ScanError::Interrupted.into());
+            return Err(RunError::Interrupted.into());
         }
         let page = gateway
             .payment_intent_events(start.timestamp(), after.as_deref())
@@ -93,7 +93,7 @@ pub async fn list(
                 e @ (GatewayError::Rejected { .. }
                 | GatewayError::Misconfigured { .. }
                 | GatewayError::Redirected { .. }) => {
-                    EventsError::Scan(ScanError::StripeRejected(e))
+                    EventsError::Scan(RunError::StripeRejected(e))
                 }
                 e => EventsError::FeedUnavailable(e),
             })?;

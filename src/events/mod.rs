@@ -1,7 +1,7 @@
 //! `stripe-reconciler events`: the events feed. Reads Stripe's PaymentIntent
 //! events created since the stored position, treats each as a trigger, and
 //! re-reads and classifies each PaymentIntent named exactly as the scan would
-//! ([`crate::scan::record_observations`]); a succeeded PaymentIntent no
+//! ([`crate::record`]); a succeeded PaymentIntent no
 //! `payments` row points at becomes `missing_locally`. Time to detect a
 //! missed webhook: one events run (plus the grace window), whatever the
 //! table size.
@@ -18,7 +18,7 @@ pub use plan::{collapse, plan, Plan, PlanRules, RowAction};
 pub use run::{run_events, EventsSummary};
 
 use crate::exit;
-use crate::scan::ScanError;
+use crate::outcome::{RunError, RunOutcome};
 use crate::stripe::GatewayError;
 
 /// The suffix of the events job's name: `<RECONCILER_JOB>-events` names its
@@ -36,7 +36,7 @@ pub enum EventsError {
     /// The guards the scan has: lease held (75), key rejected (78), Stripe
     /// down (1), database (1), interrupted (1).
     #[error(transparent)]
-    Scan(#[from] ScanError),
+    Scan(#[from] RunError),
     /// The events list could not be read after the retry budget; nothing was
     /// written and the position did not move.
     #[error("cannot read Stripe's events feed; nothing written, position not moved")]
@@ -45,7 +45,7 @@ pub enum EventsError {
 
 impl From<crate::store::StoreError> for EventsError {
     fn from(e: crate::store::StoreError) -> Self {
-        EventsError::Scan(ScanError::Store(e))
+        EventsError::Scan(RunError::Store(e))
     }
 }
 
@@ -58,11 +58,11 @@ impl EventsError {
         }
     }
 
-    /// The run's outcome label (logs, metrics).
-    pub fn outcome(&self) -> &'static str {
+    /// The run's outcome (logs, metrics).
+    pub fn outcome(&self) -> RunOutcome {
         match self {
             EventsError::Scan(e) => e.outcome(),
-            EventsError::FeedUnavailable(_) => "stripe_down",
+            EventsError::FeedUnavailable(_) => RunOutcome::StripeDown,
         }
     }
 }

@@ -2,17 +2,19 @@
 //! becomes a `missing_locally` finding (NEEDS_REVIEW, never repaired), named
 //! by its PaymentIntent id (`payment_id` NULL).
 
+use std::sync::Arc;
+
 use futures::{StreamExt, TryStreamExt};
 use sqlx::PgConnection;
 
-use crate::reconcile::{ExternalStatus, FindingKind, PaymentIntentFacts};
-use crate::scan::ScanError;
+use crate::outcome::RunError;
+use crate::reconcile::{orphan_details, FindingKind, PaymentIntentFacts};
 use crate::store::findings::{self, NewIntentFinding};
 use crate::store::StoreError;
 use crate::stripe::{GatewayError, PaymentIntentId, StripeGateway};
 
 /// What re-reading a PaymentIntent without a row said.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct OrphanRead {
     /// The PaymentIntent.
     pub payment_intent: PaymentIntentId,
@@ -21,7 +23,7 @@ pub struct OrphanRead {
 }
 
 /// The outcome of one orphan read.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum OrphanOutcome {
     /// Succeeded (and carries the metadata key, when one is configured): money
     /// with no order.
@@ -29,8 +31,8 @@ pub enum OrphanOutcome {
     /// Stripe answered and it is not an orphan (not succeeded, no metadata
     /// key, or unknown to Stripe).
     NotAnOrphan,
-    /// Stripe could not be asked (the last error).
-    Unverifiable(String),
+    /// Stripe could not be asked (the last error, shared: the outcome is cloned).
+    Unverifiable(Arc<GatewayError>),
 }
 
 impl OrphanRead {
@@ -44,13 +46,13 @@ impl OrphanRead {
 /// shared limiter.
 ///
 /// # Errors
-/// [`ScanError::StripeRejected`] for a refused key or a wrong base URL.
+/// [`RunError::StripeRejected`] for a refused key or a wrong base URL.
 pub async fn read(
     gateway: &StripeGateway,
     intents: &[PaymentIntentId],
     metadata_key: Option<&str>,
     in_flight: u32,
-) -> Result<Vec<OrphanRead>, ScanError> {
+) -> Result<Vec<OrphanRead>, RunError> {
     futures::stream::iter(intents.iter().cloned())
         .map(|pi| async move {
             let outcome = match gateway.payment_intent(&pi).await {
@@ -60,10 +62,10 @@ pub async fn read(
                     e @ (GatewayError::Rejected { .. }
                     | GatewayError::Misconfigured { .. }
                     | GatewayError::Redirected { .. }),
-                ) => return Err(ScanError::StripeRejected(e)),
+                ) => return Err(RunError::StripeRejected(e)),
                 Err(e @ GatewayError::Unavailable { .. }) => {
                     tracing::warn!(payment_intent = %pi, error = %e, "PaymentIntent without a row unverifiable");
-                    OrphanOutcome::Unverifiable(e.to_string())
+                    OrphanOutcome::Unverifiable(Arc::new(e))
                 }
             };
             Ok(OrphanRead {
@@ -76,37 +78,22 @@ pub async fn read(
         .await
 }
 
-/// PURE: whether a PaymentIntent with no row is money with no order.
-pub fn judge(
+/// The outcome for a PaymentIntent Stripe answered for
+/// ([`orphan_details`] decides).
+fn judge(
     pi: &PaymentIntentId,
     facts: &PaymentIntentFacts,
     metadata_key: Option<&str>,
 ) -> OrphanOutcome {
-    if facts.status != ExternalStatus::parse("succeeded") {
-        return OrphanOutcome::NotAnOrphan;
+    match orphan_details(facts, metadata_key) {
+        Some(details) => OrphanOutcome::MissingLocally(NewIntentFinding {
+            stripe_payment_intent_id: pi.as_str().to_owned(),
+            kind: FindingKind::MissingLocally.as_str().into_owned(),
+            external_status: Some(facts.status.as_str().to_owned()),
+            details: Some(details),
+        }),
+        None => OrphanOutcome::NotAnOrphan,
     }
-    let marker = match metadata_key {
-        Some(key) => match facts.metadata.get(key) {
-            Some(value) => Some((key, value)),
-            None => return OrphanOutcome::NotAnOrphan,
-        },
-        None => None,
-    };
-    let mut details = serde_json::json!({
-        "amount": facts.amount,
-        "amount_received": facts.amount_received,
-        "currency": facts.currency,
-        "created": facts.created.map(|c| c.to_rfc3339()),
-    });
-    if let Some((key, value)) = marker {
-        details["metadata"] = serde_json::json!({ key: value });
-    }
-    OrphanOutcome::MissingLocally(NewIntentFinding {
-        stripe_payment_intent_id: pi.as_str().to_owned(),
-        kind: FindingKind::MissingLocally.as_str().into_owned(),
-        external_status: Some(facts.status.as_str().to_owned()),
-        details: Some(details),
-    })
 }
 
 /// What recording the orphans did.

@@ -15,12 +15,14 @@ use super::orphans::{self, OrphanRead};
 use super::plan::{self, hold_back, PlanRules, RowAction};
 use super::{events_job, EventsError};
 use crate::config::{JobSettings, STRIPE_EVENTS_RETENTION};
+use crate::lease::Lease;
+use crate::outcome::RunError;
+use crate::outcome::RunOutcome;
+use crate::read::{observe_all, stripe_reachable, Observation, VerdictCounts};
 use crate::reconcile::{FindingKind, Verdict};
-use crate::scan::detect::{observe_all, Observation};
-use crate::scan::{
-    record_observations, stripe_reachable, BatchReport, Lease, ScanError, VerdictCounts,
-};
+use crate::record::record_observations;
 use crate::store::events_position::{self, Advance};
+use crate::store::lease::LeaseTable;
 use crate::store::payments::{self, MoneyColumns};
 use crate::store::{findings, Context};
 use crate::stripe::{PaymentIntentEvent, StripeGateway};
@@ -34,8 +36,8 @@ pub const HOLD_BEYOND_GRACE: Duration = Duration::from_secs(3600);
 pub struct EventsSummary {
     /// `<RECONCILER_JOB>-events`.
     pub job: String,
-    /// `completed` or the error's outcome label.
-    pub outcome: String,
+    /// How the run ended (see [`EventsError::outcome`]).
+    pub outcome: RunOutcome,
     /// `created[gte]` of the window read.
     pub window_start: Option<DateTime<Utc>>,
     /// List pages read.
@@ -92,15 +94,15 @@ pub async fn run_events(
     let result = match take_lease(pool, settings, &job).await {
         Ok(lease) => {
             let r = body(pool, gateway, settings, &lease, &shutdown, &mut summary).await;
-            give_back(pool, &job, &lease).await;
+            lease.give_back(pool).await;
             r
         }
         Err(e) => Err(e),
     };
     summary.duration_seconds = started.elapsed().as_secs_f64();
     summary.outcome = match &result {
-        Ok(()) => "completed".to_owned(),
-        Err(e) => e.outcome().to_owned(),
+        Ok(()) => RunOutcome::Completed,
+        Err(e) => e.outcome(),
     };
     (summary, result)
 }
@@ -181,7 +183,7 @@ async fn body(
 
     // 4. Stripe, with no transaction open, under a lease long enough for it.
     let reads = plan.count(RowAction::Retrieve) + plan.orphan_reads.len();
-    renew_for_reads(pool, settings, job, lease, reads).await?;
+    renew_for_reads(pool, settings, lease, reads).await?;
     let to_read: Vec<_> = plan
         .rows
         .iter()
@@ -190,7 +192,7 @@ async fn body(
         .collect();
     let (mut observations, orphan_reads) = tokio::select! {
         biased;
-        () = shutdown.cancelled() => return Err(ScanError::Interrupted.into()),
+        () = shutdown.cancelled() => return Err(RunError::Interrupted.into()),
         read = read_all(pool, gateway, settings, to_read, &plan.orphan_reads, now) => read?,
     };
     summary.payment_intents_retrieved = reads as u64;
@@ -202,21 +204,19 @@ async fn body(
         + orphan_reads.iter().filter(|o| o.unverifiable()).count();
     stripe_reachable(gateway, asked, failed).await?;
     if shutdown.is_cancelled() {
-        return Err(ScanError::Interrupted.into());
+        return Err(RunError::Interrupted.into());
     }
 
     // 5. Record and move the position, in one transaction.
     let newest = named.first().map(|e| (e.id.as_str(), e.created));
-    let mut report = BatchReport::default();
     let mut tx = crate::store::begin(pool)
         .await
         .context("opening the write transaction")?;
-    record_observations(
+    let report = record_observations(
         &mut tx,
         &settings.job,
         settings.unverifiable_cycles,
         &mut observations,
-        &mut report,
     )
     .await?;
     // After recording: a row demoted there (it changed while Stripe was
@@ -231,7 +231,7 @@ async fn body(
     };
     if !events_position::advance(&mut tx, job, &lease.owner, lease.ttl_seconds, &to).await? {
         tx.rollback().await.context("rolling back the lost run")?;
-        return Err(ScanError::ConcurrentRun { job: job.clone() }.into());
+        return Err(RunError::ConcurrentRun { job: job.clone() }.into());
     }
     tx.commit().await.context("committing the events run")?;
     for o in &observations {
@@ -253,7 +253,7 @@ async fn read_all(
     rows: Vec<crate::store::payments::PaymentRow>,
     orphans: &[crate::stripe::PaymentIntentId],
     now: DateTime<Utc>,
-) -> Result<(Vec<Observation>, Vec<OrphanRead>), ScanError> {
+) -> Result<(Vec<Observation>, Vec<OrphanRead>), RunError> {
     let key = settings.events.orphan_metadata_key.as_deref();
     let (observed, orphans) = tokio::join!(
         observe_all(pool, gateway, rows, settings, now),
@@ -301,54 +301,21 @@ async fn take_lease(
     settings: &JobSettings,
     job: &str,
 ) -> Result<Lease, EventsError> {
-    let mut lease = Lease::new(settings);
+    let mut lease = Lease::new(settings, LeaseTable::EventsPosition, job);
     lease.ttl_seconds +=
         f64::from(settings.events.max_pages) / f64::from(settings.rate_limit_rps.max(1));
-    let mut conn = pool.acquire().await.context("connecting")?;
-    if events_position::acquire_lease(&mut conn, job, &lease.owner, lease.ttl_seconds).await? {
-        tracing::info!(owner = %lease.owner, ttl_seconds = lease.ttl_seconds, "events lease taken");
-        return Ok(lease);
-    }
-    let (owner, expires_at) = events_position::lease_holder(&mut conn, job)
-        .await?
-        .unwrap_or_else(|| ("(released meanwhile)".to_owned(), None));
-    Err(ScanError::LeaseHeld {
-        job: job.to_owned(),
-        owner,
-        expires_at,
-    }
-    .into())
+    Ok(lease.take(pool).await?)
 }
 
 /// Extends the lease to cover `reads` Stripe reads at the rate limit (twice
-/// over), before they start; [`ScanError::ConcurrentRun`] when it was lost.
+/// over), before they start; [`RunError::ConcurrentRun`] when it was lost.
 async fn renew_for_reads(
     pool: &PgPool,
     settings: &JobSettings,
-    job: &str,
     lease: &Lease,
     reads: usize,
 ) -> Result<(), EventsError> {
     let ttl = lease.ttl_seconds + 2.0 * reads as f64 / f64::from(settings.rate_limit_rps.max(1));
     let mut conn = pool.acquire().await.context("connecting")?;
-    if events_position::renew_lease(&mut conn, job, &lease.owner, ttl).await? {
-        Ok(())
-    } else {
-        Err(ScanError::ConcurrentRun {
-            job: job.to_owned(),
-        }
-        .into())
-    }
-}
-
-async fn give_back(pool: &PgPool, job: &str, lease: &Lease) {
-    let released = match pool.acquire().await {
-        Ok(mut conn) => events_position::release_lease(&mut conn, job, &lease.owner)
-            .await
-            .map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    };
-    if let Err(e) = released {
-        tracing::warn!(error = %e, "could not release the events lease; it expires by itself");
-    }
+    Ok(lease.renew_for(&mut conn, ttl).await?)
 }

@@ -9,7 +9,7 @@
 //! unknown (no run history yet, database down) is absent, not 0.
 //!
 //! - `gauge`: the two gauge shapes (plain, one bounded label).
-//! - `run`: the gauges of every run (outcome, duration, last run) and [`OUTCOMES`].
+//! - `run`: the gauges of every run (outcome, duration, last run).
 //! - `scan`: the scan run's figures (rows, batches, verdicts, Stripe requests).
 //! - `status`: the job's state (lag, cycle, cursor, findings, outbox, capacity).
 //! - `events`: the events job's figures and [`EventsState`].
@@ -26,7 +26,6 @@ use prometheus::{Encoder, Registry, TextEncoder};
 
 pub use events::EventsState;
 pub use push::{PushError, PushMethod, Pusher, PUSH_TIMEOUT};
-pub use run::OUTCOMES;
 
 use crate::events::EventsSummary;
 use crate::scan::RunSummary;
@@ -87,7 +86,7 @@ impl ScanMetrics {
     pub fn observe_run(&mut self, s: &RunSummary, now_unix: f64) {
         self.figures
             .run
-            .observe(s.duration_seconds, now_unix, &s.outcome);
+            .observe(s.duration_seconds, now_unix, s.outcome);
         self.scan.observe(s);
         if let Some(c) = s.cursor_position {
             self.status.observe_cursor(c);
@@ -145,7 +144,7 @@ impl EventsMetrics {
         self.events.observe(s, requests, state, now_unix);
         self.figures
             .run
-            .observe(s.duration_seconds, now_unix, &s.outcome);
+            .observe(s.duration_seconds, now_unix, s.outcome);
     }
 
     /// Marks the moment an events run lost its position to another run.

@@ -5,17 +5,7 @@
 use prometheus::Registry;
 
 use super::gauge::{Figure, Labelled};
-
-/// Every outcome label a run can end with; `run_outcome` pushes each of them
-/// (1 for the run's, 0 for the others) so an alert can match on the label.
-pub const OUTCOMES: [&str; 6] = [
-    "completed",
-    "concurrent_run",
-    "stripe_rejected_key",
-    "stripe_down",
-    "database_error",
-    "interrupted",
-];
+use crate::outcome::RunOutcome;
 
 /// `run_duration_seconds`, `last_run_timestamp_seconds`, `run_outcome{outcome}`
 /// and `concurrent_run_timestamp_seconds`.
@@ -55,11 +45,14 @@ impl RunGauges {
 
     /// A finished run: its wall time in seconds, its end (Unix seconds) and
     /// its outcome label.
-    pub(super) fn observe(&self, duration_seconds: f64, now_unix: f64, outcome: &str) {
+    pub(super) fn observe(&self, duration_seconds: f64, now_unix: f64, outcome: RunOutcome) {
         self.duration.set(duration_seconds);
         self.last_run.set(now_unix);
-        for o in OUTCOMES {
-            self.outcome.set(o, f64::from(u8::from(o == outcome)));
+        // Every label, 1 for the run's and 0 for the others, so an alert can
+        // match on the label.
+        for o in RunOutcome::ALL {
+            self.outcome
+                .set(o.as_str(), f64::from(u8::from(o == outcome)));
         }
     }
 

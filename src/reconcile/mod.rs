@@ -18,6 +18,7 @@ mod decision;
 mod facts;
 mod kind;
 mod labels;
+mod orphan;
 mod resolution;
 mod status;
 
@@ -26,6 +27,7 @@ pub use decision::{classify_status, Decision, RepairCommand, Verdict};
 pub use facts::{Charge, ChargeFacts, LocalPayment, PaymentIntentFacts};
 pub use kind::FindingKind;
 pub use labels::{kind_label, open_findings_by_label, KNOWN_KINDS, MAX_KIND_LABELS, OTHER_KIND};
+pub use orphan::orphan_details;
 pub use resolution::Resolution;
 pub use status::{ExternalStatus, LocalStatus};
 

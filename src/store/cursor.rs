@@ -1,10 +1,10 @@
 //! `reconciliation_cursor`: the persistent position of a job's walk over
 //! `payments` by primary key. Every move is a compare-and-set on `last_id`.
+//! Its lease is [`super::lease`] on [`super::lease::LeaseTable::Cursor`].
 
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
-use super::lease::{self, LeaseTable};
 use super::{Context, StoreError};
 
 /// One job's cursor row.
@@ -88,61 +88,4 @@ pub async fn wrap(conn: &mut PgConnection, job: &str, old: i64) -> Result<bool, 
     .await
     .context("wrapping the cursor")?;
     Ok(done.rows_affected() == 1)
-}
-
-/// Takes the job's lease for `ttl_seconds` if it is free, expired, or already
-/// ours. Creates the cursor row if needed. Returns `false` when another run
-/// holds a live lease. Commits on its own (a bounded transaction, or a
-/// savepoint when `conn` is in one).
-///
-/// # Errors
-/// [`StoreError`] from the database.
-pub async fn acquire_lease(
-    conn: &mut PgConnection,
-    job: &str,
-    owner: &str,
-    ttl_seconds: f64,
-) -> Result<bool, StoreError> {
-    let mut tx = super::begin(conn).await.context("opening a transaction")?;
-    ensure(&mut tx, job).await?;
-    let taken = lease::take(&mut tx, LeaseTable::Cursor, job, owner, ttl_seconds).await?;
-    tx.commit().await.context("committing the cursor lease")?;
-    Ok(taken)
-}
-
-/// Who holds the job's lease and until when (UTC); `None` when nobody does.
-///
-/// # Errors
-/// [`StoreError`] from the database.
-pub async fn lease_holder(
-    conn: &mut PgConnection,
-    job: &str,
-) -> Result<Option<(String, Option<DateTime<Utc>>)>, StoreError> {
-    lease::holder(conn, LeaseTable::Cursor, job).await
-}
-
-/// Extends our lease by `ttl_seconds` from now (done in each batch's write
-/// transaction). Returns `false` when the lease is no longer ours.
-///
-/// # Errors
-/// [`StoreError`] from the database.
-pub async fn renew_lease(
-    conn: &mut PgConnection,
-    job: &str,
-    owner: &str,
-    ttl_seconds: f64,
-) -> Result<bool, StoreError> {
-    lease::renew(conn, LeaseTable::Cursor, job, owner, ttl_seconds).await
-}
-
-/// Gives the lease back (end of run, also a failed one). Commits on its own.
-///
-/// # Errors
-/// [`StoreError`] from the database.
-pub async fn release_lease(
-    conn: &mut PgConnection,
-    job: &str,
-    owner: &str,
-) -> Result<(), StoreError> {
-    lease::release(conn, LeaseTable::Cursor, job, owner).await
 }

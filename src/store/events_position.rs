@@ -44,9 +44,8 @@ pub async fn read(
     .context("reading the events position")
 }
 
-/// Takes the job's lease for `ttl_seconds` if it is free, expired or already
-/// ours, creating the row if needed. Returns `false` when another run holds
-/// a live lease. Commits on its own.
+/// [`lease::acquire`] on this table: takes the job's lease, creating the
+/// row if needed; `false` when another run holds a live lease.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -56,28 +55,7 @@ pub async fn acquire_lease(
     owner: &str,
     ttl_seconds: f64,
 ) -> Result<bool, StoreError> {
-    let mut tx = super::begin(conn).await.context("opening a transaction")?;
-    super::query(
-        "INSERT INTO reconciliation_events_position (job) VALUES ($1) ON CONFLICT DO NOTHING",
-    )
-    .bind(job)
-    .execute(&mut *tx)
-    .await
-    .context("creating the events position")?;
-    let taken = lease::take(&mut tx, LeaseTable::EventsPosition, job, owner, ttl_seconds).await?;
-    tx.commit().await.context("committing the events lease")?;
-    Ok(taken)
-}
-
-/// Who holds the job's lease and until when; `None` when nobody does.
-///
-/// # Errors
-/// [`StoreError`] from the database.
-pub async fn lease_holder(
-    conn: &mut PgConnection,
-    job: &str,
-) -> Result<Option<(String, Option<DateTime<Utc>>)>, StoreError> {
-    lease::holder(conn, LeaseTable::EventsPosition, job).await
+    lease::acquire(conn, LeaseTable::EventsPosition, job, owner, ttl_seconds).await
 }
 
 /// The position a committed run moves to.
@@ -122,29 +100,4 @@ pub async fn advance(
     .await
     .context("moving the events position")?;
     Ok(done.rows_affected() == 1)
-}
-
-/// Extends our lease by `ttl_seconds`; `false` when it is no longer ours.
-///
-/// # Errors
-/// [`StoreError`] from the database.
-pub async fn renew_lease(
-    conn: &mut PgConnection,
-    job: &str,
-    owner: &str,
-    ttl_seconds: f64,
-) -> Result<bool, StoreError> {
-    lease::renew(conn, LeaseTable::EventsPosition, job, owner, ttl_seconds).await
-}
-
-/// Gives the lease back (end of run, also a failed one). Commits on its own.
-///
-/// # Errors
-/// [`StoreError`] from the database.
-pub async fn release_lease(
-    conn: &mut PgConnection,
-    job: &str,
-    owner: &str,
-) -> Result<(), StoreError> {
-    lease::release(conn, LeaseTable::EventsPosition, job, owner).await
 }

@@ -26,6 +26,42 @@ impl LeaseTable {
             LeaseTable::EventsPosition => "reconciliation_events_position",
         }
     }
+
+    /// What the row holds, for logs: `cursor` or `events`.
+    pub fn holds(self) -> &'static str {
+        match self {
+            LeaseTable::Cursor => "cursor",
+            LeaseTable::EventsPosition => "events",
+        }
+    }
+}
+
+/// Takes `job`'s lease for `ttl_seconds` if it is free, expired, or already
+/// `owner`'s, creating the job's row (cursor at 0, or no position yet) if
+/// needed. Returns `false` when another run holds a live lease. Commits on
+/// its own (a bounded transaction, or a savepoint when `conn` is in one).
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn acquire(
+    conn: &mut PgConnection,
+    table: LeaseTable,
+    job: &str,
+    owner: &str,
+    ttl_seconds: f64,
+) -> Result<bool, StoreError> {
+    let mut tx = super::begin(conn).await.context("opening a transaction")?;
+    super::query(&format!(
+        "INSERT INTO {} (job) VALUES ($1) ON CONFLICT DO NOTHING",
+        table.name()
+    ))
+    .bind(job)
+    .execute(&mut *tx)
+    .await
+    .context("creating the job's row")?;
+    let taken = take(&mut tx, table, job, owner, ttl_seconds).await?;
+    tx.commit().await.context("committing the lease")?;
+    Ok(taken)
 }
 
 /// Takes `job`'s lease for `ttl_seconds` (inside the caller's transaction)

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::support::*;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{run_batch, Mode, ScanError};
+use stripe_reconciler::scan::{run_batch, Mode, RunError};
 use stripe_reconciler::stripe::StripeGateway;
 use wiremock::matchers::{method, path_regex};
 use wiremock::{Mock, MockServer, Request};
@@ -154,7 +154,7 @@ async fn two_runs_racing_on_one_cursor_commit_exactly_one_batch(pool: PgPool) {
         (Err(e), Ok(r)) => ("processing", r, e),
         other => panic!("expected exactly one winner: {other:?}"),
     };
-    assert!(matches!(lost, ScanError::ConcurrentRun { .. }), "{lost:?}");
+    assert!(matches!(lost, RunError::ConcurrentRun { .. }), "{lost:?}");
     assert_eq!(lost.exit_code(), 75);
     assert_eq!(won.cursor_to, 20);
     assert_eq!(cursor(&pool, "payments-vs-stripe").await, 20);

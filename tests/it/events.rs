@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use stripe_reconciler::events::{run_events, EventsError, EventsSummary};
-use stripe_reconciler::scan::{run_batch, Mode, ScanError};
+use stripe_reconciler::scan::{run_batch, Mode, RunError};
 use stripe_reconciler::store::events_position;
 use tokio_util::sync::CancellationToken;
 use wiremock::matchers::{method, path};
@@ -426,7 +426,7 @@ async fn a_crash_before_the_commit_reprocesses_the_same_window_without_duplicate
     .unwrap();
     let (_, result) = events_once(&pool, &stripe, &settings(200)).await;
     assert!(
-        matches!(result, Err(EventsError::Scan(ScanError::Store(_)))),
+        matches!(result, Err(EventsError::Scan(RunError::Store(_)))),
         "{result:?}"
     );
     assert!(

@@ -7,7 +7,7 @@ use crate::support::pushgateway::{self, value};
 use crate::support::*;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{run_batch, Mode, ScanError};
+use stripe_reconciler::scan::{run_batch, Mode, RunError};
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -357,7 +357,7 @@ async fn a_stripe_404_that_is_not_resource_missing_is_a_configuration_error(pool
         .await
         .unwrap_err();
 
-    assert!(matches!(e, ScanError::StripeRejected(_)), "{e:?}");
+    assert!(matches!(e, RunError::StripeRejected(_)), "{e:?}");
     assert_eq!(e.exit_code(), 78);
     nothing_written(&pool).await;
 }

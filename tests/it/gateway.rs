@@ -9,7 +9,7 @@ use serde_json::json;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::ExternalStatus;
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{run_batch, Mode, ScanError};
+use stripe_reconciler::scan::{run_batch, Mode, RunError};
 use stripe_reconciler::stripe::{GatewayError, PaymentIntentId, Unavailable, STRIPE_VERSION};
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -256,7 +256,7 @@ async fn a_rejected_key_aborts_the_batch_and_writes_nothing(pool: PgPool) {
         .await
         .unwrap_err();
 
-    assert!(matches!(e, ScanError::StripeRejected(_)), "{e:?}");
+    assert!(matches!(e, RunError::StripeRejected(_)), "{e:?}");
     assert_eq!(e.exit_code(), 78);
     assert_eq!(cursor(&pool, "payments-vs-stripe").await, 0);
     assert_eq!(
@@ -292,7 +292,7 @@ async fn stripe_down_for_most_of_a_batch_abandons_it_without_moving_the_cursor(p
     assert!(
         matches!(
             e,
-            ScanError::StripeDown {
+            RunError::StripeDown {
                 failed: 9,
                 asked: 10
             }
@@ -448,7 +448,7 @@ async fn stripes_unrecognized_request_url_404_is_a_configuration_error_and_write
     assert!(
         matches!(
             err,
-            ScanError::StripeRejected(GatewayError::Misconfigured { status: 404, .. })
+            RunError::StripeRejected(GatewayError::Misconfigured { status: 404, .. })
         ),
         "{err:?}"
     );
@@ -530,7 +530,7 @@ async fn when_the_probe_fails_too_the_batch_is_abandoned_as_stripe_down(pool: Pg
     assert!(
         matches!(
             err,
-            ScanError::StripeDown {
+            RunError::StripeDown {
                 failed: 6,
                 asked: 10
             }

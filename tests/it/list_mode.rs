@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use stripe_reconciler::config::{JobSettings, ReadMode};
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{self, run_batch, Mode, RunOptions, ScanError};
+use stripe_reconciler::scan::{self, run_batch, Mode, RunError, RunOptions};
 use tokio_util::sync::CancellationToken;
 
 /// An hour ago, as Stripe's `created` (Unix seconds).
@@ -410,7 +410,7 @@ async fn a_rejected_key_on_a_list_page_stops_the_batch_and_writes_nothing(pool: 
     .await
     .unwrap_err();
 
-    assert!(matches!(e, ScanError::StripeRejected(_)), "{e:?}");
+    assert!(matches!(e, RunError::StripeRejected(_)), "{e:?}");
     assert_eq!(e.exit_code(), 78);
     assert_eq!(account.count("retrieve"), 0);
     assert!(findings(&pool).await.is_empty());
@@ -485,7 +485,7 @@ async fn a_cursor_moved_during_overlapping_batches_rolls_back_and_stops(pool: Pg
     intruder.await.unwrap();
 
     let e = result.unwrap_err();
-    assert!(matches!(e, ScanError::ConcurrentRun { .. }), "{e:?}");
+    assert!(matches!(e, RunError::ConcurrentRun { .. }), "{e:?}");
     assert_eq!(e.exit_code(), 75);
     assert_eq!(summary.batches, 1, "{summary:?}");
     assert_eq!(cursor(&pool, "payments-vs-stripe").await, 1000);

@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use stripe_reconciler::config::JobSettings;
 use stripe_reconciler::repair::{drain, RepairOptions, RepairReport};
-use stripe_reconciler::scan::{run_batch, BatchReport, Mode, ScanError};
+use stripe_reconciler::scan::{run_batch, BatchReport, Mode, RunError};
 use stripe_reconciler::stripe::StripeGateway;
 use tokio_util::sync::CancellationToken;
 use wiremock::matchers::{method, path, query_param};
@@ -21,7 +21,7 @@ pub async fn scan_with(
     pool: &PgPool,
     gw: &StripeGateway,
     s: &JobSettings,
-) -> Result<BatchReport, ScanError> {
+) -> Result<BatchReport, RunError> {
     run_batch(pool, gw, s, Mode::Write, None).await
 }
 

@@ -11,8 +11,8 @@ use sqlx::PgPool;
 use tokio::sync::{oneshot, OnceCell, Semaphore};
 
 use super::list::{list_batch, Listed};
-use super::ScanError;
 use crate::config::ReadMode;
+use crate::outcome::RunError;
 use crate::reconcile::{
     classify, Decision, ExternalStatus, FindingKind, LocalPayment, LocalStatus, PaymentIntentFacts,
     Verdict,
@@ -139,8 +139,8 @@ pub struct Observed {
 /// row is treated as one of the cursor's rows (see [`observe_batch`]).
 ///
 /// # Errors
-/// [`ScanError::StripeRejected`] (401/403 or Stripe's "Unrecognized request
-/// URL") and [`ScanError::StripeWrongAccount`] stop the batch at once; every
+/// [`RunError::StripeRejected`] (401/403 or Stripe's "Unrecognized request
+/// URL") and [`RunError::StripeWrongAccount`] stop the batch at once; every
 /// other failure becomes a verdict.
 pub async fn observe_all(
     pool: &PgPool,
@@ -148,7 +148,7 @@ pub async fn observe_all(
     rows: Vec<PaymentRow>,
     settings: &JobSettings,
     now: DateTime<Utc>,
-) -> Result<Vec<Observation>, ScanError> {
+) -> Result<Vec<Observation>, RunError> {
     let in_flight = Semaphore::new((settings.max_in_flight as usize).max(1));
     let pacing = Pacing {
         in_flight: &in_flight,
@@ -175,7 +175,7 @@ pub async fn observe_batch(
     settings: &JobSettings,
     now: DateTime<Utc>,
     pacing: Pacing<'_>,
-) -> Result<Observed, ScanError> {
+) -> Result<Observed, RunError> {
     let Pacing {
         in_flight,
         all_started,
@@ -247,7 +247,7 @@ pub async fn observe_batch(
         && not_found == asked
         && tally.key.get() != Some(&KeyCheck::Confirmed)
     {
-        return Err(ScanError::StripeWrongAccount { not_found });
+        return Err(RunError::StripeWrongAccount { not_found });
     }
     Ok(Observed {
         observations: observed.into_iter().map(|(_, o)| o).collect(),
@@ -268,7 +268,7 @@ async fn observe(
     tally: &Tally,
     from_list: Option<PaymentIntentFacts>,
     in_flight: &Semaphore,
-) -> Result<Observation, ScanError> {
+) -> Result<Observation, RunError> {
     let mut seen = Observation {
         payment_id: row.id,
         version: row.version,
@@ -333,7 +333,7 @@ async fn observe(
             {
                 let key = tally.key.get_or_init(|| check_key(pool, gateway)).await;
                 if *key == KeyCheck::Wrong {
-                    return Err(ScanError::StripeWrongAccount { not_found });
+                    return Err(RunError::StripeWrongAccount { not_found });
                 }
             }
             seen.decision = Decision::review(FindingKind::MissingExternally);
@@ -342,7 +342,7 @@ async fn observe(
             e @ (GatewayError::Rejected { .. }
             | GatewayError::Misconfigured { .. }
             | GatewayError::Redirected { .. }),
-        ) => return Err(ScanError::StripeRejected(e)),
+        ) => return Err(RunError::StripeRejected(e)),
         Err(e @ GatewayError::Unavailable { .. }) => {
             tracing::warn!(payment_id = row.id, payment_intent = %id, error = %e, "PaymentIntent unverifiable");
             seen.error = Some(e.to_string());

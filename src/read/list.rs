@@ -20,8 +20,8 @@ use std::sync::Mutex;
 
 use tokio::sync::{oneshot, Semaphore};
 
-use super::ScanError;
 use crate::config::JobSettings;
+use crate::outcome::RunError;
 use crate::reconcile::PaymentIntentFacts;
 use crate::store::payments::PaymentRow;
 use crate::stripe::{
@@ -100,7 +100,7 @@ impl Chain<'_> {
         window: CreatedWindow,
         until_found: Option<&HashSet<&str>>,
         core_window: bool,
-    ) -> Result<(), ScanError> {
+    ) -> Result<(), RunError> {
         let mut after: Option<PaymentIntentId> = None;
         let mut first = core_window;
         loop {
@@ -140,7 +140,7 @@ impl Chain<'_> {
                     e @ (GatewayError::Rejected { .. }
                     | GatewayError::Misconfigured { .. }
                     | GatewayError::Redirected { .. }),
-                ) => return Err(ScanError::StripeRejected(e)),
+                ) => return Err(RunError::StripeRejected(e)),
                 Err(e) => {
                     tracing::warn!(gte = window.gte, lte = window.lte, error = %e, "list page failed; the window's rows not yet seen are read one by one");
                     self.failed.fetch_add(1, Ordering::Relaxed);
@@ -187,7 +187,7 @@ pub fn sub_windows(times: &[i64], max_pages: usize) -> Vec<CreatedWindow> {
 /// rows that need a read (out of the grace window, well-formed id).
 ///
 /// # Errors
-/// [`ScanError::StripeRejected`] on 401/403 or Stripe's "Unrecognized request
+/// [`RunError::StripeRejected`] on 401/403 or Stripe's "Unrecognized request
 /// URL"; every other failure leaves rows to the retrieve fallback.
 pub async fn list_batch(
     gateway: &StripeGateway,
@@ -196,7 +196,7 @@ pub async fn list_batch(
     settings: &JobSettings,
     in_flight: &Semaphore,
     all_started: &Mutex<Option<oneshot::Sender<()>>>,
-) -> Result<Listed, ScanError> {
+) -> Result<Listed, RunError> {
     let wanted: HashSet<&str> = rows.iter().map(|(_, id)| id.as_str()).collect();
     let core_rows: Vec<&(&PaymentRow, &PaymentIntentId)> =
         rows.iter().filter(|(r, _)| r.id > cursor_from).collect();

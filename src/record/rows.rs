@@ -1,0 +1,67 @@
+//! The rows phase 3 writes for: which they are, locking them (demoting
+//! those that changed since phase 1), and the finding each records.
+
+use std::collections::HashSet;
+
+use chrono::{DateTime, Utc};
+
+use crate::outcome::RunError;
+use crate::read::Observation;
+use crate::reconcile::{classify_status, Verdict};
+use crate::store::findings::NewFinding;
+use crate::store::payments;
+
+/// The finding an observation records, if any. Its acknowledgement (a manual
+/// resolution of the same drift keeps it closed) holds only where the status
+/// table alone sees no drift: a `pending` payment whose PaymentIntent
+/// succeeded stays in the review queue until its status is dealt with.
+pub fn new_finding(o: &Observation) -> Option<NewFinding> {
+    let kind = o.decision.kind.as_ref()?;
+    let acknowledgeable = o
+        .observed
+        .as_ref()
+        .is_some_and(|external| classify_status(&o.local, external).kind.is_none());
+    Some(NewFinding {
+        payment_id: o.payment_id,
+        kind: kind.as_str().into_owned(),
+        local_status: o.local.as_str().to_owned(),
+        external_status: o.observed.as_ref().map(|s| s.as_str().to_owned()),
+        details: o.decision.details.clone(),
+        acknowledgeable,
+    })
+}
+
+/// Phase 3 writes something for this row: a stamp, a finding, or an
+/// UNVERIFIABLE count (which may become a `persistently_unverifiable` finding).
+fn writes_for(o: &Observation) -> bool {
+    o.observed.is_some()
+        || o.decision.kind.is_some()
+        || (o.asked_stripe && o.decision.verdict == Verdict::Unverifiable)
+}
+
+/// Locks the rows phase 3 writes for (in id order) and demotes to IN_FLIGHT
+/// those that changed since phase 1: a webhook that moved a payment while
+/// Stripe was being asked must not produce a finding about the old status.
+pub(super) async fn demote_changed_rows(
+    tx: &mut sqlx::PgConnection,
+    observations: &mut [Observation],
+) -> Result<(), RunError> {
+    let touched: Vec<&Observation> = observations.iter().filter(|o| writes_for(o)).collect();
+    let ids: Vec<i64> = touched.iter().map(|o| o.payment_id).collect();
+    let versions: Vec<i64> = touched.iter().map(|o| o.version).collect();
+    let updated: Vec<DateTime<Utc>> = touched.iter().map(|o| o.updated_at).collect();
+    let unchanged: HashSet<i64> = payments::lock_unchanged(tx, &ids, &versions, &updated)
+        .await?
+        .into_iter()
+        .collect();
+    for o in observations.iter_mut() {
+        if writes_for(o) && !unchanged.contains(&o.payment_id) {
+            tracing::info!(
+                payment_id = o.payment_id,
+                "payment changed while Stripe was asked; left for the next cycle"
+            );
+            o.changed_meanwhile();
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,151 @@
+//! Phase 3 of a batch: one transaction records what phase 2 observed
+//! ([`crate::record`]), renews the lease and moves the cursor by
+//! compare-and-set, or rolls back on a lost race; a dry run counts instead.
+
+use std::collections::HashSet;
+
+use sqlx::PgPool;
+
+use super::batch::{hold_lease, Mode, ReadBatch};
+use super::report::BatchReport;
+use crate::config::JobSettings;
+use crate::lease::Lease;
+use crate::outcome::RunError;
+use crate::read::Observation;
+use crate::record::{new_finding, record_observations};
+use crate::store::findings::{self, NewFinding};
+use crate::store::{cursor, Context};
+
+/// Phase 3 of a read batch (or the wrap at the end of the table). Never
+/// interrupted: it commits or rolls back as a whole.
+///
+/// # Errors
+/// As [`run_batch`].
+pub(crate) async fn commit(
+    pool: &PgPool,
+    settings: &JobSettings,
+    mode: Mode,
+    lease: Option<&Lease>,
+    read: ReadBatch,
+) -> Result<BatchReport, RunError> {
+    let ReadBatch {
+        cursor_from: cursor_id,
+        last_id,
+        mut observations,
+    } = read;
+    let mut report = BatchReport {
+        cursor_from: cursor_id,
+        ..BatchReport::default()
+    };
+    let Some(last_id) = last_id else {
+        return wrap(pool, settings, mode, lease, report).await;
+    };
+    report.scanned = observations.len() as u64;
+    report.cursor_to = last_id;
+
+    // 3. Record and advance, in one transaction.
+    match mode {
+        Mode::DryRun { .. } => dry_run_counts(pool, &observations, &mut report).await?,
+        Mode::Write => {
+            let job = &settings.job;
+            write_phase(
+                pool,
+                job,
+                settings.unverifiable_cycles,
+                lease,
+                (cursor_id, last_id),
+                &mut observations,
+                &mut report,
+            )
+            .await?;
+        }
+    }
+    for o in &observations {
+        report.verdicts.add(o.decision.verdict);
+    }
+    Ok(report)
+}
+
+/// What a real run would create: only findings not already open (the same
+/// dedup rule), and a command only with such a new finding.
+async fn dry_run_counts(
+    pool: &PgPool,
+    observations: &[Observation],
+    report: &mut BatchReport,
+) -> Result<(), RunError> {
+    let wanted: Vec<NewFinding> = observations.iter().filter_map(new_finding).collect();
+    let mut conn = pool.acquire().await.context("connecting")?;
+    let new: HashSet<(i64, String)> = findings::not_yet_open(&mut conn, &wanted)
+        .await?
+        .into_iter()
+        .collect();
+    report.findings_created = new.len() as u64;
+    report.commands_enqueued = observations
+        .iter()
+        .filter(|o| o.decision.command.is_some())
+        .filter(|o| {
+            o.decision
+                .kind
+                .as_ref()
+                .is_some_and(|k| new.contains(&(o.payment_id, k.as_str().into_owned())))
+        })
+        .count() as u64;
+    Ok(())
+}
+
+async fn wrap(
+    pool: &PgPool,
+    settings: &JobSettings,
+    mode: Mode,
+    lease: Option<&Lease>,
+    mut report: BatchReport,
+) -> Result<BatchReport, RunError> {
+    report.wrapped = true;
+    report.cursor_to = 0;
+    if mode == Mode::Write {
+        let mut tx = crate::store::begin(pool)
+            .await
+            .context("opening the wrap transaction")?;
+        hold_lease(&mut tx, lease).await?;
+        if !cursor::wrap(&mut tx, &settings.job, report.cursor_from).await? {
+            tx.rollback().await.context("rolling back the lost wrap")?;
+            return Err(RunError::ConcurrentRun {
+                job: settings.job.clone(),
+            });
+        }
+        tx.commit().await.context("committing the wrap")?;
+    }
+    Ok(report)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn write_phase(
+    pool: &PgPool,
+    job: &str,
+    unverifiable_cycles: u32,
+    lease: Option<&Lease>,
+    (cursor_id, last_id): (i64, i64),
+    observations: &mut [Observation],
+    report: &mut BatchReport,
+) -> Result<(), RunError> {
+    let mut tx = crate::store::begin(pool)
+        .await
+        .context("opening the write transaction")?;
+    let recorded = record_observations(&mut tx, job, unverifiable_cycles, observations).await?;
+    report.findings_created = recorded.findings_created;
+    report.findings_cleared = recorded.findings_cleared;
+    report.commands_enqueued = recorded.commands_enqueued;
+    if let Err(lost) = hold_lease(&mut tx, lease).await {
+        tx.rollback().await.context("rolling back the lost batch")?;
+        return Err(lost);
+    }
+    if !cursor::advance(&mut tx, job, cursor_id, last_id).await? {
+        // Roll back everything above now, not lazily when the connection is reused.
+        tx.rollback().await.context("rolling back the lost batch")?;
+        return Err(RunError::ConcurrentRun {
+            job: job.to_owned(),
+        });
+    }
+    tx.commit().await.context("committing the batch")?;
+    Ok(())
+}

@@ -1,0 +1,206 @@
+//! The batches of a run, pipelined: up to `RECONCILER_BATCHES_PER_RUN`
+//! batches, stopping early at the end of the table once rows were read (each
+//! row is read at most once per run), on a second consecutive wrap (an empty
+//! table), or on a shutdown signal (`schedule`). A run that starts at
+//! the end of the table wraps and goes on from the start.
+
+use std::time::Instant;
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use sqlx::PgPool;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use super::batch::{prepare, read_stripe, Mode};
+use super::commit::commit;
+use super::progress::{cycle_progress, CycleProgress, Pace, TableExtent};
+use super::report::{BatchReport, RunSummary};
+use super::run::RunOptions;
+use super::schedule::{Plan, BATCHES_IN_PROGRESS};
+use crate::config::JobSettings;
+use crate::lease::Lease;
+use crate::outcome::RunError;
+use crate::read::Pacing;
+use crate::status::human_duration;
+use crate::store::{cursor, stats, Context};
+use crate::stripe::StripeGateway;
+
+/// The batches of a run, pipelined so that Stripe is never idle at a batch
+/// boundary: as soon as batch k has started its last Stripe read, batch k+1
+/// reads its rows (phase 1, starting right after batch k's last id, without
+/// waiting for the cursor to move) and starts its own reads, so they queue at
+/// the rate limiter while batch k's last answers arrive and batch k commits. At most
+/// [`BATCHES_IN_PROGRESS`] batches are between phase 1 and their commit; commits happen in order, each
+/// with the compare-and-set `last_id = previous batch's last id`, so a lost
+/// race still rolls its batch back and stops the run (exit 75), and the batch
+/// being read is abandoned without a write. Every Stripe request of the run
+/// holds one of `RECONCILER_MAX_IN_FLIGHT` permits.
+pub(super) async fn batches(
+    pool: &PgPool,
+    gateway: &StripeGateway,
+    settings: &JobSettings,
+    options: RunOptions,
+    lease: Option<&Lease>,
+    shutdown: &CancellationToken,
+    summary: &mut RunSummary,
+) -> Result<(), RunError> {
+    let mode = if options.dry_run {
+        let mut conn = crate::store::begin(pool).await.context("connecting")?;
+        let start = cursor::read(&mut conn, &settings.job)
+            .await?
+            .map_or(0, |c| c.last_id);
+        summary.cursor_position = Some(start);
+        Mode::DryRun { after_id: start }
+    } else {
+        Mode::Write
+    };
+    let table = table_extent(pool, settings).await;
+    let run_started = Instant::now();
+    let in_flight = Semaphore::new((settings.max_in_flight as usize).max(1));
+    // A batch holds a slot from its phase 1 to the end of its commit.
+    let slots = Semaphore::new(BATCHES_IN_PROGRESS);
+    let (sender, mut receiver) = mpsc::unbounded_channel();
+
+    let producer = async {
+        let reads = futures::stream::unfold(Plan::new(), |mut plan| {
+            let (slots, in_flight) = (&slots, &in_flight);
+            async move {
+                let start = plan.next_start(settings, shutdown, run_started)?;
+                let Ok(slot) = slots.acquire().await else {
+                    return None;
+                };
+                // The previous batch has started every read (or ended).
+                if let Some(gate) = plan.gate.take() {
+                    let _ = gate.await;
+                }
+                let (all_started, gate) = oneshot::channel();
+                plan.gate = Some(gate);
+                let read: BoxFuture<'_, _> = match start {
+                    Err(e) => {
+                        plan.done = true;
+                        futures::future::ready(Err(e)).boxed()
+                    }
+                    Ok(start) => match prepare(pool, settings, mode, lease, &start).await {
+                        Err(e) => {
+                            plan.done = true;
+                            futures::future::ready(Err(e)).boxed()
+                        }
+                        Ok(prepared) => {
+                            plan.prepared(&prepared, options);
+                            let pacing = Pacing {
+                                in_flight,
+                                all_started: Some(all_started),
+                            };
+                            read_stripe(pool, gateway, settings, prepared, shutdown, pacing)
+                                .map(move |r| r.map(|read| (read, slot)))
+                                .boxed()
+                        }
+                    },
+                };
+                Some((read, plan))
+            }
+        })
+        .buffered(BATCHES_IN_PROGRESS);
+        let mut reads = std::pin::pin!(reads);
+        while let Some(read) = reads.next().await {
+            let failed = read.is_err();
+            if sender.send(read).is_err() || failed {
+                break;
+            }
+        }
+        drop(sender);
+    };
+
+    let consumer = async {
+        let mut number = 0u32;
+        let mut boundary = Instant::now();
+        while let Some(read) = receiver.recv().await {
+            let (read, slot) = read?;
+            number += 1;
+            let report = commit(pool, settings, mode, lease, read).await?;
+            drop(slot);
+            summary.add_batch(&report);
+            let rows_per_batch = u64::from(settings.batch_size);
+            let pace = Pace {
+                rows_scanned: summary.rows_scanned,
+                elapsed_seconds: run_started.elapsed().as_secs_f64(),
+                rows_left_in_run: u64::from(settings.batches_per_run.saturating_sub(number))
+                    * rows_per_batch,
+                rows_per_run: u64::from(settings.batches_per_run) * rows_per_batch,
+            };
+            let progress = cycle_progress(table, report.cursor_to, pace);
+            log_batch(number, &report, boundary.elapsed().as_secs_f64(), &progress);
+            boundary = Instant::now();
+        }
+        Ok(())
+    };
+    let mut producer = std::pin::pin!(producer);
+    let mut consumer = std::pin::pin!(consumer);
+    tokio::select! {
+        result = &mut consumer => result,
+        () = &mut producer => consumer.await,
+    }
+}
+
+/// The table's size and id range for the progress line, read once per run;
+/// unknown (zeros) when it cannot be read, which only blanks the estimate.
+async fn table_extent(pool: &PgPool, settings: &JobSettings) -> TableExtent {
+    let types = crate::reconcile::RepairCommand::EVENT_TYPES;
+    let figures = match pool.acquire().await {
+        Ok(mut conn) => stats::table_figures(&mut conn, &settings.job, &types)
+            .await
+            .ok(),
+        Err(_) => None,
+    };
+    figures.map_or_else(TableExtent::default, |t| TableExtent {
+        rows: t.rows_estimate,
+        min_id: t.min_id,
+        max_id: t.max_id,
+    })
+}
+
+fn log_batch(number: u32, r: &BatchReport, seconds: f64, p: &CycleProgress) {
+    let v = &r.verdicts;
+    use crate::reconcile::Verdict as V;
+    tracing::info!(
+        batch = number,
+        cursor_from = r.cursor_from,
+        cursor_to = r.cursor_to,
+        rows = r.scanned,
+        in_sync = v.get(V::InSync),
+        in_flight = v.get(V::InFlight),
+        repairable = v.get(V::Repairable),
+        needs_review = v.get(V::NeedsReview),
+        unverifiable = v.get(V::Unverifiable),
+        findings_created = r.findings_created,
+        commands_enqueued = r.commands_enqueued,
+        findings_cleared = r.findings_cleared,
+        wrapped = r.wrapped,
+        seconds,
+        cycle_rows_done = p.rows_done,
+        cycle_rows_total = p.rows_total,
+        cycle_eta_seconds = p.eta_seconds.map(f64::round),
+        cycle_more_runs = p.more_runs,
+        "batch done: {} / {} rows of the cycle, {}",
+        p.rows_done,
+        p.rows_total,
+        eta_text(p)
+    );
+}
+
+/// "about 2m 5s of scanning to the end of the cycle (this run and 3 more)".
+fn eta_text(p: &CycleProgress) -> String {
+    let runs = match p.more_runs {
+        0 => "within this run".to_owned(),
+        1 => "this run and 1 more".to_owned(),
+        n => format!("this run and {n} more"),
+    };
+    match p.eta_seconds {
+        Some(s) => format!(
+            "about {} of scanning to the end of the cycle ({runs})",
+            human_duration(s)
+        ),
+        None => format!("end of the cycle: {runs}"),
+    }
+}
