@@ -83,11 +83,20 @@ pub enum FindingsCommand {
     },
 }
 
-/// Accepts a value with something other than whitespace in it.
-fn non_blank(value: &str) -> Result<String, String> {
+/// A value that is empty or only whitespace (clap prints it after the
+/// argument's name).
+#[derive(Debug, thiserror::Error)]
+#[error("must not be empty")]
+pub struct BlankValue;
+
+/// Accepts a value with something other than whitespace in it, trimmed.
+///
+/// # Errors
+/// [`BlankValue`] for an empty or all-whitespace value.
+fn non_blank(value: &str) -> Result<String, BlankValue> {
     let trimmed = value.trim();
     if trimmed.is_empty() {
-        Err("must not be empty".to_owned())
+        Err(BlankValue)
     } else {
         Ok(trimmed.to_owned())
     }
