@@ -53,9 +53,11 @@ RECONCILER_BATCH_SIZE=1000 RECONCILER_BATCHES_PER_RUN=1 "$bin" run >/dev/null 2>
 cursor=$(psql "$DATABASE_URL" -Atc "SELECT last_id FROM reconciliation_cursor WHERE job = 'payments-vs-stripe'")
 
 say "a new order, pending, at the end of the table; its customer pays"
-row=$(psql "$DATABASE_URL" -Atc "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
+# -q: no command tag after the id (a `| head` here could cut psql off and
+# fail the demo with SIGPIPE under pipefail).
+row=$(psql "$DATABASE_URL" -qAtc "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
                                  VALUES ('ord_missed_webhook', 'pi_DemoMissedWebhook', 'pending', now() - interval '1 minute',
-                                         now() - interval '1 minute') RETURNING id" | head -n1)
+                                         now() - interval '1 minute') RETURNING id")
 say "Stripe: pi_DemoMissedWebhook succeeded; the webhook never reaches the application (payments.id $row, cursor at $cursor)"
 curl -fsS -X POST "$STRIPE_API_BASE/standin/payment_intents/pi_DemoMissedWebhook/succeeded" >.demo/events-missed.json
 say "Stripe: pi_DemoNoOrder succeeded, and no payments row points at it (money with no order)"
