@@ -2,14 +2,15 @@
 
 use super::CommandError;
 use crate::config::Settings;
-use crate::repair::{drain, RepairOptions};
+use crate::repair::{drain_with, RepairOptions};
 use crate::{db, shutdown};
 
 /// Drains the repair commands and prints the report on stdout (one JSON line).
 pub(super) async fn repair(settings: &Settings) -> Result<(), CommandError> {
     let pool = db::connect(settings.connect_options()?).await?;
     let token = shutdown::on_signal();
-    let report = drain(&pool, RepairOptions::default(), &token)
+    let statuses = &settings.job.statuses;
+    let report = drain_with(&pool, RepairOptions::default(), statuses, &token)
         .await
         .map_err(CommandError::Store)?;
     tracing::info!(

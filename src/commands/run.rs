@@ -89,10 +89,7 @@ pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), Comman
 /// the table), and `RECONCILER_AMOUNT_COLUMN` / `RECONCILER_CURRENCY_COLUMN`
 /// naming columns of `payments` with usable types. Exit 78 naming what to fix.
 async fn check_columns(pool: &PgPool, settings: &Settings) -> Result<(), CommandError> {
-    let columns = MoneyColumns {
-        amount: settings.job.amount_column.as_ref(),
-        currency: settings.job.currency_column.as_ref(),
-    };
+    let columns = MoneyColumns::of(&settings.job);
     let mut conn = pool
         .acquire()
         .await

@@ -9,6 +9,7 @@
 //! - `stripe`: `STRIPE_API_KEY`, `STRIPE_API_BASE` and the read budget (rate, in flight, timeout).
 //! - `scan`: the job's name, batch and run sizes, grace, deadline, [`ReadMode`].
 //! - `rules`: the money columns ([`ColumnName`]) and the aging thresholds.
+//! - `statuses`: the application's status words ([`StatusMap`]) and amount unit ([`AmountUnit`]).
 //! - `events`: [`EventsSettings`] of `stripe-reconciler events`.
 //! - `output`: [`LogFormat`] and `PUSHGATEWAY_URL`.
 //! - `value`: the number and URL parsers the groups share.
@@ -19,6 +20,7 @@ mod events;
 mod output;
 mod rules;
 mod scan;
+mod statuses;
 mod stripe;
 mod value;
 
@@ -33,6 +35,7 @@ pub use events::{EventsSettings, STRIPE_EVENTS_RETENTION};
 pub use output::LogFormat;
 pub use rules::ColumnName;
 pub use scan::ReadMode;
+pub use statuses::{AmountUnit, StatusMap, DEFAULT_LOCAL_STATUSES};
 pub use stripe::DEFAULT_STRIPE_API_BASE;
 
 use crate::reconcile::Rules;
@@ -81,6 +84,13 @@ pub struct JobSettings {
     /// `RECONCILER_CURRENCY_COLUMN`: a `payments` column holding the ISO
     /// currency code, compared case-insensitively. Default unset.
     pub currency_column: Option<ColumnName>,
+    /// `RECONCILER_AMOUNT_UNIT`: `minor` (default, integer column) or `major`
+    /// (numeric column, converted with Stripe's currency exponents; needs
+    /// `RECONCILER_CURRENCY_COLUMN`).
+    pub amount_unit: AmountUnit,
+    /// `RECONCILER_LOCAL_STATUSES`: the application's words for the
+    /// canonical local states (default `pending=pending;paid=paid;failed=failed`).
+    pub statuses: StatusMap,
     /// The aging thresholds: `RECONCILER_AUTH_EXPIRY_WARN_SECONDS` (default
     /// 432,000), `RECONCILER_PROCESSING_MAX_SECONDS` (default 1,209,600) and
     /// `RECONCILER_ABANDONED_AFTER_SECONDS` (default 0 = off).
@@ -116,6 +126,8 @@ impl Default for JobSettings {
             run_deadline: None,
             amount_column: None,
             currency_column: None,
+            amount_unit: AmountUnit::Minor,
+            statuses: StatusMap::default(),
             rules: Rules::default(),
             unverifiable_cycles: 3,
             events: EventsSettings::default(),
@@ -150,6 +162,7 @@ impl Settings {
         let output = output::parse(vars.clone())?;
         let scan = scan::parse(vars.clone())?;
         let checks = rules::parse(vars.clone())?;
+        let vocabulary = statuses::parse(vars.clone(), checks.currency_column.is_some())?;
         let events = events::parse(vars)?;
         Ok(Settings {
             database_url,
@@ -167,6 +180,8 @@ impl Settings {
                 run_deadline: scan.run_deadline,
                 amount_column: checks.amount_column,
                 currency_column: checks.currency_column,
+                amount_unit: vocabulary.amount_unit,
+                statuses: vocabulary.statuses,
                 rules: checks.rules,
                 unverifiable_cycles: scan.unverifiable_cycles,
                 events,
@@ -255,6 +270,11 @@ mod tests {
             ("RECONCILER_READ_MODE", "retrieve"),
             ("RECONCILER_LIST_WINDOW_SLACK_SECONDS", "24"),
             ("RECONCILER_LIST_MAX_PAGES", "25"),
+            ("RECONCILER_AMOUNT_UNIT", "major"),
+            (
+                "RECONCILER_LOCAL_STATUSES",
+                "pending=open;paid=complete;failed=canceled;refunded=refunded",
+            ),
         ]))
         .unwrap();
         let column = |var, name| Some(ColumnName::parse(var, name).unwrap());
@@ -272,6 +292,11 @@ mod tests {
                 run_deadline: Some(secs(17)),
                 amount_column: column("RECONCILER_AMOUNT_COLUMN", "amount_cents"),
                 currency_column: column("RECONCILER_CURRENCY_COLUMN", "currency"),
+                amount_unit: AmountUnit::Major,
+                statuses: StatusMap::parse(
+                    "pending=open;paid=complete;failed=canceled;refunded=refunded"
+                )
+                .unwrap(),
                 rules: Rules {
                     auth_expiry_warn_seconds: 18,
                     processing_max_seconds: 19,
@@ -338,6 +363,13 @@ mod tests {
             ("RECONCILER_EVENTS_LOOKBACK_SECONDS", "2592001"),
             ("RECONCILER_EVENTS_MAX_PAGES", "0"),
             ("RECONCILER_ORPHAN_METADATA_KEY", "key[0]"),
+            ("RECONCILER_LOCAL_STATUSES", "paid=paid;failed=failed"),
+            (
+                "RECONCILER_LOCAL_STATUSES",
+                "pending=pending;paid=paid;failed=failed;x=y",
+            ),
+            ("RECONCILER_AMOUNT_UNIT", "major"),
+            ("RECONCILER_AMOUNT_UNIT", "cents"),
             ("STRIPE_API_KEY", " sk_test_padded"),
             ("STRIPE_API_BASE", "not a url"),
             ("STRIPE_API_BASE", "ftp://example.com"),

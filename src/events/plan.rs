@@ -203,7 +203,7 @@ mod tests {
             row: PaymentRow {
                 id,
                 stripe_payment_intent_id: Some(pi.into()),
-                status: Some("pending".into()),
+                status: crate::reconcile::LocalStatus::Pending,
                 version: 0,
                 updated_at: Utc.timestamp_opt(0, 0).unwrap(),
                 created_at: Utc.timestamp_opt(0, 0).unwrap(),

@@ -149,10 +149,7 @@ async fn body(
 
     // 3. The rows, by index lookup, and the orphans already open.
     let ids: Vec<&str> = named.iter().map(|e| e.payment_intent.as_str()).collect();
-    let columns = MoneyColumns {
-        amount: settings.amount_column.as_ref(),
-        currency: settings.currency_column.as_ref(),
-    };
+    let columns = MoneyColumns::of(settings);
     let (rows, open_orphans) = {
         let mut tx = crate::store::begin(pool)
             .await

@@ -273,7 +273,7 @@ async fn observe(
         payment_id: row.id,
         version: row.version,
         updated_at: row.updated_at,
-        local: LocalStatus::parse(row.status.as_deref().unwrap_or("")),
+        local: row.status.clone(),
         payment_intent: None,
         decision: Decision::plain(Verdict::InFlight),
         observed: None,

@@ -4,8 +4,9 @@
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
+use super::currency::{self, MinorUnitsError};
 use super::decision::{classify_status, Decision};
-use super::facts::{ChargeFacts, LocalPayment, PaymentIntentFacts};
+use super::facts::{ChargeFacts, LocalAmount, LocalPayment, PaymentIntentFacts};
 use super::kind::FindingKind;
 use super::status::{ExternalStatus, LocalStatus};
 
@@ -73,8 +74,13 @@ fn money_check(local: &LocalPayment, pi: &PaymentIntentFacts) -> Option<Decision
         return Some(Decision::review(FindingKind::DuplicatePaymentIntent));
     }
     if pi.status == ExternalStatus::Succeeded {
-        if let Some(decision) = charge_check(pi) {
-            return Some(decision);
+        let refunded_locally = local.status == LocalStatus::Refunded;
+        match charge_check(pi) {
+            // The refund Stripe shows is the one the row records.
+            Some(d) if refunded_locally && d.kind == Some(FindingKind::Refunded) => {}
+            Some(decision) => return Some(decision),
+            None if refunded_locally => return Some(refund_not_shown(pi)),
+            None => {}
         }
     }
     if let Some(local_currency) = &local.currency {
@@ -90,11 +96,15 @@ fn money_check(local: &LocalPayment, pi: &PaymentIntentFacts) -> Option<Decision
             ));
         }
     }
-    if let Some(local_amount) = local.amount {
+    if let Some(amount) = &local.amount {
         let Some(stripe_amount) = pi.amount else {
             return Some(Decision::unverifiable(
                 "the row has an amount but the PaymentIntent has none",
             ));
+        };
+        let local_amount = match minor_units(amount, local, stripe_amount) {
+            Ok(minor) => minor,
+            Err(decision) => return Some(decision),
         };
         if local_amount != stripe_amount {
             let ratio = (local_amount != 0).then(|| {
@@ -104,6 +114,7 @@ fn money_check(local: &LocalPayment, pi: &PaymentIntentFacts) -> Option<Decision
                 FindingKind::AmountMismatch,
                 json!({
                     "local_amount": local_amount,
+                    "local_amount_major": major_text(amount),
                     "stripe_amount": stripe_amount,
                     "currency": pi.currency,
                     "stripe_to_local_ratio": ratio,
@@ -112,6 +123,68 @@ fn money_check(local: &LocalPayment, pi: &PaymentIntentFacts) -> Option<Decision
         }
     }
     None
+}
+
+/// The row's amount in minor units. A major amount (`RECONCILER_AMOUNT_UNIT=major`)
+/// is converted with the row's currency's exponent (the currency check has
+/// already matched it with Stripe's); without a currency the exponent is
+/// unknown (UNVERIFIABLE), and one that is not a whole number of minor units
+/// (12.345 USD) is an `amount_mismatch` whatever Stripe says.
+fn minor_units(
+    amount: &LocalAmount,
+    local: &LocalPayment,
+    stripe_amount: i64,
+) -> Result<i64, Decision> {
+    let major = match amount {
+        LocalAmount::Minor(minor) => return Ok(*minor),
+        LocalAmount::Major(major) => major,
+    };
+    let Some(currency) = &local.currency else {
+        return Err(Decision::unverifiable(
+            "the row's amount is in major units but it has no currency: the exponent is unknown",
+        ));
+    };
+    currency::to_minor_units(major, currency).map_err(|e| {
+        let exponent = match &e {
+            MinorUnitsError::NotWhole { exponent, .. } => Some(*exponent),
+            _ => None,
+        };
+        Decision::review_with(
+            FindingKind::AmountMismatch,
+            json!({
+                "local_amount_major": major,
+                "stripe_amount": stripe_amount,
+                "currency": currency,
+                "exponent": exponent,
+                "reason": e.to_string(),
+            }),
+        )
+    })
+}
+
+fn major_text(amount: &LocalAmount) -> Option<&str> {
+    match amount {
+        LocalAmount::Major(major) => Some(major),
+        LocalAmount::Minor(_) => None,
+    }
+}
+
+/// A local `refunded` whose `succeeded` PaymentIntent's charge shows no
+/// refund (and no dispute): `refunded_locally_not_externally`.
+fn refund_not_shown(pi: &PaymentIntentFacts) -> Decision {
+    let (amount, amount_refunded) = match &pi.charge {
+        ChargeFacts::Known(c) => (c.amount_captured.or(c.amount), c.amount_refunded),
+        _ => (None, None),
+    };
+    Decision::review_with(
+        FindingKind::RefundedLocallyNotExternally,
+        json!({
+            "stripe_status": pi.status.as_str(),
+            "amount": amount.or(pi.amount),
+            "amount_refunded": amount_refunded,
+            "currency": pi.currency,
+        }),
+    )
 }
 
 /// Refunds and disputes of a `succeeded` PaymentIntent's latest charge. Money
@@ -352,7 +425,7 @@ mod tests {
     #[test]
     fn money_rows_of_the_beyond_status_table() {
         let with_money = |status: &str, amount: i64, currency: &str| LocalPayment {
-            amount: Some(amount),
+            amount: Some(LocalAmount::Minor(amount)),
             currency: Some(currency.into()),
             ..local(status)
         };
@@ -840,11 +913,213 @@ mod tests {
         assert_eq!(d.details, None, "no aging details on a status finding");
     }
 
+    fn refunded() -> LocalPayment {
+        LocalPayment::with_status(LocalStatus::Refunded)
+    }
+
+    #[test]
+    fn a_local_refund_agrees_only_with_a_refund_stripe_shows() {
+        let mut rows = vec![
+            row(
+                "full refund at Stripe: in sync, no refunded finding",
+                refunded(),
+                charged(pi("succeeded"), charge(1099, 1099, true, false)),
+                Verdict::InSync,
+                None,
+            ),
+            row(
+                "partial refund at Stripe (partially_refunded mapped to refunded): in sync",
+                refunded(),
+                charged(pi("succeeded"), charge(2000, 500, false, false)),
+                Verdict::InSync,
+                None,
+            ),
+            Row {
+                details: serde_json::json!({
+                    "stripe_status": "succeeded", "amount": 1099, "amount_refunded": 0,
+                    "currency": "usd",
+                }),
+                ..row(
+                    "the charge shows no refund",
+                    refunded(),
+                    clean_success(),
+                    Verdict::NeedsReview,
+                    Some("refunded_locally_not_externally"),
+                )
+            },
+            row(
+                "a disputed charge stays disputed",
+                refunded(),
+                charged(pi("succeeded"), charge(1099, 1099, true, true)),
+                Verdict::NeedsReview,
+                Some("disputed"),
+            ),
+            row(
+                "a charge not expanded: the refund cannot be checked",
+                refunded(),
+                PaymentIntentFacts {
+                    charge: ChargeFacts::NotExpanded,
+                    ..pi("succeeded")
+                },
+                Verdict::Unverifiable,
+                None,
+            ),
+            Row {
+                details: serde_json::json!({ "local_amount": 1000, "stripe_amount": 1099 }),
+                ..row(
+                    "a refund in sync still has its amount compared",
+                    LocalPayment {
+                        amount: Some(LocalAmount::Minor(1000)),
+                        ..refunded()
+                    },
+                    charged(pi("succeeded"), charge(1099, 1099, true, false)),
+                    Verdict::NeedsReview,
+                    Some("amount_mismatch"),
+                )
+            },
+        ];
+        // A PaymentIntent that never succeeded took no money to give back
+        // (a canceled one's released authorisation is no refund).
+        for external in [
+            "requires_payment_method",
+            "requires_confirmation",
+            "requires_action",
+            "processing",
+            "requires_capture",
+            "canceled",
+            "some_new_status",
+        ] {
+            rows.push(Row {
+                details: serde_json::json!({ "stripe_status": external }),
+                ..row(
+                    "never succeeded",
+                    refunded(),
+                    charged(pi(external), charge(1099, 1099, true, false)),
+                    Verdict::NeedsReview,
+                    Some("refunded_locally_not_externally"),
+                )
+            });
+        }
+        check(rows, &rules());
+        let kind = FindingKind::RefundedLocallyNotExternally;
+        assert!(kind.is_money() && kind.is_blocking());
+    }
+
+    #[test]
+    fn a_word_the_map_does_not_know_is_unexpected_with_the_raw_word() {
+        let d = classify(
+            &LocalPayment::with_status(LocalStatus::Other("on_hold".into())),
+            &clean_success(),
+            &Rules::default(),
+            now(),
+        );
+        assert_eq!(kind(&d).as_deref(), Some("unexpected:on_hold->succeeded"));
+        assert_eq!(
+            crate::reconcile::kind_label(&kind(&d).unwrap_or_default()),
+            "unexpected:other->succeeded"
+        );
+        assert_eq!(detail(&d, "local_status"), "on_hold");
+    }
+
+    #[test]
+    fn major_unit_amounts_are_compared_in_minor_units() {
+        let major = |status: &str, amount: &str, currency: &str| LocalPayment {
+            amount: Some(LocalAmount::Major(amount.into())),
+            currency: Some(currency.into()),
+            ..local(status)
+        };
+        let priced = |amount: i64, currency: &str| {
+            let mut facts = charged(pi("succeeded"), charge(amount, 0, false, false));
+            facts.amount = Some(amount);
+            facts.currency = Some(currency.into());
+            facts
+        };
+        let rows = vec![
+            row(
+                "12.00 USD is 1200 cents",
+                major("paid", "12.00", "USD"),
+                priced(1200, "usd"),
+                Verdict::InSync,
+                None,
+            ),
+            row(
+                "1200 JPY is 1200 (zero-decimal)",
+                major("paid", "1200", "jpy"),
+                priced(1200, "jpy"),
+                Verdict::InSync,
+                None,
+            ),
+            row(
+                "1.234 KWD is 1234 (three-decimal)",
+                major("paid", "1.234", "kwd"),
+                priced(1234, "kwd"),
+                Verdict::InSync,
+                None,
+            ),
+            row(
+                "1200.00 JPY: zero decimals that are all zero are whole yen",
+                major("paid", "1200.00", "jpy"),
+                priced(1200, "jpy"),
+                Verdict::InSync,
+                None,
+            ),
+            Row {
+                details: serde_json::json!({
+                    "local_amount": 1200, "local_amount_major": "12.00",
+                    "stripe_amount": 1250,
+                }),
+                ..row(
+                    "12.00 USD against 1250 cents",
+                    major("paid", "12.00", "usd"),
+                    priced(1250, "usd"),
+                    Verdict::NeedsReview,
+                    Some("amount_mismatch"),
+                )
+            },
+            Row {
+                details: serde_json::json!({
+                    "local_amount_major": "12.345", "stripe_amount": 1234,
+                    "currency": "usd", "exponent": 2,
+                }),
+                ..row(
+                    "12.345 USD is no whole number of cents",
+                    major("paid", "12.345", "usd"),
+                    priced(1234, "usd"),
+                    Verdict::NeedsReview,
+                    Some("amount_mismatch"),
+                )
+            },
+            row(
+                "no currency on the row: the exponent is unknown",
+                LocalPayment {
+                    currency: None,
+                    ..major("paid", "12.00", "usd")
+                },
+                priced(1200, "usd"),
+                Verdict::Unverifiable,
+                None,
+            ),
+        ];
+        check(rows, &Rules::default());
+        let d = classify(
+            &major("paid", "12.345", "usd"),
+            &priced(1234, "usd"),
+            &Rules::default(),
+            now(),
+        );
+        assert!(
+            detail(&d, "reason")
+                .as_str()
+                .is_some_and(|r| r.contains("not a whole number of minor units")),
+            "{d:?}"
+        );
+    }
+
     #[test]
     fn money_beats_aging() {
         let d = classify(
             &LocalPayment {
-                amount: Some(1000),
+                amount: Some(LocalAmount::Minor(1000)),
                 ..local("pending")
             },
             &aged("requires_capture", 10_000),

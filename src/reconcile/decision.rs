@@ -171,7 +171,10 @@ impl Decision {
 /// payment whose PaymentIntent is back in `requires_payment_method` is in sync,
 /// because Stripe returns a PaymentIntent to that state after a failed attempt.
 /// Money-moving directions (paid locally; succeeded externally but failed
-/// locally) are never repairable.
+/// locally) are never repairable. A local `refunded` (turn 3) agrees with a
+/// `succeeded` PaymentIntent here (whether the charge shows the refund is
+/// [`super::classify`]'s question) and with nothing else:
+/// `refunded_locally_not_externally`.
 pub fn classify_status(local: &LocalStatus, external: &ExternalStatus) -> Decision {
     use ExternalStatus as E;
     use LocalStatus as L;
@@ -189,10 +192,29 @@ pub fn classify_status(local: &LocalStatus, external: &ExternalStatus) -> Decisi
             FindingKind::MissedCancel,
             RepairCommand::ApplyPaymentCanceled,
         ),
+        // A refund leaves the PaymentIntent `succeeded`: as far as status
+        // can tell they agree; `classify` asks the charge whether the money
+        // went back.
+        (L::Refunded, E::Succeeded) => Decision::plain(Verdict::InSync),
+        // Nothing was ever captured, so nothing can have been refunded.
+        (L::Refunded, external) => Decision::review_with(
+            FindingKind::RefundedLocallyNotExternally,
+            serde_json::json!({ "stripe_status": external.as_str() }),
+        ),
         (L::Paid, _) => Decision::review(FindingKind::PaidLocallyNotExternally),
-        (local, external) => Decision::review(FindingKind::Unexpected {
-            local: local.as_str().to_owned(),
-            external: external.as_str().to_owned(),
-        }),
+        (local, external) => {
+            let kind = FindingKind::Unexpected {
+                local: local.as_str().to_owned(),
+                external: external.as_str().to_owned(),
+            };
+            match local {
+                // A word `RECONCILER_LOCAL_STATUSES` does not map: the raw
+                // word is kept for the reviewer (the metric label says `other`).
+                L::Other(word) => {
+                    Decision::review_with(kind, serde_json::json!({ "local_status": word }))
+                }
+                _ => Decision::review(kind),
+            }
+        }
     }
 }

@@ -14,15 +14,26 @@ use super::status::{ExternalStatus, LocalStatus};
 pub struct LocalPayment {
     /// `payments.status`.
     pub status: LocalStatus,
-    /// The amount in minor units (cents, yen) from `RECONCILER_AMOUNT_COLUMN`;
-    /// `None` when the column is not configured or the row holds NULL (then
-    /// no amount is compared).
-    pub amount: Option<i64>,
+    /// The amount from `RECONCILER_AMOUNT_COLUMN`, in the unit of
+    /// `RECONCILER_AMOUNT_UNIT`; `None` when the column is not configured or
+    /// the row holds NULL (then no amount is compared).
+    pub amount: Option<LocalAmount>,
     /// The ISO currency code from `RECONCILER_CURRENCY_COLUMN`, any case;
     /// `None` when not configured or NULL.
     pub currency: Option<String>,
     /// Another `payments` row holds the same `stripe_payment_intent_id`.
     pub shares_payment_intent: bool,
+}
+
+/// An amount as the row holds it (`RECONCILER_AMOUNT_UNIT`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocalAmount {
+    /// `minor`: an integer column in minor units (cents, yen), as Stripe's.
+    Minor(i64),
+    /// `major`: the decimal text of a `numeric` column in major units
+    /// (`12.00` dollars), converted with the row's currency's exponent
+    /// ([`super::currency::to_minor_units`]) when compared.
+    Major(String),
 }
 
 impl LocalPayment {

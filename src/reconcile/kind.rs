@@ -28,6 +28,16 @@ pub enum FindingKind {
     /// The latest charge of a `succeeded` PaymentIntent was refunded, fully
     /// or in part (`amount_refunded > 0`). Money kind.
     Refunded,
+    /// Local `refunded` (`RECONCILER_LOCAL_STATUSES`), but Stripe shows no
+    /// refund: the latest charge of the `succeeded` PaymentIntent has
+    /// nothing refunded, or the PaymentIntent never took the money. Money
+    /// kind: the application believes the customer has their money back
+    /// (revenue reversed, stock released, the customer told) while Stripe
+    /// still holds it, or never held it; either the customer is owed a
+    /// refund that was never issued (a chargeback waiting to happen) or the
+    /// books count a refund that never left. Only a read that shows the
+    /// refund clears it.
+    RefundedLocallyNotExternally,
     /// The latest charge of a `succeeded` PaymentIntent is disputed. Money kind.
     Disputed,
     /// The row's amount (`RECONCILER_AMOUNT_COLUMN`) differs from the
@@ -65,13 +75,14 @@ pub enum FindingKind {
 impl FindingKind {
     /// Every kind with a fixed name (all but [`FindingKind::Unexpected`]), in
     /// the order of DESIGN.md's Classification and "Beyond status" tables.
-    pub const ALL: [FindingKind; 15] = [
+    pub const ALL: [FindingKind; 16] = [
         Self::MissedSuccess,
         Self::MissedCancel,
         Self::PaidLocallyNotExternally,
         Self::MissingExternally,
         Self::InvalidPaymentIntentId,
         Self::Refunded,
+        Self::RefundedLocallyNotExternally,
         Self::Disputed,
         Self::AmountMismatch,
         Self::CurrencyMismatch,
@@ -93,6 +104,7 @@ impl FindingKind {
             Self::MissingExternally => "missing_externally",
             Self::InvalidPaymentIntentId => "invalid_payment_intent_id",
             Self::Refunded => "refunded",
+            Self::RefundedLocallyNotExternally => "refunded_locally_not_externally",
             Self::Disputed => "disputed",
             Self::AmountMismatch => "amount_mismatch",
             Self::CurrencyMismatch => "currency_mismatch",
@@ -125,6 +137,7 @@ impl FindingKind {
     pub const fn is_money(&self) -> bool {
         match self {
             Self::Refunded
+            | Self::RefundedLocallyNotExternally
             | Self::Disputed
             | Self::AmountMismatch
             | Self::CurrencyMismatch
@@ -150,6 +163,7 @@ impl FindingKind {
     pub const fn is_blocking(&self) -> bool {
         match self {
             Self::Refunded
+            | Self::RefundedLocallyNotExternally
             | Self::Disputed
             | Self::AmountMismatch
             | Self::CurrencyMismatch
@@ -274,6 +288,7 @@ mod tests {
             money,
             [
                 "refunded",
+                "refunded_locally_not_externally",
                 "disputed",
                 "amount_mismatch",
                 "currency_mismatch",
@@ -285,6 +300,7 @@ mod tests {
             blocking,
             [
                 "refunded",
+                "refunded_locally_not_externally",
                 "disputed",
                 "amount_mismatch",
                 "currency_mismatch",

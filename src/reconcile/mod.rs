@@ -6,6 +6,7 @@
 //! the `as_str` methods used by the store).
 //!
 //! - `classify`: [`classify`], the money checks, the status table, the aging checks.
+//! - [`currency`]: Stripe's currency exponents; major units to minor units, exactly.
 //! - `decision`: [`Verdict`], [`Decision`], [`RepairCommand`], [`classify_status`].
 //! - `facts`: what a read of Stripe and of the row tells classification.
 //! - `kind`: [`FindingKind`], [`FindingKind::ALL`], money and blocking kinds.
@@ -14,6 +15,7 @@
 //! - `status`: [`LocalStatus`], [`ExternalStatus`].
 
 mod classify;
+pub mod currency;
 mod decision;
 mod facts;
 mod kind;
@@ -24,7 +26,7 @@ mod status;
 
 pub use classify::{classify, Rules, AUTHORIZATION_LIFETIME_SECONDS};
 pub use decision::{classify_status, Decision, RepairCommand, Verdict};
-pub use facts::{Charge, ChargeFacts, LocalPayment, PaymentIntentFacts};
+pub use facts::{Charge, ChargeFacts, LocalAmount, LocalPayment, PaymentIntentFacts};
 pub use kind::FindingKind;
 pub use labels::{kind_label, open_findings_by_label, KNOWN_KINDS, MAX_KIND_LABELS, OTHER_KIND};
 pub use orphan::orphan_details;

@@ -3,11 +3,13 @@
 
 use std::fmt;
 
-/// `payments.status` as the design note's CHECK constraint defines it.
+/// The canonical local state of a payment: the design note's three
+/// `payments.status` values plus `refunded` (DESIGN.md "Turn 3 contract").
 ///
-/// A database that predates the reconciler may hold other strings; they are
-/// kept verbatim in [`LocalStatus::Other`] so they can be reported, not
-/// rejected.
+/// The application's own words for these states are mapped at the database
+/// edge (`RECONCILER_LOCAL_STATUSES`, `config::StatusMap`); classification
+/// only ever sees canonical states. A word the map does not know is kept
+/// verbatim in [`LocalStatus::Other`] so it can be reported, not rejected.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum LocalStatus {
     /// The payment is awaiting an outcome.
@@ -16,12 +18,25 @@ pub enum LocalStatus {
     Paid,
     /// We treated the payment as failed.
     Failed,
-    /// Any other value found in the column.
+    /// We treated the payment as refunded (the money went back to the
+    /// customer), fully or in part.
+    Refunded,
+    /// Any other value found in the column (the raw word).
     Other(String),
 }
 
 impl LocalStatus {
-    /// Parses the database value; never fails (unknown strings become `Other`).
+    /// The four canonical states, in `RECONCILER_LOCAL_STATUSES` order.
+    pub const CANONICAL: [LocalStatus; 4] = [
+        LocalStatus::Pending,
+        LocalStatus::Paid,
+        LocalStatus::Failed,
+        LocalStatus::Refunded,
+    ];
+
+    /// Parses a value in the default vocabulary (`pending`, `paid`, `failed`,
+    /// the default `RECONCILER_LOCAL_STATUSES`); never fails (any other
+    /// string, `refunded` included, becomes `Other`).
     pub fn parse(value: &str) -> Self {
         match value {
             "pending" => Self::Pending,
@@ -31,12 +46,19 @@ impl LocalStatus {
         }
     }
 
-    /// The database value.
+    /// The canonical state called `name` (`pending`, `paid`, `failed`,
+    /// `refunded`); `None` for any other name.
+    pub fn canonical(name: &str) -> Option<Self> {
+        Self::CANONICAL.into_iter().find(|s| s.as_str() == name)
+    }
+
+    /// The canonical state's name, or the raw word of `Other`.
     pub fn as_str(&self) -> &str {
         match self {
             Self::Pending => "pending",
             Self::Paid => "paid",
             Self::Failed => "failed",
+            Self::Refunded => "refunded",
             Self::Other(s) => s,
         }
     }

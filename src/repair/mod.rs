@@ -5,7 +5,7 @@
 pub mod worker;
 pub mod writer;
 
-pub use worker::{drain, RepairError, RepairOptions, RepairReport};
+pub use worker::{drain, drain_with, RepairError, RepairOptions, RepairReport};
 pub use writer::{
     apply, apply_payment_canceled, apply_payment_succeeded, WriteError, WriteOutcome,
 };

@@ -14,6 +14,7 @@ use sqlx::{Connection, PgPool};
 use tokio_util::sync::CancellationToken;
 
 use super::writer::{apply, WriteError};
+use crate::config::StatusMap;
 use crate::reconcile::{FindingKind, RepairCommand, Resolution};
 use crate::store::outbox::{self, ClaimedCommand};
 use crate::store::{findings, payments};
@@ -101,6 +102,10 @@ pub enum RepairError {
         /// The payload's `payment_id`.
         payment_id: i64,
     },
+    /// `RECONCILER_LOCAL_STATUSES` has no word for a state the command
+    /// needs.
+    #[error("RECONCILER_LOCAL_STATUSES has no word for {0}")]
+    NoWord(crate::reconcile::LocalStatus),
     /// The database failed inside the command's savepoint.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -122,6 +127,7 @@ impl From<WriteError> for RepairError {
     fn from(e: WriteError) -> Self {
         match e {
             WriteError::UnknownPayment(id) => RepairError::UnknownPayment(id),
+            WriteError::NoWord(state) => RepairError::NoWord(state),
             WriteError::Store(e) => RepairError::Store(e),
         }
     }
@@ -135,14 +141,31 @@ enum Applied {
     Skipped(String),
 }
 
-/// Drains the repair commands until none is claimable or `shutdown` fires.
+/// Drains the repair commands until none is claimable or `shutdown` fires,
+/// writing the design note's own status words (the default
+/// `RECONCILER_LOCAL_STATUSES`; [`drain_with`] takes the application's).
+///
+/// # Errors
+/// [`StoreError`] when the database fails outside a single command.
+pub async fn drain(
+    pool: &PgPool,
+    options: RepairOptions,
+    shutdown: &CancellationToken,
+) -> Result<RepairReport, StoreError> {
+    drain_with(pool, options, &StatusMap::default(), shutdown).await
+}
+
+/// [`drain`] in the words of `statuses` (`RECONCILER_LOCAL_STATUSES`): the
+/// canonical writer writes the first word of the target state and guards on
+/// any word of `pending`.
 ///
 /// # Errors
 /// [`StoreError`] when the database fails outside a single command.
 #[tracing::instrument(name = "repair", skip_all)]
-pub async fn drain(
+pub async fn drain_with(
     pool: &PgPool,
     options: RepairOptions,
+    statuses: &StatusMap,
     shutdown: &CancellationToken,
 ) -> Result<RepairReport, StoreError> {
     let types = RepairCommand::EVENT_TYPES;
@@ -178,7 +201,7 @@ pub async fn drain(
         });
         for command in claimed {
             let mut savepoint = tx.begin().await.context("opening a savepoint")?;
-            match process(&mut savepoint, &command).await {
+            match process(&mut savepoint, &command, statuses).await {
                 Ok(applied) => {
                     match &applied {
                         Applied::Skipped(reason) => {
@@ -233,6 +256,7 @@ pub async fn drain(
 async fn process(
     conn: &mut sqlx::PgConnection,
     command: &ClaimedCommand,
+    statuses: &StatusMap,
 ) -> Result<Applied, RepairError> {
     let kind = RepairCommand::parse(&command.event_type)
         .ok_or_else(|| RepairError::UnknownCommand(command.event_type.clone()))?;
@@ -279,10 +303,11 @@ async fn process(
         ));
     }
     // The expected status is the canonical writer's guard (`WHERE status =
-    // 'pending'`): repaired when the payment already reached the target,
+    // ANY(<the words of pending>)`): repaired when the payment already reached the target,
     // superseded when it moved elsewhere.
     let outcome = apply(
         conn,
+        statuses,
         kind,
         payload.payment_id,
         Some(payload.finding_id),

@@ -1,10 +1,12 @@
 //! The canonical writer (design note: `apply_payment_succeeded`).
 //!
 //! `ApplyPaymentSucceeded` moves a payment `pending -> paid`,
-//! `ApplyPaymentCanceled` moves it `pending -> failed`. Each is a guarded
-//! UPDATE (`WHERE status = 'pending'`, `version + 1`, `updated_at = now()`) and
-//! a no-op when the payment has already moved, so the webhook handler and a
-//! repair can race safely. When the transition really happens, a
+//! `ApplyPaymentCanceled` moves it `pending -> failed`, in the application's
+//! words (`RECONCILER_LOCAL_STATUSES`): it writes the first word of the
+//! target state and guards on any word of `pending`. Each is a guarded
+//! UPDATE (`WHERE status = ANY($pending_words)`, `version + 1`, `updated_at =
+//! now()`) and a no-op when the payment has already moved, so the webhook
+//! handler and a repair can race safely. When the transition really happens, a
 //! `PaymentStatusChanged` event is appended to the outbox in the same
 //! transaction, so downstream consumers react exactly once whichever path got
 //! there first. When called for a finding, the finding is resolved as
@@ -16,7 +18,8 @@
 use serde_json::json;
 use sqlx::{PgConnection, PgPool};
 
-use crate::reconcile::{RepairCommand, Resolution};
+use crate::config::StatusMap;
+use crate::reconcile::{LocalStatus, RepairCommand, Resolution};
 use crate::store::payments::{transition_status, TransitionResult};
 use crate::store::{findings, outbox, Context, StoreError};
 
@@ -38,34 +41,48 @@ pub enum WriteError {
     /// No payment has this id.
     #[error("payment {0} does not exist")]
     UnknownPayment(i64),
+    /// `RECONCILER_LOCAL_STATUSES` gives the state no word to write or to
+    /// match (never for a parsed map: `pending`, `paid` and `failed` are
+    /// required).
+    #[error("RECONCILER_LOCAL_STATUSES has no word for {0}")]
+    NoWord(LocalStatus),
     /// A database failure; the transaction rolled back.
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
-/// The target status of a command: `(from, to)`.
-fn transition(command: RepairCommand) -> (&'static str, &'static str) {
+/// The canonical states of a command: `(from, to)` (DESIGN.md, "The
+/// canonical writer and repairs").
+fn transition(command: RepairCommand) -> (LocalStatus, LocalStatus) {
     match command {
-        RepairCommand::ApplyPaymentSucceeded => ("pending", "paid"),
-        RepairCommand::ApplyPaymentCanceled => ("pending", "failed"),
+        RepairCommand::ApplyPaymentSucceeded => (LocalStatus::Pending, LocalStatus::Paid),
+        RepairCommand::ApplyPaymentCanceled => (LocalStatus::Pending, LocalStatus::Failed),
     }
 }
 
 /// Applies `command` to `payment_id` inside the caller's transaction (`conn`
 /// must be in one: the status change, the event and the finding's resolution
-/// commit or roll back together). `cause` goes into the event (e.g.
-/// `"reconciler"`, `"webhook"`).
+/// commit or roll back together), in the words of `statuses`. `cause` goes
+/// into the event (e.g. `"reconciler"`, `"webhook"`).
 ///
 /// # Errors
-/// [`WriteError::UnknownPayment`]; [`WriteError::Store`].
+/// [`WriteError::UnknownPayment`]; [`WriteError::NoWord`]; [`WriteError::Store`].
 pub async fn apply(
     conn: &mut PgConnection,
+    statuses: &StatusMap,
     command: RepairCommand,
     payment_id: i64,
     finding_id: Option<i64>,
     cause: &str,
 ) -> Result<WriteOutcome, WriteError> {
-    let (from, to) = transition(command);
+    let (from_state, to_state) = transition(command);
+    let from = statuses.words(&from_state);
+    if from.is_empty() {
+        return Err(WriteError::NoWord(from_state));
+    }
+    let to = statuses
+        .first_word(&to_state)
+        .ok_or_else(|| WriteError::NoWord(to_state.clone()))?;
     // Where the payment is now decides how the finding closes: `repaired` when
     // it reached the command's target (by us or by the webhook), `superseded`
     // when it moved elsewhere (e.g. a late failure webhook): the next scan
@@ -75,14 +92,15 @@ pub async fn apply(
         TransitionResult::Missing => return Err(WriteError::UnknownPayment(payment_id)),
         TransitionResult::AlreadyMoved { status } => {
             tracing::info!(payment_id, %command, %status, "payment already moved; transition is a no-op");
-            if status != to {
+            if statuses.local(&status) != to_state {
                 resolution = Resolution::Superseded;
             }
             false
         }
         TransitionResult::Changed { version } => {
             let event = json!({
-                "payment_id": payment_id, "from": from, "to": to, "version": version,
+                "payment_id": payment_id, "from": from_state.as_str(), "to": to_state.as_str(),
+                "status": to, "version": version,
                 "command": command.as_str(), "cause": cause, "finding_id": finding_id,
             });
             outbox::append_event(conn, payment_id, PAYMENT_STATUS_CHANGED, &event).await?;
@@ -99,18 +117,21 @@ pub async fn apply(
     })
 }
 
-/// `pending -> paid` in its own transaction (for a webhook handler).
+/// `pending -> paid` in its own transaction (for a webhook handler), in the
+/// words of `statuses` (the application's `RECONCILER_LOCAL_STATUSES`).
 ///
 /// # Errors
 /// [`WriteError::UnknownPayment`]; [`WriteError::Store`].
 pub async fn apply_payment_succeeded(
     pool: &PgPool,
+    statuses: &StatusMap,
     payment_id: i64,
     finding_id: Option<i64>,
     cause: &str,
 ) -> Result<WriteOutcome, WriteError> {
     apply_in_transaction(
         pool,
+        statuses,
         RepairCommand::ApplyPaymentSucceeded,
         payment_id,
         finding_id,
@@ -119,18 +140,21 @@ pub async fn apply_payment_succeeded(
     .await
 }
 
-/// `pending -> failed` in its own transaction (for a webhook handler).
+/// `pending -> failed` in its own transaction (for a webhook handler), in
+/// the words of `statuses`.
 ///
 /// # Errors
 /// [`WriteError::UnknownPayment`]; [`WriteError::Store`].
 pub async fn apply_payment_canceled(
     pool: &PgPool,
+    statuses: &StatusMap,
     payment_id: i64,
     finding_id: Option<i64>,
     cause: &str,
 ) -> Result<WriteOutcome, WriteError> {
     apply_in_transaction(
         pool,
+        statuses,
         RepairCommand::ApplyPaymentCanceled,
         payment_id,
         finding_id,
@@ -141,6 +165,7 @@ pub async fn apply_payment_canceled(
 
 async fn apply_in_transaction(
     pool: &PgPool,
+    statuses: &StatusMap,
     command: RepairCommand,
     payment_id: i64,
     finding_id: Option<i64>,
@@ -150,7 +175,7 @@ async fn apply_in_transaction(
     let mut tx = crate::store::begin(&mut *conn)
         .await
         .context("opening the writer transaction")?;
-    let outcome = apply(&mut tx, command, payment_id, finding_id, cause).await?;
+    let outcome = apply(&mut tx, statuses, command, payment_id, finding_id, cause).await?;
     tx.commit().await.context("committing the transition")?;
     Ok(outcome)
 }

@@ -216,10 +216,7 @@ async fn read_phase(
         }
         (Mode::DryRun { after_id }, Start::Cursor) => (after_id, &[]),
     };
-    let columns = MoneyColumns {
-        amount: settings.amount_column.as_ref(),
-        currency: settings.currency_column.as_ref(),
-    };
+    let columns = MoneyColumns::of(settings);
     let ahead = payments::read_batch(
         &mut tx,
         cursor_id,

@@ -1,5 +1,8 @@
-//! `payments`: the batch read by id cursor and the "verified" stamp. Status
-//! changes are not here: they belong to the canonical writer.
+//! `payments`: the batch read by id cursor and the "verified" stamp, and
+//! the canonical writer's guarded status UPDATE. Rows are mapped here, at
+//! the database edge, into canonical terms: the application's status words
+//! through `RECONCILER_LOCAL_STATUSES`, its amount column by
+//! `RECONCILER_AMOUNT_UNIT`.
 
 use std::time::Duration;
 
@@ -7,19 +10,21 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use super::{Context, StoreError};
-use crate::config::ColumnName;
+use crate::config::{AmountUnit, ColumnName, JobSettings, StatusMap};
+use crate::reconcile::{LocalAmount, LocalStatus};
 
 /// One row of a batch, as phase 1 reads it. Text columns are optional: an
 /// application's own `payments` table may hold NULLs, which must become
 /// findings, not a batch that fails forever.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct PaymentRow {
     /// `payments.id`
     pub id: i64,
     /// `payments.stripe_payment_intent_id`, untrusted.
     pub stripe_payment_intent_id: Option<String>,
-    /// `payments.status`
-    pub status: Option<String>,
+    /// `payments.status` mapped through `RECONCILER_LOCAL_STATUSES`; a word
+    /// the map lacks (or NULL, as `""`) is [`LocalStatus::Other`].
+    pub status: LocalStatus,
     /// `payments.version` when read; phase 3 writes nothing for a row whose
     /// version or `updated_at` changed meanwhile.
     pub version: i64,
@@ -30,9 +35,9 @@ pub struct PaymentRow {
     pub created_at: DateTime<Utc>,
     /// `updated_at` falls within the grace window.
     pub recently_changed: bool,
-    /// The amount column (`RECONCILER_AMOUNT_COLUMN`), minor units; `None`
-    /// when not configured or NULL.
-    pub amount: Option<i64>,
+    /// The amount column (`RECONCILER_AMOUNT_COLUMN`) in the unit of
+    /// `RECONCILER_AMOUNT_UNIT`; `None` when not configured or NULL.
+    pub amount: Option<LocalAmount>,
     /// The currency column (`RECONCILER_CURRENCY_COLUMN`); `None` when not
     /// configured or NULL.
     pub currency: Option<String>,
@@ -42,14 +47,73 @@ pub struct PaymentRow {
     pub shares_payment_intent: bool,
 }
 
-/// The optional columns a batch reads beside the seed's, validated at start
-/// ([`check_columns`]).
-#[derive(Debug, Clone, Copy, Default)]
+/// A row as the database returns it, before the mapping into canonical terms.
+#[derive(sqlx::FromRow)]
+struct RawRow {
+    id: i64,
+    stripe_payment_intent_id: Option<String>,
+    status: Option<String>,
+    version: i64,
+    updated_at: DateTime<Utc>,
+    created_at: DateTime<Utc>,
+    recently_changed: bool,
+    /// Minor units (`RECONCILER_AMOUNT_UNIT=minor`).
+    amount: Option<i64>,
+    /// The numeric's exact decimal text (`major`).
+    amount_major: Option<String>,
+    currency: Option<String>,
+    shares_payment_intent: bool,
+}
+
+impl RawRow {
+    fn map(self, statuses: &StatusMap) -> PaymentRow {
+        PaymentRow {
+            id: self.id,
+            stripe_payment_intent_id: self.stripe_payment_intent_id,
+            status: statuses.local(self.status.as_deref().unwrap_or("")),
+            version: self.version,
+            updated_at: self.updated_at,
+            created_at: self.created_at,
+            recently_changed: self.recently_changed,
+            amount: self
+                .amount
+                .map(LocalAmount::Minor)
+                .or(self.amount_major.map(LocalAmount::Major)),
+            currency: self.currency,
+            shares_payment_intent: self.shares_payment_intent,
+        }
+    }
+}
+
+/// How a batch reads `payments`: the optional columns beside the seed's
+/// (validated at start, [`check_columns`]), the amount's unit and the
+/// status words.
+#[derive(Debug, Clone, Copy)]
 pub struct MoneyColumns<'a> {
     /// `RECONCILER_AMOUNT_COLUMN`.
     pub amount: Option<&'a ColumnName>,
     /// `RECONCILER_CURRENCY_COLUMN`.
     pub currency: Option<&'a ColumnName>,
+    /// `RECONCILER_AMOUNT_UNIT`.
+    pub unit: AmountUnit,
+    /// `RECONCILER_LOCAL_STATUSES`.
+    pub statuses: &'a StatusMap,
+}
+
+impl<'a> MoneyColumns<'a> {
+    /// The columns, unit and words of `settings`.
+    pub fn of(settings: &'a JobSettings) -> Self {
+        MoneyColumns {
+            amount: settings.amount_column.as_ref(),
+            currency: settings.currency_column.as_ref(),
+            unit: settings.amount_unit,
+            statuses: &settings.statuses,
+        }
+    }
+
+    fn map(&self, rows: Vec<RawRow>) -> Vec<PaymentRow> {
+        rows.into_iter().map(|r| r.map(self.statuses)).collect()
+    }
 }
 
 impl MoneyColumns<'_> {
@@ -69,21 +133,26 @@ impl MoneyColumns<'_> {
         )
     }
 
-    /// The columns of a [`PaymentRow`] of `payments p` (`$2` grace seconds):
+    /// The columns of a [`RawRow`] of `payments p` (`$2` grace seconds):
     /// the seed's, the grace flag, the money columns (NULL when not
-    /// configured) and the shared-PaymentIntent flag (an index probe).
+    /// configured; a major amount as the numeric's exact text, never a
+    /// float) and the shared-PaymentIntent flag (an index probe).
     fn row_columns(&self) -> String {
         let column = |c: Option<&ColumnName>| {
             c.map_or_else(|| "NULL".to_owned(), |c| format!("p.{}", c.quoted()))
         };
+        let (minor, major) = match self.unit {
+            AmountUnit::Minor => (column(self.amount), "NULL".to_owned()),
+            AmountUnit::Major => ("NULL".to_owned(), column(self.amount)),
+        };
         format!(
             "p.id, p.stripe_payment_intent_id, p.status, p.version, p.updated_at, p.created_at,
              p.updated_at > now() - make_interval(secs => $2) AS recently_changed,
-             ({})::bigint AS amount, ({})::text AS currency,
+             ({minor})::bigint AS amount, ({major})::text AS amount_major,
+             ({})::text AS currency,
              EXISTS (SELECT 1 FROM payments q
                       WHERE q.stripe_payment_intent_id = p.stripe_payment_intent_id
                         AND q.id <> p.id) AS shares_payment_intent",
-            column(self.amount),
             column(self.currency)
         )
     }
@@ -130,9 +199,15 @@ pub enum ColumnError {
     Store(#[from] StoreError),
 }
 
+const INTEGER_TYPES: [&str; 3] = ["smallint", "integer", "bigint"];
+
 /// Checks that the configured columns exist in `payments` with usable types:
-/// the amount an integer type (`smallint`, `integer`, `bigint`: minor units),
-/// the currency a text type (`text`, `character varying`, `character`).
+/// the amount an integer type (`smallint`, `integer`, `bigint`) in `minor`
+/// units, `numeric` in `major` units (`RECONCILER_AMOUNT_UNIT`), the
+/// currency a text type (`text`, `character varying`, `character`). An
+/// integer column with `major` is refused under `RECONCILER_AMOUNT_UNIT`: an
+/// integer holds minor units, and reading it as major would multiply every
+/// amount by 100.
 ///
 /// # Errors
 /// [`ColumnError`]: `Missing` and `WrongType` name the variable (exit 78).
@@ -140,13 +215,20 @@ pub async fn check_columns(
     conn: &mut PgConnection,
     columns: MoneyColumns<'_>,
 ) -> Result<(), ColumnError> {
-    let checks = [
-        (
+    let amount = match columns.unit {
+        AmountUnit::Minor => (
             "RECONCILER_AMOUNT_COLUMN",
-            columns.amount,
-            &["smallint", "integer", "bigint"][..],
-            "an integer type (minor units)",
+            &INTEGER_TYPES[..],
+            "an integer type (minor units, 1200 for 12.00); for a numeric column of major units set RECONCILER_AMOUNT_UNIT=major",
         ),
+        AmountUnit::Major => (
+            "RECONCILER_AMOUNT_COLUMN",
+            &["numeric"][..],
+            "numeric (RECONCILER_AMOUNT_UNIT=major: major units, 12.00 for 1200 cents; floating point cannot hold money exactly)",
+        ),
+    };
+    let checks = [
+        (amount.0, columns.amount, amount.1, amount.2),
         (
             "RECONCILER_CURRENCY_COLUMN",
             columns.currency,
@@ -170,6 +252,18 @@ pub async fn check_columns(
                 return Err(ColumnError::Missing {
                     var,
                     column: column.as_str().to_owned(),
+                })
+            }
+            Some(t)
+                if columns.unit == AmountUnit::Major
+                    && var == "RECONCILER_AMOUNT_COLUMN"
+                    && INTEGER_TYPES.contains(&t.as_str()) =>
+            {
+                return Err(ColumnError::WrongType {
+                    var: "RECONCILER_AMOUNT_UNIT",
+                    column: column.as_str().to_owned(),
+                    found: t,
+                    expected: "numeric for major: an integer column holds minor units (1200 for 12.00), so leave RECONCILER_AMOUNT_UNIT at minor",
                 })
             }
             Some(t) if !accepted.contains(&t.as_str()) => {
@@ -199,13 +293,14 @@ pub async fn read_batch(
     grace: Duration,
     columns: MoneyColumns<'_>,
 ) -> Result<Vec<PaymentRow>, StoreError> {
-    super::query_as(&columns.batch_sql(false))
+    let rows: Vec<RawRow> = super::query_as(&columns.batch_sql(false))
         .bind(after_id)
         .bind(grace.as_secs_f64())
         .bind(i64::from(limit))
         .fetch_all(conn)
         .await
-        .context("reading the batch")
+        .context("reading the batch")?;
+    Ok(columns.map(rows))
 }
 
 /// Reads up to `limit` rows behind the cursor (`id <= cursor`) that were
@@ -226,7 +321,7 @@ pub async fn read_behind_cursor(
     columns: MoneyColumns<'_>,
     excluded: &[i64],
 ) -> Result<Vec<PaymentRow>, StoreError> {
-    super::query_as(&columns.batch_sql(true))
+    let rows: Vec<RawRow> = super::query_as(&columns.batch_sql(true))
         .bind(cursor)
         .bind(grace.as_secs_f64())
         .bind(i64::from(limit))
@@ -234,7 +329,8 @@ pub async fn read_behind_cursor(
         .bind(excluded)
         .fetch_all(conn)
         .await
-        .context("reading rows behind the cursor")
+        .context("reading rows behind the cursor")?;
+    Ok(columns.map(rows))
 }
 
 /// Locks, in id order, the rows of `(ids[i], versions[i], updated_ats[i])`
@@ -306,37 +402,38 @@ pub async fn mark_reconciled(
 /// What a guarded status transition found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TransitionResult {
-    /// The row was in `from` and is now in `to`; `version` is the new version.
+    /// The row held a word of `from` and now holds `to`; `version` is the new version.
     Changed {
         /// `payments.version` after the update.
         version: i64,
     },
-    /// The row exists but was no longer in `from` (e.g. the webhook got there
+    /// The row exists but held no word of `from` (e.g. the webhook got there
     /// first): nothing was changed.
     AlreadyMoved {
-        /// The status it has.
+        /// The status word it has (NULL as `""`).
         status: String,
     },
     /// No payment has this id.
     Missing,
 }
 
-/// The guarded status UPDATE of the canonical writer: `from -> to` with
-/// `version + 1` and `updated_at = now()`, only when the row is in `from`.
-/// Only `repair::writer` may call this: it is the one path that changes
-/// `payments.status`.
+/// The guarded status UPDATE of the canonical writer: to the word `to`
+/// with `version + 1` and `updated_at = now()`, only when the row holds one
+/// of the words `from` (every word of the source state,
+/// `RECONCILER_LOCAL_STATUSES`). Only `repair::writer` may call this: it is
+/// the one path that changes `payments.status`.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub(crate) async fn transition_status(
     conn: &mut PgConnection,
     payment_id: i64,
-    from: &str,
+    from: &[String],
     to: &str,
 ) -> Result<TransitionResult, StoreError> {
     let version: Option<i64> = super::query_scalar(
         "UPDATE payments SET status = $3, version = version + 1, updated_at = now()
-          WHERE id = $1 AND status = $2
+          WHERE id = $1 AND status = ANY($2)
           RETURNING version",
     )
     .bind(payment_id)
@@ -348,11 +445,12 @@ pub(crate) async fn transition_status(
     if let Some(version) = version {
         return Ok(TransitionResult::Changed { version });
     }
-    let status: Option<String> = super::query_scalar("SELECT status FROM payments WHERE id = $1")
-        .bind(payment_id)
-        .fetch_optional(conn)
-        .await
-        .context("reading the payment status")?;
+    let status: Option<String> =
+        super::query_scalar("SELECT coalesce(status, '') FROM payments WHERE id = $1")
+            .bind(payment_id)
+            .fetch_optional(conn)
+            .await
+            .context("reading the payment status")?;
     Ok(status.map_or(TransitionResult::Missing, |status| {
         TransitionResult::AlreadyMoved { status }
     }))
@@ -426,16 +524,23 @@ pub async fn a_verified_payment_intent(pool: &sqlx::PgPool) -> Result<Option<Str
 
 /// A row the events feed found by its PaymentIntent id, with what the job
 /// last confirmed about it.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct PaymentByIntent {
     /// The row as a batch reads it.
-    #[sqlx(flatten)]
     pub row: PaymentRow,
     /// When Stripe last confirmed this row (a retrieve by the scan or the
     /// events job); `None`: never.
     pub last_reconciled_at: Option<DateTime<Utc>>,
     /// The status Stripe gave then.
     pub observed_external_status: Option<String>,
+}
+
+#[derive(sqlx::FromRow)]
+struct RawByIntent {
+    #[sqlx(flatten)]
+    row: RawRow,
+    last_reconciled_at: Option<DateTime<Utc>>,
+    observed_external_status: Option<String>,
 }
 
 impl MoneyColumns<'_> {
@@ -466,10 +571,18 @@ pub async fn by_payment_intents(
     if intents.is_empty() {
         return Ok(Vec::new());
     }
-    super::query_as(&columns.by_intent_sql())
+    let rows: Vec<RawByIntent> = super::query_as(&columns.by_intent_sql())
         .bind(intents)
         .bind(grace.as_secs_f64())
         .fetch_all(conn)
         .await
-        .context("looking up payments by PaymentIntent id")
+        .context("looking up payments by PaymentIntent id")?;
+    Ok(rows
+        .into_iter()
+        .map(|r| PaymentByIntent {
+            row: r.row.map(columns.statuses),
+            last_reconciled_at: r.last_reconciled_at,
+            observed_external_status: r.observed_external_status,
+        })
+        .collect())
 }

@@ -408,9 +408,15 @@ async fn a_payment_moved_by_the_webhook_during_phase_2_gets_no_stale_finding(poo
     let batch = run_batch(&pool, &gw, &s, Mode::Write, None);
     let webhook = async {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        stripe_reconciler::repair::apply_payment_succeeded(&pool, id, None, "webhook")
-            .await
-            .unwrap()
+        stripe_reconciler::repair::apply_payment_succeeded(
+            &pool,
+            &Default::default(),
+            id,
+            None,
+            "webhook",
+        )
+        .await
+        .unwrap()
     };
     let (report, applied) = tokio::join!(batch, webhook);
     let report = report.unwrap();

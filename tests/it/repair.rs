@@ -143,7 +143,7 @@ async fn the_webhook_wins_the_race(pool: PgPool) {
         .await
         .unwrap();
     // The webhook handler applies the same transition first, through the canonical writer.
-    let webhook = apply_payment_succeeded(&pool, id, None, "webhook")
+    let webhook = apply_payment_succeeded(&pool, &Default::default(), id, None, "webhook")
         .await
         .unwrap();
     assert!(webhook.changed);
@@ -335,9 +335,15 @@ async fn a_payment_that_moved_elsewhere_supersedes_the_finding(pool: PgPool) {
     let id = insert_payment(&pool, "pi_LateFailure", "pending", 3600).await;
     let finding = enqueue_repair(&pool, id, "missed_success", "ApplyPaymentSucceeded").await;
     // A late failure webhook moves it to failed first.
-    stripe_reconciler::repair::apply_payment_canceled(&pool, id, None, "webhook")
-        .await
-        .unwrap();
+    stripe_reconciler::repair::apply_payment_canceled(
+        &pool,
+        &Default::default(),
+        id,
+        None,
+        "webhook",
+    )
+    .await
+    .unwrap();
 
     let report = drain_all(&pool).await;
 
