@@ -10,12 +10,14 @@
 //! - `scan`: the job's name, batch and run sizes, grace, deadline, [`ReadMode`].
 //! - `rules`: the money columns ([`ColumnName`]) and the aging thresholds.
 //! - `events`: [`EventsSettings`] of `stripe-reconciler events`.
+//! - `outbox`: [`OutboxSettings`]: `RECONCILER_OUTBOX_TABLE` and `RECONCILER_OUTBOX_SHAPE`.
 //! - `output`: [`LogFormat`] and `PUSHGATEWAY_URL`.
 //! - `value`: the number and URL parsers the groups share.
 
 mod database;
 mod error;
 mod events;
+mod outbox;
 mod output;
 mod rules;
 mod scan;
@@ -30,6 +32,7 @@ use url::Url;
 
 pub use error::ConfigError;
 pub use events::{EventsSettings, STRIPE_EVENTS_RETENTION};
+pub use outbox::{OutboxSettings, OutboxShape, OutboxTable};
 pub use output::LogFormat;
 pub use rules::ColumnName;
 pub use scan::ReadMode;
@@ -101,6 +104,9 @@ pub struct JobSettings {
     /// `RECONCILER_LIST_MAX_PAGES`: list requests per batch before the rows
     /// not yet seen fall back to one retrieve each (1..=1000, default 10).
     pub list_max_pages: u32,
+    /// `RECONCILER_OUTBOX_TABLE` and `RECONCILER_OUTBOX_SHAPE`: where repair
+    /// commands go and who delivers them (default `outbox`, `reconciler`).
+    pub outbox: OutboxSettings,
 }
 
 impl Default for JobSettings {
@@ -122,6 +128,7 @@ impl Default for JobSettings {
             read_mode: ReadMode::List,
             list_window_slack: Duration::from_secs(3600),
             list_max_pages: 10,
+            outbox: OutboxSettings::default(),
         }
     }
 }
@@ -150,6 +157,7 @@ impl Settings {
         let output = output::parse(vars.clone())?;
         let scan = scan::parse(vars.clone())?;
         let checks = rules::parse(vars.clone())?;
+        let outbox = outbox::parse(vars.clone())?;
         let events = events::parse(vars)?;
         Ok(Settings {
             database_url,
@@ -173,6 +181,7 @@ impl Settings {
                 read_mode: scan.read_mode,
                 list_window_slack: scan.list_window_slack,
                 list_max_pages: scan.list_max_pages,
+                outbox,
             },
             log_format: output.log_format,
         })

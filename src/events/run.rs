@@ -213,6 +213,7 @@ async fn body(
         .context("opening the write transaction")?;
     record_observations(
         &mut tx,
+        &settings.outbox,
         &settings.job,
         settings.unverifiable_cycles,
         &mut observations,

@@ -16,6 +16,7 @@
 use serde_json::json;
 use sqlx::{PgConnection, PgPool};
 
+use crate::config::OutboxSettings;
 use crate::reconcile::{RepairCommand, Resolution};
 use crate::store::payments::{transition_status, TransitionResult};
 use crate::store::{findings, outbox, Context, StoreError};
@@ -60,6 +61,7 @@ fn transition(command: RepairCommand) -> (&'static str, &'static str) {
 /// [`WriteError::UnknownPayment`]; [`WriteError::Store`].
 pub async fn apply(
     conn: &mut PgConnection,
+    outbox: &OutboxSettings,
     command: RepairCommand,
     payment_id: i64,
     finding_id: Option<i64>,
@@ -85,7 +87,7 @@ pub async fn apply(
                 "payment_id": payment_id, "from": from, "to": to, "version": version,
                 "command": command.as_str(), "cause": cause, "finding_id": finding_id,
             });
-            outbox::append_event(conn, payment_id, PAYMENT_STATUS_CHANGED, &event).await?;
+            outbox::append_event(conn, outbox, payment_id, PAYMENT_STATUS_CHANGED, &event).await?;
             true
         }
     };
@@ -150,7 +152,16 @@ async fn apply_in_transaction(
     let mut tx = crate::store::begin(&mut *conn)
         .await
         .context("opening the writer transaction")?;
-    let outcome = apply(&mut tx, command, payment_id, finding_id, cause).await?;
+    // The webhook handler's path writes its event to the default outbox.
+    let outcome = apply(
+        &mut tx,
+        &OutboxSettings::default(),
+        command,
+        payment_id,
+        finding_id,
+        cause,
+    )
+    .await?;
     tx.commit().await.context("committing the transition")?;
     Ok(outcome)
 }

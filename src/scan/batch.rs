@@ -11,7 +11,7 @@ use sqlx::PgPool;
 use super::detect::{observe_batch, Observation, Observed, Pacing};
 use super::report::BatchReport;
 use super::ScanError;
-use crate::config::JobSettings;
+use crate::config::{JobSettings, OutboxSettings};
 use crate::reconcile::{classify_status, FindingKind, RepairCommand, Verdict};
 use crate::store::findings::{self, CreatedFinding, NewFinding};
 use crate::store::outbox::{self, RepairRow};
@@ -257,6 +257,7 @@ pub(crate) async fn commit(
             let job = &settings.job;
             write_phase(
                 pool,
+                &settings.outbox,
                 job,
                 settings.unverifiable_cycles,
                 lease,
@@ -504,6 +505,7 @@ pub async fn stripe_reachable(
 #[allow(clippy::too_many_arguments)]
 async fn write_phase(
     pool: &PgPool,
+    outbox: &OutboxSettings,
     job: &str,
     unverifiable_cycles: u32,
     lease: Option<&Lease>,
@@ -514,7 +516,15 @@ async fn write_phase(
     let mut tx = crate::store::begin(pool)
         .await
         .context("opening the write transaction")?;
-    record_observations(&mut tx, job, unverifiable_cycles, observations, report).await?;
+    record_observations(
+        &mut tx,
+        outbox,
+        job,
+        unverifiable_cycles,
+        observations,
+        report,
+    )
+    .await?;
     if let Err(lost) = hold_lease(&mut tx, job, lease).await {
         tx.rollback().await.context("rolling back the lost batch")?;
         return Err(lost);
@@ -543,6 +553,7 @@ async fn write_phase(
 /// [`ScanError::Store`]; the caller rolls back.
 pub async fn record_observations(
     tx: &mut sqlx::PgConnection,
+    outbox: &OutboxSettings,
     job: &str,
     unverifiable_cycles: u32,
     observations: &mut [Observation],
@@ -574,6 +585,7 @@ pub async fn record_observations(
     report.findings_cleared = stale.len() as u64;
     outbox::close_for_findings(
         tx,
+        outbox,
         &RepairCommand::EVENT_TYPES,
         &stale,
         "finding resolved by a later scan",
@@ -592,6 +604,7 @@ pub async fn record_observations(
     let held = findings::open_repairable(tx, &unproven).await?;
     outbox::close_for_findings(
         tx,
+        outbox,
         &RepairCommand::EVENT_TYPES,
         &held,
         "a later read could not confirm the drift with Stripe; enqueued again once one does",
@@ -652,11 +665,15 @@ pub async fn record_observations(
         .filter(|(f, ..)| !blocked.contains(&f.payment_id))
         .map(|(f, ..)| f.id)
         .collect();
-    let without: HashSet<i64> =
-        outbox::findings_without_command(tx, &RepairCommand::EVENT_TYPES, &candidate_findings)
-            .await?
-            .into_iter()
-            .collect();
+    let without: HashSet<i64> = outbox::findings_without_command(
+        tx,
+        outbox,
+        &RepairCommand::EVENT_TYPES,
+        &candidate_findings,
+    )
+    .await?
+    .into_iter()
+    .collect();
     let repairs: Vec<RepairRow> = repairable
         .iter()
         .filter(|(f, ..)| without.contains(&f.id))
@@ -670,7 +687,7 @@ pub async fn record_observations(
             })
         })
         .collect();
-    report.commands_enqueued = outbox::enqueue_repairs(tx, &repairs).await?;
+    report.commands_enqueued = outbox::enqueue_repairs(tx, outbox, &repairs).await?;
     Ok(())
 }
 /// Phase 3 writes something for this row: a stamp, a finding, or an
