@@ -264,6 +264,8 @@ mod tests {
             ("RECONCILER_READ_MODE", "retrieve"),
             ("RECONCILER_LIST_WINDOW_SLACK_SECONDS", "24"),
             ("RECONCILER_LIST_MAX_PAGES", "25"),
+            ("RECONCILER_OUTBOX_TABLE", "app.commands"),
+            ("RECONCILER_OUTBOX_SHAPE", "debezium"),
         ]))
         .unwrap();
         let column = |var, name| Some(ColumnName::parse(var, name).unwrap());
@@ -295,6 +297,10 @@ mod tests {
                 read_mode: ReadMode::Retrieve,
                 list_window_slack: secs(24),
                 list_max_pages: 25,
+                outbox: OutboxSettings {
+                    table: OutboxTable::parse("app.commands").unwrap(),
+                    shape: OutboxShape::Debezium,
+                },
             }
         );
         assert_eq!(s.log_format, LogFormat::Pretty);
