@@ -215,9 +215,17 @@ pub async fn existing(
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn owned(conn: &mut PgConnection, qualified: &str) -> Result<bool, StoreError> {
+    // Two statements: a statement naming an absent table fails to parse.
+    let recorded: bool =
+        super::query_scalar("SELECT to_regclass('reconciliation_owned_tables') IS NOT NULL")
+            .fetch_one(&mut *conn)
+            .await
+            .context("reading which tables the reconciler created")?;
+    if !recorded {
+        return Ok(false);
+    }
     super::query_scalar(
-        "SELECT to_regclass('reconciliation_owned_tables') IS NOT NULL
-            AND EXISTS (SELECT 1 FROM reconciliation_owned_tables WHERE table_name = $1)",
+        "SELECT EXISTS (SELECT 1 FROM reconciliation_owned_tables WHERE table_name = $1)",
     )
     .bind(qualified)
     .fetch_one(conn)
