@@ -252,6 +252,8 @@ def test_default(r, chart):
         "RECONCILER_LIST_MAX_PAGES": "10",
         "RECONCILER_AMOUNT_UNIT": "minor",
         "RECONCILER_LOCAL_STATUSES": "pending=pending;paid=paid;failed=failed",
+        "RECONCILER_OUTBOX_TABLE": "outbox",
+        "RECONCILER_OUTBOX_SHAPE": "reconciler",
         # Whole numbers as written (Helm would print 1209600 as 1.2096e+06).
         "RECONCILER_AUTH_EXPIRY_WARN_SECONDS": "432000",
         "RECONCILER_PROCESSING_MAX_SECONDS": "1209600",

@@ -30,6 +30,10 @@ GRANT SELECT, INSERT, UPDATE ON reconciliation_findings TO stripe_reconciler_job
 GRANT SELECT, INSERT, UPDATE ON reconciliation_runs TO stripe_reconciler_job;
 GRANT SELECT, INSERT, UPDATE ON reconciliation_events_position TO stripe_reconciler_job;
 GRANT SELECT, INSERT, UPDATE, DELETE ON reconciliation_unverifiable TO stripe_reconciler_job;
+-- Which tables the reconciler created (read by the outbox check of run/repair),
+-- and the commands handed to a debezium outbox's relay (one per finding).
+GRANT SELECT ON reconciliation_owned_tables TO stripe_reconciler_job;
+GRANT SELECT, INSERT ON reconciliation_relayed_commands TO stripe_reconciler_job;
 
 -- Repair commands and PaymentStatusChanged events (the outbox may be shared).
 GRANT SELECT, INSERT, UPDATE ON outbox TO stripe_reconciler_job;

@@ -18,7 +18,14 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Apply the embedded database migrations.
-    Migrate,
+    Migrate {
+        /// Build a UNIQUE index on payments.stripe_payment_intent_id instead of
+        /// a plain one (only when no duplicates exist). This adds a constraint
+        /// to the application's table: the application will no longer be able
+        /// to insert a second row for one PaymentIntent (a retry, a split order).
+        #[arg(long)]
+        unique_payment_intent_index: bool,
+    },
     /// Scan up to RECONCILER_BATCHES_PER_RUN batches (the CronJob's job).
     Run {
         /// Read and classify, print the summary, write nothing (not even the cursor).

@@ -187,7 +187,7 @@ pub(super) async fn resolve(
     payments::lock_for_finding(&mut tx, id)
         .await
         .map_err(CommandError::Store)?;
-    if outbox::has_pending_repair(&mut tx, &types, id, MAX_ATTEMPTS)
+    if outbox::has_pending_repair(&mut tx, &settings.job.outbox, &types, id, MAX_ATTEMPTS)
         .await
         .map_err(CommandError::Store)?
     {
@@ -203,10 +203,15 @@ pub(super) async fn resolve(
             "finding {id} does not exist or is already resolved"
         )));
     }
-    let closed =
-        outbox::close_for_findings(&mut tx, &types, &[id], "superseded by a manual resolution")
-            .await
-            .map_err(CommandError::Store)?;
+    let closed = outbox::close_for_findings(
+        &mut tx,
+        &settings.job.outbox,
+        &types,
+        &[id],
+        "superseded by a manual resolution",
+    )
+    .await
+    .map_err(CommandError::Store)?;
     tx.commit()
         .await
         .context("committing the resolution")

@@ -1,63 +1,159 @@
-//! `stripe-reconciler migrate`
+//! `stripe-reconciler migrate [--unique-payment-intent-index]`
 
 use super::CommandError;
-use crate::config::Settings;
+use crate::config::{ConfigError, OutboxShape, Settings};
 use crate::db;
+use crate::store::outbox_shape::{self, OutboxMismatch, OutboxState};
 use crate::store::payment_index::{self as schema, PaymentIntentIndex};
-use crate::store::{Context, StoreError};
+use crate::store::{self, Context, StoreError};
 
-/// Applies the embedded migrations, then makes sure duplicate PaymentIntent
-/// ids are found by an index lookup: a table without a UNIQUE index on
-/// `stripe_payment_intent_id` gets one (built `CONCURRENTLY`) when it holds
-/// no duplicates, else a plain index, and the duplicates are reported (the
-/// scan records them as `duplicate_payment_intent` and repairs none).
-pub(super) async fn migrate(settings: &Settings) -> Result<(), CommandError> {
+/// Checks what `migrate`, `run` and `repair` need of the user's schema before
+/// anything is written (DESIGN.md, Turn 3): `payments.id` is an integer, and
+/// the outbox `RECONCILER_OUTBOX_TABLE` names is absent (reconciler shape) or
+/// has the configured shape. Only `migrating` accepts an absent outbox.
+///
+/// # Errors
+/// [`CommandError::Config`] (exit 78) with one sentence naming what does not
+/// fit and the ways out; [`CommandError::Store`] from the database.
+pub(super) async fn check_schema(
+    conn: &mut sqlx::PgConnection,
+    settings: &Settings,
+    migrating: bool,
+) -> Result<OutboxState, CommandError> {
+    if let Err(e) = schema::check_integer_id(&mut *conn)
+        .await
+        .map_err(CommandError::Store)?
+    {
+        return Err(ConfigError::Unusable {
+            var: "DATABASE_URL",
+            problem: Box::new(e),
+        }
+        .into());
+    }
+    match outbox_shape::check(conn, &settings.job.outbox)
+        .await
+        .map_err(CommandError::Store)?
+    {
+        Ok(OutboxState::Absent) if !migrating => Err(ConfigError::Unusable {
+            var: "RECONCILER_OUTBOX_TABLE",
+            problem: Box::new(OutboxMismatch::NotMigrated {
+                table: settings.job.outbox.table.display(),
+            }),
+        }
+        .into()),
+        Ok(state) => Ok(state),
+        Err(mismatch) => Err(ConfigError::Unusable {
+            var: "RECONCILER_OUTBOX_TABLE",
+            problem: Box::new(mismatch),
+        }
+        .into()),
+    }
+}
+
+/// Checks the schema, applies the embedded migrations, creates the outbox
+/// when it is absent, then makes sure duplicate PaymentIntent ids are found
+/// by an index lookup: a plain index built `CONCURRENTLY` when none covers
+/// `stripe_payment_intent_id` (UNIQUE only with `unique`, and only without
+/// duplicates); an existing index of either kind is kept. Duplicates and the
+/// absence of a UNIQUE index are reported.
+pub(super) async fn migrate(settings: &Settings, unique: bool) -> Result<(), CommandError> {
     let pool = db::connect_for_migrations(settings.connect_options()?).await?;
+    let store = |e: StoreError| CommandError::Store(e);
+    let mut conn = pool.acquire().await.context("connecting").map_err(store)?;
+    // 1. Nothing is created for a schema the reconciler cannot work with.
+    let outbox = check_schema(&mut conn, settings, true).await?;
+    drop(conn);
+    // 2. The embedded migrations (0001 without its outbox section).
     db::migrate(&pool).await?;
     tracing::info!(
         migrations = crate::MIGRATOR.iter().count(),
         "database schema is up to date"
     );
-    let mut conn = pool
-        .acquire()
-        .await
-        .context("connecting")
-        .map_err(CommandError::Store)?;
-    let store = |e: StoreError| CommandError::Store(e);
-    let index = schema::payment_intent_index(&mut conn)
-        .await
-        .map_err(store)?;
-    if index == PaymentIntentIndex::Unique {
-        return Ok(());
-    }
-    let (ids, rows) = schema::count_duplicates(&mut conn).await.map_err(store)?;
-    if ids == 0 {
-        match schema::create_payment_intent_index(&mut conn, true).await {
-            Ok(()) => {
-                println!("payments.stripe_payment_intent_id had no UNIQUE index and no duplicates: added {}", schema::UNIQUE_INDEX);
-                return Ok(());
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "the unique index could not be built (a duplicate arrived meanwhile?); adding a plain index");
-            }
-        }
+    let mut conn = pool.acquire().await.context("connecting").map_err(store)?;
+    // 3. The outbox: created only when absent; an existing one is left as it is.
+    let table = settings.job.outbox.table.display();
+    if outbox == OutboxState::Absent && settings.job.outbox.shape == OutboxShape::Reconciler {
+        let mut tx = store::begin(&mut *conn)
+            .await
+            .context("opening a transaction")
+            .map_err(store)?;
+        store::lock_migrations(&mut tx).await.map_err(store)?;
+        outbox_shape::create(&mut tx, &settings.job.outbox)
+            .await
+            .map_err(store)?;
+        tx.commit()
+            .await
+            .context("creating the outbox")
+            .map_err(store)?;
+        println!(
+            "created the outbox {table} (reconciler shape, drained by `stripe-reconciler repair`)"
+        );
     } else {
         println!(
-            "payments.stripe_payment_intent_id has no UNIQUE constraint and {ids} PaymentIntent id(s) are held by {rows} rows: \
-             no unique index added; each such row is reported as duplicate_payment_intent and never repaired"
+            "outbox {table} ({} shape) is {}: not altered",
+            settings.job.outbox.shape.as_str(),
+            outbox
+        );
+    }
+    // 4. The PaymentIntent id lookup index.
+    payment_intent_index(&mut conn, unique).await
+}
+
+async fn payment_intent_index(
+    conn: &mut sqlx::PgConnection,
+    unique: bool,
+) -> Result<(), CommandError> {
+    let store = |e: StoreError| CommandError::Store(e);
+    let index = schema::payment_intent_index(&mut *conn)
+        .await
+        .map_err(store)?;
+    let (ids, rows) = schema::count_duplicates(&mut *conn).await.map_err(store)?;
+    if ids > 0 {
+        println!(
+            "payments.stripe_payment_intent_id: {ids} PaymentIntent id(s) are held by {rows} rows; \
+             each such row is reported as duplicate_payment_intent and never repaired"
         );
         tracing::warn!(
             duplicate_ids = ids,
             rows,
             "payments holds duplicate PaymentIntent ids"
         );
+    } else {
+        println!("payments.stripe_payment_intent_id: no duplicates");
+    }
+    match index {
+        PaymentIntentIndex::Unique => {
+            println!("payments.stripe_payment_intent_id has a UNIQUE index: kept");
+            return Ok(());
+        }
+        PaymentIntentIndex::Plain if !unique => {
+            println!("payments.stripe_payment_intent_id has a plain index and no UNIQUE constraint: kept (the reconciler adds no constraint)");
+            return Ok(());
+        }
+        _ => {}
+    }
+    if unique {
+        if ids > 0 {
+            println!(
+                "--unique-payment-intent-index: not built, the duplicates above would violate it"
+            );
+        } else {
+            schema::create_payment_intent_index(&mut *conn, true)
+                .await
+                .map_err(store)?;
+            println!(
+                "--unique-payment-intent-index: added {}; the application can no longer insert a second row for one PaymentIntent",
+                schema::UNIQUE_INDEX
+            );
+            return Ok(());
+        }
     }
     if index == PaymentIntentIndex::Missing {
-        schema::create_payment_intent_index(&mut conn, false)
+        schema::create_payment_intent_index(&mut *conn, false)
             .await
             .map_err(store)?;
         println!(
-            "added {} so duplicates are found by index lookup",
+            "added the plain index {} so duplicates are found by index lookup; no UNIQUE constraint exists or was added",
             schema::PLAIN_INDEX
         );
     }

@@ -123,7 +123,9 @@ pub(super) async fn push_or_log(
 /// [`CommandError`], whose [`CommandError::exit_code`] is the process's.
 pub async fn dispatch(command: Command, settings: Settings) -> Result<(), CommandError> {
     match command {
-        Command::Migrate => migrate::migrate(&settings).await,
+        Command::Migrate {
+            unique_payment_intent_index,
+        } => migrate::migrate(&settings, unique_payment_intent_index).await,
         Command::Run { dry_run } => run::run(&settings, dry_run).await,
         Command::Events => events::events(&settings).await,
         Command::Repair => repair::repair(&settings).await,

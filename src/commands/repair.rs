@@ -3,14 +3,38 @@
 use super::CommandError;
 use crate::config::Settings;
 use crate::repair::{drain_with, RepairOptions};
+use crate::store::Context;
 use crate::{db, shutdown};
 
-/// Drains the repair commands and prints the report on stdout (one JSON line).
+/// Drains the repair commands and prints the report on stdout (one JSON
+/// line). A `debezium`-shaped outbox is the application's relay's to deliver:
+/// `repair` says so and exits 0 without touching it.
 pub(super) async fn repair(settings: &Settings) -> Result<(), CommandError> {
     let pool = db::connect(settings.connect_options()?).await?;
     let token = shutdown::on_signal();
+    let mut conn = pool
+        .acquire()
+        .await
+        .context("connecting")
+        .map_err(CommandError::Store)?;
+    super::migrate::check_schema(&mut conn, settings, false).await?;
+    drop(conn);
+    let outbox = settings.job.outbox.clone();
+    if !outbox.shape.drained_by_reconciler() {
+        println!(
+            "the outbox {} has the {} shape: the application's relay delivers its commands to the application's canonical writer; `repair` has nothing to drain",
+            outbox.table.display(),
+            outbox.shape.as_str()
+        );
+        pool.close().await;
+        return Ok(());
+    }
+    let options = RepairOptions {
+        outbox,
+        ..RepairOptions::default()
+    };
     let statuses = &settings.job.statuses;
-    let report = drain_with(&pool, RepairOptions::default(), statuses, &token)
+    let report = drain_with(&pool, options, statuses, &token)
         .await
         .map_err(CommandError::Store)?;
     tracing::info!(

@@ -95,6 +95,7 @@ async fn check_columns(pool: &PgPool, settings: &Settings) -> Result<(), Command
         .await
         .context("connecting")
         .map_err(CommandError::Store)?;
+    super::migrate::check_schema(&mut conn, settings, false).await?;
     if payment_index::payment_intent_index(&mut conn)
         .await
         .map_err(CommandError::Store)?

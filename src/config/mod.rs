@@ -11,12 +11,14 @@
 //! - `rules`: the money columns ([`ColumnName`]) and the aging thresholds.
 //! - `statuses`: the application's status words ([`StatusMap`]) and amount unit ([`AmountUnit`]).
 //! - `events`: [`EventsSettings`] of `stripe-reconciler events`.
+//! - `outbox`: [`OutboxSettings`]: `RECONCILER_OUTBOX_TABLE` and `RECONCILER_OUTBOX_SHAPE`.
 //! - `output`: [`LogFormat`] and `PUSHGATEWAY_URL`.
 //! - `value`: the number and URL parsers the groups share.
 
 mod database;
 mod error;
 mod events;
+mod outbox;
 mod output;
 mod rules;
 mod scan;
@@ -32,6 +34,7 @@ use url::Url;
 
 pub use error::ConfigError;
 pub use events::{EventsSettings, STRIPE_EVENTS_RETENTION};
+pub use outbox::{OutboxSettings, OutboxShape, OutboxTable};
 pub use output::LogFormat;
 pub use rules::ColumnName;
 pub use scan::ReadMode;
@@ -111,6 +114,9 @@ pub struct JobSettings {
     /// `RECONCILER_LIST_MAX_PAGES`: list requests per batch before the rows
     /// not yet seen fall back to one retrieve each (1..=1000, default 10).
     pub list_max_pages: u32,
+    /// `RECONCILER_OUTBOX_TABLE` and `RECONCILER_OUTBOX_SHAPE`: where repair
+    /// commands go and who delivers them (default `outbox`, `reconciler`).
+    pub outbox: OutboxSettings,
 }
 
 impl Default for JobSettings {
@@ -134,6 +140,7 @@ impl Default for JobSettings {
             read_mode: ReadMode::List,
             list_window_slack: Duration::from_secs(3600),
             list_max_pages: 10,
+            outbox: OutboxSettings::default(),
         }
     }
 }
@@ -163,6 +170,7 @@ impl Settings {
         let scan = scan::parse(vars.clone())?;
         let checks = rules::parse(vars.clone())?;
         let vocabulary = statuses::parse(vars.clone(), checks.currency_column.is_some())?;
+        let outbox = outbox::parse(vars.clone())?;
         let events = events::parse(vars)?;
         Ok(Settings {
             database_url,
@@ -188,6 +196,7 @@ impl Settings {
                 read_mode: scan.read_mode,
                 list_window_slack: scan.list_window_slack,
                 list_max_pages: scan.list_max_pages,
+                outbox,
             },
             log_format: output.log_format,
         })
@@ -275,6 +284,8 @@ mod tests {
                 "RECONCILER_LOCAL_STATUSES",
                 "pending=open;paid=complete;failed=canceled;refunded=refunded",
             ),
+            ("RECONCILER_OUTBOX_TABLE", "app.commands"),
+            ("RECONCILER_OUTBOX_SHAPE", "debezium"),
         ]))
         .unwrap();
         let column = |var, name| Some(ColumnName::parse(var, name).unwrap());
@@ -311,6 +322,10 @@ mod tests {
                 read_mode: ReadMode::Retrieve,
                 list_window_slack: secs(24),
                 list_max_pages: 25,
+                outbox: OutboxSettings {
+                    table: OutboxTable::parse("app.commands").unwrap(),
+                    shape: OutboxShape::Debezium,
+                },
             }
         );
         assert_eq!(s.log_format, LogFormat::Pretty);

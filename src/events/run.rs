@@ -211,6 +211,7 @@ async fn body(
         .context("opening the write transaction")?;
     let report = record_observations(
         &mut tx,
+        &settings.outbox,
         &settings.job,
         settings.unverifiable_cycles,
         &mut observations,

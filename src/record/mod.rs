@@ -10,6 +10,7 @@ pub mod rows;
 
 use std::collections::{HashMap, HashSet};
 
+use crate::config::OutboxSettings;
 use crate::outcome::RunError;
 use crate::read::Observation;
 use crate::reconcile::{FindingKind, RepairCommand, Verdict};
@@ -44,6 +45,7 @@ pub struct Recorded {
 /// [`RunError::Store`]; the caller rolls back.
 pub async fn record_observations(
     tx: &mut sqlx::PgConnection,
+    outbox_settings: &OutboxSettings,
     job: &str,
     unverifiable_cycles: u32,
     observations: &mut [Observation],
@@ -74,6 +76,7 @@ pub async fn record_observations(
     let findings_cleared = stale.len() as u64;
     outbox::close_for_findings(
         tx,
+        outbox_settings,
         &RepairCommand::EVENT_TYPES,
         &stale,
         "finding resolved by a later scan",
@@ -92,6 +95,7 @@ pub async fn record_observations(
     let held = findings::open_repairable(tx, &unproven).await?;
     outbox::close_for_findings(
         tx,
+        outbox_settings,
         &RepairCommand::EVENT_TYPES,
         &held,
         "a later read could not confirm the drift with Stripe; enqueued again once one does",
@@ -152,11 +156,15 @@ pub async fn record_observations(
         .filter(|(f, ..)| !blocked.contains(&f.payment_id))
         .map(|(f, ..)| f.id)
         .collect();
-    let without: HashSet<i64> =
-        outbox::findings_without_command(tx, &RepairCommand::EVENT_TYPES, &candidate_findings)
-            .await?
-            .into_iter()
-            .collect();
+    let without: HashSet<i64> = outbox::findings_without_command(
+        tx,
+        outbox_settings,
+        &RepairCommand::EVENT_TYPES,
+        &candidate_findings,
+    )
+    .await?
+    .into_iter()
+    .collect();
     let repairs: Vec<RepairRow> = repairable
         .iter()
         .filter(|(f, ..)| without.contains(&f.id))
@@ -170,7 +178,7 @@ pub async fn record_observations(
             })
         })
         .collect();
-    let commands_enqueued = outbox::enqueue_repairs(tx, &repairs).await?;
+    let commands_enqueued = outbox::enqueue_repairs(tx, outbox_settings, &repairs).await?;
     Ok(Recorded {
         findings_created,
         findings_cleared,

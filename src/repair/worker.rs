@@ -14,15 +14,18 @@ use sqlx::{Connection, PgPool};
 use tokio_util::sync::CancellationToken;
 
 use super::writer::{apply, WriteError};
-use crate::config::StatusMap;
+use crate::config::{OutboxSettings, StatusMap};
 use crate::reconcile::{FindingKind, RepairCommand, Resolution};
 use crate::store::outbox::{self, ClaimedCommand};
 use crate::store::{findings, payments};
 use crate::store::{Context, StoreError};
 
-/// The worker's limits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The worker's limits and the outbox it drains.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepairOptions {
+    /// `RECONCILER_OUTBOX_TABLE`/`RECONCILER_OUTBOX_SHAPE`; only a
+    /// `reconciler`-shaped outbox is drained.
+    pub outbox: OutboxSettings,
     /// Commands claimed per transaction.
     pub chunk: i64,
     /// Failed attempts after which a command is left for a person.
@@ -35,6 +38,7 @@ pub const MAX_ATTEMPTS: i32 = 5;
 impl Default for RepairOptions {
     fn default() -> Self {
         RepairOptions {
+            outbox: OutboxSettings::default(),
             chunk: 100,
             max_attempts: MAX_ATTEMPTS,
         }
@@ -179,6 +183,7 @@ pub async fn drain_with(
             .context("opening the repair transaction")?;
         let claimed: Vec<ClaimedCommand> = outbox::claim(
             &mut tx,
+            &options.outbox,
             &types,
             options.max_attempts,
             &failed_ids,
@@ -201,14 +206,21 @@ pub async fn drain_with(
         });
         for command in claimed {
             let mut savepoint = tx.begin().await.context("opening a savepoint")?;
-            match process(&mut savepoint, &command, statuses).await {
+            match process(&mut savepoint, &options.outbox, &command, statuses).await {
                 Ok(applied) => {
                     match &applied {
                         Applied::Skipped(reason) => {
-                            outbox::mark_skipped(&mut savepoint, command.id, reason).await?;
+                            outbox::mark_skipped(
+                                &mut savepoint,
+                                &options.outbox,
+                                command.id,
+                                reason,
+                            )
+                            .await?;
                         }
                         Applied::Changed | Applied::NoOp => {
-                            outbox::mark_processed(&mut savepoint, command.id).await?;
+                            outbox::mark_processed(&mut savepoint, &options.outbox, command.id)
+                                .await?;
                         }
                     }
                     savepoint.commit().await.context("releasing a savepoint")?;
@@ -225,7 +237,8 @@ pub async fn drain_with(
                         .context("rolling back a savepoint")?;
                     let last_error = error.last_error();
                     tracing::warn!(outbox_id = command.id, attempts = command.attempts + 1, error = %last_error, "repair command failed; kept for a later run");
-                    outbox::record_failure(&mut tx, command.id, &last_error).await?;
+                    outbox::record_failure(&mut tx, &options.outbox, command.id, &last_error)
+                        .await?;
                     failed_ids.push(command.id);
                     report.failed += 1;
                 }
@@ -234,7 +247,8 @@ pub async fn drain_with(
         tx.commit().await.context("committing repairs")?;
     }
     let mut conn = crate::store::begin(pool).await.context("connecting")?;
-    report.stuck = outbox::count_stuck(&mut conn, &types, options.max_attempts).await?;
+    report.stuck =
+        outbox::count_stuck(&mut conn, &options.outbox, &types, options.max_attempts).await?;
     if report.stuck > 0 {
         tracing::error!(stuck = report.stuck, "repair commands exhausted their attempts; a person must look at them (outbox.last_error)");
     }
@@ -255,6 +269,7 @@ pub async fn drain_with(
 /// later run).
 async fn process(
     conn: &mut sqlx::PgConnection,
+    outbox: &OutboxSettings,
     command: &ClaimedCommand,
     statuses: &StatusMap,
 ) -> Result<Applied, RepairError> {
@@ -307,6 +322,7 @@ async fn process(
     // superseded when it moved elsewhere.
     let outcome = apply(
         conn,
+        outbox,
         statuses,
         kind,
         payload.payment_id,

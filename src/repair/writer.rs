@@ -18,7 +18,7 @@
 use serde_json::json;
 use sqlx::{PgConnection, PgPool};
 
-use crate::config::StatusMap;
+use crate::config::{OutboxSettings, StatusMap};
 use crate::reconcile::{LocalStatus, RepairCommand, Resolution};
 use crate::store::payments::{transition_status, TransitionResult};
 use crate::store::{findings, outbox, Context, StoreError};
@@ -69,6 +69,7 @@ fn transition(command: RepairCommand) -> (LocalStatus, LocalStatus) {
 /// [`WriteError::UnknownPayment`]; [`WriteError::NoWord`]; [`WriteError::Store`].
 pub async fn apply(
     conn: &mut PgConnection,
+    outbox: &OutboxSettings,
     statuses: &StatusMap,
     command: RepairCommand,
     payment_id: i64,
@@ -103,7 +104,7 @@ pub async fn apply(
                 "status": to, "version": version,
                 "command": command.as_str(), "cause": cause, "finding_id": finding_id,
             });
-            outbox::append_event(conn, payment_id, PAYMENT_STATUS_CHANGED, &event).await?;
+            outbox::append_event(conn, outbox, payment_id, PAYMENT_STATUS_CHANGED, &event).await?;
             true
         }
     };
@@ -175,7 +176,17 @@ async fn apply_in_transaction(
     let mut tx = crate::store::begin(&mut *conn)
         .await
         .context("opening the writer transaction")?;
-    let outcome = apply(&mut tx, statuses, command, payment_id, finding_id, cause).await?;
+    // The webhook handler's path writes its event to the default outbox.
+    let outcome = apply(
+        &mut tx,
+        &OutboxSettings::default(),
+        statuses,
+        command,
+        payment_id,
+        finding_id,
+        cause,
+    )
+    .await?;
     tx.commit().await.context("committing the transition")?;
     Ok(outcome)
 }

@@ -8,7 +8,7 @@ use sqlx::PgPool;
 
 use super::batch::{hold_lease, Mode, ReadBatch};
 use super::report::BatchReport;
-use crate::config::JobSettings;
+use crate::config::{JobSettings, OutboxSettings};
 use crate::lease::Lease;
 use crate::outcome::RunError;
 use crate::read::Observation;
@@ -50,6 +50,7 @@ pub(crate) async fn commit(
             let job = &settings.job;
             write_phase(
                 pool,
+                &settings.outbox,
                 job,
                 settings.unverifiable_cycles,
                 lease,
@@ -121,6 +122,7 @@ async fn wrap(
 #[allow(clippy::too_many_arguments)]
 async fn write_phase(
     pool: &PgPool,
+    outbox: &OutboxSettings,
     job: &str,
     unverifiable_cycles: u32,
     lease: Option<&Lease>,
@@ -131,7 +133,8 @@ async fn write_phase(
     let mut tx = crate::store::begin(pool)
         .await
         .context("opening the write transaction")?;
-    let recorded = record_observations(&mut tx, job, unverifiable_cycles, observations).await?;
+    let recorded =
+        record_observations(&mut tx, outbox, job, unverifiable_cycles, observations).await?;
     report.findings_created = recorded.findings_created;
     report.findings_cleared = recorded.findings_cleared;
     report.commands_enqueued = recorded.commands_enqueued;

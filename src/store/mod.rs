@@ -22,6 +22,7 @@ pub mod events_position;
 pub mod findings;
 pub mod lease;
 pub mod outbox;
+pub mod outbox_shape;
 pub mod payment_index;
 pub mod payments;
 pub mod runs;

@@ -1,9 +1,15 @@
-//! `outbox`: repair commands for the canonical writer. The table may be shared
-//! with the application, so every query filters on `event_type`.
+//! The outbox (`RECONCILER_OUTBOX_TABLE`): repair commands for the canonical
+//! writer. The table may be shared with the application, so every query
+//! filters on `event_type`. Of a `debezium`-shaped outbox the reconciler only
+//! inserts (the application's relay delivers and may delete the rows), so the
+//! guards that read our bookkeeping columns read
+//! `reconciliation_relayed_commands` instead or do nothing.
 
 use sqlx::PgConnection;
 
+use super::outbox_shape::DEBEZIUM_TIMESTAMP;
 use super::{Context, StoreError};
+use crate::config::{OutboxSettings, OutboxShape};
 
 /// A repair command to enqueue for a newly created finding.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,13 +29,18 @@ pub struct RepairRow {
 
 /// Enqueues repair commands in one statement, with the design note's payload
 /// `{"payment_id", "finding_id", "expected_local_status"}` plus
-/// `"stripe_payment_intent_id"`, and `aggregate_type = 'Payment'`. Returns
-/// how many were enqueued.
+/// `"stripe_payment_intent_id"`. Reconciler shape: `aggregate_type =
+/// 'Payment'`, `event_type` the command. Debezium shape: `id` a fresh uuid,
+/// `aggregatetype = 'payment'`, `aggregateid` the payment id, `type` the
+/// command, the same `payload`, `timestamp = now()` when the column exists;
+/// each finding's command is remembered in `reconciliation_relayed_commands`
+/// and never enqueued twice. Returns how many were enqueued.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn enqueue_repairs(
     conn: &mut PgConnection,
+    outbox: &OutboxSettings,
     rows: &[RepairRow],
 ) -> Result<u64, StoreError> {
     if rows.is_empty() {
@@ -46,24 +57,67 @@ pub async fn enqueue_repairs(
         .iter()
         .map(|r| r.stripe_payment_intent_id.as_str())
         .collect();
-    let done = super::query(
-        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-         SELECT 'Payment', v.payment_id::text, v.command,
-                jsonb_build_object('payment_id', v.payment_id, 'finding_id', v.finding_id,
-                                   'expected_local_status', v.expected,
-                                   'stripe_payment_intent_id', v.intent)
-           FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[])
-                AS v(payment_id, finding_id, command, expected, intent)",
-    )
-    .bind(payment_ids)
-    .bind(finding_ids)
-    .bind(commands)
-    .bind(expected)
-    .bind(intents)
-    .execute(conn)
-    .await
-    .context("enqueueing repair commands")?;
+    let table = outbox.table.quoted();
+    let sql = match outbox.shape {
+        OutboxShape::Reconciler => format!(
+            "INSERT INTO {table} (aggregate_type, aggregate_id, event_type, payload)
+             SELECT 'Payment', v.payment_id::text, v.command, {PAYLOAD}
+               FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[])
+                    AS v(payment_id, finding_id, command, expected, intent)"
+        ),
+        OutboxShape::Debezium => {
+            let (ts_col, ts_val) = if has_column(conn, &table, DEBEZIUM_TIMESTAMP).await? {
+                (format!(", \"{DEBEZIUM_TIMESTAMP}\""), ", now()")
+            } else {
+                (String::new(), "")
+            };
+            // The relayed record first: a finding that already has one gets
+            // no second row in the application's outbox.
+            format!(
+                "WITH v AS (SELECT gen_random_uuid() AS command_id, u.*
+                              FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[])
+                                   AS u(payment_id, finding_id, command, expected, intent)),
+                      r AS (INSERT INTO reconciliation_relayed_commands (finding_id, command_id, event_type)
+                            SELECT finding_id, command_id, command FROM v
+                            ON CONFLICT (finding_id) DO NOTHING
+                            RETURNING finding_id)
+                 INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload{ts_col})
+                 SELECT v.command_id, 'payment', v.payment_id::text, v.command, {PAYLOAD}{ts_val}
+                   FROM v JOIN r USING (finding_id)"
+            )
+        }
+    };
+    let done = super::query(&sql)
+        .bind(payment_ids)
+        .bind(finding_ids)
+        .bind(commands)
+        .bind(expected)
+        .bind(intents)
+        .execute(conn)
+        .await
+        .context("enqueueing repair commands")?;
     Ok(done.rows_affected())
+}
+
+/// The payload of a repair command (the design note's, plus the PaymentIntent).
+const PAYLOAD: &str = "jsonb_build_object('payment_id', v.payment_id, 'finding_id', v.finding_id,
+                                   'expected_local_status', v.expected,
+                                   'stripe_payment_intent_id', v.intent)";
+
+async fn has_column(
+    conn: &mut PgConnection,
+    table: &str,
+    column: &str,
+) -> Result<bool, StoreError> {
+    super::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_attribute
+                         WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped)",
+    )
+    .bind(table)
+    .bind(column)
+    .fetch_one(conn)
+    .await
+    .context("reading the outbox's columns")
 }
 
 /// A repair command claimed by the worker (row-locked until its transaction ends).
@@ -88,19 +142,21 @@ pub struct ClaimedCommand {
 /// [`StoreError`] from the database.
 pub async fn claim(
     conn: &mut PgConnection,
+    outbox: &OutboxSettings,
     event_types: &[&str],
     max_attempts: i32,
     exclude: &[i64],
     limit: i64,
 ) -> Result<Vec<ClaimedCommand>, StoreError> {
-    super::query_as(
-        "SELECT id, event_type, payload, attempts FROM outbox
+    super::query_as(&format!(
+        "SELECT id, event_type, payload, attempts FROM {table}
           WHERE processed_at IS NULL AND event_type = ANY($1) AND attempts < $2
             AND id <> ALL($3)
           ORDER BY id
           LIMIT $4
           FOR UPDATE SKIP LOCKED",
-    )
+        table = outbox.table.quoted()
+    ))
     .bind(event_types)
     .bind(max_attempts)
     .bind(exclude)
@@ -114,12 +170,19 @@ pub async fn claim(
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn mark_processed(conn: &mut PgConnection, id: i64) -> Result<(), StoreError> {
-    super::query("UPDATE outbox SET processed_at = now(), last_error = NULL WHERE id = $1")
-        .bind(id)
-        .execute(conn)
-        .await
-        .context("marking a command processed")?;
+pub async fn mark_processed(
+    conn: &mut PgConnection,
+    outbox: &OutboxSettings,
+    id: i64,
+) -> Result<(), StoreError> {
+    super::query(&format!(
+        "UPDATE {table} SET processed_at = now(), last_error = NULL WHERE id = $1",
+        table = outbox.table.quoted()
+    ))
+    .bind(id)
+    .execute(conn)
+    .await
+    .context("marking a command processed")?;
     Ok(())
 }
 
@@ -130,38 +193,57 @@ pub async fn mark_processed(conn: &mut PgConnection, id: i64) -> Result<(), Stor
 /// [`StoreError`] from the database.
 pub async fn mark_skipped(
     conn: &mut PgConnection,
+    outbox: &OutboxSettings,
     id: i64,
     reason: &str,
 ) -> Result<(), StoreError> {
-    super::query("UPDATE outbox SET processed_at = now(), last_error = $2 WHERE id = $1")
-        .bind(id)
-        .bind(reason)
-        .execute(conn)
-        .await
-        .context("closing a skipped command")?;
+    super::query(&format!(
+        "UPDATE {table} SET processed_at = now(), last_error = $2 WHERE id = $1",
+        table = outbox.table.quoted()
+    ))
+    .bind(id)
+    .bind(reason)
+    .execute(conn)
+    .await
+    .context("closing a skipped command")?;
     Ok(())
 }
 
 /// Of these open findings, those with no repair command the worker will still
 /// process (none unprocessed, stuck ones included): a command was lost, or
 /// skipped while the payment was blocked. The scan enqueues one for them.
+/// Debezium shape: those never handed to the relay (one command per finding,
+/// whether or not the relay has deleted its row since).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn findings_without_command(
     conn: &mut PgConnection,
+    outbox: &OutboxSettings,
     event_types: &[&str],
     finding_ids: &[i64],
 ) -> Result<Vec<i64>, StoreError> {
     if finding_ids.is_empty() {
         return Ok(Vec::new());
     }
-    super::query_scalar(
+    if outbox.shape == OutboxShape::Debezium {
+        return super::query_scalar(
+            "SELECT f.id FROM unnest($1::bigint[]) AS f(id)
+              WHERE NOT EXISTS (SELECT 1 FROM reconciliation_relayed_commands r
+                                 WHERE r.finding_id = f.id)",
+        )
+        .bind(finding_ids)
+        .fetch_all(conn)
+        .await
+        .context("looking for findings without a relayed command");
+    }
+    super::query_scalar(&format!(
         "SELECT f.id FROM unnest($2::bigint[]) AS f(id)
-          WHERE NOT EXISTS (SELECT 1 FROM outbox o
+          WHERE NOT EXISTS (SELECT 1 FROM {table} o
                              WHERE o.processed_at IS NULL AND o.event_type = ANY($1)
                                AND o.payload->>'finding_id' = f.id::text)",
-    )
+        table = outbox.table.quoted()
+    ))
     .bind(event_types)
     .bind(finding_ids)
     .fetch_all(conn)
@@ -175,15 +257,19 @@ pub async fn findings_without_command(
 /// [`StoreError`] from the database.
 pub async fn record_failure(
     conn: &mut PgConnection,
+    outbox: &OutboxSettings,
     id: i64,
     error: &str,
 ) -> Result<(), StoreError> {
-    super::query("UPDATE outbox SET attempts = attempts + 1, last_error = $2 WHERE id = $1")
-        .bind(id)
-        .bind(error)
-        .execute(conn)
-        .await
-        .context("recording a failed command")?;
+    super::query(&format!(
+        "UPDATE {table} SET attempts = attempts + 1, last_error = $2 WHERE id = $1",
+        table = outbox.table.quoted()
+    ))
+    .bind(id)
+    .bind(error)
+    .execute(conn)
+    .await
+    .context("recording a failed command")?;
     Ok(())
 }
 
@@ -193,14 +279,16 @@ pub async fn record_failure(
 /// [`StoreError`] from the database.
 pub async fn append_event(
     conn: &mut PgConnection,
+    outbox: &OutboxSettings,
     aggregate_id: i64,
     event_type: &str,
     payload: &serde_json::Value,
 ) -> Result<(), StoreError> {
-    super::query(
-        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+    super::query(&format!(
+        "INSERT INTO {table} (aggregate_type, aggregate_id, event_type, payload)
          VALUES ('Payment', $1::text, $2, $3)",
-    )
+        table = outbox.table.quoted()
+    ))
     .bind(aggregate_id)
     .bind(event_type)
     .bind(payload)
@@ -217,12 +305,11 @@ pub async fn append_event(
 /// [`StoreError`] from the database.
 pub async fn count_stuck(
     conn: &mut PgConnection,
+    outbox: &OutboxSettings,
     event_types: &[&str],
     max_attempts: i32,
 ) -> Result<i64, StoreError> {
-    super::query_scalar(
-        "SELECT count(*) FROM outbox WHERE processed_at IS NULL AND event_type = ANY($1) AND attempts >= $2",
-    )
+    super::query_scalar(&format!("SELECT count(*) FROM {table} WHERE processed_at IS NULL AND event_type = ANY($1) AND attempts >= $2", table = outbox.table.quoted()))
     .bind(event_types)
     .bind(max_attempts)
     .fetch_one(conn)
@@ -231,21 +318,28 @@ pub async fn count_stuck(
 }
 
 /// Whether a repair command the worker will still apply (unprocessed, fewer
-/// than `max_attempts` failures) refers to this finding.
+/// than `max_attempts` failures) refers to this finding. Debezium shape:
+/// always `false`: no worker of ours will apply it (the relay's delivery is
+/// invisible to us, and the application's writer is guarded by status).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn has_pending_repair(
     conn: &mut PgConnection,
+    outbox: &OutboxSettings,
     event_types: &[&str],
     finding_id: i64,
     max_attempts: i32,
 ) -> Result<bool, StoreError> {
-    super::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM outbox
+    if outbox.shape == OutboxShape::Debezium {
+        return Ok(false);
+    }
+    super::query_scalar(&format!(
+        "SELECT EXISTS (SELECT 1 FROM {table}
                          WHERE processed_at IS NULL AND event_type = ANY($1) AND attempts < $3
                            AND payload->>'finding_id' = $2::text)",
-    )
+        table = outbox.table.quoted()
+    ))
     .bind(event_types)
     .bind(finding_id)
     .bind(max_attempts)
@@ -258,26 +352,30 @@ pub async fn has_pending_repair(
 /// included (`processed_at` set, `last_error` says why), so no command
 /// outlives its finding. A command a repair worker holds right now is
 /// skipped (`SKIP LOCKED`, never a wait): that worker finds the finding
-/// resolved and closes it as skipped itself.
+/// resolved and closes it as skipped itself. Debezium shape: nothing (the
+/// relay may have delivered the command already; the application's writer
+/// applies it only while the payment is still `pending`).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn close_for_findings(
     conn: &mut PgConnection,
+    outbox: &OutboxSettings,
     event_types: &[&str],
     finding_ids: &[i64],
     note: &str,
 ) -> Result<u64, StoreError> {
-    if finding_ids.is_empty() {
+    if finding_ids.is_empty() || outbox.shape == OutboxShape::Debezium {
         return Ok(0);
     }
-    let done = super::query(
-        "UPDATE outbox SET processed_at = now(), last_error = $3
-          WHERE id IN (SELECT id FROM outbox
+    let done = super::query(&format!(
+        "UPDATE {table} SET processed_at = now(), last_error = $3
+          WHERE id IN (SELECT id FROM {table}
                         WHERE processed_at IS NULL AND event_type = ANY($1)
                           AND payload->>'finding_id' = ANY($2::bigint[]::text[])
                         FOR UPDATE SKIP LOCKED)",
-    )
+        table = outbox.table.quoted()
+    ))
     .bind(event_types)
     .bind(finding_ids)
     .bind(note)

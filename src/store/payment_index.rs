@@ -1,15 +1,18 @@
 //! Checks and changes of the application's `payments` table that cannot live
-//! in a migration file: the index on `stripe_payment_intent_id` is built
-//! `CONCURRENTLY` (outside any transaction), and whether it can be UNIQUE
-//! depends on the data.
+//! in a migration file: the plain lookup index on `stripe_payment_intent_id`
+//! is built `CONCURRENTLY` (outside any transaction); a UNIQUE one only on
+//! `migrate --unique-payment-intent-index` (DESIGN.md, Turn 3: `migrate`
+//! never adds a constraint to the application's table); and `payments.id`
+//! must be an integer.
 
 use sqlx::PgConnection;
 
 use super::{Context, StoreError};
 
-/// The unique index `migrate` adds when the table has none and no duplicates.
+/// The unique index `migrate --unique-payment-intent-index` adds (older
+/// versions added it by default; installs that have it keep it).
 pub const UNIQUE_INDEX: &str = "payments_stripe_payment_intent_id_unique";
-/// The plain index `migrate` adds when duplicates prevent a unique one.
+/// The plain lookup index `migrate` adds when no index covers the column.
 pub const PLAIN_INDEX: &str = "payments_stripe_payment_intent_id_lookup";
 
 /// What indexes `payments.stripe_payment_intent_id` alone.
@@ -141,4 +144,36 @@ pub async fn drop_invalid(conn: &mut PgConnection, name: &str) -> Result<(), Sto
             .context("dropping an invalid index")?;
     }
     Ok(())
+}
+
+/// `payments.id` is not an integer: the cursor, the findings and the outbox
+/// payloads all key payments by a 64-bit integer id (DESIGN.md, A batch).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("payments.id is of type {column_type}, but the reconciler requires integer ids (smallint, integer or bigint) to walk the table with its cursor; nothing was created")]
+pub struct IntegerIdRequired {
+    /// `format_type` of the column, e.g. `uuid`.
+    pub column_type: String,
+}
+
+/// Checks that `payments.id`, when `payments` exists, is smallint, integer or
+/// bigint. An absent table passes (the migrations create the demo's).
+///
+/// # Errors
+/// `Ok(Err(IntegerIdRequired))` for another type; [`StoreError`] from the database.
+pub async fn check_integer_id(
+    conn: &mut PgConnection,
+) -> Result<Result<(), IntegerIdRequired>, StoreError> {
+    let column_type: Option<String> = super::query_scalar(
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+          WHERE attrelid = to_regclass('payments') AND attname = 'id' AND NOT attisdropped",
+    )
+    .fetch_optional(conn)
+    .await
+    .context("reading the type of payments.id")?;
+    Ok(match column_type {
+        Some(t) if !matches!(t.as_str(), "smallint" | "integer" | "bigint") => {
+            Err(IntegerIdRequired { column_type: t })
+        }
+        _ => Ok(()),
+    })
 }

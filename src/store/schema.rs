@@ -68,6 +68,19 @@ pub async fn execute(conn: &mut PgConnection, migration: &Migration) -> Result<(
         .map(|_| ())
 }
 
+/// Runs `sql` (a migration's text as [`crate::db::migrate`] applies it) with
+/// the simple protocol.
+///
+/// # Errors
+/// [`StoreError`] from the database (the migration's own error).
+pub async fn execute_sql(conn: &mut PgConnection, sql: &str) -> Result<(), StoreError> {
+    sqlx::raw_sql(sql)
+        .execute(conn)
+        .await
+        .context("applying a migration")
+        .map(|_| ())
+}
+
 /// Records a migration as applied, taking `elapsed` to run.
 ///
 /// # Errors

@@ -87,7 +87,7 @@ async fn a_scan_and_two_repair_workers_on_the_same_rows_never_deadlock(pool: PgP
             while reads.load(Ordering::SeqCst) < start_workers_after {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
-            drain(&pool, small, &token).await
+            drain(&pool, small.clone(), &token).await
         };
         let (rescan, a, b) = tokio::join!(scan_with(&pool, &gw, &s), worker(), worker());
 

@@ -25,6 +25,7 @@
 //! - `stripe_redirect`: a redirecting API base and a live key over plain http
 //! - `terminal_output`: stored text escaped in every human-readable output
 //! - `your_schema`: the application's status words and amounts in major units
+//! - `your_outbox`: the user's own outbox and ids, created before `migrate`
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -49,4 +50,5 @@ mod scan;
 mod status;
 mod stripe_redirect;
 mod terminal_output;
+mod your_outbox;
 mod your_schema;

@@ -205,13 +205,13 @@ async fn migrate_reports_duplicates_and_adds_a_plain_index(pool: PgPool) {
 }
 
 #[sqlx::test(migrations = false)]
-async fn migrate_adds_a_unique_index_when_there_are_no_duplicates(pool: PgPool) {
+async fn migrate_adds_a_unique_index_only_with_the_explicit_flag(pool: PgPool) {
     payments_without_unique(&pool).await;
     insert_payment(&pool, "pi_One", "paid", 3600).await;
     insert_payment(&pool, "pi_Two", "pending", 3600).await;
     let env = [("DATABASE_URL", database_url(&pool))];
 
-    let out = reconciler_output(&["migrate"], &env).await;
+    let out = reconciler_output(&["migrate", "--unique-payment-intent-index"], &env).await;
 
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
     let indexes = payment_intent_indexes(&pool).await;
@@ -228,9 +228,39 @@ async fn migrate_adds_a_unique_index_when_there_are_no_duplicates(pool: PgPool) 
     .await;
     assert!(duplicate.is_err(), "a duplicate can no longer be inserted");
 
+    // Without the flag the existing UNIQUE index is kept, never dropped.
     let out = reconciler_output(&["migrate"], &env).await;
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
     assert_eq!(payment_intent_indexes(&pool).await.len(), 1);
+}
+
+#[sqlx::test(migrations = false)]
+async fn migrate_without_duplicates_adds_a_plain_index_and_says_no_unique_exists(pool: PgPool) {
+    payments_without_unique(&pool).await;
+    insert_payment(&pool, "pi_One", "paid", 3600).await;
+    insert_payment(&pool, "pi_Two", "pending", 3600).await;
+    let env = [("DATABASE_URL", database_url(&pool))];
+
+    let out = reconciler_output(&["migrate"], &env).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("no duplicates"), "{stdout}");
+    assert!(stdout.contains("no UNIQUE constraint"), "{stdout}");
+    let indexes = payment_intent_indexes(&pool).await;
+    assert_eq!(
+        indexes.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        ["payments_stripe_payment_intent_id_lookup"],
+        "{indexes:?}"
+    );
+    assert!(!indexes[0].1.contains("UNIQUE"), "{indexes:?}");
+    // The application may still write a second row for one PaymentIntent.
+    sqlx::query(
+        "INSERT INTO payments (order_id, stripe_payment_intent_id, status) VALUES ('o', 'pi_One', 'pending')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
 }
 
 /// `migrate` serialises on a transaction-scoped lock (what another `migrate`

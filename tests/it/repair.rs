@@ -198,7 +198,10 @@ async fn two_workers_apply_a_thousand_commands_exactly_once(pool: PgPool) {
     };
     let token = CancellationToken::new();
 
-    let (a, b) = tokio::join!(drain(&pool, small, &token), drain(&pool, small, &token));
+    let (a, b) = tokio::join!(
+        drain(&pool, small.clone(), &token),
+        drain(&pool, small.clone(), &token)
+    );
     let (a, b) = (a.unwrap(), b.unwrap());
 
     assert_eq!(a.applied + b.applied, 1000, "{a:?} {b:?}");
