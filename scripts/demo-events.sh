@@ -56,19 +56,19 @@ RECONCILER_BATCH_SIZE=1000 RECONCILER_BATCHES_PER_RUN=1 "$bin" run >/dev/null 2>
 cursor=$(psql "$DATABASE_URL" -Atc "SELECT last_id FROM reconciliation_cursor WHERE job = 'payments-vs-stripe'")
 
 say "a new order, pending, at the end of the table; its customer pays"
-row=$(psql "$DATABASE_URL" -Atc "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
+row=$(psql "$DATABASE_URL" -qAtc "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
                                  VALUES ('ord_missed_webhook', 'pi_DemoMissedWebhook', 'pending', now() - interval '1 minute',
-                                         now() - interval '1 minute') RETURNING id" | head -n1)
+                                         now() - interval '1 minute') RETURNING id")
 say "Stripe: pi_DemoMissedWebhook succeeded; the webhook never reaches the application (payments.id $row, cursor at $cursor)"
 curl -fsS -X POST "$STRIPE_API_BASE/standin/payment_intents/pi_DemoMissedWebhook/succeeded" >.demo/events-missed.json
 say "Stripe: pi_DemoNoOrder succeeded, and no payments row points at it (money with no order)"
 curl -fsS -X POST "$STRIPE_API_BASE/standin/payment_intents/pi_DemoNoOrder/succeeded" >.demo/events-orphan.json
 
 say "two paid orders at the end of the table; Stripe: one is refunded in full, the other disputed"
-paid_rows=$(psql "$DATABASE_URL" -Atc "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
+paid_rows=$(psql "$DATABASE_URL" -qAtc "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
                                        VALUES ('ord_refunded', 'pi_DemoRefunded', 'paid', now() - interval '1 hour', now() - interval '1 hour'),
                                               ('ord_disputed', 'pi_DemoDisputed', 'paid', now() - interval '1 hour', now() - interval '1 hour')
-                                       RETURNING id" | head -n2 | tr '\n' ' ')
+                                       RETURNING id" | tr '\n' ' ')
 read -r refunded_row disputed_row <<<"$paid_rows"
 for pi in pi_DemoRefunded pi_DemoDisputed; do
   curl -fsS -X POST "$STRIPE_API_BASE/standin/payment_intents/$pi/succeeded" >/dev/null
