@@ -19,6 +19,10 @@
 //! `--events N` generated events and from
 //! `POST /standin/payment_intents/{id}/{status}`, which moves a PaymentIntent
 //! at "Stripe" and records its event without any webhook: a missed webhook.
+//! `POST /standin/payment_intents/{id}/refund` (or `/dispute`) refunds in
+//! full (or disputes) its latest charge, leaving the PaymentIntent's status
+//! as it was, and records `charge.refunded` (or `charge.dispute.created`)
+//! with the Charge (or Dispute) object naming the PaymentIntent.
 //!
 //! ```text
 //! stripe_standin [--listen 127.0.0.1:12111] [--api-key sk_test_standin]
@@ -430,31 +434,30 @@ impl Respond for Standin {
             .url
             .query_pairs()
             .any(|(k, v)| k == "expand[]" && v == "latest_charge");
-        if let Some(status) = self.moved.status_of(id) {
-            return self.reply(200).set_body_json(self.payment_intent(
-                id,
-                &Pi::new(status),
-                expanded,
-            ));
-        }
-        match self.known.get(id) {
-            Some(Remote::Status(status)) => {
-                self.reply(200)
-                    .set_body_json(self.payment_intent(id, &Pi::new(status), expanded))
+        let mut pi = match (self.moved.status_of(id), self.known.get(id)) {
+            (Some(status), _) | (None, Some(&Remote::Status(status))) => Pi::new(status),
+            (None, Some(Remote::Detailed(pi))) => *pi,
+            (None, Some(Remote::Broken)) => {
+                return self.envelope(500, "api_error", "", "An unknown error occurred.")
             }
-            Some(Remote::Detailed(pi)) => self
-                .reply(200)
-                .set_body_json(self.payment_intent(id, pi, expanded)),
-            Some(Remote::Broken) => {
-                self.envelope(500, "api_error", "", "An unknown error occurred.")
+            (None, Some(Remote::Missing) | None) => {
+                return self.envelope(
+                    404,
+                    "invalid_request_error",
+                    "resource_missing",
+                    &format!("No such payment_intent: '{id}'"),
+                )
             }
-            Some(Remote::Missing) | None => self.envelope(
-                404,
-                "invalid_request_error",
-                "resource_missing",
-                &format!("No such payment_intent: '{id}'"),
-            ),
+        };
+        // A refund or a dispute posted since lives on the charge; the
+        // PaymentIntent's status stays as it was (Stripe API reference).
+        let money = self.moved.money_of(id);
+        if money.refunded {
+            pi.refunded = pi.amount;
         }
+        pi.disputed |= money.disputed;
+        self.reply(200)
+            .set_body_json(self.payment_intent(id, &pi, expanded))
     }
 }
 
@@ -663,11 +666,22 @@ mod events {
     use wiremock::matchers::{method, path, path_regex};
     use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
-    /// Events (oldest first) and the statuses they moved.
+    /// Events (oldest first) and the statuses and money they moved.
     #[derive(Default)]
     pub struct Feed {
         events: Mutex<Vec<Value>>,
         moved: Mutex<HashMap<String, &'static str>>,
+        money: Mutex<HashMap<String, Money>>,
+    }
+
+    /// What `POST /standin/payment_intents/{id}/refund` or `/dispute` did to
+    /// a PaymentIntent's latest charge.
+    #[derive(Clone, Copy, Default)]
+    pub struct Money {
+        /// Refunded in full.
+        pub refunded: bool,
+        /// Disputed.
+        pub disputed: bool,
     }
 
     const STATUSES: [&str; 7] = [
@@ -708,7 +722,21 @@ mod events {
                 .copied()
         }
 
+        /// What was done to this PaymentIntent's charge.
+        pub fn money_of(&self, id: &str) -> Money {
+            self.money
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(id)
+                .copied()
+                .unwrap_or_default()
+        }
+
         fn record(&self, status: &'static str, created: i64, object: Value) {
+            self.record_typed(event_type(status), created, object);
+        }
+
+        fn record_typed(&self, event_type: &str, created: i64, object: Value) {
             let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
             let n = events.len();
             events.push(json!({
@@ -716,7 +744,7 @@ mod events {
                 "api_version": "2024-06-20", "created": created,
                 "data": {"object": object}, "livemode": false, "pending_webhooks": 1,
                 "request": {"id": null, "idempotency_key": null},
-                "type": event_type(status),
+                "type": event_type,
             }));
         }
     }
@@ -791,6 +819,57 @@ mod events {
         }
     }
 
+    /// The Charge (`charge.refunded`) or Dispute (`charge.dispute.created`)
+    /// object of an event about `pi`'s charge, in Stripe's shape: it names
+    /// its PaymentIntent in `payment_intent`.
+    fn money_object(pi: &str, money: Money, dispute: bool, created: i64) -> Value {
+        let charge = format!("ch_{}", pi.trim_start_matches("pi_"));
+        if dispute {
+            return json!({
+                "id": format!("dp_{}", pi.trim_start_matches("pi_")), "object": "dispute",
+                "amount": 1099, "balance_transactions": [], "charge": charge, "created": created,
+                "currency": "usd", "evidence_details": {"due_by": created + 7 * 86_400,
+                "has_evidence": false, "past_due": false, "submission_count": 0},
+                "is_charge_refundable": false, "livemode": false, "metadata": {},
+                "payment_intent": pi, "reason": "fraudulent", "status": "needs_response",
+            });
+        }
+        json!({
+            "id": charge, "object": "charge", "amount": 1099, "amount_captured": 1099,
+            "amount_refunded": 1099, "captured": true, "created": created - 60,
+            "currency": "usd", "disputed": money.disputed, "livemode": false, "metadata": {},
+            "paid": true, "payment_intent": pi, "refunded": true, "status": "succeeded",
+        })
+    }
+
+    /// `POST /standin/payment_intents/{id}/refund` or `/dispute`: the charge
+    /// is refunded in full or disputed, and its event recorded.
+    fn move_money(feed: &Feed, pi: &str, dispute: bool) -> ResponseTemplate {
+        let money = {
+            let mut all = feed.money.lock().unwrap_or_else(|p| p.into_inner());
+            let m = all.entry(pi.to_owned()).or_default();
+            if dispute {
+                m.disputed = true;
+            } else {
+                m.refunded = true;
+            }
+            *m
+        };
+        let created = now();
+        let event_type = if dispute {
+            "charge.dispute.created"
+        } else {
+            "charge.refunded"
+        };
+        feed.record_typed(
+            event_type,
+            created,
+            money_object(pi, money, dispute, created),
+        );
+        ResponseTemplate::new(200)
+            .set_body_json(json!({"payment_intent": pi, "event": event_type, "created": created}))
+    }
+
     struct Move(std::sync::Arc<Feed>, Value);
 
     impl Respond for Move {
@@ -799,6 +878,9 @@ mod events {
             let (Some(status), Some(pi)) = (parts.first(), parts.get(1)) else {
                 return ResponseTemplate::new(400);
             };
+            if matches!(*status, "refund" | "dispute") {
+                return move_money(&self.0, pi, *status == "dispute");
+            }
             let Some(status) = STATUSES.iter().find(|s| *s == status) else {
                 return ResponseTemplate::new(400);
             };

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The events feed end to end: a table of 10,000 payments whose scan cursor is
 # at row 1,000, then a webhook that never arrives for a payment at the end of
-# the table, and money taken at Stripe for which no payment row exists.
-# `stripe-reconciler events` finds both seconds later, long before the
-# cursor reaches the row. Prints the time from each event to its finding.
+# the table, money taken at Stripe for which no payment row exists, and a
+# refund and a dispute on two paid orders (they never change a
+# PaymentIntent's status; Stripe sends charge.refunded and
+# charge.dispute.created). `stripe-reconciler events` finds all four seconds
+# later, long before the cursor reaches the rows. Prints the time from each
+# event to its finding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -63,18 +66,33 @@ curl -fsS -X POST "$STRIPE_API_BASE/standin/payment_intents/pi_DemoMissedWebhook
 say "Stripe: pi_DemoNoOrder succeeded, and no payments row points at it (money with no order)"
 curl -fsS -X POST "$STRIPE_API_BASE/standin/payment_intents/pi_DemoNoOrder/succeeded" >.demo/events-orphan.json
 
+say "two paid orders at the end of the table; Stripe: one is refunded in full, the other disputed"
+paid_rows=$(psql "$DATABASE_URL" -qAtc "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
+                                       VALUES ('ord_refunded', 'pi_DemoRefunded', 'paid', now() - interval '1 hour', now() - interval '1 hour'),
+                                              ('ord_disputed', 'pi_DemoDisputed', 'paid', now() - interval '1 hour', now() - interval '1 hour')
+                                       RETURNING id" | tr '\n' ' ')
+read -r refunded_row disputed_row <<<"$paid_rows"
+for pi in pi_DemoRefunded pi_DemoDisputed; do
+  curl -fsS -X POST "$STRIPE_API_BASE/standin/payment_intents/$pi/succeeded" >/dev/null
+done
+curl -fsS -X POST "$STRIPE_API_BASE/standin/payment_intents/pi_DemoRefunded/refund" >.demo/events-refund.json
+curl -fsS -X POST "$STRIPE_API_BASE/standin/payment_intents/pi_DemoDisputed/dispute" >.demo/events-dispute.json
+
 sleep $((GRACE + 1))
 say "stripe-reconciler events"
 "$bin" events 2>.demo/events-events.log || { tail -n 20 .demo/events-events.log >&2; die "the events run failed"; }
 
+created() { python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["created"])' "$1"; }
 say "from the event at Stripe to its finding"
 psql "$DATABASE_URL" -c "SELECT f.kind, coalesce(p.stripe_payment_intent_id, f.stripe_payment_intent_id) AS payment_intent,
                                 f.payment_id, to_timestamp(e.created) AS event_created, f.detected_at,
                                 round(extract(epoch FROM f.detected_at - to_timestamp(e.created))::numeric, 1) AS seconds_to_finding
                            FROM reconciliation_findings f
                            LEFT JOIN payments p ON p.id = f.payment_id
-                           JOIN (VALUES ('pi_DemoMissedWebhook', $(python3 -c 'import json;print(json.load(open(".demo/events-missed.json"))["created"])')),
-                                        ('pi_DemoNoOrder', $(python3 -c 'import json;print(json.load(open(".demo/events-orphan.json"))["created"])')))
+                           JOIN (VALUES ('pi_DemoMissedWebhook', $(created .demo/events-missed.json)),
+                                        ('pi_DemoNoOrder', $(created .demo/events-orphan.json)),
+                                        ('pi_DemoRefunded', $(created .demo/events-refund.json)),
+                                        ('pi_DemoDisputed', $(created .demo/events-dispute.json)))
                                 AS e(pi, created) ON e.pi = coalesce(p.stripe_payment_intent_id, f.stripe_payment_intent_id)
                           ORDER BY f.id"
 kinds=$(psql "$DATABASE_URL" -Atc "SELECT string_agg(kind, ',' ORDER BY kind) FROM reconciliation_findings
@@ -83,6 +101,16 @@ kinds=$(psql "$DATABASE_URL" -Atc "SELECT string_agg(kind, ',' ORDER BY kind) FR
 commands=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM outbox WHERE event_type = 'ApplyPaymentSucceeded'
                                         AND payload->>'payment_id' = '$row'")
 [ "$commands" = 1 ] || die "expected one ApplyPaymentSucceeded command for payment $row, got $commands"
+money=$(psql "$DATABASE_URL" -Atc "SELECT string_agg(kind, ',' ORDER BY payment_id) FROM reconciliation_findings
+                                  WHERE resolved_at IS NULL AND payment_id IN ($refunded_row, $disputed_row)")
+[ "$money" = "refunded,disputed" ] || die "expected refunded and disputed on payments $refunded_row and $disputed_row, got '$money'"
+money_seconds=$(psql "$DATABASE_URL" -Atc "SELECT round(max(extract(epoch FROM f.detected_at) - e.created)::numeric, 1)
+                                           FROM reconciliation_findings f
+                                           JOIN (VALUES ($refunded_row::bigint, $(created .demo/events-refund.json)),
+                                                        ($disputed_row::bigint, $(created .demo/events-dispute.json))) AS e(id, created)
+                                             ON e.id = f.payment_id
+                                          WHERE f.kind IN ('refunded', 'disputed')")
+say "refund and dispute caught by one events run ${money_seconds}s after they happened at Stripe (the scan would reach these rows only after the whole table)"
 cursor_now=$(psql "$DATABASE_URL" -Atc "SELECT last_id FROM reconciliation_cursor WHERE job = 'payments-vs-stripe'")
 say "caught by events while the scan's cursor is at $cursor_now of $row rows: the scan would reach this row $(( (row - cursor_now) / 1000 + 1 )) batches from now"
 

@@ -139,6 +139,12 @@ fn print_summary(s: &EventsSummary, format: LogFormat) {
             );
             println!("  pages                {}", s.pages);
             println!("  events read          {}", s.events_read);
+            if s.events_without_payment_intent > 0 {
+                println!(
+                    "  no PaymentIntent     {} (charges made without one: nothing to re-read)",
+                    s.events_without_payment_intent
+                );
+            }
             println!("  payment intents      {}", s.payment_intents);
             println!("  re-read from Stripe  {}", s.payment_intents_retrieved);
             println!("  confirmed, no read   {}", s.rows_confirmed);

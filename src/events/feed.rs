@@ -57,10 +57,13 @@ pub fn window(
 /// What the pages gave.
 #[derive(Debug, Clone, Default)]
 pub struct Listing {
-    /// Every readable PaymentIntent event, newest first.
+    /// Every readable event that names a PaymentIntent, newest first.
     pub events: Vec<PaymentIntentEvent>,
     /// Entries skipped as unreadable.
     pub skipped: usize,
+    /// Charge, refund and dispute events whose object names no
+    /// PaymentIntent: counted, nothing to re-read.
+    pub without_payment_intent: usize,
     /// Pages read.
     pub pages: u32,
     /// The page limit stopped the listing before the window's start: events
@@ -99,6 +102,7 @@ pub async fn list(
             })?;
         listing.pages += 1;
         listing.skipped += page.skipped;
+        listing.without_payment_intent += page.without_payment_intent;
         listing.events.extend(page.events);
         if !page.has_more || page.next_after.is_none() {
             return Ok(listing);

@@ -11,6 +11,8 @@
 //! status alone is not enough: the event's object is rendered in the event's
 //! API version, may be older than the PaymentIntent's current state, and says
 //! nothing about the charge (refunds, disputes) the money checks need.
+//! A charge, refund or dispute event carries no PaymentIntent status, so the
+//! rule never applies to it: its PaymentIntent is always re-read.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -19,17 +21,37 @@ use chrono::{DateTime, Utc};
 
 use crate::reconcile::ExternalStatus;
 use crate::store::payments::PaymentByIntent;
-use crate::stripe::{PaymentIntentEvent, PaymentIntentId};
+use crate::stripe::{EventObject, PaymentIntentEvent, PaymentIntentId};
 
 /// The newest event per PaymentIntent, from a newest-first list, in the
 /// order PaymentIntents first appear: a PaymentIntent named by five events
-/// is read once.
-pub fn collapse(events: &[PaymentIntentEvent]) -> Vec<&PaymentIntentEvent> {
-    let mut seen = HashSet::new();
-    events
-        .iter()
-        .filter(|e| seen.insert(e.payment_intent.as_str()))
-        .collect()
+/// (PaymentIntent, charge, refund or dispute events alike) is read once.
+/// When the newest is a charge, refund or dispute event, it keeps the status
+/// and metadata of the PaymentIntent's newest PaymentIntent event, if any (a
+/// succeeded PaymentIntent without a row, refunded since, is still an
+/// orphan to read).
+pub fn collapse(events: &[PaymentIntentEvent]) -> Vec<PaymentIntentEvent> {
+    let mut at: HashMap<&str, usize> = HashMap::new();
+    let mut once: Vec<PaymentIntentEvent> = Vec::new();
+    for e in events {
+        match at.get(e.payment_intent.as_str()) {
+            None => {
+                at.insert(e.payment_intent.as_str(), once.len());
+                once.push(e.clone());
+            }
+            Some(&i) => {
+                let kept = &mut once[i];
+                if e.object == EventObject::PaymentIntent
+                    && kept.status.is_none()
+                    && kept.object != EventObject::PaymentIntent
+                {
+                    kept.status = e.status.clone();
+                    kept.metadata = e.metadata.clone();
+                }
+            }
+        }
+    }
+    once
 }
 
 /// The clock and thresholds of a plan.
@@ -105,9 +127,13 @@ pub fn hold_back(hold: &mut Option<DateTime<Utc>>, rules: &PlanRules, created: D
     }
 }
 
-/// A row is confirmed for an event when Stripe was asked about it after the
-/// event and answered the event's status.
+/// A row is confirmed for a PaymentIntent event when Stripe was asked about
+/// it after the event and answered the event's status. Never for a charge,
+/// refund or dispute event: they show no PaymentIntent status to match.
 pub fn confirmed_after(row: &PaymentByIntent, event: &PaymentIntentEvent) -> bool {
+    if event.object != EventObject::PaymentIntent {
+        return false;
+    }
     match (
         &row.last_reconciled_at,
         &row.observed_external_status,
@@ -186,12 +212,14 @@ mod tests {
     use super::*;
     use crate::store::payments::PaymentRow;
     use chrono::TimeZone;
+    use std::collections::BTreeMap;
 
     fn event(id: &str, pi: &str, status: &str, created: i64) -> PaymentIntentEvent {
         PaymentIntentEvent {
             id: id.into(),
             event_type: format!("payment_intent.{status}"),
             created: Utc.timestamp_opt(created, 0).unwrap(),
+            object: EventObject::PaymentIntent,
             payment_intent: PaymentIntentId::parse(pi).unwrap(),
             status: Some(ExternalStatus::parse(status)),
             metadata: [("app".to_owned(), "shop".to_owned())].into(),
@@ -235,6 +263,41 @@ mod tests {
         let once = collapse(&events);
         assert_eq!(once.len(), 2);
         assert_eq!(once[0].id, "evt_0", "the newest event of pi_A wins");
+    }
+
+    /// A `charge.refunded` event about `pi`: no PaymentIntent status.
+    fn refund(id: &str, pi: &str, created: i64) -> PaymentIntentEvent {
+        PaymentIntentEvent {
+            event_type: "charge.refunded".into(),
+            object: EventObject::Charge,
+            status: None,
+            metadata: BTreeMap::new(),
+            ..event(id, pi, "succeeded", created)
+        }
+    }
+
+    #[test]
+    fn a_refund_event_collapses_with_the_payment_intent_events_and_is_always_read() {
+        let events = [
+            refund("evt_r", "pi_A", 9500),
+            event("evt_s", "pi_A", "succeeded", 9000),
+            refund("evt_other", "pi_B", 8000),
+        ];
+        let once = collapse(&events);
+        assert_eq!(once.len(), 2, "one read per PaymentIntent");
+        assert_eq!(once[0].id, "evt_r", "the newest event holds the position");
+        assert_eq!(
+            once[0].status,
+            Some(ExternalStatus::parse("succeeded")),
+            "the PaymentIntent's newest status is kept for the orphan rule"
+        );
+        // Reconciled after the refund, and in its status: still re-read,
+        // since a refund shows no PaymentIntent status to match.
+        let rows = [row(1, "pi_A", false, Some((9600, "succeeded")))];
+        let refs: Vec<_> = once.iter().collect();
+        let p = plan(&refs, &rows, &HashSet::new(), &rules(None));
+        assert_eq!(p.rows, [(0, RowAction::Retrieve)]);
+        assert_eq!(p.not_succeeded, 1, "pi_B has no row and no success seen");
     }
 
     #[test]

@@ -44,8 +44,11 @@ pub struct EventsSummary {
     pub pages: u32,
     /// PaymentIntent events read.
     pub events_read: u64,
-    /// Entries of the feed that were not readable PaymentIntent events.
+    /// Entries of the feed that were not readable events.
     pub events_skipped: u64,
+    /// Charge, refund and dispute events whose object names no
+    /// PaymentIntent (a charge made without one): counted, not an error.
+    pub events_without_payment_intent: u64,
     /// Distinct PaymentIntents the events named (each handled once).
     pub payment_intents: u64,
     /// PaymentIntents re-read from Stripe (rows and orphans).
@@ -139,12 +142,14 @@ async fn body(
     summary.pages = listing.pages;
     summary.events_read = listing.events.len() as u64;
     summary.events_skipped = listing.skipped as u64;
+    summary.events_without_payment_intent = listing.without_payment_intent as u64;
     summary.truncated = listing.truncated;
     if listing.truncated {
         let oldest = listing.events.last().map(|e| e.created);
         tracing::warn!(pages = listing.pages, window_start = %start, oldest_read = ?oldest, "RECONCILER_EVENTS_MAX_PAGES reached: older events of the window were not read (a gap left to the scan)");
     }
-    let named = plan::collapse(&listing.events);
+    let collapsed = plan::collapse(&listing.events);
+    let named: Vec<&PaymentIntentEvent> = collapsed.iter().collect();
     summary.payment_intents = named.len() as u64;
 
     // 3. The rows, by index lookup, and the orphans already open.

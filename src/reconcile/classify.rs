@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use super::currency::{self, MinorUnitsError};
-use super::decision::{classify_status, Decision};
+use super::decision::{classify_status, Decision, Verdict};
 use super::facts::{ChargeFacts, LocalAmount, LocalPayment, PaymentIntentFacts};
 use super::kind::FindingKind;
 use super::status::{ExternalStatus, LocalStatus};
@@ -45,84 +45,123 @@ impl Default for Rules {
 ///    then, for a `succeeded` PaymentIntent, `disputed` and `refunded` (a
 ///    refund or a dispute never changes the PaymentIntent's status; it lives
 ///    on the charge), then `currency_mismatch` and `amount_mismatch` when the
-///    row carries a currency or an amount.
+///    row carries a currency or an amount. Proven money always wins: a
+///    charge with `disputed: true` is `disputed` and one with
+///    `amount_refunded > 0` is `refunded` even when the other field is
+///    absent (issue 20).
 /// 2. The status table ([`classify_status`]).
 /// 3. Aging, for rows the table calls in flight or in sync:
 ///    `authorization_expiring`, `stuck_processing`, `abandoned`.
 ///
-/// A `succeeded` PaymentIntent whose charge was not expanded, or a row with
-/// an amount or currency that Stripe's answer lacks, is UNVERIFIABLE: the
-/// money cannot be checked, so the row is neither stamped nor repaired.
+/// Money that cannot be proven kept (a `succeeded` PaymentIntent whose
+/// charge was not expanded or lacks a field, a row with an amount or
+/// currency that Stripe's answer lacks) makes the decision UNVERIFIABLE: the
+/// row is neither stamped nor repaired. It never hides status drift: when
+/// the status table sees drift, the UNVERIFIABLE decision carries that
+/// status finding, with `details.money_unproven` (the reason) and no repair
+/// command (DESIGN.md, "Turn 3 contract": the command waits for a read that
+/// proves the money).
 pub fn classify(
     local: &LocalPayment,
     pi: &PaymentIntentFacts,
     rules: &Rules,
     now: DateTime<Utc>,
 ) -> Decision {
-    if let Some(money) = money_check(local, pi) {
-        return money;
+    let unproven = match money_check(local, pi) {
+        Money::Finding(money) => return money,
+        Money::Unproven(reason) => reason,
+        Money::Kept => {
+            let decision = classify_status(&local.status, &pi.status);
+            if decision.kind.is_some() {
+                return decision;
+            }
+            return aging_check(local, pi, rules, now).unwrap_or(decision);
+        }
+    };
+    match classify_status(&local.status, &pi.status).kind {
+        Some(kind) => Decision {
+            kind: Some(kind),
+            details: Some(json!({ "reason": unproven, "money_unproven": unproven })),
+            ..Decision::plain(Verdict::Unverifiable)
+        },
+        None => Decision::unverifiable(unproven),
     }
-    let decision = classify_status(&local.status, &pi.status);
-    if decision.kind.is_some() {
-        return decision;
-    }
-    aging_check(local, pi, rules, now).unwrap_or(decision)
 }
 
-fn money_check(local: &LocalPayment, pi: &PaymentIntentFacts) -> Option<Decision> {
+/// What the money checks found.
+enum Money {
+    /// Nothing wrong with the money, as far as the row and Stripe show it.
+    Kept,
+    /// A money finding, proven by Stripe's answer.
+    Finding(Decision),
+    /// No money finding is proven, and the money cannot be proven kept: why.
+    Unproven(&'static str),
+}
+
+fn money_check(local: &LocalPayment, pi: &PaymentIntentFacts) -> Money {
     if local.shares_payment_intent {
-        return Some(Decision::review(FindingKind::DuplicatePaymentIntent));
+        return Money::Finding(Decision::review(FindingKind::DuplicatePaymentIntent));
     }
+    // The first reason the money cannot be proven kept; a later check may
+    // still prove a money finding, which wins.
+    let mut unproven = None;
     if pi.status == ExternalStatus::Succeeded {
         let refunded_locally = local.status == LocalStatus::Refunded;
         match charge_check(pi) {
             // The refund Stripe shows is the one the row records.
-            Some(d) if refunded_locally && d.kind == Some(FindingKind::Refunded) => {}
-            Some(decision) => return Some(decision),
-            None if refunded_locally => return Some(refund_not_shown(pi)),
-            None => {}
+            Money::Finding(d) if refunded_locally && d.kind == Some(FindingKind::Refunded) => {}
+            finding @ Money::Finding(_) => return finding,
+            Money::Unproven(reason) => unproven = Some(reason),
+            Money::Kept if refunded_locally => return Money::Finding(refund_not_shown(pi)),
+            Money::Kept => {}
         }
     }
     if let Some(local_currency) = &local.currency {
-        let Some(stripe_currency) = &pi.currency else {
-            return Some(Decision::unverifiable(
-                "the row has a currency but the PaymentIntent has none",
-            ));
-        };
-        if !local_currency.trim().eq_ignore_ascii_case(stripe_currency) {
-            return Some(Decision::review_with(
-                FindingKind::CurrencyMismatch,
-                json!({ "local_currency": local_currency, "stripe_currency": stripe_currency }),
-            ));
+        match &pi.currency {
+            None => {
+                unproven.get_or_insert("the row has a currency but the PaymentIntent has none");
+            }
+            Some(stripe_currency)
+                if !local_currency.trim().eq_ignore_ascii_case(stripe_currency) =>
+            {
+                return Money::Finding(Decision::review_with(
+                    FindingKind::CurrencyMismatch,
+                    json!({ "local_currency": local_currency, "stripe_currency": stripe_currency }),
+                ));
+            }
+            Some(_) => {}
         }
     }
     if let Some(amount) = &local.amount {
-        let Some(stripe_amount) = pi.amount else {
-            return Some(Decision::unverifiable(
-                "the row has an amount but the PaymentIntent has none",
-            ));
-        };
-        let local_amount = match minor_units(amount, local, stripe_amount) {
-            Ok(minor) => minor,
-            Err(decision) => return Some(decision),
-        };
-        if local_amount != stripe_amount {
-            let ratio = (local_amount != 0).then(|| {
-                (stripe_amount as f64 / local_amount as f64 * 10_000.0).round() / 10_000.0
-            });
-            return Some(Decision::review_with(
-                FindingKind::AmountMismatch,
-                json!({
-                    "local_amount": local_amount,
-                    "local_amount_major": major_text(amount),
-                    "stripe_amount": stripe_amount,
-                    "currency": pi.currency,
-                    "stripe_to_local_ratio": ratio,
-                }),
-            ));
+        match pi.amount {
+            None => {
+                unproven.get_or_insert("the row has an amount but the PaymentIntent has none");
+            }
+            Some(stripe_amount) => match minor_units(amount, local, stripe_amount) {
+                Err(Money::Unproven(reason)) => {
+                    unproven.get_or_insert(reason);
+                }
+                Err(other) => return other,
+                Ok(local_amount) if local_amount != stripe_amount => {
+                    let ratio = (local_amount != 0).then(|| {
+                        (stripe_amount as f64 / local_amount as f64 * 10_000.0).round() / 10_000.0
+                    });
+                    return Money::Finding(Decision::review_with(
+                        FindingKind::AmountMismatch,
+                        json!({
+                            "local_amount": local_amount,
+                            "local_amount_major": major_text(amount),
+                            "stripe_amount": stripe_amount,
+                            "currency": pi.currency,
+                            "stripe_to_local_ratio": ratio,
+                        }),
+                    ));
+                }
+                Ok(_) => {}
+            },
         }
     }
-    None
+    unproven.map_or(Money::Kept, Money::Unproven)
 }
 
 /// The row's amount in minor units. A major amount (`RECONCILER_AMOUNT_UNIT=major`)
@@ -134,13 +173,13 @@ fn minor_units(
     amount: &LocalAmount,
     local: &LocalPayment,
     stripe_amount: i64,
-) -> Result<i64, Decision> {
+) -> Result<i64, Money> {
     let major = match amount {
         LocalAmount::Minor(minor) => return Ok(*minor),
         LocalAmount::Major(major) => major,
     };
     let Some(currency) = &local.currency else {
-        return Err(Decision::unverifiable(
+        return Err(Money::Unproven(
             "the row's amount is in major units but it has no currency: the exponent is unknown",
         ));
     };
@@ -149,7 +188,7 @@ fn minor_units(
             MinorUnitsError::NotWhole { exponent, .. } => Some(*exponent),
             _ => None,
         };
-        Decision::review_with(
+        Money::Finding(Decision::review_with(
             FindingKind::AmountMismatch,
             json!({
                 "local_amount_major": major,
@@ -158,7 +197,7 @@ fn minor_units(
                 "exponent": exponent,
                 "reason": e.to_string(),
             }),
-        )
+        ))
     })
 }
 
@@ -187,37 +226,39 @@ fn refund_not_shown(pi: &PaymentIntentFacts) -> Decision {
     )
 }
 
-/// Refunds and disputes of a `succeeded` PaymentIntent's latest charge. Money
-/// that cannot be proven kept is never called kept: a missing, unexpanded or
-/// incomplete charge, or figures that contradict each other, make the row
-/// UNVERIFIABLE (so it is neither repaired nor stamped, and an open money
-/// finding is not cleared).
-fn charge_check(pi: &PaymentIntentFacts) -> Option<Decision> {
+/// Refunds and disputes of a `succeeded` PaymentIntent's latest charge.
+/// What the charge proves wins (`disputed: true`, or a refund beyond the
+/// released rest of a partial capture), whatever else it lacks. Money that
+/// cannot be proven kept is never called kept: a missing, unexpanded or
+/// incomplete charge, or figures that contradict each other, are
+/// [`Money::Unproven`] (so the row is neither repaired nor stamped, and an
+/// open money finding is not cleared).
+fn charge_check(pi: &PaymentIntentFacts) -> Money {
     let charge = match &pi.charge {
         ChargeFacts::Known(charge) => charge,
         ChargeFacts::NotExpanded => {
-            return Some(Decision::unverifiable(
+            return Money::Unproven(
                 "the PaymentIntent succeeded but its latest charge was not expanded: refunds and disputes cannot be checked",
-            ))
+            )
         }
         ChargeFacts::None => {
-            return Some(Decision::unverifiable(
+            return Money::Unproven(
                 "the PaymentIntent succeeded but has no latest charge: refunds and disputes cannot be checked",
-            ))
+            )
         }
     };
-    let (Some(amount_refunded), Some(disputed)) = (charge.amount_refunded, charge.disputed) else {
-        return Some(Decision::unverifiable(
-            "the latest charge lacks amount_refunded or disputed: refunds and disputes cannot be checked",
-        ));
-    };
     let amount = charge.amount_captured.or(charge.amount).or(pi.amount);
-    if disputed {
-        return Some(Decision::review_with(
+    if charge.disputed == Some(true) {
+        return Money::Finding(Decision::review_with(
             FindingKind::Disputed,
             json!({ "amount": amount, "currency": pi.currency }),
         ));
     }
+    let Some(amount_refunded) = charge.amount_refunded else {
+        return Money::Unproven(
+            "the latest charge lacks amount_refunded: refunds cannot be checked",
+        );
+    };
     // A partial capture releases the uncaptured rest, which Stripe counts in
     // `amount_refunded`: that is no refund of money kept (Stripe API:
     // PaymentIntent capture, `amount_to_capture`).
@@ -226,9 +267,9 @@ fn charge_check(pi: &PaymentIntentFacts) -> Option<Decision> {
         _ => 0,
     };
     if amount_refunded < released {
-        return Some(Decision::unverifiable(
+        return Money::Unproven(
             "the latest charge's amount_refunded is below its uncaptured rest: the refund cannot be told apart",
-        ));
+        );
     }
     let refunded = amount_refunded - released;
     if refunded > 0 || (charge.refunded == Some(true) && released == 0) {
@@ -236,7 +277,7 @@ fn charge_check(pi: &PaymentIntentFacts) -> Option<Decision> {
         let share = amount
             .filter(|a| *a > 0)
             .map(|a| (refunded as f64 / a as f64 * 10_000.0).round() / 10_000.0);
-        return Some(Decision::review_with(
+        return Money::Finding(Decision::review_with(
             FindingKind::Refunded,
             json!({
                 "amount": amount,
@@ -247,7 +288,10 @@ fn charge_check(pi: &PaymentIntentFacts) -> Option<Decision> {
             }),
         ));
     }
-    None
+    if charge.disputed.is_none() {
+        return Money::Unproven("the latest charge lacks disputed: disputes cannot be checked");
+    }
+    Money::Kept
 }
 
 fn aging_check(
@@ -414,6 +458,14 @@ mod tests {
                 d.verdict == Verdict::Repairable,
                 "{case}: only a repairable decision carries a command"
             );
+            if d.verdict == Verdict::Unverifiable && d.kind.is_some() {
+                let why = detail(&d, "money_unproven");
+                assert!(
+                    why.is_string(),
+                    "{case}: drift without the money proven says why: {d:?}"
+                );
+                assert_eq!(why, detail(&d, "reason"), "{case}");
+            }
             if let Value::Object(expected) = &r.details {
                 for (field, value) in expected {
                     assert_eq!(detail(&d, field), value, "{case}: details.{field} in {d:?}");
@@ -576,14 +628,14 @@ mod tests {
                 )
             },
             row(
-                "the latest charge not expanded on a succeeded PaymentIntent",
+                "the latest charge not expanded on a succeeded PaymentIntent: the missed success is shown, not repaired",
                 local("pending"),
                 PaymentIntentFacts {
                     charge: ChargeFacts::NotExpanded,
                     ..pi("succeeded")
                 },
                 Verdict::Unverifiable,
-                None,
+                Some("missed_success"),
             ),
             row(
                 "not expanded on a paid row: not stamped in sync either",
@@ -635,7 +687,11 @@ mod tests {
         );
         let reason = detail(&d, "reason").as_str().unwrap_or_default();
         assert!(reason.contains("expanded"), "{d:?}");
-        assert_eq!((d.kind, d.command), (None, None));
+        assert_eq!(detail(&d, "money_unproven").as_str(), Some(reason));
+        assert_eq!(
+            (kind(&d).as_deref(), d.command),
+            (Some("missed_success"), None)
+        );
     }
 
     #[test]
@@ -665,11 +721,20 @@ mod tests {
                 charged(pi("succeeded"), contradictory),
             ),
         ] {
-            for status in ["pending", "paid"] {
+            for (status, drift) in [
+                ("pending", Some("missed_success")),
+                ("failed", Some("unexpected:failed->succeeded")),
+                ("paid", None),
+            ] {
                 let d = classify(&local(status), &facts, &Rules::default(), now());
                 assert_eq!(d.verdict, Verdict::Unverifiable, "{case}, {status}: {d:?}");
-                assert_eq!((d.kind.clone(), d.command), (None, None), "{case}");
+                assert_eq!((kind(&d).as_deref(), d.command), (drift, None), "{case}");
                 assert!(detail(&d, "reason").is_string(), "{case}: {d:?}");
+                assert_eq!(
+                    detail(&d, "money_unproven").is_string(),
+                    drift.is_some(),
+                    "{case}, {status}: only status drift is marked money_unproven"
+                );
             }
         }
         // A partial capture whose released rest is all that was "refunded"
@@ -688,6 +753,120 @@ mod tests {
             now(),
         );
         assert_eq!(d.command, Some(RepairCommand::ApplyPaymentSucceeded));
+    }
+
+    #[test]
+    fn proven_money_wins_and_unproven_money_never_hides_status_drift() {
+        let without_disputed = |amount_refunded| Charge {
+            disputed: None,
+            ..charge(1099, amount_refunded, amount_refunded == 1099, false)
+        };
+        let without_refund = |disputed| Charge {
+            amount_refunded: None,
+            refunded: None,
+            ..charge(1099, 0, false, disputed)
+        };
+        let with_money = |status: &str| LocalPayment {
+            amount: Some(LocalAmount::Minor(1099)),
+            currency: Some("usd".into()),
+            ..local(status)
+        };
+        let no_money = |status: &str| PaymentIntentFacts {
+            amount: None,
+            currency: None,
+            ..pi(status)
+        };
+        // `check` asserts that a drift row carries `money_unproven`; a row
+        // without drift must not.
+        let unproven = |case, local, pi, kind: Option<&'static str>| Row {
+            details: match kind {
+                Some(_) => Value::Null,
+                None => serde_json::json!({ "money_unproven": null }),
+            },
+            ..row(case, local, pi, Verdict::Unverifiable, kind)
+        };
+        let rows = vec![
+            Row {
+                details: serde_json::json!({ "amount_refunded": 500, "refund": "partial" }),
+                ..row(
+                    "refunded without disputed: the refund is proven",
+                    local("paid"),
+                    charged(pi("succeeded"), without_disputed(500)),
+                    Verdict::NeedsReview,
+                    Some("refunded"),
+                )
+            },
+            Row {
+                details: serde_json::json!({ "refund": "full" }),
+                ..row(
+                    "fully refunded without disputed, on a pending row",
+                    local("pending"),
+                    charged(pi("succeeded"), without_disputed(1099)),
+                    Verdict::NeedsReview,
+                    Some("refunded"),
+                )
+            },
+            row(
+                "disputed without amount_refunded: the dispute is proven",
+                local("paid"),
+                charged(pi("succeeded"), without_refund(true)),
+                Verdict::NeedsReview,
+                Some("disputed"),
+            ),
+            row(
+                "a proven currency mismatch beats a charge without disputed",
+                LocalPayment {
+                    currency: Some("eur".into()),
+                    ..local("pending")
+                },
+                charged(pi("succeeded"), without_disputed(0)),
+                Verdict::NeedsReview,
+                Some("currency_mismatch"),
+            ),
+            unproven(
+                "missed_success: a charge without disputed",
+                local("pending"),
+                charged(pi("succeeded"), without_disputed(0)),
+                Some("missed_success"),
+            ),
+            unproven(
+                "missed_success: a charge without amount_refunded",
+                local("pending"),
+                charged(pi("succeeded"), without_refund(false)),
+                Some("missed_success"),
+            ),
+            unproven(
+                "unexpected: failed locally, succeeded at Stripe, no latest charge",
+                local("failed"),
+                pi("succeeded"),
+                Some("unexpected:failed->succeeded"),
+            ),
+            unproven(
+                "missed_cancel: the row has an amount and currency the PaymentIntent lacks",
+                with_money("pending"),
+                no_money("canceled"),
+                Some("missed_cancel"),
+            ),
+            unproven(
+                "paid_locally_not_externally: the PaymentIntent lacks the amount",
+                with_money("paid"),
+                no_money("requires_payment_method"),
+                Some("paid_locally_not_externally"),
+            ),
+            unproven(
+                "paid and succeeded: no drift, so nothing beside the unproven money",
+                local("paid"),
+                charged(pi("succeeded"), without_disputed(0)),
+                None,
+            ),
+            unproven(
+                "pending and processing: in flight, no drift to show",
+                with_money("pending"),
+                no_money("processing"),
+                None,
+            ),
+        ];
+        check(rows, &Rules::default());
     }
 
     #[test]

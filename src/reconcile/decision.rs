@@ -105,14 +105,17 @@ impl fmt::Display for RepairCommand {
 pub struct Decision {
     /// How the two sides compare.
     pub verdict: Verdict,
-    /// The finding to record; `None` for in-sync, in-flight and unverifiable.
+    /// The finding to record; `None` for in-sync and in-flight. An
+    /// UNVERIFIABLE decision carries one only when the status table sees
+    /// drift the money cannot be proven for (`details.money_unproven`).
     pub kind: Option<FindingKind>,
     /// Only for [`Verdict::Repairable`].
     pub command: Option<RepairCommand>,
     /// What a person needs to judge the finding (amounts in minor units,
     /// currency, refund share, deadlines), stored in
     /// `reconciliation_findings.details`; for an UNVERIFIABLE decision, the
-    /// reason (`{"reason": ...}`).
+    /// reason (`{"reason": ...}`, plus `"money_unproven"` when it carries a
+    /// status finding).
     pub details: Option<serde_json::Value>,
 }
 

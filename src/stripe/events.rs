@@ -1,10 +1,11 @@
-//! The events feed: `GET /v1/events` for the PaymentIntent event types, one
-//! page at a time, newest first. Only what the events job needs crosses the
-//! boundary ([`PaymentIntentEvent`]): the event's id, type and `created`,
-//! the PaymentIntent it names, and the status and metadata its embedded
-//! object showed. The embedded object is rendered in the API version the
-//! event was created with, not the pinned one, so only fields that are the
-//! same in every version are read (`id`, `object`, `status`, `metadata`);
+//! The events feed: `GET /v1/events` for the event types that can change a
+//! verdict ([`EVENT_TYPES`]), one page at a time, newest first. Only what
+//! the events job needs crosses the boundary ([`PaymentIntentEvent`]): the
+//! event's id, type and `created`, the PaymentIntent it names, and, for a
+//! PaymentIntent event, the status and metadata its embedded object showed.
+//! The embedded object is rendered in the API version the event was created
+//! with, not the pinned one, so only fields that are the same in every
+//! version are read (`id`, `object`, `status`, `metadata`, `payment_intent`);
 //! the job re-reads the PaymentIntent before deciding anything.
 
 use std::collections::BTreeMap;
@@ -20,8 +21,7 @@ use super::parsing::json_body;
 use super::transport::MAX_LIST_BODY_BYTES;
 use crate::reconcile::ExternalStatus;
 
-/// The PaymentIntent event types the job reads (Stripe accepts up to 20
-/// `types[]`).
+/// The PaymentIntent event types the job reads.
 pub const PAYMENT_INTENT_EVENT_TYPES: [&str; 7] = [
     "payment_intent.succeeded",
     "payment_intent.canceled",
@@ -32,10 +32,77 @@ pub const PAYMENT_INTENT_EVENT_TYPES: [&str; 7] = [
     "payment_intent.partially_funded",
 ];
 
+/// Every event type the feed asks for (`types[]`; Stripe accepts at most 20,
+/// API reference "List all events"): the PaymentIntent events, and the
+/// charge, refund and dispute events, whose object names its PaymentIntent
+/// in `payment_intent`. A refund or a dispute never changes the
+/// PaymentIntent's status and emits no `payment_intent.*` event (DESIGN.md,
+/// "Turn 3 contract"; Stripe API reference, "Types of events").
+pub const EVENT_TYPES: [&str; 16] = [
+    "payment_intent.succeeded",
+    "payment_intent.canceled",
+    "payment_intent.payment_failed",
+    "payment_intent.processing",
+    "payment_intent.requires_action",
+    "payment_intent.amount_capturable_updated",
+    "payment_intent.partially_funded",
+    "charge.refunded",
+    "charge.refund.updated",
+    "refund.created",
+    "refund.updated",
+    "charge.dispute.created",
+    "charge.dispute.updated",
+    "charge.dispute.closed",
+    "charge.dispute.funds_withdrawn",
+    "charge.dispute.funds_reinstated",
+];
+
+/// What an event's `data.object` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventObject {
+    /// A PaymentIntent: the event shows its status.
+    PaymentIntent,
+    /// A charge (`charge.refunded`).
+    Charge,
+    /// A refund (`refund.*`, `charge.refund.updated`).
+    Refund,
+    /// A dispute (`charge.dispute.*`).
+    Dispute,
+}
+
+impl EventObject {
+    /// The object an event type carries; `None` for a type the job does not
+    /// read.
+    pub fn of_type(event_type: &str) -> Option<Self> {
+        if !EVENT_TYPES.contains(&event_type) {
+            return None;
+        }
+        Some(if event_type.starts_with("payment_intent.") {
+            EventObject::PaymentIntent
+        } else if event_type.starts_with("charge.dispute.") {
+            EventObject::Dispute
+        } else if event_type == "charge.refunded" {
+            EventObject::Charge
+        } else {
+            EventObject::Refund
+        })
+    }
+
+    /// Stripe's `object` word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventObject::PaymentIntent => "payment_intent",
+            EventObject::Charge => "charge",
+            EventObject::Refund => "refund",
+            EventObject::Dispute => "dispute",
+        }
+    }
+}
+
 /// Events per page (Stripe's maximum).
 pub const EVENTS_PAGE_LIMIT: u32 = 100;
 
-/// One event about a PaymentIntent.
+/// One event that names a PaymentIntent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PaymentIntentEvent {
     /// `evt_...`
@@ -44,12 +111,18 @@ pub struct PaymentIntentEvent {
     pub event_type: String,
     /// When Stripe created the event (its clock, second precision).
     pub created: DateTime<Utc>,
-    /// The PaymentIntent the event is about (`data.object.id`).
+    /// What `data.object` is.
+    pub object: EventObject,
+    /// The PaymentIntent the event is about: `data.object.id` of a
+    /// PaymentIntent, `data.object.payment_intent` of a charge, refund or
+    /// dispute.
     pub payment_intent: PaymentIntentId,
-    /// `data.object.status` as the event rendered it; `None` when absent or
-    /// not a status word.
+    /// The PaymentIntent's `status` as the event rendered it; `None` when
+    /// absent or not a status word, and always for a charge, refund or
+    /// dispute (their objects carry no PaymentIntent status).
     pub status: Option<ExternalStatus>,
-    /// `data.object.metadata` (string values only).
+    /// The PaymentIntent's `metadata` (string values only); empty for a
+    /// charge, refund or dispute.
     pub metadata: BTreeMap<String, String>,
 }
 
@@ -58,9 +131,12 @@ pub struct PaymentIntentEvent {
 pub struct EventPage {
     /// The page's PaymentIntent events, newest first.
     pub events: Vec<PaymentIntentEvent>,
-    /// Entries of the page that were not a readable PaymentIntent event
-    /// (logged and skipped).
+    /// Entries of the page that were not a readable event of
+    /// [`EVENT_TYPES`] (logged and skipped).
     pub skipped: usize,
+    /// Charge, refund and dispute events whose object names no PaymentIntent
+    /// (a charge made without one): logged and counted, nothing to re-read.
+    pub without_payment_intent: usize,
     /// Stripe says older events follow.
     pub has_more: bool,
     /// The id to pass as `starting_after` for the next (older) page: the
@@ -69,7 +145,7 @@ pub struct EventPage {
 }
 
 impl StripeGateway {
-    /// Reads one page of PaymentIntent events created at or after
+    /// Reads one page of the events of [`EVENT_TYPES`] created at or after
     /// `created_gte` (Unix seconds), newest first, older than `starting_after`
     /// when given: `GET /v1/events?types[]=...&created[gte]=..&limit=100
     /// [&starting_after=evt_...]`, under the shared rate limit and retry rule.
@@ -89,7 +165,7 @@ impl StripeGateway {
         let mut url = self.v1(&["events"]);
         {
             let mut q = url.query_pairs_mut();
-            for t in PAYMENT_INTENT_EVENT_TYPES {
+            for t in EVENT_TYPES {
                 q.append_pair("types[]", t);
             }
             q.append_pair("created[gte]", &created_gte.to_string());
@@ -133,15 +209,24 @@ fn parse_page(list: &Value) -> Result<EventPage, Unavailable> {
     };
     let mut events = Vec::with_capacity(data.len());
     let mut skipped = 0;
+    let mut without_payment_intent = 0;
     for entry in data {
+        let id = entry.get("id").and_then(Value::as_str).unwrap_or("-");
         match parse_event(entry) {
-            Some(e) => events.push(e),
-            None => {
+            Parsed::Event(e) => events.push(e),
+            Parsed::WithoutPaymentIntent { event_type } => {
+                without_payment_intent += 1;
+                tracing::info!(
+                    event = id,
+                    event_type,
+                    "event's object names no PaymentIntent (a charge made without one); nothing to re-read"
+                );
+            }
+            Parsed::Unreadable => {
                 skipped += 1;
-                let id = entry.get("id").and_then(Value::as_str).unwrap_or("-");
                 tracing::warn!(
                     event = id,
-                    "event is not a readable PaymentIntent event; skipped"
+                    "event is not a readable event of the feed's types; skipped"
                 );
             }
         }
@@ -149,6 +234,7 @@ fn parse_page(list: &Value) -> Result<EventPage, Unavailable> {
     Ok(EventPage {
         events,
         skipped,
+        without_payment_intent,
         has_more,
         next_after,
     })
@@ -161,34 +247,88 @@ fn is_event_id(id: &str) -> bool {
         })
 }
 
-fn parse_event(e: &Value) -> Option<PaymentIntentEvent> {
+enum Parsed {
+    Event(PaymentIntentEvent),
+    WithoutPaymentIntent { event_type: String },
+    Unreadable,
+}
+
+fn parse_event(e: &Value) -> Parsed {
+    let Some((id, event_type, created, object)) = envelope(e) else {
+        return Parsed::Unreadable;
+    };
+    let Some(kind) = EventObject::of_type(event_type) else {
+        return Parsed::Unreadable;
+    };
+    if object
+        .get("object")
+        .is_some_and(|o| o.as_str() != Some(kind.as_str()))
+    {
+        return Parsed::Unreadable;
+    }
+    let pi = if kind == EventObject::PaymentIntent {
+        object.get("id")
+    } else {
+        // A string id, or the PaymentIntent object when the event was
+        // expanded; `null` for a charge made without a PaymentIntent.
+        match object.get("payment_intent") {
+            None | Some(Value::Null) => {
+                return Parsed::WithoutPaymentIntent {
+                    event_type: event_type.to_owned(),
+                }
+            }
+            Some(Value::Object(expanded)) => expanded.get("id"),
+            Some(id) => Some(id),
+        }
+    };
+    let Some(payment_intent) = pi
+        .and_then(Value::as_str)
+        .and_then(|id| PaymentIntentId::parse(id).ok())
+    else {
+        return Parsed::Unreadable;
+    };
+    let (status, metadata) = if kind == EventObject::PaymentIntent {
+        (status_of(object), metadata_of(object))
+    } else {
+        (None, BTreeMap::new())
+    };
+    Parsed::Event(PaymentIntentEvent {
+        id: id.to_owned(),
+        event_type: event_type.to_owned(),
+        created,
+        object: kind,
+        payment_intent,
+        status,
+        metadata,
+    })
+}
+
+/// `(id, type, created, data.object)` of a well-formed event.
+fn envelope(e: &Value) -> Option<(&str, &str, DateTime<Utc>, &Value)> {
     let id = e
         .get("id")
         .and_then(Value::as_str)
         .filter(|id| is_event_id(id))?;
-    let event_type = e
-        .get("type")
-        .and_then(Value::as_str)
-        .filter(|t| PAYMENT_INTENT_EVENT_TYPES.contains(t))?;
+    let event_type = e.get("type").and_then(Value::as_str)?;
     let created = e
         .get("created")
         .and_then(Value::as_i64)
         .and_then(|t| DateTime::from_timestamp(t, 0))?;
     let object = e.get("data").and_then(|d| d.get("object"))?;
-    if object
-        .get("object")
-        .is_some_and(|o| o.as_str() != Some("payment_intent"))
-    {
-        return None;
-    }
-    let payment_intent = PaymentIntentId::parse(object.get("id").and_then(Value::as_str)?).ok()?;
-    let status = object
+    Some((id, event_type, created, object))
+}
+
+fn status_of(object: &Value) -> Option<ExternalStatus> {
+    object
         .get("status")
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty() && s.len() <= 64)
         .filter(|s| s.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
-        .map(ExternalStatus::parse);
-    let metadata = object
+        .map(ExternalStatus::parse)
+}
+
+fn metadata_of(object: &Value) -> BTreeMap<String, String> {
+    object
         .get("metadata")
         .and_then(Value::as_object)
         .map(|m| {
@@ -196,15 +336,7 @@ fn parse_event(e: &Value) -> Option<PaymentIntentEvent> {
                 .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
                 .collect()
         })
-        .unwrap_or_default();
-    Some(PaymentIntentEvent {
-        id: id.to_owned(),
-        event_type: event_type.to_owned(),
-        created,
-        payment_intent,
-        status,
-        metadata,
-    })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -241,6 +373,66 @@ mod tests {
         assert!(
             !first.metadata.contains_key("n"),
             "non-string metadata is dropped"
+        );
+    }
+
+    #[test]
+    fn the_feed_asks_for_at_most_twenty_types_including_every_payment_intent_type() {
+        assert!(EVENT_TYPES.len() <= 20, "Stripe accepts at most 20 types[]");
+        for t in PAYMENT_INTENT_EVENT_TYPES {
+            assert_eq!(EventObject::of_type(t), Some(EventObject::PaymentIntent));
+        }
+        let unique: std::collections::HashSet<_> = EVENT_TYPES.iter().collect();
+        assert_eq!(unique.len(), EVENT_TYPES.len());
+    }
+
+    /// An event whose object is a charge, refund or dispute naming `pi`.
+    fn money_event(id: &str, event_type: &str, object: &str, pi: Value) -> Value {
+        json!({"id": id, "object": "event", "api_version": "2024-06-20", "created": 1_700_000_000,
+               "type": event_type,
+               "data": {"object": {"id": format!("{object}_1"), "object": object,
+                                   "amount": 1099, "payment_intent": pi, "status": "succeeded",
+                                   "metadata": {"order": "o1"}}},
+               "livemode": false, "pending_webhooks": 0, "request": {"id": null}})
+    }
+
+    #[test]
+    fn charge_refund_and_dispute_events_name_their_payment_intent() {
+        let page = parse_page(&json!({"object": "list", "has_more": false, "data": [
+            money_event("evt_1", "charge.refunded", "charge", json!("pi_A")),
+            money_event("evt_2", "refund.created", "refund", json!({"id": "pi_B", "object": "payment_intent"})),
+            money_event("evt_3", "charge.dispute.created", "dispute", json!("pi_C")),
+            money_event("evt_4", "charge.refund.updated", "refund", Value::Null),
+            money_event("evt_5", "charge.dispute.closed", "charge", json!("pi_D")),
+            money_event("evt_6", "customer.created", "customer", json!("pi_E")),
+        ]}))
+        .unwrap();
+        let named: Vec<_> = page
+            .events
+            .iter()
+            .map(|e| (e.payment_intent.as_str(), e.object))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                ("pi_A", EventObject::Charge),
+                ("pi_B", EventObject::Refund),
+                ("pi_C", EventObject::Dispute)
+            ]
+        );
+        assert!(
+            page.events
+                .iter()
+                .all(|e| e.status.is_none() && e.metadata.is_empty()),
+            "a charge's status and metadata are not the PaymentIntent's"
+        );
+        assert_eq!(
+            page.without_payment_intent, 1,
+            "the refund of a charge without a PaymentIntent"
+        );
+        assert_eq!(
+            page.skipped, 2,
+            "a dispute event carrying a charge, and a type not asked for"
         );
     }
 

@@ -26,7 +26,9 @@ mod wire;
 pub use client::{CreatedWindow, GatewayConfig, StripeGateway, LIST_PAGE_LIMIT};
 pub use counting::{Endpoint, RequestCounts};
 pub use error::{BuildError, GatewayError, InvalidBody, MalformedPaymentIntent, Unavailable};
-pub use events::{EventPage, PaymentIntentEvent, PAYMENT_INTENT_EVENT_TYPES};
+pub use events::{
+    EventObject, EventPage, PaymentIntentEvent, EVENT_TYPES, PAYMENT_INTENT_EVENT_TYPES,
+};
 pub use id::{InvalidPaymentIntentId, PaymentIntentId};
 pub use parsing::{ListPage, ListedPaymentIntent};
 pub use retry::RetryPolicy;

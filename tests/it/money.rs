@@ -661,12 +661,77 @@ async fn an_unexpanded_charge_is_unverifiable_never_repaired(pool: PgPool) {
         "not stamped as confirmed with Stripe"
     );
     let f = findings_of(&pool, payment).await;
+    let mut kinds: Vec<&str> = f.iter().map(|f| f.kind.as_str()).collect();
+    kinds.sort_unstable();
     assert_eq!(
-        f.iter().map(|f| f.kind.as_str()).collect::<Vec<_>>(),
-        ["persistently_unverifiable"]
+        kinds,
+        ["missed_success", "persistently_unverifiable"],
+        "the missed success is shown while the money is unproven"
     );
-    let last_error = f[0].details.as_ref().unwrap()["last_error"].to_string();
+    let stuck = f
+        .iter()
+        .find(|f| f.kind == "persistently_unverifiable")
+        .unwrap();
+    let last_error = stuck.details.as_ref().unwrap()["last_error"].to_string();
     assert!(last_error.contains("expanded"), "{last_error}");
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_refunded_charge_without_disputed_is_refunded(pool: PgPool) {
+    let stripe = MockServer::start().await;
+    let payment = insert_payment(&pool, "pi_Trimmed", "paid", 3600).await;
+    let mut trimmed = charge("ch_3Trimmed", "pi_Trimmed", 1099, 300, false);
+    trimmed.as_object_mut().unwrap().remove("disputed");
+    mount_pi(&stripe, &intent("pi_Trimmed", "succeeded", trimmed)).await;
+
+    let report = scan(&pool, &stripe, &settings(200)).await;
+
+    assert_eq!(report.verdicts.get(Verdict::NeedsReview), 1);
+    let f = findings_of(&pool, payment).await;
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!((f[0].kind.as_str(), f[0].open), ("refunded", true));
+    assert_eq!(f[0].details.as_ref().unwrap()["amount_refunded"], 300);
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_missed_success_waits_for_its_money_then_gets_its_repair(pool: PgPool) {
+    let stripe = MockServer::start().await;
+    let payment = insert_payment(&pool, "pi_Unproven", "pending", 3600).await;
+    let mut trimmed = charge("ch_3Unproven", "pi_Unproven", 1099, 0, false);
+    trimmed.as_object_mut().unwrap().remove("disputed");
+    mount_pi(&stripe, &intent("pi_Unproven", "succeeded", trimmed)).await;
+
+    let report = scan(&pool, &stripe, &settings(200)).await;
+
+    assert_eq!(report.commands_enqueued, 0);
+    assert!(commands(&pool).await.is_empty(), "no repair while unproven");
+    assert_eq!(verified(&pool, payment).await, (None, false), "not stamped");
+    let f = findings_of(&pool, payment).await;
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!((f[0].kind.as_str(), f[0].open), ("missed_success", true));
+    let why = f[0].details.as_ref().unwrap()["money_unproven"].clone();
+    assert!(
+        why.as_str().is_some_and(|w| w.contains("disputed")),
+        "{why}"
+    );
+
+    // A later read shows the whole charge: the money is proven kept.
+    stripe.reset().await;
+    mount_pi(&stripe, &clean("pi_Unproven")).await;
+    let report = rescan(&pool, &stripe, &settings(200)).await;
+
+    assert_eq!(report.commands_enqueued, 1);
+    assert_eq!(
+        commands(&pool).await,
+        [(payment, "ApplyPaymentSucceeded".to_owned(), false, None)]
+    );
+    let f = findings_of(&pool, payment).await;
+    assert_eq!(f.len(), 1, "the same finding, now repairable: {f:?}");
+    assert!(f[0].open);
+    assert!(f[0]
+        .details
+        .as_ref()
+        .map_or(true, |d| d.get("money_unproven").is_none()));
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
