@@ -15,7 +15,7 @@
 //! retrieve, which answers 500).
 //!
 //! It also serves the events feed, `GET /v1/events` (Stripe's event shape,
-//! newest first, `types[]`, `created[gte]`, `starting_after`, `limit`), from
+//! newest first, `types[]`, `created[gte]`, `created[lt]`, `starting_after`, `limit`), from
 //! `--events N` generated events and from
 //! `POST /standin/payment_intents/{id}/{status}`, which moves a PaymentIntent
 //! at "Stripe" and records its event without any webhook: a missed webhook.
@@ -784,9 +784,10 @@ mod events {
             }
             let q: Vec<(String, String)> = req.url.query_pairs().into_owned().collect();
             let get = |k: &str| q.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-            let gte: i64 = get("created[gte]")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
+            let bound = |k: &str| get(k).and_then(|v| v.parse::<i64>().ok());
+            let gte: i64 = bound("created[gte]").unwrap_or(0);
+            // The events job reads its window in `created[gte]`/`created[lt]` slices.
+            let lt: i64 = bound("created[lt]").unwrap_or(i64::MAX);
             let limit: usize = get("limit")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(10)
@@ -800,7 +801,7 @@ mod events {
             let matching: Vec<&Value> = events
                 .iter()
                 .rev()
-                .filter(|e| e["created"].as_i64().unwrap_or(0) >= gte)
+                .filter(|e| (gte..lt).contains(&e["created"].as_i64().unwrap_or(0)))
                 .filter(|e| types.is_empty() || types.iter().any(|t| e["type"] == *t))
                 .collect();
             let from = get("starting_after")

@@ -48,6 +48,8 @@ pub(super) async fn events(settings: &Settings) -> Result<(), CommandError> {
     tracing::info!(
         outcome = %summary.outcome,
         pages = summary.pages,
+        slices = summary.slices,
+        backlog_left = summary.truncated || summary.deadline_reached,
         events = summary.events_read,
         payment_intents = summary.payment_intents,
         retrieved = summary.payment_intents_retrieved,
@@ -138,6 +140,7 @@ fn print_summary(s: &EventsSummary, format: LogFormat) {
                 s.window_start.map_or("-".into(), |t| t.to_rfc3339())
             );
             println!("  pages                {}", s.pages);
+            println!("  slices committed     {}", s.slices);
             println!("  events read          {}", s.events_read);
             if s.events_without_payment_intent > 0 {
                 println!(
@@ -159,7 +162,10 @@ fn print_summary(s: &EventsSummary, format: LogFormat) {
                 println!("  GAP                  {g:.0} s of events no longer kept by Stripe");
             }
             if s.truncated {
-                println!("  TRUNCATED            older events of the window were not read");
+                println!("  BACKLOG              page limit reached; the next runs continue from the position");
+            }
+            if s.deadline_reached {
+                println!("  DEADLINE             run deadline reached; the next runs continue from the position");
             }
             println!(
                 "  covered until        {}",

@@ -17,9 +17,10 @@ pub struct EventsSettings {
     /// `RECONCILER_EVENTS_LOOKBACK_SECONDS`: how far back the first run reads
     /// (default 86,400 s; at most 30 days, Stripe's retention).
     pub lookback: Duration,
-    /// `RECONCILER_EVENTS_MAX_PAGES`: list pages of 100 events read per run,
-    /// newest first (1..=10,000, default 100). Older events of a longer
-    /// window are logged as a gap and left to the scan.
+    /// `RECONCILER_EVENTS_MAX_PAGES`: list pages of 100 events read per run
+    /// (1..=10,000, default 100). A longer backlog is read by the next runs
+    /// from the committed position, not dropped (a run always finishes its
+    /// first slice).
     pub max_pages: u32,
     /// `RECONCILER_ORPHAN_METADATA_KEY`: only PaymentIntents whose metadata
     /// has this key can become `missing_locally` (an account shared with

@@ -1,10 +1,12 @@
-//! Reading the feed: the window from the stored position, and the pages.
+//! Reading the feed: the window from the stored position, and the pages of
+//! one slice of it.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
+use super::slices::{Slice, SLICE_PAGES};
 use super::EventsError;
 use crate::outcome::RunError;
 use crate::stripe::{GatewayError, PaymentIntentEvent, StripeGateway};
@@ -54,43 +56,63 @@ pub fn window(
     }
 }
 
-/// What the pages gave.
+/// The events of one slice, read whole.
 #[derive(Debug, Clone, Default)]
-pub struct Listing {
-    /// Every readable event that names a PaymentIntent, newest first.
+pub struct SliceEvents {
+    /// Every readable event of the slice that names a PaymentIntent, newest first.
     pub events: Vec<PaymentIntentEvent>,
     /// Entries skipped as unreadable.
     pub skipped: usize,
     /// Charge, refund and dispute events whose object names no
     /// PaymentIntent: counted, nothing to re-read.
     pub without_payment_intent: usize,
-    /// Pages read.
-    pub pages: u32,
-    /// The page limit stopped the listing before the window's start: events
-    /// older than the oldest read were not seen (a gap left to the scan).
-    pub truncated: bool,
 }
 
-/// Reads pages of the window, newest first, at most `max_pages`.
+/// What reading one slice gave.
+#[derive(Debug, Clone)]
+pub enum SliceRead {
+    /// Every event of the slice.
+    Whole(SliceEvents),
+    /// More than [`SLICE_PAGES`] pages: `seen` events over
+    /// `[oldest_seen, slice.lt)` were read and dropped; cut it smaller.
+    Crowded {
+        /// Events read before giving up.
+        seen: usize,
+        /// The oldest `created` among them (Unix seconds).
+        oldest_seen: i64,
+    },
+    /// `RECONCILER_EVENTS_MAX_PAGES` pages were read by this run before the
+    /// slice was whole: the slice is left to the next run (not a gap).
+    Capped,
+}
+
+/// Reads one slice's pages, newest first, counting them in `pages` and
+/// stopping when the run has read `max_pages` (`None`: no cap, for a run's
+/// first slice, so that every run makes progress however crowded the feed).
 ///
 /// # Errors
 /// [`EventsError::FeedUnavailable`] after the retry budget;
 /// [`RunError::StripeRejected`] for a refused key or a wrong base URL;
 /// [`RunError::Interrupted`] on shutdown.
-pub async fn list(
+pub async fn read_slice(
     gateway: &StripeGateway,
-    start: DateTime<Utc>,
-    max_pages: u32,
+    slice: Slice,
+    pages: &mut u32,
+    max_pages: Option<u32>,
     shutdown: &CancellationToken,
-) -> Result<Listing, EventsError> {
-    let mut listing = Listing::default();
+) -> Result<SliceRead, EventsError> {
+    let mut read = SliceEvents::default();
     let mut after: Option<String> = None;
+    let mut slice_pages = 0;
     loop {
         if shutdown.is_cancelled() {
             return Err(RunError::Interrupted.into());
         }
+        if max_pages.is_some_and(|m| *pages >= m) {
+            return Ok(SliceRead::Capped);
+        }
         let page = gateway
-            .payment_intent_events(start.timestamp(), after.as_deref())
+            .payment_intent_events_in(slice.gte, Some(slice.lt), after.as_deref())
             .await
             .map_err(|e| match e {
                 e @ (GatewayError::Rejected { .. }
@@ -100,16 +122,24 @@ pub async fn list(
                 }
                 e => EventsError::FeedUnavailable(e),
             })?;
-        listing.pages += 1;
-        listing.skipped += page.skipped;
-        listing.without_payment_intent += page.without_payment_intent;
-        listing.events.extend(page.events);
+        *pages += 1;
+        slice_pages += 1;
+        read.skipped += page.skipped;
+        read.without_payment_intent += page.without_payment_intent;
+        read.events.extend(page.events);
         if !page.has_more || page.next_after.is_none() {
-            return Ok(listing);
+            return Ok(SliceRead::Whole(read));
         }
-        if listing.pages >= max_pages {
-            listing.truncated = true;
-            return Ok(listing);
+        // A single second cannot be cut: it is read whole.
+        if slice.seconds() > 1 && slice_pages >= SLICE_PAGES {
+            let oldest_seen = read
+                .events
+                .last()
+                .map_or(slice.gte, |e| e.created.timestamp());
+            return Ok(SliceRead::Crowded {
+                seen: read.events.len() + read.skipped,
+                oldest_seen,
+            });
         }
         after = page.next_after;
     }

@@ -6,13 +6,19 @@
 //! missed webhook: one events run (plus the grace window), whatever the
 //! table size.
 //!
+//! - [`feed`]: the window from the stored position, and one slice's pages.
+//! - [`handle`]: one slice: lookup, reads, one write transaction with its position.
+//! - [`orphans`]: succeeded PaymentIntents no row points at (`missing_locally`).
 //! - [`plan`]: PURE: which PaymentIntents and rows need a Stripe read.
-//! - [`run`]: the run: lease, window, pages, reads, one write transaction.
+//! - [`run`]: the run: lease, window, slices until done, cap, deadline or shutdown.
+//! - [`slices`]: PURE: the window cut into slices, oldest first.
 
 pub mod feed;
+pub mod handle;
 pub mod orphans;
 pub mod plan;
 pub mod run;
+pub mod slices;
 
 pub use plan::{collapse, plan, Plan, PlanRules, RowAction};
 pub use run::{run_events, EventsSummary};
@@ -37,9 +43,9 @@ pub enum EventsError {
     /// down (1), database (1), interrupted (1).
     #[error(transparent)]
     Scan(#[from] RunError),
-    /// The events list could not be read after the retry budget; nothing was
-    /// written and the position did not move.
-    #[error("cannot read Stripe's events feed; nothing written, position not moved")]
+    /// The events list could not be read after the retry budget; the slices
+    /// before it stay committed, the one in progress wrote nothing.
+    #[error("cannot read Stripe's events feed; the slices already committed are kept, the position stays where they left it")]
     FeedUnavailable(#[source] GatewayError),
 }
 

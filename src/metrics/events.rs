@@ -77,11 +77,11 @@ impl EventsGauges {
             )?,
             gap: figure(
                 "events_gap_seconds",
-                "Seconds of events never read by the last run (position older than 30 days, or the page limit); 0 when none.",
+                "Seconds of events never read by the last run (position older than Stripe's 30 days); 0 when none.",
             )?,
             truncated: figure(
                 "events_truncated",
-                "1 if the last events run hit RECONCILER_EVENTS_MAX_PAGES.",
+                "1 if RECONCILER_EVENTS_MAX_PAGES stopped the last events run before the end of its window (a backlog the next runs continue, not a gap).",
             )?,
             stripe_requests: Labelled::register(
                 registry,

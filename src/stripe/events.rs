@@ -151,15 +151,34 @@ impl StripeGateway {
     /// [&starting_after=evt_...]`, under the shared rate limit and retry rule.
     ///
     /// # Errors
+    /// As [`StripeGateway::payment_intent_events_in`].
+    pub async fn payment_intent_events(
+        &self,
+        created_gte: i64,
+        starting_after: Option<&str>,
+    ) -> Result<EventPage, GatewayError> {
+        self.payment_intent_events_in(created_gte, None, starting_after)
+            .await
+    }
+
+    /// Reads one page of PaymentIntent events created in
+    /// `[created_gte, created_lt)` (Unix seconds; no upper bound when
+    /// `created_lt` is `None`), newest first, older than `starting_after` when
+    /// given: `GET /v1/events?types[]=...&created[gte]=..[&created[lt]=..]
+    /// &limit=100[&starting_after=evt_...]` (Stripe's list filters on
+    /// `created`), under the shared rate limit and retry rule.
+    ///
+    /// # Errors
     /// - [`GatewayError::Rejected`]: 401/403 (a restricted key needs read
     ///   access to Events).
     /// - [`GatewayError::Misconfigured`]: a 404 that is Stripe's unknown URL.
     /// - [`GatewayError::Unavailable`]: timeouts, 429, 5xx, a body that is not
     ///   a Stripe list, after the retry budget.
-    #[tracing::instrument(name = "stripe.events", level = "debug", skip_all, fields(created_gte, request_id = tracing::field::Empty, http_status = tracing::field::Empty))]
-    pub async fn payment_intent_events(
+    #[tracing::instrument(name = "stripe.events", level = "debug", skip_all, fields(created_gte, created_lt, request_id = tracing::field::Empty, http_status = tracing::field::Empty))]
+    pub async fn payment_intent_events_in(
         &self,
         created_gte: i64,
+        created_lt: Option<i64>,
         starting_after: Option<&str>,
     ) -> Result<EventPage, GatewayError> {
         let mut url = self.v1(&["events"]);
@@ -169,6 +188,9 @@ impl StripeGateway {
                 q.append_pair("types[]", t);
             }
             q.append_pair("created[gte]", &created_gte.to_string());
+            if let Some(lt) = created_lt {
+                q.append_pair("created[lt]", &lt.to_string());
+            }
             q.append_pair("limit", &EVENTS_PAGE_LIMIT.to_string());
             if let Some(after) = starting_after {
                 q.append_pair("starting_after", after);

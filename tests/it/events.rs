@@ -1,8 +1,7 @@
 //! `stripe-reconciler events` end to end on a real PostgreSQL, with Stripe's
 //! `/v1/events` and `/v1/payment_intents/{id}` faked by wiremock.
 
-use std::sync::{Arc, Mutex};
-
+use crate::support::events_feed::*;
 use crate::support::*;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
@@ -11,101 +10,10 @@ use stripe_reconciler::events::{run_events, EventsError, EventsSummary};
 use stripe_reconciler::scan::{run_batch, Mode, RunError};
 use stripe_reconciler::store::events_position;
 use tokio_util::sync::CancellationToken;
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+use wiremock::matchers::method;
+use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
 const JOB: &str = "payments-vs-stripe-events";
-
-/// A Stripe event about `pi`, `secs_ago` old, its object in `status`.
-fn event(id: &str, pi: &str, status: &str, secs_ago: i64) -> Value {
-    let kind = match status {
-        "requires_payment_method" => "payment_failed",
-        s => s,
-    };
-    let mut object = payment_intent(pi, status);
-    object["metadata"] = json!({"shop_order": format!("order-{pi}")});
-    json!({"id": id, "object": "event", "api_version": "2020-08-27",
-           "created": Utc::now().timestamp() - secs_ago,
-           "type": format!("payment_intent.{kind}"), "data": {"object": object},
-           "livemode": false, "pending_webhooks": 1,
-           "request": {"id": null, "idempotency_key": null}})
-}
-
-/// The query pairs of one request.
-type Query = Vec<(String, String)>;
-
-/// `GET /v1/events`: newest first, honouring `created[gte]`, `starting_after`
-/// and `limit` as Stripe does; remembers every query it was asked.
-#[derive(Clone, Default)]
-struct Feed {
-    events: Arc<Mutex<Vec<Value>>>,
-    asked: Arc<Mutex<Vec<Query>>>,
-}
-
-impl Feed {
-    fn push(&self, e: Value) {
-        let mut events = self.events.lock().unwrap();
-        events.push(e);
-        events.sort_by_key(|e| std::cmp::Reverse(e["created"].as_i64().unwrap()));
-    }
-    fn created_gte(&self) -> Vec<i64> {
-        self.asked
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|q| q.iter().find(|(k, _)| k == "created[gte]"))
-            .map(|(_, v)| v.parse().unwrap())
-            .collect()
-    }
-}
-
-impl Respond for Feed {
-    fn respond(&self, req: &Request) -> ResponseTemplate {
-        let q: Query = req.url.query_pairs().into_owned().collect();
-        self.asked.lock().unwrap().push(q.clone());
-        let get = |k: &str| q.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-        let gte: i64 = get("created[gte]").map_or(0, |v| v.parse().unwrap());
-        let limit: usize = get("limit").map_or(10, |v| v.parse().unwrap());
-        let types: Vec<String> = q
-            .iter()
-            .filter(|(k, _)| k == "types[]")
-            .map(|(_, v)| v.clone())
-            .collect();
-        let all: Vec<Value> = self
-            .events
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|e| e["created"].as_i64().unwrap() >= gte)
-            .filter(|e| types.iter().any(|t| e["type"] == t.as_str()))
-            .cloned()
-            .collect();
-        let from = get("starting_after")
-            .and_then(|a| {
-                all.iter()
-                    .position(|e| e["id"] == a.as_str())
-                    .map(|i| i + 1)
-            })
-            .unwrap_or(0);
-        let page: Vec<Value> = all.iter().skip(from).take(limit).cloned().collect();
-        let has_more = from + page.len() < all.len();
-        ResponseTemplate::new(200)
-            .insert_header("Request-Id", "req_events")
-            .set_body_json(
-                json!({"object": "list", "url": "/v1/events", "has_more": has_more, "data": page}),
-            )
-    }
-}
-
-async fn stripe_with(feed: &Feed) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("GET"))
-        .and(path("/v1/events"))
-        .respond_with(feed.clone())
-        .mount(&server)
-        .await;
-    server
-}
 
 /// Retrieves of `pi` the server received.
 async fn retrieves(server: &MockServer, pi: &str) -> usize {

@@ -7,6 +7,7 @@
 //! - `aging`: authorization_expiring, stuck_processing, abandoned
 //! - `cursor`: the walk over the table, cycles, late commits, unverifiable streaks
 //! - `events`: the events feed and its position
+//! - `events_backlog`: a backlog worked off in slices over several runs
 //! - `faults`: the fault suite (signals, killed connections, Stripe down or wrong)
 //! - `gateway`: each Stripe failure class and what a batch does with it
 //! - `isolation`: the tests' own Pushgateways load nothing from elsewhere
@@ -33,6 +34,7 @@ mod support;
 mod aging;
 mod cursor;
 mod events;
+mod events_backlog;
 mod faults;
 mod gateway;
 mod isolation;

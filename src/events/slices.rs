@@ -1,0 +1,176 @@
+//! PURE: cutting a run's window into slices, oldest first. Each slice is a
+//! `created` range `[gte, lt)` small enough to read in a page or two and to
+//! commit, with its findings, as one step of the position (issue 21: a run
+//! stopped at any moment keeps what it finished). A crowded slice is cut
+//! smaller from the density its first pages showed; a single second is never
+//! cut (Stripe's `created` has second precision) and is read whole with
+//! `starting_after`.
+
+use chrono::{DateTime, Utc};
+
+/// The events a slice aims at: one page of 100, so that at the chart's 10
+/// requests/s a slice's reads take about ten seconds and a deadline or a
+/// SIGTERM never waits long for the slice in progress.
+pub const SLICE_EVENTS: usize = 100;
+
+/// Pages a slice of more than one second may take before it is cut smaller.
+pub const SLICE_PAGES: u32 = 2;
+
+/// One slice of the window: events created in `[gte, lt)`, Unix seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slice {
+    /// `created[gte]`.
+    pub gte: i64,
+    /// `created[lt]`.
+    pub lt: i64,
+    /// The position the slice reaches once committed: `lt`, or the end of
+    /// the window for its last slice.
+    pub until: DateTime<Utc>,
+}
+
+impl Slice {
+    /// Seconds the slice spans (at least 1).
+    pub fn seconds(&self) -> i64 {
+        self.lt - self.gte
+    }
+
+    /// The position the slice commits (`covered_until`).
+    pub fn end(&self) -> DateTime<Utc> {
+        self.until
+    }
+}
+
+/// Hands out the slices of one window, oldest first, adapting their width to
+/// how crowded the feed is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slicer {
+    next: i64,
+    end: i64,
+    until: DateTime<Utc>,
+    width: i64,
+}
+
+impl Slicer {
+    /// The slices of `[start, end)` in whole seconds (Stripe's `created`
+    /// precision): `start` rounds down (an event of that second is read,
+    /// maybe again), the last slice asks up to the second after `end` and
+    /// commits `end` itself.
+    pub fn new(start: DateTime<Utc>, end: DateTime<Utc>) -> Self {
+        let next = start.timestamp();
+        let up = end.timestamp() + i64::from(end.timestamp_subsec_nanos() > 0);
+        Slicer {
+            next,
+            end: up,
+            until: end,
+            width: (up - next).max(1),
+        }
+    }
+
+    /// The next slice to read; `None` once the window is covered.
+    pub fn next(&self) -> Option<Slice> {
+        (self.next < self.end).then(|| {
+            let lt = self.end.min(self.next.saturating_add(self.width));
+            let until = match DateTime::from_timestamp(lt, 0) {
+                Some(t) if lt < self.end => t,
+                _ => self.until,
+            };
+            Slice {
+                gte: self.next,
+                lt,
+                until,
+            }
+        })
+    }
+
+    /// `slice` held more than [`SLICE_PAGES`] pages: `seen` events read over
+    /// `[oldest_seen, slice.lt)`. The next slice starts at the same second,
+    /// as wide as that density gives [`SLICE_EVENTS`], and at most half as
+    /// wide, so a burst is cut down to size in a few tries.
+    pub fn crowded(&mut self, slice: Slice, seen: usize, oldest_seen: i64) {
+        let half = (slice.seconds() / 2).max(1);
+        let span = (slice.lt - oldest_seen).max(1);
+        let estimate = match i64::try_from(seen) {
+            Ok(seen) if seen > 0 => span.saturating_mul(SLICE_EVENTS as i64) / seen,
+            _ => half,
+        };
+        self.width = estimate.clamp(1, half);
+    }
+
+    /// `slice` was read whole with `events` events and committed: the next
+    /// slice starts at its end, wider when this one was sparse (up to 16
+    /// times for an empty one: quiet hours cost few pages).
+    pub fn done(&mut self, slice: Slice, events: usize) {
+        self.next = slice.lt;
+        if events < SLICE_EVENTS / 2 {
+            let factor = (SLICE_EVENTS / (events + 1)).clamp(2, 16) as i64;
+            self.width = self.width.saturating_mul(factor);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(t: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(t, 0).unwrap()
+    }
+
+    fn slice(gte: i64, lt: i64) -> Slice {
+        Slice {
+            gte,
+            lt,
+            until: at(lt),
+        }
+    }
+
+    #[test]
+    fn a_quiet_window_is_one_slice_ending_at_the_window_end() {
+        let s = Slicer::new(at(1000), at(1300));
+        assert_eq!(s.next(), Some(slice(1000, 1300)));
+        let mut s = s;
+        s.done(slice(1000, 1300), 3);
+        assert_eq!(s.next(), None);
+    }
+
+    #[test]
+    fn a_burst_is_cut_to_about_a_page_per_slice_and_covered_without_holes() {
+        // 10 events a second over [0, 2000): 20,000 events.
+        let mut s = Slicer::new(at(0), at(2000));
+        let mut covered = 0;
+        let mut crowded = 0;
+        while let Some(slice) = s.next() {
+            assert_eq!(slice.gte, covered, "slices follow each other");
+            let events = (slice.seconds() * 10) as usize;
+            if events > SLICE_EVENTS * SLICE_PAGES as usize {
+                // Two pages, newest first: the oldest seen is 20 s back.
+                s.crowded(slice, 200, slice.lt - 20);
+                crowded += 1;
+                continue;
+            }
+            s.done(slice, events);
+            covered = slice.lt;
+        }
+        assert_eq!(covered, 2000);
+        assert!(crowded <= 3, "the width settles after a cut: {crowded}");
+    }
+
+    #[test]
+    fn the_last_slice_commits_the_window_end_itself() {
+        let end = at(1300) + chrono::Duration::milliseconds(400);
+        let s = Slicer::new(at(1000), end);
+        let last = s.next().unwrap();
+        assert_eq!((last.lt, last.end()), (1301, end));
+    }
+
+    #[test]
+    fn a_crowded_slice_shrinks_at_least_by_half_and_never_below_one_second() {
+        let mut s = Slicer::new(at(0), at(100));
+        let first = s.next().unwrap();
+        s.crowded(first, 200, 99);
+        assert_eq!(s.next(), Some(slice(0, 1)));
+        let mut s = Slicer::new(at(0), at(100));
+        s.crowded(first, 0, 0);
+        assert_eq!(s.next(), Some(slice(0, 50)));
+    }
+}

@@ -1,0 +1,302 @@
+//! A backlog of events larger than one run may read (issue 21): worked off
+//! in slices over several runs, each slice committed with its position, on a
+//! real PostgreSQL with Stripe's `/v1/events` faked in Stripe's shape.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::support::events_feed::*;
+use crate::support::*;
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use stripe_reconciler::events::{run_events, EventsError, EventsSummary};
+use stripe_reconciler::metrics::{EventsMetrics, EventsState};
+use stripe_reconciler::scan::RunError;
+use stripe_reconciler::store::events_position;
+use tokio_util::sync::CancellationToken;
+use wiremock::matchers::{method, path_regex};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+const JOB: &str = "payments-vs-stripe-events";
+
+/// `GET /v1/payment_intents/{id}`: every PaymentIntent succeeded. Counts the
+/// reads per PaymentIntent and cancels `token` when the `cancel_at`-th read
+/// arrives (a SIGTERM in the middle of a slice's reads).
+#[derive(Clone)]
+struct Succeeded {
+    reads: Arc<Mutex<HashMap<String, usize>>>,
+    cancel_at: Option<usize>,
+    token: CancellationToken,
+}
+
+impl Respond for Succeeded {
+    fn respond(&self, req: &Request) -> ResponseTemplate {
+        let pi = req.url.path().trim_start_matches("/v1/payment_intents/");
+        let mut reads = self.reads.lock().unwrap();
+        *reads.entry(pi.to_owned()).or_default() += 1;
+        if Some(reads.values().sum()) == self.cancel_at {
+            self.token.cancel();
+        }
+        ok(pi, "succeeded")
+    }
+}
+
+/// `n` pending rows `pi_{i}`, and one `payment_intent.succeeded` event each,
+/// 4 s apart, the newest 400 s old: missed webhooks, `n` findings to record.
+async fn backlog(pool: &PgPool, feed: &Feed, n: i64) {
+    sqlx::query(
+        "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
+         SELECT 'order-' || i, 'pi_' || i, 'pending', now() - interval '30 days', now() - interval '1 hour'
+           FROM generate_series(1, $1) AS i",
+    )
+    .bind(n)
+    .execute(pool)
+    .await
+    .unwrap();
+    for i in 1..=n {
+        let secs_ago = 400 + 4 * (n - i);
+        feed.push(event(
+            &format!("evt_{i}"),
+            &format!("pi_{i}"),
+            "succeeded",
+            secs_ago,
+        ));
+    }
+}
+
+async fn stripe(feed: &Feed, reads: &Succeeded) -> MockServer {
+    let server = stripe_with(feed).await;
+    Mock::given(method("GET"))
+        .and(path_regex("^/v1/payment_intents/pi_[0-9]+$"))
+        .respond_with(reads.clone())
+        .mount(&server)
+        .await;
+    server
+}
+
+fn events_settings(max_pages: u32) -> JobSettings {
+    let mut s = settings(200);
+    s.events.max_pages = max_pages;
+    // The window starts a little before the burst, as a position would.
+    s.events.lookback = Duration::from_secs(2000);
+    s
+}
+
+async fn covered_until(pool: &PgPool) -> Option<DateTime<Utc>> {
+    let mut conn = pool.acquire().await.unwrap();
+    events_position::read(&mut conn, JOB)
+        .await
+        .unwrap()
+        .and_then(|p| p.covered_until)
+}
+
+/// `(findings, distinct payments with a finding, outbox commands)`.
+async fn recorded(pool: &PgPool) -> (i64, i64, i64) {
+    let findings = count(pool, "SELECT count(*) FROM reconciliation_findings").await;
+    let payments = count(
+        pool,
+        "SELECT count(DISTINCT payment_id) FROM reconciliation_findings WHERE kind = 'missed_success'",
+    )
+    .await;
+    (
+        findings,
+        payments,
+        count(pool, "SELECT count(*) FROM outbox").await,
+    )
+}
+
+/// Payments whose event was created before `t` without a finding, plus
+/// payments with a finding whose event was created at or after `t`.
+async fn out_of_step_with(pool: &PgPool, feed_created: &HashMap<String, i64>, t: i64) -> usize {
+    let with: Vec<String> = sqlx::query_scalar(
+        "SELECT p.stripe_payment_intent_id FROM reconciliation_findings f JOIN payments p ON p.id = f.payment_id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let missing = feed_created
+        .iter()
+        .filter(|(pi, c)| **c < t && !with.contains(pi))
+        .count();
+    let early = with.iter().filter(|pi| feed_created[*pi] >= t).count();
+    missing + early
+}
+
+async fn run(
+    pool: &PgPool,
+    server: &MockServer,
+    s: &JobSettings,
+    token: CancellationToken,
+) -> (EventsSummary, Result<(), EventsError>) {
+    run_events(pool, &gateway(server), s, token).await
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_backlog_interrupted_mid_run_drains_in_later_runs_with_every_finding_once(pool: PgPool) {
+    let feed = Feed::default();
+    let token = CancellationToken::new();
+    let reads = Succeeded {
+        reads: Arc::default(),
+        cancel_at: Some(120),
+        token: token.clone(),
+    };
+    let server = stripe(&feed, &reads).await;
+    backlog(&pool, &feed, 350).await;
+    let created: HashMap<String, i64> = (1..=350)
+        .map(|i| {
+            (
+                format!("pi_{i}"),
+                Utc::now().timestamp() - 400 - 4 * (350 - i),
+            )
+        })
+        .collect();
+
+    // 1. SIGTERM during the reads of the run's second slice.
+    let (first, result) = run(&pool, &server, &events_settings(10), token).await;
+    assert!(
+        matches!(result, Err(EventsError::Scan(RunError::Interrupted))),
+        "{result:?}"
+    );
+    let position = covered_until(&pool).await.expect("the first slice is kept");
+    assert_eq!(first.covered_until, Some(position));
+    let (findings, _, _) = recorded(&pool).await;
+    assert!(
+        findings > 0 && findings < 120,
+        "only the finished slice is committed: {findings}"
+    );
+    assert_eq!(
+        out_of_step_with(&pool, &created, position.timestamp()).await,
+        0,
+        "every event before the position has its finding, none after it"
+    );
+
+    // 2. Later runs, four pages each, continue from the position.
+    let mut positions = vec![position];
+    for _ in 0..10 {
+        let (summary, result) = run(
+            &pool,
+            &server,
+            &events_settings(4),
+            CancellationToken::new(),
+        )
+        .await;
+        result.unwrap();
+        assert_eq!(summary.gap_seconds, None, "a backlog is not a gap");
+        positions.push(covered_until(&pool).await.unwrap());
+        if !summary.truncated {
+            break;
+        }
+    }
+    assert!(positions.len() > 2, "the backlog needed several runs");
+    assert!(
+        positions.windows(2).all(|w| w[0] < w[1]),
+        "the position only advances: {positions:?}"
+    );
+    assert!(*positions.last().unwrap() > Utc::now() - chrono::Duration::seconds(5));
+    assert_eq!(recorded(&pool).await, (350, 350, 350), "each finding once");
+    let reads = reads.reads.lock().unwrap();
+    assert_eq!(reads.len(), 350);
+    let twice = reads.values().filter(|n| **n > 1).count();
+    assert!(
+        twice <= 30,
+        "only the abandoned slice's reads are repeated: {twice}"
+    );
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_page_cap_smaller_than_the_backlog_records_no_gap_and_the_next_run_continues(
+    pool: PgPool,
+) {
+    let feed = Feed::default();
+    let reads = Succeeded {
+        reads: Arc::default(),
+        cancel_at: None,
+        token: CancellationToken::new(),
+    };
+    let server = stripe(&feed, &reads).await;
+    backlog(&pool, &feed, 250).await;
+    let newest = Utc::now().timestamp() - 400;
+
+    let (first, result) = run(
+        &pool,
+        &server,
+        &events_settings(2),
+        CancellationToken::new(),
+    )
+    .await;
+    result.unwrap();
+    assert!(first.truncated, "the cap stopped the run");
+    assert_eq!(first.gap_seconds, None);
+    let position = covered_until(&pool).await.unwrap();
+    assert!(
+        position.timestamp() < newest,
+        "{position} is behind the burst"
+    );
+    let lag = lag_seconds(&pool, &server, &first).await;
+    let behind = (Utc::now() - position).num_seconds() as f64;
+    assert!(
+        (lag - behind).abs() <= 2.0,
+        "lag {lag} s, behind {behind} s"
+    );
+    assert!(lag > 400.0, "the lag shows the backlog: {lag}");
+    let asked_before = feed.pages_asked();
+
+    let (second, result) = run(
+        &pool,
+        &server,
+        &events_settings(2),
+        CancellationToken::new(),
+    )
+    .await;
+    result.unwrap();
+    assert_eq!(
+        feed.created_gte()[asked_before],
+        position.timestamp() - 60,
+        "the next run continues from the position, with a minute of overlap"
+    );
+    assert_eq!(second.gap_seconds, None);
+    assert!(covered_until(&pool).await.unwrap() > position);
+    let mut last = second;
+    for _ in 0..10 {
+        if !last.truncated {
+            break;
+        }
+        let (summary, result) = run(
+            &pool,
+            &server,
+            &events_settings(2),
+            CancellationToken::new(),
+        )
+        .await;
+        result.unwrap();
+        assert_eq!(summary.gap_seconds, None);
+        last = summary;
+    }
+    assert!(!last.truncated, "the backlog drained");
+    assert_eq!(recorded(&pool).await, (250, 250, 250));
+    assert!(lag_seconds(&pool, &server, &last).await < 5.0, "caught up");
+}
+
+/// `events_lag_seconds` as the run's push would carry it, from the committed
+/// position.
+async fn lag_seconds(pool: &PgPool, server: &MockServer, s: &EventsSummary) -> f64 {
+    let mut conn = pool.acquire().await.unwrap();
+    let p = events_position::read(&mut conn, JOB)
+        .await
+        .unwrap()
+        .unwrap();
+    let state = EventsState {
+        covered_until: p.covered_until,
+        last_success: p.last_success_at,
+    };
+    let mut metrics = EventsMetrics::new().unwrap();
+    let now = Utc::now().timestamp_millis() as f64 / 1000.0;
+    metrics.observe_events(s, &gateway(server).request_counts(), Some(&state), now);
+    let text = metrics.figures().encode().unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("stripe_reconciler_events_lag_seconds "))
+        .unwrap_or_else(|| panic!("no events_lag_seconds in {text}"))
+        .parse()
+        .unwrap()
+}
