@@ -66,6 +66,8 @@ pub struct EventsSummary {
     pub commands_enqueued: u64,
     /// Findings resolved as no longer seen.
     pub findings_cleared: u64,
+    /// Rows the database refused to write (each with a `write_refused` finding).
+    pub writes_refused: u64,
     /// Seconds of events Stripe no longer keeps (position older than 30 days).
     pub gap_seconds: Option<f64>,
     /// The page limit stopped the listing before the window's start.
@@ -241,6 +243,7 @@ async fn body(
     summary.missing_locally_created = orphans.created;
     summary.commands_enqueued = report.commands_enqueued;
     summary.findings_cleared = report.findings_cleared + orphans.cleared;
+    summary.writes_refused = report.writes_refused;
     summary.covered_until = Some(covered_until);
     Ok(())
 }

@@ -24,6 +24,7 @@ pub mod lease;
 pub mod outbox;
 pub mod payment_index;
 pub mod payments;
+pub mod refusal;
 pub mod runs;
 pub mod schema;
 pub mod stats;

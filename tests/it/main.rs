@@ -24,6 +24,7 @@
 //! - `status`: `status` and `status --json`
 //! - `stripe_redirect`: a redirecting API base and a live key over plain http
 //! - `terminal_output`: stored text escaped in every human-readable output
+//! - `write_refused`: a row the database refuses to write does not fail its batch
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -48,3 +49,4 @@ mod scan;
 mod status;
 mod stripe_redirect;
 mod terminal_output;
+mod write_refused;
