@@ -20,6 +20,14 @@ use crate::store::{Context, StoreError};
 /// with something that will not let go.
 pub const TRANSIENT_RETRIES: u32 = 3;
 
+/// Refusals after a wait (a lock held past `lock_timeout`, a statement cut
+/// off by `statement_timeout`) one batch may isolate. Each costs a full
+/// timeout, and a lock on the whole table (a `CREATE INDEX` holding `SHARE`
+/// on `payments`) would make every attempt of the bisection wait: past this
+/// many, the batch's refusal is the database's and the run fails (exit 1).
+/// Sixteen: about two locked rows of a 200-row batch.
+pub const MAX_TIMEOUT_REFUSALS: u32 = 16;
+
 /// Which of phase 3's writes the database refused. The label is about the
 /// statement, not the table it writes, so it stays right wherever the
 /// reconciler keeps its stamps.
@@ -101,28 +109,42 @@ pub(super) async fn record_isolating(
     let mut refused = Vec::new();
     // A stack, lower half on top: parts are written in id order.
     let mut parts = vec![indices];
+    let mut timeouts = 0;
     while let Some(part) = parts.pop() {
         if part.is_empty() {
             continue;
         }
-        match attempt(conn, job, unverifiable_cycles, observations, &part).await? {
-            Attempt::Written(r) => recorded.add(&r),
-            Attempt::Refused(failed) if part.len() == 1 => {
-                let (sqlstate, message) = sqlstate_and_message(&failed.error.source)
-                    .unwrap_or_else(|| (String::new(), failed.error.source.to_string()));
-                refused.push(Refusal {
-                    index: part[0],
-                    write: failed.write,
-                    sqlstate,
-                    message,
-                    error: failed.error,
-                });
+        let failed = match attempt(conn, job, unverifiable_cycles, observations, &part).await? {
+            Attempt::Written(r) => {
+                recorded.add(&r);
+                continue;
             }
-            Attempt::Refused(_) => {
-                let (low, high) = part.split_at(part.len() / 2);
-                parts.push(high.to_vec());
-                parts.push(low.to_vec());
+            Attempt::Refused(failed) => failed,
+        };
+        if FailureClass::after_a_wait(&failed.error.source) {
+            timeouts += 1;
+            if timeouts > MAX_TIMEOUT_REFUSALS {
+                tracing::error!(
+                    timeouts,
+                    "the batch keeps waiting out the timeout: a lock on the table, not a row"
+                );
+                return Err(failed.error.into());
             }
+        }
+        if let [index] = part[..] {
+            let (sqlstate, message) = sqlstate_and_message(&failed.error.source)
+                .unwrap_or_else(|| (String::new(), failed.error.source.to_string()));
+            refused.push(Refusal {
+                index,
+                write: failed.write,
+                sqlstate,
+                message,
+                error: failed.error,
+            });
+        } else {
+            let (low, high) = part.split_at(part.len() / 2);
+            parts.push(high.to_vec());
+            parts.push(low.to_vec());
         }
     }
     Ok((recorded, refused))

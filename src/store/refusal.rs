@@ -39,6 +39,13 @@ impl FailureClass {
         Self::of(&error.source)
     }
 
+    /// Whether the statement failed after waiting out a timeout (55P03
+    /// `lock_timeout`, 57014 `statement_timeout`): such a refusal costs the
+    /// whole timeout, so the caller bounds how many it isolates.
+    pub fn after_a_wait(error: &sqlx::Error) -> bool {
+        matches!(sqlstate_and_message(error), Some((code, _)) if code == "55P03" || code == "57014")
+    }
+
     /// Classifies a five-character SQLSTATE.
     pub fn of_sqlstate(code: &str) -> Self {
         match code {
