@@ -167,6 +167,7 @@ async fn a_row_locked_past_the_lock_timeout_is_refused_then_cleared(pool: PgPool
 
     // The lock goes away: the next cycle writes the row and clears the finding.
     hold.rollback().await.unwrap();
+    holder.close().await.unwrap();
     assert!(scan(&pool, &stripe, &s).await.wrapped);
     let next = scan(&pool, &stripe, &s).await;
     assert_eq!(next.writes_refused, 0);
