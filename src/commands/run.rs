@@ -211,6 +211,7 @@ fn log_summary(s: &RunSummary) {
         findings_created = s.findings_created,
         commands_enqueued = s.commands_enqueued,
         findings_cleared = s.findings_cleared,
+        writes_refused = s.writes_refused,
         wrapped = s.wrapped,
         cursor = s.cursor_position,
         duration_seconds = s.duration_seconds,
@@ -252,6 +253,7 @@ fn print_summary(s: &RunSummary, format: LogFormat) {
                 println!("  findings created   {}", s.findings_created);
                 println!("  commands enqueued  {}", s.commands_enqueued);
                 println!("  findings cleared   {}", s.findings_cleared);
+                println!("  writes refused     {}", s.writes_refused);
             }
             println!("  wrapped            {}", s.wrapped);
             println!(

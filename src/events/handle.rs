@@ -171,6 +171,7 @@ pub async fn slice(
     summary.findings_created += report.findings_created + orphans.created;
     summary.missing_locally_created += orphans.created;
     summary.commands_enqueued += report.commands_enqueued;
+    summary.writes_refused += report.writes_refused;
     summary.findings_cleared += report.findings_cleared + orphans.cleared;
     summary.covered_until = Some(covered_until);
     Ok(())

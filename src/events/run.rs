@@ -69,6 +69,8 @@ pub struct EventsSummary {
     pub commands_enqueued: u64,
     /// Findings resolved as no longer seen.
     pub findings_cleared: u64,
+    /// Rows the database refused to write (each with a `write_refused` finding).
+    pub writes_refused: u64,
     /// Seconds of events Stripe no longer keeps (position older than 30 days).
     pub gap_seconds: Option<f64>,
     /// `RECONCILER_EVENTS_MAX_PAGES` stopped the run before the end of the

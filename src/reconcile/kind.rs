@@ -63,6 +63,13 @@ pub enum FindingKind {
     /// Stripe could not answer for this row in `RECONCILER_UNVERIFIABLE_CYCLES`
     /// consecutive cycles.
     PersistentlyUnverifiable,
+    /// The database refused phase 3's write for this row (a trigger, a
+    /// constraint, a row lock held past `lock_timeout`, a statement timeout):
+    /// the row was not stamped and nothing else was written for it; details
+    /// carry the SQLSTATE, the message and which write (DESIGN.md, Turn 3
+    /// contract). NEEDS_REVIEW, never repaired; cleared by a later scan that
+    /// writes the row.
+    WriteRefused,
     /// Any other combination: `unexpected:<local>-><external>`.
     Unexpected {
         /// `payments.status`
@@ -75,7 +82,7 @@ pub enum FindingKind {
 impl FindingKind {
     /// Every kind with a fixed name (all but [`FindingKind::Unexpected`]), in
     /// the order of DESIGN.md's Classification and "Beyond status" tables.
-    pub const ALL: [FindingKind; 16] = [
+    pub const ALL: [FindingKind; 17] = [
         Self::MissedSuccess,
         Self::MissedCancel,
         Self::PaidLocallyNotExternally,
@@ -92,6 +99,7 @@ impl FindingKind {
         Self::Abandoned,
         Self::MissingLocally,
         Self::PersistentlyUnverifiable,
+        Self::WriteRefused,
     ];
 
     /// The database value of a kind with a fixed name; `None` for
@@ -114,6 +122,7 @@ impl FindingKind {
             Self::Abandoned => "abandoned",
             Self::MissingLocally => "missing_locally",
             Self::PersistentlyUnverifiable => "persistently_unverifiable",
+            Self::WriteRefused => "write_refused",
             Self::Unexpected { .. } => return None,
         })
     }
@@ -152,6 +161,7 @@ impl FindingKind {
             | Self::StuckProcessing
             | Self::Abandoned
             | Self::PersistentlyUnverifiable
+            | Self::WriteRefused
             | Self::Unexpected { .. } => false,
         }
     }
@@ -178,6 +188,9 @@ impl FindingKind {
             | Self::PaidLocallyNotExternally
             | Self::MissingExternally
             | Self::InvalidPaymentIntentId
+            // The refusal says nothing about the money; whatever the database
+            // refused for the scan it refuses for the writer too.
+            | Self::WriteRefused
             | Self::Unexpected { .. } => false,
         }
     }

@@ -5,7 +5,10 @@
 //!
 //! - [`rows`]: the rows phase 3 writes for, locked and demoted when they
 //!   changed meanwhile, and the finding each records.
+//! - [`isolate`]: savepoints and bisection, so a row the database refuses
+//!   to write gets a `write_refused` finding instead of failing the batch.
 
+pub mod isolate;
 pub mod rows;
 
 use std::collections::{HashMap, HashSet};
@@ -13,13 +16,18 @@ use std::collections::{HashMap, HashSet};
 use crate::config::OutboxSettings;
 use crate::outcome::RunError;
 use crate::read::Observation;
-use crate::reconcile::{FindingKind, RepairCommand, Verdict};
+use sqlx::Connection;
+
+use crate::reconcile::{Decision, FindingKind, RepairCommand, Verdict};
 use crate::store::findings::{self, CreatedFinding, NewFinding};
 use crate::store::outbox::{self, RepairRow};
 use crate::store::payments;
+use crate::store::refusal::FailureClass;
 use crate::store::unverifiable;
-use rows::demote_changed_rows;
+use crate::store::{Context, StoreError};
+use isolate::{at, Failed, Refusal, Write};
 pub use rows::new_finding;
+use rows::{demote_changed_rows, writes_for};
 
 /// What [`record_observations`] wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,6 +38,18 @@ pub struct Recorded {
     pub findings_cleared: u64,
     /// Repair commands enqueued in the outbox.
     pub commands_enqueued: u64,
+    /// Rows the database refused to write, each now with a `write_refused`
+    /// finding (counted in `findings_created` when it is new).
+    pub writes_refused: u64,
+}
+
+impl Recorded {
+    fn add(&mut self, other: &Recorded) {
+        self.findings_created += other.findings_created;
+        self.findings_cleared += other.findings_cleared;
+        self.commands_enqueued += other.commands_enqueued;
+        self.writes_refused += other.writes_refused;
+    }
 }
 
 /// Records what phase 2 observed, inside the caller's transaction `tx`,
@@ -39,10 +59,20 @@ pub struct Recorded {
 /// resolves stale findings with their commands, counts UNVERIFIABLE rows
 /// against `job`'s cycle, upserts findings once per open (payment, kind),
 /// and enqueues one command per open repairable finding without a live one
-/// and not blocked. Returns what it created, cleared and enqueued.
+/// and not blocked. Returns what it created, cleared, enqueued and refused.
+///
+/// A row whose write the database refuses (a trigger, a constraint, a lock
+/// or statement timeout; [`isolate`]) gets nothing written but a
+/// `write_refused` finding, recorded after the other rows, and its
+/// observation becomes NEEDS_REVIEW; the rest of the batch is written.
 ///
 /// # Errors
-/// [`RunError::Store`]; the caller rolls back.
+/// [`RunError::Store`] when the database as a whole fails. A batch refused
+/// as a whole is such a failure too: when phase 3 writes for two or more
+/// rows and every one of them is refused, the refusal is taken to be the
+/// database's, not the rows' (a trigger refusing every update, a lock on the
+/// table), and the caller rolls back; the run exits 1 and the next run
+/// retries the same rows.
 pub async fn record_observations(
     tx: &mut sqlx::PgConnection,
     outbox_settings: &OutboxSettings,
@@ -50,9 +80,44 @@ pub async fn record_observations(
     unverifiable_cycles: u32,
     observations: &mut [Observation],
 ) -> Result<Recorded, RunError> {
+    let writing: Vec<usize> = (0..observations.len())
+        .filter(|&i| writes_for(&observations[i]))
+        .collect();
+    let writing_rows = writing.len();
+    let (mut recorded, refused) = isolate::record_isolating(
+        tx,
+        outbox_settings,
+        job,
+        unverifiable_cycles,
+        observations,
+        writing,
+    )
+    .await?;
+    if refused.is_empty() {
+        return Ok(recorded);
+    }
+    if writing_rows >= 2 && refused.len() == writing_rows {
+        return Err(whole_batch_refused(refused, observations));
+    }
+    recorded.writes_refused = refused.len() as u64;
+    recorded.findings_created += record_refusals(tx, &refused, observations).await?;
+    Ok(recorded)
+}
+
+/// Phase 3's statements over one set of rows, each failure tagged with the
+/// write it came from so [`isolate`] can classify and label it.
+async fn record_set(
+    tx: &mut sqlx::PgConnection,
+    outbox_settings: &OutboxSettings,
+    job: &str,
+    unverifiable_cycles: u32,
+    observations: &mut [Observation],
+) -> Result<Recorded, Failed> {
     // Payments first (in id order), then findings, then the outbox: the one
     // lock order of every writer, so the scan and repair workers never deadlock.
-    demote_changed_rows(tx, observations).await?;
+    demote_changed_rows(tx, observations)
+        .await
+        .map_err(at(Write::LockPayment))?;
     // Answered: rows Stripe answered definitively. A 404 or a malformed id is
     // an answer too (its finding carries the problem), so those rows do not
     // hold the reconciliation lag forever; UNVERIFIABLE rows never are.
@@ -69,10 +134,14 @@ pub async fn record_observations(
         .iter()
         .map(|o| o.decision.kind.as_ref().map(|k| k.as_str().into_owned()))
         .collect();
-    payments::mark_reconciled(tx, &answered_ids, &statuses).await?;
+    payments::mark_reconciled(tx, &answered_ids, &statuses)
+        .await
+        .map_err(at(Write::Stamp))?;
     // A finding the scan no longer sees is resolved, with its commands.
     let with_status: Vec<bool> = answered.iter().map(|o| o.observed.is_some()).collect();
-    let stale = findings::resolve_stale(tx, &answered_ids, &current_kinds, &with_status).await?;
+    let stale = findings::resolve_stale(tx, &answered_ids, &current_kinds, &with_status)
+        .await
+        .map_err(at(Write::Finding))?;
     let findings_cleared = stale.len() as u64;
     outbox::close_for_findings(
         tx,
@@ -81,7 +150,8 @@ pub async fn record_observations(
         &stale,
         "finding resolved by a later scan",
     )
-    .await?;
+    .await
+    .map_err(at(Write::Outbox))?;
 
     // A repair is applied only while the newest read supports it: a row
     // Stripe could not answer for now (or whose money could not be proven
@@ -92,7 +162,9 @@ pub async fn record_observations(
         .filter(|o| o.asked_stripe && o.decision.verdict == Verdict::Unverifiable)
         .map(|o| o.payment_id)
         .collect();
-    let held = findings::open_repairable(tx, &unproven).await?;
+    let held = findings::open_repairable(tx, &unproven)
+        .await
+        .map_err(at(Write::Finding))?;
     outbox::close_for_findings(
         tx,
         outbox_settings,
@@ -100,7 +172,8 @@ pub async fn record_observations(
         &held,
         "a later read could not confirm the drift with Stripe; enqueued again once one does",
     )
-    .await?;
+    .await
+    .map_err(at(Write::Outbox))?;
 
     // Rows Stripe could not answer for, counted once per cycle.
     let (failed_ids, errors): (Vec<i64>, Vec<Option<String>>) = observations
@@ -108,7 +181,9 @@ pub async fn record_observations(
         .filter(|o| o.asked_stripe && o.decision.verdict == Verdict::Unverifiable)
         .map(|o| (o.payment_id, o.error.clone()))
         .unzip();
-    let failing = unverifiable::record(tx, job, &answered_ids, &failed_ids, &errors).await?;
+    let failing = unverifiable::record(tx, job, &answered_ids, &failed_ids, &errors)
+        .await
+        .map_err(at(Write::Unverifiable))?;
     let by_payment: HashMap<i64, &Observation> =
         observations.iter().map(|o| (o.payment_id, o)).collect();
     let mut new_findings: Vec<NewFinding> = observations.iter().filter_map(new_finding).collect();
@@ -132,7 +207,9 @@ pub async fn record_observations(
                 })
             }),
     );
-    let touched = findings::upsert_open(tx, &new_findings).await?;
+    let touched = findings::upsert_open(tx, &new_findings)
+        .await
+        .map_err(at(Write::Finding))?;
     let findings_created = touched.iter().filter(|f| f.created).count() as u64;
 
     // One live command per open repairable finding: enqueued when the finding
@@ -148,7 +225,8 @@ pub async fn record_observations(
         .collect();
     let candidate_payments: Vec<i64> = repairable.iter().map(|(f, ..)| f.payment_id).collect();
     let blocked: HashSet<i64> = findings::blocked_payments(tx, &candidate_payments)
-        .await?
+        .await
+        .map_err(at(Write::Finding))?
         .into_iter()
         .collect();
     let candidate_findings: Vec<i64> = repairable
@@ -162,7 +240,8 @@ pub async fn record_observations(
         &RepairCommand::EVENT_TYPES,
         &candidate_findings,
     )
-    .await?
+    .await
+    .map_err(at(Write::Outbox))?
     .into_iter()
     .collect();
     let repairs: Vec<RepairRow> = repairable
@@ -178,11 +257,14 @@ pub async fn record_observations(
             })
         })
         .collect();
-    let commands_enqueued = outbox::enqueue_repairs(tx, outbox_settings, &repairs).await?;
+    let commands_enqueued = outbox::enqueue_repairs(tx, outbox_settings, &repairs)
+        .await
+        .map_err(at(Write::Outbox))?;
     Ok(Recorded {
         findings_created,
         findings_cleared,
         commands_enqueued,
+        writes_refused: 0,
     })
 }
 
@@ -191,4 +273,88 @@ fn definitive_without_status(o: &Observation) -> bool {
         o.decision.kind,
         Some(FindingKind::MissingExternally | FindingKind::InvalidPaymentIntentId)
     )
+}
+
+/// The error of a batch whose every row was refused (see
+/// [`record_observations`]): the first refusal's driver error.
+fn whole_batch_refused(refused: Vec<Refusal>, observations: &[Observation]) -> RunError {
+    let rows = refused.len();
+    let mut refused = refused.into_iter();
+    let first = refused.next();
+    tracing::error!(
+        rows,
+        first_payment_id = first.as_ref().map(|r| observations[r.index].payment_id),
+        "the database refused the write of every row of the batch: not a row's problem"
+    );
+    match first {
+        Some(first) => RunError::Store(StoreError {
+            action: "writing a batch the database refused for every row",
+            source: first.error.source,
+        }),
+        None => RunError::Store(StoreError {
+            action: "writing a batch the database refused for every row",
+            source: sqlx::Error::Protocol("no refusal recorded".into()),
+        }),
+    }
+}
+
+/// Turns each refused row into NEEDS_REVIEW `write_refused` (not stamped,
+/// nothing else written for it) and records the findings, after the rows
+/// that were written: the findings are our table's rows, so an
+/// application's trigger on `payments` cannot refuse them. Returns how many
+/// were new.
+///
+/// A finding references its payment, so PostgreSQL checks the reference
+/// with a `FOR KEY SHARE` row lock: while someone holds the row `FOR
+/// UPDATE`, even the finding must wait. It is recorded under a savepoint,
+/// and when that is refused for a row-level reason too the row is only
+/// logged and counted: the next cycle tries it again.
+async fn record_refusals(
+    tx: &mut sqlx::PgConnection,
+    refused: &[Refusal],
+    observations: &mut [Observation],
+) -> Result<u64, RunError> {
+    let mut wanted = Vec::with_capacity(refused.len());
+    for r in refused {
+        let o = &mut observations[r.index];
+        tracing::warn!(
+            payment_id = o.payment_id,
+            write = r.write.as_str(),
+            sqlstate = %r.sqlstate,
+            message = %r.message,
+            "the database refused this row's write; recorded as write_refused, batch committed without it"
+        );
+        let details = serde_json::json!({
+            "sqlstate": r.sqlstate,
+            "message": r.message,
+            "write": r.write.as_str(),
+            "observed_external_status": o.observed.as_ref().map(|s| s.as_str().to_owned()),
+        });
+        o.decision = Decision::review_with(FindingKind::WriteRefused, details);
+        o.observed = None;
+        wanted.extend(new_finding(o));
+    }
+    let mut created = 0;
+    for finding in &wanted {
+        let mut savepoint = tx.begin().await.context("opening a savepoint")?;
+        match findings::upsert_open(&mut savepoint, std::slice::from_ref(finding)).await {
+            Ok(touched) => {
+                savepoint.commit().await.context("releasing a savepoint")?;
+                created += touched.iter().filter(|f| f.created).count() as u64;
+            }
+            Err(e) if FailureClass::of_store(&e) != FailureClass::WholeDatabase => {
+                savepoint
+                    .rollback()
+                    .await
+                    .context("rolling back to a savepoint")?;
+                tracing::warn!(
+                    payment_id = finding.payment_id,
+                    error = %e.source,
+                    "could not record write_refused for this row either (its row is locked against references); the next cycle tries again"
+                );
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(created)
 }

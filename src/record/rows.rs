@@ -5,11 +5,11 @@ use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
 
-use crate::outcome::RunError;
 use crate::read::Observation;
 use crate::reconcile::{classify_status, Verdict};
 use crate::store::findings::NewFinding;
 use crate::store::payments;
+use crate::store::StoreError;
 
 /// The finding an observation records, if any. Its acknowledgement (a manual
 /// resolution of the same drift keeps it closed) holds only where the status
@@ -33,7 +33,7 @@ pub fn new_finding(o: &Observation) -> Option<NewFinding> {
 
 /// Phase 3 writes something for this row: a stamp, a finding, or an
 /// UNVERIFIABLE count (which may become a `persistently_unverifiable` finding).
-fn writes_for(o: &Observation) -> bool {
+pub(super) fn writes_for(o: &Observation) -> bool {
     o.observed.is_some()
         || o.decision.kind.is_some()
         || (o.asked_stripe && o.decision.verdict == Verdict::Unverifiable)
@@ -45,7 +45,7 @@ fn writes_for(o: &Observation) -> bool {
 pub(super) async fn demote_changed_rows(
     tx: &mut sqlx::PgConnection,
     observations: &mut [Observation],
-) -> Result<(), RunError> {
+) -> Result<(), StoreError> {
     let touched: Vec<&Observation> = observations.iter().filter(|o| writes_for(o)).collect();
     let ids: Vec<i64> = touched.iter().map(|o| o.payment_id).collect();
     let versions: Vec<i64> = touched.iter().map(|o| o.version).collect();

@@ -138,6 +138,7 @@ async fn write_phase(
     report.findings_created = recorded.findings_created;
     report.findings_cleared = recorded.findings_cleared;
     report.commands_enqueued = recorded.commands_enqueued;
+    report.writes_refused = recorded.writes_refused;
     if let Err(lost) = hold_lease(&mut tx, lease).await {
         tx.rollback().await.context("rolling back the lost batch")?;
         return Err(lost);

@@ -176,6 +176,7 @@ fn log_batch(number: u32, r: &BatchReport, seconds: f64, p: &CycleProgress) {
         findings_created = r.findings_created,
         commands_enqueued = r.commands_enqueued,
         findings_cleared = r.findings_cleared,
+        writes_refused = r.writes_refused,
         wrapped = r.wrapped,
         seconds,
         cycle_rows_done = p.rows_done,

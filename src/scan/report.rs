@@ -18,6 +18,8 @@ pub struct BatchReport {
     pub commands_enqueued: u64,
     /// Open findings resolved as `cleared` because the payment is now in sync.
     pub findings_cleared: u64,
+    /// Rows the database refused to write (each with a `write_refused` finding).
+    pub writes_refused: u64,
     /// The batch found the end of the table and reset the cursor to 0.
     pub wrapped: bool,
     /// Cursor before the batch.
@@ -45,6 +47,9 @@ pub struct RunSummary {
     pub commands_enqueued: u64,
     /// Findings cleared by a verified in-sync row.
     pub findings_cleared: u64,
+    /// Rows the database refused to write, left with a `write_refused`
+    /// finding while the rest of their batch committed.
+    pub writes_refused: u64,
     /// The cursor reached the end of the table during the run.
     pub wrapped: bool,
     /// Where the cursor is at the end of the run, read back from the
@@ -69,6 +74,7 @@ impl RunSummary {
         self.findings_created += batch.findings_created;
         self.commands_enqueued += batch.commands_enqueued;
         self.findings_cleared += batch.findings_cleared;
+        self.writes_refused += batch.writes_refused;
         self.wrapped |= batch.wrapped;
         self.cursor_position = Some(batch.cursor_to);
     }

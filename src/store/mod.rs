@@ -25,6 +25,7 @@ pub mod outbox;
 pub mod outbox_shape;
 pub mod payment_index;
 pub mod payments;
+pub mod refusal;
 pub mod runs;
 pub mod schema;
 pub mod stats;

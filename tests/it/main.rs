@@ -25,6 +25,7 @@
 //! - `status`: `status` and `status --json`
 //! - `stripe_redirect`: a redirecting API base and a live key over plain http
 //! - `terminal_output`: stored text escaped in every human-readable output
+//! - `write_refused`: a row the database refuses to write does not fail its batch
 //! - `your_schema`: the application's status words and amounts in major units
 //! - `your_outbox`: the user's own outbox and ids, created before `migrate`
 
@@ -52,5 +53,6 @@ mod scan;
 mod status;
 mod stripe_redirect;
 mod terminal_output;
+mod write_refused;
 mod your_outbox;
 mod your_schema;

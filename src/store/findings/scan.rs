@@ -164,8 +164,10 @@ pub async fn not_yet_open(
 /// For payments Stripe has just answered for, resolves every open finding
 /// whose kind is no longer what the scan decides: `cleared` when the payment
 /// now has no finding, `superseded` when it has another (e.g. the
-/// PaymentIntent's status moved on, a refund was seen). `current[i]` is the
-/// kind decided for `payment_ids[i]` (NULL for none). Where `with_status[i]`
+/// PaymentIntent's status moved on, a refund was seen); a `write_refused`
+/// finding is `cleared` either way, since the write now went through.
+/// `current[i]` is the kind decided for `payment_ids[i]` (NULL for none).
+/// Where `with_status[i]`
 /// is false (a 404, a malformed id: an answer that says nothing about the
 /// money), open findings of the money kinds stay open: only a later answer
 /// that shows the money can clear them. Returns the ids of the findings
@@ -187,7 +189,8 @@ pub async fn resolve_stale(
     query_scalar(
         "UPDATE reconciliation_findings f
             SET resolved_at = now(),
-                resolution = CASE WHEN v.kind IS NULL THEN $5::text ELSE $6::text END
+                resolution = CASE WHEN v.kind IS NULL OR f.kind = $7 THEN $5::text
+                                  ELSE $6::text END
            FROM unnest($1::bigint[], $2::text[], $3::bool[]) AS v(payment_id, kind, with_status)
           WHERE f.payment_id = v.payment_id AND f.resolved_at IS NULL
             AND f.kind IS DISTINCT FROM v.kind
@@ -200,6 +203,11 @@ pub async fn resolve_stale(
     .bind(crate::reconcile::FindingKind::money_kinds())
     .bind(Resolution::Cleared.as_str())
     .bind(Resolution::Superseded.as_str())
+    .bind(
+        crate::reconcile::FindingKind::WriteRefused
+            .as_str()
+            .into_owned(),
+    )
     .fetch_all(conn)
     .await
     .context("resolving findings the scan no longer sees")
