@@ -184,7 +184,8 @@ impl Need {
     fn of(input: &PlanInput) -> Need {
         let interval = input.schedule_interval_seconds.max(1.0);
         let left = (input.target_cycle_seconds - input.cycle_elapsed_seconds).max(interval);
-        let runs_left = (left / interval).floor().max(1.0);
+        // This run and the ones that start before the target passes.
+        let runs_left = (left / interval).ceil().max(1.0);
         let inflow = input.new_rows_per_second.max(0.0);
         Need {
             bare: (input.rows_ahead.max(0.0) + inflow * left) / runs_left,
