@@ -115,17 +115,23 @@ pub struct JobSettings {
 
 /// `auto` list pages: a page holds at most 100 PaymentIntents (Stripe's
 /// `limit` maximum), and the batch's widened `created` window also holds
-/// PaymentIntents of no row of the batch; this much more than the batch.
-const LIST_PAGE_MARGIN: f64 = 1.1;
+/// PaymentIntents of no row of the batch: 10% more than the batch, i.e.
+/// 11 pages per 1,000 rows (integers: no float rounding at the boundary).
+const LIST_PAGES_PER_1000_ROWS: u32 = 11;
+/// `auto` never allows fewer pages than the fixed default before issue 23:
+/// a small batch's window is mostly its slack, which may hold more
+/// PaymentIntents than the batch itself.
+const LIST_PAGES_FLOOR: u32 = 10;
 
 impl JobSettings {
     /// The list pages a batch may send: the fixed cap, or for `auto`
-    /// `ceil(batch_size / 100 × 1.1) + 1` (1,900 rows: 22 pages).
+    /// `ceil(batch_size / 100 × 1.1) + 1`, at least 10 (1,900 rows: 22 pages).
     pub fn list_page_cap(&self) -> u32 {
         match self.list_max_pages {
             Sizing::Fixed(n) => n,
             Sizing::Auto => {
-                (f64::from(self.batch_size) / 100.0 * LIST_PAGE_MARGIN).ceil() as u32 + 1
+                let pages = (self.batch_size * LIST_PAGES_PER_1000_ROWS).div_ceil(1000);
+                (pages + 1).max(LIST_PAGES_FLOOR)
             }
         }
     }
@@ -361,10 +367,12 @@ mod tests {
         );
         let mut small = explicit.job.clone();
         small.list_max_pages = Sizing::Auto;
+        assert_eq!(small.list_page_cap(), 10, "never fewer than 10 pages");
+        small.batch_size = 5_000;
         assert_eq!(
             small.list_page_cap(),
-            7,
-            "5 pages of 100, 10% more, and one"
+            56,
+            "50 pages of 100, 10% more, and one"
         );
     }
 
