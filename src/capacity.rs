@@ -1,6 +1,8 @@
 //! Pure capacity arithmetic (DESIGN.md, "Why a cursor"): with N rows, B·R rows
 //! scanned per hour and G new rows per hour, a cycle takes N / (B·R − G) hours
-//! and never completes when B·R <= G.
+//! and never completes when B·R <= G. [`plan`] sizes a run for
+//! `RECONCILER_BATCHES_PER_RUN=auto` (issue 23): the batches that end the
+//! cycle within the target, capped by what fits before the run deadline.
 
 use serde::Serialize;
 
