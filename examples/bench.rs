@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! bench --bin PATH/stripe-reconciler [--admin-url postgres://root@127.0.0.1:5432/postgres]
-//!       [--only 1,2,3,4] [--keep]
+//!       [--only 1,2,3,4,12,23] [--keep]
 //! ```
 //!
 //! Every scenario creates its own database (`stripe_reconciler_bench_*`,
@@ -354,7 +354,9 @@ fn min_gap(sorted: &[Instant]) -> Option<Duration> {
 // ---------------------------------------------------------------------------
 
 struct RunSettings {
+    /// 0: unset (the binary's default for the read mode).
     batch_size: u32,
+    /// 0: `auto`.
     batches_per_run: u32,
     rate_limit_rps: u32,
     max_in_flight: u32,
@@ -457,8 +459,17 @@ async fn run_binary(
         .env("DATABASE_URL", db_url)
         .env("STRIPE_API_KEY", API_KEY)
         .env("STRIPE_API_BASE", stripe)
-        .env("RECONCILER_BATCH_SIZE", s.batch_size.to_string())
-        .env("RECONCILER_BATCHES_PER_RUN", s.batches_per_run.to_string())
+        .env_remove("RECONCILER_BATCH_SIZE")
+        .env_remove("RECONCILER_BATCHES_PER_RUN")
+        .envs((s.batch_size > 0).then(|| ("RECONCILER_BATCH_SIZE", s.batch_size.to_string())))
+        .env(
+            "RECONCILER_BATCHES_PER_RUN",
+            // 0: `auto`, the binary sizes the run itself (issue 23).
+            match s.batches_per_run {
+                0 => "auto".to_owned(),
+                n => n.to_string(),
+            },
+        )
         .env("RECONCILER_RATE_LIMIT_RPS", s.rate_limit_rps.to_string())
         .env("RECONCILER_MAX_IN_FLIGHT", s.max_in_flight.to_string())
         .env("RECONCILER_LOG_FORMAT", "json")
@@ -1586,6 +1597,167 @@ fn per_row(run: &BinaryRun) -> f64 {
     (run.stripe_requests.0 + run.stripe_requests.1) as f64 / run.rows.max(1) as f64
 }
 
+/// Issue 23, side by side on one table (two cursors, `RECONCILER_JOB`): the
+/// chart's defaults before (batches of 200, 10 per run, 10 pages) and after
+/// (`auto`, list batches of 1,900, pages `auto`, the target of 86,400 s) at
+/// 100 ms latency and 10 requests/s, one run each with the chart's run
+/// deadline (480 s); the 10M-row projection from the measured pace.
+async fn scenario_auto(
+    args: &Args,
+    dbs: &mut Databases,
+    out: &mut Vec<Line>,
+) -> anyhow::Result<()> {
+    const LATENCY: Duration = Duration::from_millis(100);
+    const RPS: u32 = 10;
+    const INTERVAL: f64 = 600.0;
+    const DEADLINE: f64 = 480.0;
+    let rows = env_rows("BENCH_A_ROWS", 1_000_000)?;
+    let target = env_rows("BENCH_A_TARGET", 86_400)?;
+    say(&format!(
+        "issue 23: {rows} rows, latency 100 ms, {RPS}/s, chart defaults before and after, target {target} s"
+    ));
+    let url = dbs.fresh(&format!("{DB_PREFIX}_auto"), None).await?;
+    migrate(&args.bin, &url)?;
+    seed(&url, rows, false).await?;
+    {
+        let mut conn = PgConnection::connect(&url).await?;
+        sqlx::query("ANALYZE payments").execute(&mut conn).await?;
+        conn.close().await?;
+    }
+    let stripe = ListStandin::start(&url, rows, 0, LATENCY).await?;
+    let common = |job: &str| {
+        vec![
+            ("RECONCILER_JOB", job.to_owned()),
+            ("RECONCILER_READ_MODE", "list".to_owned()),
+            ("RECONCILER_RUN_DEADLINE_SECONDS", "480".to_owned()),
+            ("RECONCILER_TARGET_CYCLE_SECONDS", target.to_string()),
+            ("RECONCILER_SCHEDULE_INTERVAL_SECONDS", "600".to_owned()),
+        ]
+    };
+    let mut before_env = common("before");
+    before_env.push(("RECONCILER_LIST_MAX_PAGES", "10".to_owned()));
+    let variants = [
+        (
+            "before (200 x 10, 10 pages)",
+            RunSettings {
+                batch_size: 200,
+                batches_per_run: 10,
+                rate_limit_rps: RPS,
+                max_in_flight: 8,
+                extra_env: before_env,
+            },
+        ),
+        (
+            "after (auto, defaults)",
+            RunSettings {
+                batch_size: 0,
+                batches_per_run: 0,
+                rate_limit_rps: RPS,
+                max_in_flight: 8,
+                extra_env: common("after"),
+            },
+        ),
+    ];
+    for (label, settings) in variants {
+        let run = run_binary(&args.bin, &url, &stripe.uri(), &settings).await?;
+        let arrivals = stripe.take_arrivals();
+        check_exit(&run)?;
+        let wall = run.wall.as_secs_f64();
+        let requests = arrivals.len() as f64;
+        let pace = run.rows as f64 / wall;
+        let cycle = rows as f64 / (run.rows.max(1) as f64 / INTERVAL);
+        eprintln!(
+            "    {label}: {} rows, {requests} requests in {wall:.1} s",
+            run.rows
+        );
+        let s = format!("A {label}");
+        out.push(line(
+            &s,
+            "rows per run",
+            run.rows.to_string(),
+            "",
+            String::new(),
+        ));
+        out.push(line(
+            &s,
+            "cycle time at one run per 600 s",
+            format!("{:.1} h", cycle / 3600.0),
+            &format!("<= {target} s"),
+            pass(cycle <= target as f64),
+        ));
+        out.push(line(
+            &s,
+            "Stripe requests per row",
+            format!(
+                "{:.4} ({:.1} rows per request)",
+                per_row(&run),
+                run.rows as f64 / requests.max(1.0)
+            ),
+            "",
+            String::new(),
+        ));
+        let busy = requests / wall / f64::from(RPS);
+        out.push(line(
+            &s,
+            "share of the rate budget used (over the run's wall time)",
+            format!(
+                "{:.1}% ({:.2} requests/s, {pace:.0} rows/s, run {wall:.1} s)",
+                100.0 * busy,
+                requests / wall
+            ),
+            ">= 90%",
+            pass(busy >= 0.9),
+        ));
+        // The 10M-row projection with the pace this run measured.
+        let plan = stripe_reconciler::capacity::plan(stripe_reconciler::capacity::PlanInput {
+            rows_ahead: 10_000_000.0,
+            new_rows_per_second: 0.0,
+            cycle_elapsed_seconds: 0.0,
+            target_cycle_seconds: target as f64,
+            schedule_interval_seconds: INTERVAL,
+            run_seconds: DEADLINE,
+            pace: stripe_reconciler::capacity::Pace {
+                rows_per_second: pace,
+                measured: true,
+            },
+            rate_rows_per_second: f64::from(RPS) * 95.0,
+            batch_size: if settings.batch_size == 0 {
+                1_900
+            } else {
+                settings.batch_size
+            },
+        });
+        if settings.batches_per_run == 0 {
+            out.push(line(
+                &s,
+                "10M rows: planned rows per run, run time, cycle",
+                format!(
+                    "{:.0} rows, {:.0} s, {}",
+                    plan.rows_per_run_planned,
+                    plan.rows_per_run_planned / pace,
+                    plan.expected_cycle_seconds
+                        .map_or("never".to_owned(), |c| format!("{:.1} h", c / 3600.0))
+                ),
+                "cycle <= 24 h",
+                pass(
+                    plan.shortfall.is_none()
+                        && plan.expected_cycle_seconds.is_some_and(|c| c <= 86_400.0),
+                ),
+            ));
+        } else {
+            let c = 10_000_000.0 / (run.rows.max(1) as f64 / INTERVAL);
+            out.push(line(
+                &s,
+                "10M rows: cycle",
+                format!("{:.1} days", c / 86_400.0),
+                "",
+                String::new(),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The issue-12 figures, side by side in one run:
 /// L1 list mode at 200 ms / 25 per second; L3 retrieve mode, batch 200, same
 /// latency and limit; L2 list mode without latency beside the design note's
@@ -1969,6 +2141,12 @@ async fn main() -> anyhow::Result<()> {
     if args.only.contains(&12) {
         if let Err(e) = scenarios_list(&args, &mut dbs, &mut lines).await {
             eprintln!("issue-12 scenarios failed: {e:#}");
+            result = Err(e);
+        }
+    }
+    if args.only.contains(&23) {
+        if let Err(e) = scenario_auto(&args, &mut dbs, &mut lines).await {
+            eprintln!("issue-23 scenario failed: {e:#}");
             result = Err(e);
         }
     }

@@ -244,12 +244,13 @@ def test_default(r, chart):
     cm = d.one("ConfigMap", RELEASE)
     expected = {
         "STRIPE_API_BASE": "https://api.stripe.com", "RECONCILER_JOB": "payments-vs-stripe",
-        "RECONCILER_BATCH_SIZE": "200", "RECONCILER_BATCHES_PER_RUN": "10",
+        "RECONCILER_BATCHES_PER_RUN": "auto",
+        "RECONCILER_TARGET_CYCLE_SECONDS": "86400", "RECONCILER_SCHEDULE_INTERVAL_SECONDS": "600",
         "RECONCILER_GRACE_SECONDS": "600", "RECONCILER_RATE_LIMIT_RPS": "10",
         "RECONCILER_MAX_IN_FLIGHT": "8", "RECONCILER_HTTP_TIMEOUT_SECONDS": "10",
         "RECONCILER_LOG_FORMAT": "json",
         "RECONCILER_READ_MODE": "list", "RECONCILER_LIST_WINDOW_SLACK_SECONDS": "3600",
-        "RECONCILER_LIST_MAX_PAGES": "10",
+        "RECONCILER_LIST_MAX_PAGES": "auto",
         "RECONCILER_AMOUNT_UNIT": "minor",
         "RECONCILER_LOCAL_STATUSES": "pending=pending;paid=paid;failed=failed",
         "RECONCILER_OUTBOX_TABLE": "outbox",
@@ -320,6 +321,8 @@ def test_existing_secret(r, chart):
     r.equal(d.one("ConfigMap", RELEASE)["data"].get("PUSHGATEWAY_URL"), "http://pushgateway.monitoring:9091",
             f"{label}: PUSHGATEWAY_URL when set")
     r.equal(d.one("ConfigMap", RELEASE)["data"].get("RECONCILER_BATCH_SIZE"), "500", f"{label}: batchSize 500")
+    r.equal(d.one("ConfigMap", RELEASE)["data"].get("RECONCILER_BATCHES_PER_RUN"), "20",
+            f"{label}: a number of batches per run is passed as that number")
     r.equal(cj["spec"].get("timeZone"), "Europe/Paris", f"{label}: timeZone")
     pod = pod_spec(cj)
     r.equal(container(cj)["image"], "registry.example.com/payments/stripe-reconciler@sha256:" + "0" * 64,
@@ -418,6 +421,10 @@ def test_failures(r, chart):
         (("image.pullPolicy=Sometimes",), "pullPolicy outside the enum"),
         (("podSecurityContext.bogus=1",), "unknown key in podSecurityContext"),
         (("repair.enabled=yes-please",), "repair.enabled as a string"),
+        (("config.batchesPerRun=lots",), "batchesPerRun neither auto nor a number"),
+        (("config.listMaxPages=0",), "listMaxPages below 1"),
+        (("config.targetCycleSeconds=30",), "targetCycleSeconds below 60"),
+        (("config.scheduleIntervalSeconds=30",), "scheduleIntervalSeconds below 60"),
     ]
     for sets, what in schema_cases:
         fails(base + sets, "schema", f"schema rejects {what}")
@@ -519,9 +526,9 @@ def test_alert_values(r, chart):
         d = chart.render(sets=base + (("--set-string", f"schedule={sched}"), f"activeDeadlineSeconds={deadline}"))
         rule = rule_of(d, "StripeReconcilerNotRunning", "never_reported")
         r.equal(rule.get("for"), f"{expect}s", f"NotRunning derived from schedule {sched!r}: {expect} s")
-    fails(r, chart, base + ("schedule=0 0 1 * *",), "alerts.notRunning.afterSeconds",
+    fails(r, chart, base + ("schedule=0 0 1 * *", "config.scheduleIntervalSeconds=2678400"), "alerts.notRunning.afterSeconds",
           "an unreadable schedule asks for alerts.notRunning.afterSeconds")
-    d = chart.render(sets=base + ("schedule=0 0 1 * *", "alerts.notRunning.afterSeconds=3000000"))
+    d = chart.render(sets=base + ("schedule=0 0 1 * *", "config.scheduleIntervalSeconds=2678400", "alerts.notRunning.afterSeconds=3000000"))
     r.check("> 3000000" in rule_of(d, "StripeReconcilerNotRunning", "last_success_old")["expr"],
             "alerts.notRunning.afterSeconds is used when set")
     d = chart.render(sets=base + ("alerts.lagHigh.thresholdSeconds=172800", "alerts.lagHigh.for=1h",
@@ -649,6 +656,19 @@ def test_notes(r, chart):
             "NOTES: no label or runbook warning once they are set", n[-600:])
     n = notes("existingSecret.name=creds")
     r.check("prometheusRule.enabled=true" in n, "NOTES: says how to install the rules when they are off")
+    r.check("The three numbers you choose" in n and "config.targetCycleSeconds (86400)" in n
+            and "every 600 s at most" in n, "NOTES: the three numbers an operator chooses", n[:1200])
+    d = chart.render(sets=("existingSecret.name=creds", "schedule=0 */4 * * *", "config.batchesPerRun=7",
+                           "config.listMaxPages=30"))
+    data = d.one("ConfigMap", RELEASE)["data"]
+    r.equal((data.get("RECONCILER_SCHEDULE_INTERVAL_SECONDS"), data.get("RECONCILER_BATCHES_PER_RUN"),
+             data.get("RECONCILER_LIST_MAX_PAGES")), ("14400", "7", "30"),
+            "schedule interval derived from a 4-hourly schedule; numbers pass as numbers")
+    fails(r, chart, ("existingSecret.name=creds", "schedule=0 0 1 * *"), "config.scheduleIntervalSeconds",
+          "an unreadable schedule asks for config.scheduleIntervalSeconds")
+    d = chart.render(sets=("existingSecret.name=creds", "schedule=0 0 1 * *", "config.scheduleIntervalSeconds=2678400"))
+    r.equal(d.one("ConfigMap", RELEASE)["data"].get("RECONCILER_SCHEDULE_INTERVAL_SECONDS"), "2678400",
+            "config.scheduleIntervalSeconds wins")
     r.check("helm uninstall" not in n and "remove them afterwards" not in n,
             "NOTES: no leftover hook objects to delete by hand after uninstall")
 

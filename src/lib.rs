@@ -9,7 +9,7 @@
 //!
 //! # Layout
 //!
-//! - [`capacity`]: PURE capacity arithmetic (B·R, G, cycle time).
+//! - [`capacity`]: PURE capacity arithmetic (B·R, G, cycle time) and the run plan of `auto`.
 //! - [`cli`]: the clap command line (subcommands of DESIGN.md's Interface).
 //! - [`commands`]: what each subcommand does, returning an exit code.
 //! - [`config`]: settings from the environment, secrets redacted.
@@ -24,7 +24,7 @@
 //! - [`reconcile`]: PURE classification: statuses, `Verdict`, `Decision`, `classify`, orphans.
 //! - [`record`]: phase 3's write path for scan and events: stamps, findings, repair commands.
 //! - [`repair`]: the canonical writer and the outbox worker.
-//! - [`scan`]: batches over the cursor (phases 1 and 3), and the run loop.
+//! - [`scan`]: batches over the cursor (phases 1 and 3), the run plan, and the run loop.
 //! - [`shutdown`]: SIGTERM/SIGINT into a cancellation token.
 //! - [`status`]: the job's state for `status` and the metrics.
 //! - [`store`]: all SQL, one file per table.

@@ -7,8 +7,10 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgConnection;
 
-use crate::capacity::{self, Capacity};
+use crate::capacity::{self, Capacity, RunPlan};
+use crate::config::JobSettings;
 use crate::reconcile::RepairCommand;
+use crate::scan::plan::{plan_for, PlanFigures};
 use crate::store::stats::LagHolder;
 use crate::store::{runs, stats, StoreError};
 
@@ -46,6 +48,10 @@ pub struct Status {
     /// The payment that holds the lag, so an operator knows where to look;
     /// `None` for an empty table.
     pub lag_held_by: Option<LagHolder>,
+    /// What the next run plans (issue 23): batches, rows per run needed, the
+    /// pace (rows per second, measured or estimated), the expected cycle
+    /// against the target; `None` when read without the settings.
+    pub plan: Option<RunPlan>,
     /// The database's clock when the status was read: every age above and
     /// every "ago" `status` prints is measured with it, like the lag, so a
     /// skewed pod clock cannot distort them. Not part of the JSON.
@@ -62,6 +68,25 @@ fn as_integer<S: serde::Serializer>(value: &f64, s: S) -> Result<S::Ok, S::Error
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn read(conn: &mut PgConnection, job: &str) -> Result<Status, StoreError> {
+    read_inner(conn, job, None).await
+}
+
+/// Reads the status of `settings.job` with the next run's plan.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn read_planned(
+    conn: &mut PgConnection,
+    settings: &JobSettings,
+) -> Result<Status, StoreError> {
+    read_inner(conn, &settings.job, Some(settings)).await
+}
+
+async fn read_inner(
+    conn: &mut PgConnection,
+    job: &str,
+    settings: Option<&JobSettings>,
+) -> Result<Status, StoreError> {
     let types = RepairCommand::EVENT_TYPES;
     let t = stats::table_figures(conn, job, &types).await?;
     let open_findings = stats::open_findings_by_kind(conn).await?;
@@ -72,7 +97,17 @@ pub async fn read(conn: &mut PgConnection, job: &str) -> Result<Status, StoreErr
         _ => 0,
     };
     let now = t.database_now;
+    let plan = settings.map(|s| {
+        plan_for(
+            s,
+            PlanFigures {
+                table: &t,
+                history: &h,
+            },
+        )
+    });
     Ok(Status {
+        plan,
         job: job.to_owned(),
         lag_seconds: t.lag_seconds,
         rows: t.rows_estimate,

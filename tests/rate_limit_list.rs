@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use sqlx::PgPool;
-use stripe_reconciler::config::ReadMode;
+use stripe_reconciler::config::{ReadMode, Sizing};
 use stripe_reconciler::scan::{self, RunOptions};
 use support::account::{insert_at, Account};
 use support::*;
@@ -36,7 +36,7 @@ async fn list_pages_and_overlapping_batches_share_the_rate_limit(pool: PgPool) {
     let server = account.serve().await;
     let s = JobSettings {
         rate_limit_rps: 10,
-        batches_per_run: 20,
+        batches_per_run: Sizing::Fixed(20),
         read_mode: ReadMode::List,
         ..settings(20)
     };

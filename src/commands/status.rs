@@ -5,6 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 
 use super::CommandError;
+use crate::capacity::{RunPlan, Shortfall};
 use crate::config::Settings;
 use crate::status::{self, human_duration, Status};
 use crate::store::stats::LagHolder;
@@ -18,7 +19,7 @@ pub(super) async fn status(settings: &Settings, json: bool) -> Result<(), Comman
         .await
         .context("opening a transaction")
         .map_err(CommandError::Store)?;
-    let st = status::read(&mut conn, &settings.job.job)
+    let st = status::read_planned(&mut conn, &settings.job)
         .await
         .map_err(CommandError::Store)?;
     if json {
@@ -110,6 +111,11 @@ pub fn render(st: &Status, grace: Duration) -> String {
             );
         }
     }
+    if let Some(p) = &st.plan {
+        for (k, v) in plan_lines(p) {
+            line(k, v);
+        }
+    }
     if st.open_findings.is_empty() {
         line("open findings", "none".into());
     } else {
@@ -122,6 +128,50 @@ pub fn render(st: &Status, grace: Duration) -> String {
         }
     }
     out
+}
+
+/// The next run's plan: rows per run needed, the pace, the expected cycle
+/// against the target and, when it cannot be met, why.
+fn plan_lines(p: &RunPlan) -> Vec<(&'static str, String)> {
+    let pace = if p.pace.measured {
+        "measured over the last 24 h"
+    } else {
+        "estimated from the rate limit: no run scanned rows yet"
+    };
+    let mut lines = vec![
+        (
+            "next run plan",
+            format!(
+                "{} batches ({:.0} rows; {:.0} rows per run needed)",
+                p.batches, p.rows_per_run_planned, p.rows_per_run_needed
+            ),
+        ),
+        (
+            "  pace",
+            format!("{:.1} rows/s ({pace})", p.pace.rows_per_second),
+        ),
+        (
+            "  expected cycle / target",
+            format!(
+                "{} / {}",
+                p.expected_cycle_seconds
+                    .map_or_else(|| "never".into(), human_duration),
+                human_duration(p.target_cycle_seconds)
+            ),
+        ),
+    ];
+    if let Some(why) = p.shortfall {
+        lines.push((
+            "  target not met",
+            match why {
+                Shortfall::RateBudget => "the Stripe rate budget is too small for the table (raise RECONCILER_RATE_LIMIT_RPS or the target)",
+                Shortfall::Deadline => "a run cannot read enough rows before RECONCILER_RUN_DEADLINE_SECONDS (raise it, run more often, or raise the target)",
+                Shortfall::BatchesPerRun => "RECONCILER_BATCHES_PER_RUN is too small (set it to auto)",
+            }
+            .to_owned(),
+        ));
+    }
+    lines
 }
 
 /// Where to look for the lag: which payment holds it and the likely reason.

@@ -37,7 +37,7 @@ pub use events::{EventsSettings, STRIPE_EVENTS_RETENTION};
 pub use outbox::{OutboxSettings, OutboxShape, OutboxTable};
 pub use output::LogFormat;
 pub use rules::ColumnName;
-pub use scan::ReadMode;
+pub use scan::{ReadMode, Sizing, LIST_BATCH_SIZE, RETRIEVE_BATCH_SIZE};
 pub use statuses::{AmountUnit, StatusMap, DEFAULT_LOCAL_STATUSES};
 pub use stripe::DEFAULT_STRIPE_API_BASE;
 
@@ -65,10 +65,19 @@ pub struct Settings {
 pub struct JobSettings {
     /// `RECONCILER_JOB`: cursor name and Pushgateway `job` label.
     pub job: String,
-    /// `RECONCILER_BATCH_SIZE`: B, rows per batch (1..=10000, default 200).
+    /// `RECONCILER_BATCH_SIZE`: B, rows per batch (1..=10000; default
+    /// [`LIST_BATCH_SIZE`] in list mode, [`RETRIEVE_BATCH_SIZE`] in retrieve mode).
     pub batch_size: u32,
-    /// `RECONCILER_BATCHES_PER_RUN`: batches per invocation (>= 1, default 10).
-    pub batches_per_run: u32,
+    /// `RECONCILER_BATCHES_PER_RUN`: `auto` (default; sized at the start of
+    /// each run to finish a cycle within [`JobSettings::target_cycle`], see
+    /// [`crate::capacity::plan`]) or exactly that many (1..=100000).
+    pub batches_per_run: Sizing,
+    /// `RECONCILER_TARGET_CYCLE_SECONDS`: the cycle time `auto` plans for
+    /// (60..=31,536,000, default 86,400 s).
+    pub target_cycle: Duration,
+    /// `RECONCILER_SCHEDULE_INTERVAL_SECONDS`: seconds between two runs (the
+    /// chart sets it from `schedule`; 60..=2,678,400, default 600 s).
+    pub schedule_interval: Duration,
     /// `RECONCILER_GRACE_SECONDS`: rows updated more recently are IN_FLIGHT (default 600 s).
     pub grace: Duration,
     /// `RECONCILER_RATE_LIMIT_RPS`: Stripe reads per second (>= 1, default 10).
@@ -112,19 +121,46 @@ pub struct JobSettings {
     /// (0..=2,592,000, default 3600).
     pub list_window_slack: Duration,
     /// `RECONCILER_LIST_MAX_PAGES`: list requests per batch before the rows
-    /// not yet seen fall back to one retrieve each (1..=1000, default 10).
-    pub list_max_pages: u32,
+    /// not yet seen fall back to one retrieve each: `auto` (default, see
+    /// [`JobSettings::list_page_cap`]) or that cap (1..=1000).
+    pub list_max_pages: Sizing,
     /// `RECONCILER_OUTBOX_TABLE` and `RECONCILER_OUTBOX_SHAPE`: where repair
     /// commands go and who delivers them (default `outbox`, `reconciler`).
     pub outbox: OutboxSettings,
+}
+
+/// `auto` list pages: a page holds at most 100 PaymentIntents (Stripe's
+/// `limit` maximum), and the batch's widened `created` window also holds
+/// PaymentIntents of no row of the batch: 10% more than the batch, i.e.
+/// 11 pages per 1,000 rows (integers: no float rounding at the boundary).
+const LIST_PAGES_PER_1000_ROWS: u32 = 11;
+/// `auto` never allows fewer pages than the fixed default before issue 23:
+/// a small batch's window is mostly its slack, which may hold more
+/// PaymentIntents than the batch itself.
+const LIST_PAGES_FLOOR: u32 = 10;
+
+impl JobSettings {
+    /// The list pages a batch may send: the fixed cap, or for `auto`
+    /// `ceil(batch_size / 100 × 1.1) + 1`, at least 10 (1,900 rows: 22 pages).
+    pub fn list_page_cap(&self) -> u32 {
+        match self.list_max_pages {
+            Sizing::Fixed(n) => n,
+            Sizing::Auto => {
+                let pages = (self.batch_size * LIST_PAGES_PER_1000_ROWS).div_ceil(1000);
+                (pages + 1).max(LIST_PAGES_FLOOR)
+            }
+        }
+    }
 }
 
 impl Default for JobSettings {
     fn default() -> Self {
         JobSettings {
             job: "payments-vs-stripe".to_owned(),
-            batch_size: 200,
-            batches_per_run: 10,
+            batch_size: LIST_BATCH_SIZE,
+            batches_per_run: Sizing::Auto,
+            target_cycle: Duration::from_secs(86_400),
+            schedule_interval: Duration::from_secs(600),
             grace: Duration::from_secs(600),
             rate_limit_rps: 10,
             max_in_flight: 8,
@@ -139,7 +175,7 @@ impl Default for JobSettings {
             events: EventsSettings::default(),
             read_mode: ReadMode::List,
             list_window_slack: Duration::from_secs(3600),
-            list_max_pages: 10,
+            list_max_pages: Sizing::Auto,
             outbox: OutboxSettings::default(),
         }
     }
@@ -181,6 +217,8 @@ impl Settings {
                 job: scan.job,
                 batch_size: scan.batch_size,
                 batches_per_run: scan.batches_per_run,
+                target_cycle: scan.target_cycle,
+                schedule_interval: scan.schedule_interval,
                 grace: scan.grace,
                 rate_limit_rps: stripe.rate_limit_rps,
                 max_in_flight: stripe.max_in_flight,
@@ -286,6 +324,8 @@ mod tests {
             ),
             ("RECONCILER_OUTBOX_TABLE", "app.commands"),
             ("RECONCILER_OUTBOX_SHAPE", "debezium"),
+            ("RECONCILER_TARGET_CYCLE_SECONDS", "3600"),
+            ("RECONCILER_SCHEDULE_INTERVAL_SECONDS", "300"),
         ]))
         .unwrap();
         let column = |var, name| Some(ColumnName::parse(var, name).unwrap());
@@ -295,7 +335,9 @@ mod tests {
             JobSettings {
                 job: "shard-a".into(),
                 batch_size: 11,
-                batches_per_run: 12,
+                batches_per_run: Sizing::Fixed(12),
+                target_cycle: secs(3600),
+                schedule_interval: secs(300),
                 grace: secs(13),
                 rate_limit_rps: 14,
                 max_in_flight: 15,
@@ -321,7 +363,7 @@ mod tests {
                 },
                 read_mode: ReadMode::Retrieve,
                 list_window_slack: secs(24),
-                list_max_pages: 25,
+                list_max_pages: Sizing::Fixed(25),
                 outbox: OutboxSettings {
                     table: OutboxTable::parse("app.commands").unwrap(),
                     shape: OutboxShape::Debezium,
@@ -337,6 +379,40 @@ mod tests {
         assert_eq!(
             s.stripe_api_key.as_ref().map(ExposeSecret::expose_secret),
             Some("sk_test_k")
+        );
+    }
+
+    #[test]
+    fn auto_sizes_and_the_batch_size_follow_the_read_mode() {
+        let s = Settings::from_vars(vars(&[
+            DB,
+            ("RECONCILER_BATCHES_PER_RUN", " Auto "),
+            ("RECONCILER_LIST_MAX_PAGES", "auto"),
+        ]))
+        .unwrap();
+        assert_eq!(s.job.batches_per_run, Sizing::Auto);
+        assert_eq!((s.job.batch_size, s.job.list_page_cap()), (1_900, 22));
+        let retrieve =
+            Settings::from_vars(vars(&[DB, ("RECONCILER_READ_MODE", "retrieve")])).unwrap();
+        assert_eq!(retrieve.job.batch_size, 200);
+        let explicit = Settings::from_vars(vars(&[
+            DB,
+            ("RECONCILER_BATCH_SIZE", "500"),
+            ("RECONCILER_LIST_MAX_PAGES", "3"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (explicit.job.batch_size, explicit.job.list_page_cap()),
+            (500, 3)
+        );
+        let mut small = explicit.job.clone();
+        small.list_max_pages = Sizing::Auto;
+        assert_eq!(small.list_page_cap(), 10, "never fewer than 10 pages");
+        small.batch_size = 5_000;
+        assert_eq!(
+            small.list_page_cap(),
+            56,
+            "50 pages of 100, 10% more, and one"
         );
     }
 
@@ -374,6 +450,12 @@ mod tests {
             ("RECONCILER_READ_MODE", "events"),
             ("RECONCILER_LIST_WINDOW_SLACK_SECONDS", "-1"),
             ("RECONCILER_LIST_MAX_PAGES", "0"),
+            ("RECONCILER_LIST_MAX_PAGES", "most"),
+            ("RECONCILER_BATCHES_PER_RUN", "-1"),
+            ("RECONCILER_BATCHES_PER_RUN", "automatic"),
+            ("RECONCILER_TARGET_CYCLE_SECONDS", "0"),
+            ("RECONCILER_TARGET_CYCLE_SECONDS", "1d"),
+            ("RECONCILER_SCHEDULE_INTERVAL_SECONDS", "30"),
             ("RECONCILER_JOB", "a/b"),
             ("RECONCILER_EVENTS_LOOKBACK_SECONDS", "2592001"),
             ("RECONCILER_EVENTS_MAX_PAGES", "0"),

@@ -1,6 +1,8 @@
-//! The scan's shape: `RECONCILER_JOB`, the batch and run sizes, the grace
-//! window, the run deadline, the read mode and the `persistently_unverifiable`
-//! threshold (DESIGN.md, Interface and Reads).
+//! The scan's shape: `RECONCILER_JOB`, the batch and run sizes (a number or
+//! `auto`), the cycle target and the schedule interval `auto` plans with, the
+//! grace window, the run deadline, the read mode and the
+//! `persistently_unverifiable` threshold (DESIGN.md, Interface, Reads and
+//! "Turn 3 contract").
 
 use std::time::Duration;
 
@@ -31,6 +33,54 @@ impl ReadMode {
     }
 }
 
+/// Rows per batch in list mode when `RECONCILER_BATCH_SIZE` is unset: the
+/// benchmark's best (BENCHMARKS.md, L1: 2,076 rows/s at 25/s with 1,900).
+pub const LIST_BATCH_SIZE: u32 = 1_900;
+/// Rows per batch in retrieve mode when `RECONCILER_BATCH_SIZE` is unset (the seed's 200).
+pub const RETRIEVE_BATCH_SIZE: u32 = 200;
+
+/// A size the job may choose itself: `auto` or an operator's number
+/// (`RECONCILER_BATCHES_PER_RUN`, `RECONCILER_LIST_MAX_PAGES`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Sizing {
+    /// The job sizes it (DESIGN.md, "Turn 3 contract").
+    #[default]
+    Auto,
+    /// Exactly this many.
+    Fixed(u32),
+}
+
+impl Sizing {
+    /// `auto` or the number.
+    pub fn as_text(self) -> String {
+        match self {
+            Sizing::Auto => "auto".to_owned(),
+            Sizing::Fixed(n) => n.to_string(),
+        }
+    }
+}
+
+/// `auto` (also when unset) or a whole number within `min..=max`.
+fn sizing(
+    var: &'static str,
+    raw: Option<String>,
+    min: u32,
+    max: u32,
+) -> Result<Sizing, ConfigError> {
+    match raw {
+        None => Ok(Sizing::Auto),
+        Some(text) if text.trim().eq_ignore_ascii_case("auto") => Ok(Sizing::Auto),
+        Some(text) => value::number(var, Some(text.clone()), min, min, max)
+            .map(Sizing::Fixed)
+            .map_err(|_| {
+                invalid(
+                    var,
+                    format!("{text:?} is neither auto nor a whole number within {min}..={max}"),
+                )
+            }),
+    }
+}
+
 #[derive(Deserialize)]
 struct ScanVars {
     job: Option<String>,
@@ -42,19 +92,23 @@ struct ScanVars {
     read_mode: Option<String>,
     list_window_slack_seconds: Option<String>,
     list_max_pages: Option<String>,
+    target_cycle_seconds: Option<String>,
+    schedule_interval_seconds: Option<String>,
 }
 
 /// The scan group, validated.
 pub(super) struct Scan {
     pub(super) job: String,
     pub(super) batch_size: u32,
-    pub(super) batches_per_run: u32,
+    pub(super) batches_per_run: Sizing,
+    pub(super) target_cycle: Duration,
+    pub(super) schedule_interval: Duration,
     pub(super) grace: Duration,
     pub(super) run_deadline: Option<Duration>,
     pub(super) unverifiable_cycles: u32,
     pub(super) read_mode: ReadMode,
     pub(super) list_window_slack: Duration,
-    pub(super) list_max_pages: u32,
+    pub(super) list_max_pages: Sizing,
 }
 
 /// Parses the scan group; defaults from [`JobSettings::default`].
@@ -75,22 +129,44 @@ where
             "must be 1 to 100 characters without '/'",
         ));
     }
+    let read_mode = match raw.read_mode.as_deref().map(str::trim) {
+        None | Some("list") => ReadMode::List,
+        Some("retrieve") => ReadMode::Retrieve,
+        Some(_) => return Err(invalid("RECONCILER_READ_MODE", "must be list or retrieve")),
+    };
+    let default_batch = match read_mode {
+        ReadMode::List => LIST_BATCH_SIZE,
+        ReadMode::Retrieve => RETRIEVE_BATCH_SIZE,
+    };
     Ok(Scan {
         job,
         batch_size: value::number(
             "RECONCILER_BATCH_SIZE",
             raw.batch_size,
-            d.batch_size,
+            default_batch,
             1,
             10_000,
         )?,
-        batches_per_run: value::number(
+        batches_per_run: sizing(
             "RECONCILER_BATCHES_PER_RUN",
             raw.batches_per_run,
-            d.batches_per_run,
             1,
             100_000,
         )?,
+        target_cycle: Duration::from_secs(value::number(
+            "RECONCILER_TARGET_CYCLE_SECONDS",
+            raw.target_cycle_seconds,
+            d.target_cycle.as_secs(),
+            60,
+            365 * 24 * 3600,
+        )?),
+        schedule_interval: Duration::from_secs(value::number(
+            "RECONCILER_SCHEDULE_INTERVAL_SECONDS",
+            raw.schedule_interval_seconds,
+            d.schedule_interval.as_secs(),
+            60,
+            31 * 24 * 3600,
+        )?),
         grace: Duration::from_secs(value::number(
             "RECONCILER_GRACE_SECONDS",
             raw.grace_seconds,
@@ -115,11 +191,7 @@ where
             1,
             100,
         )?,
-        read_mode: match raw.read_mode.as_deref().map(str::trim) {
-            None | Some("list") => ReadMode::List,
-            Some("retrieve") => ReadMode::Retrieve,
-            Some(_) => return Err(invalid("RECONCILER_READ_MODE", "must be list or retrieve")),
-        },
+        read_mode,
         list_window_slack: Duration::from_secs(value::number(
             "RECONCILER_LIST_WINDOW_SLACK_SECONDS",
             raw.list_window_slack_seconds,
@@ -127,12 +199,6 @@ where
             0,
             30 * 24 * 3600,
         )?),
-        list_max_pages: value::number(
-            "RECONCILER_LIST_MAX_PAGES",
-            raw.list_max_pages,
-            d.list_max_pages,
-            1,
-            1000,
-        )?,
+        list_max_pages: sizing("RECONCILER_LIST_MAX_PAGES", raw.list_max_pages, 1, 1000)?,
     })
 }

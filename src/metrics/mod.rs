@@ -10,7 +10,7 @@
 //!
 //! - `gauge`: the two gauge shapes (plain, one bounded label).
 //! - `run`: the gauges of every run (outcome, duration, last run).
-//! - `scan`: the scan run's figures (rows, batches, verdicts, Stripe requests).
+//! - `scan`: the scan run's figures (rows, batches, verdicts, Stripe requests, plan).
 //! - `status`: the job's state (lag, cycle, cursor, findings, outbox, capacity).
 //! - `events`: the events job's figures and [`EventsState`].
 //! - `push`: [`Pusher`], the async PUT/POST to the Pushgateway.
@@ -27,6 +27,7 @@ use prometheus::{Encoder, Registry, TextEncoder};
 pub use events::EventsState;
 pub use push::{PushError, PushMethod, Pusher, PUSH_TIMEOUT};
 
+use crate::capacity::RunPlan;
 use crate::events::EventsSummary;
 use crate::scan::RunSummary;
 use crate::status::Status;
@@ -63,6 +64,7 @@ pub struct ScanMetrics {
     figures: RunMetrics,
     scan: scan::ScanGauges,
     status: status::StatusGauges,
+    plan: Option<RunPlan>,
 }
 
 impl ScanMetrics {
@@ -79,6 +81,7 @@ impl ScanMetrics {
             figures,
             scan,
             status,
+            plan: None,
         })
     }
 
@@ -91,12 +94,19 @@ impl ScanMetrics {
         if let Some(c) = s.cursor_position {
             self.status.observe_cursor(c);
         }
+        self.plan = s.plan;
+        if let Some(p) = &self.plan {
+            self.status.observe_plan(p, None);
+        }
     }
 
     /// Records the job's state (after [`ScanMetrics::observe_run`]: its
     /// cursor position wins).
     pub fn observe_status(&mut self, st: &Status) {
         self.status.observe(st);
+        if let Some(p) = &self.plan {
+            self.status.observe_plan(p, st.capacity.as_ref());
+        }
     }
 
     /// Marks the moment a run lost the cursor to another run.

@@ -7,8 +7,12 @@ use crate::reconcile::Verdict;
 use crate::scan::RunSummary;
 
 /// `rows_scanned`, `batches`, `findings_created`, `commands_enqueued`,
-/// `wrapped`, `verdicts{verdict}` and `stripe_requests{endpoint}`.
+/// `wrapped`, `verdicts{verdict}`, `stripe_requests{endpoint}`, and the
+/// run's plan: `planned_batches`, `target_cycle_seconds` (DESIGN.md, "Turn 3
+/// contract").
 pub(super) struct ScanGauges {
+    planned_batches: Figure,
+    target_cycle: Figure,
     rows_scanned: Figure,
     batches: Figure,
     findings_created: Figure,
@@ -21,6 +25,16 @@ pub(super) struct ScanGauges {
 impl ScanGauges {
     pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
         Ok(ScanGauges {
+            planned_batches: Figure::register(
+                registry,
+                "planned_batches",
+                "Batches the last run planned at its start (RECONCILER_BATCHES_PER_RUN, or sized by auto).",
+            )?,
+            target_cycle: Figure::register(
+                registry,
+                "target_cycle_seconds",
+                "RECONCILER_TARGET_CYCLE_SECONDS: the cycle time auto plans for.",
+            )?,
             rows_scanned: Figure::register(
                 registry,
                 "rows_scanned",
@@ -62,6 +76,10 @@ impl ScanGauges {
     }
 
     pub(super) fn observe(&self, s: &RunSummary) {
+        if let Some(p) = &s.plan {
+            self.planned_batches.set(f64::from(p.batches));
+            self.target_cycle.set(p.target_cycle_seconds);
+        }
         self.rows_scanned.set(s.rows_scanned as f64);
         self.batches.set(s.batches as f64);
         self.findings_created.set(s.findings_created as f64);

@@ -3,6 +3,7 @@
 use prometheus::Registry;
 
 use super::gauge::{Figure, Labelled};
+use crate::capacity::{Capacity, RunPlan};
 use crate::reconcile::open_findings_by_label;
 use crate::status::Status;
 
@@ -88,6 +89,22 @@ impl StatusGauges {
     /// read afterwards, overwrites it.
     pub(super) fn observe_cursor(&self, position: i64) {
         self.cursor_position.set(position as f64);
+    }
+
+    /// The run's plan against the measured capacity (issue 23): a plan that
+    /// cannot meet the target pulls `capacity_ratio` below 1 (its planned
+    /// over needed rows), so the capacity alert fires; its expected cycle
+    /// stands in while the history has none.
+    pub(super) fn observe_plan(&self, p: &RunPlan, measured: Option<&Capacity>) {
+        if measured.and_then(|c| c.expected_cycle_seconds).is_none() {
+            if let Some(e) = p.expected_cycle_seconds {
+                self.expected_cycle.set(e);
+            }
+        }
+        if p.shortfall.is_some() {
+            let ratio = measured.map_or(f64::INFINITY, |c| c.ratio);
+            self.capacity_ratio.set(ratio.min(p.target_ratio));
+        }
     }
 
     /// The state; a figure that is `None` (no run history yet) stays absent.

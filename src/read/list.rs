@@ -206,11 +206,11 @@ pub async fn list_batch(
         .collect();
     times.sort_unstable();
     let core: HashSet<&str> = core_rows.iter().map(|(_, id)| id.as_str()).collect();
-    let windows = sub_windows(&times, settings.list_max_pages as usize);
+    let windows = sub_windows(&times, settings.list_page_cap() as usize);
     let (Some(&lo), Some(&hi)) = (times.first(), times.last()) else {
         return Ok(Listed::default());
     };
-    let budget = AtomicUsize::new(settings.list_max_pages as usize);
+    let budget = AtomicUsize::new(settings.list_page_cap() as usize);
     let found = Mutex::new(HashMap::new());
     let (pages, failed, items) = (
         AtomicUsize::new(0),

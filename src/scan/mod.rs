@@ -7,6 +7,7 @@
 //! - [`progress`]: PURE cycle progress and its estimate.
 //! - [`report`]: what a batch and a run did.
 //! - `history`: the run's row in `reconciliation_runs`.
+//! - [`plan`]: how many batches a run starts (`auto` or a number).
 //! - `pipeline`: the batches of a run, overlapped so Stripe is never idle.
 //! - [`run`]: the run's lifecycle: lease, batches, summary.
 //! - `schedule`: which batches a run starts, and where each starts.
@@ -15,6 +16,7 @@ pub mod batch;
 pub mod commit;
 mod history;
 mod pipeline;
+pub mod plan;
 pub mod progress;
 pub mod report;
 pub mod run;

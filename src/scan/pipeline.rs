@@ -1,5 +1,4 @@
-//! The batches of a run, pipelined: up to `RECONCILER_BATCHES_PER_RUN`
-//! batches, stopping early at the end of the table once rows were read (each
+//! The batches of a run, pipelined: up to the planned batches (`plan`), stopping early at the end of the table once rows were read (each
 //! row is read at most once per run), on a second consecutive wrap (an empty
 //! table), or on a shutdown signal (`schedule`). A run that starts at
 //! the end of the table wraps and goes on from the start.
@@ -55,6 +54,8 @@ pub(super) async fn batches(
     } else {
         Mode::Write
     };
+    // Planned by `run` before the batches (`plan`); one batch without a plan.
+    let planned_batches = summary.plan.map_or(1, |p| p.batches);
     let table = table_extent(pool, settings).await;
     let run_started = Instant::now();
     let in_flight = Semaphore::new((settings.max_in_flight as usize).max(1));
@@ -66,7 +67,7 @@ pub(super) async fn batches(
         let reads = futures::stream::unfold(Plan::new(), |mut plan| {
             let (slots, in_flight) = (&slots, &in_flight);
             async move {
-                let start = plan.next_start(settings, shutdown, run_started)?;
+                let start = plan.next_start(settings, planned_batches, shutdown, run_started)?;
                 let Ok(slot) = slots.acquire().await else {
                     return None;
                 };
@@ -125,9 +126,9 @@ pub(super) async fn batches(
             let pace = Pace {
                 rows_scanned: summary.rows_scanned,
                 elapsed_seconds: run_started.elapsed().as_secs_f64(),
-                rows_left_in_run: u64::from(settings.batches_per_run.saturating_sub(number))
+                rows_left_in_run: u64::from(planned_batches.saturating_sub(number))
                     * rows_per_batch,
-                rows_per_run: u64::from(settings.batches_per_run) * rows_per_batch,
+                rows_per_run: u64::from(planned_batches) * rows_per_batch,
             };
             let progress = cycle_progress(table, report.cursor_to, pace);
             log_batch(number, &report, boundary.elapsed().as_secs_f64(), &progress);

@@ -63,6 +63,9 @@ pub struct RunSummary {
     pub outcome: crate::outcome::RunOutcome,
     /// Stripe requests the run sent, per endpoint (retries included).
     pub stripe_requests: crate::stripe::RequestCounts,
+    /// The batches the run planned at its start and the cycle they lead to
+    /// (issue 23); `None` when the run stopped before planning (lease lost).
+    pub plan: Option<crate::capacity::RunPlan>,
 }
 
 impl RunSummary {

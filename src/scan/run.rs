@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::history::{finish_record, start_record};
 use super::pipeline::batches;
+use super::plan::plan_run;
 use super::report::RunSummary;
 use crate::config::JobSettings;
 use crate::lease::Lease;
@@ -61,6 +62,7 @@ pub async fn run(
         Some(_) => start_record(pool, settings).await,
         None => None,
     };
+    summary.plan = Some(plan_run(pool, settings).await);
     let result = batches(
         pool,
         gateway,

@@ -1,4 +1,4 @@
-//! Which batches a run starts: at most `RECONCILER_BATCHES_PER_RUN`, until
+//! Which batches a run starts: at most the planned batches (`plan`), until
 //! the run deadline or a shutdown, stopping at the end of the table once rows
 //! were read or on a second wrap in a row; each batch starts right after the
 //! previous one, leaving rows of batches still committing out of its rows
@@ -21,7 +21,7 @@ use crate::outcome::RunError;
 pub(super) const BATCHES_IN_PROGRESS: usize = 3;
 
 /// Which batches the producer starts: the loop rules of a run (at most
-/// `RECONCILER_BATCHES_PER_RUN`, the run deadline, shutdown, and stopping at
+/// the planned batches, the run deadline, shutdown, and stopping at
 /// the end of the table once rows were read or on a second wrap in a row).
 pub(super) struct Plan {
     start: Start,
@@ -53,10 +53,11 @@ impl Plan {
     pub(super) fn next_start(
         &mut self,
         settings: &JobSettings,
+        planned_batches: u32,
         shutdown: &CancellationToken,
         run_started: Instant,
     ) -> Option<Result<Start, RunError>> {
-        if self.done || self.started >= settings.batches_per_run {
+        if self.done || self.started >= planned_batches {
             return None;
         }
         if shutdown.is_cancelled() {

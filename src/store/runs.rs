@@ -91,6 +91,11 @@ pub struct RunHistory {
     pub newest_max_payment_id: Option<i64>,
     /// When a run of this job last completed (Unix seconds), at any time.
     pub last_success_unix: Option<f64>,
+    /// Rows scanned by the finished runs in the window that scanned any: the
+    /// pace's numerator (issue 23).
+    pub paced_rows: i64,
+    /// Seconds those runs took, start to finish: the pace's denominator.
+    pub paced_seconds: f64,
 }
 
 /// Reads the job's recent run history (an index range scan on
@@ -101,7 +106,7 @@ pub struct RunHistory {
 pub async fn history(conn: &mut PgConnection, job: &str) -> Result<RunHistory, StoreError> {
     super::query_as(
         "WITH recent AS (
-             SELECT started_at, rows_scanned, max_payment_id,
+             SELECT started_at, finished_at, rows_scanned, max_payment_id,
                     row_number() OVER (ORDER BY started_at DESC) AS newest_first,
                     row_number() OVER (ORDER BY started_at) AS oldest_first
                FROM reconciliation_runs
@@ -112,7 +117,10 @@ pub async fn history(conn: &mut PgConnection, job: &str) -> Result<RunHistory, S
                 max(max_payment_id) FILTER (WHERE oldest_first = 1) AS first_max_payment_id,
                 max(max_payment_id) FILTER (WHERE newest_first = 1) AS newest_max_payment_id,
                 (SELECT extract(epoch FROM max(finished_at))::float8 FROM reconciliation_runs
-                  WHERE job = $1 AND outcome = 'completed') AS last_success_unix
+                  WHERE job = $1 AND outcome = 'completed') AS last_success_unix,
+                coalesce(sum(rows_scanned) FILTER (WHERE rows_scanned > 0), 0)::bigint AS paced_rows,
+                coalesce(extract(epoch FROM sum(finished_at - started_at) FILTER (WHERE rows_scanned > 0)), 0)::float8
+                    AS paced_seconds
            FROM recent",
     )
     .bind(job)

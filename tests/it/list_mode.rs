@@ -7,7 +7,7 @@ use crate::support::account::{insert_at, Account};
 use crate::support::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use stripe_reconciler::config::{JobSettings, ReadMode};
+use stripe_reconciler::config::{JobSettings, ReadMode, Sizing};
 use stripe_reconciler::reconcile::Verdict;
 use stripe_reconciler::scan::{self, run_batch, Mode, RunError, RunOptions};
 use tokio_util::sync::CancellationToken;
@@ -75,7 +75,7 @@ async fn run_in(
     let (lists, retrieves) = (account.count("list"), account.count("retrieve"));
     let s = JobSettings {
         read_mode: mode,
-        batches_per_run: 100,
+        batches_per_run: Sizing::Fixed(100),
         ..settings(batch_size)
     };
     let (summary, result) = scan::run(
@@ -293,7 +293,7 @@ async fn a_window_crowded_with_foreign_payment_intents_stops_at_the_page_cap(poo
     }
     let server = account.serve().await;
     let s = JobSettings {
-        list_max_pages: 4,
+        list_max_pages: Sizing::Fixed(4),
         ..list_settings(100)
     };
 
@@ -456,7 +456,7 @@ async fn a_cursor_moved_during_overlapping_batches_rolls_back_and_stops(pool: Pg
     // Two requests a second: batch 2's page leaves half a second after batch
     // 1's, so batch 1 commits (and the cursor moves) long before batch 2 can.
     let s = JobSettings {
-        batches_per_run: 10,
+        batches_per_run: Sizing::Fixed(10),
         rate_limit_rps: 2,
         ..list_settings(20)
     };

@@ -18,6 +18,7 @@
 //! - `migrate`: `migrate` and the migrations
 //! - `money`: refunds, disputes, duplicates, amount and currency checks
 //! - `ops`: exit codes, summaries, secrets, readable errors, log lines
+//! - `plan`: `RECONCILER_BATCHES_PER_RUN` auto and fixed, the plan in `status`
 //! - `pgbouncer`: the job behind a transaction-pooling PgBouncer
 //! - `repair`: the canonical writer and the outbox worker
 //! - `review`: the review queue (`findings list`/`resolve`)
@@ -47,6 +48,7 @@ mod migrate;
 mod money;
 mod ops;
 mod pgbouncer;
+mod plan;
 mod repair;
 mod review;
 mod scan;

@@ -72,6 +72,7 @@ async fn a_run_prints_its_summary_and_exits_0(pool: PgPool) {
         ("STRIPE_API_BASE", stripe.uri()),
         ("RECONCILER_BATCH_SIZE", "5".to_owned()),
         ("RECONCILER_RATE_LIMIT_RPS", "500".to_owned()),
+        ("RECONCILER_BATCHES_PER_RUN", "10".to_owned()),
     ];
 
     let dry = tokio::task::spawn_blocking({
@@ -228,6 +229,9 @@ fn env(pool: &PgPool, stripe: &str, extra: &[(&'static str, &str)]) -> Vec<(&'st
         ("STRIPE_API_KEY", API_KEY.to_owned()),
         ("STRIPE_API_BASE", stripe.to_owned()),
         ("RECONCILER_RATE_LIMIT_RPS", "500".to_owned()),
+        // These tests read small tables to their end in one run (issue 23's
+        // `auto` would plan one batch for them).
+        ("RECONCILER_BATCHES_PER_RUN", "10".to_owned()),
     ];
     env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
     env

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use sqlx::PgPool;
 pub use steps::*;
-pub use stripe_reconciler::config::{JobSettings, ReadMode};
+pub use stripe_reconciler::config::{JobSettings, ReadMode, Sizing};
 use stripe_reconciler::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
@@ -89,7 +89,7 @@ pub async fn mount(server: &MockServer, id: &str, response: ResponseTemplate) {
 pub fn settings(batch_size: u32) -> JobSettings {
     JobSettings {
         batch_size,
-        batches_per_run: 10,
+        batches_per_run: Sizing::Fixed(10),
         grace: Duration::from_secs(600),
         rate_limit_rps: 1000,
         max_in_flight: 8,

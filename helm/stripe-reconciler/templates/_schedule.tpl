@@ -124,3 +124,25 @@ so each attempt (pod) gets an equal share. Args: dict "deadline" "backoffLimit".
 {{- end }}
 {{- div (sub (int .deadline) $backoff) $attempts }}
 {{- end }}
+
+{{/*
+RECONCILER_SCHEDULE_INTERVAL_SECONDS: config.scheduleIntervalSeconds, or when
+0 the longest interval of `schedule` (planning for the longest gap keeps the
+cycle within its target). Fails when the schedule cannot be read.
+*/}}
+{{- define "stripe-reconciler.scheduleInterval" -}}
+{{- if .Values.config.scheduleIntervalSeconds }}
+{{- .Values.config.scheduleIntervalSeconds | int64 }}
+{{- else }}
+{{- $gaps := include "stripe-reconciler.scheduleGaps" .Values.schedule | fromJson }}
+{{- if not $gaps.max }}
+{{- fail (printf "stripe-reconciler: cannot derive RECONCILER_SCHEDULE_INTERVAL_SECONDS from schedule %q (day of month or month set, names); set config.scheduleIntervalSeconds" .Values.schedule) }}
+{{- end }}
+{{- $gaps.max | int64 }}
+{{- end }}
+{{- end }}
+
+{{/* `auto` as is, a number through int64 (Helm prints large floats in e notation). */}}
+{{- define "stripe-reconciler.autoOrNumber" -}}
+{{- if eq (toString .) "auto" }}auto{{ else }}{{ . | int64 }}{{ end }}
+{{- end }}

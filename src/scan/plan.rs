@@ -1,0 +1,204 @@
+//! How many batches a run starts (issue 23): a fixed
+//! `RECONCILER_BATCHES_PER_RUN`, or for `auto` the [`capacity::plan`] from
+//! the table, the cursor and the run history read at the start of the run.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+
+use crate::capacity::{self, Pace, PlanInput, RunPlan};
+use crate::config::{JobSettings, ReadMode, Sizing};
+use crate::store::runs::{self, RunHistory};
+use crate::store::stats::{self, TableFigures};
+use crate::store::{Context, StoreError};
+
+/// Rows one list request verifies at the defaults (BENCHMARKS.md, L1 and
+/// issue 23: pages of 100 PaymentIntents, a few per batch outside the window).
+pub const LIST_ROWS_PER_REQUEST: f64 = 95.0;
+
+/// What the plan is computed from: the table and cursor, and the run history.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanFigures<'a> {
+    /// `payments`, the cursor and the database's clock.
+    pub table: &'a TableFigures,
+    /// The last 24 hours of runs.
+    pub history: &'a RunHistory,
+}
+
+/// The plan for `settings` from `figures` (PURE): the batches a run starts
+/// and the cycle they lead to.
+pub fn plan_for(settings: &JobSettings, figures: PlanFigures<'_>) -> RunPlan {
+    let input = plan_input(settings, figures);
+    match settings.batches_per_run {
+        Sizing::Auto => capacity::plan(input),
+        Sizing::Fixed(n) => capacity::fixed(input, n),
+    }
+}
+
+/// The planning function's inputs (PURE).
+pub fn plan_input(settings: &JobSettings, figures: PlanFigures<'_>) -> PlanInput {
+    let (t, h) = (figures.table, figures.history);
+    let rows_per_request = match settings.read_mode {
+        ReadMode::List => LIST_ROWS_PER_REQUEST,
+        ReadMode::Retrieve => 1.0,
+    };
+    let rate_rows_per_second = f64::from(settings.rate_limit_rps) * rows_per_request;
+    let pace = if h.paced_rows > 0 && h.paced_seconds > 0.0 {
+        Pace {
+            rows_per_second: h.paced_rows as f64 / h.paced_seconds,
+            measured: true,
+        }
+    } else {
+        // A first run: the rate limit is the pace; the run deadline still
+        // stops it if Stripe answers slower than that.
+        Pace {
+            rows_per_second: rate_rows_per_second,
+            measured: false,
+        }
+    };
+    let growth = match (h.first_max_payment_id, h.newest_max_payment_id) {
+        (Some(first), Some(newest)) => (newest - first).max(0),
+        _ => 0,
+    };
+    let interval = settings.schedule_interval.as_secs_f64();
+    PlanInput {
+        rows_ahead: rows_ahead(t),
+        new_rows_per_second: if h.span_seconds >= 60.0 {
+            growth as f64 / h.span_seconds
+        } else {
+            0.0
+        },
+        cycle_elapsed_seconds: elapsed(t.cycle_started_at, t.database_now),
+        target_cycle_seconds: settings.target_cycle.as_secs_f64(),
+        schedule_interval_seconds: interval,
+        run_seconds: settings.run_deadline.map_or(interval, |d| d.as_secs_f64()),
+        pace,
+        rate_rows_per_second,
+        batch_size: settings.batch_size,
+    }
+}
+
+/// Rows ahead of the cursor, from the id range (exact for dense ids).
+fn rows_ahead(t: &TableFigures) -> f64 {
+    match (t.min_id, t.max_id) {
+        (Some(lo), Some(hi)) if hi >= lo => {
+            let behind = (t.cursor_position.clamp(lo - 1, hi) - lo + 1) as f64;
+            t.rows_estimate.max(0.0) * (1.0 - behind / (hi - lo + 1) as f64)
+        }
+        _ => 0.0,
+    }
+}
+
+fn elapsed(since: Option<DateTime<Utc>>, now: DateTime<Utc>) -> f64 {
+    since.map_or(0.0, |s| {
+        ((now - s).num_milliseconds() as f64 / 1000.0).max(0.0)
+    })
+}
+
+/// Reads the figures and plans this run. When they cannot be read the plan
+/// assumes an empty history and table (one batch for `auto`): the run's own
+/// first query reports the database error.
+pub(super) async fn plan_run(pool: &PgPool, settings: &JobSettings) -> RunPlan {
+    let figures = read_figures(pool, settings).await.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "cannot read the figures to plan the run");
+        (TableFigures::default(), RunHistory::default())
+    });
+    let plan = plan_for(
+        settings,
+        PlanFigures {
+            table: &figures.0,
+            history: &figures.1,
+        },
+    );
+    log_plan(settings, &plan);
+    plan
+}
+
+async fn read_figures(
+    pool: &PgPool,
+    settings: &JobSettings,
+) -> Result<(TableFigures, RunHistory), StoreError> {
+    let mut conn = pool.acquire().await.context("connecting")?;
+    let types = crate::reconcile::RepairCommand::EVENT_TYPES;
+    let table = stats::table_figures(&mut conn, &settings.job, &types).await?;
+    let history = runs::history(&mut conn, &settings.job).await?;
+    Ok((table, history))
+}
+
+fn log_plan(settings: &JobSettings, p: &RunPlan) {
+    let expected = p.expected_cycle_seconds.map(f64::round);
+    match p.shortfall {
+        None => tracing::info!(
+            batches_per_run = %settings.batches_per_run.as_text(),
+            planned_batches = p.batches,
+            rows_per_run_needed = p.rows_per_run_needed.round(),
+            rows_per_run_planned = p.rows_per_run_planned,
+            pace_rows_per_second = p.pace.rows_per_second,
+            pace_measured = p.pace.measured,
+            expected_cycle_seconds = expected,
+            target_cycle_seconds = p.target_cycle_seconds,
+            "run planned"
+        ),
+        Some(why) => tracing::warn!(
+            batches_per_run = %settings.batches_per_run.as_text(),
+            planned_batches = p.batches,
+            rows_per_run_needed = p.rows_per_run_needed.round(),
+            rows_per_run_planned = p.rows_per_run_planned,
+            pace_rows_per_second = p.pace.rows_per_second,
+            pace_measured = p.pace.measured,
+            expected_cycle_seconds = expected,
+            target_cycle_seconds = p.target_cycle_seconds,
+            target_ratio = p.target_ratio,
+            shortfall = why.as_str(),
+            "the cycle target cannot be met ({}): doing what fits; raise RECONCILER_RUN_DEADLINE_SECONDS or RECONCILER_RATE_LIMIT_RPS, run more often, or set a longer RECONCILER_TARGET_CYCLE_SECONDS",
+            why.as_str()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_ahead_follow_the_cursor_through_the_id_range() {
+        let t = |cursor| TableFigures {
+            rows_estimate: 1_000.0,
+            min_id: Some(1),
+            max_id: Some(1_000),
+            cursor_position: cursor,
+            ..TableFigures::default()
+        };
+        assert_eq!(rows_ahead(&t(0)), 1_000.0);
+        assert_eq!(rows_ahead(&t(250)), 750.0);
+        assert_eq!(rows_ahead(&t(5_000)), 0.0);
+        assert_eq!(rows_ahead(&TableFigures::default()), 0.0);
+    }
+
+    #[test]
+    fn a_first_run_paces_itself_by_the_rate_limit_and_the_read_mode() {
+        let (t, h) = (TableFigures::default(), RunHistory::default());
+        let figures = PlanFigures {
+            table: &t,
+            history: &h,
+        };
+        let list = JobSettings::default();
+        assert_eq!(plan_input(&list, figures).pace.rows_per_second, 950.0);
+        let retrieve = JobSettings {
+            read_mode: ReadMode::Retrieve,
+            ..JobSettings::default()
+        };
+        let p = plan_input(&retrieve, figures).pace;
+        assert_eq!((p.rows_per_second, p.measured), (10.0, false));
+        let measured = RunHistory {
+            paced_rows: 9_000,
+            paced_seconds: 10.0,
+            ..RunHistory::default()
+        };
+        let figures = PlanFigures {
+            table: &t,
+            history: &measured,
+        };
+        let p = plan_input(&list, figures).pace;
+        assert_eq!((p.rows_per_second, p.measured), (900.0, true));
+    }
+}
