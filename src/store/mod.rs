@@ -23,6 +23,7 @@ pub mod findings;
 pub mod lease;
 pub mod outbox;
 pub mod payment_index;
+pub mod payment_state;
 pub mod payments;
 pub mod runs;
 pub mod schema;

@@ -17,6 +17,7 @@
 //! - `migrate`: `migrate` and the migrations
 //! - `money`: refunds, disputes, duplicates, amount and currency checks
 //! - `ops`: exit codes, summaries, secrets, readable errors, log lines
+//! - `own_state`: the reconciler's own per-payment state; no writes into `payments`
 //! - `pgbouncer`: the job behind a transaction-pooling PgBouncer
 //! - `repair`: the canonical writer and the outbox worker
 //! - `review`: the review queue (`findings list`/`resolve`)
@@ -41,6 +42,7 @@ mod metrics;
 mod migrate;
 mod money;
 mod ops;
+mod own_state;
 mod pgbouncer;
 mod repair;
 mod review;
