@@ -88,6 +88,8 @@ async fn a_full_cycle_over_an_in_sync_table_updates_no_payment_and_fires_no_trig
         count(&one, "SELECT count(*) FROM payment_updates_seen").await,
         1
     );
+    // Give the connection back before the test database is dropped.
+    one.close().await;
 }
 
 /// `(payment_id, created_at, observed_external_status, last_reconciled_at)`.
