@@ -43,6 +43,7 @@ use anyhow::{bail, ensure, Context};
 use serde_json::Value;
 use sqlx::postgres::PgConnection;
 use sqlx::{Connection, Row};
+use stripe_reconciler::store::{payment_state, stats};
 use wiremock::matchers::{method, path_regex};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
@@ -204,7 +205,23 @@ async fn seed(url: &str, rows: u64, half_reconciled: bool) -> anyhow::Result<Dur
     .execute(&mut conn)
     .await
     .context("seeding payments")?;
-    sqlx::raw_sql("ANALYZE payments").execute(&mut conn).await?;
+    // The reconciler's own state (migration 0009): every row seen but the
+    // newest 200 (inserted since the last batch registered new rows), the
+    // confirmed half with its stamp. `payments`' own two columns stay as the
+    // bench's seed; the product no longer reads them.
+    sqlx::query(
+        "INSERT INTO reconciliation_payment_state
+             (payment_id, created_at, observed_external_status, last_reconciled_at)
+         SELECT id, created_at, observed_external_status, last_reconciled_at FROM payments
+          WHERE id <= $1 - 200",
+    )
+    .bind(rows as i64)
+    .execute(&mut conn)
+    .await
+    .context("seeding the reconciler's payment state")?;
+    sqlx::raw_sql("ANALYZE payments; ANALYZE reconciliation_payment_state")
+        .execute(&mut conn)
+        .await?;
     conn.close().await?;
     Ok(started.elapsed())
 }
@@ -218,7 +235,8 @@ async fn findings_by_kind(url: &str) -> anyhow::Result<BTreeMap<String, i64>> {
          UNION ALL
          SELECT 'outbox:' || event_type, count(*) FROM outbox GROUP BY event_type
          UNION ALL
-         SELECT 'verified', count(*) FROM payments WHERE last_reconciled_at IS NOT NULL",
+         SELECT 'verified', count(*) FROM reconciliation_payment_state
+          WHERE last_reconciled_at IS NOT NULL",
     )
     .fetch_all(&mut conn)
     .await?;
@@ -1325,6 +1343,9 @@ async fn scenario_3(args: &Args, dbs: &mut Databases, out: &mut Vec<Line>) -> an
     );
     let mut conn = PgConnection::connect(&url).await?;
     let middle = rows / 2;
+    // The lag reads the highest seen id first (one primary-key lookup), then
+    // binds it; here it is inlined, which plans the same.
+    let head = payment_state::highest_seen(&mut conn).await?;
     let queries = [
         (
             "batch read (cursor in the middle, LIMIT 200)",
@@ -1335,7 +1356,7 @@ async fn scenario_3(args: &Args, dbs: &mut Databases, out: &mut Vec<Line>) -> an
         ),
         (
             "lag query",
-            "SELECT now() - min(coalesce(last_reconciled_at, created_at)) FROM payments".to_owned(),
+            format!("SELECT now() - {}", stats::lag_since(&head.to_string())),
         ),
     ];
     let s = format!("3 ({rows} rows)");

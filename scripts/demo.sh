@@ -117,10 +117,10 @@ psql "$DATABASE_URL" -c "SELECT status, count(*) AS payments, sum(version) AS ve
 # verify them now instead of after RECONCILER_GRACE_SECONDS.
 say "stripe-reconciler run (second scan)"
 RECONCILER_GRACE_SECONDS=0 "$bin" run 2>>.demo/run.log || die "the second run failed"
-verified=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM payments p
-                                      JOIN reconciliation_findings f ON f.payment_id = p.id AND f.resolution = 'repaired'
-                                     WHERE p.last_reconciled_at > f.resolved_at
-                                       AND p.observed_external_status IN ('succeeded', 'canceled')")
+verified=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM reconciliation_payment_state s
+                                      JOIN reconciliation_findings f ON f.payment_id = s.payment_id AND f.resolution = 'repaired'
+                                     WHERE s.last_reconciled_at > f.resolved_at
+                                       AND s.observed_external_status IN ('succeeded', 'canceled')")
 repaired=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM reconciliation_findings WHERE resolution = 'repaired'")
 still_open=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM reconciliation_findings WHERE resolved_at IS NULL
                                           AND kind IN ('missed_success', 'missed_cancel')")

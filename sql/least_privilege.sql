@@ -17,14 +17,15 @@ $$;
 
 GRANT USAGE ON SCHEMA public TO stripe_reconciler_job;
 
--- Reads the batch; stamps observed_external_status and last_reconciled_at; the
--- canonical writer (repair) changes status, version and updated_at.
+-- Reads the batch; the canonical writer (repair) changes status, version and
+-- updated_at. The scan writes nothing else into payments: what it observed
+-- goes to reconciliation_payment_state.
 GRANT SELECT ON payments TO stripe_reconciler_job;
-GRANT UPDATE (observed_external_status, last_reconciled_at, status, version, updated_at)
-    ON payments TO stripe_reconciler_job;
+GRANT UPDATE (status, version, updated_at) ON payments TO stripe_reconciler_job;
 
--- The reconciler's own tables. DELETE only on reconciliation_unverifiable: a
--- row is forgotten there as soon as Stripe answers for its payment.
+-- The reconciler's own tables. DELETE only on reconciliation_unverifiable (a
+-- row is forgotten there as soon as Stripe answers for its payment) and
+-- reconciliation_payment_state (the state of a deleted payment is forgotten).
 GRANT SELECT, INSERT, UPDATE ON reconciliation_cursor TO stripe_reconciler_job;
 GRANT SELECT, INSERT, UPDATE ON reconciliation_findings TO stripe_reconciler_job;
 GRANT SELECT, INSERT, UPDATE ON reconciliation_runs TO stripe_reconciler_job;
@@ -34,6 +35,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON reconciliation_unverifiable TO stripe_re
 -- and the commands handed to a debezium outbox's relay (one per finding).
 GRANT SELECT ON reconciliation_owned_tables TO stripe_reconciler_job;
 GRANT SELECT, INSERT ON reconciliation_relayed_commands TO stripe_reconciler_job;
+GRANT SELECT, INSERT, UPDATE, DELETE ON reconciliation_payment_state TO stripe_reconciler_job;
 
 -- Repair commands and PaymentStatusChanged events (the outbox may be shared).
 GRANT SELECT, INSERT, UPDATE ON outbox TO stripe_reconciler_job;

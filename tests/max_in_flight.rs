@@ -37,7 +37,7 @@ async fn reads_run_concurrently_but_never_more_than_max_in_flight(pool: PgPool) 
     assert_eq!(
         count(
             &pool,
-            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+            "SELECT count(*) FROM reconciliation_payment_state WHERE last_reconciled_at IS NOT NULL"
         )
         .await,
         24

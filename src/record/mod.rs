@@ -21,7 +21,7 @@ use sqlx::Connection;
 use crate::reconcile::{Decision, FindingKind, RepairCommand, Verdict};
 use crate::store::findings::{self, CreatedFinding, NewFinding};
 use crate::store::outbox::{self, RepairRow};
-use crate::store::payments;
+use crate::store::payment_state;
 use crate::store::refusal::FailureClass;
 use crate::store::unverifiable;
 use crate::store::{Context, StoreError};
@@ -54,8 +54,10 @@ impl Recorded {
 
 /// Records what phase 2 observed, inside the caller's transaction `tx`,
 /// the same for a scan batch and an events run: locks the
-/// payments (demoting rows that changed meanwhile), stamps
-/// `observed_external_status`/`last_reconciled_at` for rows Stripe answered,
+/// payments (demoting rows that changed meanwhile), records in the
+/// reconciler's own `reconciliation_payment_state` every row read and, for
+/// rows Stripe answered, `observed_external_status`/`last_reconciled_at`
+/// (never an UPDATE of `payments`: DESIGN.md, Turn 3 contract),
 /// resolves stale findings with their commands, counts UNVERIFIABLE rows
 /// against `job`'s cycle, upserts findings once per open (payment, kind),
 /// and enqueues one command per open repairable finding without a live one
@@ -121,20 +123,21 @@ async fn record_set(
     // Answered: rows Stripe answered definitively. A 404 or a malformed id is
     // an answer too (its finding carries the problem), so those rows do not
     // hold the reconciliation lag forever; UNVERIFIABLE rows never are.
-    let answered: Vec<&Observation> = observations
-        .iter()
-        .filter(|o| o.observed.is_some() || definitive_without_status(o))
-        .collect();
+    let answered: Vec<&Observation> = observations.iter().filter(|o| is_answer(o)).collect();
     let answered_ids: Vec<i64> = answered.iter().map(|o| o.payment_id).collect();
-    let statuses: Vec<Option<String>> = answered
-        .iter()
-        .map(|o| o.observed.as_ref().map(|s| s.as_str().to_owned()))
-        .collect();
     let current_kinds: Vec<Option<String>> = answered
         .iter()
         .map(|o| o.decision.kind.as_ref().map(|k| k.as_str().into_owned()))
         .collect();
-    payments::mark_reconciled(tx, &answered_ids, &statuses)
+    // Every row read gets its state row (so it is seen, and counts in the lag
+    // from `created_at` until confirmed); answered rows are confirmed.
+    let all_ids: Vec<i64> = observations.iter().map(|o| o.payment_id).collect();
+    let confirmed: Vec<bool> = observations.iter().map(is_answer).collect();
+    let statuses: Vec<Option<String>> = observations
+        .iter()
+        .map(|o| o.observed.as_ref().map(|s| s.as_str().to_owned()))
+        .collect();
+    payment_state::record(tx, &all_ids, &confirmed, &statuses)
         .await
         .map_err(at(Write::Stamp))?;
     // A finding the scan no longer sees is resolved, with its commands.
@@ -266,6 +269,12 @@ async fn record_set(
         commands_enqueued,
         writes_refused: 0,
     })
+}
+
+/// Stripe answered for this row definitively: a status, or a 404 / malformed
+/// id (whose finding carries the problem).
+fn is_answer(o: &Observation) -> bool {
+    o.observed.is_some() || definitive_without_status(o)
 }
 
 fn definitive_without_status(o: &Observation) -> bool {

@@ -14,7 +14,7 @@ use crate::outcome::RunError;
 use crate::read::Observation;
 use crate::record::{new_finding, record_observations};
 use crate::store::findings::{self, NewFinding};
-use crate::store::{cursor, Context};
+use crate::store::{cursor, payment_state, Context};
 
 /// Phase 3 of a read batch (or the wrap at the end of the table). Never
 /// interrupted: it commits or rolls back as a whole.
@@ -52,7 +52,7 @@ pub(crate) async fn commit(
                 pool,
                 &settings.outbox,
                 job,
-                settings.unverifiable_cycles,
+                (settings.unverifiable_cycles, settings.batch_size),
                 lease,
                 (cursor_id, last_id),
                 &mut observations,
@@ -124,7 +124,7 @@ async fn write_phase(
     pool: &PgPool,
     outbox: &OutboxSettings,
     job: &str,
-    unverifiable_cycles: u32,
+    (unverifiable_cycles, register_limit): (u32, u32),
     lease: Option<&Lease>,
     (cursor_id, last_id): (i64, i64),
     observations: &mut [Observation],
@@ -135,6 +135,11 @@ async fn write_phase(
         .context("opening the write transaction")?;
     let recorded =
         record_observations(&mut tx, outbox, job, unverifiable_cycles, observations).await?;
+    // The reconciler's own state: forget payments deleted in the range the
+    // cursor walked, and register the newest rows so the lag stays an index
+    // lookup (store::payment_state).
+    payment_state::forget_deleted(&mut tx, cursor_id, last_id).await?;
+    payment_state::register_new(&mut tx, register_limit).await?;
     report.findings_created = recorded.findings_created;
     report.findings_cleared = recorded.findings_cleared;
     report.commands_enqueued = recorded.commands_enqueued;

@@ -24,6 +24,7 @@ pub mod lease;
 pub mod outbox;
 pub mod outbox_shape;
 pub mod payment_index;
+pub mod payment_state;
 pub mod payments;
 pub mod refusal;
 pub mod runs;

@@ -1,8 +1,10 @@
-//! `payments`: the batch read by id cursor and the "verified" stamp, and
-//! the canonical writer's guarded status UPDATE. Rows are mapped here, at
+//! `payments`: the batch read by id cursor, the rows behind it never
+//! confirmed, and the row locks of the lock order. Rows are mapped here, at
 //! the database edge, into canonical terms: the application's status words
 //! through `RECONCILER_LOCAL_STATUSES`, its amount column by
-//! `RECONCILER_AMOUNT_UNIT`.
+//! `RECONCILER_AMOUNT_UNIT`. Nothing here writes the application's rows
+//! except [`transition_status`], the canonical writer's; what the scan
+//! observes goes to `store::payment_state` (DESIGN.md, Turn 3 contract).
 
 use std::time::Duration;
 
@@ -119,7 +121,7 @@ impl<'a> MoneyColumns<'a> {
 impl MoneyColumns<'_> {
     /// The batch query (`$1` after id, `$2` grace seconds, `$3` limit) or,
     /// with `behind`, the query of rows behind the cursor never confirmed
-    /// (`$4` job, `$5` ids left out). Column names enter the SQL only as validated,
+    /// (`$4` job, `$5` ids left out, `$6` late-commit id window). Column names enter the SQL only as validated,
     /// double-quoted identifiers ([`ColumnName::quoted`]).
     fn batch_sql(&self, behind: bool) -> String {
         format!(
@@ -161,15 +163,33 @@ impl MoneyColumns<'_> {
 /// Rows behind the cursor (`id <= $1`) never confirmed with Stripe, out of
 /// the grace window, and not already counted UNVERIFIABLE in this cycle (a
 /// row that keeps failing waits for the next cycle, governed by
-/// `persistently_unverifiable`, instead of being retried every batch). One
-/// range lookup on the partial index `payments_never_reconciled`.
-const BEHIND_CURSOR: &str = "p.id <= $1 AND p.last_reconciled_at IS NULL
+/// `persistently_unverifiable`, instead of being retried every batch). Two
+/// sources, both bounded: rows seen but never confirmed (one range lookup on
+/// the partial index `reconciliation_payment_state_unconfirmed`), and rows
+/// never seen at all with ids above `$6`, a window below the highest seen id (late
+/// commits near the head of the table: an anti-join on primary keys over a
+/// bounded id range).
+const BEHIND_CURSOR: &str = "p.id <= $1
+                AND p.id IN (SELECT s.payment_id FROM reconciliation_payment_state s
+                              WHERE s.last_reconciled_at IS NULL AND s.payment_id <= $1
+                             UNION ALL
+                             SELECT q.id FROM payments q
+                              WHERE q.id <= $1
+                                AND q.id > $6
+                                AND NOT EXISTS (SELECT 1 FROM reconciliation_payment_state s
+                                                 WHERE s.payment_id = q.id))
                 AND p.updated_at <= now() - make_interval(secs => $2)
                 AND NOT EXISTS (SELECT 1 FROM reconciliation_unverifiable u
                                   JOIN reconciliation_cursor c ON c.job = u.job
                                  WHERE u.job = $4 AND u.payment_id = p.id
                                    AND u.last_cycle = c.cycle_started_at)
                 AND NOT (p.id = ANY($5))";
+
+/// How many ids below the highest seen id [`read_behind_cursor`] looks for
+/// rows never seen, per row it may return: with a tenth of a batch behind the
+/// cursor, ten batches' worth of ids. A transaction that commits later than
+/// that after taking its id is read by the next cycle's cursor.
+const LATE_COMMIT_IDS_PER_ROW: i64 = 100;
 
 /// Why a configured column cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -305,8 +325,9 @@ pub async fn read_batch(
 
 /// Reads up to `limit` rows behind the cursor (`id <= cursor`) that were
 /// never confirmed with Stripe: committed after the cursor passed their id
-/// (sequence order is not commit order), or in the grace window when it
-/// passed. Rows counted UNVERIFIABLE in `job`'s current cycle are left out,
+/// (sequence order is not commit order; found within
+/// `limit` × [`LATE_COMMIT_IDS_PER_ROW`] ids of the highest seen id), or in
+/// the grace window or UNVERIFIABLE when it passed. Rows counted UNVERIFIABLE in `job`'s current cycle are left out,
 /// and so are the ids of `excluded` (the rows of a batch still being read or
 /// committed, whose cursor move is not yet visible).
 ///
@@ -321,12 +342,15 @@ pub async fn read_behind_cursor(
     columns: MoneyColumns<'_>,
     excluded: &[i64],
 ) -> Result<Vec<PaymentRow>, StoreError> {
+    let window_from = super::payment_state::highest_seen(&mut *conn).await?
+        - i64::from(limit) * LATE_COMMIT_IDS_PER_ROW;
     let rows: Vec<RawRow> = super::query_as(&columns.batch_sql(true))
         .bind(cursor)
         .bind(grace.as_secs_f64())
         .bind(i64::from(limit))
         .bind(job)
         .bind(excluded)
+        .bind(window_from)
         .fetch_all(conn)
         .await
         .context("reading rows behind the cursor")?;
@@ -366,37 +390,6 @@ pub async fn lock_unchanged(
     .fetch_all(conn)
     .await
     .context("locking the batch's payments")
-}
-
-/// Records what Stripe said for rows it answered definitively: sets
-/// `last_reconciled_at = now()` and, where `statuses[i]` is not NULL,
-/// `observed_external_status`, for each `(ids[i], statuses[i])`, in one
-/// statement. A NULL status (Stripe's 404, a malformed id) keeps the last
-/// observed one.
-///
-/// # Errors
-/// [`StoreError`] from the database.
-pub async fn mark_reconciled(
-    conn: &mut PgConnection,
-    ids: &[i64],
-    statuses: &[Option<String>],
-) -> Result<u64, StoreError> {
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    let done = super::query(
-        "UPDATE payments AS p
-            SET observed_external_status = coalesce(v.status, p.observed_external_status),
-                last_reconciled_at = now()
-           FROM unnest($1::bigint[], $2::text[]) AS v(id, status)
-          WHERE p.id = v.id",
-    )
-    .bind(ids)
-    .bind(statuses)
-    .execute(conn)
-    .await
-    .context("stamping verified payments")?;
-    Ok(done.rows_affected())
 }
 
 /// What a guarded status transition found.
@@ -507,15 +500,17 @@ pub async fn lock_for_repair(
     .context("locking a payment for repair")
 }
 
-/// A PaymentIntent id this job once verified with Stripe (its row has an
-/// observed status), used to tell a wrong key from genuinely missing
+/// A PaymentIntent id this job once verified with Stripe (its state row has
+/// an observed status), used to tell a wrong key from genuinely missing
 /// PaymentIntents. `None` on a new install.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn a_verified_payment_intent(pool: &sqlx::PgPool) -> Result<Option<String>, StoreError> {
     super::query_scalar(
-        "SELECT stripe_payment_intent_id FROM payments WHERE observed_external_status IS NOT NULL LIMIT 1",
+        "SELECT p.stripe_payment_intent_id FROM reconciliation_payment_state s
+           JOIN payments p ON p.id = s.payment_id
+          WHERE s.observed_external_status IS NOT NULL LIMIT 1",
     )
     .fetch_optional(pool)
     .await
@@ -545,11 +540,13 @@ struct RawByIntent {
 
 impl MoneyColumns<'_> {
     /// The lookup of rows by PaymentIntent id (`$1` ids, `$2` grace seconds):
-    /// one index probe per id on `payments (stripe_payment_intent_id)`.
+    /// one index probe per id on `payments (stripe_payment_intent_id)`, and
+    /// one primary-key probe for the row's state.
     fn by_intent_sql(&self) -> String {
         format!(
-            "SELECT {}, p.last_reconciled_at, p.observed_external_status
+            "SELECT {}, s.last_reconciled_at, s.observed_external_status
                FROM payments p
+               LEFT JOIN reconciliation_payment_state s ON s.payment_id = p.id
               WHERE p.stripe_payment_intent_id = ANY($1)
               ORDER BY p.id",
             self.row_columns()

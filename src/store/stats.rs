@@ -1,19 +1,20 @@
 //! Read-only figures for `status` and the metrics. Every query here stays an
-//! index lookup or a small aggregate on a 10M-row `payments` table.
+//! index lookup or a small aggregate on a 10M-row `payments` table; what the
+//! scan confirmed is read from `reconciliation_payment_state`, never `payments`.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
-use super::{Context, StoreError};
+use super::{payment_state, Context, StoreError};
 
 /// Figures about `payments`, the cursor, findings and the outbox.
 #[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
 pub struct TableFigures {
     /// Seconds since the least recently confirmed row was confirmed with
     /// Stripe (`created_at` for never-confirmed rows); 0 for an empty table.
-    /// One lookup on the expression index `payments_reconciled_or_created`.
+    /// See [`lag_since`] for how it stays exact and an index lookup.
     pub lag_seconds: f64,
     /// Planner estimate of the row count (`pg_class.reltuples`), or an exact
     /// count when the table was never analysed.
@@ -37,6 +38,28 @@ pub struct TableFigures {
     pub database_now: DateTime<Utc>,
 }
 
+/// The SQL of the instant the reconciliation lag counts from: the least of
+/// `coalesce(last_reconciled_at, created_at)` over every payment, read from
+/// the reconciler's own `reconciliation_payment_state` (one lookup on its
+/// expression index `reconciliation_payment_state_lag`), and of `created_at`
+/// over the payments beyond its highest id, never seen yet (a primary-key
+/// range of the rows inserted since the last batch registered new rows:
+/// [`payment_state::register_new`]). Exact per row like the seed's
+/// `min(coalesce(last_reconciled_at, created_at))` over `payments`, except for
+/// a transaction that commits below the highest seen id after the scan passed
+/// it: it counts once a batch reads it (the next batch, or the next cycle), and
+/// a deleted payment counts until the cursor passes its id. NULL for an empty
+/// table. `{head}` is the parameter holding
+/// [`payment_state::highest_seen`], bound as a value so that the planner
+/// reads the rows beyond it by primary key.
+pub fn lag_since(head: &str) -> String {
+    format!(
+        "least(
+    (SELECT min(coalesce(last_reconciled_at, created_at)) FROM reconciliation_payment_state),
+    (SELECT min(created_at) FROM payments WHERE id > {head}))"
+    )
+}
+
 /// Reads [`TableFigures`] for a job. `repair_types` are the outbox event types
 /// of the repair commands (the outbox may be shared).
 ///
@@ -47,9 +70,9 @@ pub async fn table_figures(
     job: &str,
     repair_types: &[&str],
 ) -> Result<TableFigures, StoreError> {
+    let head = payment_state::highest_seen(&mut *conn).await?;
     super::query_as(
-        "SELECT coalesce(extract(epoch FROM now() - (SELECT min(coalesce(last_reconciled_at, created_at)) FROM payments)), 0)::float8
-                    AS lag_seconds,
+        &format!("SELECT coalesce(extract(epoch FROM now() - {}), 0)::float8 AS lag_seconds,
                 coalesce((SELECT CASE WHEN reltuples >= 0 THEN reltuples::float8 END
                             FROM pg_class WHERE oid = 'payments'::regclass),
                          (SELECT count(*)::float8 FROM payments)) AS rows_estimate,
@@ -63,10 +86,11 @@ pub async fn table_figures(
                            WHERE processed_at IS NULL AND event_type = ANY($2)), 0)::float8 AS outbox_oldest_pending_seconds,
                 now() AS database_now
            FROM (SELECT 1) AS one
-           LEFT JOIN reconciliation_cursor c ON c.job = $1",
+           LEFT JOIN reconciliation_cursor c ON c.job = $1", lag_since("$3")),
     )
     .bind(job)
     .bind(repair_types)
+    .bind(head)
     .fetch_one(conn)
     .await
     .context("reading status figures")
@@ -90,8 +114,8 @@ pub async fn open_findings_by_kind(
 }
 
 /// The payment that holds the reconciliation lag: the least recently
-/// confirmed row (never-confirmed rows count from `created_at`), with what a
-/// person needs to look into it.
+/// confirmed row (never-confirmed rows count from `created_at`; the same rows
+/// as [`lag_since`]), with what a person needs to look into it.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
 pub struct LagHolder {
     /// `payments.id`
@@ -117,7 +141,9 @@ pub struct LagHolder {
 }
 
 /// The payment holding the lag (see [`LagHolder`]); `None` for an empty
-/// table. One lookup on the expression index `payments_reconciled_or_created`.
+/// table. One lookup on the expression index
+/// `reconciliation_payment_state_lag`, and a primary-key range of the
+/// payments never seen (see [`lag_since`]).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -125,22 +151,33 @@ pub async fn lag_holder(
     conn: &mut PgConnection,
     repair_types: &[&str],
 ) -> Result<Option<LagHolder>, StoreError> {
+    let head = payment_state::highest_seen(&mut *conn).await?;
     super::query_as(
         "SELECT p.id AS payment_id, p.order_id, p.stripe_payment_intent_id, p.status,
-                p.created_at, p.updated_at, p.last_reconciled_at,
+                p.created_at, p.updated_at, h.last_reconciled_at,
                 f.id AS open_finding_id, f.kind AS open_finding_kind,
                 (SELECT o.last_error FROM outbox o
                   WHERE o.aggregate_type = 'Payment' AND o.aggregate_id = p.id::text
                     AND o.processed_at IS NULL AND o.last_error IS NOT NULL
                     AND o.event_type = ANY($1)
                   ORDER BY o.id DESC LIMIT 1) AS repair_last_error
-           FROM (SELECT * FROM payments
-                  ORDER BY coalesce(last_reconciled_at, created_at) LIMIT 1) AS p
+           FROM (SELECT * FROM
+                   ((SELECT payment_id, last_reconciled_at,
+                            coalesce(last_reconciled_at, created_at) AS since
+                       FROM reconciliation_payment_state
+                      ORDER BY coalesce(last_reconciled_at, created_at) LIMIT 1)
+                    UNION ALL
+                    (SELECT id, NULL::timestamptz, created_at FROM payments
+                      WHERE id > $2
+                      ORDER BY created_at LIMIT 1)) AS candidates
+                  ORDER BY since LIMIT 1) AS h
+           JOIN payments p ON p.id = h.payment_id
            LEFT JOIN LATERAL (SELECT id, kind FROM reconciliation_findings
                                WHERE payment_id = p.id AND resolved_at IS NULL
                                ORDER BY id DESC LIMIT 1) AS f ON true",
     )
     .bind(repair_types)
+    .bind(head)
     .fetch_optional(conn)
     .await
     .context("finding the payment that holds the lag")

@@ -47,7 +47,7 @@ async fn nothing_written(pool: &PgPool) {
     assert_eq!(
         count(
             pool,
-            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+            "SELECT count(*) FROM reconciliation_payment_state WHERE last_reconciled_at IS NOT NULL"
         )
         .await,
         0
@@ -227,7 +227,11 @@ async fn a_connection_killed_in_phase_2_is_replaced_and_the_batch_commits_once(p
 async fn a_key_for_another_account_stops_after_a_few_reads_with_exit_78(pool: PgPool) {
     insert_paid(&pool, 60).await;
     // pi_60 was verified by an earlier run with the right key.
-    sqlx::query("UPDATE payments SET observed_external_status = 'succeeded' WHERE id = 60")
+    sqlx::query(
+        "INSERT INTO reconciliation_payment_state (payment_id, created_at, observed_external_status)
+         SELECT id, created_at, 'succeeded' FROM payments WHERE id = 60
+         ON CONFLICT (payment_id) DO UPDATE SET observed_external_status = 'succeeded'",
+    )
         .execute(&pool)
         .await
         .unwrap();
@@ -260,7 +264,11 @@ async fn a_key_for_another_account_stops_after_a_few_reads_with_exit_78(pool: Pg
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn genuinely_missing_payment_intents_at_the_start_of_a_batch_are_findings(pool: PgPool) {
     insert_paid(&pool, 40).await;
-    sqlx::query("UPDATE payments SET observed_external_status = 'succeeded' WHERE id = 40")
+    sqlx::query(
+        "INSERT INTO reconciliation_payment_state (payment_id, created_at, observed_external_status)
+         SELECT id, created_at, 'succeeded' FROM payments WHERE id = 40
+         ON CONFLICT (payment_id) DO UPDATE SET observed_external_status = 'succeeded'",
+    )
         .execute(&pool)
         .await
         .unwrap();

@@ -266,7 +266,7 @@ async fn a_rejected_key_aborts_the_batch_and_writes_nothing(pool: PgPool) {
     assert_eq!(
         count(
             &pool,
-            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+            "SELECT count(*) FROM reconciliation_payment_state WHERE last_reconciled_at IS NOT NULL"
         )
         .await,
         0
@@ -336,7 +336,7 @@ async fn occasional_failures_are_unverifiable_and_the_cursor_moves_on(pool: PgPo
     assert_eq!(
         count(
             &pool,
-            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+            "SELECT count(*) FROM reconciliation_payment_state WHERE last_reconciled_at IS NOT NULL"
         )
         .await,
         9
@@ -461,7 +461,7 @@ async fn stripes_unrecognized_request_url_404_is_a_configuration_error_and_write
     assert_eq!(
         count(
             &pool,
-            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+            "SELECT count(*) FROM reconciliation_payment_state WHERE last_reconciled_at IS NOT NULL"
         )
         .await,
         0
@@ -543,7 +543,7 @@ async fn when_the_probe_fails_too_the_batch_is_abandoned_as_stripe_down(pool: Pg
     assert_eq!(
         count(
             &pool,
-            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+            "SELECT count(*) FROM reconciliation_payment_state WHERE last_reconciled_at IS NOT NULL"
         )
         .await,
         0

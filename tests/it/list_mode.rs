@@ -35,8 +35,9 @@ type Snapshot = (
 /// clock-dependent age) and the outbox.
 async fn snapshot(pool: &PgPool) -> Snapshot {
     let payments = sqlx::query_as(
-        "SELECT id, status, observed_external_status, last_reconciled_at IS NOT NULL
-           FROM payments ORDER BY id",
+        "SELECT p.id, p.status, s.observed_external_status,
+                coalesce(s.last_reconciled_at IS NOT NULL, false)
+           FROM payments p LEFT JOIN reconciliation_payment_state s ON s.payment_id = p.id ORDER BY p.id",
     )
     .fetch_all(pool)
     .await
@@ -55,7 +56,7 @@ async fn forget_everything_but_payments(pool: &PgPool) {
     sqlx::raw_sql(
         "TRUNCATE reconciliation_findings, outbox, reconciliation_cursor, reconciliation_runs,
                   reconciliation_unverifiable RESTART IDENTITY CASCADE;
-         UPDATE payments SET observed_external_status = NULL, last_reconciled_at = NULL",
+         TRUNCATE reconciliation_payment_state",
     )
     .execute(pool)
     .await
@@ -492,7 +493,7 @@ async fn a_cursor_moved_during_overlapping_batches_rolls_back_and_stops(pool: Pg
     assert_eq!(
         count(
             &pool,
-            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+            "SELECT count(*) FROM reconciliation_payment_state WHERE last_reconciled_at IS NOT NULL"
         )
         .await,
         20,

@@ -69,8 +69,8 @@ async fn a_scan_and_two_repair_workers_on_the_same_rows_never_deadlock(pool: PgP
                  DELETE FROM reconciliation_findings;
                  DELETE FROM reconciliation_unverifiable;
                  UPDATE payments SET status = 'pending', version = 0,
-                        updated_at = now() - interval '1 hour',
-                        observed_external_status = NULL, last_reconciled_at = NULL;
+                        updated_at = now() - interval '1 hour';
+                 TRUNCATE reconciliation_payment_state;
                  UPDATE reconciliation_cursor SET last_id = 0;",
             )
             .execute(&pool)

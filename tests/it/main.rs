@@ -19,6 +19,7 @@
 //! - `money`: refunds, disputes, duplicates, amount and currency checks
 //! - `ops`: exit codes, summaries, secrets, readable errors, log lines
 //! - `plan`: `RECONCILER_BATCHES_PER_RUN` auto and fixed, the plan in `status`
+//! - `own_state`: the reconciler's own per-payment state; no writes into `payments`
 //! - `pgbouncer`: the job behind a transaction-pooling PgBouncer
 //! - `repair`: the canonical writer and the outbox worker
 //! - `review`: the review queue (`findings list`/`resolve`)
@@ -47,6 +48,7 @@ mod metrics;
 mod migrate;
 mod money;
 mod ops;
+mod own_state;
 mod pgbouncer;
 mod plan;
 mod repair;

@@ -156,7 +156,7 @@ async fn a_key_stripe_rejects_exits_78_and_writes_nothing(pool: PgPool) {
     assert_eq!(
         count(
             &pool,
-            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+            "SELECT count(*) FROM reconciliation_payment_state WHERE last_reconciled_at IS NOT NULL"
         )
         .await,
         0

@@ -112,7 +112,7 @@ async fn migrate_run_repair_and_status_work_through_pgbouncer_in_transaction_mod
     assert_eq!(
         count(
             &pool,
-            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+            "SELECT count(*) FROM reconciliation_payment_state WHERE last_reconciled_at IS NOT NULL"
         )
         .await,
         6

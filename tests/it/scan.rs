@@ -267,7 +267,7 @@ async fn dry_run_writes_nothing_not_even_the_cursor(pool: PgPool) {
     assert_eq!(
         count(
             &pool,
-            "SELECT count(*) FROM payments WHERE last_reconciled_at IS NOT NULL"
+            "SELECT count(*) FROM reconciliation_payment_state WHERE last_reconciled_at IS NOT NULL"
         )
         .await,
         0
@@ -282,7 +282,7 @@ async fn snapshot(
     Vec<(i64, String, String, Option<String>, bool)>,
     Vec<(String, String, String, String)>,
 ) {
-    let payments = sqlx::query_as("SELECT id, observed_external_status, last_reconciled_at IS NOT NULL FROM payments ORDER BY id")
+    let payments = sqlx::query_as("SELECT p.id, s.observed_external_status, coalesce(s.last_reconciled_at IS NOT NULL, false) FROM payments p LEFT JOIN reconciliation_payment_state s ON s.payment_id = p.id ORDER BY p.id")
         .fetch_all(pool)
         .await
         .unwrap();
@@ -351,7 +351,7 @@ async fn set_based_phase_3_writes_what_the_design_notes_algorithm_writes(pool: P
     let reference = snapshot(&pool).await;
     sqlx::raw_sql(
         "TRUNCATE outbox; DELETE FROM reconciliation_findings; DELETE FROM reconciliation_cursor;
-         UPDATE payments SET observed_external_status = NULL, last_reconciled_at = NULL;",
+         TRUNCATE reconciliation_payment_state;",
     )
     .execute(&pool)
     .await

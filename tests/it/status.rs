@@ -12,9 +12,12 @@ use crate::support::*;
 async fn status_json_reports_the_known_data_set(pool: PgPool) {
     insert_paid(&pool, 100).await;
     sqlx::raw_sql(
-        "UPDATE payments SET last_reconciled_at = now() - interval '2 hours' WHERE id <= 40;
-         UPDATE payments SET last_reconciled_at = now() - interval '10 minutes' WHERE id > 40;
-         UPDATE payments SET created_at = now() - interval '1 hour', last_reconciled_at = NULL WHERE id = 100;
+        "UPDATE payments SET created_at = now() - interval '1 hour' WHERE id = 100;
+         INSERT INTO reconciliation_payment_state (payment_id, created_at, last_reconciled_at)
+         SELECT id, created_at, CASE WHEN id = 100 THEN NULL
+                                     WHEN id <= 40 THEN now() - interval '2 hours'
+                                     ELSE now() - interval '10 minutes' END
+           FROM payments;
          INSERT INTO reconciliation_cursor (job, last_id, cycle_started_at) VALUES ('payments-vs-stripe', 25, now() - interval '3 hours');
          INSERT INTO reconciliation_findings (payment_id, kind, local_status) VALUES
              (1, 'missed_success', 'pending'), (2, 'missed_success', 'pending'), (3, 'paid_locally_not_externally', 'paid');
@@ -87,10 +90,12 @@ async fn status_json_reports_the_known_data_set(pool: PgPool) {
 async fn status_names_the_payment_that_holds_the_lag(pool: PgPool) {
     insert_paid(&pool, 10).await;
     sqlx::raw_sql(
-        "UPDATE payments SET last_reconciled_at = now() - interval '5 minutes';
-         UPDATE payments SET last_reconciled_at = NULL, created_at = now() - interval '6 days',
+        "UPDATE payments SET created_at = now() - interval '6 days',
                              order_id = 'order-stuck', stripe_payment_intent_id = 'pi_Stuck'
           WHERE id = 4;
+         INSERT INTO reconciliation_payment_state (payment_id, created_at, last_reconciled_at)
+         SELECT id, created_at, CASE WHEN id = 4 THEN NULL ELSE now() - interval '5 minutes' END
+           FROM payments;
          INSERT INTO reconciliation_cursor (job, last_id) VALUES ('payments-vs-stripe', 7);
          INSERT INTO reconciliation_findings (payment_id, kind, local_status) VALUES (4, 'missing_externally', 'paid');",
     )

@@ -193,7 +193,7 @@ pub async fn outbox(pool: &PgPool) -> Vec<OutboxRow> {
 
 /// `(observed_external_status, last_reconciled_at IS NOT NULL)` of a payment.
 pub async fn verified(pool: &PgPool, payment_id: i64) -> (Option<String>, bool) {
-    sqlx::query_as("SELECT observed_external_status, last_reconciled_at IS NOT NULL FROM payments WHERE id = $1")
+    sqlx::query_as("SELECT s.observed_external_status, coalesce(s.last_reconciled_at IS NOT NULL, false) FROM payments p LEFT JOIN reconciliation_payment_state s ON s.payment_id = p.id WHERE p.id = $1")
         .bind(payment_id)
         .fetch_one(pool)
         .await

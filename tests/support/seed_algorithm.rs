@@ -94,7 +94,10 @@ pub async fn seed_run_batch(
         );
         if observed.is_some() || definitive {
             sqlx::query(
-                "UPDATE payments SET observed_external_status = coalesce($1, observed_external_status), last_reconciled_at = now() WHERE id = $2",
+                "INSERT INTO reconciliation_payment_state AS s (payment_id, created_at, observed_external_status, last_reconciled_at)
+                 SELECT id, created_at, $1, now() FROM payments WHERE id = $2
+                 ON CONFLICT (payment_id) DO UPDATE
+                    SET observed_external_status = coalesce($1, s.observed_external_status), last_reconciled_at = now()",
             )
             .bind(observed)
             .bind(payment_id)
