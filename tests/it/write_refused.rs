@@ -1,8 +1,10 @@
 //! No single row can fail a batch (issue 21; DESIGN.md, Turn 3 contract): a
-//! row whose write the database refuses (a trigger, a row lock held past the
-//! lock timeout) gets a `write_refused` finding and is not stamped; the rest
-//! of its batch commits, the cursor moves past it and the run exits 0. Only a
-//! batch refused for every row fails the run.
+//! row whose write the database refuses (a trigger on the application's
+//! outbox, a row lock held past the lock timeout) gets a `write_refused`
+//! finding and is not stamped; the rest of its batch commits, the cursor
+//! moves past it and the run exits 0. Only a batch refused for every row
+//! fails the run. (The scan writes nothing into `payments` itself, so a
+//! trigger there never fires for it: `own_state` tests that.)
 
 use std::process::Output;
 use std::time::Duration;
@@ -12,12 +14,13 @@ use sqlx::{Connection, PgPool};
 
 use crate::support::*;
 
-/// A legal hold: the application's trigger refuses every update of one row.
+/// A legal hold: the application's trigger on its outbox refuses every
+/// command for one payment (`NEW.aggregate_id` is the payment id).
 async fn hold_row(pool: &PgPool, condition: &str) {
     sqlx::raw_sql(&format!(
         "CREATE FUNCTION legal_hold() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN RAISE EXCEPTION 'payment % is under legal hold', OLD.id; END $$;
-         CREATE TRIGGER legal_hold BEFORE UPDATE ON payments
+         BEGIN RAISE EXCEPTION 'payment % is under legal hold', NEW.aggregate_id; END $$;
+         CREATE TRIGGER legal_hold BEFORE INSERT ON outbox
             FOR EACH ROW WHEN ({condition}) EXECUTE FUNCTION legal_hold();"
     ))
     .execute(pool)
@@ -53,9 +56,9 @@ async fn missed_success_commands(pool: &PgPool, payment: i64) -> i64 {
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_trigger_refusing_one_row_leaves_the_rest_of_the_batch_committed(pool: PgPool) {
     let before = insert_payment(&pool, "pi_Before", "paid", 3600).await;
-    let held = insert_payment(&pool, "pi_Held", "paid", 3600).await;
+    let held = insert_payment(&pool, "pi_Held", "pending", 3600).await;
     let after = insert_payment(&pool, "pi_After", "pending", 3600).await;
-    hold_row(&pool, &format!("OLD.id = {held}")).await;
+    hold_row(&pool, &format!("NEW.aggregate_id = '{held}'")).await;
     let stripe = stripe_answering("succeeded", Duration::ZERO).await;
 
     let out = run(&pool, &stripe.uri()).await;
@@ -83,14 +86,14 @@ async fn a_trigger_refusing_one_row_leaves_the_rest_of_the_batch_committed(pool:
         details["message"],
         format!("payment {held} is under legal hold")
     );
-    assert_eq!(details["write"], "stamp");
+    assert_eq!(details["write"], "outbox");
     let repaired = findings_of(&pool, after).await;
     assert_eq!(repaired.len(), 1);
     assert_eq!(repaired[0].kind, "missed_success");
     assert_eq!(missed_success_commands(&pool, after).await, 1, "enqueued");
 
     // The hold is lifted: the next cycle writes the row and clears the finding.
-    sqlx::raw_sql("DROP TRIGGER legal_hold ON payments")
+    sqlx::raw_sql("DROP TRIGGER legal_hold ON outbox")
         .execute(&pool)
         .await
         .unwrap();
@@ -103,15 +106,24 @@ async fn a_trigger_refusing_one_row_leaves_the_rest_of_the_batch_committed(pool:
         verified(&pool, held).await,
         (Some("succeeded".into()), true)
     );
-    let cleared = findings_of(&pool, held).await;
-    assert!(!cleared[0].open, "{cleared:?}");
-    assert_eq!(cleared[0].resolution.as_deref(), Some("cleared"));
+    let after_lift = findings_of(&pool, held).await;
+    let refused = after_lift
+        .iter()
+        .find(|f| f.kind == "write_refused")
+        .unwrap_or_else(|| panic!("{after_lift:?}"));
+    assert!(!refused.open, "{after_lift:?}");
+    assert_eq!(refused.resolution.as_deref(), Some("cleared"));
+    assert_eq!(
+        missed_success_commands(&pool, held).await,
+        1,
+        "the held payment's repair is enqueued once the hold is lifted"
+    );
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_batch_refused_for_every_row_fails_the_run_and_keeps_the_cursor(pool: PgPool) {
-    insert_payment(&pool, "pi_One", "paid", 3600).await;
-    insert_payment(&pool, "pi_Two", "paid", 3600).await;
+    insert_payment(&pool, "pi_One", "pending", 3600).await;
+    insert_payment(&pool, "pi_Two", "pending", 3600).await;
     hold_row(&pool, "true").await;
     let stripe = stripe_answering("succeeded", Duration::ZERO).await;
 
