@@ -7,8 +7,9 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use super::{Context, StoreError};
+use crate::config::{OutboxSettings, OutboxShape};
 
-/// Figures about `payments`, the cursor, findings and the outbox.
+/// Figures about `payments` and the cursor.
 #[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
 pub struct TableFigures {
     /// Seconds since the least recently confirmed row was confirmed with
@@ -28,25 +29,16 @@ pub struct TableFigures {
     pub cycle_started_at: Option<DateTime<Utc>>,
     /// When the previous cycle completed.
     pub last_cycle_completed_at: Option<DateTime<Utc>>,
-    /// Repair commands not yet processed.
-    pub outbox_pending: i64,
-    /// Age in seconds of the oldest unprocessed repair command; 0 when none.
-    pub outbox_oldest_pending_seconds: f64,
     /// The database's clock (`now()`), the one clock every age is measured
     /// with, like the lag.
     pub database_now: DateTime<Utc>,
 }
 
-/// Reads [`TableFigures`] for a job. `repair_types` are the outbox event types
-/// of the repair commands (the outbox may be shared).
+/// Reads [`TableFigures`] for a job.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn table_figures(
-    conn: &mut PgConnection,
-    job: &str,
-    repair_types: &[&str],
-) -> Result<TableFigures, StoreError> {
+pub async fn table_figures(conn: &mut PgConnection, job: &str) -> Result<TableFigures, StoreError> {
     super::query_as(
         "SELECT coalesce(extract(epoch FROM now() - (SELECT min(coalesce(last_reconciled_at, created_at)) FROM payments)), 0)::float8
                     AS lag_seconds,
@@ -58,18 +50,54 @@ pub async fn table_figures(
                 coalesce(c.last_id, 0) AS cursor_position,
                 c.cycle_started_at,
                 c.last_cycle_completed_at,
-                (SELECT count(*) FROM outbox WHERE processed_at IS NULL AND event_type = ANY($2)) AS outbox_pending,
-                coalesce((SELECT extract(epoch FROM now() - min(created_at)) FROM outbox
-                           WHERE processed_at IS NULL AND event_type = ANY($2)), 0)::float8 AS outbox_oldest_pending_seconds,
                 now() AS database_now
            FROM (SELECT 1) AS one
            LEFT JOIN reconciliation_cursor c ON c.job = $1",
     )
     .bind(job)
-    .bind(repair_types)
     .fetch_one(conn)
     .await
     .context("reading status figures")
+}
+
+/// The backlog of the repair commands in an outbox our `repair` worker drains.
+#[derive(Debug, Clone, Copy, Default, PartialEq, sqlx::FromRow)]
+pub struct OutboxFigures {
+    /// Repair commands not yet processed.
+    pub pending: i64,
+    /// Age in seconds of the oldest unprocessed repair command (measured with
+    /// the database's clock); 0 when none.
+    pub oldest_pending_seconds: f64,
+}
+
+/// Reads [`OutboxFigures`] from `RECONCILER_OUTBOX_TABLE`. `repair_types` are
+/// the event types of the repair commands (the outbox may be shared).
+/// `None` for a `debezium` outbox (DESIGN.md, Turn 3 contract): the
+/// application's relay drains it, deleting or keeping rows as it likes, so no
+/// count there tells a pending command from a delivered one.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn outbox_figures(
+    conn: &mut PgConnection,
+    outbox: &OutboxSettings,
+    repair_types: &[&str],
+) -> Result<Option<OutboxFigures>, StoreError> {
+    if outbox.shape == OutboxShape::Debezium {
+        return Ok(None);
+    }
+    let table = outbox.table.quoted();
+    let sql = format!(
+        "SELECT count(*) AS pending,
+                coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_pending_seconds
+           FROM {table} WHERE processed_at IS NULL AND event_type = ANY($1)"
+    );
+    super::query_as(&sql)
+        .bind(repair_types)
+        .fetch_one(conn)
+        .await
+        .context("reading the outbox backlog")
+        .map(Some)
 }
 
 /// Open findings per kind.
@@ -118,30 +146,46 @@ pub struct LagHolder {
 
 /// The payment holding the lag (see [`LagHolder`]); `None` for an empty
 /// table. One lookup on the expression index `payments_reconciled_or_created`.
+/// Its repair's last error comes from `RECONCILER_OUTBOX_TABLE`; a `debezium`
+/// outbox records none (the application's relay handles failures), so it is
+/// `None` there.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn lag_holder(
     conn: &mut PgConnection,
+    outbox: &OutboxSettings,
     repair_types: &[&str],
 ) -> Result<Option<LagHolder>, StoreError> {
-    super::query_as(
-        "SELECT p.id AS payment_id, p.order_id, p.stripe_payment_intent_id, p.status,
-                p.created_at, p.updated_at, p.last_reconciled_at,
-                f.id AS open_finding_id, f.kind AS open_finding_kind,
-                (SELECT o.last_error FROM outbox o
+    let repair_last_error = match outbox.shape {
+        OutboxShape::Reconciler => format!(
+            "(SELECT o.last_error FROM {} o
                   WHERE o.aggregate_type = 'Payment' AND o.aggregate_id = p.id::text
                     AND o.processed_at IS NULL AND o.last_error IS NOT NULL
                     AND o.event_type = ANY($1)
-                  ORDER BY o.id DESC LIMIT 1) AS repair_last_error
+                  ORDER BY o.id DESC LIMIT 1)",
+            outbox.table.quoted()
+        ),
+        OutboxShape::Debezium => "NULL::text".to_owned(),
+    };
+    let sql = format!(
+        "SELECT p.id AS payment_id, p.order_id, p.stripe_payment_intent_id, p.status,
+                p.created_at, p.updated_at, p.last_reconciled_at,
+                f.id AS open_finding_id, f.kind AS open_finding_kind,
+                {repair_last_error} AS repair_last_error
            FROM (SELECT * FROM payments
                   ORDER BY coalesce(last_reconciled_at, created_at) LIMIT 1) AS p
            LEFT JOIN LATERAL (SELECT id, kind FROM reconciliation_findings
                                WHERE payment_id = p.id AND resolved_at IS NULL
-                               ORDER BY id DESC LIMIT 1) AS f ON true",
-    )
-    .bind(repair_types)
-    .fetch_optional(conn)
-    .await
-    .context("finding the payment that holds the lag")
+                               ORDER BY id DESC LIMIT 1) AS f ON true"
+    );
+    let query = super::query_as(&sql);
+    let query = match outbox.shape {
+        OutboxShape::Reconciler => query.bind(repair_types),
+        OutboxShape::Debezium => query,
+    };
+    query
+        .fetch_optional(conn)
+        .await
+        .context("finding the payment that holds the lag")
 }

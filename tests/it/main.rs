@@ -16,6 +16,7 @@
 //! - `metrics`: the figures a run pushes to a real Pushgateway
 //! - `migrate`: `migrate` and the migrations
 //! - `money`: refunds, disputes, duplicates, amount and currency checks
+//! - `outbox_status`: `status` and the outbox gauges follow the configured outbox
 //! - `ops`: exit codes, summaries, secrets, readable errors, log lines
 //! - `pgbouncer`: the job behind a transaction-pooling PgBouncer
 //! - `repair`: the canonical writer and the outbox worker
@@ -43,6 +44,7 @@ mod metrics;
 mod migrate;
 mod money;
 mod ops;
+mod outbox_status;
 mod pgbouncer;
 mod repair;
 mod review;
