@@ -8,7 +8,7 @@ use serde::Serialize;
 use sqlx::PgConnection;
 
 use crate::capacity::{self, Capacity, RunPlan};
-use crate::config::JobSettings;
+use crate::config::{JobSettings, OutboxSettings};
 use crate::reconcile::RepairCommand;
 use crate::scan::plan::{plan_for, PlanFigures};
 use crate::store::stats::LagHolder;
@@ -37,10 +37,16 @@ pub struct Status {
     pub cycle_last_completed_unix: Option<f64>,
     /// Open findings per kind (`{"missed_success": 2, ...}` in JSON).
     pub open_findings: BTreeMap<String, i64>,
-    /// Unprocessed repair commands.
-    pub outbox_pending: i64,
-    /// Age in seconds of the oldest unprocessed repair command.
-    pub outbox_oldest_pending_seconds: f64,
+    /// Unprocessed repair commands in `RECONCILER_OUTBOX_TABLE`; `None`
+    /// (`null`) for a `debezium` outbox, which the application's relay drains
+    /// (see [`stats::outbox_figures`]).
+    pub outbox_pending: Option<i64>,
+    /// Age in seconds of the oldest unprocessed repair command (0 when none);
+    /// `None` (`null`) for a `debezium` outbox.
+    pub outbox_oldest_pending_seconds: Option<f64>,
+    /// `RECONCILER_OUTBOX_SHAPE` (`reconciler` or `debezium`): says whose
+    /// backlog the two figures above would be.
+    pub outbox_shape: &'static str,
     /// `None` until the job has two runs a minute apart in the last 24 hours.
     pub capacity: Option<Capacity>,
     /// When a run last completed (Unix seconds).
@@ -63,12 +69,17 @@ fn as_integer<S: serde::Serializer>(value: &f64, s: S) -> Result<S::Ok, S::Error
     s.serialize_i64(value.round() as i64)
 }
 
-/// Reads the status of `job`.
+/// Reads the status of `job`; the outbox figures come from `outbox`
+/// (`RECONCILER_OUTBOX_TABLE`, `RECONCILER_OUTBOX_SHAPE`).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn read(conn: &mut PgConnection, job: &str) -> Result<Status, StoreError> {
-    read_inner(conn, job, None).await
+pub async fn read(
+    conn: &mut PgConnection,
+    job: &str,
+    outbox: &OutboxSettings,
+) -> Result<Status, StoreError> {
+    read_inner(conn, job, outbox, None).await
 }
 
 /// Reads the status of `settings.job` with the next run's plan.
@@ -79,18 +90,20 @@ pub async fn read_planned(
     conn: &mut PgConnection,
     settings: &JobSettings,
 ) -> Result<Status, StoreError> {
-    read_inner(conn, &settings.job, Some(settings)).await
+    read_inner(conn, &settings.job, &settings.outbox, Some(settings)).await
 }
 
 async fn read_inner(
     conn: &mut PgConnection,
     job: &str,
+    outbox: &OutboxSettings,
     settings: Option<&JobSettings>,
 ) -> Result<Status, StoreError> {
     let types = RepairCommand::EVENT_TYPES;
-    let t = stats::table_figures(conn, job, &types).await?;
+    let t = stats::table_figures(conn, job).await?;
+    let backlog = stats::outbox_figures(conn, outbox, &types).await?;
     let open_findings = stats::open_findings_by_kind(conn).await?;
-    let lag_held_by = stats::lag_holder(conn, &types).await?;
+    let lag_held_by = stats::lag_holder(conn, outbox, &types).await?;
     let h = runs::history(conn, job).await?;
     let growth = match (h.first_max_payment_id, h.newest_max_payment_id) {
         (Some(first), Some(newest)) => newest - first,
@@ -120,8 +133,9 @@ async fn read_inner(
             .last_cycle_completed_at
             .map(|c| c.timestamp_millis() as f64 / 1000.0),
         open_findings,
-        outbox_pending: t.outbox_pending,
-        outbox_oldest_pending_seconds: t.outbox_oldest_pending_seconds,
+        outbox_pending: backlog.map(|b| b.pending),
+        outbox_oldest_pending_seconds: backlog.map(|b| b.oldest_pending_seconds),
+        outbox_shape: outbox.shape.as_str(),
         capacity: capacity::from_history(
             t.rows_estimate,
             h.runs,

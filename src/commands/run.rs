@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use sqlx::PgPool;
 
 use super::CommandError;
-use crate::config::{ConfigError, LogFormat, Settings};
+use crate::config::{ConfigError, LogFormat, OutboxSettings, Settings};
 use crate::metrics::{PushMethod, ScanMetrics};
 use crate::outcome::RunOutcome;
 use crate::reconcile::Verdict;
@@ -78,7 +78,13 @@ pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), Comman
     } else {
         Duration::from_secs(30)
     };
-    let state = read_status(&pool, &settings.job.job, state_timeout).await;
+    let state = read_status(
+        &pool,
+        &settings.job.job,
+        &settings.job.outbox,
+        state_timeout,
+    )
+    .await;
     publish(settings, &summary, state.as_ref()).await;
     pool.close().await;
     result.map_err(CommandError::from)
@@ -123,10 +129,15 @@ async fn check_columns(pool: &PgPool, settings: &Settings) -> Result<(), Command
     }
 }
 
-async fn read_status(pool: &PgPool, job: &str, timeout: Duration) -> Option<Status> {
+async fn read_status(
+    pool: &PgPool,
+    job: &str,
+    outbox: &OutboxSettings,
+    timeout: Duration,
+) -> Option<Status> {
     let read = async {
         let mut conn = crate::store::begin(pool).await.context("connecting")?;
-        status::read(&mut conn, job).await
+        status::read(&mut conn, job, outbox).await
     };
     match tokio::time::timeout(timeout, read).await {
         Ok(Ok(s)) => {

@@ -83,14 +83,19 @@ pub fn render(st: &Status, grace: Duration) -> String {
         "last successful run",
         when(st.last_success_unix, st.database_now),
     );
-    line(
-        "outbox repairs pending",
-        format!(
-            "{} (oldest {})",
-            st.outbox_pending,
-            human_duration(st.outbox_oldest_pending_seconds)
+    match (st.outbox_pending, st.outbox_oldest_pending_seconds) {
+        (Some(pending), Some(oldest)) => line(
+            "outbox repairs pending",
+            format!("{pending} (oldest {})", human_duration(oldest)),
         ),
-    );
+        _ => line(
+            "outbox",
+            format!(
+                "drained by the application's relay ({} shape)",
+                st.outbox_shape
+            ),
+        ),
+    }
     match &st.capacity {
         None => line(
             "capacity",

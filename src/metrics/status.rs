@@ -107,15 +107,20 @@ impl StatusGauges {
         }
     }
 
-    /// The state; a figure that is `None` (no run history yet) stays absent.
+    /// The state; a figure that is `None` (no run history yet, or no backlog
+    /// of ours in a `debezium` outbox) stays absent, so no alert reads a
+    /// wrong 0 (README, "Your schema").
     pub(super) fn observe(&self, st: &Status) {
         self.lag.set(st.lag_seconds);
         self.observe_cursor(st.cursor_position);
         self.cycle_progress.set(st.cycle_progress_percent / 100.0);
         self.payments_rows.set(st.rows);
-        self.outbox_pending.set(st.outbox_pending as f64);
-        self.outbox_oldest_pending_age
-            .set(st.outbox_oldest_pending_seconds);
+        if let Some(n) = st.outbox_pending {
+            self.outbox_pending.set(n as f64);
+        }
+        if let Some(age) = st.outbox_oldest_pending_seconds {
+            self.outbox_oldest_pending_age.set(age);
+        }
         if let Some(age) = st.cycle_age_seconds {
             self.cycle_age.set(age);
         }

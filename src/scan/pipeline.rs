@@ -147,11 +147,8 @@ pub(super) async fn batches(
 /// The table's size and id range for the progress line, read once per run;
 /// unknown (zeros) when it cannot be read, which only blanks the estimate.
 async fn table_extent(pool: &PgPool, settings: &JobSettings) -> TableExtent {
-    let types = crate::reconcile::RepairCommand::EVENT_TYPES;
     let figures = match pool.acquire().await {
-        Ok(mut conn) => stats::table_figures(&mut conn, &settings.job, &types)
-            .await
-            .ok(),
+        Ok(mut conn) => stats::table_figures(&mut conn, &settings.job).await.ok(),
         Err(_) => None,
     };
     figures.map_or_else(TableExtent::default, |t| TableExtent {

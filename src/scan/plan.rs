@@ -118,8 +118,7 @@ async fn read_figures(
     settings: &JobSettings,
 ) -> Result<(TableFigures, RunHistory), StoreError> {
     let mut conn = pool.acquire().await.context("connecting")?;
-    let types = crate::reconcile::RepairCommand::EVENT_TYPES;
-    let table = stats::table_figures(&mut conn, &settings.job, &types).await?;
+    let table = stats::table_figures(&mut conn, &settings.job).await?;
     let history = runs::history(&mut conn, &settings.job).await?;
     Ok((table, history))
 }

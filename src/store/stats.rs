@@ -8,8 +8,9 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use super::{payment_state, Context, StoreError};
+use crate::config::{OutboxSettings, OutboxShape};
 
-/// Figures about `payments`, the cursor, findings and the outbox.
+/// Figures about `payments` and the cursor.
 #[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
 pub struct TableFigures {
     /// Seconds since the least recently confirmed row was confirmed with
@@ -29,10 +30,6 @@ pub struct TableFigures {
     pub cycle_started_at: Option<DateTime<Utc>>,
     /// When the previous cycle completed.
     pub last_cycle_completed_at: Option<DateTime<Utc>>,
-    /// Repair commands not yet processed.
-    pub outbox_pending: i64,
-    /// Age in seconds of the oldest unprocessed repair command; 0 when none.
-    pub outbox_oldest_pending_seconds: f64,
     /// The database's clock (`now()`), the one clock every age is measured
     /// with, like the lag.
     pub database_now: DateTime<Utc>,
@@ -60,19 +57,14 @@ pub fn lag_since(head: &str) -> String {
     )
 }
 
-/// Reads [`TableFigures`] for a job. `repair_types` are the outbox event types
-/// of the repair commands (the outbox may be shared).
+/// Reads [`TableFigures`] for a job.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn table_figures(
-    conn: &mut PgConnection,
-    job: &str,
-    repair_types: &[&str],
-) -> Result<TableFigures, StoreError> {
+pub async fn table_figures(conn: &mut PgConnection, job: &str) -> Result<TableFigures, StoreError> {
     let head = payment_state::highest_seen(&mut *conn).await?;
-    super::query_as(
-        &format!("SELECT coalesce(extract(epoch FROM now() - {}), 0)::float8 AS lag_seconds,
+    super::query_as(&format!(
+        "SELECT coalesce(extract(epoch FROM now() - {}), 0)::float8 AS lag_seconds,
                 coalesce((SELECT CASE WHEN reltuples >= 0 THEN reltuples::float8 END
                             FROM pg_class WHERE oid = 'payments'::regclass),
                          (SELECT count(*)::float8 FROM payments)) AS rows_estimate,
@@ -81,19 +73,56 @@ pub async fn table_figures(
                 coalesce(c.last_id, 0) AS cursor_position,
                 c.cycle_started_at,
                 c.last_cycle_completed_at,
-                (SELECT count(*) FROM outbox WHERE processed_at IS NULL AND event_type = ANY($2)) AS outbox_pending,
-                coalesce((SELECT extract(epoch FROM now() - min(created_at)) FROM outbox
-                           WHERE processed_at IS NULL AND event_type = ANY($2)), 0)::float8 AS outbox_oldest_pending_seconds,
                 now() AS database_now
            FROM (SELECT 1) AS one
-           LEFT JOIN reconciliation_cursor c ON c.job = $1", lag_since("$3")),
-    )
+           LEFT JOIN reconciliation_cursor c ON c.job = $1",
+        lag_since("$2")
+    ))
     .bind(job)
-    .bind(repair_types)
     .bind(head)
     .fetch_one(conn)
     .await
     .context("reading status figures")
+}
+
+/// The backlog of the repair commands in an outbox our `repair` worker drains.
+#[derive(Debug, Clone, Copy, Default, PartialEq, sqlx::FromRow)]
+pub struct OutboxFigures {
+    /// Repair commands not yet processed.
+    pub pending: i64,
+    /// Age in seconds of the oldest unprocessed repair command (measured with
+    /// the database's clock); 0 when none.
+    pub oldest_pending_seconds: f64,
+}
+
+/// Reads [`OutboxFigures`] from `RECONCILER_OUTBOX_TABLE`. `repair_types` are
+/// the event types of the repair commands (the outbox may be shared).
+/// `None` for a `debezium` outbox (DESIGN.md, Turn 3 contract): the
+/// application's relay drains it, deleting or keeping rows as it likes, so no
+/// count there tells a pending command from a delivered one.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn outbox_figures(
+    conn: &mut PgConnection,
+    outbox: &OutboxSettings,
+    repair_types: &[&str],
+) -> Result<Option<OutboxFigures>, StoreError> {
+    if outbox.shape == OutboxShape::Debezium {
+        return Ok(None);
+    }
+    let table = outbox.table.quoted();
+    let sql = format!(
+        "SELECT count(*) AS pending,
+                coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_pending_seconds
+           FROM {table} WHERE processed_at IS NULL AND event_type = ANY($1)"
+    );
+    super::query_as(&sql)
+        .bind(repair_types)
+        .fetch_one(conn)
+        .await
+        .context("reading the outbox backlog")
+        .map(Some)
 }
 
 /// Open findings per kind.
@@ -143,24 +172,34 @@ pub struct LagHolder {
 /// The payment holding the lag (see [`LagHolder`]); `None` for an empty
 /// table. One lookup on the expression index
 /// `reconciliation_payment_state_lag`, and a primary-key range of the
-/// payments never seen (see [`lag_since`]).
+/// payments never seen (see [`lag_since`]). Its repair's last error comes
+/// from `RECONCILER_OUTBOX_TABLE`; a `debezium` outbox records none (the
+/// application's relay handles failures), so it is `None` there.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn lag_holder(
     conn: &mut PgConnection,
+    outbox: &OutboxSettings,
     repair_types: &[&str],
 ) -> Result<Option<LagHolder>, StoreError> {
     let head = payment_state::highest_seen(&mut *conn).await?;
-    super::query_as(
+    let repair_last_error = match outbox.shape {
+        OutboxShape::Reconciler => format!(
+            "(SELECT o.last_error FROM {} o
+                  WHERE o.aggregate_type = 'Payment' AND o.aggregate_id = p.id::text
+                    AND o.processed_at IS NULL AND o.last_error IS NOT NULL
+                    AND o.event_type = ANY($2)
+                  ORDER BY o.id DESC LIMIT 1)",
+            outbox.table.quoted()
+        ),
+        OutboxShape::Debezium => "NULL::text".to_owned(),
+    };
+    let sql = format!(
         "SELECT p.id AS payment_id, p.order_id, p.stripe_payment_intent_id, p.status,
                 p.created_at, p.updated_at, h.last_reconciled_at,
                 f.id AS open_finding_id, f.kind AS open_finding_kind,
-                (SELECT o.last_error FROM outbox o
-                  WHERE o.aggregate_type = 'Payment' AND o.aggregate_id = p.id::text
-                    AND o.processed_at IS NULL AND o.last_error IS NOT NULL
-                    AND o.event_type = ANY($1)
-                  ORDER BY o.id DESC LIMIT 1) AS repair_last_error
+                {repair_last_error} AS repair_last_error
            FROM (SELECT * FROM
                    ((SELECT payment_id, last_reconciled_at,
                             coalesce(last_reconciled_at, created_at) AS since
@@ -168,17 +207,21 @@ pub async fn lag_holder(
                       ORDER BY coalesce(last_reconciled_at, created_at) LIMIT 1)
                     UNION ALL
                     (SELECT id, NULL::timestamptz, created_at FROM payments
-                      WHERE id > $2
+                      WHERE id > $1
                       ORDER BY created_at LIMIT 1)) AS candidates
                   ORDER BY since LIMIT 1) AS h
            JOIN payments p ON p.id = h.payment_id
            LEFT JOIN LATERAL (SELECT id, kind FROM reconciliation_findings
                                WHERE payment_id = p.id AND resolved_at IS NULL
-                               ORDER BY id DESC LIMIT 1) AS f ON true",
-    )
-    .bind(repair_types)
-    .bind(head)
-    .fetch_optional(conn)
-    .await
-    .context("finding the payment that holds the lag")
+                               ORDER BY id DESC LIMIT 1) AS f ON true"
+    );
+    let query = super::query_as(&sql).bind(head);
+    let query = match outbox.shape {
+        OutboxShape::Reconciler => query.bind(repair_types),
+        OutboxShape::Debezium => query,
+    };
+    query
+        .fetch_optional(conn)
+        .await
+        .context("finding the payment that holds the lag")
 }

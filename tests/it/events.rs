@@ -261,9 +261,13 @@ async fn a_succeeded_payment_intent_without_a_row_is_missing_locally_once(pool: 
         listed[0].stripe_payment_intent_id.as_deref(),
         Some("pi_Orphan")
     );
-    let st = stripe_reconciler::status::read(&mut conn, "payments-vs-stripe")
-        .await
-        .unwrap();
+    let st = stripe_reconciler::status::read(
+        &mut conn,
+        "payments-vs-stripe",
+        &stripe_reconciler::config::OutboxSettings::default(),
+    )
+    .await
+    .unwrap();
     assert_eq!(st.open_findings.get("missing_locally"), Some(&1));
 }
 

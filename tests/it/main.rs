@@ -17,6 +17,7 @@
 //! - `metrics`: the figures a run pushes to a real Pushgateway
 //! - `migrate`: `migrate` and the migrations
 //! - `money`: refunds, disputes, duplicates, amount and currency checks
+//! - `outbox_status`: `status` and the outbox gauges follow the configured outbox
 //! - `ops`: exit codes, summaries, secrets, readable errors, log lines
 //! - `plan`: `RECONCILER_BATCHES_PER_RUN` auto and fixed, the plan in `status`
 //! - `own_state`: the reconciler's own per-payment state; no writes into `payments`
@@ -48,6 +49,7 @@ mod metrics;
 mod migrate;
 mod money;
 mod ops;
+mod outbox_status;
 mod own_state;
 mod pgbouncer;
 mod plan;

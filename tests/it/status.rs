@@ -169,6 +169,7 @@ async fn status_json_has_the_documented_shape(pool: PgPool) {
             "open_findings",
             "outbox_oldest_pending_seconds",
             "outbox_pending",
+            "outbox_shape",
             "plan",
             "rows",
         ]
