@@ -27,7 +27,7 @@
 //! - [`scan`]: batches over the cursor (phases 1 and 3), the run plan, and the run loop.
 //! - [`shutdown`]: SIGTERM/SIGINT into a cancellation token.
 //! - [`status`]: the job's state for `status` and the metrics.
-//! - [`store`]: all SQL, one file per table.
+//! - [`store`]: all SQL, by table (a directory per table whose SQL has several jobs).
 //! - [`stripe`]: the gateway boundary: HTTP client, retry rule, ids, errors.
 //! - [`telemetry`]: tracing initialisation (json or pretty).
 //! - [`terminal`]: PURE escaping of stored text for human-readable output.

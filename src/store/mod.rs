@@ -1,6 +1,23 @@
-//! All SQL of the reconciler, one file per table. Functions take a
-//! `&mut PgConnection` (a pooled connection or an open transaction) so the
-//! caller decides the transaction boundaries.
+//! All SQL of the reconciler, by table. Functions take a `&mut PgConnection`
+//! (a pooled connection or an open transaction) so the caller decides the
+//! transaction boundaries.
+//!
+//! - [`cursor`]: `reconciliation_cursor`, the scan's position and cycle.
+//! - [`events_position`]: `reconciliation_events_position`, the feed's position.
+//! - [`findings`]: `reconciliation_findings`, by job (scan writes, repair
+//!   guards, review queue, PaymentIntent-only findings).
+//! - [`lease`]: the run lease on either position row.
+//! - [`outbox`]: the repair commands in `RECONCILER_OUTBOX_TABLE`.
+//! - [`outbox_shape`]: which shape that table has, and creating ours.
+//! - [`payment_index`]: the lookup index on `payments.stripe_payment_intent_id`.
+//! - [`payment_state`]: `reconciliation_payment_state`, what the scan observed.
+//! - [`payments`]: the application's `payments` (reads, locks, the canonical
+//!   writer's UPDATE).
+//! - [`refusal`]: which database errors are a row's and which the database's.
+//! - [`runs`]: `reconciliation_runs`, the run history.
+//! - [`schema`]: the migration runner's bookkeeping.
+//! - [`stats`]: the figures of `status` and the metrics.
+//! - [`unverifiable`]: `reconciliation_unverifiable`, streaks per cycle.
 //!
 //! Every transaction of the job starts with [`begin`], which bounds it with
 //! `SET LOCAL statement_timeout` and `lock_timeout`. Transaction-local settings

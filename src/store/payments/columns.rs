@@ -1,0 +1,114 @@
+//! The start-up check of the configured `payments` columns: integer ids, and
+//! the amount, currency and other named columns exist with a usable type
+//! (exit 78 naming the variable otherwise).
+
+use super::*;
+
+/// Why a configured column cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ColumnError {
+    /// No such column in `payments`.
+    #[error("{var}: payments has no column {column:?} (names are matched exactly, case included)")]
+    Missing {
+        /// The variable naming the column.
+        var: &'static str,
+        /// The name.
+        column: String,
+    },
+    /// The column's type cannot hold what is compared.
+    #[error("{var}: column {column:?} is {found}, expected {expected}")]
+    WrongType {
+        /// The variable naming the column.
+        var: &'static str,
+        /// The name.
+        column: String,
+        /// The column's type.
+        found: String,
+        /// What is accepted.
+        expected: &'static str,
+    },
+    /// The catalog could not be read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+const INTEGER_TYPES: [&str; 3] = ["smallint", "integer", "bigint"];
+
+/// Checks that the configured columns exist in `payments` with usable types:
+/// the amount an integer type (`smallint`, `integer`, `bigint`) in `minor`
+/// units, `numeric` in `major` units (`RECONCILER_AMOUNT_UNIT`), the
+/// currency a text type (`text`, `character varying`, `character`). An
+/// integer column with `major` is refused under `RECONCILER_AMOUNT_UNIT`: an
+/// integer holds minor units, and reading it as major would multiply every
+/// amount by 100.
+///
+/// # Errors
+/// [`ColumnError`]: `Missing` and `WrongType` name the variable (exit 78).
+pub async fn check_columns(
+    conn: &mut PgConnection,
+    columns: MoneyColumns<'_>,
+) -> Result<(), ColumnError> {
+    let amount = match columns.unit {
+        AmountUnit::Minor => (
+            "RECONCILER_AMOUNT_COLUMN",
+            &INTEGER_TYPES[..],
+            "an integer type (minor units, 1200 for 12.00); for a numeric column of major units set RECONCILER_AMOUNT_UNIT=major",
+        ),
+        AmountUnit::Major => (
+            "RECONCILER_AMOUNT_COLUMN",
+            &["numeric"][..],
+            "numeric (RECONCILER_AMOUNT_UNIT=major: major units, 12.00 for 1200 cents; floating point cannot hold money exactly)",
+        ),
+    };
+    let checks = [
+        (amount.0, columns.amount, amount.1, amount.2),
+        (
+            "RECONCILER_CURRENCY_COLUMN",
+            columns.currency,
+            &["text", "character varying", "character"][..],
+            "a text type (ISO currency code)",
+        ),
+    ];
+    for (var, column, accepted, expected) in checks {
+        let Some(column) = column else { continue };
+        let found: Option<String> = crate::store::query_scalar(
+            "SELECT format_type(a.atttypid, NULL) FROM pg_attribute a
+              WHERE a.attrelid = 'payments'::regclass AND a.attname = $1
+                AND a.attnum > 0 AND NOT a.attisdropped",
+        )
+        .bind(column.as_str())
+        .fetch_optional(&mut *conn)
+        .await
+        .context("reading the columns of payments")?;
+        match found {
+            None => {
+                return Err(ColumnError::Missing {
+                    var,
+                    column: column.as_str().to_owned(),
+                })
+            }
+            Some(t)
+                if columns.unit == AmountUnit::Major
+                    && var == "RECONCILER_AMOUNT_COLUMN"
+                    && INTEGER_TYPES.contains(&t.as_str()) =>
+            {
+                return Err(ColumnError::WrongType {
+                    var: "RECONCILER_AMOUNT_UNIT",
+                    column: column.as_str().to_owned(),
+                    found: t,
+                    expected: "numeric for major: an integer column holds minor units (1200 for 12.00), so leave RECONCILER_AMOUNT_UNIT at minor",
+                })
+            }
+            Some(t) if !accepted.contains(&t.as_str()) => {
+                return Err(ColumnError::WrongType {
+                    var,
+                    column: column.as_str().to_owned(),
+                    found: t,
+                    expected,
+                })
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,148 @@
+//! The row locks of the one lock order (payment, then finding, then outbox)
+//! taken by the scan, the repair worker and the review queue, and the
+//! canonical writer's guarded status UPDATE, the only write into `payments`.
+
+use super::*;
+
+/// Locks, in id order, the rows of `(ids[i], versions[i], updated_ats[i])`
+/// that are unchanged since phase 1 and returns their ids. Rows that changed
+/// (a webhook moved them while Stripe was being asked) are neither locked nor
+/// returned: the caller writes nothing for them. Locking in id order, and
+/// payments before findings everywhere, keeps concurrent batches and the
+/// repair worker from deadlocking. `FOR NO KEY UPDATE`, so the application
+/// can still insert rows that reference `payments` meanwhile.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn lock_unchanged(
+    conn: &mut PgConnection,
+    ids: &[i64],
+    versions: &[i64],
+    updated_ats: &[DateTime<Utc>],
+) -> Result<Vec<i64>, StoreError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    crate::store::query_scalar(
+        "SELECT p.id FROM payments AS p
+           JOIN unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) AS v(id, version, updated_at)
+             ON p.id = v.id
+          WHERE p.version = v.version AND p.updated_at = v.updated_at
+          ORDER BY p.id
+          FOR NO KEY UPDATE OF p",
+    )
+    .bind(ids)
+    .bind(versions)
+    .bind(updated_ats)
+    .fetch_all(conn)
+    .await
+    .context("locking the batch's payments")
+}
+
+/// What a guarded status transition found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransitionResult {
+    /// The row held a word of `from` and now holds `to`; `version` is the new version.
+    Changed {
+        /// `payments.version` after the update.
+        version: i64,
+    },
+    /// The row exists but held no word of `from` (e.g. the webhook got there
+    /// first): nothing was changed.
+    AlreadyMoved {
+        /// The status word it has (NULL as `""`).
+        status: String,
+    },
+    /// No payment has this id.
+    Missing,
+}
+
+/// The guarded status UPDATE of the canonical writer: to the word `to`
+/// with `version + 1` and `updated_at = now()`, only when the row holds one
+/// of the words `from` (every word of the source state,
+/// `RECONCILER_LOCAL_STATUSES`). Only `repair::writer` may call this: it is
+/// the one path that changes `payments.status`.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub(crate) async fn transition_status(
+    conn: &mut PgConnection,
+    payment_id: i64,
+    from: &[String],
+    to: &str,
+) -> Result<TransitionResult, StoreError> {
+    let version: Option<i64> = crate::store::query_scalar(
+        "UPDATE payments SET status = $3, version = version + 1, updated_at = now()
+          WHERE id = $1 AND status = ANY($2)
+          RETURNING version",
+    )
+    .bind(payment_id)
+    .bind(from)
+    .bind(to)
+    .fetch_optional(&mut *conn)
+    .await
+    .context("changing the payment status")?;
+    if let Some(version) = version {
+        return Ok(TransitionResult::Changed { version });
+    }
+    let status: Option<String> =
+        crate::store::query_scalar("SELECT coalesce(status, '') FROM payments WHERE id = $1")
+            .bind(payment_id)
+            .fetch_optional(conn)
+            .await
+            .context("reading the payment status")?;
+    Ok(status.map_or(TransitionResult::Missing, |status| {
+        TransitionResult::AlreadyMoved { status }
+    }))
+}
+
+/// Locks the payment a finding is about (`FOR NO KEY UPDATE`), before the
+/// finding itself is touched: payment before finding, the one lock order of
+/// every writer. Returns the payment's id; `None` when the finding or its
+/// payment does not exist.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn lock_for_finding(
+    conn: &mut PgConnection,
+    finding_id: i64,
+) -> Result<Option<i64>, StoreError> {
+    crate::store::query_scalar(
+        "SELECT p.id FROM payments p
+           JOIN reconciliation_findings f ON f.payment_id = p.id
+          WHERE f.id = $1
+            FOR NO KEY UPDATE OF p",
+    )
+    .bind(finding_id)
+    .fetch_optional(conn)
+    .await
+    .context("locking the payment of a finding")
+}
+
+/// The payment as the repair worker checks it, locked (`FOR NO KEY UPDATE`)
+/// until the worker's transaction ends.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct PaymentForRepair {
+    /// `payments.status`
+    pub status: Option<String>,
+    /// `payments.stripe_payment_intent_id`
+    pub stripe_payment_intent_id: Option<String>,
+}
+
+/// Locks one payment for the repair worker, before its finding; `None` when
+/// it does not exist.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn lock_for_repair(
+    conn: &mut PgConnection,
+    payment_id: i64,
+) -> Result<Option<PaymentForRepair>, StoreError> {
+    crate::store::query_as(
+        "SELECT status, stripe_payment_intent_id FROM payments WHERE id = $1 FOR NO KEY UPDATE",
+    )
+    .bind(payment_id)
+    .fetch_optional(conn)
+    .await
+    .context("locking a payment for repair")
+}

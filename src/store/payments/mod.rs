@@ -1,0 +1,206 @@
+//! `payments`: the batch read by id cursor, the rows behind it never
+//! confirmed, and the row locks of the lock order. Rows are mapped here, at
+//! the database edge, into canonical terms: the application's status words
+//! through `RECONCILER_LOCAL_STATUSES`, its amount column by
+//! `RECONCILER_AMOUNT_UNIT`. Nothing here writes the application's rows
+//! except [`transition_status`], the canonical writer's; what the scan
+//! observes goes to `store::payment_state` (DESIGN.md, Turn 3 contract).
+//!
+//! - `columns`: the start-up check of the configured columns (ids, amount,
+//!   currency) against the table's catalogue.
+//! - `read`: the batch read by id cursor, the rows behind it never
+//!   confirmed, the lookup by PaymentIntent id for the events feed.
+//! - `locks`: the row locks of the one lock order, and the canonical
+//!   writer's guarded status UPDATE.
+
+mod columns;
+mod locks;
+mod read;
+
+pub use columns::{check_columns, ColumnError};
+pub(crate) use locks::transition_status;
+pub use locks::{
+    lock_for_finding, lock_for_repair, lock_unchanged, PaymentForRepair, TransitionResult,
+};
+pub use read::{
+    a_verified_payment_intent, by_payment_intents, read_batch, read_behind_cursor, PaymentByIntent,
+};
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+
+use super::{Context, StoreError};
+use crate::config::{AmountUnit, ColumnName, JobSettings, StatusMap};
+use crate::reconcile::{LocalAmount, LocalStatus};
+
+/// One row of a batch, as phase 1 reads it. Text columns are optional: an
+/// application's own `payments` table may hold NULLs, which must become
+/// findings, not a batch that fails forever.
+#[derive(Debug, Clone)]
+pub struct PaymentRow {
+    /// `payments.id`
+    pub id: i64,
+    /// `payments.stripe_payment_intent_id`, untrusted.
+    pub stripe_payment_intent_id: Option<String>,
+    /// `payments.status` mapped through `RECONCILER_LOCAL_STATUSES`; a word
+    /// the map lacks (or NULL, as `""`) is [`LocalStatus::Other`].
+    pub status: LocalStatus,
+    /// `payments.version` when read; phase 3 writes nothing for a row whose
+    /// version or `updated_at` changed meanwhile.
+    pub version: i64,
+    /// `payments.updated_at` when read.
+    pub updated_at: DateTime<Utc>,
+    /// `payments.created_at`: list reads look for the row's PaymentIntent in
+    /// the batch's `created_at` window.
+    pub created_at: DateTime<Utc>,
+    /// `updated_at` falls within the grace window.
+    pub recently_changed: bool,
+    /// The amount column (`RECONCILER_AMOUNT_COLUMN`) in the unit of
+    /// `RECONCILER_AMOUNT_UNIT`; `None` when not configured or NULL.
+    pub amount: Option<LocalAmount>,
+    /// The currency column (`RECONCILER_CURRENCY_COLUMN`); `None` when not
+    /// configured or NULL.
+    pub currency: Option<String>,
+    /// Another row holds the same `stripe_payment_intent_id` (found with an
+    /// index lookup per row, never a table scan: `migrate` makes sure an index
+    /// on the column exists).
+    pub shares_payment_intent: bool,
+}
+
+/// A row as the database returns it, before the mapping into canonical terms.
+#[derive(sqlx::FromRow)]
+struct RawRow {
+    id: i64,
+    stripe_payment_intent_id: Option<String>,
+    status: Option<String>,
+    version: i64,
+    updated_at: DateTime<Utc>,
+    created_at: DateTime<Utc>,
+    recently_changed: bool,
+    /// Minor units (`RECONCILER_AMOUNT_UNIT=minor`).
+    amount: Option<i64>,
+    /// The numeric's exact decimal text (`major`).
+    amount_major: Option<String>,
+    currency: Option<String>,
+    shares_payment_intent: bool,
+}
+
+impl RawRow {
+    fn map(self, statuses: &StatusMap) -> PaymentRow {
+        PaymentRow {
+            id: self.id,
+            stripe_payment_intent_id: self.stripe_payment_intent_id,
+            status: statuses.local(self.status.as_deref().unwrap_or("")),
+            version: self.version,
+            updated_at: self.updated_at,
+            created_at: self.created_at,
+            recently_changed: self.recently_changed,
+            amount: self
+                .amount
+                .map(LocalAmount::Minor)
+                .or(self.amount_major.map(LocalAmount::Major)),
+            currency: self.currency,
+            shares_payment_intent: self.shares_payment_intent,
+        }
+    }
+}
+
+/// How a batch reads `payments`: the optional columns beside the seed's
+/// (validated at start, [`check_columns`]), the amount's unit and the
+/// status words.
+#[derive(Debug, Clone, Copy)]
+pub struct MoneyColumns<'a> {
+    /// `RECONCILER_AMOUNT_COLUMN`.
+    pub amount: Option<&'a ColumnName>,
+    /// `RECONCILER_CURRENCY_COLUMN`.
+    pub currency: Option<&'a ColumnName>,
+    /// `RECONCILER_AMOUNT_UNIT`.
+    pub unit: AmountUnit,
+    /// `RECONCILER_LOCAL_STATUSES`.
+    pub statuses: &'a StatusMap,
+}
+
+impl<'a> MoneyColumns<'a> {
+    /// The columns, unit and words of `settings`.
+    pub fn of(settings: &'a JobSettings) -> Self {
+        MoneyColumns {
+            amount: settings.amount_column.as_ref(),
+            currency: settings.currency_column.as_ref(),
+            unit: settings.amount_unit,
+            statuses: &settings.statuses,
+        }
+    }
+
+    fn map(&self, rows: Vec<RawRow>) -> Vec<PaymentRow> {
+        rows.into_iter().map(|r| r.map(self.statuses)).collect()
+    }
+}
+
+impl MoneyColumns<'_> {
+    /// The batch query (`$1` after id, `$2` grace seconds, `$3` limit) or,
+    /// with `behind`, the query of rows behind the cursor never confirmed
+    /// (`$4` job, `$5` ids left out, `$6` late-commit id window). Column names enter the SQL only as validated,
+    /// double-quoted identifiers ([`ColumnName::quoted`]).
+    fn batch_sql(&self, behind: bool) -> String {
+        format!(
+            "SELECT {}
+               FROM payments p
+              WHERE {where_clause}
+              ORDER BY p.id
+              LIMIT $3",
+            self.row_columns(),
+            where_clause = if behind { BEHIND_CURSOR } else { "p.id > $1" }
+        )
+    }
+
+    /// The columns of a [`RawRow`] of `payments p` (`$2` grace seconds):
+    /// the seed's, the grace flag, the money columns (NULL when not
+    /// configured; a major amount as the numeric's exact text, never a
+    /// float) and the shared-PaymentIntent flag (an index probe).
+    fn row_columns(&self) -> String {
+        let column = |c: Option<&ColumnName>| {
+            c.map_or_else(|| "NULL".to_owned(), |c| format!("p.{}", c.quoted()))
+        };
+        let (minor, major) = match self.unit {
+            AmountUnit::Minor => (column(self.amount), "NULL".to_owned()),
+            AmountUnit::Major => ("NULL".to_owned(), column(self.amount)),
+        };
+        format!(
+            "p.id, p.stripe_payment_intent_id, p.status, p.version, p.updated_at, p.created_at,
+             p.updated_at > now() - make_interval(secs => $2) AS recently_changed,
+             ({minor})::bigint AS amount, ({major})::text AS amount_major,
+             ({})::text AS currency,
+             EXISTS (SELECT 1 FROM payments q
+                      WHERE q.stripe_payment_intent_id = p.stripe_payment_intent_id
+                        AND q.id <> p.id) AS shares_payment_intent",
+            column(self.currency)
+        )
+    }
+}
+
+/// Rows behind the cursor (`id <= $1`) never confirmed with Stripe, out of
+/// the grace window, and not already counted UNVERIFIABLE in this cycle (a
+/// row that keeps failing waits for the next cycle, governed by
+/// `persistently_unverifiable`, instead of being retried every batch). Two
+/// sources, both bounded: rows seen but never confirmed (one range lookup on
+/// the partial index `reconciliation_payment_state_unconfirmed`), and rows
+/// never seen at all with ids above `$6`, a window below the highest seen id (late
+/// commits near the head of the table: an anti-join on primary keys over a
+/// bounded id range).
+const BEHIND_CURSOR: &str = "p.id <= $1
+                AND p.id IN (SELECT s.payment_id FROM reconciliation_payment_state s
+                              WHERE s.last_reconciled_at IS NULL AND s.payment_id <= $1
+                             UNION ALL
+                             SELECT q.id FROM payments q
+                              WHERE q.id <= $1
+                                AND q.id > $6
+                                AND NOT EXISTS (SELECT 1 FROM reconciliation_payment_state s
+                                                 WHERE s.payment_id = q.id))
+                AND p.updated_at <= now() - make_interval(secs => $2)
+                AND NOT EXISTS (SELECT 1 FROM reconciliation_unverifiable u
+                                  JOIN reconciliation_cursor c ON c.job = u.job
+                                 WHERE u.job = $4 AND u.payment_id = p.id
+                                   AND u.last_cycle = c.cycle_started_at)
+                AND NOT (p.id = ANY($5))";

@@ -1,0 +1,151 @@
+//! Reads of `payments`: the batch by id cursor, the rows behind the cursor
+//! never confirmed, and the rows of PaymentIntents the events feed names.
+
+use super::*;
+
+/// How many ids below the highest seen id [`read_behind_cursor`] looks for
+/// rows never seen, per row it may return: with a tenth of a batch behind the
+/// cursor, ten batches' worth of ids. A transaction that commits later than
+/// that after taking its id is read by the next cycle's cursor.
+const LATE_COMMIT_IDS_PER_ROW: i64 = 100;
+
+/// Reads up to `limit` rows with `id > after_id` in id order, flagging those
+/// updated less than `grace` ago and those sharing their PaymentIntent id,
+/// with the configured money columns.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn read_batch(
+    conn: &mut PgConnection,
+    after_id: i64,
+    limit: u32,
+    grace: Duration,
+    columns: MoneyColumns<'_>,
+) -> Result<Vec<PaymentRow>, StoreError> {
+    let rows: Vec<RawRow> = crate::store::query_as(&columns.batch_sql(false))
+        .bind(after_id)
+        .bind(grace.as_secs_f64())
+        .bind(i64::from(limit))
+        .fetch_all(conn)
+        .await
+        .context("reading the batch")?;
+    Ok(columns.map(rows))
+}
+
+/// Reads up to `limit` rows behind the cursor (`id <= cursor`) that were
+/// never confirmed with Stripe: committed after the cursor passed their id
+/// (sequence order is not commit order; found within
+/// `limit` × [`LATE_COMMIT_IDS_PER_ROW`] ids of the highest seen id), or in
+/// the grace window or UNVERIFIABLE when it passed. Rows counted UNVERIFIABLE in `job`'s current cycle are left out,
+/// and so are the ids of `excluded` (the rows of a batch still being read or
+/// committed, whose cursor move is not yet visible).
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn read_behind_cursor(
+    conn: &mut PgConnection,
+    job: &str,
+    cursor: i64,
+    limit: u32,
+    grace: Duration,
+    columns: MoneyColumns<'_>,
+    excluded: &[i64],
+) -> Result<Vec<PaymentRow>, StoreError> {
+    let window_from = crate::store::payment_state::highest_seen(&mut *conn).await?
+        - i64::from(limit) * LATE_COMMIT_IDS_PER_ROW;
+    let rows: Vec<RawRow> = crate::store::query_as(&columns.batch_sql(true))
+        .bind(cursor)
+        .bind(grace.as_secs_f64())
+        .bind(i64::from(limit))
+        .bind(job)
+        .bind(excluded)
+        .bind(window_from)
+        .fetch_all(conn)
+        .await
+        .context("reading rows behind the cursor")?;
+    Ok(columns.map(rows))
+}
+
+/// A PaymentIntent id this job once verified with Stripe (its state row has
+/// an observed status), used to tell a wrong key from genuinely missing
+/// PaymentIntents. `None` on a new install.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn a_verified_payment_intent(pool: &sqlx::PgPool) -> Result<Option<String>, StoreError> {
+    crate::store::query_scalar(
+        "SELECT p.stripe_payment_intent_id FROM reconciliation_payment_state s
+           JOIN payments p ON p.id = s.payment_id
+          WHERE s.observed_external_status IS NOT NULL LIMIT 1",
+    )
+    .fetch_optional(pool)
+    .await
+    .context("looking up a verified PaymentIntent")
+}
+
+/// A row the events feed found by its PaymentIntent id, with what the job
+/// last confirmed about it.
+#[derive(Debug, Clone)]
+pub struct PaymentByIntent {
+    /// The row as a batch reads it.
+    pub row: PaymentRow,
+    /// When Stripe last confirmed this row (a retrieve by the scan or the
+    /// events job); `None`: never.
+    pub last_reconciled_at: Option<DateTime<Utc>>,
+    /// The status Stripe gave then.
+    pub observed_external_status: Option<String>,
+}
+
+#[derive(sqlx::FromRow)]
+struct RawByIntent {
+    #[sqlx(flatten)]
+    row: RawRow,
+    last_reconciled_at: Option<DateTime<Utc>>,
+    observed_external_status: Option<String>,
+}
+
+impl MoneyColumns<'_> {
+    /// The lookup of rows by PaymentIntent id (`$1` ids, `$2` grace seconds):
+    /// one index probe per id on `payments (stripe_payment_intent_id)`, and
+    /// one primary-key probe for the row's state.
+    fn by_intent_sql(&self) -> String {
+        format!(
+            "SELECT {}, s.last_reconciled_at, s.observed_external_status
+               FROM payments p
+               LEFT JOIN reconciliation_payment_state s ON s.payment_id = p.id
+              WHERE p.stripe_payment_intent_id = ANY($1)
+              ORDER BY p.id",
+            self.row_columns()
+        )
+    }
+}
+
+/// The rows holding any of these PaymentIntent ids (several per id when the
+/// id is shared), in id order, flagged like a batch's rows.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn by_payment_intents(
+    conn: &mut PgConnection,
+    intents: &[&str],
+    grace: Duration,
+    columns: MoneyColumns<'_>,
+) -> Result<Vec<PaymentByIntent>, StoreError> {
+    if intents.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<RawByIntent> = crate::store::query_as(&columns.by_intent_sql())
+        .bind(intents)
+        .bind(grace.as_secs_f64())
+        .fetch_all(conn)
+        .await
+        .context("looking up payments by PaymentIntent id")?;
+    Ok(rows
+        .into_iter()
+        .map(|r| PaymentByIntent {
+            row: r.row.map(columns.statuses),
+            last_reconciled_at: r.last_reconciled_at,
+            observed_external_status: r.observed_external_status,
+        })
+        .collect())
+}
