@@ -108,8 +108,13 @@ fn money_check(local: &LocalPayment, pi: &PaymentIntentFacts) -> Money {
     if pi.status == ExternalStatus::Succeeded {
         let refunded_locally = local.status == LocalStatus::Refunded;
         match charge_check(pi) {
-            // The refund Stripe shows is the one the row records.
-            Money::Finding(d) if refunded_locally && d.kind == Some(FindingKind::Refunded) => {}
+            // The refund Stripe shows is the one the row records; a dispute
+            // it cannot rule out still leaves the money unproven.
+            Money::Finding(d) if refunded_locally && d.kind == Some(FindingKind::Refunded) => {
+                if matches!(&pi.charge, ChargeFacts::Known(c) if c.disputed.is_none()) {
+                    unproven = Some("the latest charge lacks disputed: disputes cannot be checked");
+                }
+            }
             finding @ Money::Finding(_) => return finding,
             Money::Unproven(reason) => unproven = Some(reason),
             Money::Kept if refunded_locally => return Money::Finding(refund_not_shown(pi)),
@@ -1140,6 +1145,33 @@ mod tests {
                     charge: ChargeFacts::NotExpanded,
                     ..pi("succeeded")
                 },
+                Verdict::Unverifiable,
+                None,
+            ),
+            row(
+                "a refund Stripe proves without `disputed`: no dispute can be ruled out",
+                refunded(),
+                charged(
+                    pi("succeeded"),
+                    Charge {
+                        disputed: None,
+                        ..charge(1099, 1099, true, false)
+                    },
+                ),
+                Verdict::Unverifiable,
+                None,
+            ),
+            row(
+                "a charge without amount_refunded cannot prove the local refund either way",
+                refunded(),
+                charged(
+                    pi("succeeded"),
+                    Charge {
+                        amount_refunded: None,
+                        refunded: None,
+                        ..charge(1099, 0, false, false)
+                    },
+                ),
                 Verdict::Unverifiable,
                 None,
             ),
