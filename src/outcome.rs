@@ -41,7 +41,7 @@ impl RunOutcome {
     ];
 
     /// The label as stored, pushed and printed.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             RunOutcome::Completed => "completed",
             RunOutcome::ConcurrentRun => "concurrent_run",

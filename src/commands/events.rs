@@ -1,14 +1,13 @@
 //! `stripe-reconciler events`
 
 use std::num::NonZeroU32;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use sqlx::PgPool;
 
 use super::CommandError;
 use crate::config::{LogFormat, Settings};
 use crate::events::{run_events, EventsSummary};
-use crate::metrics::{EventsMetrics, EventsState, PushMethod};
+use crate::metrics::{EventsMetrics, EventsState};
 use crate::outcome::RunOutcome;
 use crate::store::{events_position, Context};
 use crate::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
@@ -96,9 +95,7 @@ async fn publish(
     let Some(base) = settings.pushgateway_url.clone() else {
         return;
     };
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
+    let now = super::unix_now();
     let mut metrics = match EventsMetrics::new() {
         Ok(m) => m,
         Err(e) => {
@@ -106,20 +103,12 @@ async fn publish(
             return;
         }
     };
-    let (extra, method): (&[(&str, &str)], PushMethod) =
-        if summary.outcome == RunOutcome::ConcurrentRun {
-            metrics.observe_concurrent_run(now);
-            (
-                &[("outcome", RunOutcome::ConcurrentRun.as_str())],
-                PushMethod::Replace,
-            )
-        } else {
-            metrics.observe_events(summary, &gateway.request_counts(), state, now);
-            match state {
-                Some(_) => (&[], PushMethod::Replace),
-                None => (&[], PushMethod::Merge),
-            }
-        };
+    let (extra, method) = super::push_plan(summary.outcome, state.is_some());
+    if summary.outcome == RunOutcome::ConcurrentRun {
+        metrics.observe_concurrent_run(now);
+    } else {
+        metrics.observe_events(summary, &gateway.request_counts(), state, now);
+    }
     super::push_or_log(base, metrics.figures(), &summary.job, extra, method).await;
 }
 

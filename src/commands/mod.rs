@@ -14,7 +14,7 @@ use crate::db::DbError;
 use crate::events::EventsError;
 use crate::exit;
 use crate::metrics;
-use crate::outcome::RunError;
+use crate::outcome::{RunError, RunOutcome};
 use crate::store::StoreError;
 use crate::stripe::BuildError;
 use url::Url;
@@ -83,6 +83,32 @@ async fn connect(
         })
     })?;
     Ok((pool, conn))
+}
+
+/// How a run's figures are pushed, decided the same way for the scan and the
+/// events job: a run that lost the lease to another run replaces its group
+/// with only the concurrent-run mark (labelled `outcome="concurrent_run"`);
+/// otherwise PUT replaces the whole group when the database's state was read
+/// (`has_state`), and POST merges only the run's own figures when it was not
+/// (the database is down), so the last known lag, findings and last success
+/// stay in place and keep their alerts firing.
+fn push_plan(
+    outcome: RunOutcome,
+    has_state: bool,
+) -> (&'static [(&'static str, &'static str)], metrics::PushMethod) {
+    const CONCURRENT: [(&str, &str); 1] = [("outcome", RunOutcome::ConcurrentRun.as_str())];
+    match (outcome, has_state) {
+        (RunOutcome::ConcurrentRun, _) => (&CONCURRENT, metrics::PushMethod::Replace),
+        (_, true) => (&[], metrics::PushMethod::Replace),
+        (_, false) => (&[], metrics::PushMethod::Merge),
+    }
+}
+
+/// Now as Unix seconds (the push's timestamps); 0 for a clock before 1970.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Encodes `figures` and pushes them to the Pushgateway at `base` under

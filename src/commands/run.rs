@@ -1,13 +1,13 @@
 //! `stripe-reconciler run [--dry-run]`
 
 use std::num::NonZeroU32;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 
 use super::CommandError;
 use crate::config::{ConfigError, LogFormat, OutboxSettings, Settings};
-use crate::metrics::{PushMethod, ScanMetrics};
+use crate::metrics::ScanMetrics;
 use crate::outcome::RunOutcome;
 use crate::reconcile::Verdict;
 use crate::scan::{self, RunOptions, RunSummary};
@@ -173,9 +173,7 @@ async fn publish(settings: &Settings, summary: &RunSummary, state: Option<&Statu
         tracing::info!("dry run: metrics not pushed");
         return;
     }
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
+    let now = super::unix_now();
     let mut metrics = match ScanMetrics::new() {
         Ok(m) => m,
         Err(e) => {
@@ -183,27 +181,15 @@ async fn publish(settings: &Settings, summary: &RunSummary, state: Option<&Statu
             return;
         }
     };
-    // PUT replaces the whole group; POST only the metrics it carries. Without
-    // the database's state (it is down) the run's own figures are POSTed, so
-    // the last known lag, findings and last success stay in place and keep
-    // their alerts firing.
-    let (extra, method): (&[(&str, &str)], PushMethod) =
-        if summary.outcome == RunOutcome::ConcurrentRun {
-            metrics.observe_concurrent_run(now);
-            (
-                &[("outcome", RunOutcome::ConcurrentRun.as_str())],
-                PushMethod::Replace,
-            )
-        } else {
-            metrics.observe_run(summary, now);
-            match state {
-                Some(s) => {
-                    metrics.observe_status(s);
-                    (&[], PushMethod::Replace)
-                }
-                None => (&[], PushMethod::Merge),
-            }
-        };
+    let (extra, method) = super::push_plan(summary.outcome, state.is_some());
+    if summary.outcome == RunOutcome::ConcurrentRun {
+        metrics.observe_concurrent_run(now);
+    } else {
+        metrics.observe_run(summary, now);
+        if let Some(s) = state {
+            metrics.observe_status(s);
+        }
+    }
     super::push_or_log(base, metrics.figures(), &settings.job.job, extra, method).await;
 }
 
