@@ -1,4 +1,4 @@
-//! `reconciliation_events_retry` (migration 0011): the PaymentIntents the
+//! `reconciliation_events_retry` (migration 0012): the PaymentIntents the
 //! events feed could not decide yet, each with the newest event that named
 //! it, read again by the next runs while that event is younger than the hold
 //! limit. The feed's position never waits for them.
