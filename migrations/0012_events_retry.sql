@@ -16,6 +16,9 @@ CREATE TABLE IF NOT EXISTS reconciliation_events_retry (
     -- `<RECONCILER_JOB>-events`, as in reconciliation_events_position.
     job                      text        NOT NULL,
     stripe_payment_intent_id text        NOT NULL,
+    -- The connected account whose feed named it (Connect, issue 24); NULL:
+    -- the platform's own feed. Its orphan read carries `Stripe-Account`.
+    stripe_account_id        text,
     -- The newest event that named the PaymentIntent: what the plan needs to
     -- decide it again (its object follows from the type).
     event_id                 text        NOT NULL,
