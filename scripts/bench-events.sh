@@ -52,7 +52,7 @@ if [ "$mode" = drain ]; then
         # A run that printed no summary (a crash, a full disk) is a failed
         # benchmark, never "drained": jq reads an empty file as no input.
         [ -s ".demo/bench-drain-$runs.json" ] || { tail -n 20 ".demo/bench-drain-$runs.log" >&2; die "run $runs printed no summary"; }
-        jq -c --argjson run "$runs" '{run: $run, outcome, pages, slices, events_read, payment_intents_retrieved, findings_created, truncated, deadline_reached, covered_until, duration_seconds}' ".demo/bench-drain-$runs.json"
+        jq -c --argjson run "$runs" '{run: $run, outcome, pages, slices, events_read, payment_intents_retrieved, retries_read, payment_intents_held, retries_expired, findings_created, truncated, deadline_reached, covered_until, duration_seconds}' ".demo/bench-drain-$runs.json"
         if jq -e '.outcome == "completed" and (.truncated | not) and (.deadline_reached | not)' ".demo/bench-drain-$runs.json" >/dev/null; then break; fi
         [ "$runs" -lt 100 ] || { echo "not drained after 100 runs" >&2; exit 1; }
     done

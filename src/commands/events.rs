@@ -9,7 +9,7 @@ use crate::config::{LogFormat, Settings};
 use crate::events::{run_events, EventsSummary};
 use crate::metrics::{EventsMetrics, EventsState};
 use crate::outcome::RunOutcome;
-use crate::store::{events_position, Context};
+use crate::store::{events_position, events_retry, Context, StoreError};
 use crate::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
 use crate::terminal::escape;
 use crate::{db, shutdown};
@@ -57,6 +57,9 @@ pub(super) async fn events(settings: &Settings) -> Result<(), CommandError> {
         findings_created = summary.findings_created,
         missing_locally = summary.missing_locally_created,
         commands_enqueued = summary.commands_enqueued,
+        retries_read = summary.retries_read,
+        held = summary.payment_intents_held,
+        retries_expired = summary.retries_expired,
         duration_seconds = summary.duration_seconds,
         "events run summary"
     );
@@ -70,12 +73,15 @@ pub(super) async fn events(settings: &Settings) -> Result<(), CommandError> {
 async fn read_state(pool: &PgPool, job: &str) -> Option<EventsState> {
     let read = async {
         let mut conn = pool.acquire().await.context("connecting")?;
-        events_position::read(&mut conn, job).await
+        let position = events_position::read(&mut conn, job).await?;
+        let (held, _) = events_retry::pending(&mut conn, job).await?;
+        Ok::<_, StoreError>((position, held))
     };
     match tokio::time::timeout(std::time::Duration::from_secs(10), read).await {
-        Ok(Ok(p)) => Some(EventsState {
+        Ok(Ok((p, held))) => Some(EventsState {
             covered_until: p.as_ref().and_then(|p| p.covered_until),
             last_success: p.as_ref().and_then(|p| p.last_success_at),
+            held,
         }),
         Ok(Err(e)) => {
             tracing::error!(error = %e, "cannot read the events position for the metrics");
@@ -147,6 +153,10 @@ fn print_summary(s: &EventsSummary, format: LogFormat) {
             );
             println!("  commands enqueued    {}", s.commands_enqueued);
             println!("  findings cleared     {}", s.findings_cleared);
+            println!(
+                "  held for a retry     {} (read again first: {}; left to the scan: {})",
+                s.payment_intents_held, s.retries_read, s.retries_expired
+            );
             if let Some(g) = s.gap_seconds {
                 println!("  GAP                  {g:.0} s of events no longer kept by Stripe");
             }

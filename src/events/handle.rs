@@ -1,8 +1,10 @@
 //! One slice of an events run: look up the rows of the PaymentIntents its
 //! events name, re-read what the plan says, then record the findings and
-//! commands and move the position to the slice's end in one transaction. A
-//! slice abandoned before that transaction (shutdown, an error) writes
-//! nothing; the next run reads it again.
+//! commands, hold the PaymentIntents it could not decide for another read
+//! (`reconciliation_events_retry`) and move the position to the slice's end,
+//! in one transaction. A slice abandoned before that transaction (shutdown,
+//! an error) writes nothing; the next run reads it again. The retries of
+//! earlier runs are worked the same way, first, without moving the position.
 
 use std::collections::{HashMap, HashSet};
 
@@ -12,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::feed::SliceEvents;
 use super::orphans::{self, OrphanRead};
-use super::plan::{self, hold_back, PlanRules, RowAction};
+use super::plan::{self, young, PlanRules, RowAction};
 use super::run::{EventsSummary, HOLD_BEYOND_GRACE};
 use super::slices::Slice;
 use super::EventsError;
@@ -23,6 +25,7 @@ use crate::read::{observe_all, stripe_reachable, Observation};
 use crate::reconcile::{FindingKind, Verdict};
 use crate::record::record_observations;
 use crate::store::events_position::{self, Advance};
+use crate::store::events_retry::{self, Held, HoldReason};
 use crate::store::payments::{self, MoneyColumns, PaymentRow};
 use crate::store::{findings, Context};
 use crate::stripe::{PaymentIntentEvent, PaymentIntentId, StripeGateway};
@@ -34,13 +37,74 @@ pub struct Progress {
     /// event about one of them needs no second read (the read came after
     /// every event of the window).
     handled: HashSet<String>,
-    /// The oldest event of this run to read again next run: the position
-    /// never moves past it, whatever later slices commit.
-    hold: Option<DateTime<Utc>>,
 }
 
-/// Handles one slice read whole and commits it with the position it reached
-/// (`covered_until` = the slice's end, or the oldest event held back).
+/// What a batch of events is, and what committing it does to the position.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    /// A slice of the feed: the position moves to its end.
+    Slice(Slice),
+    /// PaymentIntents held by earlier runs: the position stays.
+    Retry,
+}
+
+/// The most PaymentIntents held by earlier runs read again per run, before
+/// the feed (about one slice's worth).
+pub const RETRIES_PER_RUN: usize = 500;
+
+/// Reads again the PaymentIntents earlier runs could not decide (oldest
+/// event first, at most [`RETRIES_PER_RUN`]), after dropping those whose
+/// event is older than the hold limit (the scan covers their rows; each is
+/// logged). Committed like a slice, without moving the position.
+///
+/// # Errors
+/// As [`slice`].
+#[tracing::instrument(name = "events.retries", skip_all)]
+pub async fn retries(
+    pool: &PgPool,
+    gateway: &StripeGateway,
+    settings: &JobSettings,
+    lease: &Lease,
+    shutdown: &CancellationToken,
+    progress: &mut Progress,
+    summary: &mut EventsSummary,
+) -> Result<(), EventsError> {
+    let job = summary.job.clone();
+    let events = {
+        let mut conn = pool.acquire().await.context("connecting")?;
+        let expired =
+            events_retry::expire(&mut conn, &job, settings.grace + HOLD_BEYOND_GRACE).await?;
+        for (pi, reason, attempts) in &expired {
+            tracing::warn!(payment_intent = %pi, reason = %reason, attempts, "an event still undecided after grace + 1 h: no more events reads for this PaymentIntent; the scan covers its row");
+        }
+        summary.retries_expired += expired.len() as u64;
+        events_retry::due(&mut conn, &job, RETRIES_PER_RUN).await?
+    };
+    if events.is_empty() {
+        return Ok(());
+    }
+    let read = SliceEvents {
+        events,
+        skipped: 0,
+        without_payment_intent: 0,
+    };
+    work(
+        pool,
+        gateway,
+        settings,
+        lease,
+        shutdown,
+        Source::Retry,
+        read,
+        progress,
+        summary,
+    )
+    .await
+}
+
+/// Handles one slice read whole and commits it with the position at the
+/// slice's end; its PaymentIntents that could not be decided are held for
+/// the next runs.
 ///
 /// # Errors
 /// [`RunError::Interrupted`] on shutdown before the commit (nothing of the
@@ -54,6 +118,32 @@ pub async fn slice(
     lease: &Lease,
     shutdown: &CancellationToken,
     slice: Slice,
+    read: SliceEvents,
+    progress: &mut Progress,
+    summary: &mut EventsSummary,
+) -> Result<(), EventsError> {
+    work(
+        pool,
+        gateway,
+        settings,
+        lease,
+        shutdown,
+        Source::Slice(slice),
+        read,
+        progress,
+        summary,
+    )
+    .await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn work(
+    pool: &PgPool,
+    gateway: &StripeGateway,
+    settings: &JobSettings,
+    lease: &Lease,
+    shutdown: &CancellationToken,
+    source: Source,
     read: SliceEvents,
     progress: &mut Progress,
     summary: &mut EventsSummary,
@@ -115,8 +205,12 @@ pub async fn slice(
         return Err(RunError::Interrupted.into());
     }
 
-    // 3. Record and move the position to the slice's end, in one transaction.
-    let newest = read.events.first().map(|e| (e.id.as_str(), e.created));
+    // 3. Record, hold what could not be decided, and move the position to
+    //    the slice's end, in one transaction.
+    let newest = match source {
+        Source::Slice(_) => read.events.first().map(|e| (e.id.as_str(), e.created)),
+        Source::Retry => None,
+    };
     let mut tx = crate::store::begin(pool)
         .await
         .context("opening the write transaction")?;
@@ -129,14 +223,34 @@ pub async fn slice(
     )
     .await?;
     // After recording: a row demoted there (it changed while Stripe was
-    // asked) holds the position like one Stripe did not answer for.
-    let mut hold = match (progress.hold, plan.hold) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    hold_unanswered(&mut hold, &rules, &named, &orphan_reads, &observations);
-    let covered_until = hold.map_or(slice.end(), |h| h.min(slice.end()));
+    // asked) is held like one Stripe did not answer for.
+    let mut held = plan.held.clone();
+    hold_unanswered(&mut held, &rules, &named, &orphan_reads, &observations);
+    let by_intent: HashMap<&str, &PaymentIntentEvent> = named
+        .iter()
+        .map(|e| (e.payment_intent.as_str(), *e))
+        .collect();
+    let to_hold: Vec<Held<'_>> = held
+        .iter()
+        .filter_map(|(pi, reason)| {
+            by_intent.get(pi.as_str()).map(|event| Held {
+                event,
+                reason: *reason,
+            })
+        })
+        .collect();
+    let settled: Vec<&str> = ids
+        .iter()
+        .copied()
+        .filter(|pi| !held.iter().any(|(h, _)| h == pi))
+        .collect();
+    events_retry::hold(&mut tx, &job, &to_hold).await?;
+    events_retry::settle(&mut tx, &job, &settled).await?;
     let orphans = orphans::record(&mut tx, &plan.with_rows, &orphan_reads).await?;
+    let covered_until = match source {
+        Source::Slice(slice) => Some(slice.end()),
+        Source::Retry => None,
+    };
     let to = Advance {
         covered_until,
         newest_event: newest,
@@ -148,12 +262,17 @@ pub async fn slice(
     tx.commit().await.context("committing the slice")?;
 
     // 4. What the run did, counted once the slice is committed.
-    progress.hold = hold;
     progress
         .handled
         .extend(ids.iter().map(|pi| (*pi).to_owned()));
-    summary.slices += 1;
-    summary.events_read += read.events.len() as u64;
+    match source {
+        Source::Slice(_) => {
+            summary.slices += 1;
+            summary.events_read += read.events.len() as u64;
+        }
+        Source::Retry => summary.retries_read += named.len() as u64,
+    }
+    summary.payment_intents_held += to_hold.len() as u64;
     summary.events_skipped += read.skipped as u64;
     summary.events_without_payment_intent += read.without_payment_intent as u64;
     summary.payment_intents += named.len() as u64;
@@ -173,7 +292,9 @@ pub async fn slice(
     summary.commands_enqueued += report.commands_enqueued;
     summary.writes_refused += report.writes_refused;
     summary.findings_cleared += report.findings_cleared + orphans.cleared;
-    summary.covered_until = Some(covered_until);
+    if covered_until.is_some() {
+        summary.covered_until = covered_until;
+    }
     Ok(())
 }
 
@@ -194,14 +315,14 @@ async fn read_all(
     Ok((observed?, orphans?))
 }
 
-/// Events whose PaymentIntent was not settled by this run are read again by
-/// the next one (within the hold limit, `hold_back`: grace plus about an
-/// hour, so a PaymentIntent that always fails cannot stall the feed; after
-/// that the scan covers its row): PaymentIntents without a row that Stripe
-/// did not answer for, and rows Stripe did not answer for (or whose money it
-/// could not prove) or that changed while it was asked.
+/// PaymentIntents not settled by this read are held for the next runs
+/// (while their event is younger than the hold limit, [`young`]: grace plus
+/// about an hour, so a PaymentIntent that always fails cannot be read again
+/// for ever; after that the scan covers its row): PaymentIntents without a
+/// row that Stripe did not answer for, and rows Stripe did not answer for (or
+/// whose money it could not prove) or that changed while it was asked.
 fn hold_unanswered(
-    hold: &mut Option<DateTime<Utc>>,
+    held: &mut Vec<(String, HoldReason)>,
     rules: &PlanRules,
     named: &[&PaymentIntentEvent],
     orphans: &[OrphanRead],
@@ -211,17 +332,25 @@ fn hold_unanswered(
         .iter()
         .map(|e| (e.payment_intent.as_str(), e.created))
         .collect();
-    let unsettled_orphans = orphans
+    let unanswered_orphans = orphans
         .iter()
         .filter(|o| o.unverifiable())
-        .map(|o| o.payment_intent.as_str());
+        .map(|o| (o.payment_intent.as_str(), HoldReason::StripeUnanswered));
     let unsettled_rows = rows
         .iter()
         .filter(|o| o.asked_stripe && o.observed.is_none() && o.decision.kind.is_none())
-        .filter_map(|o| o.payment_intent.as_deref());
-    for pi in unsettled_orphans.chain(unsettled_rows) {
-        if let Some(c) = created.get(pi) {
-            hold_back(hold, rules, *c);
+        .filter_map(|o| {
+            let reason = if o.decision.verdict == Verdict::InFlight {
+                HoldReason::ChangedWhileAsked
+            } else {
+                HoldReason::StripeUnanswered
+            };
+            o.payment_intent.as_deref().map(|pi| (pi, reason))
+        });
+    for (pi, reason) in unanswered_orphans.chain(unsettled_rows) {
+        let is_young = created.get(pi).is_some_and(|c| young(rules, *c));
+        if is_young && !held.iter().any(|(h, _)| h == pi) {
+            held.push((pi.to_owned(), reason));
         }
     }
 }

@@ -20,6 +20,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::reconcile::ExternalStatus;
+use crate::store::events_retry::HoldReason;
 use crate::store::payments::PaymentByIntent;
 use crate::stripe::{EventObject, PaymentIntentEvent, PaymentIntentId};
 
@@ -63,9 +64,10 @@ pub struct PlanRules {
     /// (the application is on them), and a succeeded PaymentIntent this young
     /// without a row may still get one.
     pub grace: Duration,
-    /// Events younger than this that could not be decided (row in the grace
-    /// window, no row yet, Stripe did not answer) hold the position back, so
-    /// the next run reads them again; older ones are left to the scan.
+    /// The PaymentIntent of an event younger than this that could not be
+    /// decided (row in the grace window, no row yet, Stripe did not answer)
+    /// waits in `reconciliation_events_retry` for the next runs; an older
+    /// one is left to the scan.
     pub hold_limit: Duration,
     /// `RECONCILER_ORPHAN_METADATA_KEY`.
     pub orphan_metadata_key: Option<String>,
@@ -99,8 +101,8 @@ pub struct Plan {
     /// PaymentIntents that have at least one row (their findings without a
     /// payment, if any, are stale).
     pub with_rows: Vec<String>,
-    /// The oldest event to read again next run, if any.
-    pub hold: Option<DateTime<Utc>>,
+    /// PaymentIntents to read again next run, and why (each at most once).
+    pub held: Vec<(String, HoldReason)>,
 }
 
 impl Plan {
@@ -109,22 +111,23 @@ impl Plan {
         self.rows.iter().filter(|(_, a)| *a == action).count()
     }
 
-    fn hold_back(&mut self, rules: &PlanRules, created: DateTime<Utc>) {
-        hold_back(&mut self.hold, rules, created);
+    fn hold(&mut self, rules: &PlanRules, event: &PaymentIntentEvent, reason: HoldReason) {
+        let pi = event.payment_intent.as_str();
+        if young(rules, event.created) && !self.held.iter().any(|(p, _)| p == pi) {
+            self.held.push((pi.to_owned(), reason));
+        }
     }
 }
 
-/// Lowers `hold` to `created` when the event is younger than the hold limit.
-pub fn hold_back(hold: &mut Option<DateTime<Utc>>, rules: &PlanRules, created: DateTime<Utc>) {
-    let young = rules
+/// Whether an event created at `created` is younger than the hold limit:
+/// only then is its PaymentIntent held for another read.
+pub fn young(rules: &PlanRules, created: DateTime<Utc>) -> bool {
+    rules
         .now
         .signed_duration_since(created)
         .to_std()
         .unwrap_or_default()
-        < rules.hold_limit;
-    if young && hold.map_or(true, |h| created < h) {
-        *hold = Some(created);
-    }
+        < rules.hold_limit
 }
 
 /// A row is confirmed for a PaymentIntent event when Stripe was asked about
@@ -170,7 +173,7 @@ pub fn plan(
             for &i in indexes {
                 let row = &rows[i];
                 let action = if row.row.recently_changed {
-                    plan.hold_back(rules, event.created);
+                    plan.hold(rules, event, HoldReason::InGrace);
                     RowAction::InGrace
                 } else if confirmed_after(row, event) {
                     RowAction::Confirmed
@@ -199,7 +202,7 @@ pub fn plan(
             < rules.grace
         {
             // The application may not have committed its row yet.
-            plan.hold_back(rules, event.created);
+            plan.hold(rules, event, HoldReason::NoRowYet);
         } else {
             plan.orphan_reads.push(event.payment_intent.clone());
         }
@@ -315,10 +318,20 @@ mod tests {
         use RowAction::*;
         assert_eq!(actions, [Confirmed, Retrieve, Retrieve, Retrieve, InGrace]);
         assert_eq!(
-            p.hold,
-            Some(e.created),
-            "the row in grace is read again next run"
+            p.held,
+            [("pi_A".to_owned(), HoldReason::InGrace)],
+            "the row in grace is read again next run, once"
         );
+    }
+
+    #[test]
+    fn an_undecided_event_older_than_the_hold_limit_is_left_to_the_scan() {
+        // 10_000 - 5_000 = 5_000 s old, over the 4_200 s hold limit.
+        let e = event("evt_1", "pi_A", "succeeded", 5_000);
+        let rows = [row(1, "pi_A", true, None)];
+        let p = plan(&[&e], &rows, &HashSet::new(), &rules(None));
+        assert_eq!(p.rows, [(0, RowAction::InGrace)]);
+        assert!(p.held.is_empty(), "{:?}", p.held);
     }
 
     #[test]
@@ -334,7 +347,7 @@ mod tests {
         let p = plan(&refs, &[], &open, &rules(Some("app")));
         assert_eq!(p.orphan_reads, [PaymentIntentId::parse("pi_Ok").unwrap()]);
         assert_eq!((p.not_succeeded, p.orphans_already_open), (1, 1));
-        assert_eq!(p.hold, Some(events[2].created));
+        assert_eq!(p.held, [("pi_Young".to_owned(), HoldReason::NoRowYet)]);
         let p = plan(&refs, &[], &open, &rules(Some("other_app")));
         assert_eq!((p.foreign, p.orphan_reads.len()), (3, 0));
     }

@@ -25,8 +25,9 @@ use crate::store::lease::LeaseTable;
 use crate::store::Context;
 use crate::stripe::StripeGateway;
 
-/// Events that could not be decided hold the position back at most this long
-/// beyond the grace window; older ones are left to the scan.
+/// A PaymentIntent whose event could not be decided is read again by later
+/// runs while the event is at most this much older than the grace window;
+/// after that the scan covers its row.
 pub const HOLD_BEYOND_GRACE: Duration = Duration::from_secs(3600);
 
 /// What one events run did (printed, logged and pushed).
@@ -71,6 +72,15 @@ pub struct EventsSummary {
     pub findings_cleared: u64,
     /// Rows the database refused to write (each with a `write_refused` finding).
     pub writes_refused: u64,
+    /// PaymentIntents held by earlier runs that this run read again first.
+    pub retries_read: u64,
+    /// PaymentIntents this run could not decide (row in grace, no row yet,
+    /// Stripe did not answer): held in `reconciliation_events_retry` for the
+    /// next runs; the position moved past their events anyway.
+    pub payment_intents_held: u64,
+    /// Held PaymentIntents dropped because their event is older than grace
+    /// + 1 h: the scan covers their rows.
+    pub retries_expired: u64,
     /// Seconds of events Stripe no longer keeps (position older than 30 days).
     pub gap_seconds: Option<f64>,
     /// `RECONCILER_EVENTS_MAX_PAGES` stopped the run before the end of the
@@ -153,9 +163,22 @@ async fn body(
         tracing::warn!(gap_seconds = gap, restart = %start, "the events position is older than Stripe keeps events (30 days): events in the gap were never read; restarting at the oldest available event (the scan covers those rows)");
     }
 
-    // 2. Slice by slice, oldest first, each committed with its position.
-    let mut slicer = Slicer::new(start, listed_at);
+    // 2. What earlier runs could not decide, first (their reads come after
+    //    every event listed below, so the slices skip those PaymentIntents).
     let mut progress = Progress::default();
+    handle::retries(
+        pool,
+        gateway,
+        settings,
+        lease,
+        shutdown,
+        &mut progress,
+        summary,
+    )
+    .await?;
+
+    // 3. Slice by slice, oldest first, each committed with its position.
+    let mut slicer = Slicer::new(start, listed_at);
     while let Some(slice) = slicer.next() {
         if settings
             .run_deadline

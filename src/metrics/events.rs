@@ -15,6 +15,9 @@ pub struct EventsState {
     pub covered_until: Option<DateTime<Utc>>,
     /// When an events run last committed.
     pub last_success: Option<DateTime<Utc>>,
+    /// PaymentIntents waiting in `reconciliation_events_retry` for another
+    /// read (rows).
+    pub held: i64,
 }
 
 /// The `events_*` gauges and `stripe_requests{endpoint}`.
@@ -31,6 +34,7 @@ pub(super) struct EventsGauges {
     lag: Figure,
     gap: Figure,
     truncated: Figure,
+    held: Figure,
     stripe_requests: Labelled,
 }
 
@@ -83,6 +87,10 @@ impl EventsGauges {
                 "events_truncated",
                 "1 if RECONCILER_EVENTS_MAX_PAGES stopped the last events run before the end of its window (a backlog the next runs continue, not a gap).",
             )?,
+            held: figure(
+                "events_payment_intents_held",
+                "PaymentIntents the events job could not decide yet (row in grace, no row yet, Stripe did not answer), read again by its next runs; the position does not wait for them.",
+            )?,
             stripe_requests: Labelled::register(
                 registry,
                 "stripe_requests",
@@ -112,6 +120,9 @@ impl EventsGauges {
             .set(s.missing_locally_created as f64);
         self.commands_enqueued.set(s.commands_enqueued as f64);
         self.truncated.set(f64::from(u8::from(s.truncated)));
+        if let Some(st) = state {
+            self.held.set(st.held as f64);
+        }
         self.gap.set(s.gap_seconds.unwrap_or(0.0));
         for (endpoint, n) in requests.by_endpoint() {
             self.stripe_requests.set(endpoint, n as f64);

@@ -61,8 +61,9 @@ pub async fn acquire_lease(
 /// The position a committed run moves to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Advance<'a> {
-    /// The new `covered_until`.
-    pub covered_until: DateTime<Utc>,
+    /// The new `covered_until`; `None` keeps it (a run that only read
+    /// PaymentIntents held by earlier runs again).
+    pub covered_until: Option<DateTime<Utc>>,
     /// The newest event processed by this run, if any (`id`, `created`).
     pub newest_event: Option<(&'a str, DateTime<Utc>)>,
 }
@@ -83,7 +84,7 @@ pub async fn advance(
     let (event_id, event_created) = to.newest_event.unzip();
     let done = super::query(
         "UPDATE reconciliation_events_position
-            SET covered_until = $3,
+            SET covered_until = coalesce($3, covered_until),
                 newest_event_id = coalesce($4, newest_event_id),
                 newest_event_created = coalesce($5, newest_event_created),
                 last_success_at = now(), updated_at = now(),

@@ -4,6 +4,8 @@
 //!
 //! - [`cursor`]: `reconciliation_cursor`, the scan's position and cycle.
 //! - [`events_position`]: `reconciliation_events_position`, the feed's position.
+//! - [`events_retry`]: `reconciliation_events_retry`, PaymentIntents the feed
+//!   reads again.
 //! - [`findings`]: `reconciliation_findings`, by job (scan writes, repair
 //!   guards, review queue, PaymentIntent-only findings).
 //! - [`lease`]: the run lease on either position row.
@@ -36,6 +38,7 @@
 
 pub mod cursor;
 pub mod events_position;
+pub mod events_retry;
 pub mod findings;
 pub mod lease;
 pub mod outbox;

@@ -289,6 +289,7 @@ async fn lag_seconds(pool: &PgPool, server: &MockServer, s: &EventsSummary) -> f
     let state = EventsState {
         covered_until: p.covered_until,
         last_success: p.last_success_at,
+        ..EventsState::default()
     };
     let mut metrics = EventsMetrics::new().unwrap();
     let now = Utc::now().timestamp_millis() as f64 / 1000.0;

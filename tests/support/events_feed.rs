@@ -44,6 +44,10 @@ impl Feed {
         events.push(e);
         events.sort_by_key(|e| std::cmp::Reverse(e["created"].as_i64().unwrap()));
     }
+    /// Forgets every event (as if they had slid out of the next window).
+    pub fn clear(&self) {
+        self.events.lock().unwrap().clear();
+    }
     /// Pages asked for so far.
     pub fn pages_asked(&self) -> usize {
         self.asked.lock().unwrap().len()
