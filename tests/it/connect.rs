@@ -5,6 +5,7 @@
 //! is a 404, leaves only its own rows UNVERIFIABLE; the run goes on.
 
 use crate::support::account::{insert_at, Account};
+use crate::support::pushgateway::{self, value};
 use crate::support::*;
 use serde_json::Value;
 use sqlx::PgPool;
@@ -315,7 +316,9 @@ async fn a_connected_account_whose_every_read_is_404_is_unreachable_not_exit_78(
         .await;
     }
     let stripe = connect_stripe(&platform, &[]).await;
+    let gw = pushgateway::start().await;
     let env = vec![
+        ("PUSHGATEWAY_URL", gw.url.clone()),
         ("DATABASE_URL", database_url(&pool)),
         ("STRIPE_API_KEY", API_KEY.to_owned()),
         ("STRIPE_API_BASE", stripe.uri()),
@@ -330,6 +333,16 @@ async fn a_connected_account_whose_every_read_is_404_is_unreachable_not_exit_78(
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
     let summary: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
     assert_eq!(summary["stripe_accounts_unreachable"], 1, "{summary}");
+    let pushed = gw.scrape().await;
+    assert_eq!(
+        value(
+            &pushed,
+            "stripe_reconciler_stripe_accounts_unreachable",
+            &[("job", "payments-vs-stripe")]
+        ),
+        Some(1.0),
+        "{pushed}"
+    );
     assert_eq!(
         count(
             &pool,
