@@ -252,49 +252,122 @@ async fn a_revoked_account_leaves_its_rows_unverifiable_while_the_others_are_rec
         .mount(&stripe)
         .await;
 
-    let s = JobSettings {
-        // One read at a time: the first refusal stops the reads of that account.
-        max_in_flight: 1,
-        ..connect_settings(ReadMode::Retrieve)
-    };
-    let summary = run(&pool, &stripe, &s).await;
+    for mode in [ReadMode::Retrieve, ReadMode::List] {
+        forget_findings(&pool).await;
+        let reads_before = reads_on(&stripe, REVOKED).await;
+        let s = JobSettings {
+            // One read at a time: the first refusal stops the reads of that account.
+            max_in_flight: 1,
+            ..connect_settings(mode)
+        };
+        let summary = run(&pool, &stripe, &s).await;
 
-    assert_eq!(summary.stripe_accounts_unreachable, 1, "{summary:?}");
-    assert_eq!(
-        findings_with_accounts(&pool).await,
-        vec![
-            (plat, "missed_success".to_owned(), None),
-            (alpha, "missed_cancel".to_owned(), Some(A.to_owned())),
-        ]
-    );
-    let reads_on_revoked = account_headers(&stripe)
+        assert_eq!(
+            summary.stripe_accounts_unreachable, 1,
+            "{mode:?}: {summary:?}"
+        );
+        assert_eq!(
+            findings_with_accounts(&pool).await,
+            vec![
+                (plat, "missed_success".to_owned(), None),
+                (alpha, "missed_cancel".to_owned(), Some(A.to_owned())),
+            ],
+            "{mode:?}"
+        );
+        assert_eq!(
+            reads_on(&stripe, REVOKED).await - reads_before,
+            1,
+            "{mode:?}: no more reads spent on a revoked account"
+        );
+        let errors: Vec<(i64, Option<String>)> = sqlx::query_as(
+            "SELECT payment_id, last_error FROM reconciliation_unverifiable ORDER BY payment_id",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        assert_eq!(errors.len(), 8, "{mode:?}: {errors:?}");
+        for (id, error) in &errors {
+            assert!(revoked_rows.contains(id));
+            let error = error.as_deref().unwrap_or_default();
+            assert!(
+                error.contains(&format!("no access to connected account {REVOKED}")),
+                "{error}"
+            );
+            assert!(
+                !error.contains("sk_test"),
+                "Stripe's message quotes the key: not kept: {error}"
+            );
+        }
+    }
+}
+
+/// Requests the server received with `Stripe-Account: account`.
+async fn reads_on(stripe: &MockServer, account: &str) -> usize {
+    account_headers(stripe)
         .await
         .iter()
-        .filter(|h| h.as_deref() == Some(REVOKED))
-        .count();
-    assert_eq!(
-        reads_on_revoked, 1,
-        "no more reads spent on a revoked account"
+        .filter(|h| h.as_deref() == Some(account))
+        .count()
+}
+
+/// The gateway tells Stripe's refusal of a connected account apart from a
+/// rejected key: only a read made with `Stripe-Account` whose error says the
+/// platform has no access (or `account_invalid`) spares the run.
+#[tokio::test]
+async fn only_a_refused_connected_account_read_is_account_unreachable() {
+    use stripe_reconciler::stripe::{AccountId, GatewayError, PaymentIntentId};
+    let stripe = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(header("Stripe-Account", REVOKED))
+        .respond_with(no_access(REVOKED))
+        .mount(&stripe)
+        .await;
+    Mock::given(method("GET"))
+        .and(header("Stripe-Account", "acct_1Invalid"))
+        .respond_with(err(400, "invalid_request_error", "account_invalid"))
+        .mount(&stripe)
+        .await;
+    Mock::given(method("GET"))
+        .and(header("Stripe-Account", "acct_1BadKey"))
+        .respond_with(err(401, "invalid_request_error", "api_key_invalid"))
+        .mount(&stripe)
+        .await;
+    // The platform's own read with Stripe's no-access body is still the key's fault.
+    Mock::given(method("GET"))
+        .respond_with(no_access("acct_1Platform"))
+        .with_priority(10)
+        .mount(&stripe)
+        .await;
+    let gw = gateway(&stripe);
+    let pi = PaymentIntentId::parse("pi_1").unwrap();
+    let on = |a: &str| AccountId::parse(a).unwrap();
+
+    let revoked = gw.payment_intent_on(Some(&on(REVOKED)), &pi).await;
+    assert!(
+        matches!(&revoked, Err(GatewayError::AccountUnreachable { status: 403, account, .. }) if account == REVOKED),
+        "{revoked:?}"
     );
-    let errors: Vec<(i64, Option<String>)> = sqlx::query_as(
-        "SELECT payment_id, last_error FROM reconciliation_unverifiable ORDER BY payment_id",
-    )
-    .fetch_all(&pool)
-    .await
-    .unwrap();
-    assert_eq!(errors.len(), 8, "{errors:?}");
-    for (id, error) in &errors {
-        assert!(revoked_rows.contains(id));
-        let error = error.as_deref().unwrap_or_default();
-        assert!(
-            error.contains(&format!("no access to connected account {REVOKED}")),
-            "{error}"
-        );
-        assert!(
-            !error.contains("sk_test"),
-            "Stripe's message quotes the key: not kept: {error}"
-        );
-    }
+    let invalid = gw.payment_intent_on(Some(&on("acct_1Invalid")), &pi).await;
+    assert!(
+        matches!(&invalid, Err(GatewayError::AccountUnreachable { status: 400, code: Some(c), .. }) if c == "account_invalid"),
+        "{invalid:?}"
+    );
+    let bad_key = gw.payment_intent_on(Some(&on("acct_1BadKey")), &pi).await;
+    assert!(
+        matches!(bad_key, Err(GatewayError::Rejected { status: 401, .. })),
+        "{bad_key:?}"
+    );
+    let platform = gw.payment_intent(&pi).await;
+    assert!(
+        matches!(platform, Err(GatewayError::Rejected { status: 403, .. })),
+        "{platform:?}"
+    );
+    assert_eq!(
+        gw.accounts().unreachable_count(),
+        2,
+        "the two refused accounts are remembered"
+    );
+    assert!(gw.accounts().unreachable(&on("acct_1BadKey")).is_none());
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
