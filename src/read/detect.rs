@@ -84,8 +84,12 @@ struct Tally {
     key: OnceCell<KeyCheck>,
 }
 
-async fn check_key(pool: &PgPool, gateway: &StripeGateway) -> KeyCheck {
-    let known = match payments::a_verified_payment_intent(pool).await {
+async fn check_key(
+    pool: &PgPool,
+    gateway: &StripeGateway,
+    partition: Option<&crate::config::Partition>,
+) -> KeyCheck {
+    let known = match payments::a_verified_payment_intent(pool, partition).await {
         Ok(Some(id)) => id,
         Ok(None) => return KeyCheck::Unknown,
         Err(e) => {
@@ -331,7 +335,10 @@ async fn observe(
             if not_found >= WRONG_ACCOUNT_NOT_FOUND_READS
                 && tally.found.load(Ordering::Relaxed) == 0
             {
-                let key = tally.key.get_or_init(|| check_key(pool, gateway)).await;
+                let key = tally
+                    .key
+                    .get_or_init(|| check_key(pool, gateway, settings.partition.as_ref()))
+                    .await;
                 if *key == KeyCheck::Wrong {
                     return Err(RunError::StripeWrongAccount { not_found });
                 }
