@@ -467,3 +467,49 @@ async fn an_event_about_another_partitions_row_is_neither_read_nor_an_orphan(poo
         ]
     );
 }
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn the_events_command_keeps_to_an_integer_partition(pool: PgPool) {
+    partition_columns(&pool).await;
+    let feed = Feed::default();
+    let stripe = stripe_with(&feed).await;
+    payment(&pool, "pi_One", "pending", Some("eu"), 1).await;
+    let two = payment(&pool, "pi_Two", "pending", Some("us"), 2).await;
+    feed.push(event("evt_1", "pi_One", "succeeded", 900));
+    feed.push(event("evt_2", "pi_Two", "succeeded", 900));
+    for pi in ["pi_One", "pi_Two"] {
+        mount(&stripe, pi, ok(pi, "succeeded")).await;
+    }
+    let who = [
+        ("STRIPE_API_KEY", US_KEY),
+        ("RECONCILER_JOB", "entity-2"),
+        ("RECONCILER_PARTITION_COLUMN", "entity_no"),
+        ("RECONCILER_PARTITION_VALUE", "2"),
+    ];
+    let out = reconciler_output(&["events"], &env(&pool, &stripe, &who)).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    let paths: Vec<String> = stripe
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .iter()
+        .map(|r| r.url.path().to_owned())
+        .collect();
+    assert!(
+        paths.contains(&"/v1/payment_intents/pi_Two".to_owned()),
+        "{paths:?}"
+    );
+    assert!(
+        !paths.contains(&"/v1/payment_intents/pi_One".to_owned()),
+        "{paths:?}"
+    );
+    assert_eq!(open_kinds(&pool).await, [(two, "missed_success".into())]);
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM reconciliation_findings WHERE kind = 'missing_locally'"
+        )
+        .await,
+        0
+    );
+}
