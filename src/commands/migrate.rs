@@ -60,8 +60,12 @@ pub(super) async fn migrate(settings: &Settings, unique: bool) -> Result<(), Com
     let pool = db::connect_for_migrations(settings.connect_options()?).await?;
     let store = |e: StoreError| CommandError::Store(e);
     let mut conn = pool.acquire().await.context("connecting").map_err(store)?;
-    // 1. Nothing is created for a schema the reconciler cannot work with.
+    // 1. Nothing is created for a schema the reconciler cannot work with
+    //    (the partition's column too, when `payments` exists already).
     let outbox = check_schema(&mut conn, settings, true).await?;
+    if schema::payments_exists(&mut conn).await.map_err(store)? {
+        super::partition::checked(&mut conn, settings).await?;
+    }
     drop(conn);
     // 2. The embedded migrations (0001 without its outbox section).
     db::migrate(&pool).await?;

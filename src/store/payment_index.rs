@@ -148,6 +148,18 @@ pub async fn drop_invalid(conn: &mut PgConnection, name: &str) -> Result<(), Sto
     Ok(())
 }
 
+/// Whether `payments` exists yet (the demo's migrations create it; an
+/// application brings its own).
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn payments_exists(conn: &mut PgConnection) -> Result<bool, StoreError> {
+    super::query_scalar("SELECT to_regclass('payments') IS NOT NULL")
+        .fetch_one(conn)
+        .await
+        .context("looking for payments")
+}
+
 /// `payments.id` is not an integer: the cursor, the findings and the outbox
 /// payloads all key payments by a 64-bit integer id (DESIGN.md, A batch).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

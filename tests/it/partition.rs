@@ -300,6 +300,11 @@ async fn a_partition_setting_that_cannot_work_exits_78_naming_the_variable(pool:
                 "{command:?} {extra:?} names {var}: {}",
                 all_output(&out)
             );
+            assert!(
+                !stdout(&out).contains("outbox"),
+                "{command:?} {extra:?}: refused before anything was done: {}",
+                all_output(&out)
+            );
         }
     }
     // Before `migrate` added the partition's index, `run` refuses to scan.
