@@ -398,6 +398,27 @@ def test_events(r, chart):
             f"{label}: events.orphanMetadataKey -> RECONCILER_ORPHAN_METADATA_KEY")
 
 
+def test_partition(r, chart):
+    label = "partition"
+    d = chart.render("partition-values.yaml")
+    data = d.one("ConfigMap", RELEASE)["data"]
+    r.equal(data.get("RECONCILER_PARTITION_COLUMN"), "legal_entity", f"{label}: partitionColumn -> RECONCILER_PARTITION_COLUMN")
+    r.equal(data.get("RECONCILER_PARTITION_VALUE"), "eu", f"{label}: partitionValue -> RECONCILER_PARTITION_VALUE")
+    r.equal(data.get("RECONCILER_JOB"), "payments-eu", f"{label}: the release's own job")
+    default = chart.render("default-values.yaml").one("ConfigMap", RELEASE)["data"]
+    r.check("RECONCILER_PARTITION_COLUMN" not in default and "RECONCILER_PARTITION_VALUE" not in default,
+            f"{label}: no partition by default")
+    base = ("existingSecret.name=creds", "config.job=payments-eu")
+    fails(r, chart, base + ("config.partitionColumn=legal_entity",), "needs config.partitionValue",
+          f"{label}: a column without a value is refused")
+    fails(r, chart, base + ("config.partitionValue=eu",), "needs config.partitionColumn",
+          f"{label}: a value without a column is refused")
+    fails(r, chart, ("existingSecret.name=creds", "config.partitionColumn=legal_entity", "config.partitionValue=eu"),
+          "a config.job of its own", f"{label}: the default job with a partition is refused")
+    fails(r, chart, base + ("config.partitionColumn=entity;drop", "config.partitionValue=eu"), "schema",
+          f"{label}: schema rejects a partitionColumn that is not a column name")
+
+
 def test_failures(r, chart):
     def fails(sets, needle, what, values=None):
         p = chart.run(values, sets)
@@ -715,7 +736,7 @@ def cmd_static(args):
 def cmd_test(args):
     r = Results()
     chart = Chart(args.helm, args.chart)
-    for t in (test_default, test_existing_secret, test_alerts_dashboard, test_repair, test_events, test_failures, test_misc,
+    for t in (test_default, test_existing_secret, test_alerts_dashboard, test_repair, test_events, test_partition, test_failures, test_misc,
               test_migration_switch, test_deadlines, test_alert_values, test_extra_volumes, test_network_policy,
               test_labels, test_kube_versions, test_notes):
         try:

@@ -8,7 +8,7 @@ use serde::Serialize;
 use sqlx::PgConnection;
 
 use crate::capacity::{self, Capacity, RunPlan};
-use crate::config::{JobSettings, OutboxSettings};
+use crate::config::{JobSettings, OutboxSettings, Partition};
 use crate::reconcile::RepairCommand;
 use crate::scan::plan::{plan_for, PlanFigures};
 use crate::store::stats::LagHolder;
@@ -22,6 +22,9 @@ use crate::store::{runs, stats, StoreError};
 pub struct Status {
     /// `RECONCILER_JOB`
     pub job: String,
+    /// `RECONCILER_PARTITION_COLUMN` and `RECONCILER_PARTITION_VALUE`: the
+    /// rows every figure below counts; `None` (`null`): the whole table.
+    pub partition: Option<PartitionShown>,
     /// Reconciliation lag in seconds (oldest time since a row was confirmed).
     pub lag_seconds: f64,
     /// Rows in `payments` (planner estimate on large tables; an integer in JSON).
@@ -65,12 +68,22 @@ pub struct Status {
     pub database_now: DateTime<Utc>,
 }
 
+/// The partition a status is about (`{"column": ..., "value": ...}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PartitionShown {
+    /// `RECONCILER_PARTITION_COLUMN`.
+    pub column: String,
+    /// `RECONCILER_PARTITION_VALUE`, exactly (escaped on the screen only).
+    pub value: String,
+}
+
 fn as_integer<S: serde::Serializer>(value: &f64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_i64(value.round() as i64)
 }
 
-/// Reads the status of `job`; the outbox figures come from `outbox`
-/// (`RECONCILER_OUTBOX_TABLE`, `RECONCILER_OUTBOX_SHAPE`).
+/// Reads the status of `job` (within `partition`, when one is set: every
+/// figure about `payments` counts only its rows); the outbox figures come
+/// from `outbox` (`RECONCILER_OUTBOX_TABLE`, `RECONCILER_OUTBOX_SHAPE`).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -78,8 +91,9 @@ pub async fn read(
     conn: &mut PgConnection,
     job: &str,
     outbox: &OutboxSettings,
+    partition: Option<&Partition>,
 ) -> Result<Status, StoreError> {
-    read_inner(conn, job, outbox, None).await
+    read_inner(conn, job, outbox, partition, None).await
 }
 
 /// Reads the status of `settings.job` with the next run's plan.
@@ -90,25 +104,31 @@ pub async fn read_planned(
     conn: &mut PgConnection,
     settings: &JobSettings,
 ) -> Result<Status, StoreError> {
-    read_inner(conn, &settings.job, &settings.outbox, Some(settings)).await
+    let partition = settings.partition.as_ref();
+    read_inner(
+        conn,
+        &settings.job,
+        &settings.outbox,
+        partition,
+        Some(settings),
+    )
+    .await
 }
 
 async fn read_inner(
     conn: &mut PgConnection,
     job: &str,
     outbox: &OutboxSettings,
+    partition: Option<&Partition>,
     settings: Option<&JobSettings>,
 ) -> Result<Status, StoreError> {
     let types = RepairCommand::EVENT_TYPES;
-    let t = stats::table_figures(conn, job).await?;
+    let t = stats::table_figures(conn, job, partition).await?;
     let backlog = stats::outbox_figures(conn, outbox, &types).await?;
-    let open_findings = stats::open_findings_by_kind(conn).await?;
-    let lag_held_by = stats::lag_holder(conn, outbox, &types).await?;
-    let h = runs::history(conn, job).await?;
-    let growth = match (h.first_max_payment_id, h.newest_max_payment_id) {
-        (Some(first), Some(newest)) => newest - first,
-        _ => 0,
-    };
+    let open_findings = stats::open_findings_by_kind(conn, partition).await?;
+    let lag_held_by = stats::lag_holder(conn, outbox, &types, partition).await?;
+    let h = runs::history(conn, job, partition).await?;
+    let growth = h.growth();
     let now = t.database_now;
     let plan = settings.map(|s| {
         plan_for(
@@ -122,6 +142,10 @@ async fn read_inner(
     Ok(Status {
         plan,
         job: job.to_owned(),
+        partition: partition.map(|p| PartitionShown {
+            column: p.column.as_str().to_owned(),
+            value: p.value.clone(),
+        }),
         lag_seconds: t.lag_seconds,
         rows: t.rows_estimate,
         cursor_position: t.cursor_position,

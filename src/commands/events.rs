@@ -43,6 +43,7 @@ pub(super) async fn events(settings: &Settings) -> Result<(), CommandError> {
             return Err(e.into());
         }
     };
+    let settings = &super::partition::checked_on(&pool, settings).await?;
     let (summary, result) = run_events(&pool, &gateway, &settings.job, token).await;
     tracing::info!(
         outcome = %summary.outcome,

@@ -60,8 +60,12 @@ pub(super) async fn migrate(settings: &Settings, unique: bool) -> Result<(), Com
     let pool = db::connect_for_migrations(settings.connect_options()?).await?;
     let store = |e: StoreError| CommandError::Store(e);
     let mut conn = pool.acquire().await.context("connecting").map_err(store)?;
-    // 1. Nothing is created for a schema the reconciler cannot work with.
+    // 1. Nothing is created for a schema the reconciler cannot work with
+    //    (the partition's column too, when `payments` exists already).
     let outbox = check_schema(&mut conn, settings, true).await?;
+    if schema::payments_exists(&mut conn).await.map_err(store)? {
+        super::partition::checked(&mut conn, settings).await?;
+    }
     drop(conn);
     // 2. The embedded migrations (0001 without its outbox section).
     db::migrate(&pool).await?;
@@ -96,7 +100,38 @@ pub(super) async fn migrate(settings: &Settings, unique: bool) -> Result<(), Com
         );
     }
     // 4. The PaymentIntent id lookup index.
-    payment_intent_index(&mut conn, unique).await
+    payment_intent_index(&mut conn, unique).await?;
+    // 5. The partition's `(column, id)` index, when a partition is set.
+    partition_index(&mut conn, settings).await
+}
+
+/// With `RECONCILER_PARTITION_COLUMN` set: checks the column (exit 78 naming
+/// the variable) and makes sure an index on `payments (<column>, id)` exists,
+/// a plain one built `CONCURRENTLY` when none does; reports which.
+async fn partition_index(
+    conn: &mut sqlx::PgConnection,
+    settings: &Settings,
+) -> Result<(), CommandError> {
+    let settings = super::partition::checked(&mut *conn, settings).await?;
+    let Some(partition) = &settings.job.partition else {
+        return Ok(());
+    };
+    let store = |e: StoreError| CommandError::Store(e);
+    let column = partition.column.as_str();
+    if let Some(name) = schema::partition_index(&mut *conn, &partition.column)
+        .await
+        .map_err(store)?
+    {
+        println!("payments ({column}, id) has the index {name}: kept");
+        return Ok(());
+    }
+    let name = schema::create_partition_index(&mut *conn, &partition.column)
+        .await
+        .map_err(store)?;
+    println!(
+        "added the plain index {name} on payments ({column}, id) so the partition's batches are index range scans (RECONCILER_PARTITION_COLUMN); no constraint was added"
+    );
+    Ok(())
 }
 
 async fn payment_intent_index(

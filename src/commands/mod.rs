@@ -4,6 +4,7 @@
 mod events;
 mod findings;
 mod migrate;
+mod partition;
 mod repair;
 mod run;
 mod status;

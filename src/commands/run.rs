@@ -6,14 +6,14 @@ use std::time::{Duration, Instant};
 use sqlx::PgPool;
 
 use super::CommandError;
-use crate::config::{ConfigError, LogFormat, OutboxSettings, Settings};
+use crate::config::{ConfigError, JobSettings, LogFormat, Settings};
 use crate::metrics::ScanMetrics;
 use crate::outcome::RunOutcome;
 use crate::reconcile::Verdict;
 use crate::scan::{self, RunOptions, RunSummary};
 use crate::status::{self, Status};
 use crate::store::payment_index::{self, PaymentIntentIndex};
-use crate::store::payments::{self, ColumnError, MoneyColumns};
+use crate::store::payments::{self, MoneyColumns};
 use crate::store::Context;
 use crate::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
 use crate::{db, shutdown};
@@ -60,7 +60,7 @@ pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), Comman
             return Err(e.into());
         }
     };
-    check_columns(&pool, settings).await?;
+    let settings = &check_columns(&pool, settings).await?;
     let (summary, result) = scan::run(
         &pool,
         &gateway,
@@ -78,13 +78,7 @@ pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), Comman
     } else {
         Duration::from_secs(30)
     };
-    let state = read_status(
-        &pool,
-        &settings.job.job,
-        &settings.job.outbox,
-        state_timeout,
-    )
-    .await;
+    let state = read_status(&pool, &settings.job, state_timeout).await;
     publish(settings, &summary, state.as_ref()).await;
     pool.close().await;
     result.map_err(CommandError::from)
@@ -92,16 +86,21 @@ pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), Comman
 
 /// The schema a run relies on: an index on `payments.stripe_payment_intent_id`
 /// (each batch looks duplicates up by it; without one every row would scan
-/// the table), and `RECONCILER_AMOUNT_COLUMN` / `RECONCILER_CURRENCY_COLUMN` /
-/// `RECONCILER_ACCOUNT_COLUMN` naming columns of `payments` with usable types. Exit 78 naming what to fix.
-async fn check_columns(pool: &PgPool, settings: &Settings) -> Result<(), CommandError> {
-    let columns = MoneyColumns::of(&settings.job);
+/// the table), `RECONCILER_AMOUNT_COLUMN` / `RECONCILER_CURRENCY_COLUMN` /
+/// `RECONCILER_ACCOUNT_COLUMN` naming columns of `payments` with usable
+/// types, and the partition's column (with its index). Exit 78 naming what to
+/// fix. Returns the settings with the partition's kind fixed
+/// ([`super::partition::checked`]).
+async fn check_columns(pool: &PgPool, settings: &Settings) -> Result<Settings, CommandError> {
     let mut conn = pool
         .acquire()
         .await
         .context("connecting")
         .map_err(CommandError::Store)?;
     super::migrate::check_schema(&mut conn, settings, false).await?;
+    let settings = super::partition::checked(&mut conn, settings).await?;
+    super::partition::require_index(&mut conn, &settings).await?;
+    let columns = MoneyColumns::of(&settings.job);
     if payment_index::payment_intent_index(&mut conn)
         .await
         .map_err(CommandError::Store)?
@@ -113,31 +112,19 @@ async fn check_columns(pool: &PgPool, settings: &Settings) -> Result<(), Command
         }
         .into());
     }
-    if columns.amount.is_none() && columns.currency.is_none() && columns.account.is_none() {
-        return Ok(());
+    if columns.amount.is_some() || columns.currency.is_some() || columns.account.is_some() {
+        payments::check_columns(&mut conn, columns)
+            .await
+            .map_err(super::partition::column_error)?;
     }
-    match payments::check_columns(&mut conn, columns).await {
-        Ok(()) => Ok(()),
-        Err(ColumnError::Store(e)) => Err(CommandError::Store(e)),
-        Err(e @ (ColumnError::Missing { var, .. } | ColumnError::WrongType { var, .. })) => {
-            Err(ConfigError::Unusable {
-                var,
-                problem: Box::new(e),
-            }
-            .into())
-        }
-    }
+    Ok(settings)
 }
 
-async fn read_status(
-    pool: &PgPool,
-    job: &str,
-    outbox: &OutboxSettings,
-    timeout: Duration,
-) -> Option<Status> {
+async fn read_status(pool: &PgPool, job: &JobSettings, timeout: Duration) -> Option<Status> {
     let read = async {
         let mut conn = crate::store::begin(pool).await.context("connecting")?;
-        status::read(&mut conn, job, outbox).await
+        let partition = job.partition.as_ref();
+        status::read(&mut conn, &job.job, &job.outbox, partition).await
     };
     match tokio::time::timeout(timeout, read).await {
         Ok(Ok(s)) => {

@@ -15,6 +15,7 @@ use crate::terminal::escape;
 /// Prints the job's state: a screen for people, or one JSON object.
 pub(super) async fn status(settings: &Settings, json: bool) -> Result<(), CommandError> {
     let (_pool, mut conn) = super::connect(settings).await?;
+    let settings = &super::partition::checked(&mut conn, settings).await?;
     let mut conn = crate::store::begin(&mut *conn)
         .await
         .context("opening a transaction")
@@ -56,6 +57,9 @@ pub fn render(st: &Status, grace: Duration) -> String {
         out.push_str(&format!("{:<34}{}\n", escape(k), escape(&v)));
     };
     line("job", st.job.clone());
+    if let Some(p) = &st.partition {
+        line("partition", format!("{} = {:?}", p.column, p.value));
+    }
     line("reconciliation lag", human_duration(st.lag_seconds));
     if let Some(h) = &st.lag_held_by {
         for (k, v) in lag_holder_lines(h, st, grace) {

@@ -12,6 +12,7 @@
 //! - `statuses`: the application's status words ([`StatusMap`]) and amount unit ([`AmountUnit`]).
 //! - `events`: [`EventsSettings`] of `stripe-reconciler events`.
 //! - `outbox`: [`OutboxSettings`]: `RECONCILER_OUTBOX_TABLE` and `RECONCILER_OUTBOX_SHAPE`.
+//! - `partition`: [`Partition`]: `RECONCILER_PARTITION_COLUMN` and `RECONCILER_PARTITION_VALUE`.
 //! - `output`: [`LogFormat`] and `PUSHGATEWAY_URL`.
 //! - `value`: the number and URL parsers the groups share.
 
@@ -20,6 +21,7 @@ mod error;
 mod events;
 mod outbox;
 mod output;
+mod partition;
 mod rules;
 mod scan;
 mod statuses;
@@ -36,6 +38,7 @@ pub use error::ConfigError;
 pub use events::{EventsSettings, STRIPE_EVENTS_RETENTION};
 pub use outbox::{OutboxSettings, OutboxShape, OutboxTable};
 pub use output::LogFormat;
+pub use partition::{Partition, PartitionKind};
 pub use rules::ColumnName;
 pub use scan::{ReadMode, Sizing, LIST_BATCH_SIZE, RETRIEVE_BATCH_SIZE};
 pub use statuses::{AmountUnit, StatusMap, DEFAULT_LOCAL_STATUSES};
@@ -132,6 +135,10 @@ pub struct JobSettings {
     /// `RECONCILER_OUTBOX_TABLE` and `RECONCILER_OUTBOX_SHAPE`: where repair
     /// commands go and who delivers them (default `outbox`, `reconciler`).
     pub outbox: OutboxSettings,
+    /// `RECONCILER_PARTITION_COLUMN` and `RECONCILER_PARTITION_VALUE`: the
+    /// rows of `payments` this job owns (default unset: every row). Needs a
+    /// `RECONCILER_JOB` of its own (the default name is refused).
+    pub partition: Option<Partition>,
 }
 
 /// `auto` list pages: a page holds at most 100 PaymentIntents (Stripe's
@@ -183,6 +190,7 @@ impl Default for JobSettings {
             list_window_slack: Duration::from_secs(3600),
             list_max_pages: Sizing::Auto,
             outbox: OutboxSettings::default(),
+            partition: None,
         }
     }
 }
@@ -213,6 +221,15 @@ impl Settings {
         let checks = rules::parse(vars.clone())?;
         let vocabulary = statuses::parse(vars.clone(), checks.currency_column.is_some())?;
         let outbox = outbox::parse(vars.clone())?;
+        let partition = partition::parse(vars.clone())?;
+        if partition.is_some() && scan.job == JobSettings::default().job {
+            // Two partitions under one job name would share one cursor and
+            // one lease: each run would walk the other's cursor, or lose it.
+            return Err(error::invalid(
+                "RECONCILER_JOB",
+                "must be set to a name of its own when RECONCILER_PARTITION_COLUMN is set (one job, cursor and lease per partition)",
+            ));
+        }
         let events = events::parse(vars)?;
         Ok(Settings {
             database_url,
@@ -242,6 +259,7 @@ impl Settings {
                 list_window_slack: scan.list_window_slack,
                 list_max_pages: scan.list_max_pages,
                 outbox,
+                partition,
             },
             log_format: output.log_format,
         })
@@ -334,6 +352,8 @@ mod tests {
             ("RECONCILER_ACCOUNT_COLUMN", "stripe_account"),
             ("RECONCILER_TARGET_CYCLE_SECONDS", "3600"),
             ("RECONCILER_SCHEDULE_INTERVAL_SECONDS", "300"),
+            ("RECONCILER_PARTITION_COLUMN", "legal_entity"),
+            ("RECONCILER_PARTITION_VALUE", "eu'; --"),
         ]))
         .unwrap();
         let column = |var, name| Some(ColumnName::parse(var, name).unwrap());
@@ -377,6 +397,12 @@ mod tests {
                     table: OutboxTable::parse("app.commands").unwrap(),
                     shape: OutboxShape::Debezium,
                 },
+                partition: Some(Partition {
+                    column: ColumnName::parse("RECONCILER_PARTITION_COLUMN", "legal_entity")
+                        .unwrap(),
+                    value: "eu'; --".into(),
+                    kind: PartitionKind::Unchecked,
+                }),
             }
         );
         assert_eq!(s.log_format, LogFormat::Pretty);

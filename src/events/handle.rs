@@ -150,19 +150,38 @@ async fn work(
 ) -> Result<(), EventsError> {
     let job = summary.job.clone();
     let collapsed = plan::collapse(&read.events);
-    let named: Vec<&PaymentIntentEvent> = collapsed
+    let mut named: Vec<&PaymentIntentEvent> = collapsed
         .iter()
         .filter(|e| !progress.handled.contains(e.payment_intent.as_str()))
         .collect();
 
     // 1. The rows, by index lookup, and the orphans already open.
-    let ids: Vec<&str> = named.iter().map(|e| e.payment_intent.as_str()).collect();
+    let mut ids: Vec<&str> = named.iter().map(|e| e.payment_intent.as_str()).collect();
     let columns = MoneyColumns::of(settings);
     let (rows, open_orphans) = {
         let mut tx = crate::store::begin(pool)
             .await
             .context("opening the lookup")?;
         let rows = payments::by_payment_intents(&mut tx, &ids, settings.grace, columns).await?;
+        // A PaymentIntent whose row is another partition's: not this job's
+        // to re-read, and not an orphan (it has a row).
+        let elsewhere: HashSet<String> = payments::held_elsewhere(&mut tx, &ids, columns.partition)
+            .await?
+            .into_iter()
+            .filter(|pi| {
+                !rows
+                    .iter()
+                    .any(|r| r.row.stripe_payment_intent_id.as_ref() == Some(pi))
+            })
+            .collect();
+        if !elsewhere.is_empty() {
+            tracing::info!(
+                payment_intents = elsewhere.len(),
+                "events name PaymentIntents whose rows are another partition's; left to that partition's job"
+            );
+            named.retain(|e| !elsewhere.contains(e.payment_intent.as_str()));
+            ids.retain(|pi| !elsewhere.contains(*pi));
+        }
         let kind = FindingKind::MissingLocally.as_str();
         let open: HashSet<String> = findings::open_for_intents(&mut tx, &ids, &kind)
             .await?

@@ -102,10 +102,15 @@ pub(super) async fn check_key(
     account: Option<&AccountId>,
 ) -> KeyCheck {
     let known = match &settings.account_column {
-        None => payments::a_verified_payment_intent(pool).await,
+        None => payments::a_verified_payment_intent(pool, settings.partition.as_ref()).await,
         Some(column) => {
-            payments::a_verified_payment_intent_on(pool, column, account.map(AccountId::as_str))
-                .await
+            payments::a_verified_payment_intent_on(
+                pool,
+                column,
+                account.map(AccountId::as_str),
+                settings.partition.as_ref(),
+            )
+            .await
         }
     };
     let known = match known {

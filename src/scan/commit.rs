@@ -52,7 +52,11 @@ pub(crate) async fn commit(
                 pool,
                 &settings.outbox,
                 job,
-                (settings.unverifiable_cycles, settings.batch_size),
+                (
+                    settings.unverifiable_cycles,
+                    settings.batch_size,
+                    settings.partition.is_some(),
+                ),
                 lease,
                 (cursor_id, last_id),
                 &mut observations,
@@ -124,7 +128,7 @@ async fn write_phase(
     pool: &PgPool,
     outbox: &OutboxSettings,
     job: &str,
-    (unverifiable_cycles, register_limit): (u32, u32),
+    (unverifiable_cycles, register_limit, partitioned): (u32, u32, bool),
     lease: Option<&Lease>,
     (cursor_id, last_id): (i64, i64),
     observations: &mut [Observation],
@@ -138,7 +142,13 @@ async fn write_phase(
     // The reconciler's own state: forget payments deleted in the range the
     // cursor walked, and register the newest rows so the lag stays an index
     // lookup (store::payment_state).
+    // A partition's batch read only its rows of the range: the other
+    // partitions' rows in it are registered too, or they would be below the
+    // highest seen id without a state row, invisible to their job's lag.
     payment_state::forget_deleted(&mut tx, cursor_id, last_id).await?;
+    if partitioned {
+        payment_state::register_range(&mut tx, cursor_id, last_id).await?;
+    }
     payment_state::register_new(&mut tx, register_limit).await?;
     report.findings_created = recorded.findings_created;
     report.findings_cleared = recorded.findings_cleared;

@@ -148,7 +148,9 @@ pub(super) async fn batches(
 /// unknown (zeros) when it cannot be read, which only blanks the estimate.
 async fn table_extent(pool: &PgPool, settings: &JobSettings) -> TableExtent {
     let figures = match pool.acquire().await {
-        Ok(mut conn) => stats::table_figures(&mut conn, &settings.job).await.ok(),
+        Ok(mut conn) => stats::table_figures(&mut conn, &settings.job, settings.partition.as_ref())
+            .await
+            .ok(),
         Err(_) => None,
     };
     figures.map_or_else(TableExtent::default, |t| TableExtent {

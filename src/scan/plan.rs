@@ -55,10 +55,7 @@ pub fn plan_input(settings: &JobSettings, figures: PlanFigures<'_>) -> PlanInput
             measured: false,
         }
     };
-    let growth = match (h.first_max_payment_id, h.newest_max_payment_id) {
-        (Some(first), Some(newest)) => (newest - first).max(0),
-        _ => 0,
-    };
+    let growth = h.growth().max(0);
     let interval = settings.schedule_interval.as_secs_f64();
     PlanInput {
         rows_ahead: rows_ahead(t),
@@ -118,8 +115,9 @@ async fn read_figures(
     settings: &JobSettings,
 ) -> Result<(TableFigures, RunHistory), StoreError> {
     let mut conn = pool.acquire().await.context("connecting")?;
-    let table = stats::table_figures(&mut conn, &settings.job).await?;
-    let history = runs::history(&mut conn, &settings.job).await?;
+    let partition = settings.partition.as_ref();
+    let table = stats::table_figures(&mut conn, &settings.job, partition).await?;
+    let history = runs::history(&mut conn, &settings.job, partition).await?;
     Ok((table, history))
 }
 

@@ -2,12 +2,14 @@
 //! in a migration file: the plain lookup index on `stripe_payment_intent_id`
 //! is built `CONCURRENTLY` (outside any transaction); a UNIQUE one only on
 //! `migrate --unique-payment-intent-index` (DESIGN.md, Turn 3: `migrate`
-//! never adds a constraint to the application's table); and `payments.id`
-//! must be an integer.
+//! never adds a constraint to the application's table); the plain index on
+//! `(RECONCILER_PARTITION_COLUMN, id)` likewise; and `payments.id` must be an
+//! integer.
 
 use sqlx::PgConnection;
 
 use super::{Context, StoreError};
+use crate::config::ColumnName;
 
 /// The unique index `migrate --unique-payment-intent-index` adds (older
 /// versions added it by default; installs that have it keep it).
@@ -146,6 +148,18 @@ pub async fn drop_invalid(conn: &mut PgConnection, name: &str) -> Result<(), Sto
     Ok(())
 }
 
+/// Whether `payments` exists yet (the demo's migrations create it; an
+/// application brings its own).
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn payments_exists(conn: &mut PgConnection) -> Result<bool, StoreError> {
+    super::query_scalar("SELECT to_regclass('payments') IS NOT NULL")
+        .fetch_one(conn)
+        .await
+        .context("looking for payments")
+}
+
 /// `payments.id` is not an integer: the cursor, the findings and the outbox
 /// payloads all key payments by a 64-bit integer id (DESIGN.md, A batch).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -176,4 +190,69 @@ pub async fn check_integer_id(
         }
         _ => Ok(()),
     })
+}
+
+/// The name of the index `migrate` adds on `payments (<column>, id)` for
+/// `RECONCILER_PARTITION_COLUMN`: `payments_partition_<column>` lower-cased
+/// (a plain identifier, so it needs no quoting) and cut to PostgreSQL's 63
+/// bytes.
+pub fn partition_index_name(column: &ColumnName) -> String {
+    let mut name = format!(
+        "payments_partition_{}",
+        column.as_str().to_ascii_lowercase()
+    );
+    name.truncate(63);
+    name
+}
+
+/// A valid index of `payments` whose first column is `column` and second
+/// `id` (the user's own, or the one [`create_partition_index`] adds): its
+/// name, or `None`.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn partition_index(
+    conn: &mut PgConnection,
+    column: &ColumnName,
+) -> Result<Option<String>, StoreError> {
+    super::query_scalar(
+        "SELECT c.relname::text FROM pg_index i
+           JOIN pg_class c ON c.oid = i.indexrelid
+           JOIN pg_attribute a0 ON a0.attrelid = i.indrelid AND a0.attnum = i.indkey[0]
+           JOIN pg_attribute a1 ON a1.attrelid = i.indrelid AND a1.attnum = i.indkey[1]
+          WHERE i.indrelid = 'payments'::regclass AND i.indnatts >= 2 AND i.indisvalid
+            AND i.indpred IS NULL AND a0.attname = $1 AND a1.attname = 'id'
+          ORDER BY c.relname LIMIT 1",
+    )
+    .bind(column.as_str())
+    .fetch_optional(conn)
+    .await
+    .context("reading the indexes of payments")
+}
+
+/// Builds the plain index [`partition_index_name`] on `payments (<column>,
+/// id)` with `CREATE INDEX CONCURRENTLY` (never UNIQUE: it is a lookup
+/// index, not a constraint), dropping an invalid leftover first. `conn` must
+/// not be in a transaction. Returns the index's name.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn create_partition_index(
+    conn: &mut PgConnection,
+    column: &ColumnName,
+) -> Result<String, StoreError> {
+    let name = partition_index_name(column);
+    drop_invalid(conn, &name).await?;
+    let sql = format!(
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON payments ({}, id)",
+        column.quoted()
+    );
+    let built = sqlx::raw_sql(&sql)
+        .execute(&mut *conn)
+        .await
+        .context("building the partition index");
+    if built.is_err() {
+        drop_invalid(conn, &name).await?;
+    }
+    built.map(|_| name)
 }

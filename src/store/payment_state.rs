@@ -97,6 +97,33 @@ pub async fn register_new(conn: &mut PgConnection, limit: u32) -> Result<u64, St
     Ok(done.rows_affected())
 }
 
+/// Registers the payments in `(after_id, through_id]` without a state row
+/// (`last_reconciled_at` NULL, `created_at` copied): the range a partition's
+/// batch walked holds other partitions' rows, which must stay seen (their
+/// lag counts from `created_at` until their own job confirms them). A
+/// primary-key range of the batch's id span. Returns the rows registered.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn register_range(
+    conn: &mut PgConnection,
+    after_id: i64,
+    through_id: i64,
+) -> Result<u64, StoreError> {
+    let done = super::query(
+        "INSERT INTO reconciliation_payment_state (payment_id, created_at)
+         SELECT p.id, p.created_at FROM payments p
+          WHERE p.id > $1 AND p.id <= $2
+         ON CONFLICT (payment_id) DO NOTHING",
+    )
+    .bind(after_id)
+    .bind(through_id)
+    .execute(conn)
+    .await
+    .context("registering the range's payments")?;
+    Ok(done.rows_affected())
+}
+
 /// Forgets the state rows in `(after_id, through_id]` whose payment no longer
 /// exists: the range a batch's cursor just walked, so every deleted payment is
 /// forgotten within a cycle and stops counting in the lag. Returns the rows

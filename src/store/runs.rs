@@ -4,6 +4,7 @@
 use sqlx::PgConnection;
 
 use super::{Context, StoreError};
+use crate::config::Partition;
 
 /// The figures of a finished run, as stored.
 #[derive(Debug, Clone)]
@@ -96,15 +97,41 @@ pub struct RunHistory {
     pub paced_rows: i64,
     /// Seconds those runs took, start to finish: the pace's denominator.
     pub paced_seconds: f64,
+    /// With a partition: its rows with ids in `(first_max_payment_id,
+    /// newest_max_payment_id]` (the ids grow for every partition; only
+    /// these are this job's inflow). `None` without a partition.
+    #[sqlx(default)]
+    pub partition_new_rows: Option<i64>,
+}
+
+impl RunHistory {
+    /// G's numerator: rows added between the first and the newest run's
+    /// start (the id growth, or the partition's rows in that id range).
+    pub fn growth(&self) -> i64 {
+        match (
+            self.partition_new_rows,
+            self.first_max_payment_id,
+            self.newest_max_payment_id,
+        ) {
+            (Some(rows), _, _) => rows,
+            (None, Some(first), Some(newest)) => newest - first,
+            _ => 0,
+        }
+    }
 }
 
 /// Reads the job's recent run history (an index range scan on
-/// `reconciliation_runs_job_started`).
+/// `reconciliation_runs_job_started`); with a partition, also its rows added
+/// in the window (a range scan of the partition's `(column, id)` index).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn history(conn: &mut PgConnection, job: &str) -> Result<RunHistory, StoreError> {
-    super::query_as(
+pub async fn history(
+    conn: &mut PgConnection,
+    job: &str,
+    partition: Option<&Partition>,
+) -> Result<RunHistory, StoreError> {
+    let mut history: RunHistory = super::query_as(
         "WITH recent AS (
              SELECT started_at, finished_at, rows_scanned, max_payment_id,
                     row_number() OVER (ORDER BY started_at DESC) AS newest_first,
@@ -124,7 +151,26 @@ pub async fn history(conn: &mut PgConnection, job: &str) -> Result<RunHistory, S
            FROM recent",
     )
     .bind(job)
-    .fetch_one(conn)
+    .fetch_one(&mut *conn)
     .await
-    .context("reading the run history")
+    .context("reading the run history")?;
+    if let (Some(p), Some(first), Some(newest)) = (
+        partition,
+        history.first_max_payment_id,
+        history.newest_max_payment_id,
+    ) {
+        let sql = format!(
+            "SELECT count(*) FROM payments p WHERE p.id > $1 AND p.id <= $2 AND {}",
+            p.condition("p", 3)
+        );
+        let rows: i64 = super::query_scalar(&sql)
+            .bind(first)
+            .bind(newest)
+            .bind(p.value.as_str())
+            .fetch_one(conn)
+            .await
+            .context("counting the partition's new rows")?;
+        history.partition_new_rows = Some(rows);
+    }
+    Ok(history)
 }

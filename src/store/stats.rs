@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use super::{payment_state, Context, StoreError};
-use crate::config::{OutboxSettings, OutboxShape};
+use crate::config::{OutboxSettings, OutboxShape, Partition};
 
 /// Figures about `payments` and the cursor.
 #[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
@@ -57,29 +57,95 @@ pub fn lag_since(head: &str) -> String {
     )
 }
 
-/// Reads [`TableFigures`] for a job.
+/// [`lag_since`] within a partition (its value bound at `$param`): the state
+/// rows in `coalesce(last_reconciled_at, created_at)` order on the same
+/// expression index, each probed by primary key for its partition until the
+/// first of this partition (the state table is shared by every partition: a
+/// partition whose job is far behind makes the others' probes walk its rows
+/// first), and the never-seen rows beyond `head` of the partition.
+fn partition_lag_since(head: &str, partition: &Partition, param: u8) -> String {
+    let cond = partition.condition("p", param);
+    format!(
+        "least(
+    (SELECT coalesce(s.last_reconciled_at, s.created_at) FROM reconciliation_payment_state s
+       JOIN payments p ON p.id = s.payment_id
+      WHERE {cond}
+      ORDER BY coalesce(s.last_reconciled_at, s.created_at) LIMIT 1),
+    (SELECT min(p.created_at) FROM payments p WHERE p.id > {head} AND {cond}))"
+    )
+}
+
+/// The row count of `payments`, or of the partition (value at `$param`):
+/// the planner's estimate (`reltuples`, times the value's frequency among
+/// the column's most common values in `pg_stats` for a partition) or, when
+/// the table was never analysed or the value is not among them, an exact
+/// count (an index-only range scan of the partition's `(column, id)` index).
+fn rows_sql(partition: Option<(&Partition, u8)>) -> String {
+    let Some((partition, param)) = partition else {
+        return "coalesce((SELECT CASE WHEN reltuples >= 0 THEN reltuples::float8 END
+                            FROM pg_class WHERE oid = 'payments'::regclass),
+                         (SELECT count(*)::float8 FROM payments))"
+            .to_owned();
+    };
+    format!(
+        "coalesce((SELECT c.reltuples::float8
+                          * st.most_common_freqs[array_position(st.most_common_vals::text::text[], ${param}::text)]
+                     FROM pg_class c
+                     JOIN pg_namespace n ON n.oid = c.relnamespace
+                     JOIN pg_stats st ON st.schemaname = n.nspname AND st.tablename = c.relname
+                                     AND st.attname = '{column}'
+                    WHERE c.oid = 'payments'::regclass AND c.reltuples >= 0),
+                  (SELECT count(*)::float8 FROM payments p WHERE {cond}))",
+        column = partition.column.as_str(),
+        cond = partition.condition("p", param),
+    )
+}
+
+/// Reads [`TableFigures`] for a job, within its partition when one is set
+/// (`RECONCILER_PARTITION_COLUMN`): lag, row count and id range count only
+/// the partition's rows.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn table_figures(conn: &mut PgConnection, job: &str) -> Result<TableFigures, StoreError> {
+pub async fn table_figures(
+    conn: &mut PgConnection,
+    job: &str,
+    partition: Option<&Partition>,
+) -> Result<TableFigures, StoreError> {
     let head = payment_state::highest_seen(&mut *conn).await?;
-    super::query_as(&format!(
-        "SELECT coalesce(extract(epoch FROM now() - {}), 0)::float8 AS lag_seconds,
-                coalesce((SELECT CASE WHEN reltuples >= 0 THEN reltuples::float8 END
-                            FROM pg_class WHERE oid = 'payments'::regclass),
-                         (SELECT count(*)::float8 FROM payments)) AS rows_estimate,
-                (SELECT min(id) FROM payments) AS min_id,
-                (SELECT max(id) FROM payments) AS max_id,
+    let (lag, rows, ids) = match partition {
+        None => (
+            lag_since("$2"),
+            rows_sql(None),
+            "(SELECT min(id) FROM payments) AS min_id, (SELECT max(id) FROM payments) AS max_id"
+                .to_owned(),
+        ),
+        Some(p) => (
+            partition_lag_since("$2", p, 3),
+            rows_sql(Some((p, 3))),
+            format!(
+                "(SELECT min(p.id) FROM payments p WHERE {c}) AS min_id,
+                 (SELECT max(p.id) FROM payments p WHERE {c}) AS max_id",
+                c = p.condition("p", 3)
+            ),
+        ),
+    };
+    let sql = format!(
+        "SELECT coalesce(extract(epoch FROM now() - {lag}), 0)::float8 AS lag_seconds,
+                {rows} AS rows_estimate,
+                {ids},
                 coalesce(c.last_id, 0) AS cursor_position,
                 c.cycle_started_at,
                 c.last_cycle_completed_at,
                 now() AS database_now
            FROM (SELECT 1) AS one
-           LEFT JOIN reconciliation_cursor c ON c.job = $1",
-        lag_since("$2")
-    ))
-    .bind(job)
-    .bind(head)
+           LEFT JOIN reconciliation_cursor c ON c.job = $1"
+    );
+    let query = super::query_as(&sql).bind(job).bind(head);
+    match partition {
+        Some(p) => query.bind(p.value.as_str()),
+        None => query,
+    }
     .fetch_one(conn)
     .await
     .context("reading status figures")
@@ -125,19 +191,40 @@ pub async fn outbox_figures(
         .map(Some)
 }
 
-/// Open findings per kind.
+/// Open findings per kind; with a partition, those of the partition's
+/// payments and those naming no payment (`missing_locally`: no row tells
+/// which partition a PaymentIntent without a row belongs to, so every
+/// partition's job counts them).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn open_findings_by_kind(
     conn: &mut PgConnection,
+    partition: Option<&Partition>,
 ) -> Result<BTreeMap<String, i64>, StoreError> {
-    let rows: Vec<(String, i64)> = super::query_as(
-        "SELECT kind, count(*) FROM reconciliation_findings WHERE resolved_at IS NULL
-          GROUP BY kind",
-    )
-    .fetch_all(conn)
-    .await
+    let rows: Vec<(String, i64)> = match partition {
+        None => {
+            super::query_as(
+                "SELECT kind, count(*) FROM reconciliation_findings WHERE resolved_at IS NULL
+                  GROUP BY kind",
+            )
+            .fetch_all(conn)
+            .await
+        }
+        Some(p) => {
+            let sql = format!(
+                "SELECT f.kind, count(*) FROM reconciliation_findings f
+                   LEFT JOIN payments p ON p.id = f.payment_id
+                  WHERE f.resolved_at IS NULL AND (f.payment_id IS NULL OR {})
+                  GROUP BY f.kind",
+                p.condition("p", 1)
+            );
+            super::query_as(&sql)
+                .bind(p.value.as_str())
+                .fetch_all(conn)
+                .await
+        }
+    }
     .context("counting open findings")?;
     Ok(rows.into_iter().collect())
 }
@@ -169,8 +256,8 @@ pub struct LagHolder {
     pub repair_last_error: Option<String>,
 }
 
-/// The payment holding the lag (see [`LagHolder`]); `None` for an empty
-/// table. One lookup on the expression index
+/// The payment holding the lag (see [`LagHolder`]), of the partition when
+/// one is set; `None` for an empty table (or partition). One lookup on the expression index
 /// `reconciliation_payment_state_lag`, and a primary-key range of the
 /// payments never seen (see [`lag_since`]). Its repair's last error comes
 /// from `RECONCILER_OUTBOX_TABLE`; a `debezium` outbox records none (the
@@ -182,6 +269,7 @@ pub async fn lag_holder(
     conn: &mut PgConnection,
     outbox: &OutboxSettings,
     repair_types: &[&str],
+    partition: Option<&Partition>,
 ) -> Result<Option<LagHolder>, StoreError> {
     let head = payment_state::highest_seen(&mut *conn).await?;
     let repair_last_error = match outbox.shape {
@@ -195,19 +283,44 @@ pub async fn lag_holder(
         ),
         OutboxShape::Debezium => "NULL::text".to_owned(),
     };
+    // Within a partition (its value after the repair types): the state rows
+    // joined to their payment, as [`partition_lag_since`] reads them.
+    let param = match outbox.shape {
+        OutboxShape::Reconciler => 3,
+        OutboxShape::Debezium => 2,
+    };
+    let (seen, unseen) = match partition {
+        None => (
+            "SELECT payment_id, last_reconciled_at,
+                    coalesce(last_reconciled_at, created_at) AS since
+               FROM reconciliation_payment_state
+              ORDER BY coalesce(last_reconciled_at, created_at) LIMIT 1"
+                .to_owned(),
+            String::new(),
+        ),
+        Some(p) => (
+            format!(
+                "SELECT s.payment_id, s.last_reconciled_at,
+                        coalesce(s.last_reconciled_at, s.created_at) AS since
+                   FROM reconciliation_payment_state s
+                   JOIN payments p ON p.id = s.payment_id
+                  WHERE {}
+                  ORDER BY coalesce(s.last_reconciled_at, s.created_at) LIMIT 1",
+                p.condition("p", param)
+            ),
+            format!(" AND {}", p.condition("payments", param)),
+        ),
+    };
     let sql = format!(
         "SELECT p.id AS payment_id, p.order_id, p.stripe_payment_intent_id, p.status,
                 p.created_at, p.updated_at, h.last_reconciled_at,
                 f.id AS open_finding_id, f.kind AS open_finding_kind,
                 {repair_last_error} AS repair_last_error
            FROM (SELECT * FROM
-                   ((SELECT payment_id, last_reconciled_at,
-                            coalesce(last_reconciled_at, created_at) AS since
-                       FROM reconciliation_payment_state
-                      ORDER BY coalesce(last_reconciled_at, created_at) LIMIT 1)
+                   (({seen})
                     UNION ALL
                     (SELECT id, NULL::timestamptz, created_at FROM payments
-                      WHERE id > $1
+                      WHERE id > $1{unseen}
                       ORDER BY created_at LIMIT 1)) AS candidates
                   ORDER BY since LIMIT 1) AS h
            JOIN payments p ON p.id = h.payment_id
@@ -220,8 +333,11 @@ pub async fn lag_holder(
         OutboxShape::Reconciler => query.bind(repair_types),
         OutboxShape::Debezium => query,
     };
-    query
-        .fetch_optional(conn)
-        .await
-        .context("finding the payment that holds the lag")
+    match partition {
+        Some(p) => query.bind(p.value.as_str()),
+        None => query,
+    }
+    .fetch_optional(conn)
+    .await
+    .context("finding the payment that holds the lag")
 }

@@ -380,6 +380,7 @@ async fn a_succeeded_payment_intent_without_a_row_is_missing_locally_once(pool: 
         &mut conn,
         "payments-vs-stripe",
         &stripe_reconciler::config::OutboxSettings::default(),
+        None,
     )
     .await
     .unwrap();

@@ -21,6 +21,7 @@
 //! - `outbox_status`: `status` and the outbox gauges follow the configured outbox
 //! - `ops`: exit codes, summaries, secrets, readable errors, log lines
 //! - `plan`: `RECONCILER_BATCHES_PER_RUN` auto and fixed, the plan in `status`
+//! - `partition`: one release per Stripe account on one table (`RECONCILER_PARTITION_*`)
 //! - `own_state`: the reconciler's own per-payment state; no writes into `payments`
 //! - `pgbouncer`: the job behind a transaction-pooling PgBouncer
 //! - `repair`: the canonical writer and the outbox worker
@@ -53,6 +54,7 @@ mod money;
 mod ops;
 mod outbox_status;
 mod own_state;
+mod partition;
 mod pgbouncer;
 mod plan;
 mod repair;

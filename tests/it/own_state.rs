@@ -217,7 +217,9 @@ async fn the_lag_is_exact_for_a_fresh_a_partly_and_a_fully_scanned_table(pool: P
 
     // status reports the same lag (to the second: it reads now() once more).
     let mut conn = pool.acquire().await.unwrap();
-    let figures = stats::table_figures(&mut conn, SCAN_JOB).await.unwrap();
+    let figures = stats::table_figures(&mut conn, SCAN_JOB, None)
+        .await
+        .unwrap();
     let expected = (figures.database_now - full.unwrap()).num_milliseconds() as f64 / 1000.0;
     assert!((figures.lag_seconds - expected).abs() < 0.01, "{figures:?}");
 }

@@ -170,6 +170,7 @@ async fn status_json_has_the_documented_shape(pool: PgPool) {
             "outbox_oldest_pending_seconds",
             "outbox_pending",
             "outbox_shape",
+            "partition",
             "plan",
             "rows",
         ]

@@ -27,12 +27,75 @@ pub enum ColumnError {
         /// What is accepted.
         expected: &'static str,
     },
+    /// The value cannot be compared with the column (an integer column and a
+    /// value that is not a whole number).
+    #[error("{var}: {reason}")]
+    BadValue {
+        /// The variable holding the value.
+        var: &'static str,
+        /// Why, without the value (the user has it).
+        reason: String,
+    },
     /// The catalog could not be read.
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
 const INTEGER_TYPES: [&str; 3] = ["smallint", "integer", "bigint"];
+const TEXT_TYPES: [&str; 2] = ["text", "character varying"];
+
+/// The type of `payments.<column>` (`format_type` without modifiers); `None`
+/// when there is no such column.
+async fn column_type(conn: &mut PgConnection, column: &str) -> Result<Option<String>, StoreError> {
+    crate::store::query_scalar(
+        "SELECT format_type(a.atttypid, NULL) FROM pg_attribute a
+          WHERE a.attrelid = 'payments'::regclass AND a.attname = $1
+            AND a.attnum > 0 AND NOT a.attisdropped",
+    )
+    .bind(column)
+    .fetch_optional(&mut *conn)
+    .await
+    .context("reading the columns of payments")
+}
+
+/// Checks `RECONCILER_PARTITION_COLUMN` against the catalogue and returns how
+/// the value compares with it: a text type (`text`, `character varying`) or
+/// an integer type (`smallint`, `integer`, `bigint`, and then
+/// `RECONCILER_PARTITION_VALUE` must be a whole number). `character(n)` is
+/// refused: its blank-padded comparison would not use the index.
+///
+/// # Errors
+/// [`ColumnError`]: `Missing`/`WrongType` name `RECONCILER_PARTITION_COLUMN`,
+/// `BadValue` names `RECONCILER_PARTITION_VALUE` (exit 78).
+pub async fn check_partition(
+    conn: &mut PgConnection,
+    partition: &Partition,
+) -> Result<PartitionKind, ColumnError> {
+    const VAR: &str = "RECONCILER_PARTITION_COLUMN";
+    let column = partition.column.as_str();
+    match column_type(conn, column).await? {
+        None => Err(ColumnError::Missing {
+            var: VAR,
+            column: column.to_owned(),
+        }),
+        Some(t) if TEXT_TYPES.contains(&t.as_str()) => Ok(PartitionKind::Text),
+        Some(t) if INTEGER_TYPES.contains(&t.as_str()) => {
+            match partition.value.trim().parse::<i64>() {
+                Ok(_) => Ok(PartitionKind::Integer),
+                Err(_) => Err(ColumnError::BadValue {
+                    var: "RECONCILER_PARTITION_VALUE",
+                    reason: format!("{column:?} is {t}: the value must be a whole number"),
+                }),
+            }
+        }
+        Some(t) => Err(ColumnError::WrongType {
+            var: VAR,
+            column: column.to_owned(),
+            found: t,
+            expected: "text, character varying, smallint, integer or bigint",
+        }),
+    }
+}
 
 /// Checks that the configured columns exist in `payments` with usable types:
 /// the amount an integer type (`smallint`, `integer`, `bigint`) in `minor`
@@ -78,15 +141,7 @@ pub async fn check_columns(
     ];
     for (var, column, accepted, expected) in checks {
         let Some(column) = column else { continue };
-        let found: Option<String> = crate::store::query_scalar(
-            "SELECT format_type(a.atttypid, NULL) FROM pg_attribute a
-              WHERE a.attrelid = 'payments'::regclass AND a.attname = $1
-                AND a.attnum > 0 AND NOT a.attisdropped",
-        )
-        .bind(column.as_str())
-        .fetch_optional(&mut *conn)
-        .await
-        .context("reading the columns of payments")?;
+        let found = column_type(conn, column.as_str()).await?;
         match found {
             None => {
                 return Err(ColumnError::Missing {

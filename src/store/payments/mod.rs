@@ -17,14 +17,14 @@ mod columns;
 mod locks;
 mod read;
 
-pub use columns::{check_columns, ColumnError};
+pub use columns::{check_columns, check_partition, ColumnError};
 pub(crate) use locks::transition_status;
 pub use locks::{
     lock_for_finding, lock_for_repair, lock_unchanged, PaymentForRepair, TransitionResult,
 };
 pub use read::{
-    a_verified_payment_intent, a_verified_payment_intent_on, by_payment_intents, read_batch,
-    read_behind_cursor, PaymentByIntent,
+    a_verified_payment_intent, a_verified_payment_intent_on, by_payment_intents, held_elsewhere,
+    read_batch, read_behind_cursor, PaymentByIntent,
 };
 
 use std::time::Duration;
@@ -33,7 +33,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use super::{Context, StoreError};
-use crate::config::{AmountUnit, ColumnName, JobSettings, StatusMap};
+use crate::config::{AmountUnit, ColumnName, JobSettings, Partition, PartitionKind, StatusMap};
 use crate::reconcile::{LocalAmount, LocalStatus};
 
 /// One row of a batch, as phase 1 reads it. Text columns are optional: an
@@ -129,6 +129,9 @@ pub struct MoneyColumns<'a> {
     pub unit: AmountUnit,
     /// `RECONCILER_LOCAL_STATUSES`.
     pub statuses: &'a StatusMap,
+    /// `RECONCILER_PARTITION_COLUMN` / `RECONCILER_PARTITION_VALUE`: every
+    /// read keeps to the partition's rows (the value bound last).
+    pub partition: Option<&'a Partition>,
 }
 
 impl<'a> MoneyColumns<'a> {
@@ -140,7 +143,14 @@ impl<'a> MoneyColumns<'a> {
             account: settings.account_column.as_ref(),
             unit: settings.amount_unit,
             statuses: &settings.statuses,
+            partition: settings.partition.as_ref(),
         }
+    }
+
+    /// ` AND <the partition's condition on p>` with the value at `$param`;
+    /// empty without a partition.
+    fn partition_sql(&self, param: u8) -> String {
+        partition_condition(self.partition, "p", param)
     }
 
     fn map(&self, rows: Vec<RawRow>) -> Vec<PaymentRow> {
@@ -149,19 +159,22 @@ impl<'a> MoneyColumns<'a> {
 }
 
 impl MoneyColumns<'_> {
-    /// The batch query (`$1` after id, `$2` grace seconds, `$3` limit) or,
-    /// with `behind`, the query of rows behind the cursor never confirmed
-    /// (`$4` job, `$5` ids left out, `$6` late-commit id window). Column names enter the SQL only as validated,
-    /// double-quoted identifiers ([`ColumnName::quoted`]).
+    /// The batch query (`$1` after id, `$2` grace seconds, `$3` limit, `$4`
+    /// the partition's value) or, with `behind`, the query of rows behind the
+    /// cursor never confirmed (`$4` job, `$5` ids left out, `$6` late-commit
+    /// id window, `$7` the partition's value). Column names enter the SQL
+    /// only as validated, double-quoted identifiers ([`ColumnName::quoted`]);
+    /// the partition's value only as a parameter.
     fn batch_sql(&self, behind: bool) -> String {
         format!(
             "SELECT {}
                FROM payments p
-              WHERE {where_clause}
+              WHERE {where_clause}{partition}
               ORDER BY p.id
               LIMIT $3",
             self.row_columns(),
-            where_clause = if behind { BEHIND_CURSOR } else { "p.id > $1" }
+            where_clause = if behind { BEHIND_CURSOR } else { "p.id > $1" },
+            partition = self.partition_sql(if behind { 7 } else { 4 }),
         )
     }
 
@@ -191,6 +204,15 @@ impl MoneyColumns<'_> {
             column(self.account)
         )
     }
+}
+
+/// ` AND <alias>."column" = $param` for `partition` (the value bound as
+/// text at `param`, cast to the column's kind: [`Partition::condition`]);
+/// empty for `None`.
+pub(crate) fn partition_condition(partition: Option<&Partition>, alias: &str, param: u8) -> String {
+    partition.map_or_else(String::new, |p| {
+        format!(" AND {}", p.condition(alias, param))
+    })
 }
 
 /// Rows behind the cursor (`id <= $1`) never confirmed with Stripe, out of

@@ -22,13 +22,18 @@ pub async fn read_batch(
     grace: Duration,
     columns: MoneyColumns<'_>,
 ) -> Result<Vec<PaymentRow>, StoreError> {
-    let rows: Vec<RawRow> = crate::store::query_as(&columns.batch_sql(false))
+    let sql = columns.batch_sql(false);
+    let query = crate::store::query_as(&sql)
         .bind(after_id)
         .bind(grace.as_secs_f64())
-        .bind(i64::from(limit))
-        .fetch_all(conn)
-        .await
-        .context("reading the batch")?;
+        .bind(i64::from(limit));
+    let rows: Vec<RawRow> = match columns.partition {
+        Some(p) => query.bind(p.value.as_str()),
+        None => query,
+    }
+    .fetch_all(conn)
+    .await
+    .context("reading the batch")?;
     Ok(columns.map(rows))
 }
 
@@ -53,31 +58,47 @@ pub async fn read_behind_cursor(
 ) -> Result<Vec<PaymentRow>, StoreError> {
     let window_from = crate::store::payment_state::highest_seen(&mut *conn).await?
         - i64::from(limit) * LATE_COMMIT_IDS_PER_ROW;
-    let rows: Vec<RawRow> = crate::store::query_as(&columns.batch_sql(true))
+    let sql = columns.batch_sql(true);
+    let query = crate::store::query_as(&sql)
         .bind(cursor)
         .bind(grace.as_secs_f64())
         .bind(i64::from(limit))
         .bind(job)
         .bind(excluded)
-        .bind(window_from)
-        .fetch_all(conn)
-        .await
-        .context("reading rows behind the cursor")?;
+        .bind(window_from);
+    let rows: Vec<RawRow> = match columns.partition {
+        Some(p) => query.bind(p.value.as_str()),
+        None => query,
+    }
+    .fetch_all(conn)
+    .await
+    .context("reading rows behind the cursor")?;
     Ok(columns.map(rows))
 }
 
-/// A PaymentIntent id this job once verified with Stripe (its state row has
+/// A PaymentIntent id this job (its partition, when one is set) once verified with Stripe (its state row has
 /// an observed status), used to tell a wrong key from genuinely missing
 /// PaymentIntents. `None` on a new install.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn a_verified_payment_intent(pool: &sqlx::PgPool) -> Result<Option<String>, StoreError> {
-    crate::store::query_scalar(
+pub async fn a_verified_payment_intent(
+    pool: &sqlx::PgPool,
+    partition: Option<&Partition>,
+) -> Result<Option<String>, StoreError> {
+    // Within the partition: another partition's PaymentIntent belongs to
+    // another Stripe account, which this job's key cannot see.
+    let sql = format!(
         "SELECT p.stripe_payment_intent_id FROM reconciliation_payment_state s
            JOIN payments p ON p.id = s.payment_id
-          WHERE s.observed_external_status IS NOT NULL LIMIT 1",
-    )
+          WHERE s.observed_external_status IS NOT NULL{} LIMIT 1",
+        partition_condition(partition, "p", 1)
+    );
+    let query = crate::store::query_scalar(&sql);
+    match partition {
+        Some(p) => query.bind(p.value.as_str()),
+        None => query,
+    }
     .fetch_optional(pool)
     .await
     .context("looking up a verified PaymentIntent")
@@ -85,8 +106,8 @@ pub async fn a_verified_payment_intent(pool: &sqlx::PgPool) -> Result<Option<Str
 
 /// A PaymentIntent of the connected account `account` (the rows whose
 /// `account_column` holds it; `None`: the platform's rows, NULL or empty)
-/// that this job once verified with Stripe: the
-/// per-account form of [`a_verified_payment_intent`], telling a connected
+/// (within the job's partition, when one is set) that this job once
+/// verified with Stripe: the per-account form of [`a_verified_payment_intent`], telling a connected
 /// account the platform cannot read from genuinely missing PaymentIntents.
 /// The column name enters the SQL only quoted ([`ColumnName::quoted`]); the
 /// account is a bound parameter.
@@ -97,15 +118,21 @@ pub async fn a_verified_payment_intent_on(
     pool: &sqlx::PgPool,
     account_column: &ColumnName,
     account: Option<&str>,
+    partition: Option<&Partition>,
 ) -> Result<Option<String>, StoreError> {
-    crate::store::query_scalar(&format!(
+    let sql = format!(
         "SELECT p.stripe_payment_intent_id FROM reconciliation_payment_state s
            JOIN payments p ON p.id = s.payment_id
           WHERE s.observed_external_status IS NOT NULL
-            AND coalesce((p.{})::text, '') = coalesce($1, '') LIMIT 1",
-        account_column.quoted()
-    ))
-    .bind(account)
+            AND coalesce((p.{})::text, '') = coalesce($1, ''){} LIMIT 1",
+        account_column.quoted(),
+        partition_condition(partition, "p", 2)
+    );
+    let query = crate::store::query_scalar(&sql).bind(account);
+    match partition {
+        Some(p) => query.bind(p.value.as_str()),
+        None => query,
+    }
     .fetch_optional(pool)
     .await
     .context("looking up a verified PaymentIntent of a connected account")
@@ -133,23 +160,26 @@ struct RawByIntent {
 }
 
 impl MoneyColumns<'_> {
-    /// The lookup of rows by PaymentIntent id (`$1` ids, `$2` grace seconds):
-    /// one index probe per id on `payments (stripe_payment_intent_id)`, and
-    /// one primary-key probe for the row's state.
+    /// The lookup of rows by PaymentIntent id (`$1` ids, `$2` grace seconds,
+    /// `$3` the partition's value): one index probe per id on `payments
+    /// (stripe_payment_intent_id)`, and one primary-key probe for the row's
+    /// state.
     fn by_intent_sql(&self) -> String {
         format!(
             "SELECT {}, s.last_reconciled_at, s.observed_external_status
                FROM payments p
                LEFT JOIN reconciliation_payment_state s ON s.payment_id = p.id
-              WHERE p.stripe_payment_intent_id = ANY($1)
+              WHERE p.stripe_payment_intent_id = ANY($1){}
               ORDER BY p.id",
-            self.row_columns()
+            self.row_columns(),
+            self.partition_sql(3)
         )
     }
 }
 
 /// The rows holding any of these PaymentIntent ids (several per id when the
-/// id is shared), in id order, flagged like a batch's rows.
+/// id is shared), in id order, flagged like a batch's rows; with a partition,
+/// only the partition's rows (see [`held_elsewhere`] for the others).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -162,12 +192,17 @@ pub async fn by_payment_intents(
     if intents.is_empty() {
         return Ok(Vec::new());
     }
-    let rows: Vec<RawByIntent> = crate::store::query_as(&columns.by_intent_sql())
+    let sql = columns.by_intent_sql();
+    let query = crate::store::query_as(&sql)
         .bind(intents)
-        .bind(grace.as_secs_f64())
-        .fetch_all(conn)
-        .await
-        .context("looking up payments by PaymentIntent id")?;
+        .bind(grace.as_secs_f64());
+    let rows: Vec<RawByIntent> = match columns.partition {
+        Some(p) => query.bind(p.value.as_str()),
+        None => query,
+    }
+    .fetch_all(conn)
+    .await
+    .context("looking up payments by PaymentIntent id")?;
     Ok(rows
         .into_iter()
         .map(|r| PaymentByIntent {
@@ -176,4 +211,34 @@ pub async fn by_payment_intents(
             observed_external_status: r.observed_external_status,
         })
         .collect())
+}
+
+/// Of these PaymentIntent ids, those held by a row outside `partition` (a
+/// row whose partition column is another value, or NULL): another job's
+/// rows, neither this job's to re-read nor orphans (`missing_locally`). Empty
+/// without a partition. One index probe per id on `payments
+/// (stripe_payment_intent_id)`.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn held_elsewhere(
+    conn: &mut PgConnection,
+    intents: &[&str],
+    partition: Option<&Partition>,
+) -> Result<Vec<String>, StoreError> {
+    let Some(partition) = partition.filter(|_| !intents.is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let sql = format!(
+        "SELECT DISTINCT p.stripe_payment_intent_id FROM payments p
+          WHERE p.stripe_payment_intent_id = ANY($1)
+            AND ({}) IS NOT TRUE",
+        partition.condition("p", 2)
+    );
+    crate::store::query_scalar(&sql)
+        .bind(intents)
+        .bind(partition.value.as_str())
+        .fetch_all(conn)
+        .await
+        .context("looking up PaymentIntents of other partitions")
 }
