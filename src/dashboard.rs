@@ -8,8 +8,14 @@
 //! the prefix of `STRIPE_API_KEY` (`sk_test_`/`rk_test_` = test), else live
 //! (the review queue of a production deployment, where a person usually has
 //! no API key in their shell).
+//!
+//! A connected account's payment (Connect, issue 24) is a page of that
+//! account's Dashboard as the platform views it, the account id first in
+//! the path: `https://dashboard.stripe.com/{acct}/payments/{pi}` and
+//! `https://dashboard.stripe.com/{acct}/test/payments/{pi}` (Stripe docs,
+//! "View the Dashboard as a connected account").
 
-use crate::stripe::PaymentIntentId;
+use crate::stripe::{AccountId, PaymentIntentId};
 
 /// Which half of the Stripe Dashboard a link points into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -44,12 +50,29 @@ impl DashboardMode {
 /// well-formed PaymentIntent id (it would not name a page, and it is
 /// untrusted input that must not be spliced into a URL).
 pub fn payment_intent_url(stored_id: &str, mode: DashboardMode) -> Option<String> {
+    payment_intent_url_on(None, stored_id, mode)
+}
+
+/// [`payment_intent_url`] of a PaymentIntent on the connected `account`
+/// (`None` or empty: the platform's own). `None` also when the stored
+/// account is not a well-formed `acct_` id (untrusted: never spliced into a
+/// URL).
+pub fn payment_intent_url_on(
+    account: Option<&str>,
+    stored_id: &str,
+    mode: DashboardMode,
+) -> Option<String> {
     let id = PaymentIntentId::parse(stored_id).ok()?;
-    let prefix = match mode {
-        DashboardMode::Live => "https://dashboard.stripe.com/payments/",
-        DashboardMode::Test => "https://dashboard.stripe.com/test/payments/",
+    let account = AccountId::of_stored(account).ok()?;
+    let account = account.map_or_else(String::new, |a| format!("{}/", a.as_str()));
+    let mode = match mode {
+        DashboardMode::Live => "",
+        DashboardMode::Test => "test/",
     };
-    Some(format!("{prefix}{}", id.as_str()))
+    Some(format!(
+        "https://dashboard.stripe.com/{account}{mode}payments/{}",
+        id.as_str()
+    ))
 }
 
 #[cfg(test)]
@@ -81,6 +104,22 @@ mod tests {
             Some("https://dashboard.stripe.com/test/payments/pi_3Abc123")
         );
         assert_eq!(payment_intent_url("pi_../../x", DashboardMode::Live), None);
+        assert_eq!(
+            payment_intent_url_on(Some("acct_1Xy"), "pi_3Abc123", DashboardMode::Live).as_deref(),
+            Some("https://dashboard.stripe.com/acct_1Xy/payments/pi_3Abc123")
+        );
+        assert_eq!(
+            payment_intent_url_on(Some("acct_1Xy"), "pi_3Abc123", DashboardMode::Test).as_deref(),
+            Some("https://dashboard.stripe.com/acct_1Xy/test/payments/pi_3Abc123")
+        );
+        assert_eq!(
+            payment_intent_url_on(Some(""), "pi_3Abc123", DashboardMode::Live).as_deref(),
+            Some("https://dashboard.stripe.com/payments/pi_3Abc123")
+        );
+        assert_eq!(
+            payment_intent_url_on(Some("acct_/../x"), "pi_3Abc123", DashboardMode::Live),
+            None
+        );
         assert_eq!(payment_intent_url("", DashboardMode::Test), None);
     }
 }

@@ -2,7 +2,7 @@
 
 use super::CommandError;
 use crate::config::Settings;
-use crate::dashboard::{payment_intent_url, DashboardMode};
+use crate::dashboard::{payment_intent_url_on, DashboardMode};
 use crate::reconcile::RepairCommand;
 use secrecy::ExposeSecret;
 
@@ -57,7 +57,7 @@ pub(super) async fn list(
     let link = |f: &findings::FindingView| {
         f.stripe_payment_intent_id
             .as_deref()
-            .and_then(|pi| payment_intent_url(pi, mode))
+            .and_then(|pi| payment_intent_url_on(f.stripe_account_id.as_deref(), pi, mode))
     };
     let shown = rows.len() as i64;
     let cut = (total > shown).then(|| {
@@ -91,11 +91,12 @@ fn render(
     link: &dyn Fn(&findings::FindingView) -> Option<String>,
 ) -> String {
     let mut out = format!(
-        "{:>8}  {:>10}  {:<16}  {:<28}  {:<32}  {:<8}  {:<24}  {:<19}  {:<62}  {:<10}  details\n",
+        "{:>8}  {:>10}  {:<16}  {:<28}  {:<21}  {:<32}  {:<8}  {:<24}  {:<19}  {:<62}  {:<10}  details\n",
         "id",
         "payment",
         "order",
         "payment intent",
+        "account",
         "kind",
         "local",
         "stripe",
@@ -115,12 +116,16 @@ fn render(
         // Every stored string is escaped before it is padded: one finding is
         // one line, and nothing in a cell can drive the terminal.
         out.push_str(&format!(
-            "{:>8}  {:>10}  {:<16}  {:<28}  {:<32}  {:<8}  {:<24}  {:<19}  {:<62}  {:<10}  {}\n",
+            "{:>8}  {:>10}  {:<16}  {:<28}  {:<21}  {:<32}  {:<8}  {:<24}  {:<19}  {:<62}  {:<10}  {}\n",
             f.id,
             f.payment_id
                 .map_or_else(|| "-".to_owned(), |p| p.to_string()),
             escape_or_dash(f.order_id.as_deref()),
             escape_or_dash(f.stripe_payment_intent_id.as_deref()),
+            f.stripe_account_id
+                .as_deref()
+                .filter(|a| !a.is_empty())
+                .map_or_else(|| "platform".into(), escape),
             escape(&f.kind),
             escape(&f.local_status),
             escape_or_dash(f.external_status.as_deref()),

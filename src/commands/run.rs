@@ -92,8 +92,8 @@ pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), Comman
 
 /// The schema a run relies on: an index on `payments.stripe_payment_intent_id`
 /// (each batch looks duplicates up by it; without one every row would scan
-/// the table), and `RECONCILER_AMOUNT_COLUMN` / `RECONCILER_CURRENCY_COLUMN`
-/// naming columns of `payments` with usable types. Exit 78 naming what to fix.
+/// the table), and `RECONCILER_AMOUNT_COLUMN` / `RECONCILER_CURRENCY_COLUMN` /
+/// `RECONCILER_ACCOUNT_COLUMN` naming columns of `payments` with usable types. Exit 78 naming what to fix.
 async fn check_columns(pool: &PgPool, settings: &Settings) -> Result<(), CommandError> {
     let columns = MoneyColumns::of(&settings.job);
     let mut conn = pool
@@ -113,7 +113,7 @@ async fn check_columns(pool: &PgPool, settings: &Settings) -> Result<(), Command
         }
         .into());
     }
-    if columns.amount.is_none() && columns.currency.is_none() {
+    if columns.amount.is_none() && columns.currency.is_none() && columns.account.is_none() {
         return Ok(());
     }
     match payments::check_columns(&mut conn, columns).await {
@@ -214,6 +214,7 @@ fn log_summary(s: &RunSummary) {
         duration_seconds = s.duration_seconds,
         stripe_retrieve_requests = s.stripe_requests.retrieve,
         stripe_list_requests = s.stripe_requests.list,
+        stripe_accounts_unreachable = s.stripe_accounts_unreachable,
         stripe_requests_per_row = (s.rows_scanned > 0)
             .then(|| s.stripe_requests.total() as f64 / s.rows_scanned as f64),
         "run summary"
@@ -253,6 +254,12 @@ fn print_summary(s: &RunSummary, format: LogFormat) {
                 println!("  writes refused     {}", s.writes_refused);
             }
             println!("  wrapped            {}", s.wrapped);
+            if s.stripe_accounts_unreachable > 0 {
+                println!(
+                    "  unreachable connected accounts  {}",
+                    s.stripe_accounts_unreachable
+                );
+            }
             println!(
                 "  cursor             {}",
                 s.cursor_position.map_or_else(

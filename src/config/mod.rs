@@ -96,6 +96,11 @@ pub struct JobSettings {
     /// `RECONCILER_CURRENCY_COLUMN`: a `payments` column holding the ISO
     /// currency code, compared case-insensitively. Default unset.
     pub currency_column: Option<ColumnName>,
+    /// `RECONCILER_ACCOUNT_COLUMN`: a text column of `payments` holding the
+    /// connected account id (`acct_…`; NULL or empty = the platform's own
+    /// account); every Stripe read for such a row carries `Stripe-Account`
+    /// (issue 24). Default unset: every row is the platform's.
+    pub account_column: Option<ColumnName>,
     /// `RECONCILER_AMOUNT_UNIT`: `minor` (default, integer column) or `major`
     /// (numeric column, converted with Stripe's currency exponents; needs
     /// `RECONCILER_CURRENCY_COLUMN`).
@@ -168,6 +173,7 @@ impl Default for JobSettings {
             run_deadline: None,
             amount_column: None,
             currency_column: None,
+            account_column: None,
             amount_unit: AmountUnit::Minor,
             statuses: StatusMap::default(),
             rules: Rules::default(),
@@ -226,6 +232,7 @@ impl Settings {
                 run_deadline: scan.run_deadline,
                 amount_column: checks.amount_column,
                 currency_column: checks.currency_column,
+                account_column: checks.account_column,
                 amount_unit: vocabulary.amount_unit,
                 statuses: vocabulary.statuses,
                 rules: checks.rules,
@@ -324,6 +331,7 @@ mod tests {
             ),
             ("RECONCILER_OUTBOX_TABLE", "app.commands"),
             ("RECONCILER_OUTBOX_SHAPE", "debezium"),
+            ("RECONCILER_ACCOUNT_COLUMN", "stripe_account"),
             ("RECONCILER_TARGET_CYCLE_SECONDS", "3600"),
             ("RECONCILER_SCHEDULE_INTERVAL_SECONDS", "300"),
         ]))
@@ -345,6 +353,7 @@ mod tests {
                 run_deadline: Some(secs(17)),
                 amount_column: column("RECONCILER_AMOUNT_COLUMN", "amount_cents"),
                 currency_column: column("RECONCILER_CURRENCY_COLUMN", "currency"),
+                account_column: column("RECONCILER_ACCOUNT_COLUMN", "stripe_account"),
                 amount_unit: AmountUnit::Major,
                 statuses: StatusMap::parse(
                     "pending=open;paid=complete;failed=canceled;refunded=refunded"

@@ -1,6 +1,7 @@
 //! What classification compares beyond status: the money columns
-//! (`RECONCILER_AMOUNT_COLUMN`, `RECONCILER_CURRENCY_COLUMN`) and the aging
-//! thresholds (DESIGN.md, Beyond status).
+//! (`RECONCILER_AMOUNT_COLUMN`, `RECONCILER_CURRENCY_COLUMN`), the Connect
+//! account column (`RECONCILER_ACCOUNT_COLUMN`) and the aging thresholds
+//! (DESIGN.md, Beyond status and Turn 3 contract).
 
 use serde::Deserialize;
 
@@ -51,6 +52,7 @@ impl ColumnName {
 struct RulesVars {
     amount_column: Option<String>,
     currency_column: Option<String>,
+    account_column: Option<String>,
     auth_expiry_warn_seconds: Option<String>,
     processing_max_seconds: Option<String>,
     abandoned_after_seconds: Option<String>,
@@ -60,6 +62,7 @@ struct RulesVars {
 pub(super) struct Checks {
     pub(super) amount_column: Option<ColumnName>,
     pub(super) currency_column: Option<ColumnName>,
+    pub(super) account_column: Option<ColumnName>,
     pub(super) rules: Rules,
 }
 
@@ -76,6 +79,7 @@ where
     Ok(Checks {
         amount_column: column("RECONCILER_AMOUNT_COLUMN", raw.amount_column)?,
         currency_column: column("RECONCILER_CURRENCY_COLUMN", raw.currency_column)?,
+        account_column: column("RECONCILER_ACCOUNT_COLUMN", raw.account_column)?,
         rules: Rules {
             auth_expiry_warn_seconds: value::number(
                 "RECONCILER_AUTH_EXPIRY_WARN_SECONDS",

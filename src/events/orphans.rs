@@ -63,7 +63,8 @@ pub async fn read(
                     | GatewayError::Misconfigured { .. }
                     | GatewayError::Redirected { .. }),
                 ) => return Err(RunError::StripeRejected(e)),
-                Err(e @ GatewayError::Unavailable { .. }) => {
+                // Never for the platform's own reads (no Stripe-Account).
+                Err(e @ (GatewayError::Unavailable { .. } | GatewayError::AccountUnreachable { .. })) => {
                     tracing::warn!(payment_intent = %pi, error = %e, "PaymentIntent without a row unverifiable");
                     OrphanOutcome::Unverifiable(Arc::new(e))
                 }

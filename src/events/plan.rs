@@ -242,6 +242,7 @@ mod tests {
                 amount: None,
                 currency: None,
                 shares_payment_intent: false,
+                stripe_account: None,
             },
             last_reconciled_at: reconciled.map(|(t, _)| Utc.timestamp_opt(t, 0).unwrap()),
             observed_external_status: reconciled.map(|(_, s)| s.to_owned()),

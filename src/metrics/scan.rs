@@ -8,8 +8,9 @@ use crate::scan::RunSummary;
 
 /// `rows_scanned`, `batches`, `findings_created`, `commands_enqueued`,
 /// `wrapped`, `verdicts{verdict}`, `stripe_requests{endpoint}`, and the
-/// run's plan: `planned_batches`, `target_cycle_seconds` (DESIGN.md, "Turn 3
-/// contract").
+/// run's plan: `planned_batches`, `target_cycle_seconds`, and
+/// `stripe_accounts_unreachable` (DESIGN.md, "Turn 3 contract"; no
+/// per-account label: the accounts are in the log and the findings).
 pub(super) struct ScanGauges {
     planned_batches: Figure,
     target_cycle: Figure,
@@ -20,6 +21,7 @@ pub(super) struct ScanGauges {
     wrapped: Figure,
     verdicts: Labelled,
     stripe_requests: Labelled,
+    accounts_unreachable: Figure,
 }
 
 impl ScanGauges {
@@ -72,6 +74,11 @@ impl ScanGauges {
                 "Stripe requests sent by the last run, per endpoint (retries included).",
                 "endpoint",
             )?,
+            accounts_unreachable: Figure::register(
+                registry,
+                "stripe_accounts_unreachable",
+                "Connected accounts the last run could not read (no access, or every read a 404); their rows stayed UNVERIFIABLE.",
+            )?,
         })
     }
 
@@ -91,5 +98,7 @@ impl ScanGauges {
         for (endpoint, n) in s.stripe_requests.by_endpoint() {
             self.stripe_requests.set(endpoint, n as f64);
         }
+        self.accounts_unreachable
+            .set(s.stripe_accounts_unreachable as f64);
     }
 }

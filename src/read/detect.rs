@@ -1,24 +1,33 @@
 //! Phase 2 of a batch: ask Stripe about each row, outside any transaction,
 //! at most `max_in_flight` reads at a time, results in the rows' order.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 
 use chrono::{DateTime, Utc};
 
 use crate::config::JobSettings;
 use futures::{StreamExt, TryStreamExt};
 use sqlx::PgPool;
-use tokio::sync::{oneshot, OnceCell, Semaphore};
+use tokio::sync::{oneshot, Semaphore};
 
-use super::list::{list_batch, Listed};
+use super::accounts::{
+    account_of, all_not_found_reason, check_key, round_robin, AccountKey, KeyCheck, Tally,
+};
+use super::list::list_accounts;
 use crate::config::ReadMode;
 use crate::outcome::RunError;
 use crate::reconcile::{
     classify, Decision, ExternalStatus, FindingKind, LocalPayment, LocalStatus, PaymentIntentFacts,
     Verdict,
 };
-use crate::store::payments::{self, PaymentRow};
+use crate::store::payments::PaymentRow;
 use crate::stripe::{GatewayError, PaymentIntentId, StripeGateway};
+
+/// What a `missing_externally` finding says when `RECONCILER_ACCOUNT_COLUMN`
+/// is unset: a connected account's PaymentIntent answers 404 without its
+/// `Stripe-Account` header (`shared/stripe/FACTS.md`).
+pub const CONNECT_HINT: &str = "Stripe has no such PaymentIntent on the platform's account; it could be a connected account's PaymentIntent: set RECONCILER_ACCOUNT_COLUMN to the payments column holding the acct_ id";
 
 /// When this many reads of a batch answered 404 and none found a
 /// PaymentIntent, the key may belong to another account or mode (test vs
@@ -30,17 +39,6 @@ use crate::stripe::{GatewayError, PaymentIntentId, StripeGateway};
 /// before (a new install), the batch stops only when every read of it was a
 /// 404 (and at least this many).
 pub const WRONG_ACCOUNT_NOT_FOUND_READS: usize = 10;
-
-/// What re-reading a known PaymentIntent said about the key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum KeyCheck {
-    /// A PaymentIntent verified before was found: the key is right.
-    Confirmed,
-    /// It is unknown to Stripe with this key: wrong account or mode.
-    Wrong,
-    /// Nothing to re-read, or Stripe did not answer.
-    Unknown,
-}
 
 /// One row's outcome of phase 2.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +64,12 @@ pub struct Observation {
     /// Why the row is UNVERIFIABLE (the last error), for the
     /// `persistently_unverifiable` finding.
     pub error: Option<String>,
+    /// The connected account the row's reads went to (`acct_…`, well-formed;
+    /// `None`: the platform's own account, or a malformed value never sent).
+    pub stripe_account: Option<String>,
+    /// The row's account was unreachable (no access, or every read a 404):
+    /// UNVERIFIABLE without counting toward the outage rule.
+    pub account_unreachable: bool,
 }
 
 impl Observation {
@@ -75,34 +79,21 @@ impl Observation {
         self.decision = Decision::plain(Verdict::InFlight);
         self.observed = None;
     }
-}
 
-#[derive(Default)]
-struct Tally {
-    found: AtomicUsize,
-    not_found: AtomicUsize,
-    key: OnceCell<KeyCheck>,
-}
+    /// UNVERIFIABLE after a read was due: Stripe asked and no usable answer,
+    /// or the read was not sent because the row's account is unreachable or
+    /// malformed (these carry their reason in `error`). Such rows are counted
+    /// per cycle toward `persistently_unverifiable`.
+    pub fn unverifiable_read(&self) -> bool {
+        self.decision.verdict == Verdict::Unverifiable
+            && (self.asked_stripe || self.error.is_some())
+    }
 
-async fn check_key(pool: &PgPool, gateway: &StripeGateway) -> KeyCheck {
-    let known = match payments::a_verified_payment_intent(pool).await {
-        Ok(Some(id)) => id,
-        Ok(None) => return KeyCheck::Unknown,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot look up a verified PaymentIntent to check the key");
-            return KeyCheck::Unknown;
-        }
-    };
-    let Ok(id) = PaymentIntentId::parse(&known) else {
-        return KeyCheck::Unknown;
-    };
-    match gateway.payment_intent_status(&id).await {
-        Ok(_) => KeyCheck::Confirmed,
-        Err(GatewayError::NotFound { .. }) => {
-            tracing::error!(payment_intent = %id, "a PaymentIntent this job verified before is unknown to Stripe with this key");
-            KeyCheck::Wrong
-        }
-        Err(_) => KeyCheck::Unknown,
+    fn unreachable(&mut self, reason: String) {
+        self.decision = Decision::plain(Verdict::Unverifiable);
+        self.observed = None;
+        self.error = Some(reason);
+        self.account_unreachable = true;
     }
 }
 
@@ -181,9 +172,16 @@ pub async fn observe_batch(
         all_started,
     } = pacing;
     let all_started = std::sync::Mutex::new(all_started);
-    let last = rows.len().saturating_sub(1);
-    let tally = Tally::default();
-    let mut listed = Listed::default();
+    let accounts: Vec<Result<AccountKey, String>> = rows
+        .iter()
+        .map(|r| account_of(r, settings).map_err(|e| e.to_string()))
+        .collect();
+    let tallies: HashMap<AccountKey, Tally> = accounts
+        .iter()
+        .filter_map(|a| a.as_ref().ok().cloned())
+        .map(|a| (a, Tally::default()))
+        .collect();
+    let mut listed = super::list::Listed::default();
     if settings.read_mode == ReadMode::List {
         let ids: Vec<Option<PaymentIntentId>> = rows
             .iter()
@@ -196,12 +194,17 @@ pub async fn observe_batch(
                     .flatten()
             })
             .collect();
-        let to_read: Vec<(&PaymentRow, &PaymentIntentId)> = rows
+        let to_read: Vec<(&PaymentRow, &PaymentIntentId, &AccountKey)> = rows
             .iter()
             .zip(&ids)
-            .filter_map(|(r, id)| Some((r, id.as_ref()?)))
+            .zip(&accounts)
+            .filter_map(|((r, id), a)| Some((r, id.as_ref()?, a.as_ref().ok()?)))
+            .filter(|(_, _, a)| {
+                a.as_ref()
+                    .map_or(true, |a| gateway.accounts().unreachable(a).is_none())
+            })
             .collect();
-        listed = list_batch(
+        listed = list_accounts(
             gateway,
             &to_read,
             cursor_from,
@@ -212,142 +215,257 @@ pub async fn observe_batch(
         .await?;
     }
     let found = &listed.found;
-    let mut observed: Vec<(usize, Observation)> =
-        futures::stream::iter(rows.into_iter().enumerate())
-            .map(|(index, row)| {
-                if index == last {
-                    if let Some(started) =
-                        all_started.lock().unwrap_or_else(|p| p.into_inner()).take()
-                    {
-                        let _ = started.send(());
-                    }
+    // Fairness under the one rate limit: the accounts' reads in turn.
+    let keys: Vec<Option<&AccountKey>> = accounts.iter().map(|a| a.as_ref().ok()).collect();
+    let order = round_robin(&keys);
+    let last = order.last().copied();
+    let mut slots: Vec<Option<(PaymentRow, Result<AccountKey, String>)>> =
+        rows.into_iter().zip(accounts).map(Some).collect();
+    let queued: Vec<(usize, PaymentRow, Result<AccountKey, String>)> = order
+        .iter()
+        .filter_map(|&i| slots[i].take().map(|(r, a)| (i, r, a)))
+        .collect();
+    let tallies = &tallies;
+    let mut observed: Vec<(usize, Observation)> = futures::stream::iter(queued)
+        .map(|(index, row, account)| {
+            if Some(index) == last {
+                if let Some(started) = all_started.lock().unwrap_or_else(|p| p.into_inner()).take()
+                {
+                    let _ = started.send(());
                 }
-                let tally = &tally;
-                let from_list = row
-                    .stripe_payment_intent_id
-                    .as_deref()
-                    .and_then(|id| found.get(id))
-                    .and_then(|f| f.as_ref().ok())
-                    .cloned();
-                async move {
-                    observe(
-                        pool, gateway, row, settings, now, tally, from_list, in_flight,
-                    )
+            }
+            let from_list = row
+                .stripe_payment_intent_id
+                .as_deref()
+                .and_then(|id| found.get(id))
+                .and_then(|f| f.as_ref().ok())
+                .cloned();
+            let read = Read {
+                pool,
+                gateway,
+                settings,
+                now,
+                tallies,
+                in_flight,
+            };
+            async move {
+                read.observe(row, account, from_list)
                     .await
                     .map(|o| (index, o))
-                }
-            })
-            .buffer_unordered((settings.max_in_flight as usize).max(1))
-            .try_collect()
-            .await?;
+            }
+        })
+        .buffer_unordered((settings.max_in_flight as usize).max(1))
+        .try_collect()
+        .await?;
     observed.sort_unstable_by_key(|(index, _)| *index);
-    let asked = observed.iter().filter(|(_, o)| o.asked_stripe).count();
-    let not_found = tally.not_found.load(Ordering::Relaxed);
-    if asked >= WRONG_ACCOUNT_NOT_FOUND_READS
-        && not_found == asked
-        && tally.key.get() != Some(&KeyCheck::Confirmed)
-    {
-        return Err(RunError::StripeWrongAccount { not_found });
+    if let Some(platform) = tallies.get(&None) {
+        let asked = platform.asked.load(Ordering::Relaxed);
+        if asked >= WRONG_ACCOUNT_NOT_FOUND_READS
+            && platform.all_not_found()
+            && platform.key.get() != Some(&KeyCheck::Confirmed)
+        {
+            return Err(RunError::StripeWrongAccount { not_found: asked });
+        }
     }
+    let mut observations: Vec<Observation> = observed.into_iter().map(|(_, o)| o).collect();
+    judge_connected(pool, gateway, settings, tallies, &mut observations).await;
     Ok(Observed {
-        observations: observed.into_iter().map(|(_, o)| o).collect(),
+        observations,
         pages: listed.pages,
         failed_pages: listed.failed_pages,
     })
 }
 
-/// One row: `from_list` is its PaymentIntent as a list page contained it
-/// (no request then); otherwise it is retrieved.
-#[allow(clippy::too_many_arguments)]
-async fn observe(
+/// The wrong-key rule for connected accounts: an account whose every read of
+/// this batch answered 404 is unreachable when a PaymentIntent verified
+/// before on it is unknown now, or (none verified) when at least
+/// [`WRONG_ACCOUNT_NOT_FOUND_READS`] reads answered 404. Its rows become
+/// UNVERIFIABLE with the reason, not `missing_externally`, and the run sends
+/// no more reads for it.
+async fn judge_connected(
     pool: &PgPool,
     gateway: &StripeGateway,
-    row: PaymentRow,
     settings: &JobSettings,
-    now: DateTime<Utc>,
-    tally: &Tally,
-    from_list: Option<PaymentIntentFacts>,
-    in_flight: &Semaphore,
-) -> Result<Observation, RunError> {
-    let mut seen = Observation {
-        payment_id: row.id,
-        version: row.version,
-        updated_at: row.updated_at,
-        local: row.status.clone(),
-        payment_intent: None,
-        decision: Decision::plain(Verdict::InFlight),
-        observed: None,
-        asked_stripe: false,
-        error: None,
-    };
-    if row.recently_changed {
-        return Ok(seen);
+    tallies: &HashMap<AccountKey, Tally>,
+    observations: &mut [Observation],
+) {
+    for (key, tally) in tallies {
+        let Some(account) = key else { continue };
+        if !tally.all_not_found() {
+            continue;
+        }
+        let reads = tally.asked.load(Ordering::Relaxed);
+        let wrong = match check_key(pool, gateway, settings, Some(account)).await {
+            KeyCheck::Wrong => true,
+            KeyCheck::Confirmed => false,
+            KeyCheck::Unknown => reads >= WRONG_ACCOUNT_NOT_FOUND_READS,
+        };
+        if !wrong {
+            continue;
+        }
+        let reason = all_not_found_reason(account, reads);
+        gateway.accounts().mark_unreachable(account, reason.clone());
+        for o in observations
+            .iter_mut()
+            .filter(|o| o.stripe_account.as_deref() == Some(account.as_str()))
+            .filter(|o| o.decision.kind == Some(FindingKind::MissingExternally))
+        {
+            o.unreachable(reason.clone());
+        }
     }
-    let id = match PaymentIntentId::parse(row.stripe_payment_intent_id.as_deref().unwrap_or("")) {
-        Ok(id) => id,
-        Err(reason) => {
-            tracing::warn!(payment_id = row.id, %reason, "payment has a malformed PaymentIntent id; not sent to Stripe");
-            seen.decision = Decision::review(FindingKind::InvalidPaymentIntentId);
+}
+
+/// What one row's read needs from its batch.
+#[derive(Clone, Copy)]
+struct Read<'a> {
+    pool: &'a PgPool,
+    gateway: &'a StripeGateway,
+    settings: &'a JobSettings,
+    now: DateTime<Utc>,
+    tallies: &'a HashMap<AccountKey, Tally>,
+    in_flight: &'a Semaphore,
+}
+
+impl Read<'_> {
+    /// One row: `from_list` is its PaymentIntent as a list page contained it
+    /// (no request then); otherwise it is retrieved, on the row's account.
+    async fn observe(
+        self,
+        row: PaymentRow,
+        account: Result<AccountKey, String>,
+        from_list: Option<PaymentIntentFacts>,
+    ) -> Result<Observation, RunError> {
+        let mut seen = Observation {
+            payment_id: row.id,
+            version: row.version,
+            updated_at: row.updated_at,
+            local: row.status.clone(),
+            payment_intent: None,
+            decision: Decision::plain(Verdict::InFlight),
+            observed: None,
+            asked_stripe: false,
+            error: None,
+            stripe_account: None,
+            account_unreachable: false,
+        };
+        if row.recently_changed {
             return Ok(seen);
         }
-    };
-    seen.payment_intent = Some(id.as_str().to_owned());
-    seen.asked_stripe = true;
-    let read = match from_list {
-        Some(facts) => Ok(facts),
-        None => {
-            let _permit = in_flight.acquire().await;
-            gateway.payment_intent(&id).await
-        }
-    };
-    match read {
-        Ok(facts) => {
-            tally.found.fetch_add(1, Ordering::Relaxed);
-            let local = LocalPayment {
-                status: seen.local.clone(),
-                amount: row.amount,
-                currency: row.currency.clone(),
-                shares_payment_intent: row.shares_payment_intent,
-            };
-            seen.decision = classify(&local, &facts, &settings.rules, now);
-            if seen.decision.verdict == Verdict::Unverifiable {
-                // Stripe answered, but not enough to judge the money.
-                let reason = seen
-                    .decision
-                    .details
-                    .as_ref()
-                    .and_then(|d| d.get("reason"))
-                    .and_then(|r| r.as_str())
-                    .unwrap_or("incomplete PaymentIntent")
-                    .to_owned();
-                tracing::warn!(payment_id = row.id, payment_intent = %id, %reason, "PaymentIntent unverifiable");
-                seen.error = Some(reason);
-            } else {
-                seen.observed = Some(facts.status);
+        let id = match PaymentIntentId::parse(row.stripe_payment_intent_id.as_deref().unwrap_or(""))
+        {
+            Ok(id) => id,
+            Err(reason) => {
+                tracing::warn!(payment_id = row.id, %reason, "payment has a malformed PaymentIntent id; not sent to Stripe");
+                seen.decision = Decision::review(FindingKind::InvalidPaymentIntentId);
+                return Ok(seen);
             }
+        };
+        seen.payment_intent = Some(id.as_str().to_owned());
+        let account = match account {
+            Ok(account) => account,
+            Err(reason) => {
+                tracing::warn!(payment_id = row.id, %reason, "payment has a malformed Stripe account id; not sent to Stripe");
+                seen.decision = Decision::plain(Verdict::Unverifiable);
+                seen.error = Some(format!(
+                    "RECONCILER_ACCOUNT_COLUMN holds no usable account id ({reason}); the row was not sent to Stripe"
+                ));
+                return Ok(seen);
+            }
+        };
+        seen.stripe_account = account.as_ref().map(|a| a.as_str().to_owned());
+        if let Some(reason) = account
+            .as_ref()
+            .and_then(|a| self.gateway.accounts().unreachable(a))
+        {
+            seen.unreachable(reason);
+            return Ok(seen);
         }
-        Err(GatewayError::NotFound { .. }) => {
-            let not_found = tally.not_found.fetch_add(1, Ordering::Relaxed) + 1;
-            if not_found >= WRONG_ACCOUNT_NOT_FOUND_READS
-                && tally.found.load(Ordering::Relaxed) == 0
-            {
-                let key = tally.key.get_or_init(|| check_key(pool, gateway)).await;
-                if *key == KeyCheck::Wrong {
-                    return Err(RunError::StripeWrongAccount { not_found });
+        let Some(tally) = self.tallies.get(&account) else {
+            return Ok(seen);
+        };
+        seen.asked_stripe = true;
+        Tally::count(&tally.asked);
+        let read = match from_list {
+            Some(facts) => Ok(facts),
+            None => {
+                let _permit = self.in_flight.acquire().await;
+                self.gateway.payment_intent_on(account.as_ref(), &id).await
+            }
+        };
+        match read {
+            Ok(facts) => {
+                Tally::count(&tally.found);
+                self.classify(&row, &id, facts, &mut seen);
+            }
+            Err(GatewayError::NotFound { .. }) => {
+                let not_found = Tally::count(&tally.not_found);
+                if account.is_none()
+                    && not_found >= WRONG_ACCOUNT_NOT_FOUND_READS
+                    && tally.found.load(Ordering::Relaxed) == 0
+                {
+                    let key = tally
+                        .key
+                        .get_or_init(|| check_key(self.pool, self.gateway, self.settings, None))
+                        .await;
+                    if *key == KeyCheck::Wrong {
+                        return Err(RunError::StripeWrongAccount { not_found });
+                    }
                 }
+                seen.decision = match self.settings.account_column {
+                    None => Decision::review_with(
+                        FindingKind::MissingExternally,
+                        serde_json::json!({ "hint": CONNECT_HINT }),
+                    ),
+                    Some(_) => Decision::review(FindingKind::MissingExternally),
+                };
             }
-            seen.decision = Decision::review(FindingKind::MissingExternally);
+            Err(
+                e @ (GatewayError::Rejected { .. }
+                | GatewayError::Misconfigured { .. }
+                | GatewayError::Redirected { .. }),
+            ) => return Err(RunError::StripeRejected(e)),
+            Err(e @ GatewayError::AccountUnreachable { .. }) => {
+                tracing::warn!(payment_id = row.id, payment_intent = %id, error = %e, "PaymentIntent unverifiable: its connected account is unreachable");
+                seen.unreachable(e.to_string());
+            }
+            Err(e @ GatewayError::Unavailable { .. }) => {
+                tracing::warn!(payment_id = row.id, payment_intent = %id, error = %e, "PaymentIntent unverifiable");
+                seen.error = Some(e.to_string());
+                seen.decision = Decision::plain(Verdict::Unverifiable);
+            }
         }
-        Err(
-            e @ (GatewayError::Rejected { .. }
-            | GatewayError::Misconfigured { .. }
-            | GatewayError::Redirected { .. }),
-        ) => return Err(RunError::StripeRejected(e)),
-        Err(e @ GatewayError::Unavailable { .. }) => {
-            tracing::warn!(payment_id = row.id, payment_intent = %id, error = %e, "PaymentIntent unverifiable");
-            seen.error = Some(e.to_string());
-            seen.decision = Decision::plain(Verdict::Unverifiable);
+        Ok(seen)
+    }
+
+    /// Classifies Stripe's answer for `row` into `seen`.
+    fn classify(
+        &self,
+        row: &PaymentRow,
+        id: &PaymentIntentId,
+        facts: PaymentIntentFacts,
+        seen: &mut Observation,
+    ) {
+        let local = LocalPayment {
+            status: seen.local.clone(),
+            amount: row.amount.clone(),
+            currency: row.currency.clone(),
+            shares_payment_intent: row.shares_payment_intent,
+        };
+        seen.decision = classify(&local, &facts, &self.settings.rules, self.now);
+        if seen.decision.verdict == Verdict::Unverifiable {
+            // Stripe answered, but not enough to judge the money.
+            let reason = seen
+                .decision
+                .details
+                .as_ref()
+                .and_then(|d| d.get("reason"))
+                .and_then(|r| r.as_str())
+                .unwrap_or("incomplete PaymentIntent")
+                .to_owned();
+            tracing::warn!(payment_id = row.id, payment_intent = %id, %reason, "PaymentIntent unverifiable");
+            seen.error = Some(reason);
+        } else {
+            seen.observed = Some(facts.status);
         }
     }
-    Ok(seen)
 }

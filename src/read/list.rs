@@ -25,9 +25,11 @@ use crate::outcome::RunError;
 use crate::reconcile::PaymentIntentFacts;
 use crate::store::payments::PaymentRow;
 use crate::stripe::{
-    CreatedWindow, GatewayError, MalformedPaymentIntent, PaymentIntentId, StripeGateway,
+    AccountId, CreatedWindow, GatewayError, MalformedPaymentIntent, PaymentIntentId, StripeGateway,
     LIST_PAGE_LIMIT,
 };
+
+use super::accounts::AccountKey;
 
 /// Rows per core sub-window: a little under a page, so a sub-window usually
 /// fits one request even with a few PaymentIntents of neighbouring rows or of
@@ -50,6 +52,7 @@ pub struct Listed {
 
 struct Chain<'a> {
     gateway: &'a StripeGateway,
+    account: Option<&'a AccountId>,
     in_flight: &'a Semaphore,
     wanted: &'a HashSet<&'a str>,
     budget: &'a AtomicUsize,
@@ -116,7 +119,7 @@ impl Chain<'_> {
                     self.first_page_sent();
                 }
                 self.gateway
-                    .list_payment_intents(window, after.as_ref())
+                    .list_payment_intents_on(self.account, window, after.as_ref())
                     .await
             };
             match page {
@@ -141,6 +144,11 @@ impl Chain<'_> {
                     | GatewayError::Misconfigured { .. }
                     | GatewayError::Redirected { .. }),
                 ) => return Err(RunError::StripeRejected(e)),
+                Err(e @ GatewayError::AccountUnreachable { .. }) => {
+                    // Remembered by the gateway: the rows' retrieves are not sent.
+                    tracing::warn!(error = %e, "list page refused: connected account unreachable");
+                    return Ok(());
+                }
                 Err(e) => {
                     tracing::warn!(gte = window.gte, lte = window.lte, error = %e, "list page failed; the window's rows not yet seen are read one by one");
                     self.failed.fetch_add(1, Ordering::Relaxed);
@@ -186,14 +194,20 @@ pub fn sub_windows(times: &[i64], max_pages: usize) -> Vec<CreatedWindow> {
 /// back to retrieves (their `created_at` may be anywhere). `rows` are the
 /// rows that need a read (out of the grace window, well-formed id).
 ///
+/// `account` is the Stripe account listed (`None`: the platform's own);
+/// `page_cap` the pages this call may send.
+///
 /// # Errors
 /// [`RunError::StripeRejected`] on 401/403 or Stripe's "Unrecognized request
 /// URL"; every other failure leaves rows to the retrieve fallback.
+#[allow(clippy::too_many_arguments)]
 pub async fn list_batch(
     gateway: &StripeGateway,
+    account: Option<&AccountId>,
     rows: &[(&PaymentRow, &PaymentIntentId)],
     cursor_from: i64,
     settings: &JobSettings,
+    page_cap: usize,
     in_flight: &Semaphore,
     all_started: &Mutex<Option<oneshot::Sender<()>>>,
 ) -> Result<Listed, RunError> {
@@ -206,11 +220,11 @@ pub async fn list_batch(
         .collect();
     times.sort_unstable();
     let core: HashSet<&str> = core_rows.iter().map(|(_, id)| id.as_str()).collect();
-    let windows = sub_windows(&times, settings.list_page_cap() as usize);
+    let windows = sub_windows(&times, page_cap);
     let (Some(&lo), Some(&hi)) = (times.first(), times.last()) else {
         return Ok(Listed::default());
     };
-    let budget = AtomicUsize::new(settings.list_page_cap() as usize);
+    let budget = AtomicUsize::new(page_cap);
     let found = Mutex::new(HashMap::new());
     let (pages, failed, items) = (
         AtomicUsize::new(0),
@@ -219,6 +233,7 @@ pub async fn list_batch(
     );
     let chain = Chain {
         gateway,
+        account,
         in_flight,
         wanted: &wanted,
         budget: &budget,
@@ -263,6 +278,62 @@ pub async fn list_batch(
         pages: pages.load(Ordering::Relaxed),
         failed_pages: failed.load(Ordering::Relaxed),
     })
+}
+
+/// One account's rows to list.
+type AccountRows<'a> = (
+    Option<&'a AccountId>,
+    Vec<(&'a PaymentRow, &'a PaymentIntentId)>,
+);
+
+/// List mode over a batch whose rows belong to several Stripe accounts
+/// (Connect, issue 24): each account's window is listed with its own
+/// `Stripe-Account` header, all accounts side by side (their first pages
+/// queue for the shared permits together, so a busy account's many windows
+/// never hold back a small account's one). The batch's page cap is shared
+/// out by rows, at least one page per account. `rows` carry their account.
+///
+/// # Errors
+/// As [`list_batch`].
+pub async fn list_accounts(
+    gateway: &StripeGateway,
+    rows: &[(&PaymentRow, &PaymentIntentId, &AccountKey)],
+    cursor_from: i64,
+    settings: &JobSettings,
+    in_flight: &Semaphore,
+    all_started: &Mutex<Option<oneshot::Sender<()>>>,
+) -> Result<Listed, RunError> {
+    let mut groups: Vec<AccountRows<'_>> = Vec::new();
+    for (row, id, account) in rows {
+        let account = account.as_ref();
+        match groups.iter_mut().find(|(a, _)| *a == account) {
+            Some((_, group)) => group.push((row, id)),
+            None => groups.push((account, vec![(row, id)])),
+        }
+    }
+    let cap = settings.list_page_cap() as usize;
+    let total = rows.len().max(1);
+    let lists = futures::future::try_join_all(groups.iter().map(|(account, group)| {
+        let share = (cap * group.len()).div_ceil(total).max(1);
+        list_batch(
+            gateway,
+            *account,
+            group,
+            cursor_from,
+            settings,
+            share,
+            in_flight,
+            all_started,
+        )
+    }))
+    .await?;
+    let mut all = Listed::default();
+    for listed in lists {
+        all.found.extend(listed.found);
+        all.pages += listed.pages;
+        all.failed_pages += listed.failed_pages;
+    }
+    Ok(all)
 }
 
 #[cfg(test)]

@@ -1,16 +1,18 @@
 //! Phase 2, shared by the scan and the events job: asking Stripe about
 //! `payments` rows with no transaction open, and judging the answers.
 //!
+//! - [`accounts`]: Connect: a row's Stripe account, the fair order across accounts, per-account checks.
 //! - [`detect`]: one observation per row (retrieve or list), the wrong-account check.
 //! - [`list`]: list mode: the batch's PaymentIntents by `created` window pages.
 //! - [`outage`]: the outage rule: Stripe down for most of a batch, and its probe.
 //! - [`verdicts`]: rows per verdict.
 
+pub mod accounts;
 pub mod detect;
 pub mod list;
 pub mod outage;
 pub mod verdicts;
 
-pub use detect::{observe_all, observe_batch, Observation, Observed, Pacing};
+pub use detect::{observe_all, observe_batch, Observation, Observed, Pacing, CONNECT_HINT};
 pub use outage::{stripe_reachable, STRIPE_DOWN_MIN_READS};
 pub use verdicts::VerdictCounts;

@@ -24,10 +24,16 @@ pub(crate) async fn check_stripe_reachable(
     observed: &Observed,
 ) -> Result<(), RunError> {
     let observations = &observed.observations;
-    // A list page that failed after retries is a failed read too.
-    let asked = observations.iter().filter(|o| o.asked_stripe).count() + observed.failed_pages;
-    let failed = observations
-        .iter()
+    // A list page that failed after retries is a failed read too. A
+    // connected account the platform cannot read says nothing about
+    // Stripe's health: its rows count neither way (issue 24).
+    let reads = || {
+        observations
+            .iter()
+            .filter(|o| o.asked_stripe && !o.account_unreachable)
+    };
+    let asked = reads().count() + observed.failed_pages;
+    let failed = reads()
         .filter(|o| o.decision.verdict == Verdict::Unverifiable)
         .count()
         + observed.failed_pages;

@@ -18,7 +18,7 @@ use crate::outcome::RunError;
 use crate::read::Observation;
 use sqlx::Connection;
 
-use crate::reconcile::{Decision, FindingKind, RepairCommand, Verdict};
+use crate::reconcile::{Decision, FindingKind, RepairCommand};
 use crate::store::findings::{self, CreatedFinding, NewFinding};
 use crate::store::outbox::{self, RepairRow};
 use crate::store::payment_state;
@@ -162,7 +162,7 @@ async fn record_set(
     // the drift enqueues one again (`findings_without_command`).
     let unproven: Vec<i64> = observations
         .iter()
-        .filter(|o| o.asked_stripe && o.decision.verdict == Verdict::Unverifiable)
+        .filter(|o| o.unverifiable_read())
         .map(|o| o.payment_id)
         .collect();
     let held = findings::open_repairable(tx, &unproven)
@@ -181,7 +181,7 @@ async fn record_set(
     // Rows Stripe could not answer for, counted once per cycle.
     let (failed_ids, errors): (Vec<i64>, Vec<Option<String>>) = observations
         .iter()
-        .filter(|o| o.asked_stripe && o.decision.verdict == Verdict::Unverifiable)
+        .filter(|o| o.unverifiable_read())
         .map(|o| (o.payment_id, o.error.clone()))
         .unzip();
     let failing = unverifiable::record(tx, job, &answered_ids, &failed_ids, &errors)
@@ -207,6 +207,7 @@ async fn record_set(
                         "failing_since": u.first_failed_at.to_rfc3339(),
                     })),
                     acknowledgeable: false,
+                    stripe_account_id: o.stripe_account.clone(),
                 })
             }),
     );
@@ -257,6 +258,7 @@ async fn record_set(
                 command: command.as_str(),
                 expected_local_status: o.local.as_str().to_owned(),
                 stripe_payment_intent_id: o.payment_intent.clone()?,
+                stripe_account_id: o.stripe_account.clone(),
             })
         })
         .collect();

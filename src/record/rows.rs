@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use chrono::{DateTime, Utc};
 
 use crate::read::Observation;
-use crate::reconcile::{classify_status, Verdict};
+use crate::reconcile::classify_status;
 use crate::store::findings::NewFinding;
 use crate::store::payments;
 use crate::store::StoreError;
@@ -28,15 +28,14 @@ pub fn new_finding(o: &Observation) -> Option<NewFinding> {
         external_status: o.observed.as_ref().map(|s| s.as_str().to_owned()),
         details: o.decision.details.clone(),
         acknowledgeable,
+        stripe_account_id: o.stripe_account.clone(),
     })
 }
 
 /// Phase 3 writes something for this row: a stamp, a finding, or an
 /// UNVERIFIABLE count (which may become a `persistently_unverifiable` finding).
 pub(super) fn writes_for(o: &Observation) -> bool {
-    o.observed.is_some()
-        || o.decision.kind.is_some()
-        || (o.asked_stripe && o.decision.verdict == Verdict::Unverifiable)
+    o.observed.is_some() || o.decision.kind.is_some() || (o.unverifiable_read())
 }
 
 /// Locks the rows phase 3 writes for (in id order) and demotes to IN_FLIGHT

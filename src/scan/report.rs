@@ -63,6 +63,10 @@ pub struct RunSummary {
     pub outcome: crate::outcome::RunOutcome,
     /// Stripe requests the run sent, per endpoint (retries included).
     pub stripe_requests: crate::stripe::RequestCounts,
+    /// Connected accounts found unreachable this run (no access: a 403 such
+    /// as a revoked application; or every read a 404), whose rows stayed
+    /// UNVERIFIABLE (issue 24; gauge `stripe_accounts_unreachable`).
+    pub stripe_accounts_unreachable: u64,
     /// The batches the run planned at its start and the cycle they lead to
     /// (issue 23); `None` when the run stopped before planning (lease lost).
     pub plan: Option<crate::capacity::RunPlan>,

@@ -81,6 +81,8 @@ pub async fn run(
     }
     summary.duration_seconds = started.elapsed().as_secs_f64();
     summary.stripe_requests = gateway.request_counts().since(&requests_before);
+    // The gateway is the run's: the accounts it found unreachable are this run's.
+    summary.stripe_accounts_unreachable = gateway.accounts().unreachable_count() as u64;
     summary.outcome = match &result {
         Ok(()) => RunOutcome::Completed,
         Err(e) => e.outcome(),

@@ -25,11 +25,15 @@ pub struct RepairRow {
     /// The PaymentIntent id the decision was made on: the writer applies the
     /// command only while the payment still holds it.
     pub stripe_payment_intent_id: String,
+    /// The connected account the PaymentIntent lives on (`acct_…`); `None`:
+    /// the platform's own account (issue 24).
+    pub stripe_account_id: Option<String>,
 }
 
 /// Enqueues repair commands in one statement, with the design note's payload
 /// `{"payment_id", "finding_id", "expected_local_status"}` plus
-/// `"stripe_payment_intent_id"`. Reconciler shape: `aggregate_type =
+/// `"stripe_payment_intent_id"`, and `"stripe_account_id"` when the payment
+/// is a connected account's (issue 24; absent for the platform's own). Reconciler shape: `aggregate_type =
 /// 'Payment'`, `event_type` the command. Debezium shape: `id` a fresh uuid,
 /// `aggregatetype = 'payment'`, `aggregateid` the payment id, `type` the
 /// command, the same `payload`, `timestamp = now()` when the column exists;
@@ -57,13 +61,17 @@ pub async fn enqueue_repairs(
         .iter()
         .map(|r| r.stripe_payment_intent_id.as_str())
         .collect();
+    let accounts: Vec<Option<&str>> = rows
+        .iter()
+        .map(|r| r.stripe_account_id.as_deref())
+        .collect();
     let table = outbox.table.quoted();
     let sql = match outbox.shape {
         OutboxShape::Reconciler => format!(
             "INSERT INTO {table} (aggregate_type, aggregate_id, event_type, payload)
              SELECT 'Payment', v.payment_id::text, v.command, {PAYLOAD}
-               FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[])
-                    AS v(payment_id, finding_id, command, expected, intent)"
+               FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[])
+                    AS v(payment_id, finding_id, command, expected, intent, account)"
         ),
         OutboxShape::Debezium => {
             let (ts_col, ts_val) = if has_column(conn, &table, DEBEZIUM_TIMESTAMP).await? {
@@ -75,8 +83,8 @@ pub async fn enqueue_repairs(
             // no second row in the application's outbox.
             format!(
                 "WITH v AS (SELECT gen_random_uuid() AS command_id, u.*
-                              FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[])
-                                   AS u(payment_id, finding_id, command, expected, intent)),
+                              FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[])
+                                   AS u(payment_id, finding_id, command, expected, intent, account)),
                       r AS (INSERT INTO reconciliation_relayed_commands (finding_id, command_id, event_type)
                             SELECT finding_id, command_id, command FROM v
                             ON CONFLICT (finding_id) DO NOTHING
@@ -93,16 +101,21 @@ pub async fn enqueue_repairs(
         .bind(commands)
         .bind(expected)
         .bind(intents)
+        .bind(accounts)
         .execute(conn)
         .await
         .context("enqueueing repair commands")?;
     Ok(done.rows_affected())
 }
 
-/// The payload of a repair command (the design note's, plus the PaymentIntent).
+/// The payload of a repair command (the design note's, plus the PaymentIntent
+/// and, for a connected account's payment only, its `stripe_account_id`: a
+/// platform payment's payload is as before issue 24).
 const PAYLOAD: &str = "jsonb_build_object('payment_id', v.payment_id, 'finding_id', v.finding_id,
                                    'expected_local_status', v.expected,
-                                   'stripe_payment_intent_id', v.intent)";
+                                   'stripe_payment_intent_id', v.intent)
+             || CASE WHEN v.account IS NULL THEN '{}'::jsonb
+                     ELSE jsonb_build_object('stripe_account_id', v.account) END";
 
 async fn has_column(
     conn: &mut PgConnection,

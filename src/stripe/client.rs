@@ -11,6 +11,7 @@ use secrecy::{ExposeSecret, SecretString};
 use tokio::time::Instant;
 use url::Url;
 
+use super::account::{AccountAccess, AccountId};
 use super::counting::{Endpoint, RequestCounter};
 use super::error::{BuildError, GatewayError, InvalidBody, Unavailable};
 use super::id::PaymentIntentId;
@@ -54,6 +55,7 @@ pub struct StripeGateway {
     pub(super) retry: RetryPolicy,
     pub(super) deadline: Option<Instant>,
     pub(super) requests: RequestCounter,
+    pub(super) accounts: AccountAccess,
 }
 
 /// Largest `limit` Stripe accepts on a list request.
@@ -100,6 +102,7 @@ impl StripeGateway {
             retry: config.retry,
             deadline: config.deadline,
             requests: RequestCounter::default(),
+            accounts: AccountAccess::default(),
         })
     }
 
@@ -115,8 +118,41 @@ impl StripeGateway {
         self.payment_intent(id).await.map(|pi| pi.status)
     }
 
+    /// [`StripeGateway::payment_intent_status`] on `account` (`None`: the platform).
+    ///
+    /// # Errors
+    /// As [`StripeGateway::payment_intent_on`].
+    pub async fn payment_intent_status_on(
+        &self,
+        account: Option<&AccountId>,
+        id: &PaymentIntentId,
+    ) -> Result<ExternalStatus, GatewayError> {
+        self.payment_intent_on(account, id)
+            .await
+            .map(|pi| pi.status)
+    }
+
+    /// Reads one PaymentIntent of the platform's own account; see
+    /// [`StripeGateway::payment_intent_on`].
+    ///
+    /// # Errors
+    /// As [`StripeGateway::payment_intent_on`].
+    pub async fn payment_intent(
+        &self,
+        id: &PaymentIntentId,
+    ) -> Result<PaymentIntentFacts, GatewayError> {
+        self.payment_intent_on(None, id).await
+    }
+
+    /// The connected accounts this gateway (one run) found unreachable.
+    pub fn accounts(&self) -> &AccountAccess {
+        &self.accounts
+    }
+
     /// Reads one PaymentIntent with its latest charge
-    /// (`GET /v1/payment_intents/{id}?expand[]=latest_charge`).
+    /// (`GET /v1/payment_intents/{id}?expand[]=latest_charge`), on the
+    /// connected `account` (`Stripe-Account` header) or, with `None`, on the
+    /// platform's own account.
     ///
     /// # Errors
     /// - [`GatewayError::NotFound`]: Stripe's 404 `resource_missing`.
@@ -124,18 +160,22 @@ impl StripeGateway {
     /// - [`GatewayError::Misconfigured`]: a Stripe 404 that is not
     ///   `resource_missing` (wrong base path).
     /// - [`GatewayError::Redirected`]: a 3xx (STRIPE_API_BASE is not the API).
+    /// - [`GatewayError::AccountUnreachable`]: with `account`, Stripe says the
+    ///   platform has no access to it (the account is then remembered in
+    ///   [`StripeGateway::accounts`]).
     /// - [`GatewayError::Unavailable`]: timeouts, connection errors, 429, 5xx,
     ///   or a body that is not a PaymentIntent, after the retry budget.
-    #[tracing::instrument(name = "stripe.retrieve", level = "debug", skip_all, fields(payment_intent = %id, request_id = tracing::field::Empty, http_status = tracing::field::Empty))]
-    pub async fn payment_intent(
+    #[tracing::instrument(name = "stripe.retrieve", level = "debug", skip_all, fields(payment_intent = %id, stripe_account = account.map(AccountId::as_str), request_id = tracing::field::Empty, http_status = tracing::field::Empty))]
+    pub async fn payment_intent_on(
         &self,
+        account: Option<&AccountId>,
         id: &PaymentIntentId,
     ) -> Result<PaymentIntentFacts, GatewayError> {
         let mut url = self.v1(&["payment_intents", id.as_str()]);
         // The charge in the same request: refunds and disputes live there.
         url.query_pairs_mut()
             .append_pair("expand[]", "latest_charge");
-        self.request(Endpoint::Retrieve, &url, |headers, body| {
+        self.request(Endpoint::Retrieve, &url, account, |headers, body| {
             parse_payment_intent(headers, body, id)
         })
         .await
@@ -153,7 +193,8 @@ impl StripeGateway {
     pub async fn probe(&self) -> Result<(), GatewayError> {
         let mut url = self.v1(&["payment_intents"]);
         url.query_pairs_mut().append_pair("limit", "1");
-        self.request(Endpoint::List, &url, parse_any_list).await
+        self.request(Endpoint::List, &url, None, parse_any_list)
+            .await
     }
 
     /// Lists the PaymentIntents created in `window`, newest first, with their
@@ -165,9 +206,25 @@ impl StripeGateway {
     /// - [`GatewayError::Rejected`] / [`GatewayError::Misconfigured`] as for a retrieve.
     /// - [`GatewayError::Unavailable`]: timeouts, 429, 5xx, or a body that is
     ///   not a Stripe list, after the retry budget.
-    #[tracing::instrument(name = "stripe.list", level = "debug", skip_all, fields(gte = window.gte, lte = window.lte, request_id = tracing::field::Empty, http_status = tracing::field::Empty))]
     pub async fn list_payment_intents(
         &self,
+        window: CreatedWindow,
+        starting_after: Option<&PaymentIntentId>,
+    ) -> Result<ListPage, GatewayError> {
+        self.list_payment_intents_on(None, window, starting_after)
+            .await
+    }
+
+    /// [`StripeGateway::list_payment_intents`] of the connected `account`
+    /// (`Stripe-Account` header; `None`: the platform's own account).
+    ///
+    /// # Errors
+    /// As [`StripeGateway::list_payment_intents`], and
+    /// [`GatewayError::AccountUnreachable`] as for a retrieve.
+    #[tracing::instrument(name = "stripe.list", level = "debug", skip_all, fields(gte = window.gte, lte = window.lte, stripe_account = account.map(AccountId::as_str), request_id = tracing::field::Empty, http_status = tracing::field::Empty))]
+    pub async fn list_payment_intents_on(
+        &self,
+        account: Option<&AccountId>,
         window: CreatedWindow,
         starting_after: Option<&PaymentIntentId>,
     ) -> Result<ListPage, GatewayError> {
@@ -184,7 +241,13 @@ impl StripeGateway {
             }
         }
         match self
-            .request_capped(Endpoint::List, &url, MAX_LIST_BODY_BYTES, parse_list_page)
+            .request_capped(
+                Endpoint::List,
+                &url,
+                account,
+                MAX_LIST_BODY_BYTES,
+                parse_list_page,
+            )
             .await
         {
             // A 404 on the list path says nothing about a PaymentIntent.

@@ -45,6 +45,23 @@ pub enum GatewayError {
         /// The `Request-Id` header, if any.
         request_id: Option<String>,
     },
+    /// A read made for a connected account (`Stripe-Account`) that Stripe
+    /// refused because the platform has no access to that account (a 403
+    /// "does not have access to account", a revoked application, code
+    /// `account_invalid`): that account's rows are UNVERIFIABLE for the rest
+    /// of the run, the other accounts go on (issue 24). Stripe's message is
+    /// not kept (it quotes part of the key).
+    #[error("the platform has no access to connected account {account} (HTTP {status}{}, request {}): the account was disconnected, the application revoked, or the id is not one of this platform's accounts", code.as_deref().map(|c| format!(", code {c}")).unwrap_or_default(), request_id.as_deref().unwrap_or("-"))]
+    AccountUnreachable {
+        /// The `acct_` id the request was made for.
+        account: String,
+        /// 400, 401 or 403.
+        status: u16,
+        /// The error envelope's `code` (a lowercase word), if any.
+        code: Option<String>,
+        /// Stripe's `Request-Id` header.
+        request_id: Option<String>,
+    },
     /// Stripe could not be asked, after the retry budget: the row is UNVERIFIABLE.
     #[error("Stripe unavailable after {attempts} attempt(s) (request {}): {cause}", request_id.as_deref().unwrap_or("-"))]
     Unavailable {

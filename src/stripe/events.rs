@@ -199,6 +199,9 @@ impl StripeGateway {
         self.request_capped(
             Endpoint::Events,
             &url,
+            // The platform's feed: connected accounts' events are a later
+            // part of issue 24.
+            None,
             MAX_LIST_BODY_BYTES,
             |headers, body| parse_page(&json_body(headers, body)?),
         )

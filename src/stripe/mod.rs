@@ -3,6 +3,7 @@
 //! [`ExternalStatus`](crate::reconcile::ExternalStatus), [`ListPage`],
 //! [`EventPage`]) and [`GatewayError`] cross it.
 //!
+//! - [`account`]: [`AccountId`] (Connect, `Stripe-Account`) and the run's unreachable accounts.
 //! - [`client`]: [`StripeGateway`] and its reads (retrieve, probe, list).
 //! - [`events`]: the events feed (`GET /v1/events`).
 //! - `transport`: one GET: rate limit, retries, HTTP status mapping, body cap.
@@ -13,6 +14,7 @@
 //! - [`id`]: [`PaymentIntentId`], validated before it goes into a URL path.
 //! - `wire`: Stripe's JSON shapes, read leniently (private).
 
+pub mod account;
 pub mod client;
 pub mod counting;
 pub mod error;
@@ -23,6 +25,7 @@ pub mod retry;
 mod transport;
 mod wire;
 
+pub use account::{AccountAccess, AccountId, InvalidAccountId};
 pub use client::{CreatedWindow, GatewayConfig, StripeGateway, LIST_PAGE_LIMIT};
 pub use counting::{Endpoint, RequestCounts};
 pub use error::{BuildError, GatewayError, InvalidBody, MalformedPaymentIntent, Unavailable};

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use tracing::Span;
 use url::Url;
 
+use super::account::AccountId;
 use super::client::StripeGateway;
 use super::counting::Endpoint;
 use super::error::{GatewayError, InvalidBody, Unavailable};
@@ -63,14 +64,18 @@ enum AttemptError {
 
 impl StripeGateway {
     /// One GET to `endpoint` under the rate limit and the retry rule; `parse`
-    /// turns a 200's body into the answer.
+    /// turns a 200's body into the answer. With `account`, the request carries
+    /// `Stripe-Account` (Stripe API reference, Connected Accounts) and a
+    /// refusal of access to that account is [`GatewayError::AccountUnreachable`],
+    /// remembered in the gateway's [`super::AccountAccess`].
     pub(super) async fn request<T>(
         &self,
         endpoint: Endpoint,
         url: &Url,
+        account: Option<&AccountId>,
         parse: impl Fn(&HeaderMap, &[u8]) -> Result<T, Unavailable>,
     ) -> Result<T, GatewayError> {
-        self.request_capped(endpoint, url, MAX_BODY_BYTES, parse)
+        self.request_capped(endpoint, url, account, MAX_BODY_BYTES, parse)
             .await
     }
 
@@ -79,6 +84,26 @@ impl StripeGateway {
         &self,
         endpoint: Endpoint,
         url: &Url,
+        account: Option<&AccountId>,
+        max_body: usize,
+        parse: impl Fn(&HeaderMap, &[u8]) -> Result<T, Unavailable>,
+    ) -> Result<T, GatewayError> {
+        let result = self
+            .request_once(endpoint, url, account, max_body, parse)
+            .await;
+        if let (Some(account), Err(e @ GatewayError::AccountUnreachable { .. })) =
+            (account, &result)
+        {
+            self.accounts.mark_unreachable(account, e.to_string());
+        }
+        result
+    }
+
+    async fn request_once<T>(
+        &self,
+        endpoint: Endpoint,
+        url: &Url,
+        account: Option<&AccountId>,
         max_body: usize,
         parse: impl Fn(&HeaderMap, &[u8]) -> Result<T, Unavailable>,
     ) -> Result<T, GatewayError> {
@@ -89,7 +114,7 @@ impl StripeGateway {
             || async move {
                 self.wait_turn().await;
                 self.requests.count(endpoint);
-                match self.attempt(url, max_body, parse).await {
+                match self.attempt(url, account, max_body, parse).await {
                     Ok(answer) => Attempt::Done(Ok(answer)),
                     Err(AttemptError::Final(e)) => Attempt::Done(Err(e)),
                     Err(AttemptError::Retryable {
@@ -153,17 +178,20 @@ impl StripeGateway {
     async fn attempt<T>(
         &self,
         url: &Url,
+        account: Option<&AccountId>,
         max_body: usize,
         parse: &impl Fn(&HeaderMap, &[u8]) -> Result<T, Unavailable>,
     ) -> Result<T, AttemptError> {
-        let response = self
+        let mut request = self
             .http
             .get(url.clone())
             .bearer_auth(self.api_key.expose_secret())
-            .header("Stripe-Version", STRIPE_VERSION)
-            .send()
-            .await
-            .map_err(transport_error)?;
+            .header("Stripe-Version", STRIPE_VERSION);
+        if let Some(account) = account {
+            // Only a parsed `acct_[A-Za-z0-9]+`: never a stored value as such.
+            request = request.header("Stripe-Account", account.as_str());
+        }
+        let response = request.send().await.map_err(transport_error)?;
         let status = response.status();
         let headers = response.headers().clone();
         let request_id = header(&headers, "request-id");
@@ -186,6 +214,17 @@ impl StripeGateway {
             StatusCode::OK => {
                 parse(&headers, &body).map_err(|cause| final_unavailable(cause, request_id))
             }
+            StatusCode::BAD_REQUEST | StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN
+                if account.is_some_and(|_| no_access_to_account(&body)) =>
+            {
+                let error = WireErrorEnvelope::parse(&body);
+                Err(AttemptError::Final(GatewayError::AccountUnreachable {
+                    account: account.map(|a| a.as_str().to_owned()).unwrap_or_default(),
+                    status: status.as_u16(),
+                    code: error.and_then(|e| e.code).filter(|c| is_word(c)),
+                    request_id,
+                }))
+            }
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
                 Err(AttemptError::Final(GatewayError::Rejected {
                     status: status.as_u16(),
@@ -203,6 +242,32 @@ impl StripeGateway {
             other => Err(other_status(other, &headers, &body, request_id)),
         }
     }
+}
+
+/// Stripe's refusal of a request made for a connected account the platform
+/// cannot read: code `account_invalid` ("the account ID provided as a value
+/// for the Stripe-Account header is invalid"), or the message "... does not
+/// have access to account 'acct_...' (or that account does not exist).
+/// Application access may have been revoked." (Stripe's error of a
+/// disconnected account or a revoked OAuth application). Any other 401/403
+/// on such a request is still the key's fault ([`GatewayError::Rejected`]).
+fn no_access_to_account(body: &[u8]) -> bool {
+    let Some(e) = WireErrorEnvelope::parse(body) else {
+        return false;
+    };
+    let message = e.message.as_deref().unwrap_or("");
+    e.code.as_deref() == Some("account_invalid")
+        || message.contains("does not have access to account")
+        || message.contains("Application access may have been revoked")
+}
+
+/// A short error code worth keeping (Stripe's codes are lowercase words).
+fn is_word(code: &str) -> bool {
+    !code.is_empty()
+        && code.len() <= 64
+        && code
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
 /// A 404 is classified by its body: only `resource_missing` says the

@@ -45,6 +45,9 @@ pub struct FindingView {
     /// The payment's PaymentIntent id (as stored; may be malformed), or the
     /// PaymentIntent a finding without payment names.
     pub stripe_payment_intent_id: Option<String>,
+    /// The connected account (`acct_…`) the finding is about; `None`: the
+    /// platform's own account (issue 24).
+    pub stripe_account_id: Option<String>,
     /// The kind's database string.
     pub kind: String,
     /// Local status when detected.
@@ -85,7 +88,7 @@ pub async fn list(
     query_as(
         "SELECT f.id, f.payment_id, p.order_id,
                 coalesce(p.stripe_payment_intent_id, f.stripe_payment_intent_id) AS stripe_payment_intent_id,
-                f.kind, f.local_status,
+                f.stripe_account_id, f.kind, f.local_status,
                 f.external_status, f.detected_at, f.resolved_at, f.resolution, f.resolved_by,
                 f.resolution_note, f.details, f.last_seen_at,
                 CASE WHEN jsonb_typeof(f.details->'deadline') = 'string'

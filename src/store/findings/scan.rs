@@ -25,6 +25,9 @@ pub struct NewFinding {
     /// hide drift of the payment's status (e.g. `pending` here while Stripe
     /// succeeded): such a finding reopens until the status is dealt with.
     pub acknowledgeable: bool,
+    /// The connected account (`acct_…`) the reads went to; `None`: the
+    /// platform's own account (issue 24).
+    pub stripe_account_id: Option<String>,
 }
 
 /// The acknowledgement rule, over a row `v` of the unnested new findings: a
@@ -39,7 +42,7 @@ const NOT_ACKNOWLEDGED: &str = "NOT (v.acknowledgeable AND EXISTS (
 
 /// The findings as parallel arrays: `$1` payment ids, `$2` kinds, `$3` local
 /// statuses, `$4` external statuses, `$5` details, `$6` acknowledgeable; `$7`
-/// the manual resolution [`NOT_ACKNOWLEDGED`] looks for.
+/// the manual resolution [`NOT_ACKNOWLEDGED`] looks for; `$8` accounts.
 fn bind_findings<'q, O>(
     query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
     findings: &'q [NewFinding],
@@ -77,12 +80,19 @@ fn bind_findings<'q, O>(
                 .collect::<Vec<bool>>(),
         )
         .bind(Resolution::Manual.as_str())
+        .bind(
+            findings
+                .iter()
+                .map(|f| f.stripe_account_id.as_deref())
+                .collect::<Vec<Option<&str>>>(),
+        )
 }
 
 /// The unnested findings, `v`.
 const UNNEST_FINDINGS: &str =
-    "unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bool[])
-                AS v(payment_id, kind, local_status, external_status, details, acknowledgeable)";
+    "unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bool[], $8::text[])
+                AS v(payment_id, kind, local_status, external_status, details, acknowledgeable,
+                     stripe_account_id)";
 
 /// A finding the upsert touched.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -117,15 +127,18 @@ pub async fn upsert_open(
     }
     let sql = format!(
         "INSERT INTO reconciliation_findings
-                (payment_id, kind, local_status, external_status, details, last_seen_at)
-         SELECT v.payment_id, v.kind, v.local_status, v.external_status, v.details, now()
+                (payment_id, kind, local_status, external_status, details, last_seen_at,
+                 stripe_account_id)
+         SELECT v.payment_id, v.kind, v.local_status, v.external_status, v.details, now(),
+                v.stripe_account_id
            FROM {UNNEST_FINDINGS}
           WHERE {NOT_ACKNOWLEDGED}
           ORDER BY v.payment_id
          ON CONFLICT (payment_id, kind) WHERE resolved_at IS NULL DO UPDATE
             SET external_status = EXCLUDED.external_status,
                 details = EXCLUDED.details,
-                last_seen_at = now()
+                last_seen_at = now(),
+                stripe_account_id = EXCLUDED.stripe_account_id
          RETURNING id, payment_id, kind, (xmax = 0) AS created"
     );
     bind_findings(query_as(&sql), findings)

@@ -1,5 +1,5 @@
 //! The start-up check of the configured `payments` columns: integer ids, and
-//! the amount, currency and other named columns exist with a usable type
+//! the amount, currency, account and other named columns exist with a usable type
 //! (exit 78 naming the variable otherwise).
 
 use super::*;
@@ -37,7 +37,8 @@ const INTEGER_TYPES: [&str; 3] = ["smallint", "integer", "bigint"];
 /// Checks that the configured columns exist in `payments` with usable types:
 /// the amount an integer type (`smallint`, `integer`, `bigint`) in `minor`
 /// units, `numeric` in `major` units (`RECONCILER_AMOUNT_UNIT`), the
-/// currency a text type (`text`, `character varying`, `character`). An
+/// currency and the Connect account column a text type (`text`,
+/// `character varying`, `character`). An
 /// integer column with `major` is refused under `RECONCILER_AMOUNT_UNIT`: an
 /// integer holds minor units, and reading it as major would multiply every
 /// amount by 100.
@@ -67,6 +68,12 @@ pub async fn check_columns(
             columns.currency,
             &["text", "character varying", "character"][..],
             "a text type (ISO currency code)",
+        ),
+        (
+            "RECONCILER_ACCOUNT_COLUMN",
+            columns.account,
+            &["text", "character varying", "character"][..],
+            "a text type (the connected account id, acct_...; NULL or empty for the platform)",
         ),
     ];
     for (var, column, accepted, expected) in checks {

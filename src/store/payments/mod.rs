@@ -23,7 +23,8 @@ pub use locks::{
     lock_for_finding, lock_for_repair, lock_unchanged, PaymentForRepair, TransitionResult,
 };
 pub use read::{
-    a_verified_payment_intent, by_payment_intents, read_batch, read_behind_cursor, PaymentByIntent,
+    a_verified_payment_intent, a_verified_payment_intent_on, by_payment_intents, read_batch,
+    read_behind_cursor, PaymentByIntent,
 };
 
 use std::time::Duration;
@@ -67,6 +68,10 @@ pub struct PaymentRow {
     /// index lookup per row, never a table scan: `migrate` makes sure an index
     /// on the column exists).
     pub shares_payment_intent: bool,
+    /// The account column (`RECONCILER_ACCOUNT_COLUMN`), untrusted: the
+    /// connected account's `acct_` id; `None` when not configured or NULL
+    /// (empty, like NULL, means the platform's own account).
+    pub stripe_account: Option<String>,
 }
 
 /// A row as the database returns it, before the mapping into canonical terms.
@@ -85,6 +90,7 @@ struct RawRow {
     amount_major: Option<String>,
     currency: Option<String>,
     shares_payment_intent: bool,
+    stripe_account: Option<String>,
 }
 
 impl RawRow {
@@ -103,6 +109,7 @@ impl RawRow {
                 .or(self.amount_major.map(LocalAmount::Major)),
             currency: self.currency,
             shares_payment_intent: self.shares_payment_intent,
+            stripe_account: self.stripe_account,
         }
     }
 }
@@ -116,6 +123,8 @@ pub struct MoneyColumns<'a> {
     pub amount: Option<&'a ColumnName>,
     /// `RECONCILER_CURRENCY_COLUMN`.
     pub currency: Option<&'a ColumnName>,
+    /// `RECONCILER_ACCOUNT_COLUMN` (Connect: the row's connected account).
+    pub account: Option<&'a ColumnName>,
     /// `RECONCILER_AMOUNT_UNIT`.
     pub unit: AmountUnit,
     /// `RECONCILER_LOCAL_STATUSES`.
@@ -128,6 +137,7 @@ impl<'a> MoneyColumns<'a> {
         MoneyColumns {
             amount: settings.amount_column.as_ref(),
             currency: settings.currency_column.as_ref(),
+            account: settings.account_column.as_ref(),
             unit: settings.amount_unit,
             statuses: &settings.statuses,
         }
@@ -158,7 +168,8 @@ impl MoneyColumns<'_> {
     /// The columns of a [`RawRow`] of `payments p` (`$2` grace seconds):
     /// the seed's, the grace flag, the money columns (NULL when not
     /// configured; a major amount as the numeric's exact text, never a
-    /// float) and the shared-PaymentIntent flag (an index probe).
+    /// float), the account column (NULL when not configured) and the
+    /// shared-PaymentIntent flag (an index probe).
     fn row_columns(&self) -> String {
         let column = |c: Option<&ColumnName>| {
             c.map_or_else(|| "NULL".to_owned(), |c| format!("p.{}", c.quoted()))
@@ -172,10 +183,12 @@ impl MoneyColumns<'_> {
              p.updated_at > now() - make_interval(secs => $2) AS recently_changed,
              ({minor})::bigint AS amount, ({major})::text AS amount_major,
              ({})::text AS currency,
+             ({})::text AS stripe_account,
              EXISTS (SELECT 1 FROM payments q
                       WHERE q.stripe_payment_intent_id = p.stripe_payment_intent_id
                         AND q.id <> p.id) AS shares_payment_intent",
-            column(self.currency)
+            column(self.currency),
+            column(self.account)
         )
     }
 }

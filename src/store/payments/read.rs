@@ -83,6 +83,34 @@ pub async fn a_verified_payment_intent(pool: &sqlx::PgPool) -> Result<Option<Str
     .context("looking up a verified PaymentIntent")
 }
 
+/// A PaymentIntent of the connected account `account` (the rows whose
+/// `account_column` holds it; `None`: the platform's rows, NULL or empty)
+/// that this job once verified with Stripe: the
+/// per-account form of [`a_verified_payment_intent`], telling a connected
+/// account the platform cannot read from genuinely missing PaymentIntents.
+/// The column name enters the SQL only quoted ([`ColumnName::quoted`]); the
+/// account is a bound parameter.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn a_verified_payment_intent_on(
+    pool: &sqlx::PgPool,
+    account_column: &ColumnName,
+    account: Option<&str>,
+) -> Result<Option<String>, StoreError> {
+    crate::store::query_scalar(&format!(
+        "SELECT p.stripe_payment_intent_id FROM reconciliation_payment_state s
+           JOIN payments p ON p.id = s.payment_id
+          WHERE s.observed_external_status IS NOT NULL
+            AND coalesce((p.{})::text, '') = coalesce($1, '') LIMIT 1",
+        account_column.quoted()
+    ))
+    .bind(account)
+    .fetch_optional(pool)
+    .await
+    .context("looking up a verified PaymentIntent of a connected account")
+}
+
 /// A row the events feed found by its PaymentIntent id, with what the job
 /// last confirmed about it.
 #[derive(Debug, Clone)]
