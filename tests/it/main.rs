@@ -36,6 +36,7 @@
 mod support;
 
 mod aging;
+mod connect_events;
 mod cursor;
 mod events;
 mod events_backlog;

@@ -177,3 +177,33 @@ pub async fn by_payment_intents(
         })
         .collect())
 }
+
+/// The distinct non-empty values of the account column (`column`,
+/// `RECONCILER_ACCOUNT_COLUMN`) among rows created or updated within
+/// `active` (`RECONCILER_EVENTS_ACCOUNT_ACTIVE_SECONDS`): the connected
+/// accounts whose events feeds the events job reads. At most `limit` values,
+/// untrusted (the caller parses them as `acct_` ids).
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn active_accounts(
+    conn: &mut PgConnection,
+    column: &ColumnName,
+    active: Duration,
+    limit: usize,
+) -> Result<Vec<String>, StoreError> {
+    let c = column.quoted();
+    let sql = format!(
+        "SELECT DISTINCT ({c})::text FROM payments
+          WHERE ({c}) IS NOT NULL AND ({c})::text <> ''
+            AND (updated_at > now() - make_interval(secs => $1)
+                 OR created_at > now() - make_interval(secs => $1))
+          ORDER BY 1 LIMIT $2"
+    );
+    crate::store::query_scalar(&sql)
+        .bind(active.as_secs_f64())
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(conn)
+        .await
+        .context("listing the connected accounts with recent rows")
+}
