@@ -27,7 +27,17 @@
 //! ```text
 //! stripe_standin [--listen 127.0.0.1:12111] [--api-key sk_test_standin]
 //!                [--seed ROWS] [--latency-ms 0] [--events N]
+//!                [--connect-account acct_...] [--revoked-account acct_...]
 //! ```
+//!
+//! Connect (issue 24): with `--connect-account acct_…` every tenth row (the
+//! rows numbered 3, 13, 23, ...; the data set's drift falls on some of them)
+//! is a PaymentIntent of that connected account: it is served only to a
+//! request with `Stripe-Account: acct_…`, and a request with the header sees
+//! only that account's PaymentIntents (404 otherwise, like Stripe). A
+//! `Stripe-Account` naming any other account, or `--revoked-account`,
+//! answers Stripe's 403 "does not have access to account". The seed writes
+//! the account id into the table's `stripe_account` column.
 //!
 //! With `--seed ROWS` it also fills `payments` in `DATABASE_URL` (which must be
 //! empty) with a deterministic data set of ROWS payments and a known mix of
@@ -241,8 +251,19 @@ fn seed_row(i: u64) -> Seed {
     }
 }
 
+/// Row `i` is a PaymentIntent of the connected account (with
+/// `--connect-account`): the rows numbered 3, 13, 23, ... but 343, whose
+/// PaymentIntent is row 342's (a duplicate belongs to one account).
+fn on_connected_account(i: u64) -> bool {
+    i % 10 == 3 && i % 1000 != 343
+}
+
 struct Standin {
     api_key: String,
+    /// `--connect-account`: the one connected account, and its PaymentIntents.
+    connected: Option<(String, std::collections::HashSet<String>)>,
+    /// `--revoked-account`: an account the platform lost access to.
+    revoked: Option<String>,
     known: HashMap<String, Remote>,
     /// Statuses moved by `POST /standin/...` (they win over `known`).
     moved: std::sync::Arc<events::Feed>,
@@ -263,6 +284,26 @@ impl Standin {
             "error": {"type": kind, "code": code, "message": message,
                       "doc_url": format!("https://stripe.com/docs/error-codes/{code}")}
         }))
+    }
+
+    /// Stripe's answer to a `Stripe-Account` the platform cannot act as.
+    fn no_access(&self, account: &str) -> ResponseTemplate {
+        self.reply(403).set_body_json(serde_json::json!({"error": {
+            "type": "invalid_request_error",
+            "message": format!("The provided key 'sk_test_*******************standin' does not have access to account '{account}' (or that account does not exist). Application access may have been revoked."),
+        }}))
+    }
+
+    /// Whether `id` is served to a request made as `account` (`None`: the
+    /// platform, no `Stripe-Account`).
+    fn visible(&self, id: &str, account: Option<&str>) -> bool {
+        match &self.connected {
+            None => account.is_none(),
+            Some((acct, ids)) => match account {
+                None => !ids.contains(id),
+                Some(a) => a == acct && ids.contains(id),
+            },
+        }
     }
 
     fn reply(&self, status: u16) -> ResponseTemplate {
@@ -314,7 +355,7 @@ impl Standin {
 
 /// `GET /v1/payment_intents`: Stripe's list endpoint over the data set.
 impl Standin {
-    fn list(&self, request: &Request) -> ResponseTemplate {
+    fn list(&self, request: &Request, account: Option<&str>) -> ResponseTemplate {
         let mut gte = i64::MIN;
         let mut lte = i64::MAX;
         let mut limit = 10usize;
@@ -356,8 +397,9 @@ impl Standin {
         let before = before.map(|id| self.position[&id]);
         // Newest first: `order` is sorted by `created` descending.
         let in_window = |i: &usize| {
-            let c = self.created[&self.order[*i]];
-            c >= gte && c <= lte
+            let id = &self.order[*i];
+            let c = self.created[id];
+            c >= gte && c <= lte && self.visible(id, account)
         };
         let (page, has_more): (Vec<usize>, bool) = match before {
             Some(b) => {
@@ -426,10 +468,28 @@ impl Respond for Standin {
                 "Invalid API Key provided.",
             );
         }
+        let account = request
+            .headers
+            .get("stripe-account")
+            .map(|v| v.to_str().unwrap_or("<not text>"));
+        if let Some(a) = account {
+            let known = self.connected.as_ref().is_some_and(|(acct, _)| acct == a);
+            if !known || self.revoked.as_deref() == Some(a) {
+                return self.no_access(a);
+            }
+        }
         if request.url.path().trim_end_matches('/') == "/v1/payment_intents" {
-            return self.list(request);
+            return self.list(request, account);
         }
         let id = request.url.path().rsplit('/').next().unwrap_or_default();
+        if !self.visible(id, account) {
+            return self.envelope(
+                404,
+                "invalid_request_error",
+                "resource_missing",
+                &format!("No such payment_intent: '{id}'"),
+            );
+        }
         let expanded = request
             .url
             .query_pairs()
@@ -483,6 +543,14 @@ struct Args {
     /// over the last N/10 seconds (one event per PaymentIntent, in its status).
     #[arg(long, default_value_t = 0, value_name = "N")]
     events: u64,
+    /// Connect: every tenth row's PaymentIntent (rows 3, 13, 23, ...) lives
+    /// on this connected account (served only with `Stripe-Account`); the
+    /// seed writes it into the table's `stripe_account` column.
+    #[arg(long, value_name = "ACCT")]
+    connect_account: Option<String>,
+    /// Connect: an account the platform lost access to (403 to every read).
+    #[arg(long, value_name = "ACCT")]
+    revoked_account: Option<String>,
 }
 
 /// Row `i` of `rows` was created `rows - i + 3600` seconds before `anchor`;
@@ -495,6 +563,7 @@ fn created_at(anchor: i64, rows: u64, i: u64) -> i64 {
 async fn seed_database(
     rows: u64,
     anchor: chrono::DateTime<chrono::Utc>,
+    connect_account: Option<&str>,
 ) -> anyhow::Result<BTreeMap<String, u64>> {
     let url = std::env::var("DATABASE_URL").context("--seed needs DATABASE_URL")?;
     let pool = PgPoolOptions::new()
@@ -545,6 +614,23 @@ async fn seed_database(
         .execute(&pool)
         .await
         .context("inserting payments")?;
+        if let Some(account) = connect_account {
+            sqlx::query(
+                "UPDATE payments SET stripe_account = $2
+                  WHERE order_id = ANY(SELECT 'ord_' || n FROM unnest($1::bigint[]) AS n)",
+            )
+            .bind(
+                numbers
+                    .iter()
+                    .copied()
+                    .filter(|&n| on_connected_account(n as u64))
+                    .collect::<Vec<i64>>(),
+            )
+            .bind(account)
+            .execute(&pool)
+            .await
+            .context("--connect-account needs a stripe_account text column in payments")?;
+        }
         if money_columns == 2 {
             sqlx::query(
                 "UPDATE payments p SET amount_cents = v.amount, currency = v.currency
@@ -583,7 +669,7 @@ async fn main() -> anyhow::Result<()> {
     let mut known = HashMap::new();
     let anchor = chrono::Utc::now();
     if let Some(rows) = args.seed {
-        let expected = seed_database(rows, anchor).await?;
+        let expected = seed_database(rows, anchor, args.connect_account.as_deref()).await?;
         println!(
             "{}",
             serde_json::json!({"rows": rows, "expected_findings": expected})
@@ -593,8 +679,12 @@ async fn main() -> anyhow::Result<()> {
     // 1M rows is known, whether or not this process seeded the database).
     let known_rows = args.seed.unwrap_or(1_000_000);
     let mut created = HashMap::new();
+    let mut connected_ids = std::collections::HashSet::new();
     for i in 1..=known_rows {
         let s = seed_row(i);
+        if args.connect_account.is_some() && on_connected_account(i) {
+            connected_ids.insert(s.pi.clone());
+        }
         let at = match &s.remote {
             Remote::Missing => None,
             Remote::Detailed(p) if p.age != Pi::new("").age => Some(anchor.timestamp() - p.age),
@@ -633,6 +723,8 @@ async fn main() -> anyhow::Result<()> {
     events::mount(&server, feed.clone(), args.api_key.clone(), fixture.clone()).await;
     let standin = Arc::new(Standin {
         api_key: args.api_key,
+        connected: args.connect_account.map(|a| (a, connected_ids)),
+        revoked: args.revoked_account,
         known,
         moved: feed,
         created,

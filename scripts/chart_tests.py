@@ -425,6 +425,7 @@ def test_failures(r, chart):
         (("config.listMaxPages=0",), "listMaxPages below 1"),
         (("config.targetCycleSeconds=30",), "targetCycleSeconds below 60"),
         (("config.scheduleIntervalSeconds=30",), "scheduleIntervalSeconds below 60"),
+        (("config.accountColumn=acct-id",), "accountColumn that is not a column name"),
     ]
     for sets, what in schema_cases:
         fails(base + sets, "schema", f"schema rejects {what}")
@@ -438,6 +439,9 @@ def test_misc(r, chart):
     r.check(not d.kind("ServiceAccount"), "serviceAccount.create=false renders no ServiceAccount")
     r.equal(pod_spec(cj).get("serviceAccountName"), "shared-sa", "serviceAccount.name is used")
     r.equal(pod_spec(cj).get("automountServiceAccountToken"), False, "token not mounted with a foreign ServiceAccount")
+    connect = chart.render(sets=("existingSecret.name=creds", "config.accountColumn=stripe_account"))
+    r.equal(connect.one("ConfigMap", RELEASE).get("data", {}).get("RECONCILER_ACCOUNT_COLUMN"), "stripe_account",
+            "config.accountColumn sets RECONCILER_ACCOUNT_COLUMN (Connect)")
 
 
 def ordinary(docs):

@@ -19,8 +19,10 @@ bin=target/debug/stripe-reconciler
 export RECONCILER_LOG_FORMAT=pretty
 
 # The application's own payments table, as many real ones are: amount and
-# currency columns, and no UNIQUE constraint on the PaymentIntent id.
-say "an application's payments table (amount_cents, currency, no UNIQUE on stripe_payment_intent_id)"
+# currency columns, no UNIQUE constraint on the PaymentIntent id, and (a
+# Connect platform) the connected account of direct charges.
+CONNECTED=acct_1DemoConnected
+say "an application's payments table (amount_cents, currency, stripe_account, no UNIQUE on stripe_payment_intent_id)"
 psql "$DATABASE_URL" -q <<'SQL'
 CREATE TABLE payments (
     id                       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -30,6 +32,7 @@ CREATE TABLE payments (
     version                  bigint      NOT NULL DEFAULT 0,
     amount_cents             bigint,
     currency                 text,
+    stripe_account           text,
     created_at               timestamptz NOT NULL DEFAULT now(),
     updated_at               timestamptz NOT NULL DEFAULT now()
 );
@@ -37,9 +40,9 @@ SQL
 
 mkdir -p .demo
 port=$(free_port)
-say "seeding $ROWS payments and starting the Stripe stand-in on 127.0.0.1:$port"
+say "seeding $ROWS payments (every tenth on connected account $CONNECTED) and starting the Stripe stand-in on 127.0.0.1:$port"
 target/debug/examples/stripe_standin --listen "127.0.0.1:$port" --seed "$ROWS" \
-  --api-key sk_test_standin >.demo/expected.json 2>.demo/standin.log &
+  --connect-account "$CONNECTED" --api-key sk_test_standin >.demo/expected.json 2>.demo/standin.log &
 standin=$!
 trap 'kill $standin 2>/dev/null || true' EXIT
 wait_for_port "$port" 60 || { cat .demo/standin.log >&2; die "the stand-in did not start"; }
@@ -67,6 +70,9 @@ export RECONCILER_RATE_LIMIT_RPS=2000 RECONCILER_MAX_IN_FLIGHT=32
 # Compare amounts and currencies; call a checkout abandoned after 30 days.
 export RECONCILER_AMOUNT_COLUMN=amount_cents RECONCILER_CURRENCY_COLUMN=currency
 export RECONCILER_ABANDONED_AFTER_SECONDS=2592000
+# Connect: the stand-in serves the connected account's PaymentIntents only to
+# reads with its Stripe-Account header (404 without, like Stripe).
+export RECONCILER_ACCOUNT_COLUMN=stripe_account
 say "stripe-reconciler run"
 start=$(date +%s)
 "$bin" run 2>.demo/run.log || { tail -n 20 .demo/run.log >&2; die "the run failed"; }
@@ -89,6 +95,20 @@ else
   printf 'expected:\n%s\nactual:\n%s\n' "$expected" "$actual" >&2
   die "findings do not match the injected drift"
 fi
+
+say "findings on connected account $CONNECTED (read with Stripe-Account: $CONNECTED)"
+psql "$DATABASE_URL" -c "SELECT kind, count(*) AS findings FROM reconciliation_findings
+                          WHERE resolved_at IS NULL AND stripe_account_id = '$CONNECTED' GROUP BY kind ORDER BY kind"
+on_connected=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM reconciliation_findings
+                                          WHERE stripe_account_id = '$CONNECTED' AND kind = 'missed_success'")
+[ "$on_connected" -gt 0 ] || die "no drift was caught on the connected account"
+listed=$("$bin" findings list --kind missed_success --limit 400 --dashboard test)
+head -n 1 <<<"$listed"
+grep -m1 "$CONNECTED" <<<"$listed" \
+  || die "findings list shows no finding of the connected account"
+grep -q "dashboard.stripe.com/$CONNECTED/test/payments/" <<<"$listed" \
+  || die "findings list links no payment in the connected account's Dashboard"
+say "$on_connected missed_success findings caught on the connected account, each linking its payment in the account's Dashboard"
 
 say "findings a person must judge (one of each): money Stripe did not keep, and deadlines"
 psql "$DATABASE_URL" -c "SELECT DISTINCT ON (f.kind) f.kind, p.order_id, p.stripe_payment_intent_id AS payment_intent, p.status AS local,
@@ -138,5 +158,5 @@ fi
 # The second job: the events feed catches a missed webhook within one run,
 # whatever the table size, and money taken at Stripe with no payment row.
 say "stripe-reconciler events (scripts/demo-events.sh)"
-env -u RECONCILER_AMOUNT_COLUMN -u RECONCILER_CURRENCY_COLUMN -u RECONCILER_ABANDONED_AFTER_SECONDS \
+env -u RECONCILER_AMOUNT_COLUMN -u RECONCILER_CURRENCY_COLUMN -u RECONCILER_ABANDONED_AFTER_SECONDS -u RECONCILER_ACCOUNT_COLUMN \
   -u RECONCILER_BATCH_SIZE -u RECONCILER_BATCHES_PER_RUN bash scripts/demo-events.sh

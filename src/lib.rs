@@ -20,7 +20,7 @@
 //! - [`lease`]: the run lease on the cursor or the events position: take, renew, give back.
 //! - [`metrics`]: the run's gauges and the push to the Pushgateway.
 //! - [`outcome`]: how a run ends: `RunOutcome` labels and the `RunError` that stopped it.
-//! - [`read`]: phase 2 for scan and events: Stripe reads, list mode, the outage rule.
+//! - [`read`]: phase 2 for scan and events: Stripe reads, list mode, the outage rule, Connect accounts.
 //! - [`reconcile`]: PURE classification: statuses, `Verdict`, `Decision`, `classify`, orphans.
 //! - [`record`]: phase 3's write path for scan and events: stamps, findings, repair commands.
 //! - [`repair`]: the canonical writer and the outbox worker.
@@ -28,7 +28,7 @@
 //! - [`shutdown`]: SIGTERM/SIGINT into a cancellation token.
 //! - [`status`]: the job's state for `status` and the metrics.
 //! - [`store`]: all SQL, by table (a directory per table whose SQL has several jobs).
-//! - [`stripe`]: the gateway boundary: HTTP client, retry rule, ids, errors.
+//! - [`stripe`]: the gateway boundary: HTTP client, retry rule, ids (PaymentIntent, Connect account), errors.
 //! - [`telemetry`]: tracing initialisation (json or pretty).
 //! - [`terminal`]: PURE escaping of stored text for human-readable output.
 

@@ -15,14 +15,12 @@ use super::accounts::{
     account_of, all_not_found_reason, check_key, round_robin, AccountKey, KeyCheck, Tally,
 };
 use super::list::list_accounts;
+use super::row::Read;
 use crate::config::ReadMode;
 use crate::outcome::RunError;
-use crate::reconcile::{
-    classify, Decision, ExternalStatus, FindingKind, LocalPayment, LocalStatus, PaymentIntentFacts,
-    Verdict,
-};
+use crate::reconcile::{Decision, ExternalStatus, FindingKind, LocalStatus, Verdict};
 use crate::store::payments::PaymentRow;
-use crate::stripe::{GatewayError, PaymentIntentId, StripeGateway};
+use crate::stripe::{PaymentIntentId, StripeGateway};
 
 /// What a `missing_externally` finding says when `RECONCILER_ACCOUNT_COLUMN`
 /// is unset: a connected account's PaymentIntent answers 404 without its
@@ -89,7 +87,7 @@ impl Observation {
             && (self.asked_stripe || self.error.is_some())
     }
 
-    fn unreachable(&mut self, reason: String) {
+    pub(super) fn unreachable(&mut self, reason: String) {
         self.decision = Decision::plain(Verdict::Unverifiable);
         self.observed = None;
         self.error = Some(reason);
@@ -311,161 +309,6 @@ async fn judge_connected(
             .filter(|o| o.decision.kind == Some(FindingKind::MissingExternally))
         {
             o.unreachable(reason.clone());
-        }
-    }
-}
-
-/// What one row's read needs from its batch.
-#[derive(Clone, Copy)]
-struct Read<'a> {
-    pool: &'a PgPool,
-    gateway: &'a StripeGateway,
-    settings: &'a JobSettings,
-    now: DateTime<Utc>,
-    tallies: &'a HashMap<AccountKey, Tally>,
-    in_flight: &'a Semaphore,
-}
-
-impl Read<'_> {
-    /// One row: `from_list` is its PaymentIntent as a list page contained it
-    /// (no request then); otherwise it is retrieved, on the row's account.
-    async fn observe(
-        self,
-        row: PaymentRow,
-        account: Result<AccountKey, String>,
-        from_list: Option<PaymentIntentFacts>,
-    ) -> Result<Observation, RunError> {
-        let mut seen = Observation {
-            payment_id: row.id,
-            version: row.version,
-            updated_at: row.updated_at,
-            local: row.status.clone(),
-            payment_intent: None,
-            decision: Decision::plain(Verdict::InFlight),
-            observed: None,
-            asked_stripe: false,
-            error: None,
-            stripe_account: None,
-            account_unreachable: false,
-        };
-        if row.recently_changed {
-            return Ok(seen);
-        }
-        let id = match PaymentIntentId::parse(row.stripe_payment_intent_id.as_deref().unwrap_or(""))
-        {
-            Ok(id) => id,
-            Err(reason) => {
-                tracing::warn!(payment_id = row.id, %reason, "payment has a malformed PaymentIntent id; not sent to Stripe");
-                seen.decision = Decision::review(FindingKind::InvalidPaymentIntentId);
-                return Ok(seen);
-            }
-        };
-        seen.payment_intent = Some(id.as_str().to_owned());
-        let account = match account {
-            Ok(account) => account,
-            Err(reason) => {
-                tracing::warn!(payment_id = row.id, %reason, "payment has a malformed Stripe account id; not sent to Stripe");
-                seen.decision = Decision::plain(Verdict::Unverifiable);
-                seen.error = Some(format!(
-                    "RECONCILER_ACCOUNT_COLUMN holds no usable account id ({reason}); the row was not sent to Stripe"
-                ));
-                return Ok(seen);
-            }
-        };
-        seen.stripe_account = account.as_ref().map(|a| a.as_str().to_owned());
-        if let Some(reason) = account
-            .as_ref()
-            .and_then(|a| self.gateway.accounts().unreachable(a))
-        {
-            seen.unreachable(reason);
-            return Ok(seen);
-        }
-        let Some(tally) = self.tallies.get(&account) else {
-            return Ok(seen);
-        };
-        seen.asked_stripe = true;
-        Tally::count(&tally.asked);
-        let read = match from_list {
-            Some(facts) => Ok(facts),
-            None => {
-                let _permit = self.in_flight.acquire().await;
-                self.gateway.payment_intent_on(account.as_ref(), &id).await
-            }
-        };
-        match read {
-            Ok(facts) => {
-                Tally::count(&tally.found);
-                self.classify(&row, &id, facts, &mut seen);
-            }
-            Err(GatewayError::NotFound { .. }) => {
-                let not_found = Tally::count(&tally.not_found);
-                if account.is_none()
-                    && not_found >= WRONG_ACCOUNT_NOT_FOUND_READS
-                    && tally.found.load(Ordering::Relaxed) == 0
-                {
-                    let key = tally
-                        .key
-                        .get_or_init(|| check_key(self.pool, self.gateway, self.settings, None))
-                        .await;
-                    if *key == KeyCheck::Wrong {
-                        return Err(RunError::StripeWrongAccount { not_found });
-                    }
-                }
-                seen.decision = match self.settings.account_column {
-                    None => Decision::review_with(
-                        FindingKind::MissingExternally,
-                        serde_json::json!({ "hint": CONNECT_HINT }),
-                    ),
-                    Some(_) => Decision::review(FindingKind::MissingExternally),
-                };
-            }
-            Err(
-                e @ (GatewayError::Rejected { .. }
-                | GatewayError::Misconfigured { .. }
-                | GatewayError::Redirected { .. }),
-            ) => return Err(RunError::StripeRejected(e)),
-            Err(e @ GatewayError::AccountUnreachable { .. }) => {
-                tracing::warn!(payment_id = row.id, payment_intent = %id, error = %e, "PaymentIntent unverifiable: its connected account is unreachable");
-                seen.unreachable(e.to_string());
-            }
-            Err(e @ GatewayError::Unavailable { .. }) => {
-                tracing::warn!(payment_id = row.id, payment_intent = %id, error = %e, "PaymentIntent unverifiable");
-                seen.error = Some(e.to_string());
-                seen.decision = Decision::plain(Verdict::Unverifiable);
-            }
-        }
-        Ok(seen)
-    }
-
-    /// Classifies Stripe's answer for `row` into `seen`.
-    fn classify(
-        &self,
-        row: &PaymentRow,
-        id: &PaymentIntentId,
-        facts: PaymentIntentFacts,
-        seen: &mut Observation,
-    ) {
-        let local = LocalPayment {
-            status: seen.local.clone(),
-            amount: row.amount.clone(),
-            currency: row.currency.clone(),
-            shares_payment_intent: row.shares_payment_intent,
-        };
-        seen.decision = classify(&local, &facts, &self.settings.rules, self.now);
-        if seen.decision.verdict == Verdict::Unverifiable {
-            // Stripe answered, but not enough to judge the money.
-            let reason = seen
-                .decision
-                .details
-                .as_ref()
-                .and_then(|d| d.get("reason"))
-                .and_then(|r| r.as_str())
-                .unwrap_or("incomplete PaymentIntent")
-                .to_owned();
-            tracing::warn!(payment_id = row.id, payment_intent = %id, %reason, "PaymentIntent unverifiable");
-            seen.error = Some(reason);
-        } else {
-            seen.observed = Some(facts.status);
         }
     }
 }

@@ -74,6 +74,12 @@ impl Chain<'_> {
             .is_ok()
     }
 
+    /// The connected account was found unreachable (this run): no more pages.
+    fn account_unreachable(&self) -> bool {
+        self.account
+            .is_some_and(|a| self.gateway.accounts().unreachable(a).is_some())
+    }
+
     fn all_found(&self, core: &HashSet<&str>) -> bool {
         let found = self.found.lock().unwrap_or_else(|p| p.into_inner());
         core.iter().all(|id| found.contains_key(*id))
@@ -107,7 +113,10 @@ impl Chain<'_> {
         let mut after: Option<PaymentIntentId> = None;
         let mut first = core_window;
         loop {
-            if until_found.is_some_and(|core| self.all_found(core)) || !self.take_page() {
+            if until_found.is_some_and(|core| self.all_found(core))
+                || self.account_unreachable()
+                || !self.take_page()
+            {
                 if first {
                     self.first_page_sent();
                 }

@@ -5,6 +5,7 @@
 //! one after another, so no other test's load adds jitter to them.
 //!
 //! - `aging`: authorization_expiring, stuck_processing, abandoned
+//! - `connect`: connected accounts (`Stripe-Account`), revoked and wrong accounts
 //! - `cursor`: the walk over the table, cycles, late commits, unverifiable streaks
 //! - `events`: the events feed and its position
 //! - `events_backlog`: a backlog worked off in slices over several runs
@@ -36,6 +37,7 @@
 mod support;
 
 mod aging;
+mod connect;
 mod connect_events;
 mod cursor;
 mod events;

@@ -113,6 +113,7 @@ async fn a_run_pushes_every_named_metric_with_its_value(pool: PgPool) {
     assert!(v("run_duration_seconds", &[]) > 0.0);
     assert!(v("cycle_age_seconds", &[]) >= 0.0);
     assert_eq!(v("wrapped", &[]), 0.0);
+    assert_eq!(v("stripe_accounts_unreachable", &[]), 0.0);
     assert!(
         value(&m, "stripe_reconciler_capacity_ratio", &[JOB]).is_none(),
         "unknown after one run, so absent"

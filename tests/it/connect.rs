@@ -1,0 +1,577 @@
+//! Connect (issue 24): rows of connected accounts (`RECONCILER_ACCOUNT_COLUMN`)
+//! read with `Stripe-Account`, against a wiremock Stripe that answers 404
+//! unless the header names the account the PaymentIntent belongs to, like
+//! Stripe does. An account the platform lost access to, or whose every read
+//! is a 404, leaves only its own rows UNVERIFIABLE; the run goes on.
+
+use crate::support::account::{insert_at, Account};
+use crate::support::pushgateway::{self, value};
+use crate::support::*;
+use serde_json::Value;
+use sqlx::PgPool;
+use stripe_reconciler::config::{ColumnName, JobSettings, ReadMode, Sizing};
+use stripe_reconciler::scan::{self, RunOptions, RunSummary};
+use tokio_util::sync::CancellationToken;
+use wiremock::matchers::{header, method, path_regex, query_param};
+use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+
+const A: &str = "acct_1AlphaConnected";
+const B: &str = "acct_1BravoConnected";
+const REVOKED: &str = "acct_1RevokedAccess";
+
+/// The payments PATHS a read of PaymentIntents can take.
+const PI_PATHS: &str = "^/v1/payment_intents(/[^/]+)?/?$";
+
+fn an_hour_ago() -> i64 {
+    chrono::Utc::now().timestamp() - 3600
+}
+
+/// Stripe's answer to a read for an account the platform has no access to.
+fn no_access(account: &str) -> ResponseTemplate {
+    ResponseTemplate::new(403)
+        .insert_header("Request-Id", "req_noaccess")
+        .set_body_json(serde_json::json!({"error": {
+            "type": "invalid_request_error",
+            "message": format!("The provided key 'sk_test_********************************p7dc' does not have access to account '{account}' (or that account does not exist). Application access may have been revoked."),
+        }}))
+}
+
+/// A Stripe with the platform's own account and connected accounts: each
+/// account's PaymentIntents are served only to requests with its
+/// `Stripe-Account` header (the platform's only without one); everything
+/// else answers 404 `resource_missing`.
+async fn connect_stripe(platform: &Account, connected: &[(&str, &Account)]) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path_regex(PI_PATHS))
+        .and(|r: &Request| !r.headers.contains_key("stripe-account"))
+        .respond_with(platform.clone())
+        .mount(&server)
+        .await;
+    for (id, account) in connected {
+        Mock::given(method("GET"))
+            .and(path_regex(PI_PATHS))
+            .and(header("Stripe-Account", *id))
+            .respond_with((*account).clone())
+            .mount(&server)
+            .await;
+    }
+    Mock::given(method("GET"))
+        .respond_with(err(404, "invalid_request_error", "resource_missing"))
+        .with_priority(10)
+        .mount(&server)
+        .await;
+    server
+}
+
+async fn add_account_column(pool: &PgPool) {
+    sqlx::query("ALTER TABLE payments ADD COLUMN stripe_account text")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+/// A payment of `account` (`None`: the platform's) whose PaymentIntent was
+/// created at `created`.
+async fn insert_on(
+    pool: &PgPool,
+    account: Option<&str>,
+    pi: &str,
+    status: &str,
+    created: i64,
+) -> i64 {
+    let id = insert_at(pool, pi, status, created).await;
+    sqlx::query("UPDATE payments SET stripe_account = $2 WHERE id = $1")
+        .bind(id)
+        .bind(account)
+        .execute(pool)
+        .await
+        .unwrap();
+    id
+}
+
+fn connect_settings(mode: ReadMode) -> JobSettings {
+    JobSettings {
+        read_mode: mode,
+        batches_per_run: Sizing::Fixed(20),
+        account_column: Some(
+            ColumnName::parse("RECONCILER_ACCOUNT_COLUMN", "stripe_account").unwrap(),
+        ),
+        ..settings(100)
+    }
+}
+
+async fn run(pool: &PgPool, stripe: &MockServer, s: &JobSettings) -> RunSummary {
+    let (summary, result) = scan::run(
+        pool,
+        &gateway(stripe),
+        s,
+        RunOptions::default(),
+        CancellationToken::new(),
+    )
+    .await;
+    result.unwrap();
+    assert!(summary.wrapped, "{summary:?}");
+    summary
+}
+
+/// (payment, kind, account) of every finding.
+async fn findings_with_accounts(pool: &PgPool) -> Vec<(i64, String, Option<String>)> {
+    sqlx::query_as(
+        "SELECT payment_id, kind, stripe_account_id FROM reconciliation_findings ORDER BY payment_id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+async fn forget_findings(pool: &PgPool) {
+    sqlx::raw_sql(
+        "TRUNCATE reconciliation_findings, outbox, reconciliation_cursor, reconciliation_runs,
+                  reconciliation_unverifiable RESTART IDENTITY CASCADE;
+         TRUNCATE reconciliation_payment_state",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// `Stripe-Account` of every request the server received (`None`: absent).
+async fn account_headers(stripe: &MockServer) -> Vec<Option<String>> {
+    stripe
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .iter()
+        .map(|r| {
+            r.headers
+                .get("stripe-account")
+                .map(|v| v.to_str().unwrap_or("<not text>").to_owned())
+        })
+        .collect()
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn the_platform_and_two_connected_accounts_each_get_their_drift_found_in_both_read_modes(
+    pool: PgPool,
+) {
+    add_account_column(&pool).await;
+    let t0 = an_hour_ago() - 7200;
+    let (platform, a, b) = (Account::default(), Account::default(), Account::default());
+    let mut expected = Vec::new();
+    let mut n = 0;
+    for (account, fake) in [(None, &platform), (Some(A), &a), (Some(B), &b)] {
+        // Three in sync, one pending locally whose PaymentIntent succeeded.
+        for (local, remote) in [
+            ("paid", "succeeded"),
+            ("failed", "canceled"),
+            ("paid", "succeeded"),
+            ("pending", "succeeded"),
+        ] {
+            n += 1;
+            let pi = format!("pi_Conn{n}");
+            fake.add(&pi, remote, t0 + n);
+            let id = insert_on(&pool, account, &pi, local, t0 + n).await;
+            if local == "pending" {
+                expected.push((id, "missed_success".to_owned(), account.map(str::to_owned)));
+            }
+        }
+    }
+    let stripe = connect_stripe(&platform, &[(A, &a), (B, &b)]).await;
+
+    for mode in [ReadMode::Retrieve, ReadMode::List] {
+        forget_findings(&pool).await;
+        let (lists_a, lists_b) = (a.count("list"), b.count("list"));
+        let summary = run(&pool, &stripe, &connect_settings(mode)).await;
+        assert_eq!(summary.stripe_accounts_unreachable, 0, "{mode:?}");
+        assert_eq!(
+            findings_with_accounts(&pool).await,
+            expected,
+            "{mode:?}: one missed_success per account, each naming its account, no missing_externally"
+        );
+        if mode == ReadMode::List {
+            assert!(
+                a.count("list") > lists_a && b.count("list") > lists_b,
+                "each account listed with its own header"
+            );
+        }
+        // The repair commands carry the account; the platform's carry none.
+        let payloads: Vec<Value> = outbox(&pool).await.into_iter().map(|o| o.payload).collect();
+        let accounts: Vec<Option<&str>> = payloads
+            .iter()
+            .map(|p| p.get("stripe_account_id").and_then(Value::as_str))
+            .collect();
+        assert_eq!(accounts, vec![None, Some(A), Some(B)], "{payloads:?}");
+    }
+    let headers = account_headers(&stripe).await;
+    assert!(headers.contains(&Some(A.to_owned())) && headers.contains(&Some(B.to_owned())));
+    assert!(
+        headers.contains(&None),
+        "the platform's rows go without the header"
+    );
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_revoked_account_leaves_its_rows_unverifiable_while_the_others_are_recorded(
+    pool: PgPool,
+) {
+    add_account_column(&pool).await;
+    let t0 = an_hour_ago() - 7200;
+    let (platform, a) = (Account::default(), Account::default());
+    platform.add("pi_Plat1", "succeeded", t0);
+    let plat = insert_on(&pool, None, "pi_Plat1", "pending", t0).await;
+    a.add("pi_Alpha1", "canceled", t0 + 1);
+    let alpha = insert_on(&pool, Some(A), "pi_Alpha1", "pending", t0 + 1).await;
+    let mut revoked_rows = Vec::new();
+    for i in 0..8 {
+        revoked_rows.push(
+            insert_on(
+                &pool,
+                Some(REVOKED),
+                &format!("pi_Rev{i}"),
+                "paid",
+                t0 + 2 + i,
+            )
+            .await,
+        );
+    }
+    let stripe = connect_stripe(&platform, &[(A, &a)]).await;
+    // Stripe is not down: but a probe that fails would end the batch as an
+    // outage if the revoked account's rows counted as failed reads.
+    Mock::given(method("GET"))
+        .and(path_regex("^/v1/payment_intents$"))
+        .and(query_param("limit", "1"))
+        .respond_with(server_error())
+        .with_priority(1)
+        .mount(&stripe)
+        .await;
+    Mock::given(method("GET"))
+        .and(header("Stripe-Account", REVOKED))
+        .respond_with(no_access(REVOKED))
+        .with_priority(2)
+        .mount(&stripe)
+        .await;
+
+    for mode in [ReadMode::Retrieve, ReadMode::List] {
+        forget_findings(&pool).await;
+        let reads_before = reads_on(&stripe, REVOKED).await;
+        let s = JobSettings {
+            // One read at a time: the first refusal stops the reads of that account.
+            max_in_flight: 1,
+            ..connect_settings(mode)
+        };
+        let summary = run(&pool, &stripe, &s).await;
+
+        assert_eq!(
+            summary.stripe_accounts_unreachable, 1,
+            "{mode:?}: {summary:?}"
+        );
+        assert_eq!(
+            findings_with_accounts(&pool).await,
+            vec![
+                (plat, "missed_success".to_owned(), None),
+                (alpha, "missed_cancel".to_owned(), Some(A.to_owned())),
+            ],
+            "{mode:?}"
+        );
+        assert_eq!(
+            reads_on(&stripe, REVOKED).await - reads_before,
+            1,
+            "{mode:?}: no more reads spent on a revoked account"
+        );
+        let errors: Vec<(i64, Option<String>)> = sqlx::query_as(
+            "SELECT payment_id, last_error FROM reconciliation_unverifiable ORDER BY payment_id",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        assert_eq!(errors.len(), 8, "{mode:?}: {errors:?}");
+        for (id, error) in &errors {
+            assert!(revoked_rows.contains(id));
+            let error = error.as_deref().unwrap_or_default();
+            assert!(
+                error.contains(&format!("no access to connected account {REVOKED}")),
+                "{error}"
+            );
+            assert!(
+                !error.contains("sk_test"),
+                "Stripe's message quotes the key: not kept: {error}"
+            );
+        }
+    }
+}
+
+/// Requests the server received with `Stripe-Account: account`.
+async fn reads_on(stripe: &MockServer, account: &str) -> usize {
+    account_headers(stripe)
+        .await
+        .iter()
+        .filter(|h| h.as_deref() == Some(account))
+        .count()
+}
+
+/// The gateway tells Stripe's refusal of a connected account apart from a
+/// rejected key: only a read made with `Stripe-Account` whose error says the
+/// platform has no access (or `account_invalid`) spares the run.
+#[tokio::test]
+async fn only_a_refused_connected_account_read_is_account_unreachable() {
+    use stripe_reconciler::stripe::{AccountId, GatewayError, PaymentIntentId};
+    let stripe = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(header("Stripe-Account", REVOKED))
+        .respond_with(no_access(REVOKED))
+        .mount(&stripe)
+        .await;
+    Mock::given(method("GET"))
+        .and(header("Stripe-Account", "acct_1Invalid"))
+        .respond_with(err(400, "invalid_request_error", "account_invalid"))
+        .mount(&stripe)
+        .await;
+    Mock::given(method("GET"))
+        .and(header("Stripe-Account", "acct_1BadKey"))
+        .respond_with(err(401, "invalid_request_error", "api_key_invalid"))
+        .mount(&stripe)
+        .await;
+    // The platform's own read with Stripe's no-access body is still the key's fault.
+    Mock::given(method("GET"))
+        .respond_with(no_access("acct_1Platform"))
+        .with_priority(10)
+        .mount(&stripe)
+        .await;
+    let gw = gateway(&stripe);
+    let pi = PaymentIntentId::parse("pi_1").unwrap();
+    let on = |a: &str| AccountId::parse(a).unwrap();
+
+    let revoked = gw.payment_intent_on(Some(&on(REVOKED)), &pi).await;
+    assert!(
+        matches!(&revoked, Err(GatewayError::AccountUnreachable { status: 403, account, .. }) if account == REVOKED),
+        "{revoked:?}"
+    );
+    let invalid = gw.payment_intent_on(Some(&on("acct_1Invalid")), &pi).await;
+    assert!(
+        matches!(&invalid, Err(GatewayError::AccountUnreachable { status: 400, code: Some(c), .. }) if c == "account_invalid"),
+        "{invalid:?}"
+    );
+    let bad_key = gw.payment_intent_on(Some(&on("acct_1BadKey")), &pi).await;
+    assert!(
+        matches!(bad_key, Err(GatewayError::Rejected { status: 401, .. })),
+        "{bad_key:?}"
+    );
+    let platform = gw.payment_intent(&pi).await;
+    assert!(
+        matches!(platform, Err(GatewayError::Rejected { status: 403, .. })),
+        "{platform:?}"
+    );
+    assert_eq!(
+        gw.accounts().unreachable_count(),
+        2,
+        "the two refused accounts are remembered"
+    );
+    assert!(gw.accounts().unreachable(&on("acct_1BadKey")).is_none());
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_connected_account_whose_every_read_is_404_is_unreachable_not_exit_78(pool: PgPool) {
+    add_account_column(&pool).await;
+    let t0 = an_hour_ago() - 7200;
+    let platform = Account::default();
+    platform.add("pi_Plat1", "succeeded", t0);
+    insert_on(&pool, None, "pi_Plat1", "paid", t0).await;
+    // Twelve rows naming an account this key's platform does not have.
+    for i in 0..12 {
+        insert_on(
+            &pool,
+            Some("acct_1WrongId"),
+            &format!("pi_Wrong{i}"),
+            "paid",
+            t0 + 1 + i,
+        )
+        .await;
+    }
+    let stripe = connect_stripe(&platform, &[]).await;
+    let gw = pushgateway::start().await;
+    let env = vec![
+        ("PUSHGATEWAY_URL", gw.url.clone()),
+        ("DATABASE_URL", database_url(&pool)),
+        ("STRIPE_API_KEY", API_KEY.to_owned()),
+        ("STRIPE_API_BASE", stripe.uri()),
+        ("RECONCILER_RATE_LIMIT_RPS", "500".to_owned()),
+        ("RECONCILER_BATCHES_PER_RUN", "10".to_owned()),
+        ("RECONCILER_READ_MODE", "retrieve".to_owned()),
+        ("RECONCILER_ACCOUNT_COLUMN", "stripe_account".to_owned()),
+    ];
+
+    let out = reconciler_output(&["run"], &env).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    let summary: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(summary["stripe_accounts_unreachable"], 1, "{summary}");
+    let pushed = gw.scrape().await;
+    assert_eq!(
+        value(
+            &pushed,
+            "stripe_reconciler_stripe_accounts_unreachable",
+            &[("job", "payments-vs-stripe")]
+        ),
+        Some(1.0),
+        "{pushed}"
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM reconciliation_findings WHERE kind = 'missing_externally'"
+        )
+        .await,
+        0,
+        "not missing_externally: the account id or key is wrong"
+    );
+    let error: String =
+        sqlx::query_scalar("SELECT last_error FROM reconciliation_unverifiable LIMIT 1")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(
+        error.contains("acct_1WrongId") && error.contains("404"),
+        "{error}"
+    );
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_malformed_account_value_is_never_sent_and_its_row_is_unverifiable(pool: PgPool) {
+    add_account_column(&pool).await;
+    let t0 = an_hour_ago() - 7200;
+    let platform = Account::default();
+    platform.add("pi_Plat1", "succeeded", t0);
+    insert_on(&pool, None, "pi_Plat1", "paid", t0).await;
+    insert_on(&pool, Some(""), "pi_Empty1", "paid", t0 + 1).await;
+    platform.add("pi_Empty1", "succeeded", t0 + 1);
+    let bad = ["acct_1\r\nX-Injected: 1", "acct_1 2", "cus_1Other", "acct_"];
+    let mut bad_rows = Vec::new();
+    for (i, value) in bad.iter().enumerate() {
+        bad_rows.push(
+            insert_on(
+                &pool,
+                Some(value),
+                &format!("pi_Bad{i}"),
+                "paid",
+                t0 + 2 + i as i64,
+            )
+            .await,
+        );
+    }
+    let stripe = connect_stripe(&platform, &[]).await;
+
+    for mode in [ReadMode::Retrieve, ReadMode::List] {
+        forget_findings(&pool).await;
+        run(&pool, &stripe, &connect_settings(mode)).await;
+        assert!(findings_with_accounts(&pool).await.is_empty(), "{mode:?}");
+    }
+
+    assert!(
+        account_headers(&stripe).await.iter().all(Option::is_none),
+        "no header was ever sent: the only well-formed rows are the platform's"
+    );
+    let retrieved = platform.retrieved();
+    assert!(
+        !retrieved.iter().any(|id| id.starts_with("pi_Bad")),
+        "{retrieved:?}"
+    );
+    let errors: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT payment_id, last_error FROM reconciliation_unverifiable ORDER BY payment_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(errors.iter().map(|e| e.0).collect::<Vec<_>>(), bad_rows);
+    assert!(
+        errors
+            .iter()
+            .all(|(_, e)| e.contains("RECONCILER_ACCOUNT_COLUMN")),
+        "{errors:?}"
+    );
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn without_the_account_column_missing_externally_says_it_could_be_a_connected_account(
+    pool: PgPool,
+) {
+    let stripe = MockServer::start().await;
+    mount(&stripe, "pi_Found1", ok("pi_Found1", "succeeded")).await;
+    insert_payment(&pool, "pi_Found1", "paid", 3600).await;
+    let missing = insert_payment(&pool, "pi_OnAConnectedAccount", "paid", 3600).await;
+    mount(
+        &stripe,
+        "pi_OnAConnectedAccount",
+        err(404, "invalid_request_error", "resource_missing"),
+    )
+    .await;
+
+    scan(&pool, &stripe, &settings(100)).await;
+
+    let details: Value = sqlx::query_scalar(
+        "SELECT details FROM reconciliation_findings WHERE payment_id = $1 AND kind = 'missing_externally'",
+    )
+    .bind(missing)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let hint = details["hint"].as_str().unwrap_or_default();
+    assert!(
+        hint.contains("connected account") && hint.contains("RECONCILER_ACCOUNT_COLUMN"),
+        "{details}"
+    );
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn an_unusable_account_column_exits_78_naming_the_variable(pool: PgPool) {
+    sqlx::query("ALTER TABLE payments ADD COLUMN account_number bigint")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let stripe = MockServer::start().await;
+    for (column, says) in [
+        ("no_such_column", "has no column"),
+        ("account_number", "bigint"),
+    ] {
+        let env = vec![
+            ("DATABASE_URL", database_url(&pool)),
+            ("STRIPE_API_KEY", API_KEY.to_owned()),
+            ("STRIPE_API_BASE", stripe.uri()),
+            ("RECONCILER_ACCOUNT_COLUMN", column.to_owned()),
+        ];
+        let out = reconciler_output(&["run"], &env).await;
+        assert_eq!(out.status.code(), Some(78), "{}", all_output(&out));
+        let text = all_output(&out);
+        assert!(
+            text.contains("RECONCILER_ACCOUNT_COLUMN") && text.contains(says),
+            "{text}"
+        );
+    }
+    assert_eq!(requests(&stripe).await, 0);
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn findings_list_shows_the_account_and_links_the_connected_accounts_payment(pool: PgPool) {
+    add_account_column(&pool).await;
+    let t0 = an_hour_ago() - 7200;
+    let (platform, a) = (Account::default(), Account::default());
+    a.add("pi_AlphaDrift", "succeeded", t0);
+    insert_on(&pool, Some(A), "pi_AlphaDrift", "pending", t0).await;
+    let stripe = connect_stripe(&platform, &[(A, &a)]).await;
+    run(&pool, &stripe, &connect_settings(ReadMode::Retrieve)).await;
+    let env = vec![("DATABASE_URL", database_url(&pool))];
+
+    let json =
+        reconciler_output(&["findings", "list", "--json", "--dashboard", "test"], &env).await;
+    let table = reconciler_output(&["findings", "list", "--dashboard", "test"], &env).await;
+
+    assert_eq!(json.status.code(), Some(0), "{}", all_output(&json));
+    let line: Value = serde_json::from_str(stdout(&json).lines().next().unwrap()).unwrap();
+    assert_eq!(line["stripe_account_id"], A);
+    assert_eq!(
+        line["dashboard_url"],
+        format!("https://dashboard.stripe.com/{A}/test/payments/pi_AlphaDrift")
+    );
+    let table = stdout(&table);
+    assert!(table.contains("account") && table.contains(A), "{table}");
+}
