@@ -65,22 +65,26 @@ pub(super) async fn events(settings: &Settings) -> Result<(), CommandError> {
         "events run summary"
     );
     print_summary(&summary, settings.log_format);
-    let state = read_state(&pool, &summary.job).await;
+    let state = read_state(&pool, &summary.job, settings.job.events.account_active).await;
     publish(settings, &summary, &gateway, state.as_ref()).await;
     pool.close().await;
     result.map_err(CommandError::from)
 }
 
-async fn read_state(pool: &PgPool, job: &str) -> Option<EventsState> {
+/// The job's stored state: the oldest position among the platform's feed and
+/// the connected accounts' feeds moved within `active`, the last success and
+/// the PaymentIntents held.
+async fn read_state(pool: &PgPool, job: &str, active: std::time::Duration) -> Option<EventsState> {
     let read = async {
         let mut conn = pool.acquire().await.context("connecting")?;
         let position = events_position::read(&mut conn, job).await?;
+        let oldest = events_position::oldest_covered(&mut conn, job, active).await?;
         let (held, _) = events_retry::pending(&mut conn, job).await?;
-        Ok::<_, StoreError>((position, held))
+        Ok::<_, StoreError>((position, oldest, held))
     };
     match tokio::time::timeout(std::time::Duration::from_secs(10), read).await {
-        Ok(Ok((p, held))) => Some(EventsState {
-            covered_until: p.as_ref().and_then(|p| p.covered_until),
+        Ok(Ok((p, oldest, held))) => Some(EventsState {
+            covered_until: oldest,
             last_success: p.as_ref().and_then(|p| p.last_success_at),
             held,
         }),
@@ -142,6 +146,12 @@ fn print_summary(s: &EventsSummary, format: LogFormat) {
                 println!(
                     "  no PaymentIntent     {} (charges made without one: nothing to re-read)",
                     s.events_without_payment_intent
+                );
+            }
+            if s.accounts > 0 || s.accounts_unreachable > 0 {
+                println!(
+                    "  connected accounts   {} (unreachable, skipped: {})",
+                    s.accounts, s.accounts_unreachable
                 );
             }
             println!("  payment intents      {}", s.payment_intents);

@@ -26,6 +26,12 @@ pub struct EventsSettings {
     /// has this key can become `missing_locally` (an account shared with
     /// other applications). Default unset: every succeeded PaymentIntent.
     pub orphan_metadata_key: Option<String>,
+    /// `RECONCILER_EVENTS_ACCOUNT_ACTIVE_SECONDS` (DESIGN.md, Turn 3
+    /// contract): with `RECONCILER_ACCOUNT_COLUMN`, the connected accounts
+    /// with rows created or updated this recently get their own feed read
+    /// (default 2,592,000 s = 30 days, Stripe's event retention; at least
+    /// 60 s).
+    pub account_active: Duration,
 }
 
 impl Default for EventsSettings {
@@ -34,6 +40,7 @@ impl Default for EventsSettings {
             lookback: Duration::from_secs(86_400),
             max_pages: 100,
             orphan_metadata_key: None,
+            account_active: STRIPE_EVENTS_RETENTION,
         }
     }
 }
@@ -43,6 +50,7 @@ struct EventsVars {
     events_lookback_seconds: Option<String>,
     events_max_pages: Option<String>,
     orphan_metadata_key: Option<String>,
+    events_account_active_seconds: Option<String>,
 }
 
 /// Parses the events group.
@@ -71,6 +79,13 @@ where
             10_000,
         )?,
         orphan_metadata_key: metadata_key(raw.orphan_metadata_key)?,
+        account_active: Duration::from_secs(value::number(
+            "RECONCILER_EVENTS_ACCOUNT_ACTIVE_SECONDS",
+            raw.events_account_active_seconds,
+            d.account_active.as_secs(),
+            60,
+            10 * 365 * 86_400,
+        )?),
     })
 }
 

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::slices::{Slice, SLICE_PAGES};
 use super::EventsError;
 use crate::outcome::RunError;
-use crate::stripe::{GatewayError, PaymentIntentEvent, StripeGateway};
+use crate::stripe::{AccountId, GatewayError, PaymentIntentEvent, StripeGateway};
 
 /// Each run re-reads this much before its position: an event Stripe had
 /// created but not yet listed when the previous run read the feed is not
@@ -93,9 +93,12 @@ pub enum SliceRead {
 /// # Errors
 /// [`EventsError::FeedUnavailable`] after the retry budget;
 /// [`RunError::StripeRejected`] for a refused key or a wrong base URL;
+/// [`EventsError::AccountUnreachable`] when the platform has no access to
+/// `account` (that account is skipped for the run, the others go on);
 /// [`RunError::Interrupted`] on shutdown.
 pub async fn read_slice(
     gateway: &StripeGateway,
+    account: Option<&AccountId>,
     slice: Slice,
     pages: &mut u32,
     max_pages: Option<u32>,
@@ -112,7 +115,7 @@ pub async fn read_slice(
             return Ok(SliceRead::Capped);
         }
         let page = gateway
-            .payment_intent_events_in(slice.gte, Some(slice.lt), after.as_deref())
+            .payment_intent_events_in(account, slice.gte, Some(slice.lt), after.as_deref())
             .await
             .map_err(|e| match e {
                 e @ (GatewayError::Rejected { .. }
@@ -120,6 +123,7 @@ pub async fn read_slice(
                 | GatewayError::Redirected { .. }) => {
                     EventsError::Scan(RunError::StripeRejected(e))
                 }
+                e @ GatewayError::AccountUnreachable { .. } => EventsError::AccountUnreachable(e),
                 e => EventsError::FeedUnavailable(e),
             })?;
         *pages += 1;

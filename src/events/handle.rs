@@ -28,7 +28,7 @@ use crate::store::events_position::{self, Advance};
 use crate::store::events_retry::{self, Held, HoldReason};
 use crate::store::payments::{self, MoneyColumns, PaymentRow};
 use crate::store::{findings, Context};
-use crate::stripe::{PaymentIntentEvent, PaymentIntentId, StripeGateway};
+use crate::stripe::{AccountId, PaymentIntentEvent, PaymentIntentId, StripeGateway};
 
 /// What a run carries from one slice to the next.
 #[derive(Debug, Clone, Default)]
@@ -70,7 +70,7 @@ pub async fn retries(
     summary: &mut EventsSummary,
 ) -> Result<(), EventsError> {
     let job = summary.job.clone();
-    let events = {
+    let due = {
         let mut conn = pool.acquire().await.context("connecting")?;
         let expired =
             events_retry::expire(&mut conn, &job, settings.grace + HOLD_BEYOND_GRACE).await?;
@@ -80,26 +80,39 @@ pub async fn retries(
         summary.retries_expired += expired.len() as u64;
         events_retry::due(&mut conn, &job, RETRIES_PER_RUN).await?
     };
-    if events.is_empty() {
-        return Ok(());
+    // One pass per feed: an orphan's read carries its account's header.
+    let mut by_account: Vec<(Option<AccountId>, Vec<PaymentIntentEvent>)> = Vec::new();
+    for (account, event) in due {
+        match by_account.iter_mut().find(|(a, _)| *a == account) {
+            Some((_, events)) => events.push(event),
+            None => by_account.push((account, vec![event])),
+        }
     }
-    let read = SliceEvents {
-        events,
-        skipped: 0,
-        without_payment_intent: 0,
-    };
-    work(
-        pool,
-        gateway,
-        settings,
-        lease,
-        shutdown,
-        Source::Retry,
-        read,
-        progress,
-        summary,
-    )
-    .await
+    for (account, events) in by_account {
+        let read = SliceEvents {
+            events,
+            skipped: 0,
+            without_payment_intent: 0,
+        };
+        let feed = Feed {
+            account: account.as_ref(),
+            source: Source::Retry,
+        };
+        work(
+            pool, gateway, settings, lease, shutdown, feed, read, progress, summary,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// A batch of events: whose feed it came from, and what committing it does
+/// to that feed's position.
+#[derive(Debug, Clone, Copy)]
+struct Feed<'a> {
+    /// The connected account whose feed it is (`None`: the platform's).
+    account: Option<&'a AccountId>,
+    source: Source,
 }
 
 /// Handles one slice read whole and commits it with the position at the
@@ -117,21 +130,18 @@ pub async fn slice(
     settings: &JobSettings,
     lease: &Lease,
     shutdown: &CancellationToken,
+    account: Option<&AccountId>,
     slice: Slice,
     read: SliceEvents,
     progress: &mut Progress,
     summary: &mut EventsSummary,
 ) -> Result<(), EventsError> {
+    let feed = Feed {
+        account,
+        source: Source::Slice(slice),
+    };
     work(
-        pool,
-        gateway,
-        settings,
-        lease,
-        shutdown,
-        Source::Slice(slice),
-        read,
-        progress,
-        summary,
+        pool, gateway, settings, lease, shutdown, feed, read, progress, summary,
     )
     .await
 }
@@ -143,12 +153,13 @@ async fn work(
     settings: &JobSettings,
     lease: &Lease,
     shutdown: &CancellationToken,
-    source: Source,
+    feed: Feed<'_>,
     read: SliceEvents,
     progress: &mut Progress,
     summary: &mut EventsSummary,
 ) -> Result<(), EventsError> {
     let job = summary.job.clone();
+    let source = feed.source;
     let collapsed = plan::collapse(&read.events);
     let mut named: Vec<&PaymentIntentEvent> = collapsed
         .iter()
@@ -211,7 +222,7 @@ async fn work(
     let (mut observations, orphan_reads) = tokio::select! {
         biased;
         () = shutdown.cancelled() => return Err(RunError::Interrupted.into()),
-        read = read_all(pool, gateway, settings, to_read, &plan.orphan_reads, now) => read?,
+        read = read_all(pool, gateway, settings, to_read, feed.account, &plan.orphan_reads, now) => read?,
     };
     let asked = observations.iter().filter(|o| o.asked_stripe).count() + orphan_reads.len();
     let failed = observations
@@ -263,7 +274,7 @@ async fn work(
         .copied()
         .filter(|pi| !held.iter().any(|(h, _)| h == pi))
         .collect();
-    events_retry::hold(&mut tx, &job, &to_hold).await?;
+    events_retry::hold(&mut tx, &job, feed.account, &to_hold).await?;
     events_retry::settle(&mut tx, &job, &settled).await?;
     let orphans = orphans::record(&mut tx, &plan.with_rows, &orphan_reads).await?;
     let covered_until = match source {
@@ -274,7 +285,23 @@ async fn work(
         covered_until,
         newest_event: newest,
     };
-    if !events_position::advance(&mut tx, &job, &lease.owner, lease.ttl_seconds, &to).await? {
+    let held_lease = match feed.account {
+        None => {
+            events_position::advance(&mut tx, &job, &lease.owner, lease.ttl_seconds, &to).await?
+        }
+        Some(account) => {
+            events_position::advance_account(
+                &mut tx,
+                &job,
+                &lease.owner,
+                lease.ttl_seconds,
+                account.as_str(),
+                &to,
+            )
+            .await?
+        }
+    };
+    if !held_lease {
         tx.rollback().await.context("rolling back the lost run")?;
         return Err(RunError::ConcurrentRun { job }.into());
     }
@@ -317,19 +344,21 @@ async fn work(
     Ok(())
 }
 
-/// Rows and orphans read concurrently under the gateway's shared limiter.
+/// Rows (each on its own account, from its account column) and orphans (on
+/// the feed's `account`) read concurrently under the gateway's shared limiter.
 async fn read_all(
     pool: &PgPool,
     gateway: &StripeGateway,
     settings: &JobSettings,
     rows: Vec<PaymentRow>,
+    account: Option<&AccountId>,
     orphans: &[PaymentIntentId],
     now: DateTime<Utc>,
 ) -> Result<(Vec<Observation>, Vec<OrphanRead>), RunError> {
     let key = settings.events.orphan_metadata_key.as_deref();
     let (observed, orphans) = tokio::join!(
         observe_all(pool, gateway, rows, settings, now),
-        orphans::read(gateway, orphans, key, settings.max_in_flight)
+        orphans::read(gateway, account, orphans, key, settings.max_in_flight)
     );
     Ok((observed?, orphans?))
 }

@@ -47,6 +47,12 @@ pub enum EventsError {
     /// before it stay committed, the one in progress wrote nothing.
     #[error("cannot read Stripe's events feed; the slices already committed are kept, the position stays where they left it")]
     FeedUnavailable(#[source] GatewayError),
+    /// Stripe says the platform has no access to a connected account
+    /// (revoked, or not connected to this platform): that account's feed is
+    /// skipped for the run, counted in `stripe_accounts_unreachable`; never
+    /// the end of the run.
+    #[error("the platform has no access to a connected account's events")]
+    AccountUnreachable(#[source] GatewayError),
 }
 
 impl From<crate::store::StoreError> for EventsError {
@@ -61,6 +67,8 @@ impl EventsError {
         match self {
             EventsError::Scan(e) => e.exit_code(),
             EventsError::FeedUnavailable(_) => exit::FAILURE,
+            // Handled per account by the run; never its result.
+            EventsError::AccountUnreachable(_) => exit::FAILURE,
         }
     }
 
@@ -69,6 +77,7 @@ impl EventsError {
         match self {
             EventsError::Scan(e) => e.outcome(),
             EventsError::FeedUnavailable(_) => RunOutcome::StripeDown,
+            EventsError::AccountUnreachable(_) => RunOutcome::StripeDown,
         }
     }
 }

@@ -11,7 +11,7 @@ use crate::outcome::RunError;
 use crate::reconcile::{orphan_details, FindingKind, PaymentIntentFacts};
 use crate::store::findings::{self, NewIntentFinding};
 use crate::store::StoreError;
-use crate::stripe::{GatewayError, PaymentIntentId, StripeGateway};
+use crate::stripe::{AccountId, GatewayError, PaymentIntentId, StripeGateway};
 
 /// What re-reading a PaymentIntent without a row said.
 #[derive(Debug, Clone)]
@@ -42,28 +42,30 @@ impl OrphanRead {
     }
 }
 
-/// Re-reads each PaymentIntent, `in_flight` at a time under the gateway's
-/// shared limiter.
+/// Re-reads each PaymentIntent on `account` (the connected account whose
+/// feed named it, sent as `Stripe-Account`; `None`: the platform),
+/// `in_flight` at a time under the gateway's shared limiter.
 ///
 /// # Errors
 /// [`RunError::StripeRejected`] for a refused key or a wrong base URL.
 pub async fn read(
     gateway: &StripeGateway,
+    account: Option<&AccountId>,
     intents: &[PaymentIntentId],
     metadata_key: Option<&str>,
     in_flight: u32,
 ) -> Result<Vec<OrphanRead>, RunError> {
     futures::stream::iter(intents.iter().cloned())
         .map(|pi| async move {
-            let outcome = match gateway.payment_intent(&pi).await {
-                Ok(facts) => judge(&pi, &facts, metadata_key),
+            let outcome = match gateway.payment_intent_on(account, &pi).await {
+                Ok(facts) => judge(&pi, &facts, metadata_key, account),
                 Err(GatewayError::NotFound { .. }) => OrphanOutcome::NotAnOrphan,
                 Err(
                     e @ (GatewayError::Rejected { .. }
                     | GatewayError::Misconfigured { .. }
                     | GatewayError::Redirected { .. }),
                 ) => return Err(RunError::StripeRejected(e)),
-                // Never for the platform's own reads (no Stripe-Account).
+                // A revoked account: its orphans wait like an unanswered read.
                 Err(e @ (GatewayError::Unavailable { .. } | GatewayError::AccountUnreachable { .. })) => {
                     tracing::warn!(payment_intent = %pi, error = %e, "PaymentIntent without a row unverifiable");
                     OrphanOutcome::Unverifiable(Arc::new(e))
@@ -85,6 +87,7 @@ fn judge(
     pi: &PaymentIntentId,
     facts: &PaymentIntentFacts,
     metadata_key: Option<&str>,
+    account: Option<&AccountId>,
 ) -> OrphanOutcome {
     match orphan_details(facts, metadata_key) {
         Some(details) => OrphanOutcome::MissingLocally(NewIntentFinding {
@@ -92,6 +95,7 @@ fn judge(
             kind: FindingKind::MissingLocally.as_str().into_owned(),
             external_status: Some(facts.status.as_str().to_owned()),
             details: Some(details),
+            stripe_account_id: account.map(|a| a.as_str().to_owned()),
         }),
         None => OrphanOutcome::NotAnOrphan,
     }

@@ -5,6 +5,7 @@
 //! deadline passed or a shutdown came. Whatever stops the run, the slices
 //! before it stay committed and the next run continues from there.
 
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -20,10 +21,11 @@ use crate::config::{JobSettings, STRIPE_EVENTS_RETENTION};
 use crate::lease::Lease;
 use crate::outcome::RunOutcome;
 use crate::read::VerdictCounts;
-use crate::store::events_position;
+use crate::store::events_position::{self, EventsPosition};
 use crate::store::lease::LeaseTable;
+use crate::store::payments;
 use crate::store::Context;
-use crate::stripe::StripeGateway;
+use crate::stripe::{AccountId, StripeGateway};
 
 /// A PaymentIntent whose event could not be decided is read again by later
 /// runs while the event is at most this much older than the grace window;
@@ -91,6 +93,11 @@ pub struct EventsSummary {
     /// The position this run committed last, if it committed a slice: every
     /// event created before it was handled.
     pub covered_until: Option<DateTime<Utc>>,
+    /// Connected accounts whose feeds this run considered
+    /// (`RECONCILER_ACCOUNT_COLUMN`; 0 without it).
+    pub accounts: u64,
+    /// Connected accounts whose feed Stripe refused (no access): skipped.
+    pub accounts_unreachable: u64,
     /// Wall time, seconds.
     pub duration_seconds: f64,
 }
@@ -163,7 +170,22 @@ async fn body(
         tracing::warn!(gap_seconds = gap, restart = %start, "the events position is older than Stripe keeps events (30 days): events in the gap were never read; restarting at the oldest available event (the scan covers those rows)");
     }
 
-    // 2. What earlier runs could not decide, first (their reads come after
+    // 2. The connected accounts' feeds (RECONCILER_ACCOUNT_COLUMN), least
+    //    recently read first, each from its own position.
+    let mut feeds: VecDeque<FeedRun> = VecDeque::new();
+    feeds.push_back(FeedRun {
+        account: None,
+        slicer: Slicer::new(start, listed_at),
+    });
+    for (account, account_start) in connected_feeds(pool, settings, job, listed_at, summary).await?
+    {
+        feeds.push_back(FeedRun {
+            account: Some(account),
+            slicer: Slicer::new(account_start, listed_at),
+        });
+    }
+
+    // 3. What earlier runs could not decide, first (their reads come after
     //    every event listed below, so the slices skip those PaymentIntents).
     let mut progress = Progress::default();
     handle::retries(
@@ -177,9 +199,13 @@ async fn body(
     )
     .await?;
 
-    // 3. Slice by slice, oldest first, each committed with its position.
-    let mut slicer = Slicer::new(start, listed_at);
-    while let Some(slice) = slicer.next() {
+    // 4. Slice by slice, oldest first within a feed, one slice per feed in
+    //    turn (so one busy account cannot starve the rest), each committed
+    //    with its feed's position.
+    while let Some(mut feed) = feeds.pop_front() {
+        let Some(slice) = feed.slicer.next() else {
+            continue;
+        };
         if settings
             .run_deadline
             .is_some_and(|d| started.elapsed() >= d)
@@ -192,8 +218,18 @@ async fn body(
         // slice: a feed so crowded that cutting it down to one page takes
         // more pages than the cap would otherwise never move.
         let max_pages = (summary.slices > 0).then_some(settings.events.max_pages);
-        match feed::read_slice(gateway, slice, &mut summary.pages, max_pages, shutdown).await? {
-            SliceRead::Whole(read) => {
+        let account = feed.account.as_ref();
+        let read = feed::read_slice(
+            gateway,
+            account,
+            slice,
+            &mut summary.pages,
+            max_pages,
+            shutdown,
+        )
+        .await;
+        match read {
+            Ok(SliceRead::Whole(read)) => {
                 let events = read.events.len();
                 handle::slice(
                     pool,
@@ -201,25 +237,104 @@ async fn body(
                     settings,
                     lease,
                     shutdown,
+                    account,
                     slice,
                     read,
                     &mut progress,
                     summary,
                 )
                 .await?;
-                slicer.done(slice, events);
+                feed.slicer.done(slice, events);
             }
-            SliceRead::Crowded { seen, oldest_seen } => {
-                slicer.crowded(slice, seen, oldest_seen);
+            Ok(SliceRead::Crowded { seen, oldest_seen }) => {
+                feed.slicer.crowded(slice, seen, oldest_seen);
             }
-            SliceRead::Capped => {
+            Ok(SliceRead::Capped) => {
                 summary.truncated = true;
                 tracing::info!(pages = summary.pages, covered_until = ?summary.covered_until, "RECONCILER_EVENTS_MAX_PAGES reached: the rest of the backlog is read by the next runs (events_lag_seconds says how far behind)");
                 break;
             }
+            Err(EventsError::AccountUnreachable(e)) => {
+                summary.accounts_unreachable += 1;
+                tracing::warn!(error = %e, "a connected account's events cannot be read (the platform has no access to it): skipped this run, the other feeds go on");
+                continue;
+            }
+            Err(e) => return Err(e),
         }
+        feeds.push_back(feed);
     }
     Ok(())
+}
+
+/// One feed of a run: the platform's (`account` `None`) or a connected
+/// account's, with the slices left to read.
+struct FeedRun {
+    account: Option<AccountId>,
+    slicer: Slicer,
+}
+
+/// The most connected accounts whose feeds one run considers.
+pub const MAX_ACCOUNTS_PER_RUN: usize = 10_000;
+
+/// With `RECONCILER_ACCOUNT_COLUMN`: the active connected accounts
+/// (`RECONCILER_EVENTS_ACCOUNT_ACTIVE_SECONDS`) with the start of each one's
+/// window, least recently read first (never read: first). A stored value
+/// that is not an `acct_` id is never sent: it is logged and skipped.
+async fn connected_feeds(
+    pool: &PgPool,
+    settings: &JobSettings,
+    job: &str,
+    listed_at: DateTime<Utc>,
+    summary: &mut EventsSummary,
+) -> Result<Vec<(AccountId, DateTime<Utc>)>, EventsError> {
+    let Some(column) = settings.account_column.as_ref() else {
+        return Ok(Vec::new());
+    };
+    let mut conn = pool.acquire().await.context("connecting")?;
+    let values = payments::active_accounts(
+        &mut conn,
+        column,
+        settings.events.account_active,
+        MAX_ACCOUNTS_PER_RUN,
+        settings.partition.as_ref(),
+    )
+    .await?;
+    if values.len() >= MAX_ACCOUNTS_PER_RUN {
+        tracing::warn!(limit = MAX_ACCOUNTS_PER_RUN, "more active connected accounts than one events run considers; the others are read by the scan only");
+    }
+    let mut accounts = Vec::new();
+    for v in &values {
+        match AccountId::parse(v) {
+            Ok(a) => accounts.push(a),
+            Err(e) => {
+                tracing::warn!(value = %crate::terminal::escape(v), error = %e, "the account column holds a value that is not a connected account id: its feed is not read");
+            }
+        }
+    }
+    let ids: Vec<&str> = accounts.iter().map(AccountId::as_str).collect();
+    let positions: HashMap<String, EventsPosition> =
+        events_position::read_accounts(&mut conn, job, &ids)
+            .await?
+            .into_iter()
+            .collect();
+    let mut feeds: Vec<(Option<DateTime<Utc>>, AccountId, DateTime<Utc>)> = Vec::new();
+    for account in accounts {
+        let position = positions.get(account.as_str());
+        let Window { start, gap_seconds } = feed::window(
+            position.and_then(|p| p.covered_until),
+            listed_at,
+            settings.events.lookback,
+            STRIPE_EVENTS_RETENTION,
+        );
+        if let Some(gap) = gap_seconds {
+            tracing::warn!(account = %account.as_str(), gap_seconds = gap, "a connected account's events position is older than Stripe keeps events (30 days): restarting at the oldest available event (the scan covers those rows)");
+            summary.gap_seconds = Some(summary.gap_seconds.unwrap_or(0.0).max(gap));
+        }
+        feeds.push((position.and_then(|p| p.last_success_at), account, start));
+    }
+    feeds.sort_by_key(|(last, _, _)| *last);
+    summary.accounts = feeds.len() as u64;
+    Ok(feeds.into_iter().map(|(_, a, s)| (a, s)).collect())
 }
 
 /// The lease for the listing: the slowest batch the settings allow, plus a

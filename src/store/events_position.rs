@@ -102,3 +102,103 @@ pub async fn advance(
     .context("moving the events position")?;
     Ok(done.rows_affected() == 1)
 }
+
+/// The position row of a connected account's feed: `<events job>:<acct_…>`
+/// (Connect, issue 24). It carries no lease of its own: it is moved only
+/// under the events job's lease ([`advance_account`]).
+pub fn account_job(job: &str, account: &str) -> String {
+    format!("{job}:{account}")
+}
+
+/// The positions of `accounts`' feeds for the events job `job`, keyed by
+/// account id (accounts never read have none).
+///
+/// # Errors
+/// [`StoreError`] when the statement fails.
+pub async fn read_accounts(
+    conn: &mut PgConnection,
+    job: &str,
+    accounts: &[&str],
+) -> Result<Vec<(String, EventsPosition)>, StoreError> {
+    let jobs: Vec<String> = accounts.iter().map(|a| account_job(job, a)).collect();
+    let rows: Vec<EventsPosition> = super::query_as(
+        "SELECT job, covered_until, newest_event_id, newest_event_created, last_success_at
+           FROM reconciliation_events_position WHERE job = ANY($1)",
+    )
+    .bind(&jobs)
+    .fetch_all(conn)
+    .await
+    .context("reading the connected accounts' events positions")?;
+    let prefix = format!("{job}:");
+    Ok(rows
+        .into_iter()
+        .filter_map(|p| Some((p.job.strip_prefix(&prefix)?.to_owned(), p)))
+        .collect())
+}
+
+/// Moves a connected account's position (created on its first slice) and
+/// renews the events job's lease, in the caller's transaction, only while
+/// `owner` holds that lease. Returns `false` when it does not: nothing was
+/// written.
+///
+/// # Errors
+/// [`StoreError`] when a statement fails.
+pub async fn advance_account(
+    conn: &mut PgConnection,
+    job: &str,
+    owner: &str,
+    ttl_seconds: f64,
+    account: &str,
+    to: &Advance<'_>,
+) -> Result<bool, StoreError> {
+    let held = Advance {
+        covered_until: None,
+        newest_event: None,
+    };
+    if !advance(&mut *conn, job, owner, ttl_seconds, &held).await? {
+        return Ok(false);
+    }
+    let (event_id, event_created) = to.newest_event.unzip();
+    super::query(
+        "INSERT INTO reconciliation_events_position AS p
+                (job, covered_until, newest_event_id, newest_event_created, last_success_at)
+         VALUES ($1, $2, $3, $4, now())
+         ON CONFLICT (job) DO UPDATE
+            SET covered_until = coalesce(excluded.covered_until, p.covered_until),
+                newest_event_id = coalesce(excluded.newest_event_id, p.newest_event_id),
+                newest_event_created = coalesce(excluded.newest_event_created, p.newest_event_created),
+                last_success_at = now(), updated_at = now()",
+    )
+    .bind(account_job(job, account))
+    .bind(to.covered_until)
+    .bind(event_id)
+    .bind(event_created)
+    .execute(conn)
+    .await
+    .context("moving a connected account's events position")?;
+    Ok(true)
+}
+
+/// The oldest position among the platform's feed and the connected
+/// accounts' feeds moved within `active` (for `events_lag_seconds`: the job
+/// is as far behind as its most lagging feed). `None` before the first run.
+///
+/// # Errors
+/// [`StoreError`] when the statement fails.
+pub async fn oldest_covered(
+    conn: &mut PgConnection,
+    job: &str,
+    active: std::time::Duration,
+) -> Result<Option<DateTime<Utc>>, StoreError> {
+    super::query_scalar(
+        "SELECT min(covered_until) FROM reconciliation_events_position
+          WHERE job = $1
+             OR (starts_with(job, $1 || ':acct_')
+                 AND updated_at > now() - make_interval(secs => $2))",
+    )
+    .bind(job)
+    .bind(active.as_secs_f64())
+    .fetch_one(conn)
+    .await
+    .context("reading the oldest events position")
+}

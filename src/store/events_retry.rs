@@ -12,7 +12,7 @@ use sqlx::PgConnection;
 
 use super::{Context, StoreError};
 use crate::reconcile::ExternalStatus;
-use crate::stripe::{EventObject, PaymentIntentEvent, PaymentIntentId};
+use crate::stripe::{AccountId, EventObject, PaymentIntentEvent, PaymentIntentId};
 
 /// Why a PaymentIntent waits for another read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -50,13 +50,19 @@ pub struct Held<'a> {
     pub reason: HoldReason,
 }
 
-/// Stores `held` for `job` in the caller's transaction. A PaymentIntent
+/// Stores `held` for `job`, named by `account`'s feed (`None`: the
+/// platform's), in the caller's transaction. A PaymentIntent
 /// already waiting keeps the newer of the two events, counts one more
 /// attempt and takes the new reason.
 ///
 /// # Errors
 /// [`StoreError`] when the statement fails.
-pub async fn hold(conn: &mut PgConnection, job: &str, held: &[Held<'_>]) -> Result<(), StoreError> {
+pub async fn hold(
+    conn: &mut PgConnection,
+    job: &str,
+    account: Option<&AccountId>,
+    held: &[Held<'_>],
+) -> Result<(), StoreError> {
     if held.is_empty() {
         return Ok(());
     }
@@ -77,9 +83,9 @@ pub async fn hold(conn: &mut PgConnection, job: &str, held: &[Held<'_>]) -> Resu
     super::query(
         "INSERT INTO reconciliation_events_retry AS r
                 (job, stripe_payment_intent_id, event_id, event_type, event_created,
-                 event_status, event_metadata, reason)
-         SELECT $1, * FROM unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[],
-                                  $6::text[], $7::jsonb[], $8::text[])
+                 event_status, event_metadata, reason, stripe_account_id)
+         SELECT $1, v.*, $9 FROM unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[],
+                                        $6::text[], $7::jsonb[], $8::text[]) AS v
          ON CONFLICT (job, stripe_payment_intent_id) DO UPDATE
             SET (event_id, event_type, event_created, event_status, event_metadata) =
                   (SELECT e.event_id, e.event_type, e.event_created, e.event_status, e.event_metadata
@@ -90,6 +96,7 @@ pub async fn hold(conn: &mut PgConnection, job: &str, held: &[Held<'_>]) -> Resu
                           AS e(event_id, event_type, event_created, event_status, event_metadata)
                     ORDER BY e.event_created DESC LIMIT 1),
                 reason = excluded.reason,
+                stripe_account_id = excluded.stripe_account_id,
                 attempts = r.attempts + 1,
                 last_held_at = now()",
     )
@@ -101,6 +108,7 @@ pub async fn hold(conn: &mut PgConnection, job: &str, held: &[Held<'_>]) -> Resu
     .bind(&statuses)
     .bind(&metadata)
     .bind(&reasons)
+    .bind(account.map(AccountId::as_str))
     .execute(conn)
     .await
     .context("holding PaymentIntents for another events read")?;
@@ -158,11 +166,13 @@ struct RetryRow {
     event_created: DateTime<Utc>,
     event_status: Option<String>,
     event_metadata: Json<BTreeMap<String, String>>,
+    stripe_account_id: Option<String>,
 }
 
 /// Up to `limit` of `job`'s retries, oldest event first, as the events to
-/// decide them by (newest first, as a slice holds them). A stored row whose
-/// id or type is no longer readable is skipped (the scan covers its row).
+/// decide them by with the connected account whose feed named them (newest
+/// first, as a slice holds them). A stored row whose ids or type are no
+/// longer readable is skipped (the scan covers its row).
 ///
 /// # Errors
 /// [`StoreError`] when the statement fails.
@@ -170,10 +180,10 @@ pub async fn due(
     conn: &mut PgConnection,
     job: &str,
     limit: usize,
-) -> Result<Vec<PaymentIntentEvent>, StoreError> {
+) -> Result<Vec<(Option<AccountId>, PaymentIntentEvent)>, StoreError> {
     let rows: Vec<RetryRow> = super::query_as(
         "SELECT stripe_payment_intent_id, event_id, event_type, event_created,
-                event_status, event_metadata
+                event_status, event_metadata, stripe_account_id
            FROM reconciliation_events_retry
           WHERE job = $1
           ORDER BY event_created, stripe_payment_intent_id
@@ -184,18 +194,22 @@ pub async fn due(
     .fetch_all(conn)
     .await
     .context("reading events retries")?;
-    let mut events: Vec<PaymentIntentEvent> = rows
+    let mut events: Vec<(Option<AccountId>, PaymentIntentEvent)> = rows
         .into_iter()
         .filter_map(|r| {
-            Some(PaymentIntentEvent {
-                object: EventObject::of_type(&r.event_type)?,
-                payment_intent: PaymentIntentId::parse(&r.stripe_payment_intent_id).ok()?,
-                id: r.event_id,
-                event_type: r.event_type,
-                created: r.event_created,
-                status: r.event_status.as_deref().map(ExternalStatus::parse),
-                metadata: r.event_metadata.0,
-            })
+            let account = AccountId::of_stored(r.stripe_account_id.as_deref()).ok()?;
+            Some((
+                account,
+                PaymentIntentEvent {
+                    object: EventObject::of_type(&r.event_type)?,
+                    payment_intent: PaymentIntentId::parse(&r.stripe_payment_intent_id).ok()?,
+                    id: r.event_id,
+                    event_type: r.event_type,
+                    created: r.event_created,
+                    status: r.event_status.as_deref().map(ExternalStatus::parse),
+                    metadata: r.event_metadata.0,
+                },
+            ))
         })
         .collect();
     events.reverse();

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use super::account::AccountId;
 use super::client::StripeGateway;
 use super::counting::Endpoint;
 use super::error::{GatewayError, InvalidBody, Unavailable};
@@ -157,11 +158,12 @@ impl StripeGateway {
         created_gte: i64,
         starting_after: Option<&str>,
     ) -> Result<EventPage, GatewayError> {
-        self.payment_intent_events_in(created_gte, None, starting_after)
+        self.payment_intent_events_in(None, created_gte, None, starting_after)
             .await
     }
 
-    /// Reads one page of PaymentIntent events created in
+    /// Reads one page of the events of `account` (a connected account, sent
+    /// as `Stripe-Account`; `None`: the platform's own feed) created in
     /// `[created_gte, created_lt)` (Unix seconds; no upper bound when
     /// `created_lt` is `None`), newest first, older than `starting_after` when
     /// given: `GET /v1/events?types[]=...&created[gte]=..[&created[lt]=..]
@@ -172,11 +174,14 @@ impl StripeGateway {
     /// - [`GatewayError::Rejected`]: 401/403 (a restricted key needs read
     ///   access to Events).
     /// - [`GatewayError::Misconfigured`]: a 404 that is Stripe's unknown URL.
+    /// - [`GatewayError::AccountUnreachable`]: with `account`, Stripe says the
+    ///   platform has no access to it.
     /// - [`GatewayError::Unavailable`]: timeouts, 429, 5xx, a body that is not
     ///   a Stripe list, after the retry budget.
-    #[tracing::instrument(name = "stripe.events", level = "debug", skip_all, fields(created_gte, created_lt, request_id = tracing::field::Empty, http_status = tracing::field::Empty))]
+    #[tracing::instrument(name = "stripe.events", level = "debug", skip_all, fields(stripe_account = account.map(AccountId::as_str), created_gte, created_lt, request_id = tracing::field::Empty, http_status = tracing::field::Empty))]
     pub async fn payment_intent_events_in(
         &self,
+        account: Option<&AccountId>,
         created_gte: i64,
         created_lt: Option<i64>,
         starting_after: Option<&str>,
@@ -199,9 +204,7 @@ impl StripeGateway {
         self.request_capped(
             Endpoint::Events,
             &url,
-            // The platform's feed: connected accounts' events are a later
-            // part of issue 24.
-            None,
+            account,
             MAX_LIST_BODY_BYTES,
             |headers, body| parse_page(&json_body(headers, body)?),
         )

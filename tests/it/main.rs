@@ -39,6 +39,7 @@ mod support;
 
 mod aging;
 mod connect;
+mod connect_events;
 mod cursor;
 mod events;
 mod events_backlog;

@@ -18,6 +18,8 @@ pub struct NewIntentFinding {
     pub external_status: Option<String>,
     /// Amount, currency, metadata key, Dashboard context.
     pub details: Option<serde_json::Value>,
+    /// The connected account whose feed named it (`None`: the platform's).
+    pub stripe_account_id: Option<String>,
 }
 
 /// What `local_status` says on a finding without a payment.
@@ -49,13 +51,17 @@ pub async fn upsert_open_for_intents(
         .collect();
     let details: Vec<Option<&serde_json::Value>> =
         findings.iter().map(|f| f.details.as_ref()).collect();
+    let accounts: Vec<Option<&str>> = findings
+        .iter()
+        .map(|f| f.stripe_account_id.as_deref())
+        .collect();
     let created: Vec<bool> = query_scalar(
         "INSERT INTO reconciliation_findings
                 (payment_id, stripe_payment_intent_id, kind, local_status, external_status,
-                 details, last_seen_at)
-         SELECT NULL, v.intent, v.kind, $5, v.external_status, v.details, now()
-           FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[])
-                AS v(intent, kind, external_status, details)
+                 details, last_seen_at, stripe_account_id)
+         SELECT NULL, v.intent, v.kind, $5, v.external_status, v.details, now(), v.account
+           FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $7::text[])
+                AS v(intent, kind, external_status, details, account)
           WHERE NOT EXISTS (
                 SELECT 1 FROM reconciliation_findings r
                  WHERE r.payment_id IS NULL AND r.stripe_payment_intent_id = v.intent
@@ -66,6 +72,7 @@ pub async fn upsert_open_for_intents(
          ON CONFLICT (stripe_payment_intent_id, kind) WHERE resolved_at IS NULL AND payment_id IS NULL
          DO UPDATE SET external_status = EXCLUDED.external_status,
                        details = EXCLUDED.details,
+                       stripe_account_id = EXCLUDED.stripe_account_id,
                        last_seen_at = now()
          RETURNING (xmax = 0) AS created",
     )
@@ -75,6 +82,7 @@ pub async fn upsert_open_for_intents(
     .bind(details)
     .bind(NO_LOCAL_ROW)
     .bind(Resolution::Manual.as_str())
+    .bind(accounts)
     .fetch_all(conn)
     .await
     .context("recording findings without a payment")?;

@@ -242,3 +242,40 @@ pub async fn held_elsewhere(
         .await
         .context("looking up PaymentIntents of other partitions")
 }
+
+/// The distinct non-empty values of the account column (`column`,
+/// `RECONCILER_ACCOUNT_COLUMN`) among rows created or updated within
+/// `active` (`RECONCILER_EVENTS_ACCOUNT_ACTIVE_SECONDS`): the connected
+/// accounts whose events feeds the events job reads; with a partition, among
+/// the partition's rows only. At most `limit` values, untrusted (the caller
+/// parses them as `acct_` ids).
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn active_accounts(
+    conn: &mut PgConnection,
+    column: &ColumnName,
+    active: Duration,
+    limit: usize,
+    partition: Option<&Partition>,
+) -> Result<Vec<String>, StoreError> {
+    let c = format!("p.{}", column.quoted());
+    let sql = format!(
+        "SELECT DISTINCT ({c})::text FROM payments p
+          WHERE ({c}) IS NOT NULL AND ({c})::text <> ''
+            AND (p.updated_at > now() - make_interval(secs => $1)
+                 OR p.created_at > now() - make_interval(secs => $1)){}
+          ORDER BY 1 LIMIT $2",
+        partition_condition(partition, "p", 3)
+    );
+    let query = crate::store::query_scalar(&sql)
+        .bind(active.as_secs_f64())
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    match partition {
+        Some(p) => query.bind(p.value.as_str()),
+        None => query,
+    }
+    .fetch_all(conn)
+    .await
+    .context("listing the connected accounts with recent rows")
+}
