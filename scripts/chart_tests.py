@@ -260,6 +260,7 @@ def test_default(r, chart):
         "RECONCILER_PROCESSING_MAX_SECONDS": "1209600",
         "RECONCILER_ABANDONED_AFTER_SECONDS": "0", "RECONCILER_UNVERIFIABLE_CYCLES": "3",
         "RECONCILER_EVENTS_LOOKBACK_SECONDS": "86400", "RECONCILER_EVENTS_MAX_PAGES": "100",
+        "RECONCILER_EVENTS_ACCOUNT_ACTIVE_SECONDS": "2592000",
     }
     r.equal(cm.get("data"), expected, "default/ConfigMap: DESIGN.md defaults, no PUSHGATEWAY_URL when empty")
     r.equal(container(cj).get("envFrom"), [{"configMapRef": {"name": RELEASE}}], f"{label}: envFrom the ConfigMap")
