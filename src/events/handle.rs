@@ -338,7 +338,8 @@ async fn work(
     summary.commands_enqueued += report.commands_enqueued;
     summary.writes_refused += report.writes_refused;
     summary.findings_cleared += report.findings_cleared + orphans.cleared;
-    if covered_until.is_some() {
+    // The platform's feed: the connected accounts' positions are their own.
+    if covered_until.is_some() && feed.account.is_none() {
         summary.covered_until = covered_until;
     }
     Ok(())

@@ -90,8 +90,10 @@ pub struct EventsSummary {
     pub truncated: bool,
     /// `RECONCILER_RUN_DEADLINE_SECONDS` passed: no new slice was started.
     pub deadline_reached: bool,
-    /// The position this run committed last, if it committed a slice: every
-    /// event created before it was handled.
+    /// The position of the platform's feed this run committed last, if it
+    /// committed a slice of it: every event created before it was handled
+    /// (or waits in `reconciliation_events_retry`). Connected accounts'
+    /// positions are their own rows.
     pub covered_until: Option<DateTime<Utc>>,
     /// Connected accounts whose feeds this run considered
     /// (`RECONCILER_ACCOUNT_COLUMN`; 0 without it).
