@@ -8,11 +8,12 @@ use serde::Serialize;
 use sqlx::PgConnection;
 
 use crate::capacity::{self, Capacity, RunPlan};
-use crate::config::{JobSettings, OutboxSettings, Partition};
+use crate::config::{JobSettings, OutboxSettings, Partition, STRIPE_EVENTS_RETENTION};
+use crate::events::events_job;
 use crate::reconcile::RepairCommand;
 use crate::scan::plan::{plan_for, PlanFigures};
 use crate::store::stats::LagHolder;
-use crate::store::{runs, stats, StoreError};
+use crate::store::{events_position, runs, stats, StoreError};
 
 /// Everything `status` shows; `status --json` prints it as one object whose
 /// shape is documented in the README ("status --json") and pinned by a test:
@@ -61,6 +62,10 @@ pub struct Status {
     /// pace (rows per second, measured or estimated), the expected cycle
     /// against the target; `None` when read without the settings.
     pub plan: Option<RunPlan>,
+    /// The events job (`<RECONCILER_JOB>-events`): its lag, the connected
+    /// accounts' feeds and the PaymentIntents waiting for another read;
+    /// `None` (`null`) when it never ran.
+    pub events: Option<EventsShown>,
     /// The database's clock when the status was read: every age above and
     /// every "ago" `status` prints is measured with it, like the lag, so a
     /// skewed pod clock cannot distort them. Not part of the JSON.
@@ -75,6 +80,30 @@ pub struct PartitionShown {
     pub column: String,
     /// `RECONCILER_PARTITION_VALUE`, exactly (escaped on the screen only).
     pub value: String,
+}
+
+/// What `status` shows of the events job.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventsShown {
+    /// Seconds from the most lagging feed's position (the platform's or an
+    /// active connected account's) to now, as `events_lag_seconds`.
+    pub lag_seconds: Option<f64>,
+    /// The platform feed's position (Unix seconds).
+    pub covered_until_unix: Option<f64>,
+    /// When an events run last committed (Unix seconds).
+    pub last_success_unix: Option<f64>,
+    /// Connected accounts' feeds moved within
+    /// `RECONCILER_EVENTS_ACCOUNT_ACTIVE_SECONDS`.
+    pub connected_accounts: i64,
+    /// PaymentIntents waiting for another read (row in grace, no row yet,
+    /// Stripe did not answer), as `events_payment_intents_held`.
+    pub payment_intents_held: i64,
+    /// The oldest event among them (Unix seconds).
+    pub oldest_held_event_unix: Option<f64>,
+}
+
+fn unix(t: Option<DateTime<Utc>>) -> Option<f64> {
+    t.map(|t| t.timestamp_millis() as f64 / 1000.0)
 }
 
 fn as_integer<S: serde::Serializer>(value: &f64, s: S) -> Result<S::Ok, S::Error> {
@@ -128,6 +157,19 @@ async fn read_inner(
     let open_findings = stats::open_findings_by_kind(conn, partition).await?;
     let lag_held_by = stats::lag_holder(conn, outbox, &types, partition).await?;
     let h = runs::history(conn, job, partition).await?;
+    let active = settings.map_or(STRIPE_EVENTS_RETENTION, |s| s.events.account_active);
+    let events = events_position::figures(conn, &events_job(job), active)
+        .await?
+        .map(|f| EventsShown {
+            lag_seconds: f
+                .oldest_covered
+                .map(|c| ((f.database_now - c).num_milliseconds() as f64 / 1000.0).max(0.0)),
+            covered_until_unix: unix(f.covered_until),
+            last_success_unix: unix(f.last_success_at),
+            connected_accounts: f.connected_accounts,
+            payment_intents_held: f.payment_intents_held,
+            oldest_held_event_unix: unix(f.oldest_held_event),
+        });
     let growth = h.growth();
     let now = t.database_now;
     let plan = settings.map(|s| {
@@ -169,6 +211,7 @@ async fn read_inner(
         ),
         last_success_unix: h.last_success_unix,
         lag_held_by,
+        events,
         database_now: now,
     })
 }

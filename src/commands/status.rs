@@ -87,6 +87,37 @@ pub fn render(st: &Status, grace: Duration) -> String {
         "last successful run",
         when(st.last_success_unix, st.database_now),
     );
+    match &st.events {
+        None => line("events feed", "never ran".into()),
+        Some(e) => {
+            line(
+                "events lag",
+                e.lag_seconds
+                    .map_or_else(|| "no position yet".into(), human_duration),
+            );
+            line(
+                "events last committed",
+                when(e.last_success_unix, st.database_now),
+            );
+            if e.connected_accounts > 0 {
+                line(
+                    "events connected accounts",
+                    format!("{} feeds with their own position", e.connected_accounts),
+                );
+            }
+            line(
+                "events PaymentIntents held",
+                match e.oldest_held_event_unix {
+                    Some(t) if e.payment_intents_held > 0 => format!(
+                        "{} (read again next run; oldest event {})",
+                        e.payment_intents_held,
+                        when(Some(t), st.database_now)
+                    ),
+                    _ => "0".into(),
+                },
+            );
+        }
+    }
     match (st.outbox_pending, st.outbox_oldest_pending_seconds) {
         (Some(pending), Some(oldest)) => line(
             "outbox repairs pending",

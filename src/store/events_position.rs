@@ -202,3 +202,56 @@ pub async fn oldest_covered(
     .await
     .context("reading the oldest events position")
 }
+
+/// What `status` shows of the events job `job` (`<RECONCILER_JOB>-events`).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct EventsFigures {
+    /// The platform feed's position.
+    pub covered_until: Option<DateTime<Utc>>,
+    /// When an events run last committed.
+    pub last_success_at: Option<DateTime<Utc>>,
+    /// The oldest position among the platform's feed and the connected
+    /// accounts' feeds moved within the active window (the lag's base).
+    pub oldest_covered: Option<DateTime<Utc>>,
+    /// Connected accounts' feeds with a position moved within the active
+    /// window.
+    pub connected_accounts: i64,
+    /// PaymentIntents waiting in `reconciliation_events_retry`.
+    pub payment_intents_held: i64,
+    /// The oldest event among them.
+    pub oldest_held_event: Option<DateTime<Utc>>,
+    /// The database's clock.
+    pub database_now: DateTime<Utc>,
+}
+
+/// The events job's figures for `status`; `None` when it never ran.
+/// `active` is `RECONCILER_EVENTS_ACCOUNT_ACTIVE_SECONDS`.
+///
+/// # Errors
+/// [`StoreError`] when the statement fails.
+pub async fn figures(
+    conn: &mut PgConnection,
+    job: &str,
+    active: std::time::Duration,
+) -> Result<Option<EventsFigures>, StoreError> {
+    super::query_as(
+        "WITH accounts AS (
+              SELECT covered_until FROM reconciliation_events_position
+               WHERE starts_with(job, $1 || ':acct_')
+                 AND updated_at > now() - make_interval(secs => $2))
+         SELECT p.covered_until, p.last_success_at,
+                least(p.covered_until, (SELECT min(covered_until) FROM accounts)) AS oldest_covered,
+                (SELECT count(*) FROM accounts) AS connected_accounts,
+                r.held AS payment_intents_held, r.oldest AS oldest_held_event,
+                now() AS database_now
+           FROM reconciliation_events_position p,
+                LATERAL (SELECT count(*) AS held, min(event_created) AS oldest
+                           FROM reconciliation_events_retry WHERE job = $1) r
+          WHERE p.job = $1",
+    )
+    .bind(job)
+    .bind(active.as_secs_f64())
+    .fetch_optional(conn)
+    .await
+    .context("reading the events job's figures")
+}

@@ -271,6 +271,17 @@ async fn a_payment_intent_stripe_keeps_failing_for_waits_alone_while_the_positio
         covered_until(&pool).await.unwrap() >= newest,
         "the position passed the whole burst, the failing one's event included"
     );
+    // `status` says what waits, and the lag is the position's, not the held event's.
+    let s = settings(200);
+    let mut conn = pool.acquire().await.unwrap();
+    let st = stripe_reconciler::status::read(&mut conn, &s.job, &s.outbox, None)
+        .await
+        .unwrap();
+    drop(conn);
+    let ev = st.events.expect("the events job ran");
+    assert_eq!(ev.payment_intents_held, 1);
+    assert!(ev.lag_seconds.unwrap() < 60.0, "{:?}", ev.lag_seconds);
+    assert!(ev.oldest_held_event_unix.is_some());
 
     // The next run reads only the held one again (still failing), not the burst.
     let before = stripe.received_requests().await.unwrap().len();

@@ -162,6 +162,7 @@ async fn status_json_has_the_documented_shape(pool: PgPool) {
             "cycle_age_seconds",
             "cycle_last_completed_unix",
             "cycle_progress_percent",
+            "events",
             "job",
             "lag_held_by",
             "lag_seconds",
