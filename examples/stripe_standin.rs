@@ -37,7 +37,14 @@
 //! only that account's PaymentIntents (404 otherwise, like Stripe). A
 //! `Stripe-Account` naming any other account, or `--revoked-account`,
 //! answers Stripe's 403 "does not have access to account". The seed writes
-//! the account id into the table's `stripe_account` column.
+//! the account id into the table's `stripe_account` column. Each account has
+//! its own events feed, as at Stripe: an event about a connected account's
+//! PaymentIntent (or its charge) carries `account: acct_…` and is listed
+//! only to `GET /v1/events` with that account's header; the platform's feed
+//! (no header) lists only the platform's. A `POST /standin/...` with
+//! `Stripe-Account` moves that account's PaymentIntent, or creates the id on
+//! it when no seed row or earlier `POST` knows it; a PaymentIntent of
+//! another account answers 404, a refused account 403 (also on the feed).
 //!
 //! With `--seed ROWS` it also fills `payments` in `DATABASE_URL` (which must be
 //! empty) with a deterministic data set of ROWS payments and a known mix of
@@ -258,14 +265,28 @@ fn on_connected_account(i: u64) -> bool {
     i % 10 == 3 && i % 1000 != 343
 }
 
+/// The row number of a seeded PaymentIntent id (`pi_3Demo` and ten digits).
+fn seed_number(pi: &str) -> Option<u64> {
+    let digits = pi.strip_prefix("pi_3Demo")?;
+    (digits.len() == 10 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// Stripe's 403 body for a `Stripe-Account` the platform cannot act as
+/// (revoked, or not connected to it), on every endpoint.
+fn no_access_body(account: &str) -> Value {
+    serde_json::json!({"error": {
+        "type": "invalid_request_error",
+        "message": format!("The provided key 'sk_test_*******************standin' does not have access to account '{account}' (or that account does not exist). Application access may have been revoked."),
+    }})
+}
+
 struct Standin {
     api_key: String,
-    /// `--connect-account`: the one connected account, and its PaymentIntents.
-    connected: Option<(String, std::collections::HashSet<String>)>,
-    /// `--revoked-account`: an account the platform lost access to.
-    revoked: Option<String>,
     known: HashMap<String, Remote>,
-    /// Statuses moved by `POST /standin/...` (they win over `known`).
+    /// Statuses moved by `POST /standin/...` (they win over `known`), and
+    /// which account each PaymentIntent lives on.
     moved: std::sync::Arc<events::Feed>,
     /// Each listed PaymentIntent's `created` (Unix seconds).
     created: HashMap<String, i64>,
@@ -288,22 +309,13 @@ impl Standin {
 
     /// Stripe's answer to a `Stripe-Account` the platform cannot act as.
     fn no_access(&self, account: &str) -> ResponseTemplate {
-        self.reply(403).set_body_json(serde_json::json!({"error": {
-            "type": "invalid_request_error",
-            "message": format!("The provided key 'sk_test_*******************standin' does not have access to account '{account}' (or that account does not exist). Application access may have been revoked."),
-        }}))
+        self.reply(403).set_body_json(no_access_body(account))
     }
 
     /// Whether `id` is served to a request made as `account` (`None`: the
-    /// platform, no `Stripe-Account`).
+    /// platform, no `Stripe-Account`): only on the account it lives on.
     fn visible(&self, id: &str, account: Option<&str>) -> bool {
-        match &self.connected {
-            None => account.is_none(),
-            Some((acct, ids)) => match account {
-                None => !ids.contains(id),
-                Some(a) => a == acct && ids.contains(id),
-            },
-        }
+        self.moved.owner(id).as_deref() == account
     }
 
     fn reply(&self, status: u16) -> ResponseTemplate {
@@ -468,16 +480,11 @@ impl Respond for Standin {
                 "Invalid API Key provided.",
             );
         }
-        let account = request
-            .headers
-            .get("stripe-account")
-            .map(|v| v.to_str().unwrap_or("<not text>"));
-        if let Some(a) = account {
-            let known = self.connected.as_ref().is_some_and(|(acct, _)| acct == a);
-            if !known || self.revoked.as_deref() == Some(a) {
-                return self.no_access(a);
-            }
-        }
+        let account = match self.moved.acting_as(request) {
+            Ok(account) => account,
+            Err(refused) => return self.no_access(&refused),
+        };
+        let account = account.as_deref();
         if request.url.path().trim_end_matches('/') == "/v1/payment_intents" {
             return self.list(request, account);
         }
@@ -679,12 +686,8 @@ async fn main() -> anyhow::Result<()> {
     // 1M rows is known, whether or not this process seeded the database).
     let known_rows = args.seed.unwrap_or(1_000_000);
     let mut created = HashMap::new();
-    let mut connected_ids = std::collections::HashSet::new();
     for i in 1..=known_rows {
         let s = seed_row(i);
-        if args.connect_account.is_some() && on_connected_account(i) {
-            connected_ids.insert(s.pi.clone());
-        }
         let at = match &s.remote {
             Remote::Missing => None,
             Remote::Detailed(p) if p.age != Pi::new("").age => Some(anchor.timestamp() - p.age),
@@ -709,7 +712,11 @@ async fn main() -> anyhow::Result<()> {
         .disable_request_recording()
         .start()
         .await;
-    let feed = std::sync::Arc::new(events::Feed::default());
+    let feed = std::sync::Arc::new(events::Feed::new(
+        known_rows,
+        args.connect_account,
+        args.revoked_account,
+    ));
     events::generate(&feed, args.events, known_rows, |i| {
         let s = seed_row(i);
         let status = match s.remote {
@@ -723,8 +730,6 @@ async fn main() -> anyhow::Result<()> {
     events::mount(&server, feed.clone(), args.api_key.clone(), fixture.clone()).await;
     let standin = Arc::new(Standin {
         api_key: args.api_key,
-        connected: args.connect_account.map(|a| (a, connected_ids)),
-        revoked: args.revoked_account,
         known,
         moved: feed,
         created,
@@ -734,19 +739,24 @@ async fn main() -> anyhow::Result<()> {
         latency,
         requests: AtomicU64::new(0),
     });
+    mount_payment_intents(&server, standin).await;
+    eprintln!("stripe stand-in listening on {}", server.uri());
+    tokio::signal::ctrl_c().await?;
+    Ok(())
+}
+
+/// `GET /v1/payment_intents/{id}` and `GET /v1/payment_intents`.
+async fn mount_payment_intents(server: &MockServer, standin: Arc<Standin>) {
     Mock::given(method("GET"))
         .and(path_regex("^/v1/payment_intents/[^/]+$"))
         .respond_with(Shared(Arc::clone(&standin)))
-        .mount(&server)
+        .mount(server)
         .await;
     Mock::given(method("GET"))
         .and(path_regex("^/v1/payment_intents/?$"))
         .respond_with(Shared(standin))
-        .mount(&server)
+        .mount(server)
         .await;
-    eprintln!("stripe stand-in listening on {}", server.uri());
-    tokio::signal::ctrl_c().await?;
-    Ok(())
 }
 
 /// The events feed of the stand-in (kept apart from the retrieve path).
@@ -758,12 +768,22 @@ mod events {
     use wiremock::matchers::{method, path, path_regex};
     use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
-    /// Events (oldest first) and the statuses and money they moved.
+    /// Events (oldest first) and the statuses and money they moved, and
+    /// which account each PaymentIntent lives on (Connect).
     #[derive(Default)]
     pub struct Feed {
         events: Mutex<Vec<Value>>,
         moved: Mutex<HashMap<String, &'static str>>,
         money: Mutex<HashMap<String, Money>>,
+        /// Rows of the data set (its ids `pi_3Demo…` up to this number).
+        rows: u64,
+        /// `--connect-account`: the one connected account.
+        connected: Option<String>,
+        /// `--revoked-account`: an account the platform lost access to.
+        revoked: Option<String>,
+        /// PaymentIntents a `POST /standin/...` with `Stripe-Account`
+        /// created on that account.
+        created_on: Mutex<HashMap<String, String>>,
     }
 
     /// What `POST /standin/payment_intents/{id}/refund` or `/dispute` did to
@@ -805,6 +825,78 @@ mod events {
     }
 
     impl Feed {
+        /// The state of a data set of `rows` rows, with the connected and
+        /// the revoked account of the command line.
+        pub fn new(rows: u64, connected: Option<String>, revoked: Option<String>) -> Self {
+            Feed {
+                rows,
+                connected,
+                revoked,
+                ..Feed::default()
+            }
+        }
+
+        /// The account a request acts as: `Ok(None)` without
+        /// `Stripe-Account` (the platform), `Ok(Some(acct))` for the
+        /// connected account, `Err(header)` for any other account or the
+        /// revoked one (Stripe answers 403 "does not have access").
+        pub fn acting_as(&self, request: &Request) -> Result<Option<String>, String> {
+            let Some(value) = request.headers.get("stripe-account") else {
+                return Ok(None);
+            };
+            let a = value.to_str().unwrap_or("<not text>");
+            if self.connected.as_deref() != Some(a) || self.revoked.as_deref() == Some(a) {
+                return Err(a.to_owned());
+            }
+            Ok(Some(a.to_owned()))
+        }
+
+        /// The connected account `pi` lives on (`None`: the platform's own):
+        /// a seeded row's by its number (rows 3, 13, 23, ...), a
+        /// PaymentIntent created by a `POST` with `Stripe-Account` on that
+        /// account.
+        pub fn owner(&self, pi: &str) -> Option<String> {
+            if let Some(i) = super::seed_number(pi).filter(|i| (1..=self.rows).contains(i)) {
+                return self
+                    .connected
+                    .clone()
+                    .filter(|_| super::on_connected_account(i));
+            }
+            self.created_on
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(pi)
+                .cloned()
+        }
+
+        /// Whether a `POST` made as `account` may move `pi`: it must live
+        /// on that account (Stripe answers 404 otherwise). A PaymentIntent
+        /// no seed row or earlier `POST` knows is created on `account`.
+        fn place(&self, pi: &str, account: Option<&str>) -> bool {
+            let owner = self.owner(pi);
+            if owner.is_some() || account.is_none() {
+                return owner.as_deref() == account;
+            }
+            let seeded = super::seed_number(pi).is_some_and(|i| (1..=self.rows).contains(&i));
+            let on_platform = seeded
+                || self.status_of(pi).is_some()
+                || self
+                    .money
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains_key(pi);
+            if on_platform {
+                return false;
+            }
+            if let Some(a) = account {
+                self.created_on
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(pi.to_owned(), a.to_owned());
+            }
+            true
+        }
+
         /// The status a `POST` moved this PaymentIntent to, if any.
         pub fn status_of(&self, id: &str) -> Option<&'static str> {
             self.moved
@@ -824,20 +916,28 @@ mod events {
                 .unwrap_or_default()
         }
 
-        fn record(&self, status: &'static str, created: i64, object: Value) {
-            self.record_typed(event_type(status), created, object);
+        fn record(&self, pi: &str, status: &'static str, created: i64, object: Value) {
+            self.record_typed(pi, event_type(status), created, object);
         }
 
-        fn record_typed(&self, event_type: &str, created: i64, object: Value) {
+        /// Records an event about `pi`'s PaymentIntent (or its charge). An
+        /// event of a connected account's PaymentIntent carries Stripe's
+        /// `account` attribute and is served on that account's feed only.
+        fn record_typed(&self, pi: &str, event_type: &str, created: i64, object: Value) {
+            let account = self.owner(pi);
             let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
             let n = events.len();
-            events.push(json!({
+            let mut event = json!({
                 "id": format!("evt_standin{n:010}"), "object": "event",
                 "api_version": "2024-06-20", "created": created,
                 "data": {"object": object}, "livemode": false, "pending_webhooks": 1,
                 "request": {"id": null, "idempotency_key": null},
                 "type": event_type,
-            }));
+            });
+            if let Some(a) = account {
+                event["account"] = Value::from(a);
+            }
+            events.push(event);
         }
     }
 
@@ -857,7 +957,7 @@ mod events {
         for i in 1..=n.min(rows) {
             let (pi, status) = row(i);
             let created = start + (i / 10) as i64;
-            feed.record(status, created, object(&fixture, &pi, status, created));
+            feed.record(&pi, status, created, object(&fixture, &pi, status, created));
         }
     }
 
@@ -874,6 +974,16 @@ mod events {
                     "type": "invalid_request_error", "code": "api_key_invalid",
                     "message": "Invalid API Key provided."}}));
             }
+            // Each account has its own feed: the platform's without
+            // `Stripe-Account`, a connected account's with its header.
+            let account = match self.0.acting_as(req) {
+                Ok(account) => account,
+                Err(refused) => {
+                    return ResponseTemplate::new(403)
+                        .insert_header("Request-Id", "req_standin_events")
+                        .set_body_json(super::no_access_body(&refused))
+                }
+            };
             let q: Vec<(String, String)> = req.url.query_pairs().into_owned().collect();
             let get = |k: &str| q.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
             let bound = |k: &str| get(k).and_then(|v| v.parse::<i64>().ok());
@@ -893,6 +1003,7 @@ mod events {
             let matching: Vec<&Value> = events
                 .iter()
                 .rev()
+                .filter(|e| e.get("account").and_then(Value::as_str) == account.as_deref())
                 .filter(|e| (gte..lt).contains(&e["created"].as_i64().unwrap_or(0)))
                 .filter(|e| types.is_empty() || types.iter().any(|t| e["type"] == *t))
                 .collect();
@@ -955,6 +1066,7 @@ mod events {
             "charge.refunded"
         };
         feed.record_typed(
+            pi,
             event_type,
             created,
             money_object(pi, money, dispute, created),
@@ -971,11 +1083,27 @@ mod events {
             let (Some(status), Some(pi)) = (parts.first(), parts.get(1)) else {
                 return ResponseTemplate::new(400);
             };
-            if matches!(*status, "refund" | "dispute") {
-                return move_money(&self.0, pi, *status == "dispute");
-            }
-            let Some(status) = STATUSES.iter().find(|s| *s == status) else {
+            let money = matches!(*status, "refund" | "dispute");
+            let known_status = STATUSES.iter().find(|s| *s == status);
+            if !money && known_status.is_none() {
                 return ResponseTemplate::new(400);
+            }
+            // Made as a connected account (`Stripe-Account`), it moves that
+            // account's PaymentIntent, or creates one there.
+            let account = match self.0.acting_as(req) {
+                Ok(account) => account,
+                Err(refused) => {
+                    return ResponseTemplate::new(403)
+                        .set_body_json(super::no_access_body(&refused))
+                }
+            };
+            if !self.0.place(pi, account.as_deref()) {
+                return ResponseTemplate::new(404).set_body_json(json!({"error": {
+                    "type": "invalid_request_error", "code": "resource_missing",
+                    "message": format!("No such payment_intent: '{pi}'")}}));
+            }
+            let Some(status) = known_status else {
+                return move_money(&self.0, pi, *status == "dispute");
             };
             self.0
                 .moved
@@ -984,7 +1112,7 @@ mod events {
                 .insert((*pi).to_owned(), status);
             let created = now();
             self.0
-                .record(status, created, object(&self.1, pi, status, created));
+                .record(pi, status, created, object(&self.1, pi, status, created));
             ResponseTemplate::new(200)
                 .set_body_json(json!({"payment_intent": pi, "status": status, "created": created}))
         }
@@ -1014,9 +1142,193 @@ mod events {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
+    use std::collections::HashMap;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Arc;
+    use std::time::Duration;
 
-    use super::Args;
+    use clap::Parser;
+    use serde_json::Value;
+    use wiremock::MockServer;
+
+    use super::{events, Args, Standin, FIXTURE};
+
+    const ACCOUNT: &str = "acct_1StandinTest";
+    const REVOKED: &str = "acct_1StandinRevoked";
+
+    /// A stand-in of 100 seeded rows (row 13 on the connected account).
+    async fn server() -> MockServer {
+        let server = MockServer::start().await;
+        let feed = Arc::new(events::Feed::new(
+            100,
+            Some(ACCOUNT.into()),
+            Some(REVOKED.into()),
+        ));
+        let fixture: Value = serde_json::from_str(FIXTURE).unwrap();
+        events::mount(
+            &server,
+            feed.clone(),
+            "sk_test_standin".into(),
+            fixture.clone(),
+        )
+        .await;
+        let standin = Standin {
+            api_key: "sk_test_standin".into(),
+            known: HashMap::new(),
+            moved: feed,
+            created: HashMap::new(),
+            order: Vec::new(),
+            position: HashMap::new(),
+            fixture,
+            latency: Duration::ZERO,
+            requests: AtomicU64::new(0),
+        };
+        super::mount_payment_intents(&server, Arc::new(standin)).await;
+        server
+    }
+
+    async fn call(
+        server: &MockServer,
+        post: bool,
+        path: &str,
+        account: Option<&str>,
+    ) -> (u16, Value) {
+        let url = format!("{}{path}", server.uri());
+        let client = reqwest::Client::new();
+        let mut request = if post {
+            client.post(url)
+        } else {
+            client.get(url)
+        };
+        request = request.bearer_auth("sk_test_standin");
+        if let Some(a) = account {
+            request = request.header("Stripe-Account", a);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// The PaymentIntent each event of a feed is about, oldest first.
+    async fn feed(server: &MockServer, account: Option<&str>) -> Vec<String> {
+        let (status, list) = call(server, false, "/v1/events?limit=100", account).await;
+        assert_eq!(status, 200, "{list}");
+        let mut intents: Vec<String> = list["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                assert_eq!(e.get("account").and_then(Value::as_str), account, "{e}");
+                let o = &e["data"]["object"];
+                o.get("payment_intent")
+                    .unwrap_or(&o["id"])
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        intents.reverse();
+        intents
+    }
+
+    #[tokio::test]
+    async fn a_connected_accounts_events_are_served_only_on_its_feed() {
+        let s = server().await;
+        let post = |path: &'static str, account| {
+            let s = &s;
+            async move { call(s, true, path, account).await.0 }
+        };
+        assert_eq!(
+            post(
+                "/standin/payment_intents/pi_Connected/succeeded",
+                Some(ACCOUNT)
+            )
+            .await,
+            200
+        );
+        assert_eq!(
+            post("/standin/payment_intents/pi_Platform/succeeded", None).await,
+            200
+        );
+        // Row 13 lives on the account: the platform cannot move it.
+        assert_eq!(
+            post("/standin/payment_intents/pi_3Demo0000000013/refund", None).await,
+            404
+        );
+        assert_eq!(
+            post(
+                "/standin/payment_intents/pi_3Demo0000000013/refund",
+                Some(ACCOUNT)
+            )
+            .await,
+            200
+        );
+        // Nor the account a platform PaymentIntent.
+        assert_eq!(
+            post("/standin/payment_intents/pi_Platform/refund", Some(ACCOUNT)).await,
+            404
+        );
+        assert_eq!(
+            post("/standin/payment_intents/pi_Connected/canceled", None).await,
+            404
+        );
+
+        assert_eq!(feed(&s, None).await, ["pi_Platform"]);
+        assert_eq!(
+            feed(&s, Some(ACCOUNT)).await,
+            ["pi_Connected", "pi_3Demo0000000013"]
+        );
+
+        // The PaymentIntent itself: only with the header, as for seeded rows.
+        let (status, pi) = call(&s, false, "/v1/payment_intents/pi_Connected", Some(ACCOUNT)).await;
+        assert_eq!(
+            (status, pi["status"].as_str()),
+            (200, Some("succeeded")),
+            "{pi}"
+        );
+        assert_eq!(
+            call(&s, false, "/v1/payment_intents/pi_Connected", None)
+                .await
+                .0,
+            404
+        );
+        assert_eq!(
+            call(&s, false, "/v1/payment_intents/pi_Platform", Some(ACCOUNT))
+                .await
+                .0,
+            404
+        );
+    }
+
+    #[tokio::test]
+    async fn a_revoked_or_unknown_accounts_feed_is_refused_like_its_payment_intents() {
+        let s = server().await;
+        for account in [REVOKED, "acct_1NotConnected"] {
+            let (status, body) = call(&s, false, "/v1/events", Some(account)).await;
+            let (pi_status, pi_body) = call(
+                &s,
+                false,
+                "/v1/payment_intents/pi_3Demo0000000013",
+                Some(account),
+            )
+            .await;
+            assert_eq!((status, &body), (403, &pi_body), "{account}");
+            assert_eq!(pi_status, 403);
+            let message = body["error"]["message"].as_str().unwrap();
+            assert!(
+                message.contains(&format!("does not have access to account '{account}'")),
+                "{message}"
+            );
+            let (status, _) = call(
+                &s,
+                true,
+                "/standin/payment_intents/pi_New/succeeded",
+                Some(account),
+            )
+            .await;
+            assert_eq!(status, 403, "{account}");
+        }
+    }
 
     #[test]
     fn help_prints_usage_not_an_error() {

@@ -4,9 +4,12 @@
 # the table, money taken at Stripe for which no payment row exists, and a
 # refund and a dispute on two paid orders (they never change a
 # PaymentIntent's status; Stripe sends charge.refunded and
-# charge.dispute.created). `stripe-reconciler events` finds all four seconds
-# later, long before the cursor reaches the rows. Prints the time from each
-# event to its finding.
+# charge.dispute.created). A Connect platform: every tenth row lives on a
+# connected account, and a webhook is missed there too (a pending row of the
+# account) along with money on the account with no order; those events are
+# on the account's own feed, read with its Stripe-Account header.
+# `stripe-reconciler events` finds all six seconds later, long before the
+# cursor reaches the rows. Prints the time from each event to its finding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -21,7 +24,9 @@ ensure_postgres
 demo_database "$DB"
 bin=target/debug/stripe-reconciler
 export RECONCILER_LOG_FORMAT=pretty
-# The application's table as in scripts/demo.sh (the seed has shared ids).
+# The application's table as in scripts/demo.sh (the seed has shared ids),
+# with the connected account of direct charges.
+CONNECTED=acct_1DemoConnected
 psql "$DATABASE_URL" -q <<'SQL'
 CREATE TABLE payments (
     id                       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -29,6 +34,7 @@ CREATE TABLE payments (
     stripe_payment_intent_id text        NOT NULL,
     status                   text        NOT NULL CHECK (status IN ('pending', 'paid', 'failed')),
     version                  bigint      NOT NULL DEFAULT 0,
+    stripe_account           text,
     created_at               timestamptz NOT NULL DEFAULT now(),
     updated_at               timestamptz NOT NULL DEFAULT now()
 );
@@ -36,9 +42,9 @@ SQL
 
 mkdir -p .demo
 port=$(free_port)
-say "seeding $ROWS payments; Stripe stand-in on 127.0.0.1:$port"
+say "seeding $ROWS payments (every tenth on connected account $CONNECTED); Stripe stand-in on 127.0.0.1:$port"
 target/debug/examples/stripe_standin --listen "127.0.0.1:$port" --seed "$ROWS" \
-  --api-key sk_test_standin >.demo/events-expected.json 2>.demo/events-standin.log &
+  --connect-account "$CONNECTED" --api-key sk_test_standin >.demo/events-expected.json 2>.demo/events-standin.log &
 standin=$!
 trap 'kill $standin 2>/dev/null || true' EXIT
 wait_for_port "$port" 60 || { cat .demo/events-standin.log >&2; die "the stand-in did not start"; }
@@ -50,6 +56,9 @@ export RECONCILER_RATE_LIMIT_RPS=2000 RECONCILER_MAX_IN_FLIGHT=32
 # PaymentIntent without a row) must be this many seconds quiet before a job
 # judges it.
 export RECONCILER_GRACE_SECONDS=$GRACE
+# Connect: reads of a row on the account carry its Stripe-Account header, and
+# the events job reads each active account's feed as well as the platform's.
+export RECONCILER_ACCOUNT_COLUMN=stripe_account
 
 say "stripe-reconciler run: one batch of 1,000 rows (the scan's cursor stops at row 1,000)"
 RECONCILER_BATCH_SIZE=1000 RECONCILER_BATCHES_PER_RUN=1 "$bin" run >/dev/null 2>.demo/events-run.log
@@ -78,21 +87,46 @@ done
 curl -fsS -X POST "$STRIPE_API_BASE/standin/payment_intents/pi_DemoRefunded/refund" >.demo/events-refund.json
 curl -fsS -X POST "$STRIPE_API_BASE/standin/payment_intents/pi_DemoDisputed/dispute" >.demo/events-dispute.json
 
+say "a new order on connected account $CONNECTED, pending; its customer pays"
+connected_row=$(psql "$DATABASE_URL" -qAtc "INSERT INTO payments (order_id, stripe_payment_intent_id, status, stripe_account,
+                                                                  created_at, updated_at)
+                                           VALUES ('ord_connected_missed', 'pi_DemoConnectedMissed', 'pending', '$CONNECTED',
+                                                   now() - interval '1 minute', now() - interval '1 minute') RETURNING id")
+say "Stripe ($CONNECTED): pi_DemoConnectedMissed succeeded; the webhook never arrives (payments.id $connected_row); the event is on the account's feed only"
+curl -fsS -X POST -H "Stripe-Account: $CONNECTED" \
+  "$STRIPE_API_BASE/standin/payment_intents/pi_DemoConnectedMissed/succeeded" >.demo/events-connected-missed.json
+say "Stripe ($CONNECTED): pi_DemoConnectedNoOrder succeeded, and no payments row points at it"
+curl -fsS -X POST -H "Stripe-Account: $CONNECTED" \
+  "$STRIPE_API_BASE/standin/payment_intents/pi_DemoConnectedNoOrder/succeeded" >.demo/events-connected-orphan.json
+# As at Stripe, the platform's feed does not list the account's events.
+platform_feed=$(curl -fsS -H "Authorization: Bearer $STRIPE_API_KEY" "$STRIPE_API_BASE/v1/events?limit=100")
+connected_feed=$(curl -fsS -H "Authorization: Bearer $STRIPE_API_KEY" -H "Stripe-Account: $CONNECTED" \
+  "$STRIPE_API_BASE/v1/events?limit=100")
+! grep -q pi_DemoConnected <<<"$platform_feed" || die "the platform's events feed lists the connected account's events"
+grep -q pi_DemoConnectedMissed <<<"$connected_feed" || die "the connected account's events feed lacks its event"
+
 sleep $((GRACE + 1))
 say "stripe-reconciler events"
-"$bin" events 2>.demo/events-events.log || { tail -n 20 .demo/events-events.log >&2; die "the events run failed"; }
+"$bin" events 2>.demo/events-events.log >.demo/events-summary.txt \
+  || { cat .demo/events-summary.txt; tail -n 20 .demo/events-events.log >&2; die "the events run failed"; }
+cat .demo/events-summary.txt
+grep -q "connected accounts   1 (unreachable, skipped: 0)" .demo/events-summary.txt \
+  || die "the events run did not read the connected account's feed"
 
 created() { python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["created"])' "$1"; }
 say "from the event at Stripe to its finding"
 psql "$DATABASE_URL" -c "SELECT f.kind, coalesce(p.stripe_payment_intent_id, f.stripe_payment_intent_id) AS payment_intent,
-                                f.payment_id, to_timestamp(e.created) AS event_created, f.detected_at,
+                                f.payment_id, coalesce(f.stripe_account_id, 'platform') AS account,
+                                to_timestamp(e.created) AS event_created, f.detected_at,
                                 round(extract(epoch FROM f.detected_at - to_timestamp(e.created))::numeric, 1) AS seconds_to_finding
                            FROM reconciliation_findings f
                            LEFT JOIN payments p ON p.id = f.payment_id
                            JOIN (VALUES ('pi_DemoMissedWebhook', $(created .demo/events-missed.json)),
                                         ('pi_DemoNoOrder', $(created .demo/events-orphan.json)),
                                         ('pi_DemoRefunded', $(created .demo/events-refund.json)),
-                                        ('pi_DemoDisputed', $(created .demo/events-dispute.json)))
+                                        ('pi_DemoDisputed', $(created .demo/events-dispute.json)),
+                                        ('pi_DemoConnectedMissed', $(created .demo/events-connected-missed.json)),
+                                        ('pi_DemoConnectedNoOrder', $(created .demo/events-connected-orphan.json)))
                                 AS e(pi, created) ON e.pi = coalesce(p.stripe_payment_intent_id, f.stripe_payment_intent_id)
                           ORDER BY f.id"
 kinds=$(psql "$DATABASE_URL" -Atc "SELECT string_agg(kind, ',' ORDER BY kind) FROM reconciliation_findings
@@ -110,11 +144,36 @@ money_seconds=$(psql "$DATABASE_URL" -Atc "SELECT round(max(extract(epoch FROM f
                                                         ($disputed_row::bigint, $(created .demo/events-dispute.json))) AS e(id, created)
                                              ON e.id = f.payment_id
                                           WHERE f.kind IN ('refunded', 'disputed')")
+connected=$(psql "$DATABASE_URL" -Atc "SELECT string_agg(kind || ' ' || coalesce(stripe_account_id, 'platform'), ',' ORDER BY kind)
+                                       FROM reconciliation_findings
+                                      WHERE resolved_at IS NULL
+                                        AND (payment_id = $connected_row OR stripe_payment_intent_id = 'pi_DemoConnectedNoOrder')")
+[ "$connected" = "missed_success $CONNECTED,missing_locally $CONNECTED" ] \
+  || die "expected missed_success and missing_locally on $CONNECTED, got '$connected'"
+connected_commands=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM outbox WHERE event_type = 'ApplyPaymentSucceeded'
+                                                  AND payload->>'payment_id' = '$connected_row'
+                                                  AND payload->>'stripe_account_id' = '$CONNECTED'")
+[ "$connected_commands" = 1 ] \
+  || die "expected one ApplyPaymentSucceeded command naming $CONNECTED for payment $connected_row, got $connected_commands"
+platform=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM reconciliation_findings WHERE resolved_at IS NULL
+                                        AND stripe_account_id IS NULL
+                                        AND (payment_id = $row OR stripe_payment_intent_id = 'pi_DemoNoOrder')")
+[ "$platform" = 2 ] || die "expected the platform's two findings without an account, got $platform"
+connected_seconds=$(psql "$DATABASE_URL" -Atc "SELECT round(max(extract(epoch FROM f.detected_at) - e.created)::numeric, 1)
+                                               FROM reconciliation_findings f
+                                               JOIN (VALUES ('pi_DemoConnectedMissed', $(created .demo/events-connected-missed.json)),
+                                                            ('pi_DemoConnectedNoOrder', $(created .demo/events-connected-orphan.json)))
+                                                    AS e(pi, created)
+                                                 ON e.pi = coalesce((SELECT stripe_payment_intent_id FROM payments WHERE id = f.payment_id),
+                                                                    f.stripe_payment_intent_id)
+                                              WHERE f.stripe_account_id = '$CONNECTED' AND f.resolved_at IS NULL")
+say "connected account $CONNECTED: missed webhook (payments.id $connected_row) and money with no order caught from its own events feed ${connected_seconds}s after they happened at Stripe"
 say "refund and dispute caught by one events run ${money_seconds}s after they happened at Stripe (the scan would reach these rows only after the whole table)"
 cursor_now=$(psql "$DATABASE_URL" -Atc "SELECT last_id FROM reconciliation_cursor WHERE job = 'payments-vs-stripe'")
 say "caught by events while the scan's cursor is at $cursor_now of $row rows: the scan would reach this row $(( (row - cursor_now) / 1000 + 1 )) batches from now"
 
 say "stripe-reconciler repair (the missed success is applied; missing_locally waits for a person)"
 "$bin" repair 2>>.demo/events-events.log
-psql "$DATABASE_URL" -c "SELECT id, order_id, status, version FROM payments WHERE id = $row"
+psql "$DATABASE_URL" -c "SELECT id, order_id, coalesce(stripe_account, 'platform') AS account, status, version
+                           FROM payments WHERE id IN ($row, $connected_row) ORDER BY id"
 "$bin" findings list --open --kind missing_locally

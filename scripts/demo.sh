@@ -156,7 +156,8 @@ if [ -n "${PUSHGATEWAY_URL:-}" ]; then
 fi
 
 # The second job: the events feed catches a missed webhook within one run,
-# whatever the table size, and money taken at Stripe with no payment row.
+# whatever the table size, and money taken at Stripe with no payment row, on
+# the platform and on a connected account (from the account's own feed).
 say "stripe-reconciler events (scripts/demo-events.sh)"
 env -u RECONCILER_AMOUNT_COLUMN -u RECONCILER_CURRENCY_COLUMN -u RECONCILER_ABANDONED_AFTER_SECONDS -u RECONCILER_ACCOUNT_COLUMN \
   -u RECONCILER_BATCH_SIZE -u RECONCILER_BATCHES_PER_RUN bash scripts/demo-events.sh
