@@ -1,12 +1,14 @@
-//! `sql/least_privilege.sql` grants enough for `run` and `repair`, and no more.
+//! `sql/least_privilege.sql` grants enough for `run`, `repair`, `events` and
+//! `status`, and no more.
 
 use std::time::Duration;
 
 use crate::support::*;
 use sqlx::PgPool;
 
-/// Applies the grants to a role of its own, runs `run`, `repair` and `status`
-/// as that role, checks the repairs landed, and drops the role.
+/// Applies the grants to a role of its own, runs `run`, `repair`, `events`
+/// and `status` as that role, checks the repairs landed and the events job
+/// held a PaymentIntent for another read, and drops the role.
 async fn run_as_least_privileged_role(pool: &PgPool) {
     // Roles are cluster-wide: one per test database.
     let db = pool.connect_options().get_database().unwrap().to_owned();
@@ -43,9 +45,26 @@ async fn run_as_least_privileged_role(pool: &PgPool) {
 
     let run = reconciler_output(&["run"], &env).await;
     let repair = reconciler_output(&["repair"], &env).await;
+    // The events job: an event about a row the application just changed is
+    // held for another read (reconciliation_events_retry).
+    let feed = events_feed::Feed::default();
+    let events_stripe = events_feed::stripe_with(&feed).await;
+    sqlx::query("UPDATE payments SET updated_at = now() WHERE id = 3")
+        .execute(pool)
+        .await
+        .unwrap();
+    feed.push(events_feed::event("evt_1", "pi_3", "succeeded", 5));
+    let mut events_env = env.clone();
+    events_env[2].1 = events_stripe.uri();
+    let events = reconciler_output(&["events"], &events_env).await;
     let status = reconciler_output(&["status", "--json"], &env).await;
 
-    for (name, out) in [("run", &run), ("repair", &repair), ("status", &status)] {
+    for (name, out) in [
+        ("run", &run),
+        ("repair", &repair),
+        ("events", &events),
+        ("status", &status),
+    ] {
         assert_eq!(
             out.status.code(),
             Some(0),
@@ -68,6 +87,11 @@ async fn run_as_least_privileged_role(pool: &PgPool) {
         )
         .await,
         2
+    );
+    assert_eq!(
+        count(pool, "SELECT count(*) FROM reconciliation_events_retry").await,
+        1,
+        "the events job held the row in grace for another read"
     );
     // And no more: no DELETE or TRUNCATE anywhere, no UPDATE of other payment columns.
     let denied: bool = sqlx::query_scalar(
