@@ -33,9 +33,11 @@ use crate::stripe::{AccountId, PaymentIntentEvent, PaymentIntentId, StripeGatewa
 /// What a run carries from one slice to the next.
 #[derive(Debug, Clone, Default)]
 pub struct Progress {
-    /// PaymentIntents handled by a committed slice of this run: a later
-    /// event about one of them needs no second read (the read came after
-    /// every event of the window).
+    /// PaymentIntents read from Stripe (or held for another read) by a
+    /// committed slice of this run: a later event about one of them needs no
+    /// second read (the read came after every event of the window). One
+    /// decided without a read (a row confirmed after the earlier event, no
+    /// row and not succeeded) is planned again with the later event.
     handled: HashSet<String>,
 }
 
@@ -308,9 +310,7 @@ async fn work(
     tx.commit().await.context("committing the slice")?;
 
     // 4. What the run did, counted once the slice is committed.
-    progress
-        .handled
-        .extend(ids.iter().map(|pi| (*pi).to_owned()));
+    progress.handled.extend(plan.read_or_held(&rows, &held));
     match source {
         Source::Slice(_) => {
             summary.slices += 1;

@@ -111,6 +111,37 @@ impl Plan {
         self.rows.iter().filter(|(_, a)| *a == action).count()
     }
 
+    /// The PaymentIntents that a later event of the same run needs no new
+    /// plan for: those read from Stripe (every row of theirs retrieved, or
+    /// an orphan read) and those `held` for another read. A PaymentIntent
+    /// decided without a read (a row confirmed after the event, or no row
+    /// and no success yet) is not among them: the earlier event said nothing
+    /// about the later one. `rows` are the rows the plan was made from.
+    pub fn read_or_held(
+        &self,
+        rows: &[PaymentByIntent],
+        held: &[(String, HoldReason)],
+    ) -> Vec<String> {
+        let pi_of = |i: usize| rows[i].row.stripe_payment_intent_id.clone();
+        let confirmed: HashSet<String> = self
+            .rows
+            .iter()
+            .filter(|(_, a)| *a == RowAction::Confirmed)
+            .filter_map(|(i, _)| pi_of(*i))
+            .collect();
+        let retrieved = self
+            .rows
+            .iter()
+            .filter(|(_, a)| *a == RowAction::Retrieve)
+            .filter_map(|(i, _)| pi_of(*i))
+            .filter(|pi| !confirmed.contains(pi));
+        let orphans = self.orphan_reads.iter().map(|pi| pi.as_str().to_owned());
+        retrieved
+            .chain(orphans)
+            .chain(held.iter().map(|(pi, _)| pi.clone()))
+            .collect()
+    }
+
     fn hold(&mut self, rules: &PlanRules, event: &PaymentIntentEvent, reason: HoldReason) {
         let pi = event.payment_intent.as_str();
         if young(rules, event.created) && !self.held.iter().any(|(p, _)| p == pi) {

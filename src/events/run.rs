@@ -204,6 +204,7 @@ async fn body(
     // 4. Slice by slice, oldest first within a feed, one slice per feed in
     //    turn (so one busy account cannot starve the rest), each committed
     //    with its feed's position.
+    let mut failed_feed: Option<EventsError> = None;
     while let Some(mut feed) = feeds.pop_front() {
         let Some(slice) = feed.slicer.next() else {
             continue;
@@ -261,11 +262,23 @@ async fn body(
                 tracing::warn!(error = %e, "a connected account's events cannot be read (the platform has no access to it): skipped this run, the other feeds go on");
                 continue;
             }
+            // One connected account's feed failing while Stripe answers
+            // (a probe) is that account's trouble: skipped this run, the
+            // other feeds go on, and the run still fails at the end.
+            Err(EventsError::FeedUnavailable(e)) if account.is_some() => {
+                if let Err(down) = gateway.probe().await {
+                    tracing::error!(error = %down, "Stripe does not answer a probe either");
+                    return Err(EventsError::FeedUnavailable(e));
+                }
+                tracing::warn!(error = %e, "a connected account's events feed cannot be read while Stripe answers: skipped this run, the other feeds go on");
+                failed_feed.get_or_insert(EventsError::FeedUnavailable(e));
+                continue;
+            }
             Err(e) => return Err(e),
         }
         feeds.push_back(feed);
     }
-    Ok(())
+    failed_feed.map_or(Ok(()), Err)
 }
 
 /// One feed of a run: the platform's (`account` `None`) or a connected

@@ -239,3 +239,57 @@ async fn a_busy_account_cannot_starve_a_quiet_one_and_a_revoked_one_is_skipped(p
         "no position for an account that could not be read"
     );
 }
+
+/// A connected account whose feed Stripe keeps failing for (a 500 on that
+/// account alone, Stripe answering everything else) must not stop the feeds
+/// after it: it was first in line every run (never read, so least recently
+/// read), and every run ended there.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn one_accounts_failing_feed_does_not_stop_the_other_accounts_feeds(pool: PgPool) {
+    add_account_column(&pool).await;
+    let stripe = MockServer::start().await;
+    let (plat, fine) = (Feed::default(), Feed::default());
+    mount_feed(&stripe, None, &plat).await;
+    mount_feed(&stripe, Some("acct_Fine"), &fine).await;
+    Mock::given(method("GET"))
+        .and(path("/v1/events"))
+        .and(header("Stripe-Account", "acct_Broken"))
+        .respond_with(err(500, "api_error", "internal"))
+        .mount(&stripe)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/v1/payment_intents"))
+        .and(platform)
+        .respond_with(ResponseTemplate::new(200).set_body_json(
+            json!({"object": "list", "url": "/v1/payment_intents", "has_more": false, "data": []}),
+        ))
+        .mount(&stripe)
+        .await;
+    mount_missing(&stripe).await;
+    let b = insert_payment(&pool, "pi_BrokenRow", "paid", 3600).await;
+    set_account(&pool, b, "acct_Broken").await;
+    let f = insert_payment(&pool, "pi_Fine", "pending", 3600).await;
+    set_account(&pool, f, "acct_Fine").await;
+    fine.push(event("evt_f", "pi_Fine", "succeeded", 60));
+    mount_on(&stripe, Some("acct_Fine"), "pi_Fine", "succeeded").await;
+
+    for _ in 0..2 {
+        let (summary, result) = events_once(&pool, &stripe, &connect_settings()).await;
+        assert_eq!(summary.accounts, 2);
+        assert!(
+            matches!(result, Err(EventsError::FeedUnavailable(_))),
+            "the failing feed still fails the run: {result:?}"
+        );
+    }
+    let found: Vec<(Option<i64>, String, Option<String>)> = findings(&pool)
+        .await
+        .into_iter()
+        .map(|(p, _, k, a)| (p, k, a))
+        .collect();
+    assert_eq!(
+        found,
+        [(Some(f), "missed_success".into(), Some("acct_Fine".into()))],
+        "the other account's missed webhook is caught"
+    );
+    assert!(positions(&pool).await.contains(&format!("{JOB}:acct_Fine")));
+}

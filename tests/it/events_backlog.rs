@@ -301,3 +301,82 @@ async fn lag_seconds(pool: &PgPool, server: &MockServer, s: &EventsSummary) -> f
         .parse()
         .unwrap()
 }
+
+/// A PaymentIntent an earlier slice of the run decided without a Stripe read
+/// (no row and not succeeded yet; a row confirmed after that event) must be
+/// planned again when a later slice of the same run holds a newer event
+/// about it: the earlier decision said nothing about the newer event.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_later_slices_event_about_a_payment_intent_not_read_earlier_is_not_skipped(pool: PgPool) {
+    let feed = Feed::default();
+    let server = stripe_with(&feed).await;
+    // 300 events of other PaymentIntents (no rows, not succeeded: no reads)
+    // between the two events of each PaymentIntent below, so that the
+    // window is cut into several slices.
+    for i in 0..300 {
+        feed.push(event(
+            &format!("evt_f{i}"),
+            &format!("pi_f{i}"),
+            "processing",
+            1900 - 4 * i,
+        ));
+    }
+    // An order's payment that succeeded, its row never written: first
+    // processing (no row, nothing to say), then succeeded.
+    feed.push(event("evt_o1", "pi_Orphan", "processing", 1950));
+    feed.push(event("evt_o2", "pi_Orphan", "succeeded", 650));
+    let mut orphan = payment_intent("pi_Orphan", "succeeded");
+    orphan["metadata"] = serde_json::json!({"shop_order": "order-9"});
+    mount(
+        &server,
+        "pi_Orphan",
+        ResponseTemplate::new(200).set_body_json(orphan),
+    )
+    .await;
+    // A pending row confirmed processing after its first event; its
+    // success webhook is missed.
+    let row = insert_payment(&pool, "pi_Row", "pending", 3600).await;
+    sqlx::query(
+        "INSERT INTO reconciliation_payment_state
+                (payment_id, created_at, observed_external_status, last_reconciled_at)
+         VALUES ($1, now() - interval '30 days', 'processing', now() - interval '1800 seconds')",
+    )
+    .bind(row)
+    .execute(&pool)
+    .await
+    .unwrap();
+    feed.push(event("evt_r1", "pi_Row", "processing", 1950));
+    feed.push(event("evt_r2", "pi_Row", "succeeded", 650));
+    mount(&server, "pi_Row", ok("pi_Row", "succeeded")).await;
+
+    let (summary, result) = run(
+        &pool,
+        &server,
+        &events_settings(100),
+        CancellationToken::new(),
+    )
+    .await;
+    result.unwrap();
+    assert!(summary.slices > 1, "several slices: {summary:?}");
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM reconciliation_findings
+              WHERE kind = 'missing_locally' AND stripe_payment_intent_id = 'pi_Orphan'"
+        )
+        .await,
+        1,
+        "the succeeded PaymentIntent without a row is money with no order"
+    );
+    let kinds: Vec<String> =
+        sqlx::query_scalar("SELECT kind FROM reconciliation_findings WHERE payment_id = $1")
+            .bind(row)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        kinds,
+        ["missed_success"],
+        "the missed success webhook of the confirmed row is found"
+    );
+}
