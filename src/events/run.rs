@@ -52,7 +52,8 @@ pub struct EventsSummary {
     /// Charge, refund and dispute events whose object names no
     /// PaymentIntent (a charge made without one): counted, not an error.
     pub events_without_payment_intent: u64,
-    /// Distinct PaymentIntents the events named (each handled once).
+    /// Distinct PaymentIntents the events named, per slice (one decided
+    /// without a read is planned again by a later slice with a newer event).
     pub payment_intents: u64,
     /// PaymentIntents re-read from Stripe (rows and orphans).
     pub payment_intents_retrieved: u64,

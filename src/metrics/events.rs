@@ -35,6 +35,7 @@ pub(super) struct EventsGauges {
     gap: Figure,
     truncated: Figure,
     held: Figure,
+    accounts_unreachable: Figure,
     stripe_requests: Labelled,
 }
 
@@ -91,6 +92,10 @@ impl EventsGauges {
                 "events_payment_intents_held",
                 "PaymentIntents the events job could not decide yet (row in grace, no row yet, Stripe did not answer), read again by its next runs; the position does not wait for them.",
             )?,
+            accounts_unreachable: figure(
+                "stripe_accounts_unreachable",
+                "Connected accounts whose events feed the last events run could not read (the platform has no access); skipped, the other feeds were read.",
+            )?,
             stripe_requests: Labelled::register(
                 registry,
                 "stripe_requests",
@@ -120,6 +125,7 @@ impl EventsGauges {
             .set(s.missing_locally_created as f64);
         self.commands_enqueued.set(s.commands_enqueued as f64);
         self.truncated.set(f64::from(u8::from(s.truncated)));
+        self.accounts_unreachable.set(s.accounts_unreachable as f64);
         if let Some(st) = state {
             self.held.set(st.held as f64);
         }

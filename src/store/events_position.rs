@@ -162,12 +162,17 @@ pub async fn advance_account(
     super::query(
         "INSERT INTO reconciliation_events_position AS p
                 (job, covered_until, newest_event_id, newest_event_created, last_success_at)
-         VALUES ($1, $2, $3, $4, now())
+         VALUES ($1, $2, $3, $4, CASE WHEN $2::timestamptz IS NULL THEN NULL ELSE now() END)
          ON CONFLICT (job) DO UPDATE
             SET covered_until = coalesce(excluded.covered_until, p.covered_until),
                 newest_event_id = coalesce(excluded.newest_event_id, p.newest_event_id),
                 newest_event_created = coalesce(excluded.newest_event_created, p.newest_event_created),
-                last_success_at = now(), updated_at = now()",
+                -- Only a slice of the account's feed counts as reading it
+                -- (the least recently read go first); a pass over its held
+                -- PaymentIntents does not.
+                last_success_at = CASE WHEN excluded.covered_until IS NULL
+                                       THEN p.last_success_at ELSE now() END,
+                updated_at = now()",
     )
     .bind(account_job(job, account))
     .bind(to.covered_until)

@@ -220,6 +220,15 @@ async fn a_busy_account_cannot_starve_a_quiet_one_and_a_revoked_one_is_skipped(p
     result.unwrap();
 
     assert_eq!((summary.accounts, summary.accounts_unreachable), (3, 1));
+    // The events push carries the count, with no per-account label.
+    let mut metrics = stripe_reconciler::metrics::EventsMetrics::new().unwrap();
+    metrics.observe_events(&summary, &gateway(&stripe).request_counts(), None, 0.0);
+    let text = metrics.figures().encode().unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l == "stripe_reconciler_stripe_accounts_unreachable 1"),
+        "{text}"
+    );
     assert!(
         summary.truncated,
         "the busy feed's backlog is left to the next runs"
