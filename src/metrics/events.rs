@@ -36,6 +36,7 @@ pub(super) struct EventsGauges {
     truncated: Figure,
     held: Figure,
     accounts_unreachable: Figure,
+    without_payment_intent: Figure,
     stripe_requests: Labelled,
 }
 
@@ -96,6 +97,10 @@ impl EventsGauges {
                 "stripe_accounts_unreachable",
                 "Connected accounts whose events feed the last events run could not read (the platform has no access); skipped, the other feeds were read.",
             )?,
+            without_payment_intent: figure(
+                "events_without_payment_intent",
+                "Charge, refund and dispute events the last events run read whose object names no PaymentIntent (charges made without one): counted, nothing to re-read.",
+            )?,
             stripe_requests: Labelled::register(
                 registry,
                 "stripe_requests",
@@ -126,6 +131,8 @@ impl EventsGauges {
         self.commands_enqueued.set(s.commands_enqueued as f64);
         self.truncated.set(f64::from(u8::from(s.truncated)));
         self.accounts_unreachable.set(s.accounts_unreachable as f64);
+        self.without_payment_intent
+            .set(s.events_without_payment_intent as f64);
         if let Some(st) = state {
             self.held.set(st.held as f64);
         }

@@ -741,6 +741,14 @@ async fn a_refund_of_a_charge_without_a_payment_intent_is_counted_not_an_error(p
         (1, 0, 0)
     );
     assert_eq!(summary.events_skipped, 0, "counted, not called unreadable");
+    let mut metrics = stripe_reconciler::metrics::EventsMetrics::new().unwrap();
+    metrics.observe_events(&summary, &gateway(&stripe).request_counts(), None, 0.0);
+    let text = metrics.figures().encode().unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l == "stripe_reconciler_events_without_payment_intent 1"),
+        "pushed: {text}"
+    );
     assert!(all_findings(&pool).await.is_empty());
     assert!(
         covered_until(&pool).await.is_some(),
