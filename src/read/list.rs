@@ -289,6 +289,30 @@ pub async fn list_batch(
     })
 }
 
+/// The list pages each account of a batch may read, for `sizes` rows per
+/// account and the batch's cap (`RECONCILER_LIST_MAX_PAGES`): a share of the
+/// cap by rows, at least one page, the largest accounts first, never more
+/// than the cap in all. With several accounts, one with a single row gets
+/// none (one retrieve is cheaper than a list page, which may also need a
+/// retrieve for what the window missed); an account with no page has its
+/// rows retrieved.
+pub fn page_shares(cap: usize, sizes: &[usize]) -> Vec<usize> {
+    let total = sizes.iter().sum::<usize>().max(1);
+    let mut order: Vec<usize> = (0..sizes.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(sizes[i]));
+    let mut left = cap.max(1);
+    let mut shares = vec![0; sizes.len()];
+    for i in order {
+        if left == 0 || (sizes.len() > 1 && sizes[i] < 2) {
+            continue;
+        }
+        let share = (cap * sizes[i]).div_ceil(total).clamp(1, left);
+        shares[i] = share;
+        left -= share;
+    }
+    shares
+}
+
 /// One account's rows to list.
 type AccountRows<'a> = (
     Option<&'a AccountId>,
@@ -300,7 +324,9 @@ type AccountRows<'a> = (
 /// `Stripe-Account` header, all accounts side by side (their first pages
 /// queue for the shared permits together, so a busy account's many windows
 /// never hold back a small account's one). The batch's page cap is shared
-/// out by rows, at least one page per account. `rows` carry their account.
+/// out by rows ([`page_shares`]): never more pages than the cap in all, and
+/// an account left without a page has its rows retrieved. `rows` carry
+/// their account.
 ///
 /// # Errors
 /// As [`list_batch`].
@@ -321,9 +347,10 @@ pub async fn list_accounts(
         }
     }
     let cap = settings.list_page_cap() as usize;
-    let total = rows.len().max(1);
-    let lists = futures::future::try_join_all(groups.iter().map(|(account, group)| {
-        let share = (cap * group.len()).div_ceil(total).max(1);
+    let sizes: Vec<usize> = groups.iter().map(|(_, g)| g.len()).collect();
+    let shares = page_shares(cap, &sizes);
+    let listed_groups = groups.iter().zip(shares).filter(|(_, share)| *share > 0);
+    let lists = futures::future::try_join_all(listed_groups.map(|((account, group), share)| {
         list_batch(
             gateway,
             *account,
@@ -368,5 +395,21 @@ mod tests {
             vec![CreatedWindow { gte: 5, lte: 5 }]
         );
         assert!(sub_windows(&[], 10).is_empty());
+    }
+
+    #[test]
+    fn many_small_accounts_never_read_more_pages_than_the_cap() {
+        // One account alone keeps the whole cap, even with one row.
+        assert_eq!(page_shares(22, &[1]), [22]);
+        assert_eq!(page_shares(22, &[1900]), [22]);
+        // By rows, the largest first.
+        assert_eq!(page_shares(22, &[1000, 900]), [12, 10]);
+        // 30 accounts of 3 rows and a cap of 10: ten get a page, the rest
+        // are retrieved; never more than the cap in all.
+        let shares = page_shares(10, &[3; 30]);
+        assert_eq!(shares.iter().sum::<usize>(), 10);
+        assert_eq!(shares.iter().filter(|s| **s == 0).count(), 20);
+        // Beside others, a single row is retrieved, not listed.
+        assert_eq!(page_shares(22, &[1800, 1, 99]), [21, 0, 1]);
     }
 }

@@ -157,8 +157,21 @@ async fn a_connection_killed_in_phase_3_writes_nothing_and_exits_1(pool: PgPool)
     let run_env = env(&pool, &slow.uri(), &[("RECONCILER_BATCHES_PER_RUN", "1")]);
     let child = spawn_run(&run_env);
 
-    // While the job asks Stripe, hold the cursor row: phase 3 will wait on it.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // While the job asks Stripe (each answer takes 800 ms), hold the cursor
+    // row: phase 3 will wait on it. Wait for the first request rather than a
+    // fixed time, so a slow start on a loaded machine cannot let the batch
+    // finish before the lock is taken.
+    for _ in 0..200 {
+        if !slow
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .is_empty()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
     let mut blocker = pool.begin().await.unwrap();
     sqlx::query("SELECT 1 FROM reconciliation_cursor FOR UPDATE")
         .execute(&mut *blocker)
