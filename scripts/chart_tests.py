@@ -406,6 +406,20 @@ def test_partition(r, chart):
     r.equal(data.get("RECONCILER_PARTITION_COLUMN"), "legal_entity", f"{label}: partitionColumn -> RECONCILER_PARTITION_COLUMN")
     r.equal(data.get("RECONCILER_PARTITION_VALUE"), "eu", f"{label}: partitionValue -> RECONCILER_PARTITION_VALUE")
     r.equal(data.get("RECONCILER_JOB"), "payments-eu", f"{label}: the release's own job")
+    # The migration hook runs before the ConfigMap exists: it must get what
+    # `migrate` reads, or it never adds the partition's index (and `run`
+    # refuses to start without it) nor checks the configured outbox.
+    mig = env_map(d.one("Job", f"{RELEASE}-migrate"))
+    for k, v in {"RECONCILER_JOB": "payments-eu", "RECONCILER_PARTITION_COLUMN": "legal_entity",
+                 "RECONCILER_PARTITION_VALUE": "eu", "RECONCILER_OUTBOX_TABLE": data.get("RECONCILER_OUTBOX_TABLE"),
+                 "RECONCILER_OUTBOX_SHAPE": data.get("RECONCILER_OUTBOX_SHAPE")}.items():
+        r.equal(mig.get(k, {}).get("value"), v, f"{label}/migrate Job: {k} as the release's (partition index, outbox)")
+    dmig = env_map(chart.render("default-values.yaml").one("Job", f"{RELEASE}-migrate"))
+    r.check("RECONCILER_PARTITION_COLUMN" not in dmig, f"{label}: no partition for the default migrate Job")
+    r.equal(dmig.get("RECONCILER_OUTBOX_TABLE", {}).get("value"), "outbox", "default/migrate Job: RECONCILER_OUTBOX_TABLE")
+    num = chart.render("partition-values.yaml", ("config.partitionValue=42",))
+    r.equal(num.one("ConfigMap", RELEASE)["data"].get("RECONCILER_PARTITION_VALUE"), "42",
+            f"{label}: a whole-number partitionValue (an integer column) is accepted and passed as text")
     default = chart.render("default-values.yaml").one("ConfigMap", RELEASE)["data"]
     r.check("RECONCILER_PARTITION_COLUMN" not in default and "RECONCILER_PARTITION_VALUE" not in default,
             f"{label}: no partition by default")

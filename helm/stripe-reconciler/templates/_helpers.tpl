@@ -218,8 +218,23 @@ template:
         {{- end }}
         env:
           {{- if not .configMap }}
+          {{- /* The migration hook runs before the ConfigMap exists: what
+          `migrate` reads comes here, so it creates or checks the right
+          outbox and adds this release's partition index. */}}
           - name: RECONCILER_LOG_FORMAT
             value: {{ $v.config.logFormat | quote }}
+          - name: RECONCILER_JOB
+            value: {{ $v.config.job | quote }}
+          - name: RECONCILER_OUTBOX_TABLE
+            value: {{ $v.outbox.table | quote }}
+          - name: RECONCILER_OUTBOX_SHAPE
+            value: {{ $v.outbox.shape | quote }}
+          {{- with $v.config.partitionColumn }}
+          - name: RECONCILER_PARTITION_COLUMN
+            value: {{ . | quote }}
+          - name: RECONCILER_PARTITION_VALUE
+            value: {{ $v.config.partitionValue | toString | quote }}
+          {{- end }}
           {{- end }}
           {{- if .runDeadline }}
           - name: RECONCILER_RUN_DEADLINE_SECONDS
