@@ -43,7 +43,10 @@ pub(super) async fn events(settings: &Settings) -> Result<(), CommandError> {
             return Err(e.into());
         }
     };
-    let settings = &super::partition::checked_on(&pool, settings).await?;
+    // The same start-up checks as `run` (exit 78 naming what to fix): the
+    // outbox, the PaymentIntent index, the configured columns (amount,
+    // currency, account) and the partition with its index.
+    let settings = &super::run::check_columns(&pool, settings, false).await?;
     let (summary, result) = run_events(&pool, &gateway, &settings.job, token).await;
     tracing::info!(
         outcome = %summary.outcome,

@@ -9,7 +9,6 @@ use super::CommandError;
 use crate::config::{ConfigError, Settings};
 use crate::store::payment_index;
 use crate::store::payments::{self, ColumnError};
-use crate::store::Context;
 
 /// `settings` with the partition's kind fixed from the catalogue (a clone;
 /// unchanged without a partition).
@@ -28,25 +27,6 @@ pub(super) async fn checked(
             .map_err(column_error)?;
     }
     Ok(settings)
-}
-
-/// [`checked`] on a connection of `pool`.
-///
-/// # Errors
-/// As [`checked`].
-pub(super) async fn checked_on(
-    pool: &sqlx::PgPool,
-    settings: &Settings,
-) -> Result<Settings, CommandError> {
-    if settings.job.partition.is_none() {
-        return Ok(settings.clone());
-    }
-    let mut conn = pool
-        .acquire()
-        .await
-        .context("connecting")
-        .map_err(CommandError::Store)?;
-    checked(&mut conn, settings).await
 }
 
 /// What `run` needs beyond [`checked`]: an index whose first column is the
@@ -70,7 +50,7 @@ pub(super) async fn require_index(
         return Err(ConfigError::Invalid {
             var: "RECONCILER_PARTITION_COLUMN",
             reason: format!(
-                "payments has no index on ({:?}, id): run `stripe-reconciler migrate` (it adds one CONCURRENTLY) before `run`",
+                "payments has no index on ({:?}, id), which every batch of a partition reads by: run `stripe-reconciler migrate` with the same RECONCILER_PARTITION_COLUMN and RECONCILER_PARTITION_VALUE (and this RECONCILER_JOB) set, before `run`; it adds the index CONCURRENTLY (the chart's migration hook does this)",
                 partition.column.as_str()
             ),
         }

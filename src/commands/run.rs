@@ -60,7 +60,7 @@ pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), Comman
             return Err(e.into());
         }
     };
-    let settings = &check_columns(&pool, settings).await?;
+    let settings = &check_columns(&pool, settings, true).await?;
     let (summary, result) = scan::run(
         &pool,
         &gateway,
@@ -90,8 +90,14 @@ pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), Comman
 /// `RECONCILER_ACCOUNT_COLUMN` naming columns of `payments` with usable
 /// types, and the partition's column (with its index). Exit 78 naming what to
 /// fix. Returns the settings with the partition's kind fixed
-/// ([`super::partition::checked`]).
-async fn check_columns(pool: &PgPool, settings: &Settings) -> Result<Settings, CommandError> {
+/// ([`super::partition::checked`]). `need_partition_index`: `run` reads
+/// every batch by the partition's index; `events` looks rows up by
+/// PaymentIntent and does not need it.
+pub(super) async fn check_columns(
+    pool: &PgPool,
+    settings: &Settings,
+    need_partition_index: bool,
+) -> Result<Settings, CommandError> {
     let mut conn = pool
         .acquire()
         .await
@@ -99,7 +105,9 @@ async fn check_columns(pool: &PgPool, settings: &Settings) -> Result<Settings, C
         .map_err(CommandError::Store)?;
     super::migrate::check_schema(&mut conn, settings, false).await?;
     let settings = super::partition::checked(&mut conn, settings).await?;
-    super::partition::require_index(&mut conn, &settings).await?;
+    if need_partition_index {
+        super::partition::require_index(&mut conn, &settings).await?;
+    }
     let columns = MoneyColumns::of(&settings.job);
     if payment_index::payment_intent_index(&mut conn)
         .await

@@ -523,7 +523,7 @@ async fn without_the_account_column_missing_externally_says_it_could_be_a_connec
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
-async fn an_unusable_account_column_exits_78_naming_the_variable(pool: PgPool) {
+async fn an_unusable_account_column_exits_78_naming_the_variable_in_run_and_events(pool: PgPool) {
     sqlx::query("ALTER TABLE payments ADD COLUMN account_number bigint")
         .execute(&pool)
         .await
@@ -539,13 +539,21 @@ async fn an_unusable_account_column_exits_78_naming_the_variable(pool: PgPool) {
             ("STRIPE_API_BASE", stripe.uri()),
             ("RECONCILER_ACCOUNT_COLUMN", column.to_owned()),
         ];
-        let out = reconciler_output(&["run"], &env).await;
-        assert_eq!(out.status.code(), Some(78), "{}", all_output(&out));
-        let text = all_output(&out);
-        assert!(
-            text.contains("RECONCILER_ACCOUNT_COLUMN") && text.contains(says),
-            "{text}"
-        );
+        // `events` checks the columns at start as `run` does.
+        for command in ["run", "events"] {
+            let out = reconciler_output(&[command], &env).await;
+            assert_eq!(
+                out.status.code(),
+                Some(78),
+                "{command}: {}",
+                all_output(&out)
+            );
+            let text = all_output(&out);
+            assert!(
+                text.contains("RECONCILER_ACCOUNT_COLUMN") && text.contains(says),
+                "{command}: {text}"
+            );
+        }
     }
     assert_eq!(requests(&stripe).await, 0);
 }
