@@ -318,14 +318,19 @@ async fn connected_feeds(
     if values.len() >= MAX_ACCOUNTS_PER_RUN {
         tracing::warn!(limit = MAX_ACCOUNTS_PER_RUN, "more active connected accounts than one events run considers; the others are read by the scan only");
     }
-    let mut accounts = Vec::new();
-    for v in &values {
-        match AccountId::parse(v) {
-            Ok(a) => accounts.push(a),
-            Err(e) => {
-                tracing::warn!(value = %crate::terminal::escape(v), error = %e, "the account column holds a value that is not a connected account id: its feed is not read");
-            }
-        }
+    let (accounts, invalid): (Vec<_>, Vec<_>) = values
+        .iter()
+        .map(|v| (v, AccountId::parse(v)))
+        .partition(|(_, parsed)| parsed.is_ok());
+    let accounts: Vec<AccountId> = accounts.into_iter().filter_map(|(_, a)| a.ok()).collect();
+    if !invalid.is_empty() {
+        // One line a run, however many: a wrong column must not flood the log.
+        let samples: Vec<String> = invalid
+            .iter()
+            .take(3)
+            .map(|(v, _)| crate::terminal::escape(v).into_owned())
+            .collect();
+        tracing::warn!(values = invalid.len(), samples = ?samples, "the account column holds values that are not connected account ids (acct_ followed by letters and digits): their feeds are not read; is RECONCILER_ACCOUNT_COLUMN the right column?");
     }
     let ids: Vec<&str> = accounts.iter().map(AccountId::as_str).collect();
     let positions: HashMap<String, EventsPosition> =
