@@ -437,13 +437,12 @@ impl Standin {
             .into_iter()
             .map(|i| {
                 let id = &self.order[i];
-                match self.known.get(id) {
-                    Some(Remote::Status(status)) => {
-                        self.payment_intent(id, &Pi::new(status), expanded)
-                    }
-                    Some(Remote::Detailed(pi)) => self.payment_intent(id, pi, expanded),
+                // As a retrieve would serve it: moved by a POST, refunded,
+                // disputed.
+                match self.current(id) {
+                    Ok(pi) => self.payment_intent(id, &pi, expanded),
                     // A PaymentIntent Stripe cannot serve whole: no status.
-                    _ => {
+                    Err(_) => {
                         let mut pi = self.payment_intent(id, &Pi::new("succeeded"), expanded);
                         pi.as_object_mut().map(|o| o.remove("status"));
                         pi
@@ -454,6 +453,35 @@ impl Standin {
         self.reply(200).set_body_json(serde_json::json!({
             "object": "list", "data": data, "has_more": has_more, "url": "/v1/payment_intents",
         }))
+    }
+}
+
+/// Why the stand-in serves no PaymentIntent for an id.
+enum Unserved {
+    /// Seeded to fail (a 500 on retrieve, no status in a list).
+    Broken,
+    /// Unknown: Stripe's 404.
+    Missing,
+}
+
+impl Standin {
+    /// The PaymentIntent `id` as it is now, for a retrieve and a list alike:
+    /// a status a `POST` moved it to wins over the seed, and a refund or a
+    /// dispute posted since lives on the charge (the PaymentIntent's status
+    /// stays as it was; Stripe API reference).
+    fn current(&self, id: &str) -> Result<Pi, Unserved> {
+        let mut pi = match (self.moved.status_of(id), self.known.get(id)) {
+            (Some(status), _) | (None, Some(&Remote::Status(status))) => Pi::new(status),
+            (None, Some(Remote::Detailed(pi))) => *pi,
+            (None, Some(Remote::Broken)) => return Err(Unserved::Broken),
+            (None, Some(Remote::Missing) | None) => return Err(Unserved::Missing),
+        };
+        let money = self.moved.money_of(id);
+        if money.refunded {
+            pi.refunded = pi.amount;
+        }
+        pi.disputed |= money.disputed;
+        Ok(pi)
     }
 }
 
@@ -501,13 +529,12 @@ impl Respond for Standin {
             .url
             .query_pairs()
             .any(|(k, v)| k == "expand[]" && v == "latest_charge");
-        let mut pi = match (self.moved.status_of(id), self.known.get(id)) {
-            (Some(status), _) | (None, Some(&Remote::Status(status))) => Pi::new(status),
-            (None, Some(Remote::Detailed(pi))) => *pi,
-            (None, Some(Remote::Broken)) => {
+        let pi = match self.current(id) {
+            Ok(pi) => pi,
+            Err(Unserved::Broken) => {
                 return self.envelope(500, "api_error", "", "An unknown error occurred.")
             }
-            (None, Some(Remote::Missing) | None) => {
+            Err(Unserved::Missing) => {
                 return self.envelope(
                     404,
                     "invalid_request_error",
@@ -516,13 +543,6 @@ impl Respond for Standin {
                 )
             }
         };
-        // A refund or a dispute posted since lives on the charge; the
-        // PaymentIntent's status stays as it was (Stripe API reference).
-        let money = self.moved.money_of(id);
-        if money.refunded {
-            pi.refunded = pi.amount;
-        }
-        pi.disputed |= money.disputed;
         self.reply(200)
             .set_body_json(self.payment_intent(id, &pi, expanded))
     }
