@@ -102,7 +102,10 @@ pub fn render(st: &Status, grace: Duration) -> String {
             if e.connected_accounts > 0 {
                 line(
                     "events connected accounts",
-                    format!("{} feeds with their own position", e.connected_accounts),
+                    format!(
+                        "{} (each with its own events position)",
+                        e.connected_accounts
+                    ),
                 );
             }
             line(

@@ -83,8 +83,14 @@ where
     let value = raw.partition_value.filter(|v| !v.trim().is_empty());
     match (column, value) {
         (None, None) => Ok(None),
-        (Some(_), None) => Err(ConfigError::Missing { var: VALUE_VAR }),
-        (None, Some(_)) => Err(ConfigError::Missing { var: COLUMN_VAR }),
+        (Some(_), None) => Err(ConfigError::Invalid {
+            var: VALUE_VAR,
+            reason: format!("not set, but {COLUMN_VAR} is: set both (the column and the value this job owns) or neither"),
+        }),
+        (None, Some(_)) => Err(ConfigError::Invalid {
+            var: COLUMN_VAR,
+            reason: format!("not set, but {VALUE_VAR} is: set both (the column and the value this job owns) or neither"),
+        }),
         (Some(column), Some(value)) => {
             if value.len() > MAX_VALUE_BYTES {
                 return Err(invalid(
