@@ -15,7 +15,7 @@
 //! - [`config`]: settings from the environment, secrets redacted.
 //! - [`dashboard`]: PURE links to a PaymentIntent in the Stripe Dashboard (live or test).
 //! - [`db`]: the connection pool and the embedded migrations.
-//! - [`events`]: the events feed (`events`): missed webhooks and money with no order.
+//! - [`events`]: the events feed (`events`): missed webhooks and money with no order, a feed per connected account.
 //! - [`exit`]: the process exit codes.
 //! - [`lease`]: the run lease on the cursor or the events position: take, renew, give back.
 //! - [`metrics`]: the run's gauges and the push to the Pushgateway.
