@@ -9,7 +9,7 @@ use crate::config::{LogFormat, Settings};
 use crate::events::{run_events, EventsSummary};
 use crate::metrics::{EventsMetrics, EventsState};
 use crate::outcome::RunOutcome;
-use crate::store::{events_position, events_retry, Context, StoreError};
+use crate::store::{events_position, Context};
 use crate::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
 use crate::terminal::escape;
 use crate::{db, shutdown};
@@ -78,19 +78,17 @@ pub(super) async fn events(settings: &Settings) -> Result<(), CommandError> {
 /// the connected accounts' feeds moved within `active`, the last success and
 /// the PaymentIntents held.
 async fn read_state(pool: &PgPool, job: &str, active: std::time::Duration) -> Option<EventsState> {
+    // The figures `status` shows, in one statement.
     let read = async {
         let mut conn = pool.acquire().await.context("connecting")?;
-        let position = events_position::read(&mut conn, job).await?;
-        let oldest = events_position::oldest_covered(&mut conn, job, active).await?;
-        let (held, _) = events_retry::pending(&mut conn, job).await?;
-        Ok::<_, StoreError>((position, oldest, held))
+        events_position::figures(&mut conn, job, active).await
     };
     match tokio::time::timeout(std::time::Duration::from_secs(10), read).await {
-        Ok(Ok((p, oldest, held))) => Some(EventsState {
-            covered_until: oldest,
-            last_success: p.as_ref().and_then(|p| p.last_success_at),
-            held,
-        }),
+        Ok(Ok(f)) => Some(f.map_or_else(EventsState::default, |f| EventsState {
+            covered_until: f.oldest_covered,
+            last_success: f.last_success_at,
+            held: f.payment_intents_held,
+        })),
         Ok(Err(e)) => {
             tracing::error!(error = %e, "cannot read the events position for the metrics");
             None

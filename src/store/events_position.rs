@@ -184,30 +184,6 @@ pub async fn advance_account(
     Ok(true)
 }
 
-/// The oldest position among the platform's feed and the connected
-/// accounts' feeds moved within `active` (for `events_lag_seconds`: the job
-/// is as far behind as its most lagging feed). `None` before the first run.
-///
-/// # Errors
-/// [`StoreError`] when the statement fails.
-pub async fn oldest_covered(
-    conn: &mut PgConnection,
-    job: &str,
-    active: std::time::Duration,
-) -> Result<Option<DateTime<Utc>>, StoreError> {
-    super::query_scalar(
-        "SELECT min(covered_until) FROM reconciliation_events_position
-          WHERE job = $1
-             OR (starts_with(job, $1 || ':acct_')
-                 AND updated_at > now() - make_interval(secs => $2))",
-    )
-    .bind(job)
-    .bind(active.as_secs_f64())
-    .fetch_one(conn)
-    .await
-    .context("reading the oldest events position")
-}
-
 /// What `status` shows of the events job `job` (`<RECONCILER_JOB>-events`).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct EventsFigures {
@@ -229,7 +205,8 @@ pub struct EventsFigures {
     pub database_now: DateTime<Utc>,
 }
 
-/// The events job's figures for `status`; `None` when it never ran.
+/// The events job's figures for `status` and the events push; `None` when
+/// it never ran.
 /// `active` is `RECONCILER_EVENTS_ACCOUNT_ACTIVE_SECONDS`.
 ///
 /// # Errors

@@ -215,21 +215,3 @@ pub async fn due(
     events.reverse();
     Ok(events)
 }
-
-/// How many PaymentIntents wait for another read for `job`, and the oldest
-/// event among them (for `status` and the `events_payment_intents_held` gauge).
-///
-/// # Errors
-/// [`StoreError`] when the statement fails.
-pub async fn pending(
-    conn: &mut PgConnection,
-    job: &str,
-) -> Result<(i64, Option<DateTime<Utc>>), StoreError> {
-    super::query_as(
-        "SELECT count(*), min(event_created) FROM reconciliation_events_retry WHERE job = $1",
-    )
-    .bind(job)
-    .fetch_one(conn)
-    .await
-    .context("counting events retries")
-}
