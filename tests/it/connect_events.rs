@@ -62,13 +62,41 @@ async fn add_account_column(pool: &PgPool) {
         .unwrap();
 }
 
-async fn set_account(pool: &PgPool, id: i64, account: &str) {
+/// A payment of `account` (in the `stripe_account` column), `updated_secs_ago`.
+async fn insert_on(
+    pool: &PgPool,
+    account: &str,
+    pi: &str,
+    status: &str,
+    updated_secs_ago: i64,
+) -> i64 {
+    let id = insert_payment(pool, pi, status, updated_secs_ago).await;
     sqlx::query("UPDATE payments SET stripe_account = $2 WHERE id = $1")
         .bind(id)
         .bind(account)
         .execute(pool)
         .await
         .unwrap();
+    id
+}
+
+/// Mounts `response` as `account`'s events feed (a refused or failing feed).
+async fn mount_feed_answer(server: &MockServer, account: &str, response: ResponseTemplate) {
+    Mock::given(method("GET"))
+        .and(path("/v1/events"))
+        .and(header("Stripe-Account", account))
+        .respond_with(response)
+        .mount(server)
+        .await;
+}
+
+/// `(payment_id, kind, account)` of every finding.
+async fn kinds(pool: &PgPool) -> Vec<(Option<i64>, String, Option<String>)> {
+    findings(pool)
+        .await
+        .into_iter()
+        .map(|(p, _, k, a)| (p, k, a))
+        .collect()
 }
 
 fn connect_settings() -> JobSettings {
@@ -118,10 +146,8 @@ async fn each_connected_accounts_feed_is_read_with_its_header_and_its_own_positi
     // The platform and acct_One each miss a webhook; acct_Two took money for
     // an order that was never written, and has one ordinary row.
     let p = insert_payment(&pool, "pi_Plat", "pending", 3600).await;
-    let o = insert_payment(&pool, "pi_One", "pending", 3600).await;
-    set_account(&pool, o, "acct_One").await;
-    let t = insert_payment(&pool, "pi_TwoPaid", "paid", 3600).await;
-    set_account(&pool, t, "acct_Two").await;
+    let o = insert_on(&pool, "acct_One", "pi_One", "pending", 3600).await;
+    insert_on(&pool, "acct_Two", "pi_TwoPaid", "paid", 3600).await;
     plat.push(event("evt_p", "pi_Plat", "succeeded", 120));
     one.push(event("evt_o", "pi_One", "succeeded", 110));
     two.push(event("evt_t", "pi_TwoOrphan", "succeeded", 900));
@@ -184,21 +210,20 @@ async fn a_busy_account_cannot_starve_a_quiet_one_and_a_revoked_one_is_skipped(p
     mount_feed(&stripe, None, &plat).await;
     mount_feed(&stripe, Some("acct_Busy"), &busy).await;
     mount_feed(&stripe, Some("acct_Quiet"), &quiet).await;
-    Mock::given(method("GET"))
-        .and(path("/v1/events"))
-        .and(header("Stripe-Account", "acct_Gone"))
-        .respond_with(ResponseTemplate::new(403).set_body_json(json!({"error": {
+    mount_feed_answer(
+        &stripe,
+        "acct_Gone",
+        ResponseTemplate::new(403).set_body_json(json!({"error": {
             "type": "invalid_request_error",
             "message": "The provided key 'sk_test_***' does not have access to account 'acct_Gone' (or that account does not exist). Application access may have been revoked."
-        }})))
-        .mount(&stripe)
-        .await;
+        }})),
+    )
+    .await;
     mount_missing(&stripe).await;
 
     // acct_Busy: a burst of 900 events about paid rows; acct_Quiet: one missed webhook.
     for (pi, acct) in [("pi_BusyRow", "acct_Busy"), ("pi_GoneRow", "acct_Gone")] {
-        let id = insert_payment(&pool, pi, "paid", 3600).await;
-        set_account(&pool, id, acct).await;
+        insert_on(&pool, acct, pi, "paid", 3600).await;
     }
     for i in 0..900 {
         busy.push(event(
@@ -208,8 +233,7 @@ async fn a_busy_account_cannot_starve_a_quiet_one_and_a_revoked_one_is_skipped(p
             3000 - i,
         ));
     }
-    let q = insert_payment(&pool, "pi_Quiet", "pending", 3600).await;
-    set_account(&pool, q, "acct_Quiet").await;
+    let q = insert_on(&pool, "acct_Quiet", "pi_Quiet", "pending", 3600).await;
     quiet.push(event("evt_q", "pi_Quiet", "succeeded", 60));
     mount_on(&stripe, Some("acct_Quiet"), "pi_Quiet", "succeeded").await;
 
@@ -233,11 +257,7 @@ async fn a_busy_account_cannot_starve_a_quiet_one_and_a_revoked_one_is_skipped(p
         summary.truncated,
         "the busy feed's backlog is left to the next runs"
     );
-    let found: Vec<(Option<i64>, String, Option<String>)> = findings(&pool)
-        .await
-        .into_iter()
-        .map(|(p, _, k, a)| (p, k, a))
-        .collect();
+    let found = kinds(&pool).await;
     assert_eq!(
         found,
         [(Some(q), "missed_success".into(), Some("acct_Quiet".into()))],
@@ -260,12 +280,7 @@ async fn one_accounts_failing_feed_does_not_stop_the_other_accounts_feeds(pool: 
     let (plat, fine) = (Feed::default(), Feed::default());
     mount_feed(&stripe, None, &plat).await;
     mount_feed(&stripe, Some("acct_Fine"), &fine).await;
-    Mock::given(method("GET"))
-        .and(path("/v1/events"))
-        .and(header("Stripe-Account", "acct_Broken"))
-        .respond_with(err(500, "api_error", "internal"))
-        .mount(&stripe)
-        .await;
+    mount_feed_answer(&stripe, "acct_Broken", err(500, "api_error", "internal")).await;
     Mock::given(method("GET"))
         .and(path("/v1/payment_intents"))
         .and(platform)
@@ -275,10 +290,8 @@ async fn one_accounts_failing_feed_does_not_stop_the_other_accounts_feeds(pool: 
         .mount(&stripe)
         .await;
     mount_missing(&stripe).await;
-    let b = insert_payment(&pool, "pi_BrokenRow", "paid", 3600).await;
-    set_account(&pool, b, "acct_Broken").await;
-    let f = insert_payment(&pool, "pi_Fine", "pending", 3600).await;
-    set_account(&pool, f, "acct_Fine").await;
+    insert_on(&pool, "acct_Broken", "pi_BrokenRow", "paid", 3600).await;
+    let f = insert_on(&pool, "acct_Fine", "pi_Fine", "pending", 3600).await;
     fine.push(event("evt_f", "pi_Fine", "succeeded", 60));
     mount_on(&stripe, Some("acct_Fine"), "pi_Fine", "succeeded").await;
 
@@ -290,11 +303,7 @@ async fn one_accounts_failing_feed_does_not_stop_the_other_accounts_feeds(pool: 
             "the failing feed still fails the run: {result:?}"
         );
     }
-    let found: Vec<(Option<i64>, String, Option<String>)> = findings(&pool)
-        .await
-        .into_iter()
-        .map(|(p, _, k, a)| (p, k, a))
-        .collect();
+    let found = kinds(&pool).await;
     assert_eq!(
         found,
         [(Some(f), "missed_success".into(), Some("acct_Fine".into()))],
