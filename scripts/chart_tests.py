@@ -692,6 +692,11 @@ def test_notes(r, chart):
     r.check("prometheusRule.labels is empty" in n, "NOTES: warns that kube-prometheus-stack ignores rules without its label")
     n = notes("existingSecret.name=creds", "prometheusRule.enabled=true", "prometheusRule.labels.release=kps",
               "alerts.runbookBaseUrl=https://x/README.md")
+    # The absence of the warnings counts only when the install rendered the
+    # alert section they belong to (a failed render has no warnings either).
+    r.check(not n.startswith("FAILED") and "Alert rules: PrometheusRule stripe-reconciler" in n
+            and "StripeReconcilerNotRunning fires" in n,
+            "NOTES: the alert section renders with prometheusRule.labels and alerts.runbookBaseUrl set", n[-600:])
     r.check("prometheusRule.labels is empty" not in n and "runbookBaseUrl" not in n,
             "NOTES: no label or runbook warning once they are set", n[-600:])
     n = notes("existingSecret.name=creds")
