@@ -176,6 +176,19 @@ impl StripeFake {
         self
     }
 
+    /// Moves the platform's PaymentIntent `id` to `status`, as Stripe's
+    /// example object in that status (its `created` kept).
+    pub fn set_status(&self, id: &str, status: &str) -> &Self {
+        let created = self
+            .state()
+            .accounts
+            .get(&None)
+            .and_then(|h| h.pis.iter().find(|p| p["id"] == id))
+            .and_then(|p| p["created"].as_i64())
+            .unwrap_or_else(|| chrono::Utc::now().timestamp() - 3600);
+        self.add(None, id, status, created)
+    }
+
     /// A deleted PaymentIntent of the platform: 404 `resource_missing`,
     /// never listed.
     pub fn delete(&self, id: &str) {
