@@ -40,7 +40,7 @@ say "cargo test --doc"
 doc_out=$(timeout --kill-after=30 300 cargo test --doc 2>&1) || { printf '%s\n' "$doc_out"; die "cargo test --doc failed or timed out"; }
 printf '%s\n' "$doc_out" | tail -n 3
 # A doctest run that compiled nothing proves nothing.
-printf '%s\n' "$doc_out" | grep -Eq 'test result: ok\. [1-9][0-9]* passed' \
+grep -Eq 'test result: ok\. [1-9][0-9]* passed' <<<"$doc_out" \
   || die "cargo test --doc ran no doctest (the canonical writer's webhook example must compile)"
 
 for check in "${checks[@]}"; do

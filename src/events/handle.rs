@@ -420,6 +420,10 @@ async fn renew_for_reads(
     reads: usize,
 ) -> Result<(), EventsError> {
     let ttl = lease.ttl_seconds + 2.0 * reads as f64 / f64::from(settings.rate_limit_rps.max(1));
-    let mut conn = pool.acquire().await.context("connecting")?;
-    Ok(lease.renew_for(&mut conn, ttl).await?)
+    let mut tx = crate::store::begin(pool)
+        .await
+        .context("starting a transaction")?;
+    lease.renew_for(&mut tx, ttl).await?;
+    tx.commit().await.context("committing")?;
+    Ok(())
 }

@@ -20,7 +20,11 @@
 //!
 //! It counts the requests per endpoint (and per account) and the list pages
 //! that failed (any answer but 200), so a test can assert how rows were read:
-//! [`StripeFake::assert_read_by_list`].
+//! [`StripeFake::assert_read_by_list`]. And when a test ends, the fake fails
+//! it if a list page failed that the test did not ask to fail
+//! ([`StripeFake::fail_list`], [`StripeFake::answer_on`],
+//! [`StripeFake::refuse`], [`StripeFake::allow_failed_list_pages`]): no test
+//! passes by quietly falling back to one retrieve per row.
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Deref;
@@ -97,6 +101,8 @@ struct State {
     /// Answers for the next list requests (after the first `skip`), in order.
     list_faults: VecDeque<(usize, ResponseTemplate)>,
     seen: Vec<Seen>,
+    /// The test made list pages fail on purpose (checked on drop).
+    list_failures_expected: bool,
 }
 
 /// The fake Stripe (see the module docs). Derefs to its [`MockServer`]
@@ -104,6 +110,25 @@ struct State {
 pub struct StripeFake {
     state: Arc<Mutex<State>>,
     server: MockServer,
+}
+
+impl Drop for StripeFake {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        let s = self.state();
+        let failed: Vec<&Seen> = s
+            .seen
+            .iter()
+            .filter(|x| x.endpoint == LIST && x.status != 200)
+            .collect();
+        assert!(
+            s.list_failures_expected || failed.is_empty(),
+            "{} list page(s) failed that the test did not make fail (its rows fell back to retrieves): {failed:#?}",
+            failed.len()
+        );
+    }
 }
 
 impl Deref for StripeFake {
@@ -209,6 +234,12 @@ impl StripeFake {
         self
     }
 
+    /// The test expects list pages to fail (by a fault it mounted itself).
+    pub fn allow_failed_list_pages(&self) -> &Self {
+        self.state().list_failures_expected = true;
+        self
+    }
+
     /// Every request made as `account` answers Stripe's 403 no-access.
     pub fn refuse(&self, account: &str) -> &Self {
         for endpoint in [RETRIEVE, LIST, EVENTS] {
@@ -224,16 +255,18 @@ impl StripeFake {
         endpoint: &'static str,
         response: ResponseTemplate,
     ) -> &Self {
-        self.state()
-            .overrides
-            .push((key(account), endpoint, response));
+        let mut s = self.state();
+        s.list_failures_expected |= endpoint == LIST;
+        s.overrides.push((key(account), endpoint, response));
         self
     }
 
     /// The list request after `skip` more list requests answers `response`
     /// instead (faults queue up in order).
     pub fn fail_list(&self, skip: usize, response: ResponseTemplate) -> &Self {
-        self.state().list_faults.push_back((skip, response));
+        let mut s = self.state();
+        s.list_failures_expected = true;
+        s.list_faults.push_back((skip, response));
         self
     }
 
@@ -242,7 +275,7 @@ impl StripeFake {
     /// (`created_at`): what list mode's windows look for.
     pub async fn mirror(&self, pool: &PgPool, status: &str) -> &Self {
         let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT stripe_payment_intent_id, extract(epoch FROM created_at)::bigint
+            "SELECT stripe_payment_intent_id, floor(extract(epoch FROM created_at))::bigint
                FROM payments WHERE stripe_payment_intent_id LIKE 'pi\\_%'",
         )
         .fetch_all(pool)
@@ -360,17 +393,19 @@ fn all(q: &Query, k: &str) -> Vec<String> {
 }
 
 /// Stripe's 400 for a query parameter it cannot use.
-fn invalid(code: &str, message: &str) -> ResponseTemplate {
-    ResponseTemplate::new(400)
-        .insert_header("Request-Id", "req_invalid")
-        .set_body_json(
-            json!({"error": {"type": "invalid_request_error", "code": code,
+fn invalid(code: &str, message: &str) -> Box<ResponseTemplate> {
+    Box::new(
+        ResponseTemplate::new(400)
+            .insert_header("Request-Id", "req_invalid")
+            .set_body_json(
+                json!({"error": {"type": "invalid_request_error", "code": code,
             "message": message, "doc_url": format!("https://stripe.com/docs/error-codes/{code}")}}),
-        )
+            ),
+    )
 }
 
 /// `[gte, lt)` from `created[gte|gt|lte|lt]`, or Stripe's 400.
-fn created_range(q: &Query) -> Result<(i64, i64), ResponseTemplate> {
+fn created_range(q: &Query) -> Result<(i64, i64), Box<ResponseTemplate>> {
     let (mut gte, mut lt) = (i64::MIN, i64::MAX);
     for (k, v) in q {
         let Some(op) = k.strip_prefix("created[").and_then(|r| r.strip_suffix(']')) else {
@@ -399,7 +434,7 @@ fn created_range(q: &Query) -> Result<(i64, i64), ResponseTemplate> {
 }
 
 /// `limit`: 1 to 100, default 10.
-fn limit(q: &Query) -> Result<usize, ResponseTemplate> {
+fn limit(q: &Query) -> Result<usize, Box<ResponseTemplate>> {
     match get(q, "limit") {
         None => Ok(10),
         Some(v) => match v.parse::<usize>() {
@@ -413,7 +448,7 @@ fn limit(q: &Query) -> Result<usize, ResponseTemplate> {
 }
 
 /// One page of `items` (newest first) after `starting_after`.
-fn page(items: &[&Value], q: &Query, url: &str) -> Result<Value, ResponseTemplate> {
+fn page(items: &[&Value], q: &Query, url: &str) -> Result<Value, Box<ResponseTemplate>> {
     let limit = limit(q)?;
     let from = match get(q, "starting_after") {
         Some(after) => match items.iter().position(|o| o["id"] == after.as_str()) {
@@ -498,7 +533,7 @@ impl Handler {
             LIST => {
                 let (gte, lt) = match created_range(q) {
                     Ok(r) => r,
-                    Err(e) => return e,
+                    Err(e) => return *e,
                 };
                 let expanded = all(q, "expand[]").iter().any(|e| e == "data.latest_charge");
                 let items: Vec<&Value> = holdings
@@ -518,13 +553,13 @@ impl Handler {
                         }
                         ok(body, "req_list")
                     }
-                    Err(e) => e,
+                    Err(e) => *e,
                 }
             }
             EVENTS => {
                 let (gte, lt) = match created_range(q) {
                     Ok(r) => r,
-                    Err(e) => return e,
+                    Err(e) => return *e,
                 };
                 let types = all(q, "types[]");
                 let items: Vec<&Value> = holdings
@@ -535,7 +570,7 @@ impl Handler {
                     .collect();
                 match page(&items, q, "/v1/events") {
                     Ok(body) => ok(body, "req_events"),
-                    Err(e) => e,
+                    Err(e) => *e,
                 }
             }
             _ => ResponseTemplate::new(404).set_body_json(json!({"error": {
