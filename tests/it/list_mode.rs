@@ -555,3 +555,23 @@ async fn a_failing_list_endpoint_falls_back_to_one_retrieve_per_row_in_the_binar
     assert_eq!(retrieved, ["pi_1", "pi_2", "pi_3", "pi_4", "pi_5", "pi_6"]);
     assert_eq!(findings(&pool).await.len(), 1);
 }
+
+/// The shared fake fails a test whose list page failed unasked (here: a
+/// `starting_after` Stripe does not know, a 400), so no test passes by
+/// quietly falling back to retrieves.
+#[tokio::test]
+#[should_panic(expected = "list page(s) failed that the test did not make fail")]
+async fn the_shared_fake_fails_a_test_whose_list_page_failed_unasked() {
+    let stripe = crate::support::stripe_fake::StripeFake::start().await;
+    let answer = reqwest::Client::new()
+        .get(format!(
+            "{}/v1/payment_intents?limit=100&starting_after=pi_Unknown",
+            stripe.uri()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 400);
+    assert_eq!(stripe.failed_list_pages(), 1);
+    drop(stripe);
+}
