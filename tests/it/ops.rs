@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 use sqlx::PgPool;
 use wiremock::matchers::method;
-use wiremock::{Mock, MockServer, Request};
+use wiremock::{Mock, MockServer};
 
 use crate::support::pushgateway::{self, value};
 use crate::support::secrets::{assert_no_secret, url_with_password, DB_PASSWORD, SECRET_KEY};
@@ -61,11 +61,7 @@ async fn a_run_prints_its_summary_and_exits_0(pool: PgPool) {
         .execute(&pool)
         .await
         .unwrap();
-    let stripe = MockServer::start().await;
-    Mock::given(method("GET"))
-        .respond_with(|r: &Request| ok(r.url.path().rsplit('/').next().unwrap(), "succeeded"))
-        .mount(&stripe)
-        .await;
+    let stripe = stripe_mirroring(&pool, "succeeded", Duration::ZERO).await;
     let env = [
         ("DATABASE_URL", url_with_password(&pool)),
         ("STRIPE_API_KEY", SECRET_KEY.to_owned()),
@@ -118,6 +114,11 @@ async fn a_run_prints_its_summary_and_exits_0(pool: PgPool) {
     assert_eq!(summary["commands_enqueued"], 1);
     assert_eq!(summary["verdicts"]["in_sync"], 11);
     assert_eq!(summary["verdicts"]["repairable"], 1);
+    // The default read mode: every row verified through list pages (one
+    // per batch), none failed, no retrieve.
+    assert_eq!(summary["stripe_requests"]["list"], 3, "{summary}");
+    assert_eq!(summary["stripe_requests"]["retrieve"], 0, "{summary}");
+    stripe.assert_read_by_list(0);
     assert_eq!(
         count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
         1
@@ -193,7 +194,7 @@ async fn an_unreachable_database_exits_1_without_echoing_the_password(_pool: PgP
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_run_past_its_deadline_starts_no_new_batch(pool: PgPool) {
     insert_paid(&pool, 40).await;
-    let slow = stripe_answering("succeeded", std::time::Duration::from_millis(400)).await;
+    let slow = stripe_mirroring(&pool, "succeeded", std::time::Duration::from_millis(400)).await;
     let env = [
         ("DATABASE_URL", database_url(&pool)),
         ("STRIPE_API_KEY", SECRET_KEY.to_owned()),
@@ -268,7 +269,7 @@ async fn a_dry_run_counts_only_the_findings_a_real_run_would_create(pool: PgPool
         .execute(&pool)
         .await
         .unwrap();
-    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+    let stripe = stripe_mirroring(&pool, "succeeded", Duration::ZERO).await;
     // A real run records both drifts; then payment 8's finding is resolved by
     // hand, so only its drift is new again.
     let real = reconciler_output(&["run"], &env(&pool, &stripe.uri(), &[])).await;
@@ -359,7 +360,7 @@ async fn a_run_refused_by_the_lease_names_the_holder_and_its_expiry(pool: PgPool
     .execute(&pool)
     .await
     .unwrap();
-    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+    let stripe = stripe_mirroring(&pool, "succeeded", Duration::ZERO).await;
 
     let out = reconciler_output(&["run"], &env(&pool, &stripe.uri(), &[])).await;
 
@@ -382,7 +383,7 @@ async fn each_batch_line_shows_rows_done_of_the_cycle_and_an_estimated_end(pool:
         .execute(&pool)
         .await
         .unwrap();
-    let stripe = stripe_answering("succeeded", Duration::from_millis(5)).await;
+    let stripe = stripe_mirroring(&pool, "succeeded", Duration::from_millis(5)).await;
 
     let out = reconciler_output(
         &["run"],
@@ -467,7 +468,7 @@ async fn errors_of_interactive_commands_are_one_readable_line(_pool: PgPool) {
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn pretty_logs_carry_no_colour_codes_when_stderr_is_not_a_terminal(pool: PgPool) {
     insert_paid(&pool, 3).await;
-    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+    let stripe = stripe_mirroring(&pool, "succeeded", Duration::ZERO).await;
 
     let out = reconciler_output(
         &["run"],
