@@ -93,7 +93,9 @@ pub async fn create_payment_intent_index(
     unique: bool,
 ) -> Result<IndexBuild, StoreError> {
     let name = if unique { UNIQUE_INDEX } else { PLAIN_INDEX };
-    drop_invalid(conn, name).await?;
+    if !drop_invalid(conn, name).await? {
+        return Ok(IndexBuild::LockTimeout);
+    }
     let sql = if unique {
         format!("CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS {name} ON payments (stripe_payment_intent_id)")
     } else {
@@ -146,11 +148,13 @@ pub async fn invalid_indexes_named_in(
 }
 
 /// Drops the index `name` if it is invalid (`DROP INDEX CONCURRENTLY`, so the
-/// application keeps writing). `conn` must not be in a transaction.
+/// application keeps writing, under [`super::legacy::INDEX_LOCK_TIMEOUT`]).
+/// `conn` must not be in a transaction. Returns `false` when an invalid
+/// index is still there (its lock was not granted in time).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn drop_invalid(conn: &mut PgConnection, name: &str) -> Result<(), StoreError> {
+pub async fn drop_invalid(conn: &mut PgConnection, name: &str) -> Result<bool, StoreError> {
     let invalid: bool = super::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
                          WHERE c.relname = $1 AND NOT i.indisvalid)",
@@ -160,12 +164,16 @@ pub async fn drop_invalid(conn: &mut PgConnection, name: &str) -> Result<(), Sto
     .await
     .context("looking for an invalid index")?;
     if invalid {
-        sqlx::raw_sql(&format!("DROP INDEX CONCURRENTLY IF EXISTS {name}"))
-            .execute(&mut *conn)
-            .await
-            .context("dropping an invalid index")?;
+        let dropped =
+            super::legacy::concurrently(conn, &format!("DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+                .await;
+        match dropped {
+            Ok(()) => {}
+            Err(e) if super::legacy::is_lock_unavailable(&e) => return Ok(false),
+            Err(e) => return Err(e),
+        }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Whether `payments` exists yet (the demo's migrations create it; an
@@ -263,7 +271,9 @@ pub async fn create_partition_index(
     column: &ColumnName,
 ) -> Result<(IndexBuild, String), StoreError> {
     let name = partition_index_name(column);
-    drop_invalid(conn, &name).await?;
+    if !drop_invalid(conn, &name).await? {
+        return Ok((IndexBuild::LockTimeout, name));
+    }
     let sql = format!(
         "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON payments ({}, id)",
         column.quoted()
