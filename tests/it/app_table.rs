@@ -506,3 +506,59 @@ async fn a_small_table_is_verified_again_by_every_run(pool: PgPool) {
     }
     assert!(status["rows"].is_i64(), "{status}");
 }
+
+/// The same for a partition: 10 of its rows among 20 others', one planned
+/// batch per run; every run reads its 10 rows and ends its cycle.
+#[sqlx::test(migrations = false)]
+async fn a_small_partition_is_verified_again_by_every_run(pool: PgPool) {
+    use stripe_reconciler::config::{ColumnName, Partition, PartitionKind};
+    let out = reconciler_output(&["migrate"], &[("DATABASE_URL", database_url(&pool))]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    sqlx::raw_sql("ALTER TABLE payments ADD COLUMN legal_entity text")
+        .execute(&pool)
+        .await
+        .unwrap();
+    insert_paid(&pool, 30).await;
+    sqlx::raw_sql(
+        "UPDATE payments SET legal_entity = CASE WHEN id % 3 = 0 THEN 'eu' ELSE 'us' END",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let stripe = MockServer::start().await;
+    for i in 1..=30 {
+        mount(
+            &stripe,
+            &format!("pi_{i}"),
+            ok(&format!("pi_{i}"), "succeeded"),
+        )
+        .await;
+    }
+    let mut s = stripe_reconciler::config::JobSettings {
+        batches_per_run: Sizing::Fixed(1),
+        ..settings(200)
+    };
+    s.job = "payments-eu".into();
+    s.partition = Some(Partition {
+        column: ColumnName::parse("RECONCILER_PARTITION_COLUMN", "legal_entity").unwrap(),
+        value: "eu".into(),
+        kind: PartitionKind::Text,
+    });
+    for run in 1..=3 {
+        let (summary, result) = scan::run(
+            &pool,
+            &gateway(&stripe),
+            &s,
+            RunOptions::default(),
+            CancellationToken::new(),
+        )
+        .await;
+        result.unwrap();
+        assert_eq!(
+            (summary.batches, summary.rows_scanned, summary.wrapped),
+            (1, 10, true),
+            "run {run}: {summary:?}"
+        );
+        assert_eq!(requests(&stripe).await, 10 * run as usize, "run {run}");
+    }
+}
