@@ -127,9 +127,12 @@ impl Shortfall {
 pub struct RunPlan {
     /// Batches this run starts (at least one).
     pub batches: u32,
-    /// Rows each run must read to end the cycle within the target (margin included).
+    /// Rows each run must read to end the cycle within the target (margin
+    /// included); a count, so an integer in JSON (rounded up).
+    #[serde(serialize_with = "rows_up")]
     pub rows_per_run_needed: f64,
-    /// Rows the planned batches read (`batches × B`).
+    /// Rows the planned batches read (`batches × B`); an integer in JSON.
+    #[serde(serialize_with = "rows_up")]
     pub rows_per_run_planned: f64,
     /// The pace the plan assumed.
     pub pace: Pace,
@@ -144,6 +147,28 @@ pub struct RunPlan {
     pub target_ratio: f64,
     /// Why the target cannot be met; `None` when it can.
     pub shortfall: Option<Shortfall>,
+}
+
+/// A count of rows held as a float for the arithmetic, written as the
+/// integer it stands for (rounded up: the rows a run needs are whole rows;
+/// a figure within 1e-6 of an integer is that integer, so `4019.999999999999`
+/// is 4020). JSON counts are integers (DESIGN.md, Turn 4).
+fn rows_up<S: serde::Serializer>(value: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(whole_rows(*value))
+}
+
+/// [`rows_up`]'s rounding: not negative, not NaN, saturating.
+pub fn whole_rows(value: f64) -> u64 {
+    if !value.is_finite() || value <= 0.0 {
+        return if value == f64::INFINITY { u64::MAX } else { 0 };
+    }
+    let nearest = value.round();
+    let whole = if (value - nearest).abs() < 1e-6 {
+        nearest
+    } else {
+        value.ceil()
+    };
+    whole as u64
 }
 
 /// Plans a run (issue 23): the rows still to read in this cycle (those ahead
@@ -369,5 +394,18 @@ mod tests {
             (c.scanned_rows_per_hour, c.new_rows_per_hour, c.ratio),
             (2_000.0, 500.0, 4.0)
         );
+    }
+
+    #[test]
+    fn row_counts_are_whole_rows() {
+        assert_eq!(whole_rows(4019.999999999999), 4020);
+        assert_eq!(whole_rows(4020.2), 4021);
+        assert_eq!(whole_rows(0.0), 0);
+        assert_eq!(whole_rows(-3.0), 0);
+        assert_eq!(whole_rows(f64::NAN), 0);
+        let plan = fixed(input(4019.999999999999 / PLAN_MARGIN, 0.0), 1);
+        let json = serde_json::to_value(plan).unwrap();
+        assert!(json["rows_per_run_needed"].is_u64(), "{json}");
+        assert!(json["rows_per_run_planned"].is_u64(), "{json}");
     }
 }

@@ -13,6 +13,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool};
 
 use crate::store::{self, payment_index, schema, Context, StoreError, Timeouts};
+use crate::upgrade::UpgradeReport;
 use crate::MIGRATOR;
 
 /// Could not reach or migrate the database.
@@ -31,6 +32,10 @@ pub enum DbError {
     /// leaves out (a build defect, caught by a unit test).
     #[error("migration 1 does not hold the expected outbox section")]
     OutboxSectionMissing,
+    /// The embedded 0001 no longer holds, exactly once, a statement this
+    /// runner leaves out (a build defect, caught by a unit test).
+    #[error("migration 1 does not hold the expected text {0:?}")]
+    EditMissing(&'static str),
     /// A `CREATE INDEX CONCURRENTLY` ended with an invalid index (it was
     /// interrupted or failed half-way); the migration is not recorded, and the
     /// next `migrate` drops the invalid index and builds it again.
@@ -96,14 +101,40 @@ pub async fn connect_for_migrations(options: PgConnectOptions) -> Result<PgPool,
 /// transaction lock; it is idempotent, and a run that races another on it
 /// fails on the unique version row and succeeds when run again.
 ///
+/// Nothing here locks the application's `payments` against its reads or
+/// writes: 0001 runs without the statements that did
+/// ([`APPLICATION_TABLE_EDITS`]), 0005 and 0007 are only recorded
+/// ([`RECORDED_ONLY`]), and then [`crate::upgrade::remove_legacy`] removes
+/// what earlier releases added (its report is returned; a step whose lock was
+/// not available is deferred, not waited for).
+///
 /// # Errors
 /// [`DbError::Migrate`] for a dirty, changed or unknown migration;
 /// [`DbError::Store`] when a statement fails (a migration's own error too).
-pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
+pub async fn migrate(pool: &PgPool) -> Result<UpgradeReport, DbError> {
     let mut conn = pool.acquire().await.map_err(DbError::Connect)?;
     schema::ensure_table(&mut conn).await?;
     for migration in MIGRATOR.iter() {
         if migration.migration_type.is_down_migration() {
+            continue;
+        }
+        if RECORDED_ONLY.contains(&migration.version) {
+            // Recorded with the file's checksum, its SQL never run: it built
+            // an index on the application's table over columns no release
+            // adds any more.
+            let mut tx = store::begin_with(&mut *conn, MIGRATION_TIMEOUTS)
+                .await
+                .context("opening a transaction")?;
+            store::lock_migrations(&mut tx).await?;
+            if !is_applied(&mut tx, migration).await? {
+                schema::record(&mut tx, migration, Duration::ZERO).await?;
+                tracing::info!(
+                    version = migration.version,
+                    description = %migration.description,
+                    "migration recorded without running it: it built an index on payments over columns no release adds any more"
+                );
+            }
+            tx.commit().await.context("recording a migration")?;
             continue;
         }
         if migration.no_tx {
@@ -159,8 +190,40 @@ pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
         }
         tx.commit().await.context("committing a migration")?;
     }
-    Ok(())
+    // What earlier releases added to `payments`, where the history shows it.
+    Ok(crate::upgrade::remove_legacy(&mut conn).await?)
 }
+
+/// Migrations recorded but never run: 0005 and 0007 built
+/// `CREATE INDEX CONCURRENTLY` indexes on `payments` over the columns 0001
+/// added, which this runner no longer adds (DESIGN.md, Turn 4: `migrate`
+/// adds nothing to the application's table but lookup indexes it needs).
+/// Installs that ran them have the indexes removed by [`crate::upgrade`].
+pub const RECORDED_ONLY: [i64; 2] = [5, 7];
+
+/// What migration 0001 runs without (its checksum is fixed: installs recorded
+/// it), each `(text, replacement)` found exactly once: the two columns it put
+/// on `payments` (in its `CREATE TABLE` for an empty database and as `ALTER
+/// TABLE … ADD COLUMN` on an existing one: an `ACCESS EXCLUSIVE` lock that
+/// queues the application's writes), and the foreign key from
+/// `reconciliation_findings` (a `SHARE ROW EXCLUSIVE` lock on `payments`
+/// now, a check on every application `DELETE` after). The findings keep the
+/// payment's id as a value.
+const APPLICATION_TABLE_EDITS: [(&str, &str); 3] = [
+    (
+        ",\n    observed_external_status text,\n    last_reconciled_at       timestamptz\n);",
+        "\n);",
+    ),
+    (
+        "ALTER TABLE payments ADD COLUMN IF NOT EXISTS observed_external_status text;\n\
+         ALTER TABLE payments ADD COLUMN IF NOT EXISTS last_reconciled_at timestamptz;\n",
+        "",
+    ),
+    (
+        "payment_id       bigint      NOT NULL REFERENCES payments (id),",
+        "payment_id       bigint      NOT NULL,",
+    ),
+];
 
 /// The start and end of migration 0001's outbox section. Its checksum is
 /// fixed (installs recorded it), so the file keeps the section, but the
@@ -173,7 +236,8 @@ const OUTBOX_SECTION: (&str, &str) = (
 );
 
 /// The SQL to run for `migration`: its own, except 0001 without its outbox
-/// section. The recorded checksum stays the file's.
+/// section and without [`APPLICATION_TABLE_EDITS`]. The recorded checksum
+/// stays the file's.
 fn applied_sql(migration: &Migration) -> Result<String, DbError> {
     if migration.version != 1 {
         return Ok(migration.sql.to_string());
@@ -186,7 +250,14 @@ fn applied_sql(migration: &Migration) -> Result<String, DbError> {
         .find(OUTBOX_SECTION.1)
         .map(|i| start + i + OUTBOX_SECTION.1.len())
         .ok_or(DbError::OutboxSectionMissing)?;
-    Ok(format!("{}{}", &sql[..start], &sql[end..]))
+    let mut sql = format!("{}{}", &sql[..start], &sql[end..]);
+    for (text, replacement) in APPLICATION_TABLE_EDITS {
+        if sql.matches(text).count() != 1 {
+            return Err(DbError::EditMissing(text));
+        }
+        sql = sql.replacen(text, replacement, 1);
+    }
+    Ok(sql)
 }
 
 /// No statement timeout (an index build on a large table takes as long as it
@@ -236,5 +307,36 @@ mod tests {
         // Everything else of 0001 is still there.
         assert!(sql.contains("CREATE TABLE IF NOT EXISTS reconciliation_runs"));
         assert!(sql.contains("CREATE UNIQUE INDEX IF NOT EXISTS reconciliation_findings_open"));
+    }
+
+    #[test]
+    fn migration_one_runs_without_touching_an_existing_payments_table() {
+        let first = MIGRATOR.iter().find(|m| m.version == 1).unwrap();
+        let sql = applied_sql(first).unwrap();
+        let statements: String = sql
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(!statements.contains("ALTER TABLE payments"), "{statements}");
+        assert!(!statements.contains("REFERENCES payments"), "{statements}");
+        assert!(
+            !statements.contains("observed_external_status"),
+            "{statements}"
+        );
+        assert!(!statements.contains("last_reconciled_at"), "{statements}");
+        // The demo's table is still created on an empty database.
+        assert!(statements.contains("CREATE TABLE IF NOT EXISTS payments"));
+        assert!(
+            statements.contains("updated_at               timestamptz NOT NULL DEFAULT now()\n);")
+        );
+        assert!(statements.contains("payment_id       bigint      NOT NULL,"));
+        // The two index migrations are recorded only.
+        for version in RECORDED_ONLY {
+            let m = MIGRATOR.iter().find(|m| m.version == version).unwrap();
+            assert!(m
+                .sql
+                .contains("CREATE INDEX CONCURRENTLY IF NOT EXISTS payments_"));
+        }
     }
 }

@@ -31,6 +31,7 @@
 //! - [`stripe`]: the gateway boundary: HTTP client, retry rule, ids (PaymentIntent, Connect account), errors.
 //! - [`telemetry`]: tracing initialisation (json or pretty).
 //! - [`terminal`]: PURE escaping of stored text for human-readable output.
+//! - [`upgrade`]: `migrate`'s removal of what earlier releases added to `payments`.
 
 pub mod capacity;
 pub mod cli;
@@ -54,6 +55,7 @@ pub mod store;
 pub mod stripe;
 pub mod telemetry;
 pub mod terminal;
+pub mod upgrade;
 
 /// The embedded migrations of `migrations/`.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();

@@ -4,7 +4,7 @@ use super::CommandError;
 use crate::config::{ConfigError, OutboxShape, Settings};
 use crate::db;
 use crate::store::outbox_shape::{self, OutboxMismatch, OutboxState};
-use crate::store::payment_index::{self as schema, PaymentIntentIndex};
+use crate::store::payment_index::{self as schema, IndexBuild, PaymentIntentIndex};
 use crate::store::{self, Context, StoreError};
 
 /// Checks what `migrate`, `run` and `repair` need of the user's schema before
@@ -68,7 +68,10 @@ pub(super) async fn migrate(settings: &Settings, unique: bool) -> Result<(), Com
     }
     drop(conn);
     // 2. The embedded migrations (0001 without its outbox section).
-    db::migrate(&pool).await?;
+    let upgrade = db::migrate(&pool).await?;
+    for line in upgrade.lines() {
+        println!("{line}");
+    }
     tracing::info!(
         migrations = crate::MIGRATOR.iter().count(),
         "database schema is up to date"
@@ -125,9 +128,16 @@ async fn partition_index(
         println!("payments ({column}, id) has the index {name}: kept");
         return Ok(());
     }
-    let name = schema::create_partition_index(&mut *conn, &partition.column)
+    let (built, name) = schema::create_partition_index(&mut *conn, &partition.column)
         .await
         .map_err(store)?;
+    if built == IndexBuild::LockTimeout {
+        println!(
+            "{}",
+            lock_skipped(&name, &format!("payments ({column}, id)"))
+        );
+        return Ok(());
+    }
     println!(
         "added the plain index {name} on payments ({column}, id) so the partition's batches are index range scans (RECONCILER_PARTITION_COLUMN); no constraint was added"
     );
@@ -173,9 +183,16 @@ async fn payment_intent_index(
                 "--unique-payment-intent-index: not built, the duplicates above would violate it"
             );
         } else {
-            schema::create_payment_intent_index(&mut *conn, true)
+            let built = schema::create_payment_intent_index(&mut *conn, true)
                 .await
                 .map_err(store)?;
+            if built == IndexBuild::LockTimeout {
+                println!(
+                    "{}",
+                    lock_skipped(schema::UNIQUE_INDEX, "payments (stripe_payment_intent_id)")
+                );
+                return Ok(());
+            }
             println!(
                 "--unique-payment-intent-index: added {}; the application can no longer insert a second row for one PaymentIntent",
                 schema::UNIQUE_INDEX
@@ -184,13 +201,29 @@ async fn payment_intent_index(
         }
     }
     if index == PaymentIntentIndex::Missing {
-        schema::create_payment_intent_index(&mut *conn, false)
+        let built = schema::create_payment_intent_index(&mut *conn, false)
             .await
             .map_err(store)?;
+        if built == IndexBuild::LockTimeout {
+            println!(
+                "{}",
+                lock_skipped(schema::PLAIN_INDEX, "payments (stripe_payment_intent_id)")
+            );
+            return Ok(());
+        }
         println!(
             "added the plain index {} so duplicates are found by index lookup; no UNIQUE constraint exists or was added",
             schema::PLAIN_INDEX
         );
     }
     Ok(())
+}
+
+/// The line `migrate` prints when a `CREATE INDEX CONCURRENTLY` on the
+/// application's table did not get its lock in time.
+fn lock_skipped(index: &str, on: &str) -> String {
+    format!(
+        "{index} on {on}: not built, a transaction on payments held its lock for more than {} (CREATE INDEX CONCURRENTLY waits for the transactions already running); nothing was left behind, run migrate again later",
+        crate::store::legacy::INDEX_LOCK_TIMEOUT
+    )
 }

@@ -30,7 +30,7 @@ pub use facts::{Charge, ChargeFacts, LocalAmount, LocalPayment, PaymentIntentFac
 pub use kind::FindingKind;
 pub use labels::{kind_label, open_findings_by_label, KNOWN_KINDS, MAX_KIND_LABELS, OTHER_KIND};
 pub use orphan::orphan_details;
-pub use resolution::Resolution;
+pub use resolution::{Resolution, PAYMENT_DELETED_NOTE};
 pub use status::{ExternalStatus, LocalStatus};
 
 #[cfg(test)]

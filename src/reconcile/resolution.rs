@@ -19,24 +19,37 @@ pub enum Resolution {
     /// A person resolved it with `findings resolve` (who and why are kept).
     /// A manual resolution of the same drift keeps it from reopening.
     Manual,
+    /// The application deleted (or archived away) the payment: the scan
+    /// that passed its id found no row, or the repair worker found none for
+    /// its command (DESIGN.md, Turn 4 contract). Its commands are skipped.
+    PaymentDeleted,
 }
+
+/// `last_error` of a repair command closed because the application deleted
+/// its payment (the scan that passed its id, or the repair worker, found no
+/// row): starts with the resolution's value, `payment_deleted`.
+pub const PAYMENT_DELETED_NOTE: &str =
+    "payment_deleted: the application deleted the payment; nothing to repair";
 
 impl Resolution {
     /// Every resolution the reconciler writes.
-    pub const ALL: [Resolution; 4] = [
+    pub const ALL: [Resolution; 5] = [
         Resolution::Repaired,
         Resolution::Cleared,
         Resolution::Superseded,
         Resolution::Manual,
+        Resolution::PaymentDeleted,
     ];
 
-    /// The database value (`repaired`, `cleared`, `superseded`, `manual`).
+    /// The database value (`repaired`, `cleared`, `superseded`, `manual`,
+    /// `payment_deleted`).
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Repaired => "repaired",
             Self::Cleared => "cleared",
             Self::Superseded => "superseded",
             Self::Manual => "manual",
+            Self::PaymentDeleted => "payment_deleted",
         }
     }
 }
@@ -54,7 +67,16 @@ mod tests {
     #[test]
     fn database_values_are_the_documented_ones() {
         let values: Vec<&str> = Resolution::ALL.iter().map(|r| r.as_str()).collect();
-        assert_eq!(values, ["repaired", "cleared", "superseded", "manual"]);
+        assert_eq!(
+            values,
+            [
+                "repaired",
+                "cleared",
+                "superseded",
+                "manual",
+                "payment_deleted"
+            ]
+        );
         assert_eq!(Resolution::Manual.to_string(), "manual");
     }
 }

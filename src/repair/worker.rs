@@ -258,7 +258,8 @@ pub async fn drain_with(
 /// Applies one command after checking, with the payment locked first (the
 /// one lock order: payment, then finding): the finding must exist, be about
 /// the same payment and of the kind the command repairs. The command is
-/// closed as skipped, with the reason, when its finding is already resolved,
+/// closed as skipped, with the reason, when the application deleted the
+/// payment (its finding resolved as `payment_deleted`), when its finding is already resolved,
 /// when the payment no longer holds the PaymentIntent or the status the
 /// decision was made on, or when an open finding of a blocking kind (a
 /// refund, a dispute, a duplicate, ...) is on the payment: goods are never
@@ -277,9 +278,20 @@ async fn process(
         .ok_or_else(|| RepairError::UnknownCommand(command.event_type.clone()))?;
     let payload: RepairPayload =
         serde_json::from_value(command.payload.clone()).map_err(RepairError::MalformedPayload)?;
-    let payment = payments::lock_for_repair(conn, payload.payment_id)
-        .await?
-        .ok_or(RepairError::UnknownPayment(payload.payment_id))?;
+    let Some(payment) = payments::lock_for_repair(conn, payload.payment_id).await? else {
+        // The application deleted the payment (DESIGN.md, Turn 4): nothing
+        // to repair; its finding closes as `payment_deleted`.
+        findings::resolve(conn, payload.finding_id, Resolution::PaymentDeleted).await?;
+        tracing::info!(
+            outbox_id = command.id,
+            finding_id = payload.finding_id,
+            payment_id = payload.payment_id,
+            "repair command skipped: the payment was deleted"
+        );
+        return Ok(Applied::Skipped(
+            crate::reconcile::PAYMENT_DELETED_NOTE.to_owned(),
+        ));
+    };
     let finding = findings::lock_for_repair(conn, payload.finding_id)
         .await?
         .ok_or(RepairError::UnknownFinding(payload.finding_id))?;

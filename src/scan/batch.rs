@@ -108,6 +108,10 @@ pub(crate) struct Prepared {
     pub rows: Vec<PaymentRow>,
     /// The last id of the cursor's rows; `None` at the end of the table.
     pub last_id: Option<i64>,
+    /// The cursor's rows are the last of the table (fewer than the batch
+    /// size were there): the batch ends the cycle (DESIGN.md, Turn 4: a
+    /// batch that reads fewer rows than it asked for ends the cycle).
+    pub reached_end: bool,
 }
 
 /// Phase 2's outcome: the batch ready to commit.
@@ -115,6 +119,7 @@ pub(crate) struct Prepared {
 pub(crate) struct ReadBatch {
     pub(super) cursor_from: i64,
     pub(super) last_id: Option<i64>,
+    pub(super) reached_end: bool,
     pub(super) observations: Vec<Observation>,
 }
 
@@ -129,11 +134,13 @@ pub(crate) async fn prepare(
     lease: Option<&Lease>,
     start: &Start,
 ) -> Result<Prepared, RunError> {
-    let (cursor_from, rows, last_id) = read_phase(pool, settings, mode, lease, start).await?;
+    let (cursor_from, rows, last_id, reached_end) =
+        read_phase(pool, settings, mode, lease, start).await?;
     Ok(Prepared {
         cursor_from,
         rows,
         last_id,
+        reached_end,
     })
 }
 
@@ -154,11 +161,13 @@ pub(crate) async fn read_stripe(
         cursor_from,
         rows,
         last_id,
+        reached_end,
     } = prepared;
     if last_id.is_none() {
         return Ok(ReadBatch {
             cursor_from,
             last_id,
+            reached_end,
             observations: Vec::new(),
         });
     }
@@ -175,6 +184,7 @@ pub(crate) async fn read_stripe(
     Ok(ReadBatch {
         cursor_from,
         last_id,
+        reached_end,
         observations: observed.observations,
     })
 }
@@ -187,15 +197,17 @@ pub fn behind_cursor_limit(batch_size: u32) -> u32 {
 
 /// Phase 1: the cursor, the next rows after it and a few rows behind it never
 /// confirmed (late commits). Returns the cursor, the rows (behind-cursor rows
-/// first, all in id order) and the last id of the cursor's rows (`None` at
-/// the end of the table).
+/// first, all in id order), the last id of the cursor's rows (`None` at
+/// the end of the table) and whether they are the table's last rows (one row
+/// more than the batch is asked for, so a batch that ends exactly at the end
+/// knows it too).
 async fn read_phase(
     pool: &PgPool,
     settings: &JobSettings,
     mode: Mode,
     lease: Option<&Lease>,
     start: &Start,
-) -> Result<(i64, Vec<PaymentRow>, Option<i64>), RunError> {
+) -> Result<(i64, Vec<PaymentRow>, Option<i64>, bool), RunError> {
     let mut tx = crate::store::begin(pool)
         .await
         .context("opening the read transaction")?;
@@ -217,14 +229,16 @@ async fn read_phase(
         (Mode::DryRun { after_id }, Start::Cursor) => (after_id, &[]),
     };
     let columns = MoneyColumns::of(settings);
-    let ahead = payments::read_batch(
+    let mut ahead = payments::read_batch(
         &mut tx,
         cursor_id,
-        settings.batch_size,
+        settings.batch_size.saturating_add(1),
         settings.grace,
         columns,
     )
     .await?;
+    let reached_end = ahead.len() <= settings.batch_size as usize;
+    ahead.truncate(settings.batch_size as usize);
     let last_id = ahead.last().map(|r| r.id);
     let mut rows = Vec::with_capacity(ahead.len());
     if last_id.is_some() && cursor_id > 0 && mode == Mode::Write {
@@ -248,7 +262,7 @@ async fn read_phase(
     }
     rows.extend(ahead);
     tx.commit().await.context("closing the read transaction")?;
-    Ok((cursor_id, rows, last_id))
+    Ok((cursor_id, rows, last_id, reached_end))
 }
 
 /// Renews this run's lease in `tx`; [`RunError::ConcurrentRun`] when another

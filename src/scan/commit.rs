@@ -12,9 +12,10 @@ use crate::config::{JobSettings, OutboxSettings};
 use crate::lease::Lease;
 use crate::outcome::RunError;
 use crate::read::Observation;
+use crate::reconcile::{RepairCommand, PAYMENT_DELETED_NOTE};
 use crate::record::{new_finding, record_observations};
 use crate::store::findings::{self, NewFinding};
-use crate::store::{cursor, payment_state, Context};
+use crate::store::{cursor, outbox, payment_state, Context};
 
 /// Phase 3 of a read batch (or the wrap at the end of the table). Never
 /// interrupted: it commits or rolls back as a whole.
@@ -31,6 +32,7 @@ pub(crate) async fn commit(
     let ReadBatch {
         cursor_from: cursor_id,
         last_id,
+        reached_end,
         mut observations,
     } = read;
     let mut report = BatchReport {
@@ -42,6 +44,14 @@ pub(crate) async fn commit(
     };
     report.scanned = observations.len() as u64;
     report.cursor_to = last_id;
+    // The table's last rows: this batch ends the cycle, and the next batch
+    // (of this run or the next) starts the new one at the table's start.
+    if reached_end {
+        report.wrapped = true;
+        if mode == Mode::Write {
+            report.cursor_to = 0;
+        }
+    }
 
     // 3. Record and advance, in one transaction.
     match mode {
@@ -58,7 +68,7 @@ pub(crate) async fn commit(
                     settings.partition.is_some(),
                 ),
                 lease,
-                (cursor_id, last_id),
+                (cursor_id, last_id, reached_end),
                 &mut observations,
                 &mut report,
             )
@@ -130,7 +140,7 @@ async fn write_phase(
     job: &str,
     (unverifiable_cycles, register_limit, partitioned): (u32, u32, bool),
     lease: Option<&Lease>,
-    (cursor_id, last_id): (i64, i64),
+    (cursor_id, last_id, reached_end): (i64, i64, bool),
     observations: &mut [Observation],
     report: &mut BatchReport,
 ) -> Result<(), RunError> {
@@ -145,11 +155,33 @@ async fn write_phase(
     // A partition's batch read only its rows of the range: the other
     // partitions' rows in it are registered too, or they would be below the
     // highest seen id without a state row, invisible to their job's lag.
-    payment_state::forget_deleted(&mut tx, cursor_id, last_id).await?;
+    // At the end of the table the walked range runs to its end.
+    let through = if reached_end { i64::MAX } else { last_id };
+    payment_state::forget_deleted(&mut tx, cursor_id, through).await?;
     if partitioned {
-        payment_state::register_range(&mut tx, cursor_id, last_id).await?;
+        payment_state::register_range(&mut tx, cursor_id, through).await?;
     }
     payment_state::register_new(&mut tx, register_limit).await?;
+    // Payments the application deleted in that range (or between this
+    // batch's read and now): their open findings close as
+    // `payment_deleted`, their commands are skipped with that reason.
+    let batch_ids: Vec<i64> = observations.iter().map(|o| o.payment_id).collect();
+    let deleted = findings::resolve_deleted(&mut tx, cursor_id, Some(through), &batch_ids).await?;
+    if !deleted.is_empty() {
+        outbox::close_for_findings(
+            &mut tx,
+            outbox,
+            &RepairCommand::EVENT_TYPES,
+            &deleted,
+            PAYMENT_DELETED_NOTE,
+        )
+        .await?;
+        tracing::info!(
+            findings = deleted.len(),
+            "open findings of payments the application deleted resolved as payment_deleted; their repair commands skipped"
+        );
+    }
+    report.findings_payment_deleted = deleted.len() as u64;
     report.findings_created = recorded.findings_created;
     report.findings_cleared = recorded.findings_cleared;
     report.commands_enqueued = recorded.commands_enqueued;
@@ -158,7 +190,12 @@ async fn write_phase(
         tx.rollback().await.context("rolling back the lost batch")?;
         return Err(lost);
     }
-    if !cursor::advance(&mut tx, job, cursor_id, last_id).await? {
+    let moved = if reached_end {
+        cursor::complete_cycle(&mut tx, job, cursor_id).await?
+    } else {
+        cursor::advance(&mut tx, job, cursor_id, last_id).await?
+    };
+    if !moved {
         // Roll back everything above now, not lazily when the connection is reused.
         tx.rollback().await.context("rolling back the lost batch")?;
         return Err(RunError::ConcurrentRun {

@@ -18,9 +18,13 @@ pub struct BatchReport {
     pub commands_enqueued: u64,
     /// Open findings resolved as `cleared` because the payment is now in sync.
     pub findings_cleared: u64,
+    /// Open findings resolved as `payment_deleted`: the application deleted
+    /// their payment.
+    pub findings_payment_deleted: u64,
     /// Rows the database refused to write (each with a `write_refused` finding).
     pub writes_refused: u64,
-    /// The batch found the end of the table and reset the cursor to 0.
+    /// The batch reached the end of the table (its rows were the last, or
+    /// it read none) and reset the cursor to 0: the cycle ended.
     pub wrapped: bool,
     /// Cursor before the batch.
     pub cursor_from: i64,
@@ -47,6 +51,8 @@ pub struct RunSummary {
     pub commands_enqueued: u64,
     /// Findings cleared by a verified in-sync row.
     pub findings_cleared: u64,
+    /// Open findings resolved as `payment_deleted` (their payment is gone).
+    pub findings_payment_deleted: u64,
     /// Rows the database refused to write, left with a `write_refused`
     /// finding while the rest of their batch committed.
     pub writes_refused: u64,
@@ -81,6 +87,7 @@ impl RunSummary {
         self.findings_created += batch.findings_created;
         self.commands_enqueued += batch.commands_enqueued;
         self.findings_cleared += batch.findings_cleared;
+        self.findings_payment_deleted += batch.findings_payment_deleted;
         self.writes_refused += batch.writes_refused;
         self.wrapped |= batch.wrapped;
         self.cursor_position = Some(batch.cursor_to);

@@ -91,9 +91,14 @@ impl Plan {
                     self.recent.pop_front();
                 }
                 self.start = Start::After {
-                    id,
+                    id: if p.reached_end { 0 } else { id },
                     pending: self.recent.iter().flatten().copied().collect(),
                 };
+                // The batch read the table's last rows and ends the cycle: a
+                // run reads each row at most once, so it stops here (below).
+                if p.reached_end {
+                    self.done = true;
+                }
             }
             None => {
                 // A run reads each row at most once: it stops at the end of

@@ -89,3 +89,18 @@ pub async fn wrap(conn: &mut PgConnection, job: &str, old: i64) -> Result<bool, 
     .context("wrapping the cursor")?;
     Ok(done.rows_affected() == 1)
 }
+
+/// Ends the cycle after a batch that read the table's last rows: the cursor
+/// goes from `old` back to 0 and the cycle is stamped, as [`wrap`] does, in
+/// the batch's own transaction (no batch is spent on an empty read). Returns
+/// `false` when the cursor was no longer at `old`.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn complete_cycle(
+    conn: &mut PgConnection,
+    job: &str,
+    old: i64,
+) -> Result<bool, StoreError> {
+    wrap(conn, job, old).await
+}

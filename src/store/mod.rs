@@ -9,6 +9,7 @@
 //! - [`findings`]: `reconciliation_findings`, by job (scan writes, repair
 //!   guards, review queue, PaymentIntent-only findings).
 //! - [`lease`]: the run lease on either position row.
+//! - [`legacy`]: what earlier releases added to `payments`, removed by `migrate`.
 //! - [`outbox`]: the repair commands in `RECONCILER_OUTBOX_TABLE`.
 //! - [`outbox_shape`]: which shape that table has, and creating ours.
 //! - [`payment_index`]: the lookup index on `payments.stripe_payment_intent_id`.
@@ -41,6 +42,7 @@ pub mod events_position;
 pub mod events_retry;
 pub mod findings;
 pub mod lease;
+pub mod legacy;
 pub mod outbox;
 pub mod outbox_shape;
 pub mod payment_index;

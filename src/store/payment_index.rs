@@ -17,6 +17,17 @@ pub const UNIQUE_INDEX: &str = "payments_stripe_payment_intent_id_unique";
 /// The plain lookup index `migrate` adds when no index covers the column.
 pub const PLAIN_INDEX: &str = "payments_stripe_payment_intent_id_lookup";
 
+/// How a `CREATE INDEX CONCURRENTLY` on `payments` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexBuild {
+    /// The index is built and valid.
+    Built,
+    /// Its lock was not granted within
+    /// [`super::legacy::INDEX_LOCK_TIMEOUT`] (a long transaction on
+    /// `payments`): nothing was left behind; the next `migrate` tries again.
+    LockTimeout,
+}
+
 /// What indexes `payments.stripe_payment_intent_id` alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PaymentIntentIndex {
@@ -71,7 +82,8 @@ pub async fn count_duplicates(conn: &mut PgConnection) -> Result<(i64, i64), Sto
 /// Builds `name` on `payments (stripe_payment_intent_id)` with `CREATE
 /// [UNIQUE] INDEX CONCURRENTLY`, so the application keeps writing. An invalid
 /// leftover of an earlier interrupted build is dropped first. `conn` must not
-/// be in a transaction.
+/// be in a transaction. Its lock waits are bounded
+/// ([`IndexBuild::LockTimeout`]).
 ///
 /// # Errors
 /// [`StoreError`]: e.g. a duplicate inserted meanwhile fails a unique build
@@ -79,9 +91,11 @@ pub async fn count_duplicates(conn: &mut PgConnection) -> Result<(i64, i64), Sto
 pub async fn create_payment_intent_index(
     conn: &mut PgConnection,
     unique: bool,
-) -> Result<(), StoreError> {
+) -> Result<IndexBuild, StoreError> {
     let name = if unique { UNIQUE_INDEX } else { PLAIN_INDEX };
-    drop_invalid(conn, name).await?;
+    if !drop_invalid(conn, name).await? {
+        return Ok(IndexBuild::LockTimeout);
+    }
     let sql = if unique {
         format!("CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS {name} ON payments (stripe_payment_intent_id)")
     } else {
@@ -89,14 +103,22 @@ pub async fn create_payment_intent_index(
             "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON payments (stripe_payment_intent_id)"
         )
     };
-    let built = sqlx::raw_sql(&sql)
-        .execute(&mut *conn)
-        .await
-        .context("building the PaymentIntent id index");
+    build(conn, name, &sql).await
+}
+
+/// Runs the `CREATE INDEX CONCURRENTLY` `sql` of the index `name` under
+/// [`super::legacy::INDEX_LOCK_TIMEOUT`]; a failed build's invalid index is
+/// dropped again.
+async fn build(conn: &mut PgConnection, name: &str, sql: &str) -> Result<IndexBuild, StoreError> {
+    let built = super::legacy::concurrently(&mut *conn, sql).await;
     if built.is_err() {
         drop_invalid(conn, name).await?;
     }
-    built.map(|_| ())
+    match built {
+        Ok(()) => Ok(IndexBuild::Built),
+        Err(e) if super::legacy::is_lock_unavailable(&e) => Ok(IndexBuild::LockTimeout),
+        Err(e) => Err(e),
+    }
 }
 
 /// Invalid indexes (an interrupted `CREATE INDEX CONCURRENTLY`) whose names
@@ -126,11 +148,13 @@ pub async fn invalid_indexes_named_in(
 }
 
 /// Drops the index `name` if it is invalid (`DROP INDEX CONCURRENTLY`, so the
-/// application keeps writing). `conn` must not be in a transaction.
+/// application keeps writing, under [`super::legacy::INDEX_LOCK_TIMEOUT`]).
+/// `conn` must not be in a transaction. Returns `false` when an invalid
+/// index is still there (its lock was not granted in time).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn drop_invalid(conn: &mut PgConnection, name: &str) -> Result<(), StoreError> {
+pub async fn drop_invalid(conn: &mut PgConnection, name: &str) -> Result<bool, StoreError> {
     let invalid: bool = super::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
                          WHERE c.relname = $1 AND NOT i.indisvalid)",
@@ -140,12 +164,16 @@ pub async fn drop_invalid(conn: &mut PgConnection, name: &str) -> Result<(), Sto
     .await
     .context("looking for an invalid index")?;
     if invalid {
-        sqlx::raw_sql(&format!("DROP INDEX CONCURRENTLY IF EXISTS {name}"))
-            .execute(&mut *conn)
-            .await
-            .context("dropping an invalid index")?;
+        let dropped =
+            super::legacy::concurrently(conn, &format!("DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+                .await;
+        match dropped {
+            Ok(()) => {}
+            Err(e) if super::legacy::is_lock_unavailable(&e) => return Ok(false),
+            Err(e) => return Err(e),
+        }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Whether `payments` exists yet (the demo's migrations create it; an
@@ -233,26 +261,22 @@ pub async fn partition_index(
 /// Builds the plain index [`partition_index_name`] on `payments (<column>,
 /// id)` with `CREATE INDEX CONCURRENTLY` (never UNIQUE: it is a lookup
 /// index, not a constraint), dropping an invalid leftover first. `conn` must
-/// not be in a transaction. Returns the index's name.
+/// not be in a transaction; its lock waits are bounded. Returns how the build
+/// ended and the index's name.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn create_partition_index(
     conn: &mut PgConnection,
     column: &ColumnName,
-) -> Result<String, StoreError> {
+) -> Result<(IndexBuild, String), StoreError> {
     let name = partition_index_name(column);
-    drop_invalid(conn, &name).await?;
+    if !drop_invalid(conn, &name).await? {
+        return Ok((IndexBuild::LockTimeout, name));
+    }
     let sql = format!(
         "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON payments ({}, id)",
         column.quoted()
     );
-    let built = sqlx::raw_sql(&sql)
-        .execute(&mut *conn)
-        .await
-        .context("building the partition index");
-    if built.is_err() {
-        drop_invalid(conn, &name).await?;
-    }
-    built.map(|_| name)
+    Ok((build(conn, &name, &sql).await?, name))
 }

@@ -56,11 +56,12 @@ async fn the_cursor_reaches_rows_that_limit_200_starves(pool: PgPool) {
     let stripe = stripe_answering("succeeded", Duration::ZERO).await;
     let gw = gateway(&stripe);
     let mut remaining = Vec::new();
-    for _ in 0..3 {
+    for batch in 0..3 {
         let report = run_batch(&pool, &gw, &settings(200), Mode::Write, None)
             .await
             .unwrap();
-        assert!(!report.wrapped);
+        // The third reads the table's last 100 rows and ends the cycle.
+        assert_eq!(report.wrapped, batch == 2);
         remaining.push(count(&pool, never).await);
     }
     assert_eq!(
@@ -69,10 +70,8 @@ async fn the_cursor_reaches_rows_that_limit_200_starves(pool: PgPool) {
         "every row confirmed within 3 batches"
     );
 
-    let fourth = run_batch(&pool, &gw, &settings(200), Mode::Write, None)
-        .await
-        .unwrap();
-    assert!(fourth.wrapped, "the 4th batch wraps");
+    // The third batch read the last rows: it ended the cycle itself (no
+    // fourth batch spent on an empty read).
     assert_eq!(cursor(&pool, "payments-vs-stripe").await, 0);
     let completed = count(
         &pool,
@@ -109,7 +108,10 @@ async fn two_full_cycles_record_each_drift_once(pool: PgPool) {
         wraps += usize::from(report.wrapped);
         batches += 1;
     }
-    assert_eq!(batches, 8, "3 batches + wrap, twice");
+    assert_eq!(
+        batches, 6,
+        "3 batches, twice: the third reads the last rows and ends the cycle"
+    );
     assert_eq!(
         count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
         3
@@ -243,9 +245,15 @@ async fn a_row_stripe_never_answers_for_gets_one_finding_after_three_cycles_and_
         ..settings(10)
     };
 
-    // Cycle 1, retried three times before it completes: counts once.
+    // Cycle 1, retried three times before it completes: counts once (a
+    // batch of one row, so it does not read the table's end).
+    let first_row = JobSettings {
+        batch_size: 1,
+        ..s.clone()
+    };
     for _ in 0..3 {
-        let r = scan_with(&pool, &gw, &s).await.unwrap();
+        let r = scan_with(&pool, &gw, &first_row).await.unwrap();
+        assert!(!r.wrapped);
         assert_eq!(r.verdicts.get(Verdict::Unverifiable), 1);
         rewind_cursor(&pool).await;
     }
@@ -352,7 +360,15 @@ async fn a_payment_committed_after_the_cursor_passed_its_id_is_checked_by_the_ne
         .fetch_one(&pool)
         .await
         .unwrap();
-    assert_eq!(cursor, 30, "the cursor passed ids 21 and 22");
+    assert_eq!(
+        cursor, 0,
+        "the cursor passed ids 21 and 22 and ended the cycle at 30"
+    );
+    // Where it was when they commit (a new cycle, part-way).
+    sqlx::query("UPDATE reconciliation_cursor SET last_id = 30")
+        .execute(&pool)
+        .await
+        .unwrap();
 
     // Now they commit: 21 is a missed webhook, 22 a PaymentIntent that
     // always answers 500 (Stripe itself answers the probe).
@@ -371,16 +387,18 @@ async fn a_payment_committed_after_the_cursor_passed_its_id_is_checked_by_the_ne
     mount(&stripe, "pi_Late", ok("pi_Late", "succeeded")).await;
     mount(&stripe, "pi_LateBroken", server_error()).await;
     mount_probe(&stripe, empty_list()).await;
-    for i in 31..=40 {
+    // 21 rows after the cursor: the batch reads 20, not the table's end.
+    for i in 31..=51 {
         let pi = format!("pi_Row{i}");
         insert_payment(&pool, &pi, "paid", 3600).await;
         mount(&stripe, &pi, ok(&pi, "succeeded")).await;
     }
 
     let next = scan_with(&pool, &gw, &s).await.unwrap();
+    assert!(!next.wrapped);
     assert_eq!(
-        next.scanned, 12,
-        "ten rows after the cursor and the two late ones"
+        next.scanned, 22,
+        "twenty rows after the cursor and the two late ones"
     );
     assert_eq!(
         count_for(
@@ -399,19 +417,19 @@ async fn a_payment_committed_after_the_cursor_passed_its_id_is_checked_by_the_ne
     // The next batch (the wrap) and a rewound batch in the same cycle do not
     // retry the failing late row.
     rewind_cursor(&pool).await;
-    sqlx::query("UPDATE reconciliation_cursor SET last_id = 40")
+    sqlx::query("UPDATE reconciliation_cursor SET last_id = 50")
         .execute(&pool)
         .await
         .unwrap();
-    for i in 41..=45 {
+    for i in 52..=56 {
         let pi = format!("pi_Row{i}");
         insert_payment(&pool, &pi, "paid", 3600).await;
         mount(&stripe, &pi, ok(&pi, "succeeded")).await;
     }
     let later = scan_with(&pool, &gw, &s).await.unwrap();
     assert_eq!(
-        later.scanned, 5,
-        "only the new rows: the failing late row waits for the next cycle"
+        later.scanned, 6,
+        "only the rows after the cursor: the failing late row waits for the next cycle"
     );
     assert_eq!(reads_of(&stripe, "/pi_LateBroken").await, reads_after_first);
 }

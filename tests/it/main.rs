@@ -5,6 +5,7 @@
 //! one after another, so no other test's load adds jitter to them.
 //!
 //! - `aging`: authorization_expiring, stuck_processing, abandoned
+//! - `app_table`: `migrate` never locks or alters the application's `payments`; upgrades, deletes, cycles
 //! - `connect`: connected accounts (`Stripe-Account`), revoked and wrong accounts
 //! - `cursor`: the walk over the table, cycles, late commits, unverifiable streaks
 //! - `docs`: `docs/configuration.md` lists exactly the variables the code reads
@@ -39,6 +40,7 @@
 mod support;
 
 mod aging;
+mod app_table;
 mod connect;
 mod connect_events;
 mod cursor;

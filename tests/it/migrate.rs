@@ -1,5 +1,6 @@
 //! `migrate` and the migrations: they apply to an empty database and to one
-//! that already has the application's `payments` and `outbox` tables, report
+//! that already has the application's `payments` and `outbox` tables (adding
+//! nothing to either; `app_table` has the locks and the upgrade), report
 //! duplicate PaymentIntent ids, rebuild an index an interrupted build left
 //! invalid, and wait for another `migrate`'s lock (through PgBouncer).
 
@@ -37,29 +38,32 @@ async fn migrations_apply_over_existing_payments_and_outbox(pool: PgPool) {
     .await
     .unwrap();
 
-    stripe_reconciler::MIGRATOR.run(&pool).await.unwrap();
-    // Idempotent: a second run is a no-op.
-    stripe_reconciler::MIGRATOR.run(&pool).await.unwrap();
+    let columns = |pool: PgPool| async move {
+        sqlx::query_scalar::<_, String>(
+            "SELECT table_name || '.' || column_name FROM information_schema.columns
+              WHERE table_name IN ('payments', 'outbox') ORDER BY table_name, ordinal_position",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+    };
+    let before = columns(pool.clone()).await;
 
-    let (observed, reconciled): (Option<String>, Option<chrono::DateTime<chrono::Utc>>) =
-        sqlx::query_as("SELECT observed_external_status, last_reconciled_at FROM payments")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+    stripe_reconciler::db::migrate(&pool).await.unwrap();
+    // Idempotent: a second run is a no-op.
+    stripe_reconciler::db::migrate(&pool).await.unwrap();
+
+    // Neither application table gained a column (issue 29: no column on a
+    // table the reconciler did not create).
+    assert_eq!(columns(pool.clone()).await, before);
+    assert_eq!(count(&pool, "SELECT count(*) FROM payments").await, 1);
     assert_eq!(
-        (observed, reconciled),
-        (None, None),
-        "existing rows are kept"
-    );
-    let (attempts, processed): (i32, Option<chrono::DateTime<chrono::Utc>>) = sqlx::query_as(
-        "SELECT attempts, processed_at FROM outbox WHERE event_type = 'OrderShipped'",
-    )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
-    assert_eq!(
-        (attempts, processed),
-        (0, None),
+        count(
+            &pool,
+            "SELECT count(*) FROM outbox WHERE event_type = 'OrderShipped'"
+        )
+        .await,
+        1,
         "the application's outbox rows are kept"
     );
     let indexes: Vec<String> = sqlx::query_scalar(
@@ -68,16 +72,29 @@ async fn migrations_apply_over_existing_payments_and_outbox(pool: PgPool) {
     .fetch_all(&pool)
     .await
     .unwrap();
-    for expected in [
+    assert!(
+        indexes.iter().any(|i| i == "reconciliation_findings_open"),
+        "{indexes:?}"
+    );
+    for absent in [
         "payments_reconciled_or_created",
-        "reconciliation_findings_open",
+        "payments_never_reconciled",
         "outbox_unprocessed",
     ] {
         assert!(
-            indexes.iter().any(|i| i == expected),
-            "{expected} missing from {indexes:?}"
+            !indexes.iter().any(|i| i == absent),
+            "{absent} in {indexes:?}"
         );
     }
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM pg_constraint WHERE confrelid = 'payments'::regclass"
+        )
+        .await,
+        0,
+        "no foreign key to payments"
+    );
 }
 
 #[sqlx::test(migrations = false)]
@@ -133,39 +150,35 @@ async fn migrate_applies_the_schema(pool: PgPool) {
 }
 
 /// An interrupted `CREATE INDEX CONCURRENTLY` leaves an invalid index that
-/// `IF NOT EXISTS` would skip, and every batch would then scan `payments`:
+/// `IF NOT EXISTS` would skip, and every lookup would then scan `payments`:
 /// `migrate` drops it and builds it again.
-#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+#[sqlx::test(migrations = false)]
 async fn migrate_rebuilds_an_index_an_interrupted_build_left_invalid(pool: PgPool) {
-    // Make the index invalid as an interrupted build leaves it, and forget
-    // that its migration ran.
+    payments_without_unique(&pool).await;
+    insert_payment(&pool, "pi_One", "paid", 3600).await;
+    let env = [("DATABASE_URL", database_url(&pool))];
+    let out = reconciler_output(&["migrate"], &env).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    // Make the index invalid as an interrupted build leaves it.
     sqlx::raw_sql(
         "UPDATE pg_index SET indisvalid = false
-          WHERE indexrelid = 'payments_never_reconciled'::regclass;
-         DELETE FROM _sqlx_migrations WHERE version = 7;",
+          WHERE indexrelid = 'payments_stripe_payment_intent_id_lookup'::regclass",
     )
     .execute(&pool)
     .await
     .unwrap();
 
-    stripe_reconciler::db::migrate(&pool).await.unwrap();
+    let out = reconciler_output(&["migrate"], &env).await;
 
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
     let valid: bool = sqlx::query_scalar(
-        "SELECT indisvalid FROM pg_index WHERE indexrelid = 'payments_never_reconciled'::regclass",
+        "SELECT indisvalid FROM pg_index
+          WHERE indexrelid = 'payments_stripe_payment_intent_id_lookup'::regclass",
     )
     .fetch_one(&pool)
     .await
     .unwrap();
     assert!(valid, "the invalid index was rebuilt");
-    assert_eq!(
-        count_for(
-            &pool,
-            "SELECT count(*) FROM _sqlx_migrations WHERE version = $1",
-            7
-        )
-        .await,
-        1
-    );
 }
 
 async fn payment_intent_indexes(pool: &PgPool) -> Vec<(String, String)> {

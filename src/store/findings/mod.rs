@@ -24,4 +24,6 @@ pub use intents::{
 };
 pub use repair::{blocked_payments, lock_for_repair, open_repairable, resolve, FindingForRepair};
 pub use review::{count, list, resolve_manually, FindingView};
-pub use scan::{not_yet_open, resolve_stale, upsert_open, CreatedFinding, NewFinding};
+pub use scan::{
+    not_yet_open, resolve_deleted, resolve_stale, upsert_open, CreatedFinding, NewFinding,
+};

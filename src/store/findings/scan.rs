@@ -225,3 +225,37 @@ pub async fn resolve_stale(
     .await
     .context("resolving findings the scan no longer sees")
 }
+
+/// Resolves as [`Resolution::PaymentDeleted`] the open findings about a
+/// payment that no longer exists in `payments`, among the ids in
+/// `(after_id, through_id]` (the range a batch's cursor walked; `None`: to
+/// the end of the table) and the ids of `also` (the batch's rows behind the
+/// cursor). Returns the ids of the findings resolved, so their repair
+/// commands are closed in the same transaction. The payment's id is a value
+/// here, never a foreign key: the application deletes its rows freely.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn resolve_deleted(
+    conn: &mut PgConnection,
+    after_id: i64,
+    through_id: Option<i64>,
+    also: &[i64],
+) -> Result<Vec<i64>, StoreError> {
+    query_scalar(
+        "UPDATE reconciliation_findings f
+            SET resolved_at = now(), resolution = $4
+          WHERE f.resolved_at IS NULL AND f.payment_id IS NOT NULL
+            AND ((f.payment_id > $1 AND ($2::bigint IS NULL OR f.payment_id <= $2))
+                 OR f.payment_id = ANY($3))
+            AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = f.payment_id)
+         RETURNING f.id",
+    )
+    .bind(after_id)
+    .bind(through_id)
+    .bind(also)
+    .bind(Resolution::PaymentDeleted.as_str())
+    .fetch_all(conn)
+    .await
+    .context("resolving the findings of deleted payments")
+}

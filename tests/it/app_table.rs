@@ -1,0 +1,564 @@
+//! The application's `payments` stays the application's (issue 29): `migrate`
+//! never queues the application's writes behind a lock, adds no column,
+//! constraint or foreign key, and an upgrade from the previous release (the
+//! migration files applied as released, by sqlx's own migrator) removes what
+//! that release added, only where the reconciler's history shows it added it,
+//! deferring a step whose lock is busy. A payment the application deletes
+//! closes its findings as `payment_deleted` and skips its commands; a batch
+//! that reads the table's last rows ends the cycle.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sqlx::PgPool;
+use stripe_reconciler::config::Sizing;
+use stripe_reconciler::scan::{self, RunOptions};
+use tokio_util::sync::CancellationToken;
+use wiremock::MockServer;
+
+use crate::support::*;
+
+/// An application's `payments` (bigint ids, a plain index on the
+/// PaymentIntent column, nothing of the reconciler's), with `rows` rows.
+async fn application_payments(pool: &PgPool, rows: i64, own_columns: bool) {
+    let extra = if own_columns {
+        // The design note's seed: the application's own columns of these names.
+        ",\n observed_external_status text,\n last_reconciled_at timestamptz"
+    } else {
+        ""
+    };
+    sqlx::raw_sql(&format!(
+        "CREATE TABLE payments (
+             id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+             order_id text NOT NULL,
+             stripe_payment_intent_id text,
+             status text NOT NULL,
+             version bigint NOT NULL DEFAULT 0,
+             created_at timestamptz NOT NULL DEFAULT now(),
+             updated_at timestamptz NOT NULL DEFAULT now(){extra});
+         CREATE INDEX payments_pi ON payments (stripe_payment_intent_id);"
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+    insert_paid(pool, rows).await;
+}
+
+/// An application transaction that updated payment 1 and stays open.
+async fn hold_a_row(pool: &PgPool) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut app = pool.begin().await.unwrap();
+    sqlx::query("UPDATE payments SET version = version + 1 WHERE id = 1")
+        .execute(&mut *app)
+        .await
+        .unwrap();
+    app
+}
+
+/// Runs `migrate` while the application inserts payments: every insert must
+/// complete within a second (a lock wait longer than that fails it). Returns
+/// the binary's output and the inserts done while it ran (at least one).
+async fn migrate_while_inserting(pool: &PgPool) -> (std::process::Output, u32) {
+    let env = [("DATABASE_URL", database_url(pool))];
+    let mut child = reconciler(&["migrate"], &env)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut inserts = 0u32;
+    let started = Instant::now();
+    loop {
+        let mut tx = pool.begin().await.unwrap();
+        sqlx::query("SET LOCAL lock_timeout = '1s'")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let begun = Instant::now();
+        sqlx::query(
+            "INSERT INTO payments (order_id, stripe_payment_intent_id, status) VALUES ('app', NULL, 'pending')",
+        )
+        .execute(&mut *tx)
+        .await
+        .expect("the application's insert waited more than a second for a lock");
+        tx.commit().await.unwrap();
+        assert!(begun.elapsed() < Duration::from_secs(1));
+        inserts += 1;
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "migrate did not finish"
+        );
+    }
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    (out, inserts)
+}
+
+async fn columns_of_payments(pool: &PgPool) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT attname::text FROM pg_attribute
+          WHERE attrelid = 'payments'::regclass AND attnum > 0 AND NOT attisdropped
+          ORDER BY attnum",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+async fn indexes_of_payments(pool: &PgPool) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT indexname::text FROM pg_indexes WHERE tablename = 'payments' ORDER BY 1",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// Constraints and triggers on `payments` other than its own primary key,
+/// and foreign keys pointing at it.
+async fn reconciler_hold_on_payments(pool: &PgPool) -> (i64, i64) {
+    let constraints = count(
+        pool,
+        "SELECT count(*) FROM pg_constraint
+          WHERE (conrelid = 'payments'::regclass AND contype <> 'p')
+             OR confrelid = 'payments'::regclass",
+    )
+    .await;
+    let triggers = count(
+        pool,
+        "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'payments'::regclass",
+    )
+    .await;
+    (constraints, triggers)
+}
+
+const APP_COLUMNS: [&str; 7] = [
+    "id",
+    "order_id",
+    "stripe_payment_intent_id",
+    "status",
+    "version",
+    "created_at",
+    "updated_at",
+];
+
+#[sqlx::test(migrations = false)]
+async fn migrate_with_a_row_held_does_not_block_the_applications_inserts(pool: PgPool) {
+    application_payments(&pool, 5, false).await;
+    let app = hold_a_row(&pool).await;
+
+    let (out, inserts) = migrate_while_inserting(&pool).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    assert!(inserts >= 1);
+    // The application's transaction was never disturbed.
+    app.commit().await.unwrap();
+    assert_eq!(
+        count(&pool, "SELECT version FROM payments WHERE id = 1").await,
+        1
+    );
+    assert_eq!(columns_of_payments(&pool).await, APP_COLUMNS);
+    assert_eq!(
+        indexes_of_payments(&pool).await,
+        ["payments_pi", "payments_pkey"]
+    );
+    assert_eq!(reconciler_hold_on_payments(&pool).await, (0, 0));
+    // The reconciler's own tables are there; its state knows every payment.
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM reconciliation_payment_state WHERE payment_id <= 5"
+        )
+        .await,
+        5
+    );
+    // The application deletes a payment freely.
+    sqlx::query("DELETE FROM payments WHERE id = 2")
+        .execute(&pool)
+        .await
+        .unwrap();
+}
+
+/// A database migrated by the previous release: the migration files as
+/// released (sqlx's migrator, every statement of 0001, 0005 and 0007), with
+/// a finding and its queued repair command made by a scan.
+async fn previous_release(pool: &PgPool, own_columns: bool) -> MockServer {
+    application_payments(pool, 3, own_columns).await;
+    stripe_reconciler::MIGRATOR.run(pool).await.unwrap();
+    // The tests' outbox: 0001's own section made it, as in the previous release.
+    let pending = insert_payment(pool, "pi_Missed", "pending", 3600).await;
+    let stripe = MockServer::start().await;
+    for i in 1..=3 {
+        mount(
+            &stripe,
+            &format!("pi_{i}"),
+            ok(&format!("pi_{i}"), "succeeded"),
+        )
+        .await;
+    }
+    mount(&stripe, "pi_Missed", ok("pi_Missed", "succeeded")).await;
+    let report = scan(pool, &stripe, &settings(100)).await;
+    assert_eq!(report.findings_created, 1);
+    assert_eq!(report.commands_enqueued, 1);
+    assert_eq!(findings_of(pool, pending).await.len(), 1);
+    stripe
+}
+
+async fn kept_findings_and_commands(pool: &PgPool) -> (i64, i64) {
+    (
+        count(
+            pool,
+            "SELECT count(*) FROM reconciliation_findings WHERE resolved_at IS NULL",
+        )
+        .await,
+        count(
+            pool,
+            "SELECT count(*) FROM outbox WHERE event_type LIKE 'ApplyPayment%' AND processed_at IS NULL",
+        )
+        .await,
+    )
+}
+
+#[sqlx::test(migrations = false)]
+async fn an_upgrade_removes_what_the_previous_release_added_deferring_while_a_row_is_held(
+    pool: PgPool,
+) {
+    let _stripe = previous_release(&pool, false).await;
+    let before = kept_findings_and_commands(&pool).await;
+    assert_eq!(before, (1, 1));
+    let mut expected_before: Vec<String> = APP_COLUMNS.iter().map(|c| c.to_string()).collect();
+    expected_before.extend([
+        "observed_external_status".into(),
+        "last_reconciled_at".into(),
+    ]);
+    assert_eq!(columns_of_payments(&pool).await, expected_before);
+    assert_eq!(
+        reconciler_hold_on_payments(&pool).await.0,
+        1,
+        "the foreign key"
+    );
+
+    // 1. An application transaction holds a row: every step that needs a
+    //    lock the application holds is deferred, none waits in its way.
+    let app = hold_a_row(&pool).await;
+    let (out, inserts) = migrate_while_inserting(&pool).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    assert!(inserts >= 1);
+    let said = stdout(&out);
+    assert!(said.contains("deferred"), "{said}");
+    assert!(said.contains("run migrate again later"), "{said}");
+    app.commit().await.unwrap();
+    assert_eq!(kept_findings_and_commands(&pool).await, before);
+
+    // 2. Once the application's transaction ended, a later migrate removes
+    //    them all.
+    let out = reconciler_output(&["migrate"], &[("DATABASE_URL", database_url(&pool))]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    let said = stdout(&out);
+    assert!(!said.contains("deferred"), "{said}");
+    for removed in [
+        "foreign key reconciliation_findings_payment_id_fkey",
+        "index payments_reconciled_or_created",
+        "index payments_never_reconciled",
+        "columns payments.observed_external_status, payments.last_reconciled_at",
+    ] {
+        assert!(
+            said.contains(&format!("removed the {removed}")),
+            "{removed}: {said}"
+        );
+    }
+    assert_eq!(columns_of_payments(&pool).await, APP_COLUMNS);
+    let indexes = indexes_of_payments(&pool).await;
+    assert!(
+        !indexes
+            .iter()
+            .any(|i| i == "payments_never_reconciled" || i == "payments_reconciled_or_created"),
+        "{indexes:?}"
+    );
+    assert_eq!(reconciler_hold_on_payments(&pool).await, (0, 0));
+    // Every finding and command kept.
+    assert_eq!(kept_findings_and_commands(&pool).await, before);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
+        1
+    );
+
+    // 3. Nothing left: a third migrate removes nothing and says nothing of it.
+    let out = reconciler_output(&["migrate"], &[("DATABASE_URL", database_url(&pool))]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    assert!(!stdout(&out).contains("removed the"), "{}", stdout(&out));
+}
+
+#[sqlx::test(migrations = false)]
+async fn an_upgrade_never_touches_the_applications_own_columns_of_those_names(pool: PgPool) {
+    let _stripe = previous_release(&pool, true).await;
+    let columns_before = columns_of_payments(&pool).await;
+    assert!(columns_before.iter().any(|c| c == "last_reconciled_at"));
+
+    let out = reconciler_output(&["migrate"], &[("DATABASE_URL", database_url(&pool))]).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    let said = stdout(&out);
+    assert_eq!(columns_of_payments(&pool).await, columns_before, "{said}");
+    assert!(
+        said.contains("payments.last_reconciled_at is the application's own"),
+        "{said}"
+    );
+    // What the reconciler did build on them goes: its indexes, its foreign key.
+    let indexes = indexes_of_payments(&pool).await;
+    assert!(
+        !indexes
+            .iter()
+            .any(|i| i == "payments_never_reconciled" || i == "payments_reconciled_or_created"),
+        "{indexes:?}"
+    );
+    assert_eq!(reconciler_hold_on_payments(&pool).await, (0, 0));
+    assert_eq!(kept_findings_and_commands(&pool).await, (1, 1));
+}
+
+/// A fresh install through `migrate` (no previous release): the demo's
+/// `payments` is created without the reconciler's old columns, and ends in
+/// the same schema as an upgraded one.
+#[sqlx::test(migrations = false)]
+async fn a_fresh_install_and_an_upgrade_end_in_the_same_schema(pool: PgPool) {
+    let out = reconciler_output(&["migrate"], &[("DATABASE_URL", database_url(&pool))]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    assert!(!stdout(&out).contains("removed the"), "{}", stdout(&out));
+    let columns = columns_of_payments(&pool).await;
+    assert!(
+        !columns.iter().any(|c| c == "last_reconciled_at"),
+        "{columns:?}"
+    );
+    assert!(!columns.iter().any(|c| c == "observed_external_status"));
+    let indexes = indexes_of_payments(&pool).await;
+    assert!(!indexes.iter().any(|i| i == "payments_never_reconciled"));
+    assert!(!indexes
+        .iter()
+        .any(|i| i == "payments_reconciled_or_created"));
+    let fks = count(
+        &pool,
+        "SELECT count(*) FROM pg_constraint WHERE confrelid = 'payments'::regclass",
+    )
+    .await;
+    assert_eq!(fks, 0);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM _sqlx_migrations WHERE success").await,
+        stripe_reconciler::MIGRATOR.iter().count() as i64
+    );
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_deleted_payment_closes_its_findings_and_skips_its_commands(pool: PgPool) {
+    let out = reconciler_output(&["migrate"], &[("DATABASE_URL", database_url(&pool))]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    let gone = insert_payment(&pool, "pi_Gone", "pending", 3600).await;
+    let kept = insert_payment(&pool, "pi_Kept", "pending", 3600).await;
+    let stripe = MockServer::start().await;
+    for pi in ["pi_Gone", "pi_Kept", "pi_Late"] {
+        mount(&stripe, pi, ok(pi, "succeeded")).await;
+    }
+    let s = settings(100);
+    let report = scan(&pool, &stripe, &s).await;
+    assert_eq!((report.findings_created, report.commands_enqueued), (2, 2));
+
+    // 1. The application deletes a payment with an open finding and a queued
+    //    repair command (GDPR erasure, an archiving job): no foreign key
+    //    stops it. The next scan passes its id.
+    sqlx::query("DELETE FROM payments WHERE id = $1")
+        .bind(gone)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let report = scan(&pool, &stripe, &s).await;
+    assert_eq!(report.findings_payment_deleted, 1, "{report:?}");
+    assert_eq!(
+        resolution_of(&pool, gone).await,
+        Some("payment_deleted".into())
+    );
+    assert!(command_error(&pool, gone)
+        .await
+        .is_some_and(|e| e.starts_with("payment_deleted")));
+    // `status` counts nothing for it.
+    let out = reconciler_output(
+        &["status", "--json"],
+        &[("DATABASE_URL", database_url(&pool))],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        status["open_findings"],
+        serde_json::json!({"missed_success": 1})
+    );
+    assert_eq!(resolution_of(&pool, kept).await, None);
+
+    // 2. A payment deleted after the scan enqueued its command, before any
+    //    scan passes it again: the repair worker skips the command.
+    let late = insert_payment(&pool, "pi_Late", "pending", 3600).await;
+    let report = scan(&pool, &stripe, &s).await;
+    assert_eq!(report.findings_created, 1);
+    sqlx::query("DELETE FROM payments WHERE id = $1")
+        .bind(late)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let drained = drain_all(&pool).await;
+    assert_eq!(
+        (drained.skipped, drained.failed, drained.applied),
+        (1, 0, 1),
+        "{drained:?}"
+    );
+    assert_eq!(
+        resolution_of(&pool, late).await,
+        Some("payment_deleted".into())
+    );
+    assert!(command_error(&pool, late)
+        .await
+        .is_some_and(|e| e.starts_with("payment_deleted")));
+    assert_eq!(resolution_of(&pool, kept).await, Some("repaired".into()));
+}
+
+/// The resolution of the payment's only finding (`None` while open).
+async fn resolution_of(pool: &PgPool, payment: i64) -> Option<String> {
+    sqlx::query_scalar("SELECT resolution FROM reconciliation_findings WHERE payment_id = $1")
+        .bind(payment)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// `last_error` of the payment's repair command, once closed.
+async fn command_error(pool: &PgPool, payment: i64) -> Option<String> {
+    sqlx::query_scalar(
+        "SELECT last_error FROM outbox
+          WHERE (payload->>'payment_id')::bigint = $1 AND processed_at IS NOT NULL",
+    )
+    .bind(payment)
+    .fetch_optional(pool)
+    .await
+    .unwrap()
+    .flatten()
+}
+
+/// 10 rows, one planned batch per run: every run reads the 10 rows and ends
+/// the cycle; no run spends its batch on an empty read.
+#[sqlx::test(migrations = false)]
+async fn a_small_table_is_verified_again_by_every_run(pool: PgPool) {
+    let out = reconciler_output(&["migrate"], &[("DATABASE_URL", database_url(&pool))]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    insert_paid(&pool, 10).await;
+    let stripe = MockServer::start().await;
+    for i in 1..=10 {
+        mount(
+            &stripe,
+            &format!("pi_{i}"),
+            ok(&format!("pi_{i}"), "succeeded"),
+        )
+        .await;
+    }
+    let s = stripe_reconciler::config::JobSettings {
+        batches_per_run: Sizing::Fixed(1),
+        ..settings(200)
+    };
+    let mut completed = Vec::new();
+    for run in 1..=3 {
+        let (summary, result) = scan::run(
+            &pool,
+            &gateway(&stripe),
+            &s,
+            RunOptions::default(),
+            CancellationToken::new(),
+        )
+        .await;
+        result.unwrap();
+        assert_eq!(
+            (summary.batches, summary.rows_scanned, summary.wrapped),
+            (1, 10, true),
+            "run {run}: {summary:?}"
+        );
+        assert_eq!(summary.cursor_position, Some(0), "run {run}");
+        assert_eq!(requests(&stripe).await, 10 * run as usize, "run {run}");
+        let done: Option<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(
+            "SELECT last_cycle_completed_at FROM reconciliation_cursor WHERE job = $1",
+        )
+        .bind(SCAN_JOB)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        completed.push(done.expect("the cycle completed"));
+    }
+    assert!(completed.windows(2).all(|w| w[0] < w[1]), "{completed:?}");
+
+    // `status --json`: counts are integers, also the plan's.
+    let out = reconciler_output(
+        &["status", "--json"],
+        &[("DATABASE_URL", database_url(&pool))],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(status["cycle_last_completed_unix"].is_number(), "{status}");
+    let plan = &status["plan"];
+    for key in ["batches", "rows_per_run_needed", "rows_per_run_planned"] {
+        assert!(plan[key].is_u64(), "plan.{key} is an integer: {plan}");
+    }
+    assert!(status["rows"].is_i64(), "{status}");
+}
+
+/// The same for a partition: 10 of its rows among 20 others', one planned
+/// batch per run; every run reads its 10 rows and ends its cycle.
+#[sqlx::test(migrations = false)]
+async fn a_small_partition_is_verified_again_by_every_run(pool: PgPool) {
+    use stripe_reconciler::config::{ColumnName, Partition, PartitionKind};
+    let out = reconciler_output(&["migrate"], &[("DATABASE_URL", database_url(&pool))]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    sqlx::raw_sql("ALTER TABLE payments ADD COLUMN legal_entity text")
+        .execute(&pool)
+        .await
+        .unwrap();
+    insert_paid(&pool, 30).await;
+    sqlx::raw_sql(
+        "UPDATE payments SET legal_entity = CASE WHEN id % 3 = 0 THEN 'eu' ELSE 'us' END",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let stripe = MockServer::start().await;
+    for i in 1..=30 {
+        mount(
+            &stripe,
+            &format!("pi_{i}"),
+            ok(&format!("pi_{i}"), "succeeded"),
+        )
+        .await;
+    }
+    let mut s = stripe_reconciler::config::JobSettings {
+        batches_per_run: Sizing::Fixed(1),
+        ..settings(200)
+    };
+    s.job = "payments-eu".into();
+    s.partition = Some(Partition {
+        column: ColumnName::parse("RECONCILER_PARTITION_COLUMN", "legal_entity").unwrap(),
+        value: "eu".into(),
+        kind: PartitionKind::Text,
+    });
+    for run in 1..=3 {
+        let (summary, result) = scan::run(
+            &pool,
+            &gateway(&stripe),
+            &s,
+            RunOptions::default(),
+            CancellationToken::new(),
+        )
+        .await;
+        result.unwrap();
+        assert_eq!(
+            (summary.batches, summary.rows_scanned, summary.wrapped),
+            (1, 10, true),
+            "run {run}: {summary:?}"
+        );
+        assert_eq!(requests(&stripe).await, 10 * run as usize, "run {run}");
+    }
+}
