@@ -8,7 +8,7 @@
 //! - `app_table`: `migrate` never locks or alters the application's `payments`; upgrades, deletes, cycles
 //! - `connect`: connected accounts (`Stripe-Account`), revoked and wrong accounts
 //! - `cursor`: the walk over the table, cycles, late commits, unverifiable streaks
-//! - `docs`: `docs/configuration.md` lists exactly the variables the code reads
+//! - `docs`: `docs/configuration.md` lists exactly the variables the code reads; every relative link and anchor in the docs resolves
 //! - `events`: the events feed and its position
 //! - `events_backlog`: a backlog worked off in slices over several runs
 //! - `faults`: the fault suite (signals, killed connections, Stripe down or wrong)
