@@ -111,7 +111,8 @@ async fn sigterm_abandons_the_batch_pushes_metrics_and_the_next_run_redoes_it(po
     );
 
     let child = spawn_run(&run_env);
-    tokio::time::sleep(Duration::from_millis(1500)).await; // in phase 2
+    // In phase 2: the first read reached Stripe (each answer takes 3 s).
+    wait::requests_seen(&slow, 1).await;
     let pid = child.id().to_string();
     std::process::Command::new("kill")
         .args(["-TERM", &pid])
@@ -161,37 +162,21 @@ async fn a_connection_killed_in_phase_3_writes_nothing_and_exits_1(pool: PgPool)
     // row: phase 3 will wait on it. Wait for the first request rather than a
     // fixed time, so a slow start on a loaded machine cannot let the batch
     // finish before the lock is taken.
-    for _ in 0..200 {
-        if !slow
-            .received_requests()
-            .await
-            .unwrap_or_default()
-            .is_empty()
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    wait::requests_seen(&slow, 1).await;
     let mut blocker = pool.begin().await.unwrap();
     sqlx::query("SELECT 1 FROM reconciliation_cursor FOR UPDATE")
         .execute(&mut *blocker)
         .await
         .unwrap();
-    // Wait until the job's phase 3 is blocked on that lock, then kill its connection.
-    let mut killed = 0i64;
-    for _ in 0..100 {
-        killed = count(
-            &pool,
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-              WHERE application_name = 'stripe-reconciler' AND wait_event_type = 'Lock'",
-        )
-        .await;
-        if killed > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(killed, 1, "phase 3 never blocked on the cursor");
+    // Wait until the job's phase 3 is blocked on that lock, then kill that
+    // connection (only the job's, only in this test's database).
+    let waiting = wait::until("phase 3 blocked on the cursor", || async {
+        let pids = wait::reconciler_backends_waiting_on_a_lock(&pool).await;
+        (!pids.is_empty()).then_some(pids)
+    })
+    .await;
+    assert_eq!(waiting.len(), 1, "one connection waits: {waiting:?}");
+    assert_eq!(wait::terminate(&pool, &waiting).await, 1);
     blocker.rollback().await.unwrap();
     let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
         .await
@@ -215,13 +200,19 @@ async fn a_connection_killed_in_phase_2_is_replaced_and_the_batch_commits_once(p
     let slow = stripe_answering("succeeded", Duration::from_millis(800)).await;
     let run_env = env(&pool, &slow.uri(), &[("RECONCILER_BATCHES_PER_RUN", "1")]);
     let child = spawn_run(&run_env);
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let killed = count(
-        &pool,
-        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'stripe-reconciler'",
-    )
+    // In phase 2 (the first read reached Stripe; each takes 800 ms), kill
+    // every connection the job holds to this test's database.
+    wait::requests_seen(&slow, 1).await;
+    let held = wait::until("the job's connections", || async {
+        let pids = wait::reconciler_backends(&pool).await;
+        (!pids.is_empty()).then_some(pids)
+    })
     .await;
-    assert!(killed >= 1);
+    assert_eq!(wait::terminate(&pool, &held).await, held.len());
+    assert!(
+        cursor(&pool, "payments-vs-stripe").await <= 0,
+        "killed before phase 3 committed"
+    );
     let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
         .await
         .unwrap();
@@ -431,7 +422,8 @@ async fn a_payment_moved_by_the_webhook_during_phase_2_gets_no_stale_finding(poo
 
     let batch = run_batch(&pool, &gw, &s, Mode::Write, None);
     let webhook = async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // While the batch reads Stripe (its one answer takes 600 ms).
+        wait::requests_seen(&stripe, 1).await;
         stripe_reconciler::repair::apply_payment_succeeded(
             &pool,
             &Default::default(),

@@ -465,9 +465,10 @@ async fn a_cursor_moved_during_overlapping_batches_rolls_back_and_stops(pool: Pg
         let pool = pool.clone();
         tokio::spawn(async move {
             // Once batch 1 has committed, another writer moves the cursor.
-            while cursor(&pool, "payments-vs-stripe").await < 20 {
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
+            wait::until_true("batch 1 committed", || async {
+                cursor(&pool, "payments-vs-stripe").await >= 20
+            })
+            .await;
             sqlx::query("UPDATE reconciliation_cursor SET last_id = 1000")
                 .execute(&pool)
                 .await

@@ -4,8 +4,9 @@
 use crate::support::*;
 use serde_json::json;
 use sqlx::PgPool;
+use stripe_reconciler::reconcile::RepairCommand;
 use stripe_reconciler::repair::worker::MAX_ATTEMPTS;
-use stripe_reconciler::repair::{apply_payment_succeeded, drain, RepairOptions, RepairReport};
+use stripe_reconciler::repair::{drain, RepairOptions, RepairReport};
 use stripe_reconciler::scan::{run_batch, Mode};
 use tokio_util::sync::CancellationToken;
 use wiremock::MockServer;
@@ -142,13 +143,40 @@ async fn the_webhook_wins_the_race(pool: PgPool) {
     run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
         .await
         .unwrap();
-    // The webhook handler applies the same transition first, through the canonical writer.
-    let webhook = apply_payment_succeeded(&pool, &Default::default(), id, None, "webhook")
+    // The webhook handler's transaction holds the payment row while the
+    // drain applies the repair command on the same row at the same time.
+    let mut webhook_tx = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM payments WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .execute(&mut *webhook_tx)
         .await
         .unwrap();
+    let drain = tokio::spawn({
+        let pool = pool.clone();
+        async move { drain_all(&pool).await }
+    });
+    wait::until_true("the drain waiting on the payment row", || async {
+        wait::any_lock_waits(&pool).await > 0
+    })
+    .await;
+    assert!(!drain.is_finished(), "the drain waits for the webhook");
+    // The webhook applies the transition through the canonical writer, in
+    // its transaction, and commits: the waiting drain then sees it moved.
+    let webhook = stripe_reconciler::repair::writer::apply(
+        &mut webhook_tx,
+        &Default::default(),
+        &Default::default(),
+        RepairCommand::ApplyPaymentSucceeded,
+        id,
+        None,
+        "webhook",
+    )
+    .await
+    .unwrap();
     assert!(webhook.changed);
+    webhook_tx.commit().await.unwrap();
 
-    let report = drain_all(&pool).await;
+    let report = drain.await.unwrap();
 
     assert_eq!((report.applied, report.no_op), (0, 1));
     assert_eq!(

@@ -9,6 +9,7 @@ pub mod pushgateway;
 pub mod secrets;
 pub mod seed_algorithm;
 mod steps;
+pub mod wait;
 
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
