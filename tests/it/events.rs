@@ -589,20 +589,29 @@ async fn events_and_the_scan_at_the_same_time_never_duplicate_a_finding_or_a_com
         })
         .mount(&stripe)
         .await;
+    let mut first = 0;
     for i in 0..40 {
         let pi = format!("pi_Race{i}");
-        insert_payment(&pool, &pi, "pending", 3600).await;
+        let id = insert_payment(&pool, &pi, "pending", 3600).await;
+        if i == 0 {
+            first = id;
+        }
         feed.push(event(&format!("evt_{i}"), &pi, "succeeded", 200));
     }
     let s = settings(40);
     let gw = gateway(&stripe);
-    let (scan, (_, events)) = tokio::join!(
+    // Both jobs are let through only once both wait to write the first payment.
+    let (scan, (_, events)) = wait::both_writing_at_once(
+        &pool,
+        first,
         run_batch(&pool, &gw, &s, Mode::Write, None),
-        run_events(&pool, &gw, &s, CancellationToken::new())
-    );
+        run_events(&pool, &gw, &s, CancellationToken::new()),
+    )
+    .await;
     scan.unwrap();
     events.unwrap();
-    // And again, both seeing the open findings.
+    // And again, both seeing the open findings (neither has a row to write
+    // now, so there is no write to meet at).
     let (scan, (_, events)) = tokio::join!(
         run_batch(&pool, &gw, &s, Mode::Write, None),
         events_once(&pool, &stripe, &s)

@@ -135,3 +135,34 @@ pub async fn any_lock_waits(pool: &PgPool) -> i64 {
     .await
     .unwrap()
 }
+
+/// Runs `a` and `b` at once while the test holds payment `payment_id` `FOR
+/// UPDATE`, and lets go only when two sessions of the test database wait on
+/// a lock: both reached a write of that row at the same moment, so the
+/// outcome shows how they behave together, not one after the other.
+pub async fn both_writing_at_once<A, B>(
+    pool: &PgPool,
+    payment_id: i64,
+    a: A,
+    b: B,
+) -> (A::Output, B::Output)
+where
+    A: Future,
+    B: Future,
+{
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM payments WHERE id = $1 FOR UPDATE")
+        .bind(payment_id)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let release = async move {
+        until_true("both writers waiting on the held payment row", || async {
+            any_lock_waits(pool).await >= 2
+        })
+        .await;
+        holder.rollback().await.unwrap();
+    };
+    let (a, b, ()) = tokio::join!(a, b, release);
+    (a, b)
+}
