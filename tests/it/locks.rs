@@ -155,6 +155,9 @@ async fn a_scan_and_two_repair_workers_on_the_same_rows_never_deadlock(pool: PgP
             "round {round}: unprocessed repair commands"
         );
     }
+    // The test database is dropped after the test: no connection may stay.
+    scan_pool.close().await;
+    worker_pool.close().await;
     // The rounds proved something only if the scan and the workers really
     // held transactions on these rows at the same time, and one waited for
     // another's lock.

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod account;
+pub mod arrange;
 pub mod events_feed;
 pub mod pgbouncer;
 pub mod pushgateway;

@@ -97,6 +97,27 @@ pub async fn reconciler_backends_waiting_on_a_lock(pool: &PgPool) -> Vec<i32> {
     .unwrap()
 }
 
+/// Backend pids of the reconciler binary's connections to the test's own
+/// database that wait on a lock inside a write transaction: they already
+/// hold a write lock (`RowExclusiveLock`) on `table`. A scan's phase 3
+/// writes `reconciliation_payment_state` before it renews the lease and
+/// moves the cursor; a phase 1, which also renews the lease, has written
+/// nothing yet.
+pub async fn reconciler_writers_waiting_on_a_lock(pool: &PgPool, table: &str) -> Vec<i32> {
+    sqlx::query_scalar(
+        "SELECT a.pid FROM pg_stat_activity a
+          WHERE a.datname = current_database() AND a.application_name = 'stripe-reconciler'
+            AND a.wait_event_type = 'Lock'
+            AND EXISTS (SELECT 1 FROM pg_locks l
+                         WHERE l.pid = a.pid AND l.granted AND l.mode = 'RowExclusiveLock'
+                           AND l.relation = to_regclass($1))",
+    )
+    .bind(table)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
 /// Terminates exactly the backends `pids` (as found by the helpers above);
 /// returns how many were terminated.
 pub async fn terminate(pool: &PgPool, pids: &[i32]) -> usize {
@@ -165,4 +186,13 @@ where
     };
     let (a, b, ()) = tokio::join!(a, b, release);
     (a, b)
+}
+
+/// Sends `sig` (`"-TERM"`, `"-INT"`) to the child process with `kill`.
+pub fn signal(child: &std::process::Child, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {sig} failed");
 }
