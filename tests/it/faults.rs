@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::support::arrange;
 use crate::support::pushgateway::{self, value};
 use crate::support::*;
 use sqlx::PgPool;
@@ -60,11 +61,7 @@ pub(super) async fn nothing_written(pool: &PgPool) {
 
 /// Ten paid payments, one of them (id 3) pending while Stripe says succeeded.
 async fn one_missed_success_in_ten(pool: &PgPool) {
-    insert_paid(pool, 10).await;
-    sqlx::query("UPDATE payments SET status = 'pending' WHERE id = 3")
-        .execute(pool)
-        .await
-        .unwrap();
+    arrange::paid_with_pending(pool, 10, &[3]).await;
 }
 
 /// `stripe-reconciler run` in the background, output captured.
@@ -94,11 +91,7 @@ async fn next_run_completes_the_batch_once(pool: &PgPool) {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn sigterm_abandons_the_batch_pushes_metrics_and_the_next_run_redoes_it(pool: PgPool) {
-    insert_paid(&pool, 10).await;
-    sqlx::query("UPDATE payments SET status = 'pending' WHERE id = 2")
-        .execute(&pool)
-        .await
-        .unwrap();
+    arrange::paid_with_pending(&pool, 10, &[2]).await;
     let slow = stripe_answering("succeeded", Duration::from_secs(3)).await;
     let gw = pushgateway::start().await;
     let run_env = env(

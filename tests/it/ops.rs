@@ -11,6 +11,7 @@ use sqlx::PgPool;
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, Request};
 
+use crate::support::arrange;
 use crate::support::pushgateway::{self, value};
 use crate::support::secrets::{assert_no_secret, url_with_password, DB_PASSWORD, SECRET_KEY};
 use crate::support::*;
@@ -56,11 +57,7 @@ fn a_missing_or_malformed_setting_exits_78_naming_the_variable() {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_run_prints_its_summary_and_exits_0(pool: PgPool) {
-    insert_paid(&pool, 12).await;
-    sqlx::query("UPDATE payments SET status = 'pending' WHERE id = 3")
-        .execute(&pool)
-        .await
-        .unwrap();
+    arrange::paid_with_pending(&pool, 12, &[3]).await;
     let stripe = MockServer::start().await;
     Mock::given(method("GET"))
         .respond_with(|r: &Request| ok(r.url.path().rsplit('/').next().unwrap(), "succeeded"))
@@ -253,11 +250,7 @@ async fn set_cursor(pool: &PgPool, last_id: i64) {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_dry_run_counts_only_the_findings_a_real_run_would_create(pool: PgPool) {
-    insert_paid(&pool, 12).await;
-    sqlx::query("UPDATE payments SET status = 'pending' WHERE id IN (3, 8)")
-        .execute(&pool)
-        .await
-        .unwrap();
+    arrange::paid_with_pending(&pool, 12, &[3, 8]).await;
     let stripe = stripe_answering("succeeded", Duration::ZERO).await;
     // A real run records both drifts; then payment 8's finding is resolved by
     // hand, so only its drift is new again.

@@ -10,6 +10,7 @@ use sqlx::PgPool;
 use wiremock::matchers::{method, path_regex};
 use wiremock::{Mock, MockServer, Request};
 
+use crate::support::arrange;
 use crate::support::*;
 
 fn env(pool: &PgPool, stripe: &str, extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
@@ -47,16 +48,6 @@ async fn finish(child: Child) -> Output {
         .unwrap()
 }
 
-/// Ten paid payments, id 3 pending while Stripe says succeeded: one finding
-/// and one repair command for a batch that covers it.
-async fn one_missed_success_in_ten(pool: &PgPool) {
-    insert_paid(pool, 10).await;
-    sqlx::query("UPDATE payments SET status = 'pending' WHERE id = 3")
-        .execute(pool)
-        .await
-        .unwrap();
-}
-
 /// Stripe answering `succeeded`: `pi_1`..`pi_5` after `first`, the others
 /// after `rest`.
 async fn stripe_in_two_speeds(first: Duration, rest: Duration) -> MockServer {
@@ -88,7 +79,7 @@ async fn stamped(pool: &PgPool) -> i64 {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn sigterm_while_phase_3_waits_commits_that_batch_whole_and_starts_no_other(pool: PgPool) {
-    one_missed_success_in_ten(&pool).await;
+    arrange::paid_with_pending(&pool, 10, &[3]).await;
     // Batch 1 (ids 1-5) reads in 1 s; batch 2 (ids 6-10) would take 60 s.
     let stripe = stripe_in_two_speeds(Duration::from_secs(1), Duration::from_secs(60)).await;
     let child = spawn(
@@ -142,7 +133,7 @@ async fn sigterm_while_phase_3_waits_commits_that_batch_whole_and_starts_no_othe
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn sigint_abandons_the_batch_in_phase_2_and_exits_1(pool: PgPool) {
-    one_missed_success_in_ten(&pool).await;
+    arrange::paid_with_pending(&pool, 10, &[3]).await;
     let slow = stripe_answering("succeeded", Duration::from_secs(30)).await;
     let child = spawn(&["run"], &env(&pool, &slow.uri(), &[]));
 
@@ -169,7 +160,7 @@ async fn sigint_abandons_the_batch_in_phase_2_and_exits_1(pool: PgPool) {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn another_run_moving_the_cursor_mid_batch_stops_the_run_with_exit_75(pool: PgPool) {
-    one_missed_success_in_ten(&pool).await;
+    arrange::paid_with_pending(&pool, 10, &[3]).await;
     let slow = stripe_answering("succeeded", Duration::from_millis(1500)).await;
     let child = spawn(
         &["run"],

@@ -203,3 +203,17 @@ impl Arranged {
         scan(pool, stripe, &settings(200)).await
     }
 }
+
+/// The bulk arrangement of the binary-level tests: `n` payments `pi_1` …
+/// `pi_n` (ids 1 … n), `paid`, last updated an hour ago, except the ids in
+/// `pending`, which the application left `pending`: with a Stripe that
+/// answers `succeeded` for every PaymentIntent (`stripe_answering`), each of
+/// those is one missed success, one finding and one repair command.
+pub async fn paid_with_pending(pool: &PgPool, n: i64, pending: &[i64]) {
+    super::insert_paid(pool, n).await;
+    sqlx::query("UPDATE payments SET status = 'pending' WHERE id = ANY($1)")
+        .bind(pending)
+        .execute(pool)
+        .await
+        .unwrap();
+}
