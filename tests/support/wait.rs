@@ -196,3 +196,19 @@ pub fn signal(child: &std::process::Child, sig: &str) {
         .unwrap();
     assert!(status.success(), "kill {sig} failed");
 }
+
+/// Runs write-mode batches until one wraps the cursor; returns how many
+/// batches ran (the wrapping one included). Panics after 1,000 batches, so a
+/// cursor that never wraps fails the test instead of hanging CI.
+pub async fn scan_until_wrapped(
+    pool: &PgPool,
+    gw: &stripe_reconciler::stripe::StripeGateway,
+    s: &super::JobSettings,
+) -> usize {
+    for batches in 1..=1000 {
+        if super::scan_with(pool, gw, s).await.unwrap().wrapped {
+            return batches;
+        }
+    }
+    panic!("the cursor did not wrap in 1,000 batches");
+}
