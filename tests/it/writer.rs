@@ -8,6 +8,7 @@ use sqlx::PgPool;
 use stripe_reconciler::repair::apply_payment_succeeded;
 use stripe_reconciler::repair::writer::WriteError;
 
+use super::repair::enqueue_repair;
 use crate::support::*;
 
 /// A pending payment with an open finding of `kind`, and (when `command` is
@@ -151,4 +152,31 @@ async fn a_command_citing_a_finding_of_another_kind_on_the_same_payment_is_refus
             .is_some_and(|e| e.contains("missed_cancel")),
         "the reason names the finding's kind: {last_error:?}"
     );
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_command_that_does_not_match_its_finding_is_refused(pool: PgPool) {
+    let a = insert_payment(&pool, "pi_A", "pending", 3600).await;
+    let b = insert_payment(&pool, "pi_B", "pending", 3600).await;
+    let finding_a = enqueue_repair(&pool, a, "missed_cancel", "ApplyPaymentCanceled").await;
+    // A forged command: marks payment B paid, citing A's cancel finding.
+    sqlx::query(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+         VALUES ('Payment', $1::text, 'ApplyPaymentSucceeded', jsonb_build_object('payment_id', $1::bigint, 'finding_id', $2::bigint))",
+    )
+    .bind(b)
+    .bind(finding_a)
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let report = drain_all(&pool).await;
+
+    assert_eq!(
+        (report.applied, report.failed),
+        (1, 1),
+        "A's own command applies, the forged one fails"
+    );
+    assert_eq!(status_of(&pool, b).await, ("pending".into(), 0));
+    assert_eq!(status_of(&pool, a).await, ("failed".into(), 1));
 }
