@@ -13,7 +13,8 @@ kubernetes-validate); each assertion prints `ok - ...` or `not ok - ...`.
       plain assertions on `helm template` output (and NOTES.txt)
   chart_tests.py static --root DIR --counts FILE
       the Dockerfile (digest-pinned bases, stripped binary, OCI labels) and the
-      deployment docs (install command, k8s/ rules and Pushgateway URL)
+      deployment docs (docs/deployment.md's install walk-through, k8s/ rules and
+      Pushgateway URL)
 
 The pass/fail counts are appended to FILE as "PASSED FAILED".
 """
@@ -692,6 +693,11 @@ def test_notes(r, chart):
     r.check("prometheusRule.labels is empty" in n, "NOTES: warns that kube-prometheus-stack ignores rules without its label")
     n = notes("existingSecret.name=creds", "prometheusRule.enabled=true", "prometheusRule.labels.release=kps",
               "alerts.runbookBaseUrl=https://x/README.md")
+    # The absence of the warnings counts only when the install rendered the
+    # alert section they belong to (a failed render has no warnings either).
+    r.check(not n.startswith("FAILED") and "Alert rules: PrometheusRule stripe-reconciler" in n
+            and "StripeReconcilerNotRunning fires" in n,
+            "NOTES: the alert section renders with prometheusRule.labels and alerts.runbookBaseUrl set", n[-600:])
     r.check("prometheusRule.labels is empty" not in n and "runbookBaseUrl" not in n,
             "NOTES: no label or runbook warning once they are set", n[-600:])
     n = notes("existingSecret.name=creds")
@@ -731,12 +737,15 @@ def cmd_static(args):
     for label in ("version", "revision", "source", "created", "title", "licenses"):
         r.check(f"org.opencontainers.image.{label}=" in docker, f"Dockerfile: OCI label org.opencontainers.image.{label}")
     r.check(re.search(r"^USER 65532:65532$", docker, re.M) is not None, "Dockerfile: runs as 65532:65532")
-    readme = (root / "README.md").read_text(encoding="utf-8")
-    deploy = readme.split("## Deployment", 1)[-1].split("\n## ", 1)[0]
+    deployment = (root / "docs" / "deployment.md").read_text(encoding="utf-8")
+    # The install walk-through: everything before the pooler section.
+    deploy = deployment.split("\n## ", 1)[0]
     for needle in ("helm install", "prometheusRule.enabled=true", "prometheusRule.labels.release=",
                    "dashboard.enabled=true", "config.pushgatewayUrl=", "ruleSelector", "honorLabels",
                    "sslmode=verify-full", "extraVolumes", "metrics/job/stripe-reconciler-alert-test", "alertmanager"):
-        r.check(needle in deploy, f"README Deployment: mentions {needle}")
+        r.check(needle in deploy, f"docs/deployment.md (install walk-through): mentions {needle}")
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    r.check("(docs/deployment.md)" in readme, "README.md links docs/deployment.md")
     k8s_values = yaml.safe_load((root / "k8s" / "values.yaml").read_text(encoding="utf-8"))
     r.check(bool(k8s_values.get("config", {}).get("pushgatewayUrl")), "k8s/values.yaml: a Pushgateway URL")
     r.check(k8s_values.get("prometheusRule", {}).get("labels", {}).get("release") == "kube-prometheus-stack",

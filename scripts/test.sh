@@ -1,31 +1,50 @@
 #!/usr/bin/env bash
 # Runs every test: formatting, lints, unit and integration tests on a real
-# PostgreSQL (each #[sqlx::test] gets a fresh database), and the chart and alert
-# checks when their scripts exist. Starts what it needs (PostgreSQL; installs
-# the Pushgateway and PgBouncer the tests start per test); never skips.
+# PostgreSQL (each #[sqlx::test] gets a fresh database), doctests, and the
+# chart and alert checks. Starts what it needs (PostgreSQL; installs the
+# Pushgateway and PgBouncer the tests start per test); never skips: a missing
+# check script fails the run. The cargo test step runs under a timeout
+# (RECONCILER_TEST_TIMEOUT seconds, default 1500) so a hung test fails CI
+# instead of holding it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 command -v cargo >/dev/null || die "cargo is not installed (https://rustup.rs)"
 command -v python3 >/dev/null || die "python3 is required by the test scripts"
+command -v timeout >/dev/null || die "timeout (coreutils) is required to bound the test run"
+checks=(scripts/check-alerts.sh scripts/check-chart.sh)
+for check in "${checks[@]}"; do
+  [ -f "$check" ] || die "$check is missing: the chart and alert checks are part of the suite"
+done
 ensure_postgres
 ensure_pushgateway
 ensure_pgbouncer
 export DATABASE_URL=${DATABASE_URL:-$(default_admin_url)}
+limit=${RECONCILER_TEST_TIMEOUT:-1500}
 
 say "cargo fmt --check"
 cargo fmt --all -- --check
 say "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets --quiet -- -D warnings
-say "cargo test (PostgreSQL at ${DATABASE_URL%%@*}@...)"
-cargo test --all-targets --no-fail-fast
-cargo test --doc --quiet
+# Built first, outside the timeout: the limit is for running the tests.
+cargo test --all-targets --no-run --quiet
+say "cargo test (PostgreSQL at ${DATABASE_URL%%@*}@..., at most ${limit}s)"
+status=0
+timeout --kill-after=30 "$limit" cargo test --all-targets --no-fail-fast || status=$?
+if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+  die "cargo test did not finish within ${limit}s (RECONCILER_TEST_TIMEOUT): a test hangs; rerun with --nocapture to see which"
+fi
+[ "$status" -eq 0 ] || die "cargo test failed (exit $status)"
+say "cargo test --doc"
+doc_out=$(timeout --kill-after=30 300 cargo test --doc 2>&1) || { printf '%s\n' "$doc_out"; die "cargo test --doc failed or timed out"; }
+printf '%s\n' "$doc_out" | tail -n 3
+# A doctest run that compiled nothing proves nothing.
+grep -Eq 'test result: ok\. [1-9][0-9]* passed' <<<"$doc_out" \
+  || die "cargo test --doc ran no doctest (the canonical writer's webhook example must compile)"
 
-for check in scripts/check-alerts.sh scripts/check-chart.sh; do
-  if [ -f "$check" ]; then
-    say "$check"
-    bash "$check"
-  fi
+for check in "${checks[@]}"; do
+  say "$check"
+  bash "$check"
 done
 say "all tests passed"

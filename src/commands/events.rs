@@ -80,8 +80,13 @@ pub(super) async fn events(settings: &Settings) -> Result<(), CommandError> {
 async fn read_state(pool: &PgPool, job: &str, active: std::time::Duration) -> Option<EventsState> {
     // The figures `status` shows, in one statement.
     let read = async {
-        let mut conn = pool.acquire().await.context("connecting")?;
-        events_position::figures(&mut conn, job, active).await
+        // In a transaction, as every statement of the job (pooler-safe).
+        let mut tx = crate::store::begin(pool)
+            .await
+            .context("starting a transaction")?;
+        let figures = events_position::figures(&mut tx, job, active).await?;
+        tx.commit().await.context("committing")?;
+        Ok::<_, crate::store::StoreError>(figures)
     };
     match tokio::time::timeout(std::time::Duration::from_secs(10), read).await {
         Ok(Ok(f)) => Some(f.map_or_else(EventsState::default, |f| EventsState {

@@ -27,6 +27,7 @@ mod scan;
 mod statuses;
 mod stripe;
 mod value;
+pub mod variables;
 
 use std::time::Duration;
 

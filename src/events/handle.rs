@@ -73,14 +73,21 @@ pub async fn retries(
 ) -> Result<(), EventsError> {
     let job = summary.job.clone();
     let due = {
-        let mut conn = pool.acquire().await.context("connecting")?;
+        // In a transaction, as every statement of the job: behind a pooler
+        // in transaction mode a statement outside one may meet another
+        // server connection between its parse and its execution.
+        let mut tx = crate::store::begin(pool)
+            .await
+            .context("starting a transaction")?;
         let expired =
-            events_retry::expire(&mut conn, &job, settings.grace + HOLD_BEYOND_GRACE).await?;
+            events_retry::expire(&mut tx, &job, settings.grace + HOLD_BEYOND_GRACE).await?;
         for (pi, reason, attempts) in &expired {
             tracing::warn!(payment_intent = %pi, reason = %reason, attempts, "an event still undecided after grace + 1 h: no more events reads for this PaymentIntent; the scan covers its row");
         }
         summary.retries_expired += expired.len() as u64;
-        events_retry::due(&mut conn, &job, RETRIES_PER_RUN).await?
+        let due = events_retry::due(&mut tx, &job, RETRIES_PER_RUN).await?;
+        tx.commit().await.context("committing")?;
+        due
     };
     // One pass per feed: an orphan's read carries its account's header.
     let mut by_account: Vec<(Option<AccountId>, Vec<PaymentIntentEvent>)> = Vec::new();
@@ -413,6 +420,10 @@ async fn renew_for_reads(
     reads: usize,
 ) -> Result<(), EventsError> {
     let ttl = lease.ttl_seconds + 2.0 * reads as f64 / f64::from(settings.rate_limit_rps.max(1));
-    let mut conn = pool.acquire().await.context("connecting")?;
-    Ok(lease.renew_for(&mut conn, ttl).await?)
+    let mut tx = crate::store::begin(pool)
+        .await
+        .context("starting a transaction")?;
+    lease.renew_for(&mut tx, ttl).await?;
+    tx.commit().await.context("committing")?;
+    Ok(())
 }

@@ -156,9 +156,16 @@ async fn body(
 ) -> Result<(), EventsError> {
     let job = &summary.job.clone();
     // 1. The window, from the stored position.
+    // Every statement in a transaction: behind a pooler in transaction mode
+    // a statement outside one may meet another server connection between
+    // its parse and its execution.
     let position = {
-        let mut conn = pool.acquire().await.context("connecting")?;
-        events_position::read(&mut conn, job).await?
+        let mut tx = crate::store::begin(pool)
+            .await
+            .context("starting a transaction")?;
+        let position = events_position::read(&mut tx, job).await?;
+        tx.commit().await.context("committing")?;
+        position
     };
     let listed_at = Utc::now();
     let Window { start, gap_seconds } = feed::window(
@@ -306,9 +313,11 @@ async fn connected_feeds(
     let Some(column) = settings.account_column.as_ref() else {
         return Ok(Vec::new());
     };
-    let mut conn = pool.acquire().await.context("connecting")?;
+    let mut tx = crate::store::begin(pool)
+        .await
+        .context("starting a transaction")?;
     let values = payments::active_accounts(
-        &mut conn,
+        &mut tx,
         column,
         settings.events.account_active,
         MAX_ACCOUNTS_PER_RUN,
@@ -334,10 +343,11 @@ async fn connected_feeds(
     }
     let ids: Vec<&str> = accounts.iter().map(AccountId::as_str).collect();
     let positions: HashMap<String, EventsPosition> =
-        events_position::read_accounts(&mut conn, job, &ids)
+        events_position::read_accounts(&mut tx, job, &ids)
             .await?
             .into_iter()
             .collect();
+    tx.commit().await.context("committing")?;
     let mut feeds: Vec<(Option<DateTime<Utc>>, AccountId, DateTime<Utc>)> = Vec::new();
     for account in accounts {
         let position = positions.get(account.as_str());

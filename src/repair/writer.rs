@@ -123,6 +123,29 @@ pub async fn apply(
 ///
 /// # Errors
 /// [`WriteError::UnknownPayment`]; [`WriteError::Store`].
+///
+/// # Example
+/// A webhook handler's `payment_intent.succeeded` branch (compiled by
+/// `cargo test --doc`, not run: it needs a database):
+///
+/// ```no_run
+/// use stripe_reconciler::config::StatusMap;
+/// use stripe_reconciler::repair::writer::{apply_payment_succeeded, WriteError};
+///
+/// async fn on_payment_intent_succeeded(
+///     pool: &sqlx::PgPool,
+///     payment_id: i64,
+/// ) -> Result<(), WriteError> {
+///     // The same words as the reconciler's RECONCILER_LOCAL_STATUSES.
+///     let statuses = StatusMap::parse("pending=pending;paid=paid;failed=failed")
+///         .expect("valid status words");
+///     let outcome = apply_payment_succeeded(pool, &statuses, payment_id, None, "webhook").await?;
+///     if !outcome.changed {
+///         // Already paid (a repair got there first): no second event.
+///     }
+///     Ok(())
+/// }
+/// ```
 pub async fn apply_payment_succeeded(
     pool: &PgPool,
     statuses: &StatusMap,

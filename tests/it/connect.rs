@@ -1,67 +1,27 @@
 //! Connect (issue 24): rows of connected accounts (`RECONCILER_ACCOUNT_COLUMN`)
-//! read with `Stripe-Account`, against a wiremock Stripe that answers 404
-//! unless the header names the account the PaymentIntent belongs to, like
-//! Stripe does. An account the platform lost access to, or whose every read
+//! read with `Stripe-Account`, against the shared fake Stripe
+//! (`support::stripe_fake`), which answers 404 unless the header names the
+//! account the PaymentIntent belongs to, like Stripe does. An account the platform lost access to, or whose every read
 //! is a 404, leaves only its own rows UNVERIFIABLE; the run goes on.
 
-use crate::support::account::{insert_at, Account};
+use crate::support::account::insert_at;
 use crate::support::pushgateway::{self, value};
+use crate::support::stripe_fake::{no_access, StripeFake, LIST, RETRIEVE};
 use crate::support::*;
 use serde_json::Value;
 use sqlx::PgPool;
 use stripe_reconciler::config::{ColumnName, JobSettings, ReadMode, Sizing};
 use stripe_reconciler::scan::{self, RunOptions, RunSummary};
 use tokio_util::sync::CancellationToken;
-use wiremock::matchers::{header, method, path_regex, query_param};
-use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+use wiremock::matchers::{method, path_regex, query_param};
+use wiremock::{Mock, MockServer};
 
 const A: &str = "acct_1AlphaConnected";
 const B: &str = "acct_1BravoConnected";
 const REVOKED: &str = "acct_1RevokedAccess";
 
-/// The payments PATHS a read of PaymentIntents can take.
-const PI_PATHS: &str = "^/v1/payment_intents(/[^/]+)?/?$";
-
 fn an_hour_ago() -> i64 {
     chrono::Utc::now().timestamp() - 3600
-}
-
-/// Stripe's answer to a read for an account the platform has no access to.
-fn no_access(account: &str) -> ResponseTemplate {
-    ResponseTemplate::new(403)
-        .insert_header("Request-Id", "req_noaccess")
-        .set_body_json(serde_json::json!({"error": {
-            "type": "invalid_request_error",
-            "message": format!("The provided key 'sk_test_********************************p7dc' does not have access to account '{account}' (or that account does not exist). Application access may have been revoked."),
-        }}))
-}
-
-/// A Stripe with the platform's own account and connected accounts: each
-/// account's PaymentIntents are served only to requests with its
-/// `Stripe-Account` header (the platform's only without one); everything
-/// else answers 404 `resource_missing`.
-async fn connect_stripe(platform: &Account, connected: &[(&str, &Account)]) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("GET"))
-        .and(path_regex(PI_PATHS))
-        .and(|r: &Request| !r.headers.contains_key("stripe-account"))
-        .respond_with(platform.clone())
-        .mount(&server)
-        .await;
-    for (id, account) in connected {
-        Mock::given(method("GET"))
-            .and(path_regex(PI_PATHS))
-            .and(header("Stripe-Account", *id))
-            .respond_with((*account).clone())
-            .mount(&server)
-            .await;
-    }
-    Mock::given(method("GET"))
-        .respond_with(err(404, "invalid_request_error", "resource_missing"))
-        .with_priority(10)
-        .mount(&server)
-        .await;
-    server
 }
 
 async fn add_account_column(pool: &PgPool) {
@@ -136,31 +96,16 @@ async fn forget_findings(pool: &PgPool) {
     .unwrap();
 }
 
-/// `Stripe-Account` of every request the server received (`None`: absent).
-async fn account_headers(stripe: &MockServer) -> Vec<Option<String>> {
-    stripe
-        .received_requests()
-        .await
-        .unwrap_or_default()
-        .iter()
-        .map(|r| {
-            r.headers
-                .get("stripe-account")
-                .map(|v| v.to_str().unwrap_or("<not text>").to_owned())
-        })
-        .collect()
-}
-
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn the_platform_and_two_connected_accounts_each_get_their_drift_found_in_both_read_modes(
     pool: PgPool,
 ) {
     add_account_column(&pool).await;
     let t0 = an_hour_ago() - 7200;
-    let (platform, a, b) = (Account::default(), Account::default(), Account::default());
+    let stripe = StripeFake::start().await;
     let mut expected = Vec::new();
     let mut n = 0;
-    for (account, fake) in [(None, &platform), (Some(A), &a), (Some(B), &b)] {
+    for account in [None, Some(A), Some(B)] {
         // Three in sync, one pending locally whose PaymentIntent succeeded.
         for (local, remote) in [
             ("paid", "succeeded"),
@@ -170,18 +115,18 @@ async fn the_platform_and_two_connected_accounts_each_get_their_drift_found_in_b
         ] {
             n += 1;
             let pi = format!("pi_Conn{n}");
-            fake.add(&pi, remote, t0 + n);
+            stripe.add(account, &pi, remote, t0 + n);
             let id = insert_on(&pool, account, &pi, local, t0 + n).await;
             if local == "pending" {
                 expected.push((id, "missed_success".to_owned(), account.map(str::to_owned)));
             }
         }
     }
-    let stripe = connect_stripe(&platform, &[(A, &a), (B, &b)]).await;
 
     for mode in [ReadMode::Retrieve, ReadMode::List] {
         forget_findings(&pool).await;
-        let (lists_a, lists_b) = (a.count("list"), b.count("list"));
+        let lists = |a| stripe.count_on(Some(a), LIST);
+        let (lists_a, lists_b) = (lists(A), lists(B));
         let summary = run(&pool, &stripe, &connect_settings(mode)).await;
         assert_eq!(summary.stripe_accounts_unreachable, 0, "{mode:?}");
         assert_eq!(
@@ -191,9 +136,10 @@ async fn the_platform_and_two_connected_accounts_each_get_their_drift_found_in_b
         );
         if mode == ReadMode::List {
             assert!(
-                a.count("list") > lists_a && b.count("list") > lists_b,
+                lists(A) > lists_a && lists(B) > lists_b,
                 "each account listed with its own header"
             );
+            assert_eq!(stripe.failed_list_pages(), 0, "{:#?}", stripe.seen());
         }
         // The repair commands carry the account; the platform's carry none.
         let payloads: Vec<Value> = outbox(&pool).await.into_iter().map(|o| o.payload).collect();
@@ -203,7 +149,7 @@ async fn the_platform_and_two_connected_accounts_each_get_their_drift_found_in_b
             .collect();
         assert_eq!(accounts, vec![None, Some(A), Some(B)], "{payloads:?}");
     }
-    let headers = account_headers(&stripe).await;
+    let headers = stripe.accounts_asked();
     assert!(headers.contains(&Some(A.to_owned())) && headers.contains(&Some(B.to_owned())));
     assert!(
         headers.contains(&None),
@@ -217,10 +163,10 @@ async fn a_revoked_account_leaves_its_rows_unverifiable_while_the_others_are_rec
 ) {
     add_account_column(&pool).await;
     let t0 = an_hour_ago() - 7200;
-    let (platform, a) = (Account::default(), Account::default());
-    platform.add("pi_Plat1", "succeeded", t0);
+    let stripe = StripeFake::start().await;
+    stripe.add(None, "pi_Plat1", "succeeded", t0);
     let plat = insert_on(&pool, None, "pi_Plat1", "pending", t0).await;
-    a.add("pi_Alpha1", "canceled", t0 + 1);
+    stripe.add(Some(A), "pi_Alpha1", "canceled", t0 + 1);
     let alpha = insert_on(&pool, Some(A), "pi_Alpha1", "pending", t0 + 1).await;
     let mut revoked_rows = Vec::new();
     for i in 0..8 {
@@ -235,7 +181,7 @@ async fn a_revoked_account_leaves_its_rows_unverifiable_while_the_others_are_rec
             .await,
         );
     }
-    let stripe = connect_stripe(&platform, &[(A, &a)]).await;
+    stripe.refuse(REVOKED);
     // Stripe is not down: but a probe that fails would end the batch as an
     // outage if the revoked account's rows counted as failed reads.
     Mock::given(method("GET"))
@@ -245,16 +191,10 @@ async fn a_revoked_account_leaves_its_rows_unverifiable_while_the_others_are_rec
         .with_priority(1)
         .mount(&stripe)
         .await;
-    Mock::given(method("GET"))
-        .and(header("Stripe-Account", REVOKED))
-        .respond_with(no_access(REVOKED))
-        .with_priority(2)
-        .mount(&stripe)
-        .await;
 
     for mode in [ReadMode::Retrieve, ReadMode::List] {
         forget_findings(&pool).await;
-        let reads_before = reads_on(&stripe, REVOKED).await;
+        let reads_before = reads_on(&stripe, REVOKED);
         let s = JobSettings {
             // One read at a time: the first refusal stops the reads of that account.
             max_in_flight: 1,
@@ -275,7 +215,7 @@ async fn a_revoked_account_leaves_its_rows_unverifiable_while_the_others_are_rec
             "{mode:?}"
         );
         assert_eq!(
-            reads_on(&stripe, REVOKED).await - reads_before,
+            reads_on(&stripe, REVOKED) - reads_before,
             1,
             "{mode:?}: no more reads spent on a revoked account"
         );
@@ -301,10 +241,10 @@ async fn a_revoked_account_leaves_its_rows_unverifiable_while_the_others_are_rec
     }
 }
 
-/// Requests the server received with `Stripe-Account: account`.
-async fn reads_on(stripe: &MockServer, account: &str) -> usize {
-    account_headers(stripe)
-        .await
+/// Requests the fake received with `Stripe-Account: account`.
+fn reads_on(stripe: &StripeFake, account: &str) -> usize {
+    stripe
+        .accounts_asked()
         .iter()
         .filter(|h| h.as_deref() == Some(account))
         .count()
@@ -316,28 +256,21 @@ async fn reads_on(stripe: &MockServer, account: &str) -> usize {
 #[tokio::test]
 async fn only_a_refused_connected_account_read_is_account_unreachable() {
     use stripe_reconciler::stripe::{AccountId, GatewayError, PaymentIntentId};
-    let stripe = MockServer::start().await;
-    Mock::given(method("GET"))
-        .and(header("Stripe-Account", REVOKED))
-        .respond_with(no_access(REVOKED))
-        .mount(&stripe)
-        .await;
-    Mock::given(method("GET"))
-        .and(header("Stripe-Account", "acct_1Invalid"))
-        .respond_with(err(400, "invalid_request_error", "account_invalid"))
-        .mount(&stripe)
-        .await;
-    Mock::given(method("GET"))
-        .and(header("Stripe-Account", "acct_1BadKey"))
-        .respond_with(err(401, "invalid_request_error", "api_key_invalid"))
-        .mount(&stripe)
-        .await;
-    // The platform's own read with Stripe's no-access body is still the key's fault.
-    Mock::given(method("GET"))
-        .respond_with(no_access("acct_1Platform"))
-        .with_priority(10)
-        .mount(&stripe)
-        .await;
+    let stripe = StripeFake::start().await;
+    stripe
+        .refuse(REVOKED)
+        .answer_on(
+            Some("acct_1Invalid"),
+            RETRIEVE,
+            err(400, "invalid_request_error", "account_invalid"),
+        )
+        .answer_on(
+            Some("acct_1BadKey"),
+            RETRIEVE,
+            err(401, "invalid_request_error", "api_key_invalid"),
+        )
+        // The platform's own read with Stripe's no-access body is still the key's fault.
+        .answer_on(None, RETRIEVE, no_access("acct_1Platform"));
     let gw = gateway(&stripe);
     let pi = PaymentIntentId::parse("pi_1").unwrap();
     let on = |a: &str| AccountId::parse(a).unwrap();
@@ -374,8 +307,8 @@ async fn only_a_refused_connected_account_read_is_account_unreachable() {
 async fn a_connected_account_whose_every_read_is_404_is_unreachable_not_exit_78(pool: PgPool) {
     add_account_column(&pool).await;
     let t0 = an_hour_ago() - 7200;
-    let platform = Account::default();
-    platform.add("pi_Plat1", "succeeded", t0);
+    let stripe = StripeFake::start().await;
+    stripe.add(None, "pi_Plat1", "succeeded", t0);
     insert_on(&pool, None, "pi_Plat1", "paid", t0).await;
     // Twelve rows naming an account this key's platform does not have.
     for i in 0..12 {
@@ -388,7 +321,6 @@ async fn a_connected_account_whose_every_read_is_404_is_unreachable_not_exit_78(
         )
         .await;
     }
-    let stripe = connect_stripe(&platform, &[]).await;
     let gw = pushgateway::start().await;
     let env = vec![
         ("PUSHGATEWAY_URL", gw.url.clone()),
@@ -440,11 +372,11 @@ async fn a_connected_account_whose_every_read_is_404_is_unreachable_not_exit_78(
 async fn a_malformed_account_value_is_never_sent_and_its_row_is_unverifiable(pool: PgPool) {
     add_account_column(&pool).await;
     let t0 = an_hour_ago() - 7200;
-    let platform = Account::default();
-    platform.add("pi_Plat1", "succeeded", t0);
+    let stripe = StripeFake::start().await;
+    stripe.add(None, "pi_Plat1", "succeeded", t0);
     insert_on(&pool, None, "pi_Plat1", "paid", t0).await;
     insert_on(&pool, Some(""), "pi_Empty1", "paid", t0 + 1).await;
-    platform.add("pi_Empty1", "succeeded", t0 + 1);
+    stripe.add(None, "pi_Empty1", "succeeded", t0 + 1);
     let bad = ["acct_1\r\nX-Injected: 1", "acct_1 2", "cus_1Other", "acct_"];
     let mut bad_rows = Vec::new();
     for (i, value) in bad.iter().enumerate() {
@@ -459,7 +391,6 @@ async fn a_malformed_account_value_is_never_sent_and_its_row_is_unverifiable(poo
             .await,
         );
     }
-    let stripe = connect_stripe(&platform, &[]).await;
 
     for mode in [ReadMode::Retrieve, ReadMode::List] {
         forget_findings(&pool).await;
@@ -468,10 +399,10 @@ async fn a_malformed_account_value_is_never_sent_and_its_row_is_unverifiable(poo
     }
 
     assert!(
-        account_headers(&stripe).await.iter().all(Option::is_none),
+        stripe.accounts_asked().iter().all(Option::is_none),
         "no header was ever sent: the only well-formed rows are the platform's"
     );
-    let retrieved = platform.retrieved();
+    let retrieved = stripe.retrieved();
     assert!(
         !retrieved.iter().any(|id| id.starts_with("pi_Bad")),
         "{retrieved:?}"
@@ -495,16 +426,11 @@ async fn a_malformed_account_value_is_never_sent_and_its_row_is_unverifiable(poo
 async fn without_the_account_column_missing_externally_says_it_could_be_a_connected_account(
     pool: PgPool,
 ) {
-    let stripe = MockServer::start().await;
-    mount(&stripe, "pi_Found1", ok("pi_Found1", "succeeded")).await;
+    // The platform holds one of the two; the other is Stripe's 404.
+    let stripe = StripeFake::start().await;
+    stripe.add(None, "pi_Found1", "succeeded", an_hour_ago());
     insert_payment(&pool, "pi_Found1", "paid", 3600).await;
     let missing = insert_payment(&pool, "pi_OnAConnectedAccount", "paid", 3600).await;
-    mount(
-        &stripe,
-        "pi_OnAConnectedAccount",
-        err(404, "invalid_request_error", "resource_missing"),
-    )
-    .await;
 
     scan(&pool, &stripe, &settings(100)).await;
 
@@ -528,7 +454,7 @@ async fn an_unusable_account_column_exits_78_naming_the_variable_in_run_and_even
         .execute(&pool)
         .await
         .unwrap();
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     for (column, says) in [
         ("no_such_column", "has no column"),
         ("account_number", "bigint"),
@@ -555,17 +481,16 @@ async fn an_unusable_account_column_exits_78_naming_the_variable_in_run_and_even
             );
         }
     }
-    assert_eq!(requests(&stripe).await, 0);
+    assert!(stripe.seen().is_empty(), "{:#?}", stripe.seen());
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn findings_list_shows_the_account_and_links_the_connected_accounts_payment(pool: PgPool) {
     add_account_column(&pool).await;
     let t0 = an_hour_ago() - 7200;
-    let (platform, a) = (Account::default(), Account::default());
-    a.add("pi_AlphaDrift", "succeeded", t0);
+    let stripe = StripeFake::start().await;
+    stripe.add(Some(A), "pi_AlphaDrift", "succeeded", t0);
     insert_on(&pool, Some(A), "pi_AlphaDrift", "pending", t0).await;
-    let stripe = connect_stripe(&platform, &[(A, &a)]).await;
     run(&pool, &stripe, &connect_settings(ReadMode::Retrieve)).await;
     let env = vec![("DATABASE_URL", database_url(&pool))];
 

@@ -1,58 +1,24 @@
 //! Connect (issue 24): the events feed of each active connected account,
 //! read with its `Stripe-Account` header from its own position, in turn with
-//! the platform's feed. Wiremock answers a feed or a PaymentIntent only when
-//! the header matches (no header: the platform's).
+//! the platform's feed. The shared fake Stripe (`support::stripe_fake`)
+//! answers a feed or a PaymentIntent only when the header matches (no
+//! header: the platform's).
 
-use crate::support::events_feed::*;
+use crate::support::events_feed::event;
+use crate::support::stripe_fake::{no_access, StripeFake, EVENTS};
 use crate::support::*;
-use serde_json::json;
 use sqlx::PgPool;
 use stripe_reconciler::config::ColumnName;
 use stripe_reconciler::events::{run_events, EventsError, EventsSummary};
 use tokio_util::sync::CancellationToken;
-use wiremock::matchers::{header, method, path};
-use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+use wiremock::MockServer;
 
 const JOB: &str = "payments-vs-stripe-events";
 
-/// No `Stripe-Account` header: the platform's own account.
-fn platform(req: &Request) -> bool {
-    !req.headers.contains_key("stripe-account")
-}
-
-/// Mounts `feed` as `account`'s events (`None`: the platform's).
-async fn mount_feed(server: &MockServer, account: Option<&str>, feed: &Feed) {
-    let m = Mock::given(method("GET")).and(path("/v1/events"));
-    match account {
-        Some(a) => m
-            .and(header("Stripe-Account", a))
-            .respond_with(feed.clone()),
-        None => m.and(platform).respond_with(feed.clone()),
-    }
-    .mount(server)
-    .await;
-}
-
-/// Mounts a PaymentIntent answered only on `account` (else Stripe's 404).
-async fn mount_on(server: &MockServer, account: Option<&str>, pi: &str, status: &str) {
-    let m = Mock::given(method("GET")).and(path(format!("/v1/payment_intents/{pi}")));
-    match account {
-        Some(a) => m
-            .and(header("Stripe-Account", a))
-            .respond_with(ok(pi, status)),
-        None => m.and(platform).respond_with(ok(pi, status)),
-    }
-    .mount(server)
-    .await;
-}
-
-/// Every other request: Stripe's 404 for an object of another account.
-async fn mount_missing(server: &MockServer) {
-    Mock::given(method("GET"))
-        .respond_with(err(404, "invalid_request_error", "resource_missing"))
-        .with_priority(10)
-        .mount(server)
-        .await;
+/// Adds PaymentIntent `pi` in `status` on `account` (`None`: the
+/// platform's), created an hour ago: Stripe's 404 on any other account.
+fn add_on(stripe: &StripeFake, account: Option<&str>, pi: &str, status: &str) {
+    stripe.add(account, pi, status, chrono::Utc::now().timestamp() - 3600);
 }
 
 async fn add_account_column(pool: &PgPool) {
@@ -78,16 +44,6 @@ async fn insert_on(
         .await
         .unwrap();
     id
-}
-
-/// Mounts `response` as `account`'s events feed (a refused or failing feed).
-async fn mount_feed_answer(server: &MockServer, account: &str, response: ResponseTemplate) {
-    Mock::given(method("GET"))
-        .and(path("/v1/events"))
-        .and(header("Stripe-Account", account))
-        .respond_with(response)
-        .mount(server)
-        .await;
 }
 
 /// `(payment_id, kind, account)` of every finding.
@@ -136,24 +92,22 @@ async fn positions(pool: &PgPool) -> Vec<String> {
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn each_connected_accounts_feed_is_read_with_its_header_and_its_own_position(pool: PgPool) {
     add_account_column(&pool).await;
-    let stripe = MockServer::start().await;
-    let (plat, one, two) = (Feed::default(), Feed::default(), Feed::default());
-    mount_feed(&stripe, None, &plat).await;
-    mount_feed(&stripe, Some("acct_One"), &one).await;
-    mount_feed(&stripe, Some("acct_Two"), &two).await;
-    mount_missing(&stripe).await;
+    let stripe = StripeFake::start().await;
 
     // The platform and acct_One each miss a webhook; acct_Two took money for
     // an order that was never written, and has one ordinary row.
     let p = insert_payment(&pool, "pi_Plat", "pending", 3600).await;
     let o = insert_on(&pool, "acct_One", "pi_One", "pending", 3600).await;
     insert_on(&pool, "acct_Two", "pi_TwoPaid", "paid", 3600).await;
-    plat.push(event("evt_p", "pi_Plat", "succeeded", 120));
-    one.push(event("evt_o", "pi_One", "succeeded", 110));
-    two.push(event("evt_t", "pi_TwoOrphan", "succeeded", 900));
-    mount_on(&stripe, None, "pi_Plat", "succeeded").await;
-    mount_on(&stripe, Some("acct_One"), "pi_One", "succeeded").await;
-    mount_on(&stripe, Some("acct_Two"), "pi_TwoOrphan", "succeeded").await;
+    stripe.push_event(None, event("evt_p", "pi_Plat", "succeeded", 120));
+    stripe.push_event(Some("acct_One"), event("evt_o", "pi_One", "succeeded", 110));
+    stripe.push_event(
+        Some("acct_Two"),
+        event("evt_t", "pi_TwoOrphan", "succeeded", 900),
+    );
+    add_on(&stripe, None, "pi_Plat", "succeeded");
+    add_on(&stripe, Some("acct_One"), "pi_One", "succeeded");
+    add_on(&stripe, Some("acct_Two"), "pi_TwoOrphan", "succeeded");
 
     let (summary, result) = events_once(&pool, &stripe, &connect_settings()).await;
     result.unwrap();
@@ -185,15 +139,19 @@ async fn each_connected_accounts_feed_is_read_with_its_header_and_its_own_positi
             format!("{JOB}:acct_Two"),
         ]
     );
-    // The platform's feed was never asked with a header, nor an account's without.
-    for r in stripe.received_requests().await.unwrap() {
-        if r.url.path() == "/v1/events" {
-            assert!(r
-                .headers
-                .get("stripe-account")
-                .is_none_or(|a| a == "acct_One" || a == "acct_Two"));
-        }
+    // Each feed was read with its own header (none: the platform's).
+    for account in [None, Some("acct_One"), Some("acct_Two")] {
+        assert!(stripe.count_on(account, EVENTS) > 0, "{account:?}");
     }
+    assert_eq!(
+        stripe.count(EVENTS),
+        [None, Some("acct_One"), Some("acct_Two")]
+            .into_iter()
+            .map(|a| stripe.count_on(a, EVENTS))
+            .sum::<usize>(),
+        "no feed asked as another account: {:#?}",
+        stripe.seen()
+    );
 
     // The next run starts each feed from its own position: nothing new.
     let (again, result) = events_once(&pool, &stripe, &connect_settings()).await;
@@ -205,37 +163,30 @@ async fn each_connected_accounts_feed_is_read_with_its_header_and_its_own_positi
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_busy_account_cannot_starve_a_quiet_one_and_a_revoked_one_is_skipped(pool: PgPool) {
     add_account_column(&pool).await;
-    let stripe = MockServer::start().await;
-    let (plat, busy, quiet) = (Feed::default(), Feed::default(), Feed::default());
-    mount_feed(&stripe, None, &plat).await;
-    mount_feed(&stripe, Some("acct_Busy"), &busy).await;
-    mount_feed(&stripe, Some("acct_Quiet"), &quiet).await;
-    mount_feed_answer(
-        &stripe,
-        "acct_Gone",
-        ResponseTemplate::new(403).set_body_json(json!({"error": {
-            "type": "invalid_request_error",
-            "message": "The provided key 'sk_test_***' does not have access to account 'acct_Gone' (or that account does not exist). Application access may have been revoked."
-        }})),
-    )
-    .await;
-    mount_missing(&stripe).await;
+    let stripe = StripeFake::start().await;
+    stripe.answer_on(Some("acct_Gone"), EVENTS, no_access("acct_Gone"));
 
     // acct_Busy: a burst of 900 events about paid rows; acct_Quiet: one missed webhook.
     for (pi, acct) in [("pi_BusyRow", "acct_Busy"), ("pi_GoneRow", "acct_Gone")] {
         insert_on(&pool, acct, pi, "paid", 3600).await;
     }
     for i in 0..900 {
-        busy.push(event(
-            &format!("evt_b{i}"),
-            &format!("pi_Foreign{i}"),
-            "processing",
-            3000 - i,
-        ));
+        stripe.push_event(
+            Some("acct_Busy"),
+            event(
+                &format!("evt_b{i}"),
+                &format!("pi_Foreign{i}"),
+                "processing",
+                3000 - i,
+            ),
+        );
     }
     let q = insert_on(&pool, "acct_Quiet", "pi_Quiet", "pending", 3600).await;
-    quiet.push(event("evt_q", "pi_Quiet", "succeeded", 60));
-    mount_on(&stripe, Some("acct_Quiet"), "pi_Quiet", "succeeded").await;
+    stripe.push_event(
+        Some("acct_Quiet"),
+        event("evt_q", "pi_Quiet", "succeeded", 60),
+    );
+    add_on(&stripe, Some("acct_Quiet"), "pi_Quiet", "succeeded");
 
     // Four pages for the whole run: the busy feed alone needs nine.
     let mut s = connect_settings();
@@ -276,24 +227,21 @@ async fn a_busy_account_cannot_starve_a_quiet_one_and_a_revoked_one_is_skipped(p
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn one_accounts_failing_feed_does_not_stop_the_other_accounts_feeds(pool: PgPool) {
     add_account_column(&pool).await;
-    let stripe = MockServer::start().await;
-    let (plat, fine) = (Feed::default(), Feed::default());
-    mount_feed(&stripe, None, &plat).await;
-    mount_feed(&stripe, Some("acct_Fine"), &fine).await;
-    mount_feed_answer(&stripe, "acct_Broken", err(500, "api_error", "internal")).await;
-    Mock::given(method("GET"))
-        .and(path("/v1/payment_intents"))
-        .and(platform)
-        .respond_with(ResponseTemplate::new(200).set_body_json(
-            json!({"object": "list", "url": "/v1/payment_intents", "has_more": false, "data": []}),
-        ))
-        .mount(&stripe)
-        .await;
-    mount_missing(&stripe).await;
+    // Stripe answers everything (the platform's list probe too) but
+    // acct_Broken's feed.
+    let stripe = StripeFake::start().await;
+    stripe.answer_on(
+        Some("acct_Broken"),
+        EVENTS,
+        err(500, "api_error", "internal"),
+    );
     insert_on(&pool, "acct_Broken", "pi_BrokenRow", "paid", 3600).await;
     let f = insert_on(&pool, "acct_Fine", "pi_Fine", "pending", 3600).await;
-    fine.push(event("evt_f", "pi_Fine", "succeeded", 60));
-    mount_on(&stripe, Some("acct_Fine"), "pi_Fine", "succeeded").await;
+    stripe.push_event(
+        Some("acct_Fine"),
+        event("evt_f", "pi_Fine", "succeeded", 60),
+    );
+    add_on(&stripe, Some("acct_Fine"), "pi_Fine", "succeeded");
 
     for _ in 0..2 {
         let (summary, result) = events_once(&pool, &stripe, &connect_settings()).await;

@@ -75,13 +75,15 @@ fn spawn_run(env: &[(&str, String)]) -> std::process::Child {
 
 /// A healthy run after a fault records the one drift exactly once.
 async fn next_run_completes_the_batch_once(pool: &PgPool) {
-    let fast = stripe_answering("succeeded", Duration::ZERO).await;
+    let fast = stripe_mirroring(pool, "succeeded", Duration::ZERO).await;
     let out = reconciler_output(
         &["run"],
         &env(pool, &fast.uri(), &[("RECONCILER_BATCHES_PER_RUN", "1")]),
     )
     .await;
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    // In the default read mode: one list page, none failed, no retrieve.
+    fast.assert_read_by_list(0);
     assert_eq!(
         count(pool, "SELECT count(*) FROM reconciliation_findings").await,
         1
@@ -92,7 +94,7 @@ async fn next_run_completes_the_batch_once(pool: &PgPool) {
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn sigterm_abandons_the_batch_pushes_metrics_and_the_next_run_redoes_it(pool: PgPool) {
     arrange::paid_with_pending(&pool, 10, &[2]).await;
-    let slow = stripe_answering("succeeded", Duration::from_secs(3)).await;
+    let slow = stripe_mirroring(&pool, "succeeded", Duration::from_secs(3)).await;
     let gw = pushgateway::start().await;
     let run_env = env(
         &pool,
@@ -147,7 +149,7 @@ async fn sigterm_abandons_the_batch_pushes_metrics_and_the_next_run_redoes_it(po
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_connection_killed_in_phase_3_writes_nothing_and_exits_1(pool: PgPool) {
     one_missed_success_in_ten(&pool).await;
-    let slow = stripe_answering("succeeded", Duration::from_millis(800)).await;
+    let slow = stripe_mirroring(&pool, "succeeded", Duration::from_millis(800)).await;
     let run_env = env(&pool, &slow.uri(), &[("RECONCILER_BATCHES_PER_RUN", "1")]);
     let child = spawn_run(&run_env);
 
@@ -191,7 +193,7 @@ async fn a_connection_killed_in_phase_3_writes_nothing_and_exits_1(pool: PgPool)
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_connection_killed_in_phase_2_is_replaced_and_the_batch_commits_once(pool: PgPool) {
     one_missed_success_in_ten(&pool).await;
-    let slow = stripe_answering("succeeded", Duration::from_millis(800)).await;
+    let slow = stripe_mirroring(&pool, "succeeded", Duration::from_millis(800)).await;
     let run_env = env(&pool, &slow.uri(), &[("RECONCILER_BATCHES_PER_RUN", "1")]);
     let child = spawn_run(&run_env);
     // In phase 2 (the first read reached Stripe; each takes 800 ms), kill
@@ -442,7 +444,7 @@ async fn hostile_payment_intent_ids_become_findings_without_a_request(pool: PgPo
 async fn secrets_never_appear_in_output_or_metrics(pool: PgPool) {
     insert_paid(&pool, 6).await;
     let gw = pushgateway::start().await;
-    let good = stripe_answering("succeeded", Duration::ZERO).await;
+    let good = stripe_mirroring(&pool, "succeeded", Duration::ZERO).await;
     let rejecting = MockServer::start().await;
     Mock::given(method("GET"))
         .respond_with(err(401, "invalid_request_error", "api_key_invalid"))

@@ -33,7 +33,7 @@ async fn run_as_least_privileged_role(pool: &PgPool) {
         .execute(pool)
         .await
         .unwrap();
-    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+    let stripe = stripe_mirroring(pool, "succeeded", Duration::ZERO).await;
     let mut url = url::Url::parse(&database_url(pool)).unwrap();
     url.set_username(&role).unwrap();
     let env = [
@@ -72,6 +72,8 @@ async fn run_as_least_privileged_role(pool: &PgPool) {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    // The run read in the default list mode with the role's grants.
+    stripe.assert_read_by_list(0);
     assert_eq!(
         count(
             pool,

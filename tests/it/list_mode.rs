@@ -4,6 +4,7 @@
 //! row a page did not contain read on its own.
 
 use crate::support::account::{insert_at, Account};
+use crate::support::stripe_fake::LIST;
 use crate::support::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -387,4 +388,72 @@ async fn a_deleted_payment_intent_is_missing_only_through_its_own_404(pool: PgPo
         (f[0].payment_id, f[0].kind.as_str()),
         (gone, "missing_externally")
     );
+}
+
+/// The fallback through the real binary in its default read mode: Stripe's
+/// list endpoint fails (a 500 on every attempt) while retrieves answer; the
+/// run still verifies every row, one retrieve each, says so in its log, and
+/// counts the failed pages' requests and the retrieves in its summary.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_failing_list_endpoint_falls_back_to_one_retrieve_per_row_in_the_binary(pool: PgPool) {
+    insert_paid(&pool, 6).await;
+    sqlx::query("UPDATE payments SET status = 'pending' WHERE id = 2")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let stripe = stripe_mirroring(&pool, "succeeded", std::time::Duration::ZERO).await;
+    stripe.answer_on(None, LIST, err(500, "api_error", ""));
+    let env = [
+        ("DATABASE_URL", database_url(&pool)),
+        ("STRIPE_API_KEY", API_KEY.to_owned()),
+        ("STRIPE_API_BASE", stripe.uri()),
+        ("RECONCILER_RATE_LIMIT_RPS", "500".to_owned()),
+        ("RECONCILER_BATCHES_PER_RUN", "1".to_owned()),
+    ];
+
+    let out = reconciler_output(&["run"], &env).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    let summary: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(summary["rows_scanned"], 6, "{summary}");
+    assert_eq!(summary["verdicts"]["in_sync"], 5, "{summary}");
+    assert_eq!(summary["verdicts"]["repairable"], 1, "{summary}");
+    assert_eq!(summary["verdicts"]["unverifiable"], 0, "{summary}");
+    assert_eq!(summary["stripe_requests"]["retrieve"], 6, "{summary}");
+    assert!(
+        all_output(&out).contains("list page failed"),
+        "{}",
+        all_output(&out)
+    );
+    // The fake saw the same: failed list pages, then each row retrieved.
+    assert!(stripe.failed_list_pages() >= 1, "{:#?}", stripe.seen());
+    assert_eq!(
+        summary["stripe_requests"]["list"],
+        stripe.count(LIST),
+        "{summary}"
+    );
+    let mut retrieved = stripe.retrieved();
+    retrieved.sort();
+    assert_eq!(retrieved, ["pi_1", "pi_2", "pi_3", "pi_4", "pi_5", "pi_6"]);
+    assert_eq!(findings(&pool).await.len(), 1);
+}
+
+/// The shared fake fails a test whose list page failed unasked (here: a
+/// `starting_after` Stripe does not know, a 400), so no test passes by
+/// quietly falling back to retrieves.
+#[tokio::test]
+#[should_panic(expected = "list page(s) failed that the test did not make fail")]
+async fn the_shared_fake_fails_a_test_whose_list_page_failed_unasked() {
+    let stripe = crate::support::stripe_fake::StripeFake::start().await;
+    let answer = reqwest::Client::new()
+        .get(format!(
+            "{}/v1/payment_intents?limit=100&starting_after=pi_Unknown",
+            stripe.uri()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 400);
+    assert_eq!(stripe.failed_list_pages(), 1);
+    drop(stripe);
 }

@@ -7,6 +7,7 @@
 //! - `aging`: authorization_expiring, stuck_processing, abandoned
 //! - `connect`: connected accounts (`Stripe-Account`), revoked and wrong accounts
 //! - `cursor`: the walk over the table, cycles, late commits, unverifiable streaks
+//! - `docs`: `docs/configuration.md` lists exactly the variables the code reads
 //! - `events`: the events feed and its position
 //! - `events_held`: PaymentIntents held for another read while the position moves on
 //! - `events_money`: refunds and disputes found through the events feed
@@ -54,6 +55,7 @@ mod aging;
 mod connect;
 mod connect_events;
 mod cursor;
+mod docs;
 mod events;
 mod events_backlog;
 mod events_binary;

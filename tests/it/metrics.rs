@@ -5,6 +5,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use crate::support::pushgateway::{self, value};
+use crate::support::stripe_fake::StripeFake;
 use crate::support::*;
 use sqlx::PgPool;
 use wiremock::matchers::method;
@@ -41,19 +42,16 @@ async fn run_async(
         .unwrap()
 }
 
-/// 12 payments: 10 in sync, one missed success, one paid locally only.
-async fn known_data_set(pool: &PgPool) -> MockServer {
+/// 12 payments: 10 in sync, one missed success, one paid locally only;
+/// Stripe (the shared fake) lists them all, as the default read mode reads.
+async fn known_data_set(pool: &PgPool) -> StripeFake {
     insert_paid(pool, 12).await;
     sqlx::query("UPDATE payments SET status = 'pending' WHERE id = 4")
         .execute(pool)
         .await
         .unwrap();
-    let stripe = MockServer::start().await;
-    mount(&stripe, "pi_9", ok("pi_9", "requires_payment_method")).await;
-    Mock::given(method("GET"))
-        .respond_with(|r: &Request| ok(r.url.path().rsplit('/').next().unwrap(), "succeeded"))
-        .mount(&stripe)
-        .await;
+    let stripe = stripe_mirroring(pool, "succeeded", Duration::ZERO).await;
+    stripe.set_status("pi_9", "requires_payment_method");
     stripe
 }
 
@@ -114,6 +112,11 @@ async fn a_run_pushes_every_named_metric_with_its_value(pool: PgPool) {
     assert!(v("cycle_age_seconds", &[]) >= 0.0);
     assert_eq!(v("wrapped", &[]), 0.0);
     assert_eq!(v("stripe_accounts_unreachable", &[]), 0.0);
+    // Read in the default mode, by list pages: none failed, no row fell back
+    // to a retrieve.
+    assert_eq!(v("stripe_requests", &[("endpoint", "list")]), 3.0);
+    assert_eq!(v("stripe_requests", &[("endpoint", "retrieve")]), 0.0);
+    stripe.assert_read_by_list(0);
     assert!(
         value(&m, "stripe_reconciler_capacity_ratio", &[JOB]).is_none(),
         "unknown after one run, so absent"
@@ -124,14 +127,7 @@ async fn a_run_pushes_every_named_metric_with_its_value(pool: PgPool) {
 async fn a_run_that_loses_the_cursor_keeps_the_winners_figures(pool: PgPool) {
     insert_paid(&pool, 12).await;
     // Slow Stripe: both runs are reading when the first commits.
-    let stripe = MockServer::start().await;
-    Mock::given(method("GET"))
-        .respond_with(|r: &Request| {
-            ok(r.url.path().rsplit('/').next().unwrap(), "succeeded")
-                .set_delay(Duration::from_millis(700))
-        })
-        .mount(&stripe)
-        .await;
+    let stripe = stripe_mirroring(&pool, "succeeded", Duration::from_millis(700)).await;
     let gw = pushgateway::start().await;
     let env: &[(&'static str, &'static str)] = &[
         ("RECONCILER_BATCH_SIZE", "20"),

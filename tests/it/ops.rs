@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 use sqlx::PgPool;
 use wiremock::matchers::method;
-use wiremock::{Mock, MockServer, Request};
+use wiremock::{Mock, MockServer};
 
 use crate::support::arrange;
 use crate::support::pushgateway::{self, value};
@@ -58,11 +58,7 @@ fn a_missing_or_malformed_setting_exits_78_naming_the_variable() {
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_run_prints_its_summary_and_exits_0(pool: PgPool) {
     arrange::paid_with_pending(&pool, 12, &[3]).await;
-    let stripe = MockServer::start().await;
-    Mock::given(method("GET"))
-        .respond_with(|r: &Request| ok(r.url.path().rsplit('/').next().unwrap(), "succeeded"))
-        .mount(&stripe)
-        .await;
+    let stripe = stripe_mirroring(&pool, "succeeded", Duration::ZERO).await;
     let env = [
         ("DATABASE_URL", url_with_password(&pool)),
         ("STRIPE_API_KEY", SECRET_KEY.to_owned()),
@@ -115,6 +111,11 @@ async fn a_run_prints_its_summary_and_exits_0(pool: PgPool) {
     assert_eq!(summary["commands_enqueued"], 1);
     assert_eq!(summary["verdicts"]["in_sync"], 11);
     assert_eq!(summary["verdicts"]["repairable"], 1);
+    // The default read mode: every row verified through list pages (one
+    // per batch), none failed, no retrieve.
+    assert_eq!(summary["stripe_requests"]["list"], 3, "{summary}");
+    assert_eq!(summary["stripe_requests"]["retrieve"], 0, "{summary}");
+    stripe.assert_read_by_list(0);
     assert_eq!(
         count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
         1
@@ -190,7 +191,7 @@ async fn an_unreachable_database_exits_1_without_echoing_the_password(_pool: PgP
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_run_past_its_deadline_starts_no_new_batch(pool: PgPool) {
     insert_paid(&pool, 40).await;
-    let slow = stripe_answering("succeeded", std::time::Duration::from_millis(400)).await;
+    let slow = stripe_mirroring(&pool, "succeeded", std::time::Duration::from_millis(400)).await;
     let env = [
         ("DATABASE_URL", database_url(&pool)),
         ("STRIPE_API_KEY", SECRET_KEY.to_owned()),
@@ -251,7 +252,7 @@ async fn set_cursor(pool: &PgPool, last_id: i64) {
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_dry_run_counts_only_the_findings_a_real_run_would_create(pool: PgPool) {
     arrange::paid_with_pending(&pool, 12, &[3, 8]).await;
-    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+    let stripe = stripe_mirroring(&pool, "succeeded", Duration::ZERO).await;
     // A real run records both drifts; then payment 8's finding is resolved by
     // hand, so only its drift is new again.
     let real = reconciler_output(&["run"], &env(&pool, &stripe.uri(), &[])).await;
@@ -342,7 +343,7 @@ async fn a_run_refused_by_the_lease_names_the_holder_and_its_expiry(pool: PgPool
     .execute(&pool)
     .await
     .unwrap();
-    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+    let stripe = stripe_mirroring(&pool, "succeeded", Duration::ZERO).await;
 
     let out = reconciler_output(&["run"], &env(&pool, &stripe.uri(), &[])).await;
 
@@ -365,7 +366,7 @@ async fn each_batch_line_shows_rows_done_of_the_cycle_and_an_estimated_end(pool:
         .execute(&pool)
         .await
         .unwrap();
-    let stripe = stripe_answering("succeeded", Duration::from_millis(5)).await;
+    let stripe = stripe_mirroring(&pool, "succeeded", Duration::from_millis(5)).await;
 
     let out = reconciler_output(
         &["run"],
@@ -408,7 +409,7 @@ async fn each_batch_line_shows_rows_done_of_the_cycle_and_an_estimated_end(pool:
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn pretty_logs_carry_no_colour_codes_when_stderr_is_not_a_terminal(pool: PgPool) {
     insert_paid(&pool, 3).await;
-    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+    let stripe = stripe_mirroring(&pool, "succeeded", Duration::ZERO).await;
 
     let out = reconciler_output(
         &["run"],

@@ -1,18 +1,20 @@
 //! The job behind a real PgBouncer in transaction pooling mode (Debian's
-//! `pgbouncer`, one private instance per test): `migrate`, `run`, `repair` and
-//! `status` through the pooler with the README's connection string, and the
-//! per-transaction timeouts really applying there.
+//! `pgbouncer`, one private instance per test, checked to keep no prepared
+//! statement across transactions): `migrate`, `run` (default list mode),
+//! `events`, `repair`, `findings list`/`resolve` and `status` through the
+//! pooler with the README's connection string, and the per-transaction
+//! timeouts really applying there.
 
 use std::process::Output;
 
+use crate::support::events_feed::event;
 use crate::support::pgbouncer::{self, PgBouncer};
+use crate::support::stripe_fake::{StripeFake, EVENTS, LIST};
 use crate::support::*;
 use serde_json::Value;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
 use stripe_reconciler::store::{self, Timeouts};
-use wiremock::matchers::method;
-use wiremock::{Mock, MockServer, Request};
 
 /// DATABASE_URL needs nothing special behind a pooler (README, "Behind a
 /// connection pooler"): the job's statements are unnamed and transactional.
@@ -26,36 +28,28 @@ async fn binary(bouncer: &PgBouncer, pool: &PgPool, args: &[&str], stripe: &str)
         ("STRIPE_API_KEY", API_KEY.to_owned()),
         ("STRIPE_API_BASE", stripe.to_owned()),
         ("RECONCILER_RATE_LIMIT_RPS", "500".to_owned()),
-        ("RECONCILER_READ_MODE", "retrieve".to_owned()),
         ("RECONCILER_BATCH_SIZE", "3".to_owned()),
         ("RECONCILER_BATCHES_PER_RUN", "2".to_owned()),
     ];
     reconciler_output(args, &env).await
 }
 
-/// Stripe: `pi_2` requires a payment method (paid here: needs review), all
-/// others succeeded.
-async fn stripe() -> MockServer {
-    let server = MockServer::start().await;
-    mount(&server, "pi_2", ok("pi_2", "requires_payment_method")).await;
-    Mock::given(method("GET"))
-        .respond_with(|r: &Request| ok(r.url.path().rsplit('/').next().unwrap(), "succeeded"))
-        .mount(&server)
-        .await;
-    server
+/// Stripe (the shared fake), holding the PaymentIntent of every row in
+/// `pool`: `pi_2` requires a payment method (paid here: needs review), all
+/// others succeeded; the platform's feed says `pi_7` succeeded two minutes ago.
+async fn stripe_for(pool: &PgPool) -> StripeFake {
+    let stripe = StripeFake::start().await;
+    stripe.mirror(pool, "succeeded").await;
+    stripe.set_status("pi_2", "requires_payment_method");
+    stripe.push_event(None, event("evt_7", "pi_7", "succeeded", 120));
+    stripe
 }
 
 #[sqlx::test(migrations = false)]
 async fn migrate_run_repair_and_status_work_through_pgbouncer_in_transaction_mode(pool: PgPool) {
     let bouncer = pgbouncer::start(2).await;
-    let config = bouncer.show("CONFIG").await;
-    assert!(
-        config
-            .lines()
-            .any(|l| l.starts_with("pool_mode|transaction")),
-        "the test pooler must run in transaction mode: {config}"
-    );
-    let stripe = stripe().await;
+    bouncer.assert_no_prepared_statements().await;
+    let stripe = StripeFake::start().await;
 
     // migrate, twice: the second process meets the first one's server
     // connections (and whatever it left on them) and finds nothing to do.
@@ -78,20 +72,33 @@ async fn migrate_run_repair_and_status_work_through_pgbouncer_in_transaction_mod
         "migrate left an advisory lock on a pooled server connection"
     );
 
-    // Six paid payments in sync except pi_2; pi_4 pending but succeeded at Stripe.
+    // Six paid payments in sync except pi_2; pi_4 pending but succeeded at
+    // Stripe; pi_7 (past the run's two batches) pending too, for `events`.
     insert_paid(&pool, 7).await;
-    sqlx::query("UPDATE payments SET status = 'pending' WHERE stripe_payment_intent_id = 'pi_4'")
-        .execute(&pool)
-        .await
-        .unwrap();
+    sqlx::query(
+        "UPDATE payments SET status = 'pending' WHERE stripe_payment_intent_id IN ('pi_4', 'pi_7')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let stripe = stripe_for(&pool).await;
     let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM payments ORDER BY id")
         .fetch_all(&pool)
         .await
         .unwrap();
 
-    // run: two batches of three rows, each batch three transactions.
+    // run: two batches of three rows, each batch three transactions, in the
+    // default read mode: every row verified through list pages.
     let out = binary(&bouncer, &pool, &["run"], &stripe.uri()).await;
     bouncer.assert_ok("run", &out);
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    stripe.assert_read_by_list(0);
+    assert_eq!(
+        summary["stripe_requests"]["list"],
+        stripe.count(LIST),
+        "{summary}"
+    );
+    assert_eq!(summary["stripe_requests"]["retrieve"], 0, "{summary}");
     assert_eq!(
         cursor(&pool, "payments-vs-stripe").await,
         ids[5],
@@ -128,13 +135,67 @@ async fn migrate_run_repair_and_status_work_through_pgbouncer_in_transaction_mod
         "the lease was given back"
     );
 
-    // repair: the missed success is applied by the canonical writer.
+    // events: the feed's pi_7 succeeded while the row is pending.
+    let out = binary(&bouncer, &pool, &["events"], &stripe.uri()).await;
+    bouncer.assert_ok("events", &out);
+    assert!(stripe.count(EVENTS) >= 1, "{:#?}", stripe.seen());
+    let missed: Vec<String> = sqlx::query_scalar(
+        "SELECT p.stripe_payment_intent_id FROM reconciliation_findings f
+           JOIN payments p ON p.id = f.payment_id
+          WHERE f.kind = 'missed_success' AND f.resolved_at IS NULL ORDER BY p.id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(missed, ["pi_4", "pi_7"], "{}", stderr(&out));
+
+    // repair: the missed successes are applied by the canonical writer.
     let out = binary(&bouncer, &pool, &["repair"], &stripe.uri()).await;
     bouncer.assert_ok("repair", &out);
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(report["applied"], 1, "{report}");
+    assert_eq!(report["applied"], 2, "{report}");
     assert_eq!(
-        count(&pool, "SELECT count(*) FROM payments WHERE stripe_payment_intent_id = 'pi_4' AND status = 'paid'").await,
+        count(&pool, "SELECT count(*) FROM payments WHERE stripe_payment_intent_id IN ('pi_4', 'pi_7') AND status = 'paid'").await,
+        2
+    );
+
+    // findings list / resolve: the review queue through the pooler.
+    let out = binary(
+        &bouncer,
+        &pool,
+        &["findings", "list", "--json"],
+        &stripe.uri(),
+    )
+    .await;
+    bouncer.assert_ok("findings list", &out);
+    let open: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let review: Vec<&Value> = open
+        .iter()
+        .filter(|f| f["kind"] == "paid_locally_not_externally")
+        .collect();
+    assert_eq!(review.len(), 1, "{open:?}");
+    let id = review[0]["id"].to_string();
+    let out = binary(
+        &bouncer,
+        &pool,
+        &[
+            "findings",
+            "resolve",
+            &id,
+            "--note",
+            "refunded by hand",
+            "--by",
+            "ops",
+        ],
+        &stripe.uri(),
+    )
+    .await;
+    bouncer.assert_ok("findings resolve", &out);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings WHERE kind = 'paid_locally_not_externally' AND resolved_by = 'ops' AND resolved_at IS NOT NULL").await,
         1
     );
 
@@ -143,11 +204,7 @@ async fn migrate_run_repair_and_status_work_through_pgbouncer_in_transaction_mod
     bouncer.assert_ok("status", &out);
     let status: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(status["cursor_position"], ids[5], "{status}");
-    assert_eq!(
-        status["open_findings"],
-        serde_json::json!({"paid_locally_not_externally": 1}),
-        "{status}"
-    );
+    assert_eq!(status["open_findings"], serde_json::json!({}), "{status}");
 }
 
 async fn pooled(bouncer: &PgBouncer, pool: &PgPool) -> PgPool {
@@ -160,6 +217,7 @@ async fn the_transaction_timeouts_apply_through_pgbouncer_and_end_with_the_trans
     pool: PgPool,
 ) {
     let bouncer = pgbouncer::start(1).await;
+    bouncer.assert_no_prepared_statements().await;
     let through = pooled(&bouncer, &pool).await;
 
     // The job's bounds are in force inside `begin`...

@@ -59,7 +59,7 @@ async fn a_trigger_refusing_one_row_leaves_the_rest_of_the_batch_committed(pool:
     let held = insert_payment(&pool, "pi_Held", "pending", 3600).await;
     let after = insert_payment(&pool, "pi_After", "pending", 3600).await;
     hold_row(&pool, &format!("NEW.aggregate_id = '{held}'")).await;
-    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+    let stripe = stripe_mirroring(&pool, "succeeded", Duration::ZERO).await;
 
     let out = run(&pool, &stripe.uri()).await;
 
@@ -125,7 +125,7 @@ async fn a_batch_refused_for_every_row_fails_the_run_and_keeps_the_cursor(pool: 
     insert_payment(&pool, "pi_One", "pending", 3600).await;
     insert_payment(&pool, "pi_Two", "pending", 3600).await;
     hold_row(&pool, "true").await;
-    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+    let stripe = stripe_mirroring(&pool, "succeeded", Duration::ZERO).await;
 
     let out = run(&pool, &stripe.uri()).await;
 

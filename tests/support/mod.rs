@@ -10,6 +10,7 @@ pub mod pushgateway;
 pub mod secrets;
 pub mod seed_algorithm;
 mod steps;
+pub mod stripe_fake;
 pub mod wait;
 
 use std::num::NonZeroU32;
@@ -258,6 +259,22 @@ pub async fn stripe_answering(status: &'static str, delay: Duration) -> MockServ
         .mount(&server)
         .await;
     server
+}
+
+/// The shared fake Stripe ([`stripe_fake::StripeFake`]) for a run of the
+/// real binary in its default read mode (`list`): it holds the PaymentIntent
+/// of every row already in `pool`'s `payments`, in `status`, created when its
+/// row was, so list pages find them; a retrieve of any other `pi_...` answers
+/// `status` too. Every answer takes `delay`.
+pub async fn stripe_mirroring(
+    pool: &PgPool,
+    status: &'static str,
+    delay: Duration,
+) -> stripe_fake::StripeFake {
+    let stripe = stripe_fake::StripeFake::start().await;
+    stripe.answer_any(status).set_latency(delay);
+    stripe.mirror(pool, status).await;
+    stripe
 }
 
 /// How many requests the mock server received.
