@@ -16,9 +16,10 @@ export DATABASE_URL=${DATABASE_URL:-$(default_admin_url)}
 # Modules of the one integration binary (tests/it/), and the tests of the
 # "never stalls, never deadlocks, never lies" guards that live by subject.
 cargo test --no-fail-fast --test it -- \
-  faults:: gateway:: locks:: least_privilege:: ops:: migrate:: pgbouncer:: \
+  faults:: faults_batch:: gateway:: gateway_batch:: locks:: least_privilege:: \
+  ops:: ops_cli:: migrate:: pgbouncer:: stops:: events_binary:: writer:: \
   cursor::a_row_stripe_never_answers cursor::a_payment_committed_after \
-  review::the_review_queue_follows money::a_404_never_clears \
+  review::the_review_queue_follows money_charges::a_404_never_clears \
   repair::a_stuck_repair_command repair::a_pending_repair_waits \
   metrics::a_dead_or_refusing_pushgateway
 cargo test --no-fail-fast --lib -- config:: stripe::

@@ -107,6 +107,7 @@ async fn two_full_cycles_record_each_drift_once(pool: PgPool) {
             .unwrap();
         wraps += usize::from(report.wrapped);
         batches += 1;
+        assert!(batches < 100, "the cursor did not wrap twice");
     }
     assert_eq!(
         batches, 6,

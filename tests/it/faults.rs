@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
+use crate::support::arrange;
 use crate::support::pushgateway::{self, value};
 use crate::support::*;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{run_batch, Mode, RunError};
+use stripe_reconciler::scan::{run_batch, Mode};
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -38,7 +39,7 @@ fn all_output(o: &std::process::Output) -> String {
     )
 }
 
-async fn nothing_written(pool: &PgPool) {
+pub(super) async fn nothing_written(pool: &PgPool) {
     assert_eq!(
         count(pool, "SELECT count(*) FROM reconciliation_findings").await,
         0
@@ -60,11 +61,7 @@ async fn nothing_written(pool: &PgPool) {
 
 /// Ten paid payments, one of them (id 3) pending while Stripe says succeeded.
 async fn one_missed_success_in_ten(pool: &PgPool) {
-    insert_paid(pool, 10).await;
-    sqlx::query("UPDATE payments SET status = 'pending' WHERE id = 3")
-        .execute(pool)
-        .await
-        .unwrap();
+    arrange::paid_with_pending(pool, 10, &[3]).await;
 }
 
 /// `stripe-reconciler run` in the background, output captured.
@@ -96,11 +93,7 @@ async fn next_run_completes_the_batch_once(pool: &PgPool) {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn sigterm_abandons_the_batch_pushes_metrics_and_the_next_run_redoes_it(pool: PgPool) {
-    insert_paid(&pool, 10).await;
-    sqlx::query("UPDATE payments SET status = 'pending' WHERE id = 2")
-        .execute(&pool)
-        .await
-        .unwrap();
+    arrange::paid_with_pending(&pool, 10, &[2]).await;
     let slow = stripe_mirroring(&pool, "succeeded", Duration::from_secs(3)).await;
     let gw = pushgateway::start().await;
     let run_env = env(
@@ -113,7 +106,8 @@ async fn sigterm_abandons_the_batch_pushes_metrics_and_the_next_run_redoes_it(po
     );
 
     let child = spawn_run(&run_env);
-    tokio::time::sleep(Duration::from_millis(1500)).await; // in phase 2
+    // In phase 2: the first read reached Stripe (each answer takes 3 s).
+    wait::requests_seen(&slow, 1).await;
     let pid = child.id().to_string();
     std::process::Command::new("kill")
         .args(["-TERM", &pid])
@@ -167,37 +161,22 @@ async fn a_connection_killed_in_phase_3_writes_nothing_and_exits_1(pool: PgPool)
     // row: phase 3 will wait on it. Wait for the first request rather than a
     // fixed time, so a slow start on a loaded machine cannot let the batch
     // finish before the lock is taken.
-    for _ in 0..200 {
-        if !slow
-            .received_requests()
-            .await
-            .unwrap_or_default()
-            .is_empty()
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    wait::requests_seen(&slow, 1).await;
     let mut blocker = pool.begin().await.unwrap();
     sqlx::query("SELECT 1 FROM reconciliation_cursor FOR UPDATE")
         .execute(&mut *blocker)
         .await
         .unwrap();
-    // Wait until the job's phase 3 is blocked on that lock, then kill its connection.
-    let mut killed = 0i64;
-    for _ in 0..100 {
-        killed = count(
-            &pool,
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-              WHERE application_name = 'stripe-reconciler' AND wait_event_type = 'Lock'",
-        )
-        .await;
-        if killed > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(killed, 1, "phase 3 never blocked on the cursor");
+    // Wait until the job's phase 3 is blocked on that lock, then kill that
+    // connection (only the job's, only in this test's database).
+    let waiting = wait::until("phase 3 blocked on the cursor", || async {
+        let pids =
+            wait::reconciler_writers_waiting_on_a_lock(&pool, "reconciliation_payment_state").await;
+        (!pids.is_empty()).then_some(pids)
+    })
+    .await;
+    assert_eq!(waiting.len(), 1, "one connection waits: {waiting:?}");
+    assert_eq!(wait::terminate(&pool, &waiting).await, 1);
     blocker.rollback().await.unwrap();
     let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
         .await
@@ -221,13 +200,19 @@ async fn a_connection_killed_in_phase_2_is_replaced_and_the_batch_commits_once(p
     let slow = stripe_mirroring(&pool, "succeeded", Duration::from_millis(800)).await;
     let run_env = env(&pool, &slow.uri(), &[("RECONCILER_BATCHES_PER_RUN", "1")]);
     let child = spawn_run(&run_env);
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let killed = count(
-        &pool,
-        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'stripe-reconciler'",
-    )
+    // In phase 2 (the first read reached Stripe; each takes 800 ms), kill
+    // every connection the job holds to this test's database.
+    wait::requests_seen(&slow, 1).await;
+    let held = wait::until("the job's connections", || async {
+        let pids = wait::reconciler_backends(&pool).await;
+        (!pids.is_empty()).then_some(pids)
+    })
     .await;
-    assert!(killed >= 1);
+    assert_eq!(wait::terminate(&pool, &held).await, held.len());
+    assert!(
+        cursor(&pool, "payments-vs-stripe").await <= 0,
+        "killed before phase 3 committed"
+    );
     let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
         .await
         .unwrap();
@@ -381,26 +366,6 @@ async fn a_proxy_answering_html_for_everything_stops_the_run_without_moving_the_
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
-async fn a_stripe_404_that_is_not_resource_missing_is_a_configuration_error(pool: PgPool) {
-    insert_paid(&pool, 5).await;
-    let stripe = MockServer::start().await;
-    Mock::given(method("GET"))
-        .respond_with(ResponseTemplate::new(404).set_body_json(serde_json::json!({
-            "error": {"type": "invalid_request_error", "message": "Unrecognized request URL (GET: /v1/v1/payment_intents/pi_1)."}
-        })))
-        .mount(&stripe)
-        .await;
-
-    let e = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
-        .await
-        .unwrap_err();
-
-    assert!(matches!(e, RunError::StripeRejected(_)), "{e:?}");
-    assert_eq!(e.exit_code(), 78);
-    nothing_written(&pool).await;
-}
-
-#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_second_run_exits_75_before_any_stripe_read(pool: PgPool) {
     insert_paid(&pool, 5).await;
     sqlx::query(
@@ -433,56 +398,6 @@ async fn a_second_run_exits_75_before_any_stripe_read(pool: PgPool) {
         .await,
         1,
         "released at the end"
-    );
-}
-
-#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
-async fn a_payment_moved_by_the_webhook_during_phase_2_gets_no_stale_finding(pool: PgPool) {
-    let id = insert_payment(&pool, "pi_Racing", "pending", 3600).await;
-    let stripe = stripe_answering("succeeded", Duration::from_millis(600)).await;
-    let gw = gateway(&stripe);
-    let s = settings(200);
-
-    let batch = run_batch(&pool, &gw, &s, Mode::Write, None);
-    let webhook = async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        stripe_reconciler::repair::apply_payment_succeeded(
-            &pool,
-            &Default::default(),
-            id,
-            None,
-            "webhook",
-        )
-        .await
-        .unwrap()
-    };
-    let (report, applied) = tokio::join!(batch, webhook);
-    let report = report.unwrap();
-
-    assert!(applied.changed);
-    assert_eq!(
-        report.verdicts.get(Verdict::InFlight),
-        1,
-        "the changed row is left for the next cycle"
-    );
-    assert_eq!(report.verdicts.get(Verdict::Repairable), 0);
-    assert_eq!(
-        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
-        0
-    );
-    assert_eq!(
-        count(
-            &pool,
-            "SELECT count(*) FROM outbox WHERE event_type LIKE 'Apply%'"
-        )
-        .await,
-        0
-    );
-    assert_eq!(verified(&pool, id).await, (None, false));
-    assert_eq!(
-        cursor(&pool, "payments-vs-stripe").await,
-        0,
-        "the table's last rows were read: the cycle ended and the cursor is back at 0"
     );
 }
 

@@ -10,15 +10,15 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use stripe_reconciler::config::{JobSettings, ReadMode, Sizing};
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{self, run_batch, Mode, RunError, RunOptions};
+use stripe_reconciler::scan::{self, RunOptions};
 use tokio_util::sync::CancellationToken;
 
 /// An hour ago, as Stripe's `created` (Unix seconds).
-fn an_hour_ago() -> i64 {
+pub(super) fn an_hour_ago() -> i64 {
     chrono::Utc::now().timestamp() - 3600
 }
 
-fn list_settings(batch_size: u32) -> JobSettings {
+pub(super) fn list_settings(batch_size: u32) -> JobSettings {
     JobSettings {
         read_mode: ReadMode::List,
         ..settings(batch_size)
@@ -391,124 +391,6 @@ async fn a_deleted_payment_intent_is_missing_only_through_its_own_404(pool: PgPo
     assert_eq!(
         (f[0].payment_id, f[0].kind.as_str()),
         (gone, "missing_externally")
-    );
-}
-
-#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
-async fn a_rejected_key_on_a_list_page_stops_the_batch_and_writes_nothing(pool: PgPool) {
-    let account = Account::default();
-    let t = an_hour_ago();
-    for i in 0..5 {
-        let pi = format!("pi_Key{i:03}");
-        insert_at(&pool, &pi, "pending", t + i).await;
-        account.add(&pi, "succeeded", t + i);
-    }
-    account.fail_list(0, err(401, "invalid_request_error", "api_key_invalid"));
-    let server = account.serve().await;
-
-    let e = run_batch(
-        &pool,
-        &gateway(&server),
-        &list_settings(100),
-        Mode::Write,
-        None,
-    )
-    .await
-    .unwrap_err();
-
-    assert!(matches!(e, RunError::StripeRejected(_)), "{e:?}");
-    assert_eq!(e.exit_code(), 78);
-    assert_eq!(account.count("retrieve"), 0);
-    assert!(findings(&pool).await.is_empty());
-    assert_eq!(cursor(&pool, "payments-vs-stripe").await, 0);
-}
-
-#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
-async fn a_page_that_is_not_a_stripe_list_is_a_failed_read(pool: PgPool) {
-    let account = Account::default();
-    let t = an_hour_ago();
-    for i in 0..8 {
-        let pi = format!("pi_Proxy{i:03}");
-        insert_at(&pool, &pi, "paid", t + i).await;
-        account.add(&pi, "succeeded", t + i);
-    }
-    // A proxy's HTML page instead of the list: the rows are retrieved.
-    account.fail_list(
-        0,
-        wiremock::ResponseTemplate::new(200).set_body_raw("<html>hi</html>", "text/html"),
-    );
-    let server = account.serve().await;
-
-    let report = scan(&pool, &server, &list_settings(100)).await;
-
-    assert_eq!(report.verdicts.get(Verdict::InSync), 8);
-    assert_eq!(account.count("retrieve"), 8);
-}
-
-/// Overlapping batches keep the compare-and-set as the guarantee: when
-/// another writer moves the cursor while batch 2 is being read (and batch 3
-/// already reads its rows), batch 2 rolls back, batch 3 is abandoned, and the
-/// run stops with ConcurrentRun (exit 75); only batch 1 is written.
-#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
-async fn a_cursor_moved_during_overlapping_batches_rolls_back_and_stops(pool: PgPool) {
-    let account = Account::with_latency(std::time::Duration::from_millis(300));
-    let t = an_hour_ago();
-    for i in 0..60 {
-        let pi = format!("pi_Race{i:03}");
-        insert_at(&pool, &pi, "paid", t - 600 + i).await;
-        account.add(&pi, "succeeded", t - 600 + i);
-    }
-    let server = account.serve().await;
-    // Two requests a second: batch 2's page leaves half a second after batch
-    // 1's, so batch 1 commits (and the cursor moves) long before batch 2 can.
-    let s = JobSettings {
-        batches_per_run: Sizing::Fixed(10),
-        rate_limit_rps: 2,
-        ..list_settings(20)
-    };
-    let intruder = {
-        let pool = pool.clone();
-        tokio::spawn(async move {
-            // Once batch 1 has committed, another writer moves the cursor
-            // (bounded: a run that never commits fails the test, not CI).
-            let give_up = std::time::Instant::now() + std::time::Duration::from_secs(30);
-            while cursor(&pool, "payments-vs-stripe").await < 20 {
-                assert!(
-                    std::time::Instant::now() < give_up,
-                    "batch 1 never committed"
-                );
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
-            sqlx::query("UPDATE reconciliation_cursor SET last_id = 1000")
-                .execute(&pool)
-                .await
-                .unwrap();
-        })
-    };
-
-    let (summary, result) = scan::run(
-        &pool,
-        &gateway_with(&server, 2, std::time::Duration::from_secs(2)),
-        &s,
-        RunOptions::default(),
-        CancellationToken::new(),
-    )
-    .await;
-    intruder.await.unwrap();
-
-    let e = result.unwrap_err();
-    assert!(matches!(e, RunError::ConcurrentRun { .. }), "{e:?}");
-    assert_eq!(e.exit_code(), 75);
-    assert_eq!(summary.batches, 1, "{summary:?}");
-    assert_eq!(cursor(&pool, "payments-vs-stripe").await, 1000);
-    assert_eq!(
-        count(
-            &pool,
-            "SELECT count(*) FROM reconciliation_payment_state WHERE last_reconciled_at IS NOT NULL"
-        )
-        .await,
-        20,
-        "only batch 1's rows are stamped"
     );
 }
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgPool};
 use stripe_reconciler::repair::{drain, RepairOptions};
 use stripe_reconciler::store::payments;
@@ -62,6 +63,13 @@ async fn a_scan_and_two_repair_workers_on_the_same_rows_never_deadlock(pool: PgP
         ..RepairOptions::default()
     };
 
+    // The scan and the workers on pools of their own, named, so that a
+    // sampler can see them holding transactions at the same moment.
+    let scan_pool = named_pool(&pool, "test-scan").await;
+    let worker_pool = named_pool(&pool, "test-repair-worker").await;
+    let mut rounds_overlapping = 0;
+    let mut lock_waits_seen = 0;
+
     for (round, start_workers_after) in DEADLOCK_ROUNDS.into_iter().enumerate() {
         if round > 0 {
             sqlx::raw_sql(
@@ -77,19 +85,26 @@ async fn a_scan_and_two_repair_workers_on_the_same_rows_never_deadlock(pool: PgP
             .await
             .unwrap();
         }
-        let first = scan_with(&pool, &gw, &s).await.unwrap();
+        let first = scan_with(&scan_pool, &gw, &s).await.unwrap();
         assert_eq!(first.commands_enqueued, 1000, "round {round}: {first:?}");
         rewind_cursor(&pool).await;
         reads.store(0, Ordering::SeqCst);
 
         let token = CancellationToken::new();
         let worker = || async {
-            while reads.load(Ordering::SeqCst) < start_workers_after {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            drain(&pool, small.clone(), &token).await
+            wait::until_every("the rescan's reads", Duration::from_millis(1), || async {
+                (reads.load(Ordering::SeqCst) >= start_workers_after).then_some(())
+            })
+            .await;
+            drain(&worker_pool, small.clone(), &token).await
         };
-        let (rescan, a, b) = tokio::join!(scan_with(&pool, &gw, &s), worker(), worker());
+        let sampling = CancellationToken::new();
+        let sampler = tokio::spawn(sample_overlap(pool.clone(), sampling.clone()));
+        let (rescan, a, b) = tokio::join!(scan_with(&scan_pool, &gw, &s), worker(), worker());
+        sampling.cancel();
+        let (overlapped, waits) = sampler.await.unwrap();
+        rounds_overlapping += usize::from(overlapped);
+        lock_waits_seen += waits;
 
         let rescan = rescan.unwrap_or_else(|e| panic!("round {round}: scan failed: {e:?}"));
         let a = a.unwrap_or_else(|e| panic!("round {round}: worker A failed: {e:?}"));
@@ -140,6 +155,54 @@ async fn a_scan_and_two_repair_workers_on_the_same_rows_never_deadlock(pool: PgP
             "round {round}: unprocessed repair commands"
         );
     }
+    // The test database is dropped after the test: no connection may stay.
+    scan_pool.close().await;
+    worker_pool.close().await;
+    // The rounds proved something only if the scan and the workers really
+    // held transactions on these rows at the same time, and one waited for
+    // another's lock.
+    assert!(
+        rounds_overlapping >= 1 && lock_waits_seen >= 1,
+        "the scan and the workers never held transactions at once \
+         ({rounds_overlapping} of {} rounds overlapped, {lock_waits_seen} lock waits seen)",
+        DEADLOCK_ROUNDS.len()
+    );
+}
+
+/// A pool on the test's database whose connections carry `application_name = name`.
+async fn named_pool(pool: &PgPool, name: &str) -> PgPool {
+    let options = (*pool.connect_options()).clone().application_name(name);
+    PgPoolOptions::new()
+        .max_connections(8)
+        .connect_with(options)
+        .await
+        .unwrap()
+}
+
+/// Until `stop`, samples the test database's sessions: whether the scan's
+/// and a worker's connections were ever inside a transaction at the same
+/// moment, and how many samples saw a session waiting on a lock.
+async fn sample_overlap(pool: PgPool, stop: CancellationToken) -> (bool, usize) {
+    let mut overlapped = false;
+    let mut waits = 0;
+    let mut conn = pool.acquire().await.unwrap();
+    while !stop.is_cancelled() {
+        let (both, waiting): (bool, bool) = sqlx::query_as(
+            "SELECT coalesce(bool_or(application_name = 'test-scan'), false)
+                    AND coalesce(bool_or(application_name = 'test-repair-worker'), false),
+                    coalesce(bool_or(wait_event_type = 'Lock'), false)
+               FROM pg_stat_activity
+              WHERE datname = current_database() AND pid <> pg_backend_pid()
+                AND xact_start IS NOT NULL AND state <> 'idle'",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+        overlapped |= both;
+        waits += usize::from(waiting);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    (overlapped, waits)
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]

@@ -10,29 +10,42 @@
 //! - `cursor`: the walk over the table, cycles, late commits, unverifiable streaks
 //! - `docs`: `docs/configuration.md` lists exactly the variables the code reads; every relative link and anchor in the docs resolves
 //! - `events`: the events feed and its position
+//! - `events_held`: PaymentIntents held for another read while the position moves on
+//! - `events_money`: refunds and disputes found through the events feed
+//! - `events_orphans`: PaymentIntents without a payment row (`missing_locally`)
+//! - `events_binary`: the events job through the binary: exit codes, SIGTERM, deadline, Pushgateway
 //! - `events_backlog`: a backlog worked off in slices over several runs
 //! - `faults`: the fault suite (signals, killed connections, Stripe down or wrong)
-//! - `gateway`: each Stripe failure class and what a batch does with it
+//! - `faults_batch`: faults on one batch in process (a wrong 404, a webhook mid-batch)
+//! - `gateway`: each Stripe failure class, one request at a time
+//! - `gateway_batch`: what a batch does with each failure class
 //! - `isolation`: the tests' own Pushgateways load nothing from elsewhere
 //! - `least_privilege`: `sql/least_privilege.sql` is enough and no more
 //! - `list_mode`: `RECONCILER_READ_MODE=list` agrees with retrieve mode
+//! - `list_mode_faults`: list mode with a rejected key, a bad page, a moved cursor
 //! - `locks`: scan, repair workers and the application on the same rows
 //! - `metrics`: the figures a run pushes to a real Pushgateway
 //! - `migrate`: `migrate` and the migrations
 //! - `money`: refunds, disputes, duplicates, amount and currency checks
+//! - `money_charges`: unexpanded, trimmed, partial and acknowledged charges; money proven later
+//! - `money_columns`: the configured amount and currency columns
+//! - `ops_cli`: the interactive commands' errors, usage errors and refusals
 //! - `outbox_status`: `status` and the outbox gauges follow the configured outbox
 //! - `ops`: exit codes, summaries, secrets, readable errors, log lines
 //! - `plan`: `RECONCILER_BATCHES_PER_RUN` auto and fixed, the plan in `status`
 //! - `partition`: one release per Stripe account on one table (`RECONCILER_PARTITION_*`)
 //! - `own_state`: the reconciler's own per-payment state; no writes into `payments`
+//! - `partition_events`: the events job keeps to its partition
 //! - `pgbouncer`: the job behind a transaction-pooling PgBouncer
 //! - `repair`: the canonical writer and the outbox worker
 //! - `review`: the review queue (`findings list`/`resolve`)
 //! - `scan`: one batch's verdict paths and its set-based phase 3
+//! - `stops`: `run` and `repair` stopped part-way (signals, a cursor moved by another run)
 //! - `status`: `status` and `status --json`
 //! - `stripe_redirect`: a redirecting API base and a live key over plain http
 //! - `terminal_output`: stored text escaped in every human-readable output
 //! - `write_refused`: a row the database refuses to write does not fail its batch
+//! - `writer`: the canonical writer's atomicity and its kind guard
 //! - `your_schema`: the application's status words and amounts in major units
 //! - `your_outbox`: the user's own outbox and ids, created before `migrate`
 
@@ -47,27 +60,40 @@ mod cursor;
 mod docs;
 mod events;
 mod events_backlog;
+mod events_binary;
+mod events_held;
+mod events_money;
+mod events_orphans;
 mod faults;
+mod faults_batch;
 mod gateway;
+mod gateway_batch;
 mod isolation;
 mod least_privilege;
 mod list_mode;
+mod list_mode_faults;
 mod locks;
 mod metrics;
 mod migrate;
 mod money;
+mod money_charges;
+mod money_columns;
 mod ops;
+mod ops_cli;
 mod outbox_status;
 mod own_state;
 mod partition;
+mod partition_events;
 mod pgbouncer;
 mod plan;
 mod repair;
 mod review;
 mod scan;
 mod status;
+mod stops;
 mod stripe_redirect;
 mod terminal_output;
 mod write_refused;
+mod writer;
 mod your_outbox;
 mod your_schema;

@@ -143,7 +143,8 @@ async fn a_run_that_loses_the_cursor_keeps_the_winners_figures(pool: PgPool) {
     let uri = stripe.uri();
     let first = run_async(&pool, &uri, &gw.url, env);
     let second = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Once the first run reads Stripe (each answer takes 700 ms).
+        wait::requests_seen(&stripe, 1).await;
         run_async(&pool, &uri, &gw.url, env).await
     };
     let (first, second) = tokio::join!(first, second);

@@ -307,7 +307,11 @@ async fn migrate_waits_for_another_migrations_transaction_then_applies(pool: PgP
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    // Wait until migrate is seen blocked on the migration lock.
+    wait::until_true("migrate waiting on the advisory lock", || async {
+        wait::lock_waits(&pool, "advisory").await > 0
+    })
+    .await;
     assert!(
         child.try_wait().unwrap().is_none(),
         "migrate must wait for the migration lock"

@@ -11,6 +11,7 @@ use sqlx::PgPool;
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer};
 
+use crate::support::arrange;
 use crate::support::pushgateway::{self, value};
 use crate::support::secrets::{assert_no_secret, url_with_password, DB_PASSWORD, SECRET_KEY};
 use crate::support::*;
@@ -56,11 +57,7 @@ fn a_missing_or_malformed_setting_exits_78_naming_the_variable() {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_run_prints_its_summary_and_exits_0(pool: PgPool) {
-    insert_paid(&pool, 12).await;
-    sqlx::query("UPDATE payments SET status = 'pending' WHERE id = 3")
-        .execute(&pool)
-        .await
-        .unwrap();
+    arrange::paid_with_pending(&pool, 12, &[3]).await;
     let stripe = stripe_mirroring(&pool, "succeeded", Duration::ZERO).await;
     let env = [
         ("DATABASE_URL", url_with_password(&pool)),
@@ -242,16 +239,6 @@ fn summary(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(o)))
 }
 
-/// An unreachable PostgreSQL (a port nobody listens on).
-fn dead_database() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    format!("postgres://root@127.0.0.1:{port}/gone")
-}
-
 async fn set_cursor(pool: &PgPool, last_id: i64) {
     sqlx::query(
         "INSERT INTO reconciliation_cursor (job, last_id) VALUES ('payments-vs-stripe', $1)",
@@ -264,11 +251,7 @@ async fn set_cursor(pool: &PgPool, last_id: i64) {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_dry_run_counts_only_the_findings_a_real_run_would_create(pool: PgPool) {
-    insert_paid(&pool, 12).await;
-    sqlx::query("UPDATE payments SET status = 'pending' WHERE id IN (3, 8)")
-        .execute(&pool)
-        .await
-        .unwrap();
+    arrange::paid_with_pending(&pool, 12, &[3, 8]).await;
     let stripe = stripe_mirroring(&pool, "succeeded", Duration::ZERO).await;
     // A real run records both drifts; then payment 8's finding is resolved by
     // hand, so only its drift is new again.
@@ -423,48 +406,6 @@ async fn each_batch_line_shows_rows_done_of_the_cycle_and_an_estimated_end(pool:
     );
 }
 
-#[sqlx::test(migrations = false)]
-async fn errors_of_interactive_commands_are_one_readable_line(_pool: PgPool) {
-    let dead = [("DATABASE_URL", dead_database())];
-    for args in [
-        &["status"][..],
-        &["status", "--json"],
-        &["findings", "list"],
-        &["migrate"],
-    ] {
-        let out = reconciler_output(args, &dead).await;
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
-        let err = stderr(&out);
-        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
-        assert!(
-            err.starts_with("stripe-reconciler: error: "),
-            "{args:?}: {err}"
-        );
-        assert!(
-            err.contains("cannot connect to PostgreSQL"),
-            "{args:?}: {err}"
-        );
-    }
-
-    // A configuration error of `run` is for a person too.
-    let out = reconciler_output(&["run"], &dead).await;
-    assert_eq!(out.status.code(), Some(78));
-    let err = stderr(&out);
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("STRIPE_API_KEY is required"), "{err}");
-
-    // A run in a pod keeps JSON lines for the log collector.
-    let out = reconciler_output(
-        &["run"],
-        &[dead[0].clone(), ("STRIPE_API_KEY", API_KEY.to_owned())],
-    )
-    .await;
-    assert_eq!(out.status.code(), Some(1));
-    let last = stderr(&out).lines().last().unwrap_or_default().to_owned();
-    let line: Value = serde_json::from_str(&last).unwrap_or_else(|e| panic!("{e}: {last}"));
-    assert_eq!(line["level"], "ERROR");
-}
-
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn pretty_logs_carry_no_colour_codes_when_stderr_is_not_a_terminal(pool: PgPool) {
     insert_paid(&pool, 3).await;
@@ -482,43 +423,5 @@ async fn pretty_logs_carry_no_colour_codes_when_stderr_is_not_a_terminal(pool: P
     assert!(
         !err.contains('\u{1b}'),
         "ANSI escape in piped output: {err:?}"
-    );
-}
-
-#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
-async fn usage_errors_exit_2_and_refusals_65_naming_what_to_fix(pool: PgPool) {
-    let db = ("DATABASE_URL", database_url(&pool));
-    let out = reconciler_output(
-        &["findings", "resolve", "1", "--note", "  ", "--by", "bob"],
-        std::slice::from_ref(&db),
-    )
-    .await;
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("--note"), "{}", stderr(&out));
-
-    // Neither --by nor USER: who resolved it must not be "unknown".
-    let out = reconciler_output(
-        &["findings", "resolve", "1", "--note", "checked"],
-        std::slice::from_ref(&db),
-    )
-    .await;
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("--by"), "{}", stderr(&out));
-
-    let out = reconciler_output(&["frobnicate"], std::slice::from_ref(&db)).await;
-    assert_eq!(out.status.code(), Some(2));
-
-    let out = reconciler_output(
-        &[
-            "findings", "resolve", "999", "--note", "checked", "--by", "bob",
-        ],
-        &[db],
-    )
-    .await;
-    assert_eq!(out.status.code(), Some(65), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("finding 999 does not exist"),
-        "{}",
-        stderr(&out)
     );
 }

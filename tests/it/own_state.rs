@@ -204,7 +204,7 @@ async fn the_lag_is_exact_for_a_fresh_a_partly_and_a_fully_scanned_table(pool: P
     assert_eq!(partly, reference_lag_since(&pool).await, "partly scanned");
     assert_eq!(partly, fresh, "the oldest unseen row still holds the lag");
 
-    while !scan_with(&pool, &gw, &s).await.unwrap().wrapped {}
+    wait::scan_until_wrapped(&pool, &gw, &s).await;
     let full = lag_since(&pool).await;
     assert_eq!(full, reference_lag_since(&pool).await, "fully scanned");
     let first_confirmed: Option<DateTime<Utc>> =
@@ -230,12 +230,12 @@ async fn the_scan_forgets_the_state_of_deleted_payments(pool: PgPool) {
     let stripe = stripe_answering("succeeded", std::time::Duration::ZERO).await;
     let gw = gateway(&stripe);
     let s = settings(10);
-    while !scan_with(&pool, &gw, &s).await.unwrap().wrapped {}
+    wait::scan_until_wrapped(&pool, &gw, &s).await;
     sqlx::query("DELETE FROM payments WHERE id IN (3, 15)")
         .execute(&pool)
         .await
         .unwrap();
-    while !scan_with(&pool, &gw, &s).await.unwrap().wrapped {}
+    wait::scan_until_wrapped(&pool, &gw, &s).await;
     assert_eq!(
         count(
             &pool,

@@ -4,14 +4,20 @@
 use crate::support::*;
 use serde_json::json;
 use sqlx::PgPool;
+use stripe_reconciler::reconcile::RepairCommand;
 use stripe_reconciler::repair::worker::MAX_ATTEMPTS;
-use stripe_reconciler::repair::{apply_payment_succeeded, drain, RepairOptions, RepairReport};
+use stripe_reconciler::repair::{drain, RepairOptions, RepairReport};
 use stripe_reconciler::scan::{run_batch, Mode};
 use tokio_util::sync::CancellationToken;
 use wiremock::MockServer;
 
 /// A finding of `kind` for the payment and its repair command, as a scan writes them.
-async fn enqueue_repair(pool: &PgPool, payment_id: i64, kind: &str, command: &str) -> i64 {
+pub(super) async fn enqueue_repair(
+    pool: &PgPool,
+    payment_id: i64,
+    kind: &str,
+    command: &str,
+) -> i64 {
     let finding: i64 = sqlx::query_scalar(
         "INSERT INTO reconciliation_findings (payment_id, kind, local_status) VALUES ($1, $2, 'pending') RETURNING id",
     )
@@ -142,13 +148,40 @@ async fn the_webhook_wins_the_race(pool: PgPool) {
     run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
         .await
         .unwrap();
-    // The webhook handler applies the same transition first, through the canonical writer.
-    let webhook = apply_payment_succeeded(&pool, &Default::default(), id, None, "webhook")
+    // The webhook handler's transaction holds the payment row while the
+    // drain applies the repair command on the same row at the same time.
+    let mut webhook_tx = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM payments WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .execute(&mut *webhook_tx)
         .await
         .unwrap();
+    let drain = tokio::spawn({
+        let pool = pool.clone();
+        async move { drain_all(&pool).await }
+    });
+    wait::until_true("the drain waiting on the payment row", || async {
+        wait::any_lock_waits(&pool).await > 0
+    })
+    .await;
+    assert!(!drain.is_finished(), "the drain waits for the webhook");
+    // The webhook applies the transition through the canonical writer, in
+    // its transaction, and commits: the waiting drain then sees it moved.
+    let webhook = stripe_reconciler::repair::writer::apply(
+        &mut webhook_tx,
+        &Default::default(),
+        &Default::default(),
+        RepairCommand::ApplyPaymentSucceeded,
+        id,
+        None,
+        "webhook",
+    )
+    .await
+    .unwrap();
     assert!(webhook.changed);
+    webhook_tx.commit().await.unwrap();
 
-    let report = drain_all(&pool).await;
+    let report = drain.await.unwrap();
 
     assert_eq!((report.applied, report.no_op), (0, 1));
     assert_eq!(
@@ -308,33 +341,6 @@ async fn a_command_whose_finding_was_resolved_by_hand_is_skipped(pool: PgPool) {
     );
     assert_eq!(resolution(&pool, finding).await.as_deref(), Some("manual"));
     assert!(events(&pool).await.is_empty());
-}
-
-#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
-async fn a_command_that_does_not_match_its_finding_is_refused(pool: PgPool) {
-    let a = insert_payment(&pool, "pi_A", "pending", 3600).await;
-    let b = insert_payment(&pool, "pi_B", "pending", 3600).await;
-    let finding_a = enqueue_repair(&pool, a, "missed_cancel", "ApplyPaymentCanceled").await;
-    // A forged command: marks payment B paid, citing A's cancel finding.
-    sqlx::query(
-        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-         VALUES ('Payment', $1::text, 'ApplyPaymentSucceeded', jsonb_build_object('payment_id', $1::bigint, 'finding_id', $2::bigint))",
-    )
-    .bind(b)
-    .bind(finding_a)
-    .execute(&pool)
-    .await
-    .unwrap();
-
-    let report = drain_all(&pool).await;
-
-    assert_eq!(
-        (report.applied, report.failed),
-        (1, 1),
-        "A's own command applies, the forged one fails"
-    );
-    assert_eq!(status_of(&pool, b).await, ("pending".into(), 0));
-    assert_eq!(status_of(&pool, a).await, ("failed".into(), 1));
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]

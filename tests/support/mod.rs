@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod account;
+pub mod arrange;
 pub mod events_feed;
 pub mod pgbouncer;
 pub mod pushgateway;
@@ -10,6 +11,7 @@ pub mod secrets;
 pub mod seed_algorithm;
 mod steps;
 pub mod stripe_fake;
+pub mod wait;
 
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,126 @@
+//! The events job's held PaymentIntents (`reconciliation_events_retry`):
+//! one Stripe keeps failing for waits alone while the position moves on, and
+//! one held past grace plus an hour is left to the scan.
+
+use super::events::{all_findings, covered_until, events_once, retrieves};
+use crate::support::events_feed::*;
+use crate::support::*;
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use wiremock::matchers::method;
+use wiremock::{Mock, ResponseTemplate};
+
+/// `(PaymentIntent, reason, attempts)` waiting for another events read.
+pub(super) async fn held(pool: &PgPool) -> Vec<(String, String, i32)> {
+    sqlx::query_as(
+        "SELECT stripe_payment_intent_id, reason, attempts
+           FROM reconciliation_events_retry ORDER BY stripe_payment_intent_id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_payment_intent_stripe_keeps_failing_for_waits_alone_while_the_position_moves_on(
+    pool: PgPool,
+) {
+    let feed = Feed::default();
+    let stripe = stripe_with(&feed).await;
+    let mut payments = Vec::new();
+    for i in 0..30 {
+        let pi = format!("pi_Burst{i:02}");
+        payments.push(insert_payment(&pool, &pi, "pending", 3600).await);
+        feed.push(event(&format!("evt_{i}"), &pi, "succeeded", 300 - i));
+        if i != 7 {
+            mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+        }
+    }
+    // Stripe answers 500 for one of them, every time, for now.
+    let failing = Mock::given(method("GET"))
+        .and(wiremock::matchers::path("/v1/payment_intents/pi_Burst07"))
+        .respond_with(ResponseTemplate::new(500))
+        .mount_as_scoped(&stripe)
+        .await;
+
+    let (first, result) = events_once(&pool, &stripe, &settings(200)).await;
+    result.unwrap();
+    assert_eq!(first.findings_created, 29, "every answered PaymentIntent");
+    assert_eq!(
+        held(&pool).await,
+        [("pi_Burst07".to_owned(), "stripe_unanswered".to_owned(), 1)]
+    );
+    let newest = DateTime::from_timestamp(Utc::now().timestamp() - 271, 0).unwrap();
+    assert!(
+        covered_until(&pool).await.unwrap() >= newest,
+        "the position passed the whole burst, the failing one's event included"
+    );
+    // `status` says what waits, and the lag is the position's, not the held event's.
+    let s = settings(200);
+    let mut conn = pool.acquire().await.unwrap();
+    let st = stripe_reconciler::status::read(&mut conn, &s.job, &s.outbox, None)
+        .await
+        .unwrap();
+    drop(conn);
+    let ev = st.events.expect("the events job ran");
+    assert_eq!(ev.payment_intents_held, 1);
+    assert!(ev.lag_seconds.unwrap() < 60.0, "{:?}", ev.lag_seconds);
+    assert!(ev.oldest_held_event_unix.is_some());
+
+    // The next run reads only the held one again (still failing), not the burst.
+    let before = stripe.received_requests().await.unwrap().len();
+    let (second, result) = events_once(&pool, &stripe, &settings(200)).await;
+    result.unwrap();
+    let retrieves_now: Vec<String> = stripe.received_requests().await.unwrap()[before..]
+        .iter()
+        .filter(|r| r.url.path().starts_with("/v1/payment_intents/"))
+        .map(|r| r.url.path().to_owned())
+        .collect();
+    assert!(
+        retrieves_now
+            .iter()
+            .all(|p| p == "/v1/payment_intents/pi_Burst07"),
+        "{retrieves_now:?}"
+    );
+    assert_eq!((second.retries_read, second.findings_created), (1, 0));
+    assert_eq!(held(&pool).await[0].2, 2, "a second attempt");
+
+    // Stripe answers again: the missed success is recorded, once, and settled.
+    drop(failing);
+    mount(&stripe, "pi_Burst07", ok("pi_Burst07", "succeeded")).await;
+    let (third, result) = events_once(&pool, &stripe, &settings(200)).await;
+    result.unwrap();
+    assert_eq!(third.findings_created, 1);
+    assert!(held(&pool).await.is_empty());
+    let kinds: Vec<(Option<i64>, String)> = all_findings(&pool)
+        .await
+        .into_iter()
+        .map(|f| (f.payment_id, f.kind))
+        .collect();
+    assert_eq!(kinds.len(), 30, "one finding per payment, none twice");
+    assert!(kinds.contains(&(Some(payments[7]), "missed_success".into())));
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_held_payment_intent_older_than_grace_plus_an_hour_is_left_to_the_scan(pool: PgPool) {
+    let feed = Feed::default();
+    let stripe = stripe_with(&feed).await;
+    insert_payment(&pool, "pi_Fresh", "pending", 20).await;
+    feed.push(event("evt_1", "pi_Fresh", "succeeded", 10));
+    events_once(&pool, &stripe, &settings(200)).await.1.unwrap();
+    assert_eq!(held(&pool).await.len(), 1);
+
+    // Its event is now older than grace (600 s) + 1 h, and out of the window.
+    feed.clear();
+    sqlx::query(
+        "UPDATE reconciliation_events_retry SET event_created = now() - interval '2 hours'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let (summary, result) = events_once(&pool, &stripe, &settings(200)).await;
+    result.unwrap();
+    assert_eq!((summary.retries_expired, summary.retries_read), (1, 0));
+    assert!(held(&pool).await.is_empty());
+    assert_eq!(retrieves(&stripe, "pi_Fresh").await, 0);
+}

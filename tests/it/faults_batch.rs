@@ -1,0 +1,84 @@
+//! Faults on one batch, run in process: a Stripe 404 that is not
+//! `resource_missing`, and a payment the webhook moves while the batch reads
+//! Stripe.
+
+use std::time::Duration;
+
+use super::faults::nothing_written;
+use crate::support::*;
+use sqlx::PgPool;
+use stripe_reconciler::reconcile::Verdict;
+use stripe_reconciler::scan::{run_batch, Mode, RunError};
+use wiremock::matchers::method;
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_stripe_404_that_is_not_resource_missing_is_a_configuration_error(pool: PgPool) {
+    insert_paid(&pool, 5).await;
+    let stripe = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(ResponseTemplate::new(404).set_body_json(serde_json::json!({
+            "error": {"type": "invalid_request_error", "message": "Unrecognized request URL (GET: /v1/v1/payment_intents/pi_1)."}
+        })))
+        .mount(&stripe)
+        .await;
+
+    let e = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
+        .await
+        .unwrap_err();
+
+    assert!(matches!(e, RunError::StripeRejected(_)), "{e:?}");
+    assert_eq!(e.exit_code(), 78);
+    nothing_written(&pool).await;
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_payment_moved_by_the_webhook_during_phase_2_gets_no_stale_finding(pool: PgPool) {
+    let id = insert_payment(&pool, "pi_Racing", "pending", 3600).await;
+    let stripe = stripe_answering("succeeded", Duration::from_millis(600)).await;
+    let gw = gateway(&stripe);
+    let s = settings(200);
+
+    let batch = run_batch(&pool, &gw, &s, Mode::Write, None);
+    let webhook = async {
+        // While the batch reads Stripe (its one answer takes 600 ms).
+        wait::requests_seen(&stripe, 1).await;
+        stripe_reconciler::repair::apply_payment_succeeded(
+            &pool,
+            &Default::default(),
+            id,
+            None,
+            "webhook",
+        )
+        .await
+        .unwrap()
+    };
+    let (report, applied) = tokio::join!(batch, webhook);
+    let report = report.unwrap();
+
+    assert!(applied.changed);
+    assert_eq!(
+        report.verdicts.get(Verdict::InFlight),
+        1,
+        "the changed row is left for the next cycle"
+    );
+    assert_eq!(report.verdicts.get(Verdict::Repairable), 0);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
+        0
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM outbox WHERE event_type LIKE 'Apply%'"
+        )
+        .await,
+        0
+    );
+    assert_eq!(verified(&pool, id).await, (None, false));
+    assert_eq!(
+        cursor(&pool, "payments-vs-stripe").await,
+        0,
+        "the table's last rows were read: the cycle ended and the cursor is back at 0"
+    );
+}

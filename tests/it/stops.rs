@@ -1,0 +1,288 @@
+//! `run` and `repair` through the real binary, stopped part-way: SIGTERM
+//! while phase 3 commits, SIGINT, a signal during `repair`, and another run
+//! moving the cursor mid-batch (exit 75). What a user checks: the exit code,
+//! and that every batch or command is written whole or not at all.
+
+use std::process::{Child, Output, Stdio};
+use std::time::Duration;
+
+use sqlx::PgPool;
+use wiremock::matchers::{method, path_regex};
+use wiremock::{Mock, MockServer, Request};
+
+use crate::support::arrange;
+use crate::support::*;
+
+fn env(pool: &PgPool, stripe: &str, extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        ("DATABASE_URL", database_url(pool)),
+        ("STRIPE_API_KEY", API_KEY.to_owned()),
+        ("STRIPE_API_BASE", stripe.to_owned()),
+        ("RECONCILER_RATE_LIMIT_RPS", "500".to_owned()),
+        // These fakes answer retrieves only.
+        ("RECONCILER_READ_MODE", "retrieve".to_owned()),
+    ];
+    env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    env
+}
+
+fn all_output(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn spawn(args: &[&str], env: &[(&str, String)]) -> Child {
+    reconciler(args, env)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+async fn finish(child: Child) -> Output {
+    tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap()
+}
+
+/// Stripe answering `succeeded`: `pi_1`..`pi_5` after `first`, the others
+/// after `rest`.
+async fn stripe_in_two_speeds(first: Duration, rest: Duration) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path_regex("^/v1/payment_intents/pi_[1-5]$"))
+        .respond_with(move |r: &Request| {
+            ok(r.url.path().rsplit('/').next().unwrap(), "succeeded").set_delay(first)
+        })
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path_regex("^/v1/payment_intents/pi_[0-9]+$"))
+        .respond_with(move |r: &Request| {
+            ok(r.url.path().rsplit('/').next().unwrap(), "succeeded").set_delay(rest)
+        })
+        .mount(&server)
+        .await;
+    server
+}
+
+async fn stamped(pool: &PgPool) -> i64 {
+    count(
+        pool,
+        "SELECT count(*) FROM reconciliation_payment_state WHERE last_reconciled_at IS NOT NULL",
+    )
+    .await
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn sigterm_while_phase_3_waits_commits_that_batch_whole_and_starts_no_other(pool: PgPool) {
+    arrange::paid_with_pending(&pool, 10, &[3]).await;
+    // Batch 1 (ids 1-5) reads in 1 s; batch 2 (ids 6-10) would take 60 s.
+    let stripe = stripe_in_two_speeds(Duration::from_secs(1), Duration::from_secs(60)).await;
+    let child = spawn(
+        &["run"],
+        &env(
+            &pool,
+            &stripe.uri(),
+            &[
+                ("RECONCILER_BATCH_SIZE", "5"),
+                ("RECONCILER_BATCHES_PER_RUN", "10"),
+            ],
+        ),
+    );
+
+    // While batch 1 reads Stripe, hold the cursor row: its phase 3 waits.
+    wait::requests_seen(&stripe, 1).await;
+    let mut blocker = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM reconciliation_cursor FOR UPDATE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    // Batch 2's phase 1 waits on that row too; phase 3 is the waiter that
+    // has already written.
+    let phase_3 = || async {
+        wait::reconciler_writers_waiting_on_a_lock(&pool, "reconciliation_payment_state").await
+    };
+    wait::until_true("phase 3 waiting on the cursor", || async {
+        !phase_3().await.is_empty()
+    })
+    .await;
+    wait::signal(&child, "-TERM");
+    assert!(
+        !phase_3().await.is_empty(),
+        "phase 3 still waits after the signal"
+    );
+    blocker.rollback().await.unwrap();
+    let out = finish(child).await;
+
+    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert!(
+        all_output(&out).contains("interrupted"),
+        "{}",
+        all_output(&out)
+    );
+    // Phase 3 is never interrupted: batch 1 is written whole; batch 2 not at all.
+    assert_eq!(cursor(&pool, "payments-vs-stripe").await, 5);
+    assert_eq!(stamped(&pool).await, 5, "batch 1's rows, only");
+    assert_eq!(findings(&pool).await.len(), 1);
+    assert_eq!(count(&pool, "SELECT count(*) FROM outbox").await, 1);
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn sigint_abandons_the_batch_in_phase_2_and_exits_1(pool: PgPool) {
+    arrange::paid_with_pending(&pool, 10, &[3]).await;
+    let slow = stripe_answering("succeeded", Duration::from_secs(30)).await;
+    let child = spawn(&["run"], &env(&pool, &slow.uri(), &[]));
+
+    wait::requests_seen(&slow, 1).await;
+    let started = std::time::Instant::now();
+    wait::signal(&child, "-INT");
+    let out = finish(child).await;
+
+    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "stopped within seconds, not after the 30 s reads"
+    );
+    assert!(
+        all_output(&out).contains("interrupted"),
+        "{}",
+        all_output(&out)
+    );
+    assert!(cursor(&pool, "payments-vs-stripe").await <= 0);
+    assert_eq!(stamped(&pool).await, 0);
+    assert_eq!(findings(&pool).await.len(), 0);
+    assert_eq!(count(&pool, "SELECT count(*) FROM outbox").await, 0);
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn another_run_moving_the_cursor_mid_batch_stops_the_run_with_exit_75(pool: PgPool) {
+    arrange::paid_with_pending(&pool, 10, &[3]).await;
+    let slow = stripe_answering("succeeded", Duration::from_millis(1500)).await;
+    let child = spawn(
+        &["run"],
+        &env(&pool, &slow.uri(), &[("RECONCILER_BATCHES_PER_RUN", "1")]),
+    );
+
+    // While the batch reads Stripe, another run commits a batch.
+    wait::requests_seen(&slow, 1).await;
+    sqlx::query("UPDATE reconciliation_cursor SET last_id = 1000 WHERE job = 'payments-vs-stripe'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let out = finish(child).await;
+
+    assert_eq!(out.status.code(), Some(75), "{}", all_output(&out));
+    assert_eq!(
+        cursor(&pool, "payments-vs-stripe").await,
+        1000,
+        "theirs stays"
+    );
+    assert_eq!(stamped(&pool).await, 0, "the batch rolled back");
+    assert_eq!(findings(&pool).await.len(), 0);
+    assert_eq!(count(&pool, "SELECT count(*) FROM outbox").await, 0);
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn sigterm_during_repair_finishes_the_chunk_in_progress_and_exits_1(pool: PgPool) {
+    // 250 pending payments, each with a missed_success finding and its
+    // command: three chunks of 100.
+    sqlx::raw_sql(
+        "INSERT INTO payments (order_id, stripe_payment_intent_id, status)
+         SELECT 'o' || i, 'pi_' || i, 'pending' FROM generate_series(1, 250) AS i;
+         INSERT INTO reconciliation_findings (payment_id, kind, local_status, external_status)
+         SELECT id, 'missed_success', 'pending', 'succeeded' FROM payments;
+         INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+         SELECT 'Payment', f.payment_id::text, 'ApplyPaymentSucceeded',
+                jsonb_build_object('payment_id', f.payment_id, 'finding_id', f.id,
+                                   'expected_local_status', 'pending')
+           FROM reconciliation_findings f;",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    // Hold one payment of the first chunk: the drain waits on it.
+    let mut blocker = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM payments WHERE id = 50 FOR UPDATE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let child = spawn(&["repair"], &env(&pool, "http://127.0.0.1:9", &[]));
+    wait::until_true("repair waiting on payment 50", || async {
+        !wait::reconciler_backends_waiting_on_a_lock(&pool)
+            .await
+            .is_empty()
+    })
+    .await;
+    wait::signal(&child, "-TERM");
+    blocker.rollback().await.unwrap();
+    let out = finish(child).await;
+
+    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    let paid = count(
+        &pool,
+        "SELECT count(*) FROM payments WHERE status = 'paid' AND version = 1",
+    )
+    .await;
+    assert!(
+        (1..250).contains(&paid),
+        "the chunk in progress finished, the rest waits: {paid}"
+    );
+    // Each command is written whole: a paid payment has its event, its
+    // resolved finding and its processed command; the others have none.
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM outbox WHERE event_type = 'PaymentStatusChanged'"
+        )
+        .await,
+        paid
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM reconciliation_findings WHERE resolution = 'repaired'"
+        )
+        .await,
+        paid
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM outbox WHERE event_type = 'ApplyPaymentSucceeded' AND processed_at IS NOT NULL"
+        )
+        .await,
+        paid
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM payments WHERE status = 'pending' AND version = 0"
+        )
+        .await,
+        250 - paid
+    );
+
+    // The next `repair` applies the rest, once.
+    let out = reconciler_output(&["repair"], &env(&pool, "http://127.0.0.1:9", &[])).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM payments WHERE status = 'paid' AND version = 1"
+        )
+        .await,
+        250
+    );
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM outbox WHERE event_type = 'PaymentStatusChanged'"
+        )
+        .await,
+        250
+    );
+}
