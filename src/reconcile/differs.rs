@@ -85,7 +85,7 @@ pub fn differs(
     details: Option<&Value>,
 ) -> Differs {
     let d = details;
-    let currency = text(d, "currency");
+    let currency = text(d, "currency").map(str::trim).filter(|c| !c.is_empty());
     let make =
         |field: &str, local: Option<String>, stripe: Option<String>, phrase: String| Differs {
             field: field.to_owned(),

@@ -27,6 +27,8 @@
 //! - `pgbouncer`: the job behind a transaction-pooling PgBouncer
 //! - `repair`: the canonical writer and the outbox worker
 //! - `review`: the review queue (`findings list`/`resolve`)
+//! - `review_loop`: differs, the CSV round trip, history (`findings show`)
+//! - `review_view`: the BI view `reconciliation_review` and its read-only role
 //! - `scan`: one batch's verdict paths and its set-based phase 3
 //! - `status`: `status` and `status --json`
 //! - `stripe_redirect`: a redirecting API base and a live key over plain http
@@ -62,6 +64,8 @@ mod pgbouncer;
 mod plan;
 mod repair;
 mod review;
+mod review_loop;
+mod review_view;
 mod scan;
 mod status;
 mod stripe_redirect;
