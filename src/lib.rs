@@ -42,6 +42,7 @@ pub mod events;
 pub mod exit;
 pub mod lease;
 pub mod metrics;
+pub mod notify;
 pub mod outcome;
 pub mod read;
 pub mod reconcile;

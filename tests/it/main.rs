@@ -23,6 +23,7 @@
 //! - `ops`: exit codes, summaries, secrets, readable errors, log lines
 //! - `plan`: `RECONCILER_BATCHES_PER_RUN` auto and fixed, the plan in `status`
 //! - `partition`: one release per Stripe account on one table (`RECONCILER_PARTITION_*`)
+//! - `notify`: `RECONCILER_NOTIFY_URL`: one message per new finding, retries, Slack escaping
 //! - `own_state`: the reconciler's own per-payment state; no writes into `payments`
 //! - `pgbouncer`: the job behind a transaction-pooling PgBouncer
 //! - `repair`: the canonical writer and the outbox worker
@@ -56,6 +57,7 @@ mod locks;
 mod metrics;
 mod migrate;
 mod money;
+mod notify;
 mod ops;
 mod outbox_status;
 mod own_state;

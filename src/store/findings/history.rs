@@ -150,43 +150,47 @@ pub async fn resolve_many(
     Ok(done.rows_affected())
 }
 
-/// The open findings of `kinds` no notification has been sent for, oldest
-/// first, at most `limit`.
+/// The open findings of `kinds` (every kind but `kinds` when `exclude`) no
+/// notification has been sent for, oldest first, at most `limit`.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn not_notified(
     conn: &mut PgConnection,
     kinds: &[String],
+    exclude: bool,
     limit: i64,
 ) -> Result<Vec<FindingView>, StoreError> {
     let sql = format!(
         "SELECT {VIEW_COLUMNS} FROM reconciliation_findings f
            LEFT JOIN payments p ON p.id = f.payment_id
-          WHERE f.resolved_at IS NULL AND f.kind = ANY($1)
+          WHERE f.resolved_at IS NULL AND (f.kind = ANY($1)) <> $3
             AND NOT EXISTS (SELECT 1 FROM reconciliation_notified n WHERE n.finding_id = f.id)
           ORDER BY f.id LIMIT $2"
     );
     query_as(&sql)
         .bind(kinds)
         .bind(limit)
+        .bind(exclude)
         .fetch_all(conn)
         .await
         .context("reading the findings to notify")
 }
 
-/// Records that these findings were posted, so they are never posted again.
+/// Claims these findings for a notification: records them as notified and
+/// returns the ids this transaction claimed (a concurrent run's claim waits
+/// for this transaction; committed, it keeps the finding from being posted
+/// twice; rolled back after a failed post, it leaves it to the next run).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn mark_notified(conn: &mut PgConnection, ids: &[i64]) -> Result<(), StoreError> {
-    query(
+pub async fn mark_notified(conn: &mut PgConnection, ids: &[i64]) -> Result<Vec<i64>, StoreError> {
+    crate::store::query_scalar(
         "INSERT INTO reconciliation_notified (finding_id)
-         SELECT unnest($1::bigint[]) ON CONFLICT DO NOTHING",
+         SELECT unnest($1::bigint[]) ON CONFLICT DO NOTHING RETURNING finding_id",
     )
     .bind(ids)
-    .execute(conn)
+    .fetch_all(conn)
     .await
-    .context("recording the findings notified")?;
-    Ok(())
+    .context("claiming the findings to notify")
 }
