@@ -41,6 +41,11 @@ CREATE TRIGGER reconciliation_findings_history_no_truncate
     BEFORE TRUNCATE ON reconciliation_findings_history
     FOR EACH STATEMENT EXECUTE FUNCTION reconciliation_findings_history_append_only();
 
+-- The trigger's look-up of an earlier finding of the same PaymentIntent and
+-- kind without a payment (the open-only index does not cover resolved ones).
+CREATE INDEX IF NOT EXISTS reconciliation_findings_intent_kind
+    ON reconciliation_findings (stripe_payment_intent_id, kind) WHERE payment_id IS NULL;
+
 CREATE OR REPLACE FUNCTION reconciliation_findings_record_history()
 RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
