@@ -336,6 +336,17 @@ def test_existing_secret(r, chart):
     r.equal(env_map(cj).get("RUST_LOG", {}).get("value"), "stripe_reconciler=debug,info", f"{label}: extraEnv")
     r.equal(cj["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"].get("team"), "payments",
             f"{label}: podLabels")
+    # Notifications (docs/review.md): the URL from the Secret, never the ConfigMap.
+    notify = env_map(cj).get("RECONCILER_NOTIFY_URL", {}).get("valueFrom", {}).get("secretKeyRef", {})
+    r.equal((notify.get("name"), notify.get("key")), ("payments-reconciler-credentials", "slack-webhook-url"),
+            f"{label}: RECONCILER_NOTIFY_URL from the Secret's notifyUrlKey")
+    data = d.one("ConfigMap", RELEASE)["data"]
+    r.check("RECONCILER_NOTIFY_URL" not in data, f"{label}: the notification URL is not in the ConfigMap")
+    r.equal((data.get("RECONCILER_NOTIFY_FORMAT"), data.get("RECONCILER_NOTIFY_KINDS")), ("slack", "money"),
+            f"{label}: notification format and kinds with a URL")
+    repair = [w for w in d.kind("CronJob") if "repair" in w["metadata"]["name"]]
+    r.check(all("RECONCILER_NOTIFY_URL" not in env_map(w) for w in repair),
+            f"{label}: the repair CronJob gets no notification URL")
 
 
 def test_alerts_dashboard(r, chart):

@@ -73,11 +73,27 @@ export RECONCILER_ABANDONED_AFTER_SECONDS=2592000
 # Connect: the stand-in serves the connected account's PaymentIntents only to
 # reads with its Stripe-Account header (404 without, like Stripe).
 export RECONCILER_ACCOUNT_COLUMN=stripe_account
+# Notifications (docs/review.md): a local receiver stands in for Slack's
+# incoming webhook; each run posts the new money findings to it once.
+notify_port=$(free_port)
+: >.demo/notifications.jsonl
+python3 scripts/notify-receiver.py "$notify_port" .demo/notifications.jsonl 2>.demo/receiver.log &
+receiver=$!
+trap 'kill $standin $receiver ${PUSHGATEWAY_PID:-} 2>/dev/null || true' EXIT
+wait_for_port "$notify_port" 10 || die "the notification receiver did not start"
+export RECONCILER_NOTIFY_URL="http://127.0.0.1:$notify_port/services/demo-hook" RECONCILER_NOTIFY_FORMAT=slack
+say "notifications of new money findings go to a local receiver on 127.0.0.1:$notify_port"
 say "stripe-reconciler run"
 start=$(date +%s)
 "$bin" run 2>.demo/run.log || { tail -n 20 .demo/run.log >&2; die "the run failed"; }
 say "run took $(( $(date +%s) - start )) s (batch log lines: .demo/run.log)"
 
+say "the notification that arrived at the receiver (Slack format, first lines)"
+[ -s .demo/notifications.jsonl ] || die "no notification arrived at the receiver"
+python3 -c 'import json, sys
+msg = json.loads(open(sys.argv[1]).readline())["text"].splitlines()
+print("\n".join(msg[:6]))
+print("  ... (%d lines)" % len(msg))' .demo/notifications.jsonl
 say "findings per kind (reconciliation_findings, open)"
 psql "$DATABASE_URL" -c "SELECT kind, count(*) AS findings FROM reconciliation_findings
                           WHERE resolved_at IS NULL GROUP BY kind ORDER BY kind"

@@ -39,6 +39,11 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON reconciliation_events_retry TO stripe_re
 GRANT SELECT ON reconciliation_owned_tables TO stripe_reconciler_job;
 GRANT SELECT, INSERT ON reconciliation_relayed_commands TO stripe_reconciler_job;
 GRANT SELECT, INSERT, UPDATE, DELETE ON reconciliation_payment_state TO stripe_reconciler_job;
+-- Every finding's history (append-only: written by the trigger on
+-- reconciliation_findings, never updated or deleted) and the findings a
+-- notification was sent for (RECONCILER_NOTIFY_URL).
+GRANT SELECT, INSERT ON reconciliation_findings_history TO stripe_reconciler_job;
+GRANT SELECT, INSERT ON reconciliation_notified TO stripe_reconciler_job;
 
 -- Repair commands and PaymentStatusChanged events (the outbox may be shared).
 GRANT SELECT, INSERT, UPDATE ON outbox TO stripe_reconciler_job;
@@ -58,3 +63,20 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- A read-only role for BI tools (Metabase, Grafana, Power BI): the view
+-- reconciliation_review and nothing else (docs/review.md). The view runs
+-- with its owner's rights, so the role needs no grant on `payments` or on
+-- the reconciler's tables. Give it a password and use it in the BI tool:
+--   ALTER ROLE stripe_reconciler_bi PASSWORD '...';
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'stripe_reconciler_bi') THEN
+        CREATE ROLE stripe_reconciler_bi LOGIN;
+    END IF;
+EXCEPTION WHEN duplicate_object OR unique_violation THEN
+    NULL; -- created by a concurrent session
+END
+$$;
+GRANT USAGE ON SCHEMA public TO stripe_reconciler_bi;
+GRANT SELECT ON reconciliation_review TO stripe_reconciler_bi;

@@ -65,8 +65,13 @@ pub enum FindingsCommand {
         #[arg(long)]
         open: bool,
         /// One JSON object per line instead of a table.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "csv")]
         json: bool,
+        /// CSV instead of a table: one header row, the JSON's flat fields
+        /// (`differs` as differs_field, differs_local, differs_stripe) and an
+        /// empty `note` column to fill in for `findings resolve --file`.
+        #[arg(long)]
+        csv: bool,
         /// At most this many rows, newest first; the output says when the list
         /// was cut ("showing 100 of 250").
         #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=100_000))]
@@ -76,18 +81,46 @@ pub enum FindingsCommand {
         #[arg(long, value_enum, env = "RECONCILER_DASHBOARD_MODE")]
         dashboard: Option<DashboardMode>,
     },
-    /// Resolve one open finding by hand, recording who and why.
+    /// One finding with its history (detected, refreshed, resolved,
+    /// reopened: who, when, note) and its Stripe Dashboard link.
+    Show(ShowArgs),
+    /// Resolve one open finding by hand (ID --note), or every finding a CSV
+    /// names (--file), recording who and why; all or nothing.
     Resolve {
         /// The finding's id (reconciliation_findings.id).
-        id: i64,
+        #[arg(required_unless_present = "file", conflicts_with = "file")]
+        id: Option<i64>,
         /// Why it is resolved (kept with the finding); must not be empty.
-        #[arg(long, value_parser = non_blank)]
-        note: String,
+        #[arg(long, value_parser = non_blank, required_unless_present = "file", conflicts_with = "file")]
+        note: Option<String>,
+        /// A CSV with a header row and the columns `id` and `note` (optional
+        /// `by`; other columns are ignored, so `findings list --csv` with its
+        /// `note` column filled in works): every finding it names is resolved
+        /// in one transaction, or none is.
+        #[arg(long)]
+        file: Option<std::path::PathBuf>,
+        /// With --file: print what would be resolved and change nothing.
+        #[arg(long, requires = "file")]
+        dry_run: bool,
         /// Who resolves it, kept with the finding [default: $USER; refused
         /// when neither is given].
         #[arg(long, env = "USER", value_parser = non_blank)]
         by: Option<String>,
     },
+}
+
+/// `findings show ID`: one finding with its history and links.
+#[derive(Debug, clap::Args)]
+pub struct ShowArgs {
+    /// The finding's id (reconciliation_findings.id).
+    pub id: i64,
+    /// One JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Dashboard links in live or test mode [default: test for an
+    /// sk_test_/rk_test_ STRIPE_API_KEY, else live].
+    #[arg(long, value_enum, env = "RECONCILER_DASHBOARD_MODE")]
+    pub dashboard: Option<DashboardMode>,
 }
 
 /// A value that is empty or only whitespace (clap prints it after the

@@ -19,6 +19,7 @@
 //! - [`exit`]: the process exit codes.
 //! - [`lease`]: the run lease on the cursor or the events position: take, renew, give back.
 //! - [`metrics`]: the run's gauges and the push to the Pushgateway.
+//! - [`notify`]: posts new findings a person must see to `RECONCILER_NOTIFY_URL` after `run` and `events`.
 //! - [`outcome`]: how a run ends: `RunOutcome` labels and the `RunError` that stopped it.
 //! - [`read`]: phase 2 for scan and events: Stripe reads, list mode, the outage rule, Connect accounts.
 //! - [`reconcile`]: PURE classification: statuses, `Verdict`, `Decision`, `classify`, orphans.
@@ -43,6 +44,7 @@ pub mod events;
 pub mod exit;
 pub mod lease;
 pub mod metrics;
+pub mod notify;
 pub mod outcome;
 pub mod read;
 pub mod reconcile;

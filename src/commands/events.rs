@@ -70,6 +70,7 @@ pub(super) async fn events(settings: &Settings) -> Result<(), CommandError> {
     print_summary(&summary, settings.log_format);
     let state = read_state(&pool, &summary.job, settings.job.events.account_active).await;
     publish(settings, &summary, &gateway, state.as_ref()).await;
+    crate::notify::after_run(settings, &pool, &summary.job).await;
     pool.close().await;
     result.map_err(CommandError::from)
 }

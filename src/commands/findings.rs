@@ -28,6 +28,8 @@ struct ListedFinding<'a> {
     finding: &'a findings::FindingView,
     /// `None` when the stored id is not a well-formed PaymentIntent id.
     dashboard_url: Option<String>,
+    /// What disagrees: `{field, local, stripe}` (DESIGN.md, Turn 4 contract).
+    differs: crate::reconcile::Differs,
 }
 
 /// Lists findings as a table, or JSON lines with `--json`, each with a link
@@ -71,6 +73,7 @@ pub(super) async fn list(
             let line = serde_json::to_string(&ListedFinding {
                 finding: f,
                 dashboard_url: link(f),
+                differs: f.differs(),
             })?;
             println!("{line}");
         }
@@ -91,7 +94,7 @@ fn render(
     link: &dyn Fn(&findings::FindingView) -> Option<String>,
 ) -> String {
     let mut out = format!(
-        "{:>8}  {:>10}  {:<16}  {:<28}  {:<21}  {:<32}  {:<8}  {:<24}  {:<19}  {:<62}  {:<10}  details\n",
+        "{:>8}  {:>10}  {:<16}  {:<28}  {:<21}  {:<32}  {:<8}  {:<24}  {:<19}  {:<62}  {:<10}  {:<32}  details\n",
         "id",
         "payment",
         "order",
@@ -102,7 +105,8 @@ fn render(
         "stripe",
         "detected",
         "stripe dashboard",
-        "resolution"
+        "resolution",
+        "differs"
     );
     for f in rows {
         let resolution = match (&f.resolution, &f.resolved_by) {
@@ -116,7 +120,7 @@ fn render(
         // Every stored string is escaped before it is padded: one finding is
         // one line, and nothing in a cell can drive the terminal.
         out.push_str(&format!(
-            "{:>8}  {:>10}  {:<16}  {:<28}  {:<21}  {:<32}  {:<8}  {:<24}  {:<19}  {:<62}  {:<10}  {}\n",
+            "{:>8}  {:>10}  {:<16}  {:<28}  {:<21}  {:<32}  {:<8}  {:<24}  {:<19}  {:<62}  {:<10}  {:<32}  {}\n",
             f.id,
             f.payment_id
                 .map_or_else(|| "-".to_owned(), |p| p.to_string()),
@@ -132,6 +136,7 @@ fn render(
             f.detected_at.format("%Y-%m-%d %H:%M:%S"),
             escape_or_dash(link(f).as_deref()),
             escape(&resolution),
+            escape(&f.differs().phrase),
             escape(&details(f))
         ));
     }

@@ -6,6 +6,7 @@ mod findings;
 mod migrate;
 mod partition;
 mod repair;
+mod review;
 mod run;
 mod status;
 
@@ -163,6 +164,7 @@ pub async fn dispatch(command: Command, settings: Settings) -> Result<(), Comman
                     kind,
                     open,
                     json,
+                    csv,
                     limit,
                     dashboard,
                 },
@@ -172,10 +174,33 @@ pub async fn dispatch(command: Command, settings: Settings) -> Result<(), Comman
                 open,
                 limit,
             };
+            if csv {
+                return review::list_csv(&settings, query, dashboard).await;
+            }
             findings::list(&settings, query, json, dashboard).await
         }
         Command::Findings {
-            command: FindingsCommand::Resolve { id, note, by },
-        } => findings::resolve(&settings, id, &note, by.as_deref()).await,
+            command: FindingsCommand::Show(args),
+        } => review::show(&settings, &args).await,
+        Command::Findings {
+            command:
+                FindingsCommand::Resolve {
+                    file: Some(file),
+                    by,
+                    dry_run,
+                    ..
+                },
+        } => review::resolve_file(&settings, &file, by.as_deref(), dry_run).await,
+        Command::Findings {
+            command: FindingsCommand::Resolve { id, note, by, .. },
+        } => {
+            // clap requires both without --file.
+            let (Some(id), Some(note)) = (id, note) else {
+                return Err(CommandError::Usage(
+                    "give ID --note NOTE, or --file PATH".into(),
+                ));
+            };
+            findings::resolve(&settings, id, &note, by.as_deref()).await
+        }
     }
 }

@@ -80,6 +80,9 @@ pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), Comman
     };
     let state = read_status(&pool, &settings.job, state_timeout).await;
     publish(settings, &summary, state.as_ref()).await;
+    if !dry_run {
+        crate::notify::after_run(settings, &pool, &summary.job).await;
+    }
     pool.close().await;
     result.map_err(CommandError::from)
 }

@@ -19,6 +19,7 @@
 mod database;
 mod error;
 mod events;
+mod notify;
 mod outbox;
 mod output;
 mod partition;
@@ -37,6 +38,7 @@ use url::Url;
 
 pub use error::ConfigError;
 pub use events::{EventsSettings, STRIPE_EVENTS_RETENTION};
+pub use notify::{NotifyFormat, NotifyKinds, NotifySettings};
 pub use outbox::{OutboxSettings, OutboxShape, OutboxTable};
 pub use output::LogFormat;
 pub use partition::{Partition, PartitionKind};
@@ -62,6 +64,8 @@ pub struct Settings {
     pub job: JobSettings,
     /// `RECONCILER_LOG_FORMAT`, default json.
     pub log_format: LogFormat,
+    /// `RECONCILER_NOTIFY_*`; `None` when `RECONCILER_NOTIFY_URL` is unset.
+    pub notify: Option<NotifySettings>,
 }
 
 /// The `RECONCILER_*` variables that shape a run.
@@ -231,6 +235,7 @@ impl Settings {
                 "must be set to a name of its own when RECONCILER_PARTITION_COLUMN is set (one job, cursor and lease per partition)",
             ));
         }
+        let notify = notify::parse(vars.clone())?;
         let events = events::parse(vars)?;
         Ok(Settings {
             database_url,
@@ -263,6 +268,7 @@ impl Settings {
                 partition,
             },
             log_format: output.log_format,
+            notify,
         })
     }
 

@@ -13,10 +13,12 @@
 //! - `scan`: the scan run's figures (rows, batches, verdicts, Stripe requests, plan).
 //! - `status`: the job's state (lag, cycle, cursor, findings, outbox, capacity).
 //! - `events`: the events job's figures and [`EventsState`].
+//! - `notify`: [`NotifyMetrics`], the notification figures.
 //! - `push`: [`Pusher`], the async PUT/POST to the Pushgateway.
 
 mod events;
 mod gauge;
+mod notify;
 mod push;
 mod run;
 mod scan;
@@ -25,6 +27,7 @@ mod status;
 use prometheus::{Encoder, Registry, TextEncoder};
 
 pub use events::EventsState;
+pub use notify::NotifyMetrics;
 pub use push::{PushError, PushMethod, Pusher, PUSH_TIMEOUT};
 
 use crate::capacity::RunPlan;

@@ -8,6 +8,7 @@
 //! - `classify`: [`classify`], the money checks, the status table, the aging checks.
 //! - [`currency`]: Stripe's currency exponents; major units to minor units, exactly.
 //! - `decision`: [`Verdict`], [`Decision`], [`RepairCommand`], [`classify_status`].
+//! - `differs`: [`Differs`], what disagrees on a finding, and its phrase.
 //! - `facts`: what a read of Stripe and of the row tells classification.
 //! - `kind`: [`FindingKind`], [`FindingKind::ALL`], money and blocking kinds.
 //! - `labels`: bounded metric label values for finding kinds.
@@ -17,6 +18,7 @@
 mod classify;
 pub mod currency;
 mod decision;
+mod differs;
 mod facts;
 mod kind;
 mod labels;
@@ -26,6 +28,7 @@ mod status;
 
 pub use classify::{classify, Rules, AUTHORIZATION_LIFETIME_SECONDS};
 pub use decision::{classify_status, Decision, RepairCommand, Verdict};
+pub use differs::{differs, money, Differs};
 pub use facts::{Charge, ChargeFacts, LocalAmount, LocalPayment, PaymentIntentFacts};
 pub use kind::FindingKind;
 pub use labels::{kind_label, open_findings_by_label, KNOWN_KINDS, MAX_KIND_LABELS, OTHER_KIND};

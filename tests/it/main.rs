@@ -34,11 +34,14 @@
 //! - `ops`: exit codes, summaries, secrets, readable errors, log lines
 //! - `plan`: `RECONCILER_BATCHES_PER_RUN` auto and fixed, the plan in `status`
 //! - `partition`: one release per Stripe account on one table (`RECONCILER_PARTITION_*`)
+//! - `notify`: `RECONCILER_NOTIFY_URL`: one message per new finding, retries, Slack escaping
 //! - `own_state`: the reconciler's own per-payment state; no writes into `payments`
 //! - `partition_events`: the events job keeps to its partition
 //! - `pgbouncer`: the job behind a transaction-pooling PgBouncer
 //! - `repair`: the canonical writer and the outbox worker
 //! - `review`: the review queue (`findings list`/`resolve`)
+//! - `review_loop`: differs, the CSV round trip, history (`findings show`)
+//! - `review_view`: the BI view `reconciliation_review` and its read-only role
 //! - `scan`: one batch's verdict paths and its set-based phase 3
 //! - `stops`: `run` and `repair` stopped part-way (signals, a cursor moved by another run)
 //! - `status`: `status` and `status --json`
@@ -78,6 +81,7 @@ mod migrate;
 mod money;
 mod money_charges;
 mod money_columns;
+mod notify;
 mod ops;
 mod ops_cli;
 mod outbox_status;
@@ -88,6 +92,8 @@ mod pgbouncer;
 mod plan;
 mod repair;
 mod review;
+mod review_loop;
+mod review_view;
 mod scan;
 mod status;
 mod stops;

@@ -123,6 +123,11 @@ exactly one source is configured: an existing Secret, or both chart values.
 {{- if .Values.existingSecret.name }}{{ .Values.existingSecret.databaseUrlKey }}{{ else }}DATABASE_URL{{ end }}
 {{- end }}
 
+{{/* The Secret key of RECONCILER_NOTIFY_URL; empty: no notifications. */}}
+{{- define "stripe-reconciler.notifyUrlKey" -}}
+{{- if .Values.existingSecret.name }}{{ .Values.existingSecret.notifyUrlKey }}{{ else if .Values.secret.notifyUrl }}RECONCILER_NOTIFY_URL{{ end }}
+{{- end }}
+
 {{- define "stripe-reconciler.stripeApiKeyKey" -}}
 {{- if .Values.existingSecret.name }}{{ .Values.existingSecret.stripeApiKeyKey }}{{ else }}STRIPE_API_KEY{{ end }}
 {{- end }}
@@ -251,6 +256,13 @@ template:
               secretKeyRef:
                 name: {{ .secretName }}
                 key: {{ include "stripe-reconciler.stripeApiKeyKey" $root }}
+          {{- with include "stripe-reconciler.notifyUrlKey" $root }}
+          - name: RECONCILER_NOTIFY_URL
+            valueFrom:
+              secretKeyRef:
+                name: {{ $.secretName }}
+                key: {{ . }}
+          {{- end }}
           {{- end }}
           {{- with $v.extraEnv }}
           {{- toYaml . | nindent 10 }}

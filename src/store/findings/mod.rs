@@ -11,13 +11,20 @@
 //! - `repair`: the repair guards (repairable and blocking findings, the
 //!   finding locked for a command) and the writer's resolution.
 //! - `review`: the review queue (`findings list`, `findings resolve`).
+//! - `history`: one finding with its history, resolving many at once, and
+//!   the findings a notification is owed for (issue 33).
 //! - `intents`: findings about a PaymentIntent with no payment.
 
+mod history;
 mod intents;
 mod repair;
 mod review;
 mod scan;
 
+pub use history::{
+    find, history, lock_named, mark_notified, not_notified, resolve_many, HistoryEntry,
+    NamedFinding,
+};
 pub use intents::{
     open_for_intents, resolve_stale_for_intents, upsert_open_for_intents, NewIntentFinding,
     NO_LOCAL_ROW,

@@ -75,6 +75,18 @@ pub struct FindingView {
     pub seconds_to_deadline: Option<f64>,
 }
 
+impl FindingView {
+    /// What disagrees on this finding ([`crate::reconcile::differs`]).
+    pub fn differs(&self) -> crate::reconcile::Differs {
+        crate::reconcile::differs(
+            &self.kind,
+            &self.local_status,
+            self.external_status.as_deref(),
+            self.details.as_ref(),
+        )
+    }
+}
+
 /// Lists findings, newest first, at most `limit` rows.
 ///
 /// # Errors
