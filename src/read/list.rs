@@ -227,12 +227,7 @@ pub async fn list_batch(
     cursor_from: i64,
     page_cap: usize,
 ) -> Result<Listed, RunError> {
-    let ListShare {
-        gateway,
-        settings,
-        in_flight,
-        all_started,
-    } = share;
+    let settings = share.settings;
     let wanted: HashSet<&str> = rows.iter().map(|(_, id)| id.as_str()).collect();
     let core_rows: Vec<&(&PaymentRow, &PaymentIntentId)> =
         rows.iter().filter(|(r, _)| r.id > cursor_from).collect();
@@ -254,9 +249,9 @@ pub async fn list_batch(
         AtomicUsize::new(0),
     );
     let chain = Chain {
-        gateway,
+        gateway: share.gateway,
         account,
-        in_flight,
+        in_flight: share.in_flight,
         wanted: &wanted,
         budget: &budget,
         found: &found,
@@ -264,7 +259,7 @@ pub async fn list_batch(
         failed: &failed,
         items: &items,
         first_pages_left: &AtomicUsize::new(windows.len()),
-        all_started,
+        all_started: share.all_started,
     };
     futures::future::try_join_all(windows.iter().map(|w| chain.run(*w, None, true))).await?;
 
