@@ -118,3 +118,15 @@ impl Lease {
         lease::release(&mut conn, self.table, &self.job, &self.owner).await
     }
 }
+
+/// Renews `lease` in `conn`'s transaction when the run holds one (a dry run
+/// holds none: nothing to renew).
+///
+/// # Errors
+/// As [`Lease::renew`].
+pub async fn renew_held(conn: &mut PgConnection, lease: Option<&Lease>) -> Result<(), RunError> {
+    match lease {
+        Some(lease) => lease.renew(conn).await,
+        None => Ok(()),
+    }
+}

@@ -11,13 +11,15 @@
 //!
 //! - [`capacity`]: PURE capacity arithmetic (B·R, G, cycle time) and the run plan of `auto`.
 //! - [`cli`]: the clap command line (subcommands of DESIGN.md's Interface).
-//! - [`commands`]: what each subcommand does, returning an exit code.
+//! - [`commands`]: what each subcommand does, returning an exit code (thin adapters).
 //! - [`config`]: settings from the environment, secrets redacted.
 //! - [`dashboard`]: PURE links to a PaymentIntent in the Stripe Dashboard (live or test).
 //! - [`db`]: the connection pool and the embedded migrations.
 //! - [`events`]: the events feed (`events`): missed webhooks and money with no order, a feed per connected account.
 //! - [`exit`]: the process exit codes.
+//! - [`job`]: the job abstraction: [`job::RunContext`], the [`job::Job`] trait, and one run (lease, body, summary).
 //! - [`lease`]: the run lease on the cursor or the events position: take, renew, give back.
+//! - [`lifecycle`]: a scheduled job's command: gateway, database, preflight, run, summary, push, exit code.
 //! - [`metrics`]: the run's gauges and the push to the Pushgateway.
 //! - [`notify`]: posts new findings a person must see to `RECONCILER_NOTIFY_URL` after `run` and `events`.
 //! - [`outcome`]: how a run ends: `RunOutcome` labels and the `RunError` that stopped it.
@@ -25,13 +27,13 @@
 //! - [`reconcile`]: PURE classification: statuses, `Verdict`, `Decision`, `classify`, orphans.
 //! - [`record`]: phase 3's write path for scan and events: stamps, findings, repair commands.
 //! - [`repair`]: the canonical writer and the outbox worker.
-//! - [`scan`]: batches over the cursor (phases 1 and 3), the run plan, and the run loop.
+//! - [`scan`]: batches over the cursor (phases 1 and 3), the run plan, and the scan's [`job::Job`].
 //! - [`shutdown`]: SIGTERM/SIGINT into a cancellation token.
 //! - [`status`]: the job's state for `status` and the metrics.
 //! - [`store`]: all SQL, by table (a directory per table whose SQL has several jobs).
 //! - [`stripe`]: the gateway boundary: HTTP client, retry rule, ids (PaymentIntent, Connect account), errors.
 //! - [`telemetry`]: tracing initialisation (json or pretty).
-//! - [`terminal`]: PURE escaping of stored text for human-readable output.
+//! - [`terminal`]: PURE escaping of stored text for human-readable output, and durations for people.
 //! - [`upgrade`]: `migrate`'s removal of what earlier releases added to `payments`.
 
 pub mod capacity;
@@ -42,7 +44,9 @@ pub mod dashboard;
 pub mod db;
 pub mod events;
 pub mod exit;
+pub mod job;
 pub mod lease;
+pub mod lifecycle;
 pub mod metrics;
 pub mod notify;
 pub mod outcome;

@@ -225,17 +225,6 @@ fn progress(min_id: Option<i64>, max_id: Option<i64>, cursor: i64) -> f64 {
     }
 }
 
-/// A duration in seconds for people: `3d 4h`, `2h 5m`, `42s`.
-pub fn human_duration(seconds: f64) -> String {
-    let s = seconds.max(0.0).round() as u64;
-    match s {
-        0..=59 => format!("{s}s"),
-        60..=3599 => format!("{}m {}s", s / 60, s % 60),
-        3600..=86_399 => format!("{}h {}m", s / 3600, s % 3600 / 60),
-        _ => format!("{}d {}h", s / 86_400, s % 86_400 / 3600),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,12 +235,5 @@ mod tests {
         assert_eq!(progress(Some(1), Some(100), 0), 0.0);
         assert_eq!(progress(None, None, 0), 0.0);
         assert_eq!(progress(Some(1), Some(100), 100), 100.0);
-    }
-
-    #[test]
-    fn durations_read_at_a_glance() {
-        assert_eq!(human_duration(42.0), "42s");
-        assert_eq!(human_duration(3_725.0), "1h 2m");
-        assert_eq!(human_duration(273_600.0), "3d 4h");
     }
 }

@@ -1,4 +1,5 @@
-//! PURE escaping of untrusted text for a person's terminal.
+//! PURE escaping of untrusted text for a person's terminal, and
+//! [`human_duration`] for the durations it prints.
 //!
 //! Order ids, PaymentIntent ids, statuses, notes and error messages come from
 //! the database or from Stripe, and anyone who can influence an order id
@@ -73,9 +74,27 @@ pub fn escape_or_dash(text: Option<&str>) -> Cow<'_, str> {
     text.map_or(Cow::Borrowed("-"), escape)
 }
 
+/// A duration in seconds for people: `3d 4h`, `2h 5m`, `42s`.
+pub fn human_duration(seconds: f64) -> String {
+    let s = seconds.max(0.0).round() as u64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m {}s", s / 60, s % 60),
+        3600..=86_399 => format!("{}h {}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d {}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_read_at_a_glance() {
+        assert_eq!(human_duration(42.0), "42s");
+        assert_eq!(human_duration(3_725.0), "1h 2m");
+        assert_eq!(human_duration(273_600.0), "3d 4h");
+    }
 
     /// No character a terminal could act on survives.
     fn assert_inert(out: &str) {

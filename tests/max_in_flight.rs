@@ -3,6 +3,9 @@
 //! one after another, so no other test's load adds jitter to them. The
 //! set-based phase 3 test that lived here is in `it/scan.rs`.
 
+// Test code: a failed unwrap is a failed test (Cargo.toml [lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::time::Duration;

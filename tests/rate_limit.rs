@@ -2,6 +2,9 @@
 //! binaries one after another, so no other test's load adds jitter to the
 //! arrival times this test measures.
 
+// Test code: a failed unwrap is a failed test (Cargo.toml [lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::time::Duration;

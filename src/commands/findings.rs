@@ -149,11 +149,11 @@ fn render(
 fn details(f: &findings::FindingView) -> String {
     let deadline = f.seconds_to_deadline.map(|s| {
         if s >= 0.0 {
-            format!("deadline in {}; ", crate::status::human_duration(s))
+            format!("deadline in {}; ", crate::terminal::human_duration(s))
         } else {
             format!(
                 "deadline passed {} ago; ",
-                crate::status::human_duration(-s)
+                crate::terminal::human_duration(-s)
             )
         }
     });

@@ -1,54 +1,12 @@
 //! `stripe-reconciler migrate [--unique-payment-intent-index]`
 
 use super::CommandError;
-use crate::config::{ConfigError, OutboxShape, Settings};
+use crate::config::{OutboxShape, Settings};
 use crate::db;
-use crate::store::outbox_shape::{self, OutboxMismatch, OutboxState};
+use crate::lifecycle::preflight::{self, check_schema};
+use crate::store::outbox_shape::{self, OutboxState};
 use crate::store::payment_index::{self as schema, IndexBuild, PaymentIntentIndex};
 use crate::store::{self, Context, StoreError};
-
-/// Checks what `migrate`, `run` and `repair` need of the user's schema before
-/// anything is written (DESIGN.md, Turn 3): `payments.id` is an integer, and
-/// the outbox `RECONCILER_OUTBOX_TABLE` names is absent (reconciler shape) or
-/// has the configured shape. Only `migrating` accepts an absent outbox.
-///
-/// # Errors
-/// [`CommandError::Config`] (exit 78) with one sentence naming what does not
-/// fit and the ways out; [`CommandError::Store`] from the database.
-pub(super) async fn check_schema(
-    conn: &mut sqlx::PgConnection,
-    settings: &Settings,
-    migrating: bool,
-) -> Result<OutboxState, CommandError> {
-    if let Err(e) = schema::check_integer_id(&mut *conn)
-        .await
-        .map_err(CommandError::Store)?
-    {
-        return Err(ConfigError::Unusable {
-            var: "DATABASE_URL",
-            problem: Box::new(e),
-        }
-        .into());
-    }
-    match outbox_shape::check(conn, &settings.job.outbox)
-        .await
-        .map_err(CommandError::Store)?
-    {
-        Ok(OutboxState::Absent) if !migrating => Err(ConfigError::Unusable {
-            var: "RECONCILER_OUTBOX_TABLE",
-            problem: Box::new(OutboxMismatch::NotMigrated {
-                table: settings.job.outbox.table.display(),
-            }),
-        }
-        .into()),
-        Ok(state) => Ok(state),
-        Err(mismatch) => Err(ConfigError::Unusable {
-            var: "RECONCILER_OUTBOX_TABLE",
-            problem: Box::new(mismatch),
-        }
-        .into()),
-    }
-}
 
 /// Checks the schema, applies the embedded migrations, creates the outbox
 /// when it is absent, then makes sure duplicate PaymentIntent ids are found
@@ -64,7 +22,7 @@ pub(super) async fn migrate(settings: &Settings, unique: bool) -> Result<(), Com
     //    (the partition's column too, when `payments` exists already).
     let outbox = check_schema(&mut conn, settings, true).await?;
     if schema::payments_exists(&mut conn).await.map_err(store)? {
-        super::partition::checked(&mut conn, settings).await?;
+        preflight::checked(&mut conn, settings).await?;
     }
     drop(conn);
     // 2. The embedded migrations (0001 without its outbox section).
@@ -115,7 +73,7 @@ async fn partition_index(
     conn: &mut sqlx::PgConnection,
     settings: &Settings,
 ) -> Result<(), CommandError> {
-    let settings = super::partition::checked(&mut *conn, settings).await?;
+    let settings = preflight::checked(&mut *conn, settings).await?;
     let Some(partition) = &settings.job.partition else {
         return Ok(());
     };

@@ -17,7 +17,7 @@ pub(super) async fn repair(settings: &Settings) -> Result<(), CommandError> {
         .await
         .context("connecting")
         .map_err(CommandError::Store)?;
-    super::migrate::check_schema(&mut conn, settings, false).await?;
+    crate::lifecycle::preflight::check_schema(&mut conn, settings, false).await?;
     drop(conn);
     let outbox = settings.job.outbox.clone();
     if !outbox.shape.drained_by_reconciler() {

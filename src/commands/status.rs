@@ -7,15 +7,16 @@ use chrono::{DateTime, TimeZone, Utc};
 use super::CommandError;
 use crate::capacity::{RunPlan, Shortfall};
 use crate::config::Settings;
-use crate::status::{self, human_duration, Status};
+use crate::status::{self, Status};
 use crate::store::stats::LagHolder;
 use crate::store::Context;
 use crate::terminal::escape;
+use crate::terminal::human_duration;
 
 /// Prints the job's state: a screen for people, or one JSON object.
 pub(super) async fn status(settings: &Settings, json: bool) -> Result<(), CommandError> {
     let (_pool, mut conn) = super::connect(settings).await?;
-    let settings = &super::partition::checked(&mut conn, settings).await?;
+    let settings = &crate::lifecycle::preflight::checked(&mut conn, settings).await?;
     let mut conn = crate::store::begin(&mut *conn)
         .await
         .context("opening a transaction")
@@ -87,6 +88,49 @@ pub fn render(st: &Status, grace: Duration) -> String {
         "last successful run",
         when(st.last_success_unix, st.database_now),
     );
+    for (k, v) in events_lines(st) {
+        line(k, v);
+    }
+    match (st.outbox_pending, st.outbox_oldest_pending_seconds) {
+        (Some(pending), Some(oldest)) => line(
+            "outbox repairs pending",
+            format!("{pending} (oldest {})", human_duration(oldest)),
+        ),
+        _ => line(
+            "outbox",
+            format!(
+                "drained by the application's relay ({} shape)",
+                st.outbox_shape
+            ),
+        ),
+    }
+    for (k, v) in capacity_lines(st) {
+        line(k, v);
+    }
+    if let Some(p) = &st.plan {
+        for (k, v) in plan_lines(p) {
+            line(k, v);
+        }
+    }
+    if st.open_findings.is_empty() {
+        line("open findings", "none".into());
+    } else {
+        let total: i64 = st.open_findings.values().sum();
+        line("open findings", total.to_string());
+        let mut by_count: Vec<(&String, &i64)> = st.open_findings.iter().collect();
+        by_count.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        for (kind, n) in by_count {
+            line(&format!("  {kind}"), n.to_string());
+        }
+    }
+    out
+}
+
+/// The events feed's lines: its lag, last commit, connected accounts and
+/// held PaymentIntents (or that it never ran).
+fn events_lines(st: &Status) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    let mut line = |k: &'static str, v: String| out.push((k, v));
     match &st.events {
         None => line("events feed", "never ran".into()),
         Some(e) => {
@@ -121,19 +165,13 @@ pub fn render(st: &Status, grace: Duration) -> String {
             );
         }
     }
-    match (st.outbox_pending, st.outbox_oldest_pending_seconds) {
-        (Some(pending), Some(oldest)) => line(
-            "outbox repairs pending",
-            format!("{pending} (oldest {})", human_duration(oldest)),
-        ),
-        _ => line(
-            "outbox",
-            format!(
-                "drained by the application's relay ({} shape)",
-                st.outbox_shape
-            ),
-        ),
-    }
+    out
+}
+
+/// The capacity lines: B*R / G and the expected cycle time, or why unknown.
+fn capacity_lines(st: &Status) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    let mut line = |k: &'static str, v: String| out.push((k, v));
     match &st.capacity {
         None => line(
             "capacity",
@@ -152,22 +190,6 @@ pub fn render(st: &Status, grace: Duration) -> String {
                 c.expected_cycle_seconds
                     .map_or_else(|| "never (B*R <= G)".into(), human_duration),
             );
-        }
-    }
-    if let Some(p) = &st.plan {
-        for (k, v) in plan_lines(p) {
-            line(k, v);
-        }
-    }
-    if st.open_findings.is_empty() {
-        line("open findings", "none".into());
-    } else {
-        let total: i64 = st.open_findings.values().sum();
-        line("open findings", total.to_string());
-        let mut by_count: Vec<(&String, &i64)> = st.open_findings.iter().collect();
-        by_count.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        for (kind, n) in by_count {
-            line(&format!("  {kind}"), n.to_string());
         }
     }
     out

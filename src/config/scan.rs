@@ -111,6 +111,26 @@ pub(super) struct Scan {
     pub(super) list_max_pages: Sizing,
 }
 
+/// `RECONCILER_JOB`: a URL path segment of the Pushgateway's grouping key.
+fn job_name(job: String) -> Result<String, ConfigError> {
+    if job.is_empty() || job.len() > 100 || job.contains('/') {
+        return Err(invalid(
+            "RECONCILER_JOB",
+            "must be 1 to 100 characters without '/'",
+        ));
+    }
+    Ok(job)
+}
+
+/// `RECONCILER_READ_MODE`: `list` (default) or `retrieve`.
+fn read_mode(raw: Option<&str>) -> Result<ReadMode, ConfigError> {
+    match raw.map(str::trim) {
+        None | Some("list") => Ok(ReadMode::List),
+        Some("retrieve") => Ok(ReadMode::Retrieve),
+        Some(_) => Err(invalid("RECONCILER_READ_MODE", "must be list or retrieve")),
+    }
+}
+
 /// Parses the scan group; defaults from [`JobSettings::default`].
 ///
 /// # Errors
@@ -121,19 +141,8 @@ where
 {
     let raw: ScanVars = value::read(Some("RECONCILER_"), vars)?;
     let d = JobSettings::default();
-    let job = raw.job.unwrap_or(d.job);
-    // The name is a URL path segment of the Pushgateway's grouping key.
-    if job.is_empty() || job.len() > 100 || job.contains('/') {
-        return Err(invalid(
-            "RECONCILER_JOB",
-            "must be 1 to 100 characters without '/'",
-        ));
-    }
-    let read_mode = match raw.read_mode.as_deref().map(str::trim) {
-        None | Some("list") => ReadMode::List,
-        Some("retrieve") => ReadMode::Retrieve,
-        Some(_) => return Err(invalid("RECONCILER_READ_MODE", "must be list or retrieve")),
-    };
+    let job = job_name(raw.job.unwrap_or(d.job))?;
+    let read_mode = read_mode(raw.read_mode.as_deref())?;
     let default_batch = match read_mode {
         ReadMode::List => LIST_BATCH_SIZE,
         ReadMode::Retrieve => RETRIEVE_BATCH_SIZE,

@@ -118,11 +118,7 @@ pub async fn read_slice(
             .payment_intent_events_in(account, slice.gte, Some(slice.lt), after.as_deref())
             .await
             .map_err(|e| match e {
-                e @ (GatewayError::Rejected { .. }
-                | GatewayError::Misconfigured { .. }
-                | GatewayError::Redirected { .. }) => {
-                    EventsError::Scan(RunError::StripeRejected(e))
-                }
+                e if e.is_rejected() => EventsError::Scan(RunError::StripeRejected(e)),
                 e @ GatewayError::AccountUnreachable { .. } => EventsError::AccountUnreachable(e),
                 e => EventsError::FeedUnavailable(e),
             })?;

@@ -9,26 +9,25 @@
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
-use tokio_util::sync::CancellationToken;
 
 use super::feed::SliceEvents;
 use super::orphans::{self, OrphanRead};
-use super::plan::{self, young, PlanRules, RowAction};
-use super::run::{EventsSummary, HOLD_BEYOND_GRACE};
+use super::plan::{self, young, Plan, PlanRules, RowAction};
 use super::slices::Slice;
+use super::summary::{EventsSummary, HOLD_BEYOND_GRACE};
 use super::EventsError;
-use crate::config::JobSettings;
+use crate::job::RunContext;
 use crate::lease::Lease;
 use crate::outcome::RunError;
 use crate::read::{observe_all, stripe_reachable, Observation};
 use crate::reconcile::{FindingKind, Verdict};
 use crate::record::record_observations;
+use crate::record::Recorded;
 use crate::store::events_position::{self, Advance};
 use crate::store::events_retry::{self, Held, HoldReason};
-use crate::store::payments::{self, MoneyColumns, PaymentRow};
+use crate::store::payments::{self, MoneyColumns, PaymentByIntent, PaymentRow};
 use crate::store::{findings, Context};
-use crate::stripe::{AccountId, PaymentIntentEvent, PaymentIntentId, StripeGateway};
+use crate::stripe::{AccountId, PaymentIntentEvent, PaymentIntentId};
 
 /// What a run carries from one slice to the next.
 #[derive(Debug, Clone, Default)]
@@ -54,6 +53,16 @@ enum Source {
 /// the feed (about one slice's worth).
 pub const RETRIES_PER_RUN: usize = 500;
 
+/// The events job's lease: [`crate::job::run_once`] takes it before the
+/// body, so a body without one was never given it to hold (a lost run).
+fn lease_of<'c>(ctx: &'c RunContext<'_>, job: &str) -> Result<&'c Lease, EventsError> {
+    ctx.lease.as_ref().ok_or_else(|| {
+        EventsError::from(RunError::ConcurrentRun {
+            job: job.to_owned(),
+        })
+    })
+}
+
 /// Reads again the PaymentIntents earlier runs could not decide (oldest
 /// event first, at most [`RETRIES_PER_RUN`]), after dropping those whose
 /// event is older than the hold limit (the scan covers their rows; each is
@@ -63,11 +72,7 @@ pub const RETRIES_PER_RUN: usize = 500;
 /// As [`slice`].
 #[tracing::instrument(name = "events.retries", skip_all)]
 pub async fn retries(
-    pool: &PgPool,
-    gateway: &StripeGateway,
-    settings: &JobSettings,
-    lease: &Lease,
-    shutdown: &CancellationToken,
+    ctx: &RunContext<'_>,
     progress: &mut Progress,
     summary: &mut EventsSummary,
 ) -> Result<(), EventsError> {
@@ -76,11 +81,11 @@ pub async fn retries(
         // In a transaction, as every statement of the job: behind a pooler
         // in transaction mode a statement outside one may meet another
         // server connection between its parse and its execution.
-        let mut tx = crate::store::begin(pool)
+        let mut tx = crate::store::begin(ctx.pool)
             .await
             .context("starting a transaction")?;
-        let expired =
-            events_retry::expire(&mut tx, &job, settings.grace + HOLD_BEYOND_GRACE).await?;
+        let hold_limit = ctx.settings.grace + HOLD_BEYOND_GRACE;
+        let expired = events_retry::expire(&mut tx, &job, hold_limit).await?;
         for (pi, reason, attempts) in &expired {
             tracing::warn!(payment_intent = %pi, reason = %reason, attempts, "an event still undecided after grace + 1 h: no more events reads for this PaymentIntent; the scan covers its row");
         }
@@ -107,10 +112,7 @@ pub async fn retries(
             account: account.as_ref(),
             source: Source::Retry,
         };
-        work(
-            pool, gateway, settings, lease, shutdown, feed, read, progress, summary,
-        )
-        .await?;
+        work(ctx, feed, read, progress, summary).await?;
     }
     Ok(())
 }
@@ -124,21 +126,16 @@ struct Feed<'a> {
     source: Source,
 }
 
-/// Handles one slice read whole and commits it with the position at the
-/// slice's end; its PaymentIntents that could not be decided are held for
-/// the next runs.
+/// Handles one slice read whole from `account`'s feed (`None`: the
+/// platform's) and commits it with the position at the slice's end; its
+/// PaymentIntents that could not be decided are held for the next runs.
 ///
 /// # Errors
 /// [`RunError::Interrupted`] on shutdown before the commit (nothing of the
 /// slice is written), the scan's guards ([`RunError`]) otherwise.
-#[allow(clippy::too_many_arguments)]
 #[tracing::instrument(name = "events.slice", skip_all, fields(gte = slice.gte, lt = slice.lt, events = read.events.len()))]
 pub async fn slice(
-    pool: &PgPool,
-    gateway: &StripeGateway,
-    settings: &JobSettings,
-    lease: &Lease,
-    shutdown: &CancellationToken,
+    ctx: &RunContext<'_>,
     account: Option<&AccountId>,
     slice: Slice,
     read: SliceEvents,
@@ -149,89 +146,144 @@ pub async fn slice(
         account,
         source: Source::Slice(slice),
     };
-    work(
-        pool, gateway, settings, lease, shutdown, feed, read, progress, summary,
-    )
-    .await
+    work(ctx, feed, read, progress, summary).await
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The PaymentIntents a batch of events names, their rows and what to do
+/// with each: phase 1 of [`work`].
+struct Looked<'e> {
+    /// The events still to handle, one per PaymentIntent.
+    named: Vec<&'e PaymentIntentEvent>,
+    /// Their PaymentIntent ids.
+    ids: Vec<&'e str>,
+    /// Their rows in `payments` (this job's partition).
+    rows: Vec<PaymentByIntent>,
+    /// What to do with each row and PaymentIntent.
+    plan: Plan,
+    /// The rules the plan was made with.
+    rules: PlanRules,
+}
+
+/// What Stripe said: phase 2 of [`work`].
+struct Answers {
+    observations: Vec<Observation>,
+    orphan_reads: Vec<OrphanRead>,
+    /// Stripe reads planned (rows and orphans).
+    reads: usize,
+}
+
+/// What committing a batch wrote: phase 3 of [`work`].
+struct Written {
+    report: Recorded,
+    orphans: orphans::Recorded,
+    held: Vec<(String, HoldReason)>,
+    to_hold: usize,
+    covered_until: Option<DateTime<Utc>>,
+}
+
+/// One batch of events: look the rows up, ask Stripe with no transaction
+/// open, commit everything with the feed's position, count it.
 async fn work(
-    pool: &PgPool,
-    gateway: &StripeGateway,
-    settings: &JobSettings,
-    lease: &Lease,
-    shutdown: &CancellationToken,
+    ctx: &RunContext<'_>,
     feed: Feed<'_>,
     read: SliceEvents,
     progress: &mut Progress,
     summary: &mut EventsSummary,
 ) -> Result<(), EventsError> {
-    let job = summary.job.clone();
-    let source = feed.source;
+    let lease = lease_of(ctx, &summary.job)?;
     let collapsed = plan::collapse(&read.events);
+    let looked = look_up(ctx, &collapsed, progress).await?;
+    let mut answers = ask_stripe(ctx, lease, feed, &looked).await?;
+    let job = summary.job.clone();
+    let written = write(ctx, lease, feed, &read, &looked, &mut answers, &job).await?;
+    progress
+        .handled
+        .extend(looked.plan.read_or_held(&looked.rows, &written.held));
+    tally(summary, feed, &read, &looked, &answers, &written);
+    Ok(())
+}
+
+/// Phase 1: the rows, by index lookup, and the orphans already open; then
+/// the plan.
+async fn look_up<'e>(
+    ctx: &RunContext<'_>,
+    collapsed: &'e [PaymentIntentEvent],
+    progress: &Progress,
+) -> Result<Looked<'e>, EventsError> {
+    let settings = ctx.settings;
     let mut named: Vec<&PaymentIntentEvent> = collapsed
         .iter()
         .filter(|e| !progress.handled.contains(e.payment_intent.as_str()))
         .collect();
-
-    // 1. The rows, by index lookup, and the orphans already open.
     let mut ids: Vec<&str> = named.iter().map(|e| e.payment_intent.as_str()).collect();
     let columns = MoneyColumns::of(settings);
-    let (rows, open_orphans) = {
-        let mut tx = crate::store::begin(pool)
-            .await
-            .context("opening the lookup")?;
-        let rows = payments::by_payment_intents(&mut tx, &ids, settings.grace, columns).await?;
-        // A PaymentIntent whose row is another partition's: not this job's
-        // to re-read, and not an orphan (it has a row).
-        let elsewhere: HashSet<String> = payments::held_elsewhere(&mut tx, &ids, columns.partition)
-            .await?
-            .into_iter()
-            .filter(|pi| {
-                !rows
-                    .iter()
-                    .any(|r| r.row.stripe_payment_intent_id.as_ref() == Some(pi))
-            })
-            .collect();
-        if !elsewhere.is_empty() {
-            tracing::info!(
-                payment_intents = elsewhere.len(),
-                "events name PaymentIntents whose rows are another partition's; left to that partition's job"
-            );
-            named.retain(|e| !elsewhere.contains(e.payment_intent.as_str()));
-            ids.retain(|pi| !elsewhere.contains(*pi));
-        }
-        let kind = FindingKind::MissingLocally.as_str();
-        let open: HashSet<String> = findings::open_for_intents(&mut tx, &ids, &kind)
-            .await?
-            .into_iter()
-            .collect();
-        tx.commit().await.context("closing the lookup")?;
-        (rows, open)
-    };
-    let now = Utc::now();
+    let mut tx = crate::store::begin(ctx.pool)
+        .await
+        .context("opening the lookup")?;
+    let rows = payments::by_payment_intents(&mut tx, &ids, settings.grace, columns).await?;
+    // A PaymentIntent whose row is another partition's: not this job's
+    // to re-read, and not an orphan (it has a row).
+    let elsewhere: HashSet<String> = payments::held_elsewhere(&mut tx, &ids, columns.partition)
+        .await?
+        .into_iter()
+        .filter(|pi| {
+            !rows
+                .iter()
+                .any(|r| r.row.stripe_payment_intent_id.as_ref() == Some(pi))
+        })
+        .collect();
+    if !elsewhere.is_empty() {
+        tracing::info!(
+            payment_intents = elsewhere.len(),
+            "events name PaymentIntents whose rows are another partition's; left to that partition's job"
+        );
+        named.retain(|e| !elsewhere.contains(e.payment_intent.as_str()));
+        ids.retain(|pi| !elsewhere.contains(*pi));
+    }
+    let kind = FindingKind::MissingLocally.as_str();
+    let open_orphans: HashSet<String> = findings::open_for_intents(&mut tx, &ids, &kind)
+        .await?
+        .into_iter()
+        .collect();
+    tx.commit().await.context("closing the lookup")?;
     let rules = PlanRules {
-        now,
+        now: Utc::now(),
         grace: settings.grace,
         hold_limit: settings.grace + HOLD_BEYOND_GRACE,
         orphan_metadata_key: settings.events.orphan_metadata_key.clone(),
     };
     let plan = plan::plan(&named, &rows, &open_orphans, &rules);
+    Ok(Looked {
+        named,
+        ids,
+        rows,
+        plan,
+        rules,
+    })
+}
 
-    // 2. Stripe, with no transaction open, under a lease long enough for it.
+/// Phase 2: Stripe, with no transaction open, under a lease long enough for
+/// it; the outage rule; a shutdown abandons the batch.
+async fn ask_stripe(
+    ctx: &RunContext<'_>,
+    lease: &Lease,
+    feed: Feed<'_>,
+    looked: &Looked<'_>,
+) -> Result<Answers, EventsError> {
+    let plan = &looked.plan;
     let reads = plan.count(RowAction::Retrieve) + plan.orphan_reads.len();
-    renew_for_reads(pool, settings, lease, reads).await?;
+    renew_for_reads(ctx, lease, reads).await?;
     let to_read: Vec<_> = plan
         .rows
         .iter()
         .filter(|(_, a)| *a == RowAction::Retrieve)
-        .map(|(i, _)| rows[*i].row.clone())
+        .map(|(i, _)| looked.rows[*i].row.clone())
         .collect();
-    let (mut observations, orphan_reads) = tokio::select! {
+    let now = looked.rules.now;
+    let (observations, orphan_reads) = tokio::select! {
         biased;
-        () = shutdown.cancelled() => return Err(RunError::Interrupted.into()),
-        read = read_all(pool, gateway, settings, to_read, feed.account, &plan.orphan_reads, now) => read?,
+        () = ctx.shutdown.cancelled() => return Err(RunError::Interrupted.into()),
+        read = read_all(ctx, to_read, feed.account, &plan.orphan_reads, now) => read?,
     };
     let asked = observations.iter().filter(|o| o.asked_stripe).count() + orphan_reads.len();
     let failed = observations
@@ -239,18 +291,32 @@ async fn work(
         .filter(|o| o.asked_stripe && o.decision.verdict == Verdict::Unverifiable)
         .count()
         + orphan_reads.iter().filter(|o| o.unverifiable()).count();
-    stripe_reachable(gateway, asked, failed).await?;
-    if shutdown.is_cancelled() {
+    stripe_reachable(ctx.gateway, asked, failed).await?;
+    if ctx.shutdown.is_cancelled() {
         return Err(RunError::Interrupted.into());
     }
+    Ok(Answers {
+        observations,
+        orphan_reads,
+        reads,
+    })
+}
 
-    // 3. Record, hold what could not be decided, and move the position to
-    //    the slice's end, in one transaction.
-    let newest = match source {
-        Source::Slice(_) => read.events.first().map(|e| (e.id.as_str(), e.created)),
-        Source::Retry => None,
-    };
-    let mut tx = crate::store::begin(pool)
+/// Phase 3: record, hold what could not be decided, and move the position
+/// to the slice's end, in one transaction; [`RunError::ConcurrentRun`]
+/// (nothing written) when the lease was lost.
+async fn write(
+    ctx: &RunContext<'_>,
+    lease: &Lease,
+    feed: Feed<'_>,
+    read: &SliceEvents,
+    looked: &Looked<'_>,
+    answers: &mut Answers,
+    job: &str,
+) -> Result<Written, EventsError> {
+    let settings = ctx.settings;
+    let (observations, orphan_reads) = (&mut answers.observations, &answers.orphan_reads);
+    let mut tx = crate::store::begin(ctx.pool)
         .await
         .context("opening the write transaction")?;
     let report = record_observations(
@@ -258,18 +324,64 @@ async fn work(
         &settings.outbox,
         &settings.job,
         settings.unverifiable_cycles,
-        &mut observations,
+        observations,
     )
     .await?;
-    // After recording: a row demoted there (it changed while Stripe was
-    // asked) is held like one Stripe did not answer for.
-    let mut held = plan.held.clone();
-    hold_unanswered(&mut held, &rules, &named, &orphan_reads, &observations);
-    let by_intent: HashMap<&str, &PaymentIntentEvent> = named
+    let (held, to_hold, settled) = holds(looked, orphan_reads, observations);
+    events_retry::hold(&mut tx, job, feed.account, &to_hold).await?;
+    events_retry::settle(&mut tx, job, &settled).await?;
+    let orphans = orphans::record(&mut tx, &looked.plan.with_rows, orphan_reads).await?;
+    let (covered_until, newest_event) = match feed.source {
+        Source::Slice(slice) => (
+            Some(slice.end()),
+            read.events.first().map(|e| (e.id.as_str(), e.created)),
+        ),
+        Source::Retry => (None, None),
+    };
+    let to = Advance {
+        covered_until,
+        newest_event,
+    };
+    if !advance(&mut tx, lease, feed.account, job, &to).await? {
+        tx.rollback().await.context("rolling back the lost run")?;
+        return Err(RunError::ConcurrentRun {
+            job: job.to_owned(),
+        }
+        .into());
+    }
+    tx.commit().await.context("committing the slice")?;
+    let to_hold = to_hold.len();
+    Ok(Written {
+        report,
+        orphans,
+        held,
+        to_hold,
+        covered_until,
+    })
+}
+
+/// After recording: what is held for the next runs (the plan's, and a row
+/// demoted while Stripe was asked, held like one Stripe did not answer
+/// for), those of the batch's events, and the PaymentIntents settled.
+fn holds<'e>(
+    looked: &Looked<'e>,
+    orphan_reads: &[OrphanRead],
+    observations: &[Observation],
+) -> (Vec<(String, HoldReason)>, Vec<Held<'e>>, Vec<&'e str>) {
+    let mut held = looked.plan.held.clone();
+    hold_unanswered(
+        &mut held,
+        &looked.rules,
+        &looked.named,
+        orphan_reads,
+        observations,
+    );
+    let by_intent: HashMap<&str, &'e PaymentIntentEvent> = looked
+        .named
         .iter()
         .map(|e| (e.payment_intent.as_str(), *e))
         .collect();
-    let to_hold: Vec<Held<'_>> = held
+    let to_hold: Vec<Held<'e>> = held
         .iter()
         .filter_map(|(pi, reason)| {
             by_intent.get(pi.as_str()).map(|event| Held {
@@ -278,57 +390,55 @@ async fn work(
             })
         })
         .collect();
-    let settled: Vec<&str> = ids
+    let settled: Vec<&'e str> = looked
+        .ids
         .iter()
         .copied()
         .filter(|pi| !held.iter().any(|(h, _)| h == pi))
         .collect();
-    events_retry::hold(&mut tx, &job, feed.account, &to_hold).await?;
-    events_retry::settle(&mut tx, &job, &settled).await?;
-    let orphans = orphans::record(&mut tx, &plan.with_rows, &orphan_reads).await?;
-    let covered_until = match source {
-        Source::Slice(slice) => Some(slice.end()),
-        Source::Retry => None,
-    };
-    let to = Advance {
-        covered_until,
-        newest_event: newest,
-    };
-    let held_lease = match feed.account {
-        None => {
-            events_position::advance(&mut tx, &job, &lease.owner, lease.ttl_seconds, &to).await?
-        }
-        Some(account) => {
-            events_position::advance_account(
-                &mut tx,
-                &job,
-                &lease.owner,
-                lease.ttl_seconds,
-                account.as_str(),
-                &to,
-            )
-            .await?
-        }
-    };
-    if !held_lease {
-        tx.rollback().await.context("rolling back the lost run")?;
-        return Err(RunError::ConcurrentRun { job }.into());
-    }
-    tx.commit().await.context("committing the slice")?;
+    (held, to_hold, settled)
+}
 
-    // 4. What the run did, counted once the slice is committed.
-    progress.handled.extend(plan.read_or_held(&rows, &held));
-    match source {
+/// Moves the feed's position (the platform's or `account`'s) with the
+/// lease held; `false` when another run holds it.
+async fn advance(
+    tx: &mut sqlx::PgConnection,
+    lease: &Lease,
+    account: Option<&AccountId>,
+    job: &str,
+    to: &Advance<'_>,
+) -> Result<bool, EventsError> {
+    let (owner, ttl) = (&lease.owner, lease.ttl_seconds);
+    Ok(match account {
+        None => events_position::advance(tx, job, owner, ttl, to).await?,
+        Some(account) => {
+            events_position::advance_account(tx, job, owner, ttl, account.as_str(), to).await?
+        }
+    })
+}
+
+/// Phase 4: what the batch did, counted once it is committed.
+fn tally(
+    summary: &mut EventsSummary,
+    feed: Feed<'_>,
+    read: &SliceEvents,
+    looked: &Looked<'_>,
+    answers: &Answers,
+    written: &Written,
+) {
+    let plan = &looked.plan;
+    let (reads, observations) = (answers.reads, &answers.observations);
+    match feed.source {
         Source::Slice(_) => {
             summary.slices += 1;
             summary.events_read += read.events.len() as u64;
         }
-        Source::Retry => summary.retries_read += named.len() as u64,
+        Source::Retry => summary.retries_read += looked.named.len() as u64,
     }
-    summary.payment_intents_held += to_hold.len() as u64;
+    summary.payment_intents_held += written.to_hold as u64;
     summary.events_skipped += read.skipped as u64;
     summary.events_without_payment_intent += read.without_payment_intent as u64;
-    summary.payment_intents += named.len() as u64;
+    summary.payment_intents += looked.named.len() as u64;
     summary.payment_intents_retrieved += reads as u64;
     summary.rows_confirmed += plan.count(RowAction::Confirmed) as u64;
     let in_grace = plan.count(RowAction::InGrace);
@@ -337,32 +447,31 @@ async fn work(
     for _ in 0..in_grace {
         summary.verdicts.add(Verdict::InFlight);
     }
-    for o in &observations {
+    for o in observations {
         summary.verdicts.add(o.decision.verdict);
     }
+    let (report, orphans) = (&written.report, &written.orphans);
     summary.findings_created += report.findings_created + orphans.created;
     summary.missing_locally_created += orphans.created;
     summary.commands_enqueued += report.commands_enqueued;
     summary.writes_refused += report.writes_refused;
     summary.findings_cleared += report.findings_cleared + orphans.cleared;
     // The platform's feed: the connected accounts' positions are their own.
-    if covered_until.is_some() && feed.account.is_none() {
-        summary.covered_until = covered_until;
+    if written.covered_until.is_some() && feed.account.is_none() {
+        summary.covered_until = written.covered_until;
     }
-    Ok(())
 }
 
 /// Rows (each on its own account, from its account column) and orphans (on
 /// the feed's `account`) read concurrently under the gateway's shared limiter.
 async fn read_all(
-    pool: &PgPool,
-    gateway: &StripeGateway,
-    settings: &JobSettings,
+    ctx: &RunContext<'_>,
     rows: Vec<PaymentRow>,
     account: Option<&AccountId>,
     orphans: &[PaymentIntentId],
     now: DateTime<Utc>,
 ) -> Result<(Vec<Observation>, Vec<OrphanRead>), RunError> {
+    let (pool, gateway, settings) = (ctx.pool, ctx.gateway, ctx.settings);
     let key = settings.events.orphan_metadata_key.as_deref();
     let (observed, orphans) = tokio::join!(
         observe_all(pool, gateway, rows, settings, now),
@@ -414,13 +523,13 @@ fn hold_unanswered(
 /// Extends the lease to cover `reads` Stripe reads at the rate limit (twice
 /// over), before they start; [`RunError::ConcurrentRun`] when it was lost.
 async fn renew_for_reads(
-    pool: &PgPool,
-    settings: &JobSettings,
+    ctx: &RunContext<'_>,
     lease: &Lease,
     reads: usize,
 ) -> Result<(), EventsError> {
-    let ttl = lease.ttl_seconds + 2.0 * reads as f64 / f64::from(settings.rate_limit_rps.max(1));
-    let mut tx = crate::store::begin(pool)
+    let rps = ctx.settings.rate_limit_rps.max(1);
+    let ttl = lease.ttl_seconds + 2.0 * reads as f64 / f64::from(rps);
+    let mut tx = crate::store::begin(ctx.pool)
         .await
         .context("starting a transaction")?;
     lease.renew_for(&mut tx, ttl).await?;

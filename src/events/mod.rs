@@ -10,8 +10,9 @@
 //! - [`handle`]: one slice: lookup, reads, one write transaction with its position.
 //! - [`orphans`]: succeeded PaymentIntents no row points at (`missing_locally`).
 //! - [`plan`]: PURE: which PaymentIntents and rows need a Stripe read.
-//! - [`run`]: the run: lease, window, slices until done, cap, deadline or shutdown.
+//! - [`run`]: the events [`crate::job::Job`]: window, slices until done, cap, deadline or shutdown.
 //! - [`slices`]: PURE: the window cut into slices, oldest first.
+//! - [`summary`]: [`EventsSummary`], what one run did.
 
 pub mod feed;
 pub mod handle;
@@ -19,9 +20,11 @@ pub mod orphans;
 pub mod plan;
 pub mod run;
 pub mod slices;
+pub mod summary;
 
 pub use plan::{collapse, plan, Plan, PlanRules, RowAction};
-pub use run::{run_events, EventsSummary};
+pub use run::{run_events, EventsJob};
+pub use summary::{EventsSummary, HOLD_BEYOND_GRACE};
 
 use crate::exit;
 use crate::outcome::{RunError, RunOutcome};

@@ -60,13 +60,10 @@ pub async fn read(
             let outcome = match gateway.payment_intent_on(account, &pi).await {
                 Ok(facts) => judge(&pi, &facts, metadata_key, account),
                 Err(GatewayError::NotFound { .. }) => OrphanOutcome::NotAnOrphan,
-                Err(
-                    e @ (GatewayError::Rejected { .. }
-                    | GatewayError::Misconfigured { .. }
-                    | GatewayError::Redirected { .. }),
-                ) => return Err(RunError::StripeRejected(e)),
-                // A revoked account: its orphans wait like an unanswered read.
-                Err(e @ (GatewayError::Unavailable { .. } | GatewayError::AccountUnreachable { .. })) => {
+                Err(e) if e.is_rejected() => return Err(RunError::StripeRejected(e)),
+                // Stripe did not answer (`Unavailable`), or a revoked account
+                // (`AccountUnreachable`): its orphans wait like an unanswered read.
+                Err(e) => {
                     tracing::warn!(payment_intent = %pi, error = %e, "PaymentIntent without a row unverifiable");
                     OrphanOutcome::Unverifiable(Arc::new(e))
                 }

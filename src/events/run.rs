@@ -1,112 +1,93 @@
-//! One `events` run: take the lease, then work through the window from the
-//! stored position in slices, oldest first ([`super::slices`]), each
-//! committed with the position it reached ([`super::handle`]), until the
-//! window is covered, `RECONCILER_EVENTS_MAX_PAGES` pages were read, the run
-//! deadline passed or a shutdown came. Whatever stops the run, the slices
-//! before it stay committed and the next run continues from there.
+//! The events job as a [`Job`]: the lease on its position row, then the
+//! window from the stored position worked through in slices, oldest first
+//! ([`super::slices`]), each committed with the position it reached
+//! ([`super::handle`]), until the window is covered,
+//! `RECONCILER_EVENTS_MAX_PAGES` pages were read, the run deadline passed or
+//! a shutdown came. Whatever stops the run, the slices before it stay
+//! committed and the next run continues from there.
 
 use std::collections::{HashMap, VecDeque};
-use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::feed::{self, SliceRead, Window};
 use super::handle::{self, Progress};
-use super::slices::Slicer;
+use super::slices::{Slice, Slicer};
+use super::summary::EventsSummary;
 use super::{events_job, EventsError};
 use crate::config::{JobSettings, STRIPE_EVENTS_RETENTION};
+use crate::job::{run_once, Job, RunContext};
 use crate::lease::Lease;
-use crate::outcome::RunOutcome;
-use crate::read::VerdictCounts;
+use crate::outcome::{RunError, RunOutcome};
 use crate::store::events_position::{self, EventsPosition};
 use crate::store::lease::LeaseTable;
 use crate::store::payments;
 use crate::store::Context;
 use crate::stripe::{AccountId, StripeGateway};
 
-/// A PaymentIntent whose event could not be decided is read again by later
-/// runs while the event is at most this much older than the grace window;
-/// after that the scan covers its row.
-pub const HOLD_BEYOND_GRACE: Duration = Duration::from_secs(3600);
+/// The events job of `stripe-reconciler events`.
+#[derive(Debug, Default)]
+pub struct EventsJob;
 
-/// What one events run did (printed, logged and pushed).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct EventsSummary {
-    /// `<RECONCILER_JOB>-events`.
-    pub job: String,
-    /// How the run ended (see [`EventsError::outcome`]).
-    pub outcome: RunOutcome,
-    /// `created[gte]` of the window read.
-    pub window_start: Option<DateTime<Utc>>,
-    /// List pages read (crowded slices read again smaller included).
-    pub pages: u32,
-    /// Slices committed, each with the position it reached.
-    pub slices: u32,
-    /// PaymentIntent events read.
-    pub events_read: u64,
-    /// Entries of the feed that were not readable PaymentIntent events.
-    pub events_skipped: u64,
-    /// Charge, refund and dispute events whose object names no
-    /// PaymentIntent (a charge made without one): counted, not an error.
-    pub events_without_payment_intent: u64,
-    /// Distinct PaymentIntents the events named, per slice (one decided
-    /// without a read is planned again by a later slice with a newer event).
-    pub payment_intents: u64,
-    /// PaymentIntents re-read from Stripe (rows and orphans).
-    pub payment_intents_retrieved: u64,
-    /// Rows confirmed with Stripe after their event: no read needed.
-    pub rows_confirmed: u64,
-    /// Rows updated within the grace window: skipped.
-    pub rows_in_grace: u64,
-    /// Succeeded PaymentIntents without a row and without the metadata key.
-    pub orphans_foreign: u64,
-    /// Rows per verdict, as the scan counts them.
-    pub verdicts: VerdictCounts,
-    /// Findings newly recorded (`missing_locally` included).
-    pub findings_created: u64,
-    /// Of which `missing_locally`.
-    pub missing_locally_created: u64,
-    /// Repair commands enqueued.
-    pub commands_enqueued: u64,
-    /// Findings resolved as no longer seen.
-    pub findings_cleared: u64,
-    /// Rows the database refused to write (each with a `write_refused` finding).
-    pub writes_refused: u64,
-    /// PaymentIntents held by earlier runs that this run read again first.
-    pub retries_read: u64,
-    /// PaymentIntents this run could not decide (row in grace, no row yet,
-    /// Stripe did not answer): held in `reconciliation_events_retry` for the
-    /// next runs; the position moved past their events anyway.
-    pub payment_intents_held: u64,
-    /// Held PaymentIntents dropped because their event is older than grace
-    /// + 1 h: the scan covers their rows.
-    pub retries_expired: u64,
-    /// Seconds of events Stripe no longer keeps (position older than 30 days).
-    pub gap_seconds: Option<f64>,
-    /// `RECONCILER_EVENTS_MAX_PAGES` stopped the run before the end of the
-    /// window: the rest of the backlog is read by the next runs (not a gap).
-    pub truncated: bool,
-    /// `RECONCILER_RUN_DEADLINE_SECONDS` passed: no new slice was started.
-    pub deadline_reached: bool,
-    /// The position of the platform's feed this run committed last, if it
-    /// committed a slice of it: every event created before it was handled
-    /// (or waits in `reconciliation_events_retry`). Connected accounts'
-    /// positions are their own rows.
-    pub covered_until: Option<DateTime<Utc>>,
-    /// Connected accounts whose feeds this run considered
-    /// (`RECONCILER_ACCOUNT_COLUMN`; 0 without it).
-    pub accounts: u64,
-    /// Connected accounts whose feed Stripe refused (no access): skipped.
-    pub accounts_unreachable: u64,
-    /// Wall time, seconds.
-    pub duration_seconds: f64,
+impl Job for EventsJob {
+    type Summary = EventsSummary;
+    type Error = EventsError;
+
+    fn summary(&self, ctx: &RunContext<'_>) -> EventsSummary {
+        EventsSummary {
+            job: events_job(&ctx.settings.job),
+            ..EventsSummary::default()
+        }
+    }
+
+    /// The lease for the listing: the slowest batch the settings allow, plus
+    /// a second per page at the rate limit.
+    fn lease(&self, ctx: &RunContext<'_>) -> Option<Lease> {
+        let settings = ctx.settings;
+        let job = events_job(&settings.job);
+        let mut lease = Lease::new(settings, LeaseTable::EventsPosition, &job);
+        lease.ttl_seconds +=
+            f64::from(settings.events.max_pages) / f64::from(settings.rate_limit_rps.max(1));
+        Some(lease)
+    }
+
+    async fn refused(
+        &mut self,
+        ctx: &RunContext<'_>,
+        summary: &mut EventsSummary,
+        error: &RunError,
+    ) {
+        summary.duration_seconds = ctx.clock.elapsed_seconds();
+        summary.outcome = error.outcome();
+    }
+
+    async fn body(
+        &mut self,
+        ctx: &RunContext<'_>,
+        summary: &mut EventsSummary,
+    ) -> Result<(), EventsError> {
+        body(ctx, summary).await
+    }
+
+    async fn finish(
+        &mut self,
+        ctx: &RunContext<'_>,
+        summary: &mut EventsSummary,
+        result: &Result<(), EventsError>,
+    ) {
+        summary.duration_seconds = ctx.clock.elapsed_seconds();
+        summary.outcome = match result {
+            Ok(()) => RunOutcome::Completed,
+            Err(e) => e.outcome(),
+        };
+    }
 }
 
-/// Runs the events job once. Always returns the summary of what was
-/// committed, with the error that stopped the run, if any.
+/// Runs the events job once ([`run_once`] of an [`EventsJob`]). Always
+/// returns the summary of what was committed, with the error that stopped
+/// the run, if any.
 #[tracing::instrument(name = "events", skip_all, fields(job = %settings.job))]
 pub async fn run_events(
     pool: &PgPool,
@@ -114,53 +95,61 @@ pub async fn run_events(
     settings: &JobSettings,
     shutdown: CancellationToken,
 ) -> (EventsSummary, Result<(), EventsError>) {
-    let started = Instant::now();
-    let job = events_job(&settings.job);
-    let mut summary = EventsSummary {
-        job: job.clone(),
-        ..EventsSummary::default()
-    };
-    let result = match take_lease(pool, settings, &job).await {
-        Ok(lease) => {
-            let r = body(
-                pool,
-                gateway,
-                settings,
-                &lease,
-                &shutdown,
-                started,
-                &mut summary,
-            )
-            .await;
-            lease.give_back(pool).await;
-            r
-        }
-        Err(e) => Err(e),
-    };
-    summary.duration_seconds = started.elapsed().as_secs_f64();
-    summary.outcome = match &result {
-        Ok(()) => RunOutcome::Completed,
-        Err(e) => e.outcome(),
-    };
-    (summary, result)
+    let mut ctx = RunContext::new(pool, gateway, settings, shutdown);
+    run_once(&mut ctx, &mut EventsJob).await
 }
 
-async fn body(
-    pool: &PgPool,
-    gateway: &StripeGateway,
-    settings: &JobSettings,
-    lease: &Lease,
-    shutdown: &CancellationToken,
-    started: Instant,
+/// The run's work: the feeds from their positions, what earlier runs could
+/// not decide, then the slices.
+async fn body(ctx: &RunContext<'_>, summary: &mut EventsSummary) -> Result<(), EventsError> {
+    let mut feeds = open_feeds(ctx, summary).await?;
+    // What earlier runs could not decide, first (their reads come after
+    // every event listed below, so the slices skip those PaymentIntents).
+    let mut progress = Progress::default();
+    handle::retries(ctx, &mut progress, summary).await?;
+    // Slice by slice, oldest first within a feed, one slice per feed in
+    // turn (so one busy account cannot starve the rest), each committed
+    // with its feed's position.
+    let mut failed_feed: Option<EventsError> = None;
+    while let Some(mut feed) = feeds.pop_front() {
+        let Some(slice) = feed.slicer.next() else {
+            continue;
+        };
+        if ctx
+            .settings
+            .run_deadline
+            .is_some_and(|d| ctx.clock.started().elapsed() >= d)
+        {
+            summary.deadline_reached = true;
+            tracing::info!(slices = summary.slices, covered_until = ?summary.covered_until, "run deadline reached; no new slice started (the next run continues from the position)");
+            break;
+        }
+        match next_slice(ctx, &mut feed, slice, &mut progress, summary).await {
+            Ok(Step::Next) => feeds.push_back(feed),
+            Ok(Step::Stop) => break,
+            Ok(Step::SkipFeed) => {}
+            Err(SliceFailure::Feed(e)) => {
+                failed_feed.get_or_insert(e);
+            }
+            Err(SliceFailure::Run(e)) => return Err(e),
+        }
+    }
+    failed_feed.map_or(Ok(()), Err)
+}
+
+/// The feeds of the run, each from its stored position: the platform's,
+/// then the connected accounts' (`RECONCILER_ACCOUNT_COLUMN`), least
+/// recently read first. Sets the window start and any gap of the summary.
+async fn open_feeds(
+    ctx: &RunContext<'_>,
     summary: &mut EventsSummary,
-) -> Result<(), EventsError> {
+) -> Result<VecDeque<FeedRun>, EventsError> {
     let job = &summary.job.clone();
-    // 1. The window, from the stored position.
     // Every statement in a transaction: behind a pooler in transaction mode
     // a statement outside one may meet another server connection between
     // its parse and its execution.
     let position = {
-        let mut tx = crate::store::begin(pool)
+        let mut tx = crate::store::begin(ctx.pool)
             .await
             .context("starting a transaction")?;
         let position = events_position::read(&mut tx, job).await?;
@@ -171,7 +160,7 @@ async fn body(
     let Window { start, gap_seconds } = feed::window(
         position.and_then(|p| p.covered_until),
         listed_at,
-        settings.events.lookback,
+        ctx.settings.events.lookback,
         STRIPE_EVENTS_RETENTION,
     );
     summary.window_start = Some(start);
@@ -179,114 +168,101 @@ async fn body(
     if let Some(gap) = gap_seconds {
         tracing::warn!(gap_seconds = gap, restart = %start, "the events position is older than Stripe keeps events (30 days): events in the gap were never read; restarting at the oldest available event (the scan covers those rows)");
     }
-
-    // 2. The connected accounts' feeds (RECONCILER_ACCOUNT_COLUMN), least
-    //    recently read first, each from its own position.
     let mut feeds: VecDeque<FeedRun> = VecDeque::new();
     feeds.push_back(FeedRun {
         account: None,
         slicer: Slicer::new(start, listed_at),
     });
-    for (account, account_start) in connected_feeds(pool, settings, job, listed_at, summary).await?
-    {
+    let accounts = connected_feeds(ctx.pool, ctx.settings, job, listed_at, summary).await?;
+    for (account, account_start) in accounts {
         feeds.push_back(FeedRun {
             account: Some(account),
             slicer: Slicer::new(account_start, listed_at),
         });
     }
+    Ok(feeds)
+}
 
-    // 3. What earlier runs could not decide, first (their reads come after
-    //    every event listed below, so the slices skip those PaymentIntents).
-    let mut progress = Progress::default();
-    handle::retries(
-        pool,
-        gateway,
-        settings,
-        lease,
-        shutdown,
-        &mut progress,
-        summary,
-    )
-    .await?;
+/// What the run does after a slice.
+enum Step {
+    /// Put the feed back in turn.
+    Next,
+    /// The feed is skipped for the rest of the run.
+    SkipFeed,
+    /// The run reads no more slices.
+    Stop,
+}
 
-    // 4. Slice by slice, oldest first within a feed, one slice per feed in
-    //    turn (so one busy account cannot starve the rest), each committed
-    //    with its feed's position.
-    let mut failed_feed: Option<EventsError> = None;
-    while let Some(mut feed) = feeds.pop_front() {
-        let Some(slice) = feed.slicer.next() else {
-            continue;
-        };
-        if settings
-            .run_deadline
-            .is_some_and(|d| started.elapsed() >= d)
-        {
-            summary.deadline_reached = true;
-            tracing::info!(slices = summary.slices, covered_until = ?summary.covered_until, "run deadline reached; no new slice started (the next run continues from the position)");
-            break;
-        }
-        // The cap bounds the pages of a run, but never stops its first
-        // slice: a feed so crowded that cutting it down to one page takes
-        // more pages than the cap would otherwise never move.
-        let max_pages = (summary.slices > 0).then_some(settings.events.max_pages);
-        let account = feed.account.as_ref();
-        let read = feed::read_slice(
-            gateway,
-            account,
-            slice,
-            &mut summary.pages,
-            max_pages,
-            shutdown,
-        )
-        .await;
-        match read {
-            Ok(SliceRead::Whole(read)) => {
-                let events = read.events.len();
-                handle::slice(
-                    pool,
-                    gateway,
-                    settings,
-                    lease,
-                    shutdown,
-                    account,
-                    slice,
-                    read,
-                    &mut progress,
-                    summary,
-                )
-                .await?;
-                feed.slicer.done(slice, events);
-            }
-            Ok(SliceRead::Crowded { seen, oldest_seen }) => {
-                feed.slicer.crowded(slice, seen, oldest_seen);
-            }
-            Ok(SliceRead::Capped) => {
-                summary.truncated = true;
-                tracing::info!(pages = summary.pages, covered_until = ?summary.covered_until, "RECONCILER_EVENTS_MAX_PAGES reached: the rest of the backlog is read by the next runs (events_lag_seconds says how far behind)");
-                break;
-            }
-            Err(EventsError::AccountUnreachable(e)) => {
-                summary.accounts_unreachable += 1;
-                tracing::warn!(error = %e, "a connected account's events cannot be read (the platform has no access to it): skipped this run, the other feeds go on");
-                continue;
-            }
-            // One connected account's feed failing while Stripe answers
-            // (a probe) is that account's trouble: skipped this run, the
-            // other feeds go on, and the run still fails at the end.
-            Err(EventsError::FeedUnavailable(e)) if account.is_some() => {
-                if let Err(down) = gateway.probe().await {
-                    tracing::error!(error = %down, "Stripe does not answer a probe either");
-                    return Err(EventsError::FeedUnavailable(e));
-                }
-                tracing::warn!(error = %e, "a connected account's events feed cannot be read while Stripe answers: skipped this run, the other feeds go on");
-                failed_feed.get_or_insert(EventsError::FeedUnavailable(e));
-                continue;
-            }
-            Err(e) => return Err(e),
-        }
-        feeds.push_back(feed);
+/// Why a slice failed: one connected account's feed (the others go on, the
+/// run fails at the end), or the whole run.
+enum SliceFailure {
+    Feed(EventsError),
+    Run(EventsError),
+}
+
+impl From<EventsError> for SliceFailure {
+    fn from(e: EventsError) -> Self {
+        SliceFailure::Run(e)
     }
-    failed_feed.map_or(Ok(()), Err)
+}
+
+/// Reads `slice` of `feed` and handles it (or cuts it smaller when
+/// crowded).
+async fn next_slice(
+    ctx: &RunContext<'_>,
+    feed: &mut FeedRun,
+    slice: Slice,
+    progress: &mut Progress,
+    summary: &mut EventsSummary,
+) -> Result<Step, SliceFailure> {
+    // The cap bounds the pages of a run, but never stops its first
+    // slice: a feed so crowded that cutting it down to one page takes
+    // more pages than the cap would otherwise never move.
+    let max_pages = (summary.slices > 0).then_some(ctx.settings.events.max_pages);
+    let account = feed.account.as_ref();
+    let read = feed::read_slice(
+        ctx.gateway,
+        account,
+        slice,
+        &mut summary.pages,
+        max_pages,
+        &ctx.shutdown,
+    )
+    .await;
+    match read {
+        Ok(SliceRead::Whole(read)) => {
+            let events = read.events.len();
+            handle::slice(ctx, account, slice, read, progress, summary).await?;
+            feed.slicer.done(slice, events);
+            Ok(Step::Next)
+        }
+        Ok(SliceRead::Crowded { seen, oldest_seen }) => {
+            feed.slicer.crowded(slice, seen, oldest_seen);
+            Ok(Step::Next)
+        }
+        Ok(SliceRead::Capped) => {
+            summary.truncated = true;
+            tracing::info!(pages = summary.pages, covered_until = ?summary.covered_until, "RECONCILER_EVENTS_MAX_PAGES reached: the rest of the backlog is read by the next runs (events_lag_seconds says how far behind)");
+            Ok(Step::Stop)
+        }
+        Err(EventsError::AccountUnreachable(e)) => {
+            summary.accounts_unreachable += 1;
+            tracing::warn!(error = %e, "a connected account's events cannot be read (the platform has no access to it): skipped this run, the other feeds go on");
+            Ok(Step::SkipFeed)
+        }
+        // One connected account's feed failing while Stripe answers
+        // (a probe) is that account's trouble: skipped this run, the
+        // other feeds go on, and the run still fails at the end.
+        Err(EventsError::FeedUnavailable(e)) if account.is_some() => {
+            if let Err(down) = ctx.gateway.probe().await {
+                tracing::error!(error = %down, "Stripe does not answer a probe either");
+                return Err(SliceFailure::Run(EventsError::FeedUnavailable(e)));
+            }
+            tracing::warn!(error = %e, "a connected account's events feed cannot be read while Stripe answers: skipped this run, the other feeds go on");
+            Err(SliceFailure::Feed(EventsError::FeedUnavailable(e)))
+        }
+        Err(e) => Err(SliceFailure::Run(e)),
+    }
 }
 
 /// One feed of a run: the platform's (`account` `None`) or a connected
@@ -366,17 +342,4 @@ async fn connected_feeds(
     feeds.sort_by_key(|(last, _, _)| *last);
     summary.accounts = feeds.len() as u64;
     Ok(feeds.into_iter().map(|(_, a, s)| (a, s)).collect())
-}
-
-/// The lease for the listing: the slowest batch the settings allow, plus a
-/// second per page at the rate limit.
-async fn take_lease(
-    pool: &PgPool,
-    settings: &JobSettings,
-    job: &str,
-) -> Result<Lease, EventsError> {
-    let mut lease = Lease::new(settings, LeaseTable::EventsPosition, job);
-    lease.ttl_seconds +=
-        f64::from(settings.events.max_pages) / f64::from(settings.rate_limit_rps.max(1));
-    Ok(lease.take(pool).await?)
 }

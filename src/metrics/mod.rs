@@ -121,6 +121,11 @@ impl ScanMetrics {
     pub fn figures(&self) -> &RunMetrics {
         &self.figures
     }
+
+    /// What to encode and push, owned.
+    pub fn into_figures(self) -> RunMetrics {
+        self.figures
+    }
 }
 
 /// The events job's push (`stripe-reconciler events`).
@@ -168,6 +173,11 @@ impl EventsMetrics {
     /// What to encode and push.
     pub fn figures(&self) -> &RunMetrics {
         &self.figures
+    }
+
+    /// What to encode and push, owned.
+    pub fn into_figures(self) -> RunMetrics {
+        self.figures
     }
 }
 

@@ -14,86 +14,15 @@ use tokio::sync::{oneshot, Semaphore};
 use super::accounts::{
     account_of, all_not_found_reason, check_key, round_robin, AccountKey, KeyCheck, Tally,
 };
-use super::list::list_accounts;
+use super::list::{list_accounts, ListShare};
 use super::row::Read;
 use crate::config::ReadMode;
 use crate::outcome::RunError;
-use crate::reconcile::{Decision, ExternalStatus, FindingKind, LocalStatus, Verdict};
+use crate::reconcile::FindingKind;
 use crate::store::payments::PaymentRow;
-use crate::stripe::{PaymentIntentId, StripeGateway};
+use crate::stripe::{InvalidAccountId, PaymentIntentId, StripeGateway};
 
-/// What a `missing_externally` finding says when `RECONCILER_ACCOUNT_COLUMN`
-/// is unset: a connected account's PaymentIntent answers 404 without its
-/// `Stripe-Account` header (`shared/stripe/FACTS.md`).
-pub const CONNECT_HINT: &str = "Stripe has no such PaymentIntent on the platform's account; it could be a connected account's PaymentIntent: set RECONCILER_ACCOUNT_COLUMN to the payments column holding the acct_ id";
-
-/// When this many reads of a batch answered 404 and none found a
-/// PaymentIntent, the key may belong to another account or mode (test vs
-/// live), or a Connect account header is missing. The gateway then re-reads a
-/// PaymentIntent this job verified before: if Stripe no longer knows it, the
-/// key is wrong and the run stops as a configuration error after these few
-/// reads, instead of recording every payment as `missing_externally`. If it
-/// is found, the 404s are genuine findings. With no PaymentIntent verified
-/// before (a new install), the batch stops only when every read of it was a
-/// 404 (and at least this many).
-pub const WRONG_ACCOUNT_NOT_FOUND_READS: usize = 10;
-
-/// One row's outcome of phase 2.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Observation {
-    /// `payments.id`
-    pub payment_id: i64,
-    /// `payments.version` as read in phase 1.
-    pub version: i64,
-    /// `payments.updated_at` as read in phase 1.
-    pub updated_at: DateTime<Utc>,
-    /// `payments.status` as read in phase 1.
-    pub local: LocalStatus,
-    /// The row's PaymentIntent id when it is well-formed (repair commands
-    /// carry it).
-    pub payment_intent: Option<String>,
-    /// What to do about it.
-    pub decision: Decision,
-    /// Stripe's status when Stripe was actually asked and answered; only these
-    /// rows get `last_reconciled_at`.
-    pub observed: Option<ExternalStatus>,
-    /// A request was sent to Stripe for this row.
-    pub asked_stripe: bool,
-    /// Why the row is UNVERIFIABLE (the last error), for the
-    /// `persistently_unverifiable` finding.
-    pub error: Option<String>,
-    /// The connected account the row's reads went to (`acct_…`, well-formed;
-    /// `None`: the platform's own account, or a malformed value never sent).
-    pub stripe_account: Option<String>,
-    /// The row's account was unreachable (no access, or every read a 404):
-    /// UNVERIFIABLE without counting toward the outage rule.
-    pub account_unreachable: bool,
-}
-
-impl Observation {
-    /// Demotes a row that changed since phase 1 to IN_FLIGHT: nothing is
-    /// written for it, the next cycle looks again.
-    pub fn changed_meanwhile(&mut self) {
-        self.decision = Decision::plain(Verdict::InFlight);
-        self.observed = None;
-    }
-
-    /// UNVERIFIABLE after a read was due: Stripe asked and no usable answer,
-    /// or the read was not sent because the row's account is unreachable or
-    /// malformed (these carry their reason in `error`). Such rows are counted
-    /// per cycle toward `persistently_unverifiable`.
-    pub fn unverifiable_read(&self) -> bool {
-        self.decision.verdict == Verdict::Unverifiable
-            && (self.asked_stripe || self.error.is_some())
-    }
-
-    pub(super) fn unreachable(&mut self, reason: String) {
-        self.decision = Decision::plain(Verdict::Unverifiable);
-        self.observed = None;
-        self.error = Some(reason);
-        self.account_unreachable = true;
-    }
-}
+pub use super::observation::{Observation, CONNECT_HINT, WRONG_ACCOUNT_NOT_FOUND_READS};
 
 /// How one batch's reads share the run with the batches around it.
 #[derive(Debug)]
@@ -148,6 +77,76 @@ pub async fn observe_all(
         .map(|o| o.observations)
 }
 
+/// A row with its Stripe account (or why its account value is unusable),
+/// and its index in the batch.
+type Queued = (usize, PaymentRow, Result<AccountKey, InvalidAccountId>);
+
+/// Fairness under the one rate limit: the rows ordered so the accounts'
+/// reads go in turn ([`round_robin`]), and the index of the last one.
+fn in_turn(
+    rows: Vec<PaymentRow>,
+    accounts: Vec<Result<AccountKey, InvalidAccountId>>,
+) -> (Vec<Queued>, Option<usize>) {
+    let keys: Vec<Option<&AccountKey>> = accounts.iter().map(|a| a.as_ref().ok()).collect();
+    let order = round_robin(&keys);
+    let last = order.last().copied();
+    let mut slots: Vec<Option<(PaymentRow, Result<AccountKey, InvalidAccountId>)>> =
+        rows.into_iter().zip(accounts).map(Some).collect();
+    let queued = order
+        .iter()
+        .filter_map(|&i| slots[i].take().map(|(r, a)| (i, r, a)))
+        .collect();
+    (queued, last)
+}
+
+/// The wrong-account rule on the platform's own reads: at least
+/// [`WRONG_ACCOUNT_NOT_FOUND_READS`], every one a 404, and the key never
+/// confirmed: [`RunError::StripeWrongAccount`].
+fn platform_key_fits(tallies: &HashMap<AccountKey, Tally>) -> Result<(), RunError> {
+    if let Some(platform) = tallies.get(&None) {
+        let asked = platform.asked.load(Ordering::Relaxed);
+        if asked >= WRONG_ACCOUNT_NOT_FOUND_READS
+            && platform.all_not_found()
+            && platform.key.get() != Some(&KeyCheck::Confirmed)
+        {
+            return Err(RunError::StripeWrongAccount { not_found: asked });
+        }
+    }
+    Ok(())
+}
+
+/// List mode: the batch's PaymentIntents by `created` window pages, per
+/// account, for the rows with a well-formed id on a reachable account
+/// (the rows not found fall back to retrieves).
+async fn list_first(
+    share: ListShare<'_>,
+    rows: &[PaymentRow],
+    accounts: &[Result<AccountKey, InvalidAccountId>],
+    cursor_from: i64,
+) -> Result<super::list::Listed, RunError> {
+    let ids: Vec<Option<PaymentIntentId>> = rows
+        .iter()
+        .map(|r| {
+            (!r.recently_changed)
+                .then(|| {
+                    PaymentIntentId::parse(r.stripe_payment_intent_id.as_deref().unwrap_or("")).ok()
+                })
+                .flatten()
+        })
+        .collect();
+    let to_read: Vec<(&PaymentRow, &PaymentIntentId, &AccountKey)> = rows
+        .iter()
+        .zip(&ids)
+        .zip(accounts)
+        .filter_map(|((r, id), a)| Some((r, id.as_ref()?, a.as_ref().ok()?)))
+        .filter(|(_, _, a)| {
+            a.as_ref()
+                .map_or(true, |a| share.gateway.accounts().unreachable(a).is_none())
+        })
+        .collect();
+    list_accounts(share, &to_read, cursor_from).await
+}
+
 /// [`observe_all`] for one batch whose cursor was at `cursor_from`: in list
 /// mode the window is set by the rows after it (rows behind it, late commits,
 /// fall back to retrieves unless a page contains them). Every Stripe request
@@ -170,59 +169,28 @@ pub async fn observe_batch(
         all_started,
     } = pacing;
     let all_started = std::sync::Mutex::new(all_started);
-    let accounts: Vec<Result<AccountKey, String>> = rows
-        .iter()
-        .map(|r| account_of(r, settings).map_err(|e| e.to_string()))
-        .collect();
+    let accounts: Vec<Result<AccountKey, InvalidAccountId>> =
+        rows.iter().map(|r| account_of(r, settings)).collect();
     let tallies: HashMap<AccountKey, Tally> = accounts
         .iter()
         .filter_map(|a| a.as_ref().ok().cloned())
         .map(|a| (a, Tally::default()))
         .collect();
-    let mut listed = super::list::Listed::default();
-    if settings.read_mode == ReadMode::List {
-        let ids: Vec<Option<PaymentIntentId>> = rows
-            .iter()
-            .map(|r| {
-                (!r.recently_changed)
-                    .then(|| {
-                        PaymentIntentId::parse(r.stripe_payment_intent_id.as_deref().unwrap_or(""))
-                            .ok()
-                    })
-                    .flatten()
-            })
-            .collect();
-        let to_read: Vec<(&PaymentRow, &PaymentIntentId, &AccountKey)> = rows
-            .iter()
-            .zip(&ids)
-            .zip(&accounts)
-            .filter_map(|((r, id), a)| Some((r, id.as_ref()?, a.as_ref().ok()?)))
-            .filter(|(_, _, a)| {
-                a.as_ref()
-                    .map_or(true, |a| gateway.accounts().unreachable(a).is_none())
-            })
-            .collect();
-        listed = list_accounts(
-            gateway,
-            &to_read,
-            cursor_from,
-            settings,
-            in_flight,
-            &all_started,
-        )
-        .await?;
-    }
+    let listed = match settings.read_mode {
+        ReadMode::List => {
+            let share = ListShare {
+                gateway,
+                settings,
+                in_flight,
+                all_started: &all_started,
+            };
+            list_first(share, &rows, &accounts, cursor_from).await?
+        }
+        ReadMode::Retrieve => super::list::Listed::default(),
+    };
     let found = &listed.found;
     // Fairness under the one rate limit: the accounts' reads in turn.
-    let keys: Vec<Option<&AccountKey>> = accounts.iter().map(|a| a.as_ref().ok()).collect();
-    let order = round_robin(&keys);
-    let last = order.last().copied();
-    let mut slots: Vec<Option<(PaymentRow, Result<AccountKey, String>)>> =
-        rows.into_iter().zip(accounts).map(Some).collect();
-    let queued: Vec<(usize, PaymentRow, Result<AccountKey, String>)> = order
-        .iter()
-        .filter_map(|&i| slots[i].take().map(|(r, a)| (i, r, a)))
-        .collect();
+    let (queued, last) = in_turn(rows, accounts);
     let tallies = &tallies;
     let mut observed: Vec<(usize, Observation)> = futures::stream::iter(queued)
         .map(|(index, row, account)| {
@@ -256,15 +224,7 @@ pub async fn observe_batch(
         .try_collect()
         .await?;
     observed.sort_unstable_by_key(|(index, _)| *index);
-    if let Some(platform) = tallies.get(&None) {
-        let asked = platform.asked.load(Ordering::Relaxed);
-        if asked >= WRONG_ACCOUNT_NOT_FOUND_READS
-            && platform.all_not_found()
-            && platform.key.get() != Some(&KeyCheck::Confirmed)
-        {
-            return Err(RunError::StripeWrongAccount { not_found: asked });
-        }
-    }
+    platform_key_fits(tallies)?;
     let mut observations: Vec<Observation> = observed.into_iter().map(|(_, o)| o).collect();
     judge_connected(pool, gateway, settings, tallies, &mut observations).await;
     Ok(Observed {

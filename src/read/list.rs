@@ -148,11 +148,7 @@ impl Chain<'_> {
                         None => return Ok(()),
                     }
                 }
-                Err(
-                    e @ (GatewayError::Rejected { .. }
-                    | GatewayError::Misconfigured { .. }
-                    | GatewayError::Redirected { .. }),
-                ) => return Err(RunError::StripeRejected(e)),
+                Err(e) if e.is_rejected() => return Err(RunError::StripeRejected(e)),
                 Err(e @ GatewayError::AccountUnreachable { .. }) => {
                     // Remembered by the gateway: the rows' retrieves are not sent.
                     tracing::warn!(error = %e, "list page refused: connected account unreachable");
@@ -197,6 +193,21 @@ pub fn sub_windows(times: &[i64], max_pages: usize) -> Vec<CreatedWindow> {
         .collect()
 }
 
+/// What a batch's list requests share with its other reads: the gateway,
+/// the settings, the in-flight permits (`RECONCILER_MAX_IN_FLIGHT` for the
+/// run) and the signal that every read of the batch has started.
+#[derive(Clone, Copy)]
+pub struct ListShare<'a> {
+    /// The run's gateway.
+    pub gateway: &'a StripeGateway,
+    /// The job's settings (window slack, page cap).
+    pub settings: &'a JobSettings,
+    /// Every Stripe request holds one of these permits.
+    pub in_flight: &'a Semaphore,
+    /// Fired once every read of the batch has started.
+    pub all_started: &'a Mutex<Option<oneshot::Sender<()>>>,
+}
+
 /// Lists the batch's window and returns what it found for `rows`. Rows with
 /// `id > cursor_from` (the cursor's rows) set the window; rows behind the
 /// cursor are matched when a page happens to contain them and otherwise fall
@@ -209,17 +220,14 @@ pub fn sub_windows(times: &[i64], max_pages: usize) -> Vec<CreatedWindow> {
 /// # Errors
 /// [`RunError::StripeRejected`] on 401/403 or Stripe's "Unrecognized request
 /// URL"; every other failure leaves rows to the retrieve fallback.
-#[allow(clippy::too_many_arguments)]
 pub async fn list_batch(
-    gateway: &StripeGateway,
+    share: ListShare<'_>,
     account: Option<&AccountId>,
     rows: &[(&PaymentRow, &PaymentIntentId)],
     cursor_from: i64,
-    settings: &JobSettings,
     page_cap: usize,
-    in_flight: &Semaphore,
-    all_started: &Mutex<Option<oneshot::Sender<()>>>,
 ) -> Result<Listed, RunError> {
+    let settings = share.settings;
     let wanted: HashSet<&str> = rows.iter().map(|(_, id)| id.as_str()).collect();
     let core_rows: Vec<&(&PaymentRow, &PaymentIntentId)> =
         rows.iter().filter(|(r, _)| r.id > cursor_from).collect();
@@ -241,9 +249,9 @@ pub async fn list_batch(
         AtomicUsize::new(0),
     );
     let chain = Chain {
-        gateway,
+        gateway: share.gateway,
         account,
-        in_flight,
+        in_flight: share.in_flight,
         wanted: &wanted,
         budget: &budget,
         found: &found,
@@ -251,7 +259,7 @@ pub async fn list_batch(
         failed: &failed,
         items: &items,
         first_pages_left: &AtomicUsize::new(windows.len()),
-        all_started,
+        all_started: share.all_started,
     };
     futures::future::try_join_all(windows.iter().map(|w| chain.run(*w, None, true))).await?;
 
@@ -331,12 +339,9 @@ type AccountRows<'a> = (
 /// # Errors
 /// As [`list_batch`].
 pub async fn list_accounts(
-    gateway: &StripeGateway,
+    share: ListShare<'_>,
     rows: &[(&PaymentRow, &PaymentIntentId, &AccountKey)],
     cursor_from: i64,
-    settings: &JobSettings,
-    in_flight: &Semaphore,
-    all_started: &Mutex<Option<oneshot::Sender<()>>>,
 ) -> Result<Listed, RunError> {
     let mut groups: Vec<AccountRows<'_>> = Vec::new();
     for (row, id, account) in rows {
@@ -346,23 +351,16 @@ pub async fn list_accounts(
             None => groups.push((account, vec![(row, id)])),
         }
     }
-    let cap = settings.list_page_cap() as usize;
+    let cap = share.settings.list_page_cap() as usize;
     let sizes: Vec<usize> = groups.iter().map(|(_, g)| g.len()).collect();
     let shares = page_shares(cap, &sizes);
     let listed_groups = groups.iter().zip(shares).filter(|(_, share)| *share > 0);
-    let lists = futures::future::try_join_all(listed_groups.map(|((account, group), share)| {
-        list_batch(
-            gateway,
-            *account,
-            group,
-            cursor_from,
-            settings,
-            share,
-            in_flight,
-            all_started,
-        )
-    }))
-    .await?;
+    let shared = share;
+    let lists =
+        futures::future::try_join_all(listed_groups.map(|((account, group), share)| {
+            list_batch(shared, *account, group, cursor_from, share)
+        }))
+        .await?;
     let mut all = Listed::default();
     for listed in lists {
         all.found.extend(listed.found);

@@ -4,6 +4,7 @@
 //! - [`accounts`]: Connect: a row's Stripe account, the fair order across accounts, per-account checks.
 //! - [`detect`]: one observation per row (retrieve or list), the wrong-account check.
 //! - [`list`]: list mode: the batch's PaymentIntents by `created` window pages.
+//! - `observation`: [`Observation`], one row's outcome of phase 2.
 //! - `row`: one row's read (a list page's item or a retrieve on its account) and verdict.
 //! - [`outage`]: the outage rule: Stripe down for most of a batch, and its probe.
 //! - [`verdicts`]: rows per verdict.
@@ -11,6 +12,7 @@
 pub mod accounts;
 pub mod detect;
 pub mod list;
+mod observation;
 pub mod outage;
 mod row;
 pub mod verdicts;

@@ -6,7 +6,7 @@
 use super::detect::Observed;
 use crate::outcome::RunError;
 use crate::reconcile::Verdict;
-use crate::stripe::{GatewayError, StripeGateway};
+use crate::stripe::StripeGateway;
 
 /// A batch aborts instead of skipping rows as UNVERIFIABLE when more than half
 /// of at least this many Stripe reads failed: Stripe is down, and the next run
@@ -64,11 +64,7 @@ pub async fn stripe_reachable(
             );
             Ok(())
         }
-        Err(
-            e @ (GatewayError::Rejected { .. }
-            | GatewayError::Misconfigured { .. }
-            | GatewayError::Redirected { .. }),
-        ) => Err(RunError::StripeRejected(e)),
+        Err(e) if e.is_rejected() => Err(RunError::StripeRejected(e)),
         Err(e) => {
             tracing::error!(error = %e, "Stripe does not answer a probe either");
             Err(RunError::StripeDown { failed, asked })

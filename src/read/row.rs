@@ -9,14 +9,14 @@ use sqlx::PgPool;
 use tokio::sync::Semaphore;
 
 use super::accounts::{check_key, AccountKey, KeyCheck, Tally};
-use super::detect::{Observation, CONNECT_HINT, WRONG_ACCOUNT_NOT_FOUND_READS};
+use super::observation::{Observation, CONNECT_HINT, WRONG_ACCOUNT_NOT_FOUND_READS};
 use crate::config::JobSettings;
 use crate::outcome::RunError;
 use crate::reconcile::{
     classify, Decision, FindingKind, LocalPayment, PaymentIntentFacts, Verdict,
 };
 use crate::store::payments::PaymentRow;
-use crate::stripe::{GatewayError, PaymentIntentId, StripeGateway};
+use crate::stripe::{GatewayError, InvalidAccountId, PaymentIntentId, StripeGateway};
 
 /// What one row's read needs from its batch.
 #[derive(Clone, Copy)]
@@ -35,22 +35,10 @@ impl Read<'_> {
     pub(super) async fn observe(
         self,
         row: PaymentRow,
-        account: Result<AccountKey, String>,
+        account: Result<AccountKey, InvalidAccountId>,
         from_list: Option<PaymentIntentFacts>,
     ) -> Result<Observation, RunError> {
-        let mut seen = Observation {
-            payment_id: row.id,
-            version: row.version,
-            updated_at: row.updated_at,
-            local: row.status.clone(),
-            payment_intent: None,
-            decision: Decision::plain(Verdict::InFlight),
-            observed: None,
-            asked_stripe: false,
-            error: None,
-            stripe_account: None,
-            account_unreachable: false,
-        };
+        let mut seen = unread(&row);
         if row.recently_changed {
             return Ok(seen);
         }
@@ -101,43 +89,49 @@ impl Read<'_> {
                 self.classify(&row, &id, facts, &mut seen);
             }
             Err(GatewayError::NotFound { .. }) => {
-                let not_found = Tally::count(&tally.not_found);
-                if account.is_none()
-                    && not_found >= WRONG_ACCOUNT_NOT_FOUND_READS
-                    && tally.found.load(Ordering::Relaxed) == 0
-                {
-                    let key = tally
-                        .key
-                        .get_or_init(|| check_key(self.pool, self.gateway, self.settings, None))
-                        .await;
-                    if *key == KeyCheck::Wrong {
-                        return Err(RunError::StripeWrongAccount { not_found });
-                    }
-                }
-                seen.decision = match self.settings.account_column {
-                    None => Decision::review_with(
-                        FindingKind::MissingExternally,
-                        serde_json::json!({ "hint": CONNECT_HINT }),
-                    ),
-                    Some(_) => Decision::review(FindingKind::MissingExternally),
-                };
+                seen.decision = self.not_found(tally, account.is_none()).await?;
             }
-            Err(
-                e @ (GatewayError::Rejected { .. }
-                | GatewayError::Misconfigured { .. }
-                | GatewayError::Redirected { .. }),
-            ) => return Err(RunError::StripeRejected(e)),
+            Err(e) if e.is_rejected() => return Err(RunError::StripeRejected(e)),
             Err(e @ GatewayError::AccountUnreachable { .. }) => {
                 tracing::warn!(payment_id = row.id, payment_intent = %id, error = %e, "PaymentIntent unverifiable: its connected account is unreachable");
                 seen.unreachable(e.to_string());
             }
-            Err(e @ GatewayError::Unavailable { .. }) => {
+            // `Unavailable`: no usable answer after the retry budget.
+            Err(e) => {
                 tracing::warn!(payment_id = row.id, payment_intent = %id, error = %e, "PaymentIntent unverifiable");
                 seen.error = Some(e.to_string());
                 seen.decision = Decision::plain(Verdict::Unverifiable);
             }
         }
         Ok(seen)
+    }
+
+    /// A 404 on `tally`'s account (`platform`: the platform's own): the
+    /// wrong-account check once enough 404s came and nothing was found
+    /// ([`RunError::StripeWrongAccount`] when the key is wrong), else a
+    /// `missing_externally` finding (with the Connect hint while
+    /// `RECONCILER_ACCOUNT_COLUMN` is unset).
+    async fn not_found(&self, tally: &Tally, platform: bool) -> Result<Decision, RunError> {
+        let not_found = Tally::count(&tally.not_found);
+        if platform
+            && not_found >= WRONG_ACCOUNT_NOT_FOUND_READS
+            && tally.found.load(Ordering::Relaxed) == 0
+        {
+            let key = tally
+                .key
+                .get_or_init(|| check_key(self.pool, self.gateway, self.settings, None))
+                .await;
+            if *key == KeyCheck::Wrong {
+                return Err(RunError::StripeWrongAccount { not_found });
+            }
+        }
+        Ok(match self.settings.account_column {
+            None => Decision::review_with(
+                FindingKind::MissingExternally,
+                serde_json::json!({ "hint": CONNECT_HINT }),
+            ),
+            Some(_) => Decision::review(FindingKind::MissingExternally),
+        })
     }
 
     /// Classifies Stripe's answer for `row` into `seen`.
@@ -170,5 +164,22 @@ impl Read<'_> {
         } else {
             seen.observed = Some(facts.status);
         }
+    }
+}
+
+/// A row before any read: IN_FLIGHT, nothing asked.
+fn unread(row: &PaymentRow) -> Observation {
+    Observation {
+        payment_id: row.id,
+        version: row.version,
+        updated_at: row.updated_at,
+        local: row.status.clone(),
+        payment_intent: None,
+        decision: Decision::plain(Verdict::InFlight),
+        observed: None,
+        asked_stripe: false,
+        error: None,
+        stripe_account: None,
+        account_unreachable: false,
     }
 }

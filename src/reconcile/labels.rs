@@ -4,8 +4,10 @@
 //! The raw kind stays in the finding's row; only the label is bounded.
 
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
 use super::kind::FindingKind;
+use super::status::{ExternalStatus, LocalStatus};
 
 /// Every finding kind with a fixed name ([`FindingKind::ALL`], in its
 /// order), each its own label value.
@@ -29,74 +31,41 @@ pub const KNOWN_KINDS: [&str; FindingKind::ALL.len()] = {
 /// written by a newer version, or a hand-made row).
 pub const OTHER_KIND: &str = "other";
 
-/// The local statuses an `unexpected:` label keeps; any other is `other`.
-const LOCAL: [&str; 3] = ["pending", "paid", "failed"];
+/// The local statuses an `unexpected:` label keeps ([`LocalStatus::PARSED`]);
+/// any other is `other`.
+static LOCAL: [LocalStatus; 3] = LocalStatus::PARSED;
 
-/// Stripe's seven documented PaymentIntent statuses; any other is `unknown`.
-const EXTERNAL: [&str; 7] = [
-    "requires_payment_method",
-    "requires_confirmation",
-    "requires_action",
-    "processing",
-    "requires_capture",
-    "canceled",
-    "succeeded",
-];
+/// Stripe's seven documented PaymentIntent statuses
+/// ([`ExternalStatus::ALL`]); any other is `unknown`.
+static EXTERNAL: [ExternalStatus; 7] = ExternalStatus::ALL;
 
-/// `UNEXPECTED[local][external]`: the last row is local `other`, the last
-/// column Stripe `unknown`.
-const UNEXPECTED: [[&str; 8]; 4] = [
-    [
-        "unexpected:pending->requires_payment_method",
-        "unexpected:pending->requires_confirmation",
-        "unexpected:pending->requires_action",
-        "unexpected:pending->processing",
-        "unexpected:pending->requires_capture",
-        "unexpected:pending->canceled",
-        "unexpected:pending->succeeded",
-        "unexpected:pending->unknown",
-    ],
-    [
-        "unexpected:paid->requires_payment_method",
-        "unexpected:paid->requires_confirmation",
-        "unexpected:paid->requires_action",
-        "unexpected:paid->processing",
-        "unexpected:paid->requires_capture",
-        "unexpected:paid->canceled",
-        "unexpected:paid->succeeded",
-        "unexpected:paid->unknown",
-    ],
-    [
-        "unexpected:failed->requires_payment_method",
-        "unexpected:failed->requires_confirmation",
-        "unexpected:failed->requires_action",
-        "unexpected:failed->processing",
-        "unexpected:failed->requires_capture",
-        "unexpected:failed->canceled",
-        "unexpected:failed->succeeded",
-        "unexpected:failed->unknown",
-    ],
-    [
-        "unexpected:other->requires_payment_method",
-        "unexpected:other->requires_confirmation",
-        "unexpected:other->requires_action",
-        "unexpected:other->processing",
-        "unexpected:other->requires_capture",
-        "unexpected:other->canceled",
-        "unexpected:other->succeeded",
-        "unexpected:other->unknown",
-    ],
-];
+/// `UNEXPECTED[local][external]`, derived from [`LOCAL`] and [`EXTERNAL`]:
+/// `unexpected:<local>-><external>`, the last row local `other`, the last
+/// column Stripe `unknown`. Built once, on first use.
+static UNEXPECTED: LazyLock<Vec<Vec<String>>> = LazyLock::new(|| {
+    let locals = LOCAL.iter().map(LocalStatus::as_str).chain(["other"]);
+    locals
+        .map(|l| {
+            let externals = EXTERNAL
+                .iter()
+                .map(ExternalStatus::as_str)
+                .chain(["unknown"]);
+            externals.map(|e| format!("unexpected:{l}->{e}")).collect()
+        })
+        .collect()
+});
 
 /// The most label values [`kind_label`] can produce: the known kinds, every
 /// bounded `unexpected:` pair, and [`OTHER_KIND`].
-pub const MAX_KIND_LABELS: usize = KNOWN_KINDS.len() + 4 * 8 + 1;
+pub const MAX_KIND_LABELS: usize =
+    KNOWN_KINDS.len() + (LocalStatus::PARSED.len() + 1) * (ExternalStatus::ALL.len() + 1) + 1;
 
 /// The metric label for a stored finding kind: a known kind as it is;
 /// `unexpected:<local>-><external>` with `<local>` one of `pending`, `paid`,
 /// `failed` (else `other`) and `<external>` one of Stripe's seven documented
-/// statuses (else `unknown`); anything else [`OTHER_KIND`]. Never allocates,
-/// and the result is one of at most [`MAX_KIND_LABELS`] strings.
+/// statuses (else `unknown`); anything else [`OTHER_KIND`]. Allocates only
+/// the `unexpected:` table, once; the result is one of at most
+/// [`MAX_KIND_LABELS`] strings.
 pub fn kind_label(kind: &str) -> &'static str {
     if let Some(known) = KNOWN_KINDS.iter().find(|k| **k == kind) {
         return known;
@@ -109,13 +78,16 @@ pub fn kind_label(kind: &str) -> &'static str {
     let (local, external) = pair.rsplit_once("->").unwrap_or((pair, ""));
     let l = LOCAL
         .iter()
-        .position(|s| *s == local)
+        .position(|s| s.as_str() == local)
         .unwrap_or(LOCAL.len());
     let e = EXTERNAL
         .iter()
-        .position(|s| *s == external)
+        .position(|s| s.as_str() == external)
         .unwrap_or(EXTERNAL.len());
-    UNEXPECTED[l][e]
+    UNEXPECTED
+        .get(l)
+        .and_then(|row| row.get(e))
+        .map_or(OTHER_KIND, String::as_str)
 }
 
 /// Open findings per kind (as the store counts them) per bounded label,
@@ -133,7 +105,7 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
-    use crate::reconcile::{classify_status, ExternalStatus, LocalStatus};
+    use crate::reconcile::classify_status;
 
     fn random_from(alphabet: &[u8]) -> String {
         let len = fastrand::usize(1..24);
@@ -157,7 +129,7 @@ mod tests {
         KNOWN_KINDS
             .iter()
             .copied()
-            .chain(UNEXPECTED.iter().flatten().copied())
+            .chain(UNEXPECTED.iter().flatten().map(String::as_str))
             .chain([OTHER_KIND])
             .collect()
     }
@@ -204,8 +176,8 @@ mod tests {
         for k in KNOWN_KINDS {
             assert_eq!(kind_label(k), k);
         }
-        for l in LOCAL {
-            for e in EXTERNAL {
+        for l in &LOCAL {
+            for e in &EXTERNAL {
                 let kind = format!("unexpected:{l}->{e}");
                 assert_eq!(kind_label(&kind), kind);
             }
@@ -224,6 +196,20 @@ mod tests {
         );
         assert_eq!(kind_label("unexpected:"), "unexpected:other->unknown");
         assert_eq!(kind_label("brand_new_kind"), OTHER_KIND);
+    }
+
+    #[test]
+    fn the_derived_table_is_the_hand_written_one() {
+        assert_eq!(UNEXPECTED.len(), 4);
+        assert_eq!(
+            UNEXPECTED[0][0],
+            "unexpected:pending->requires_payment_method"
+        );
+        assert_eq!(UNEXPECTED[1][6], "unexpected:paid->succeeded");
+        assert_eq!(UNEXPECTED[2][5], "unexpected:failed->canceled");
+        assert_eq!(UNEXPECTED[3][7], "unexpected:other->unknown");
+        assert!(UNEXPECTED.iter().all(|row| row.len() == 8));
+        assert_eq!(MAX_KIND_LABELS, KNOWN_KINDS.len() + 33);
     }
 
     #[test]

@@ -34,6 +34,11 @@ impl LocalStatus {
         LocalStatus::Refunded,
     ];
 
+    /// The three states [`LocalStatus::parse`] knows by name (the design
+    /// note's `payments.status` values), in its order.
+    pub const PARSED: [LocalStatus; 3] =
+        [LocalStatus::Pending, LocalStatus::Paid, LocalStatus::Failed];
+
     /// Parses a value in the default vocabulary (`pending`, `paid`, `failed`,
     /// the default `RECONCILER_LOCAL_STATUSES`); never fails (any other
     /// string, `refunded` included, becomes `Other`).
@@ -99,6 +104,17 @@ pub enum ExternalStatus {
 }
 
 impl ExternalStatus {
+    /// Stripe's seven documented statuses, in the API reference's order.
+    pub const ALL: [ExternalStatus; 7] = [
+        ExternalStatus::RequiresPaymentMethod,
+        ExternalStatus::RequiresConfirmation,
+        ExternalStatus::RequiresAction,
+        ExternalStatus::Processing,
+        ExternalStatus::RequiresCapture,
+        ExternalStatus::Canceled,
+        ExternalStatus::Succeeded,
+    ];
+
     /// Parses Stripe's status string; never fails (new values become `Unknown`).
     pub fn parse(value: &str) -> Self {
         match value {

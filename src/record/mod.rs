@@ -107,7 +107,9 @@ pub async fn record_observations(
 }
 
 /// Phase 3's statements over one set of rows, each failure tagged with the
-/// write it came from so [`isolate`] can classify and label it.
+/// write it came from so [`isolate`] can classify and label it. Payments
+/// first (in id order), then findings, then the outbox: the one lock order
+/// of every writer, so the scan and repair workers never deadlock.
 async fn record_set(
     tx: &mut sqlx::PgConnection,
     outbox_settings: &OutboxSettings,
@@ -115,11 +117,33 @@ async fn record_set(
     unverifiable_cycles: u32,
     observations: &mut [Observation],
 ) -> Result<Recorded, Failed> {
-    // Payments first (in id order), then findings, then the outbox: the one
-    // lock order of every writer, so the scan and repair workers never deadlock.
     demote_changed_rows(tx, observations)
         .await
         .map_err(at(Write::LockPayment))?;
+    let observations: &[Observation] = observations;
+    let (answered_ids, findings_cleared) =
+        stamp_and_clear(tx, outbox_settings, observations).await?;
+    close_unproven(tx, outbox_settings, observations).await?;
+    let touched = open_findings(tx, job, unverifiable_cycles, observations, &answered_ids).await?;
+    let findings_created = touched.iter().filter(|f| f.created).count() as u64;
+    let commands_enqueued = enqueue_commands(tx, outbox_settings, &touched, observations).await?;
+    Ok(Recorded {
+        findings_created,
+        findings_cleared,
+        commands_enqueued,
+        writes_refused: 0,
+    })
+}
+
+/// Every row read gets its state row (so it is seen, and counts in the lag
+/// from `created_at` until confirmed); answered rows are confirmed. A
+/// finding the scan no longer sees is resolved, with its commands. Returns
+/// the answered rows' ids and the findings resolved.
+async fn stamp_and_clear(
+    tx: &mut sqlx::PgConnection,
+    outbox_settings: &OutboxSettings,
+    observations: &[Observation],
+) -> Result<(Vec<i64>, u64), Failed> {
     // Answered: rows Stripe answered definitively. A 404 or a malformed id is
     // an answer too (its finding carries the problem), so those rows do not
     // hold the reconciliation lag forever; UNVERIFIABLE rows never are.
@@ -129,8 +153,6 @@ async fn record_set(
         .iter()
         .map(|o| o.decision.kind.as_ref().map(|k| k.as_str().into_owned()))
         .collect();
-    // Every row read gets its state row (so it is seen, and counts in the lag
-    // from `created_at` until confirmed); answered rows are confirmed.
     let all_ids: Vec<i64> = observations.iter().map(|o| o.payment_id).collect();
     let confirmed: Vec<bool> = observations.iter().map(is_answer).collect();
     let statuses: Vec<Option<String>> = observations
@@ -140,12 +162,10 @@ async fn record_set(
     payment_state::record(tx, &all_ids, &confirmed, &statuses)
         .await
         .map_err(at(Write::Stamp))?;
-    // A finding the scan no longer sees is resolved, with its commands.
     let with_status: Vec<bool> = answered.iter().map(|o| o.observed.is_some()).collect();
     let stale = findings::resolve_stale(tx, &answered_ids, &current_kinds, &with_status)
         .await
         .map_err(at(Write::Finding))?;
-    let findings_cleared = stale.len() as u64;
     outbox::close_for_findings(
         tx,
         outbox_settings,
@@ -155,11 +175,18 @@ async fn record_set(
     )
     .await
     .map_err(at(Write::Outbox))?;
+    Ok((answered_ids, stale.len() as u64))
+}
 
-    // A repair is applied only while the newest read supports it: a row
-    // Stripe could not answer for now (or whose money could not be proven
-    // kept) has its pending repair command closed; the next read that proves
-    // the drift enqueues one again (`findings_without_command`).
+/// A repair is applied only while the newest read supports it: a row
+/// Stripe could not answer for now (or whose money could not be proven
+/// kept) has its pending repair command closed; the next read that proves
+/// the drift enqueues one again (`findings_without_command`).
+async fn close_unproven(
+    tx: &mut sqlx::PgConnection,
+    outbox_settings: &OutboxSettings,
+    observations: &[Observation],
+) -> Result<(), Failed> {
     let unproven: Vec<i64> = observations
         .iter()
         .filter(|o| o.unverifiable_read())
@@ -177,14 +204,26 @@ async fn record_set(
     )
     .await
     .map_err(at(Write::Outbox))?;
+    Ok(())
+}
 
-    // Rows Stripe could not answer for, counted once per cycle.
+/// The findings the rows call for, opened once: each row's own, and
+/// `persistently_unverifiable` for rows Stripe could not answer for in
+/// `unverifiable_cycles` cycles (counted once per cycle). Returns every
+/// finding touched (new or already open).
+async fn open_findings(
+    tx: &mut sqlx::PgConnection,
+    job: &str,
+    unverifiable_cycles: u32,
+    observations: &[Observation],
+    answered_ids: &[i64],
+) -> Result<Vec<CreatedFinding>, Failed> {
     let (failed_ids, errors): (Vec<i64>, Vec<Option<String>>) = observations
         .iter()
         .filter(|o| o.unverifiable_read())
         .map(|o| (o.payment_id, o.error.clone()))
         .unzip();
-    let failing = unverifiable::record(tx, job, &answered_ids, &failed_ids, &errors)
+    let failing = unverifiable::record(tx, job, answered_ids, &failed_ids, &errors)
         .await
         .map_err(at(Write::Unverifiable))?;
     let by_payment: HashMap<i64, &Observation> =
@@ -211,14 +250,23 @@ async fn record_set(
                 })
             }),
     );
-    let touched = findings::upsert_open(tx, &new_findings)
+    findings::upsert_open(tx, &new_findings)
         .await
-        .map_err(at(Write::Finding))?;
-    let findings_created = touched.iter().filter(|f| f.created).count() as u64;
+        .map_err(at(Write::Finding))
+}
 
-    // One live command per open repairable finding: enqueued when the finding
-    // is new, or again when its command was lost or skipped while a money
-    // finding blocked the payment; never for a payment that is blocked now.
+/// One live command per open repairable finding: enqueued when the finding
+/// is new, or again when its command was lost or skipped while a money
+/// finding blocked the payment; never for a payment that is blocked now.
+/// Returns the commands enqueued.
+async fn enqueue_commands(
+    tx: &mut sqlx::PgConnection,
+    outbox_settings: &OutboxSettings,
+    touched: &[CreatedFinding],
+    observations: &[Observation],
+) -> Result<u64, Failed> {
+    let by_payment: HashMap<i64, &Observation> =
+        observations.iter().map(|o| (o.payment_id, o)).collect();
     let repairable: Vec<(&CreatedFinding, RepairCommand, &Observation)> = touched
         .iter()
         .filter_map(|f| {
@@ -262,15 +310,9 @@ async fn record_set(
             })
         })
         .collect();
-    let commands_enqueued = outbox::enqueue_repairs(tx, outbox_settings, &repairs)
+    outbox::enqueue_repairs(tx, outbox_settings, &repairs)
         .await
-        .map_err(at(Write::Outbox))?;
-    Ok(Recorded {
-        findings_created,
-        findings_cleared,
-        commands_enqueued,
-        writes_refused: 0,
-    })
+        .map_err(at(Write::Outbox))
 }
 
 /// Stripe answered for this row definitively: a status, or a 404 / malformed

@@ -205,43 +205,10 @@ pub async fn drain_with(
                 .unwrap_or(i64::MAX)
         });
         for command in claimed {
-            let mut savepoint = tx.begin().await.context("opening a savepoint")?;
-            match process(&mut savepoint, &options.outbox, &command, statuses).await {
-                Ok(applied) => {
-                    match &applied {
-                        Applied::Skipped(reason) => {
-                            outbox::mark_skipped(
-                                &mut savepoint,
-                                &options.outbox,
-                                command.id,
-                                reason,
-                            )
-                            .await?;
-                        }
-                        Applied::Changed | Applied::NoOp => {
-                            outbox::mark_processed(&mut savepoint, &options.outbox, command.id)
-                                .await?;
-                        }
-                    }
-                    savepoint.commit().await.context("releasing a savepoint")?;
-                    match applied {
-                        Applied::Changed => report.applied += 1,
-                        Applied::NoOp => report.no_op += 1,
-                        Applied::Skipped(_) => report.skipped += 1,
-                    }
-                }
-                Err(error) => {
-                    savepoint
-                        .rollback()
-                        .await
-                        .context("rolling back a savepoint")?;
-                    let last_error = error.last_error();
-                    tracing::warn!(outbox_id = command.id, attempts = command.attempts + 1, error = %last_error, "repair command failed; kept for a later run");
-                    outbox::record_failure(&mut tx, &options.outbox, command.id, &last_error)
-                        .await?;
-                    failed_ids.push(command.id);
-                    report.failed += 1;
-                }
+            let failed =
+                apply_one(&mut tx, &options.outbox, &command, statuses, &mut report).await?;
+            if failed {
+                failed_ids.push(command.id);
             }
         }
         tx.commit().await.context("committing repairs")?;
@@ -253,6 +220,54 @@ pub async fn drain_with(
         tracing::error!(stuck = report.stuck, "repair commands exhausted their attempts; a person must look at them (outbox.last_error)");
     }
     Ok(report)
+}
+
+/// Applies one claimed command under its own savepoint and marks it
+/// processed or skipped, counting it in `report`; a command that fails is
+/// rolled back to its savepoint and its failure recorded. Returns whether
+/// it failed (not claimed again by this drain).
+///
+/// # Errors
+/// [`StoreError`] when the database fails outside the command itself.
+async fn apply_one(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    outbox_settings: &OutboxSettings,
+    command: &ClaimedCommand,
+    statuses: &StatusMap,
+    report: &mut RepairReport,
+) -> Result<bool, StoreError> {
+    let mut savepoint = tx.begin().await.context("opening a savepoint")?;
+    match process(&mut savepoint, outbox_settings, command, statuses).await {
+        Ok(applied) => {
+            match &applied {
+                Applied::Skipped(reason) => {
+                    outbox::mark_skipped(&mut savepoint, outbox_settings, command.id, reason)
+                        .await?;
+                }
+                Applied::Changed | Applied::NoOp => {
+                    outbox::mark_processed(&mut savepoint, outbox_settings, command.id).await?;
+                }
+            }
+            savepoint.commit().await.context("releasing a savepoint")?;
+            match applied {
+                Applied::Changed => report.applied += 1,
+                Applied::NoOp => report.no_op += 1,
+                Applied::Skipped(_) => report.skipped += 1,
+            }
+            Ok(false)
+        }
+        Err(error) => {
+            savepoint
+                .rollback()
+                .await
+                .context("rolling back a savepoint")?;
+            let last_error = error.last_error();
+            tracing::warn!(outbox_id = command.id, attempts = command.attempts + 1, error = %last_error, "repair command failed; kept for a later run");
+            outbox::record_failure(tx, outbox_settings, command.id, &last_error).await?;
+            report.failed += 1;
+            Ok(true)
+        }
+    }
 }
 
 /// Applies one command after checking, with the payment locked first (the

@@ -2,15 +2,12 @@
 //! the cursor and the rows; (2) Stripe is asked with no transaction open;
 //! (3) one transaction records everything and moves the cursor by
 //! compare-and-set, or rolls back on a lost race. This file holds phases 1
-//! and 2; phase 3 is [`super::commit`].
+//! and 2; phase 3 is [`super::commit`], the three in a row `one`.
 
 use chrono::Utc;
 use sqlx::PgPool;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::commit::commit;
-use super::report::BatchReport;
 use crate::config::JobSettings;
 use crate::lease::Lease;
 use crate::outcome::RunError;
@@ -30,57 +27,6 @@ pub enum Mode {
         /// In-memory cursor.
         after_id: i64,
     },
-}
-
-/// Runs one batch.
-///
-/// # Errors
-/// - [`RunError::ConcurrentRun`]: the cursor moved under us; nothing written.
-/// - [`RunError::StripeRejected`]: 401/403 or a wrong base URL; nothing written.
-/// - [`RunError::StripeWrongAccount`]: every read 404s; nothing written.
-/// - [`RunError::StripeDown`]: most reads failed; nothing written.
-/// - [`RunError::Store`]: a database failure; the transaction rolled back.
-pub async fn run_batch(
-    pool: &PgPool,
-    gateway: &StripeGateway,
-    settings: &JobSettings,
-    mode: Mode,
-    lease: Option<&Lease>,
-) -> Result<BatchReport, RunError> {
-    run_batch_until(
-        pool,
-        gateway,
-        settings,
-        mode,
-        lease,
-        &CancellationToken::new(),
-    )
-    .await
-}
-
-/// [`run_batch`], abandoned without a write when `shutdown` fires during
-/// phases 1 and 2. Phase 3 is never interrupted: once it starts, the batch
-/// commits or rolls back as a whole, and the caller learns which.
-///
-/// # Errors
-/// As [`run_batch`], and [`RunError::Interrupted`].
-#[tracing::instrument(name = "batch", skip_all, fields(job = %settings.job))]
-pub async fn run_batch_until(
-    pool: &PgPool,
-    gateway: &StripeGateway,
-    settings: &JobSettings,
-    mode: Mode,
-    lease: Option<&Lease>,
-    shutdown: &CancellationToken,
-) -> Result<BatchReport, RunError> {
-    let in_flight = Semaphore::new((settings.max_in_flight as usize).max(1));
-    let prepared = prepare(pool, settings, mode, lease, &Start::Cursor).await?;
-    let pacing = Pacing {
-        in_flight: &in_flight,
-        all_started: None,
-    };
-    let read = read_stripe(pool, gateway, settings, prepared, shutdown, pacing).await?;
-    commit(pool, settings, mode, lease, read).await
 }
 
 /// Where phase 1 of a batch starts.
@@ -213,14 +159,14 @@ async fn read_phase(
         .context("opening the read transaction")?;
     let (cursor_id, pending): (i64, &[i64]) = match (mode, start) {
         (Mode::Write, Start::After { id, pending }) => {
-            hold_lease(&mut tx, lease).await?;
+            crate::lease::renew_held(&mut tx, lease).await?;
             (*id, pending)
         }
         (Mode::DryRun { .. }, Start::After { id, pending }) => (*id, pending),
         (Mode::Write, Start::Cursor) => {
             cursor::ensure(&mut tx, &settings.job).await?;
             // A run whose lease expired learns it here, before spending reads.
-            hold_lease(&mut tx, lease).await?;
+            crate::lease::renew_held(&mut tx, lease).await?;
             let id = cursor::read(&mut tx, &settings.job)
                 .await?
                 .map_or(0, |c| c.last_id);
@@ -263,16 +209,4 @@ async fn read_phase(
     rows.extend(ahead);
     tx.commit().await.context("closing the read transaction")?;
     Ok((cursor_id, rows, last_id, reached_end))
-}
-
-/// Renews this run's lease in `tx`; [`RunError::ConcurrentRun`] when another
-/// run has taken it.
-pub(super) async fn hold_lease(
-    tx: &mut sqlx::PgConnection,
-    lease: Option<&Lease>,
-) -> Result<(), RunError> {
-    match lease {
-        Some(lease) => lease.renew(tx).await,
-        None => Ok(()),
-    }
 }

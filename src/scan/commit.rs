@@ -6,9 +6,9 @@ use std::collections::HashSet;
 
 use sqlx::PgPool;
 
-use super::batch::{hold_lease, Mode, ReadBatch};
+use super::batch::{Mode, ReadBatch};
 use super::report::BatchReport;
-use crate::config::{JobSettings, OutboxSettings};
+use crate::config::JobSettings;
 use crate::lease::Lease;
 use crate::outcome::RunError;
 use crate::read::Observation;
@@ -57,22 +57,8 @@ pub(crate) async fn commit(
     match mode {
         Mode::DryRun { .. } => dry_run_counts(pool, &observations, &mut report).await?,
         Mode::Write => {
-            let job = &settings.job;
-            write_phase(
-                pool,
-                &settings.outbox,
-                job,
-                (
-                    settings.unverifiable_cycles,
-                    settings.batch_size,
-                    settings.partition.is_some(),
-                ),
-                lease,
-                (cursor_id, last_id, reached_end),
-                &mut observations,
-                &mut report,
-            )
-            .await?;
+            let range = (cursor_id, last_id, reached_end);
+            write_phase(pool, settings, lease, range, &mut observations, &mut report).await?;
         }
     }
     for o in &observations {
@@ -121,7 +107,7 @@ async fn wrap(
         let mut tx = crate::store::begin(pool)
             .await
             .context("opening the wrap transaction")?;
-        hold_lease(&mut tx, lease).await?;
+        crate::lease::renew_held(&mut tx, lease).await?;
         if !cursor::wrap(&mut tx, &settings.job, report.cursor_from).await? {
             tx.rollback().await.context("rolling back the lost wrap")?;
             return Err(RunError::ConcurrentRun {
@@ -133,17 +119,20 @@ async fn wrap(
     Ok(report)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Phase 3 of a writing batch over `(cursor_id, last_id]`: records the
+/// observations, the reconciler's own state, renews the lease and moves the
+/// cursor by compare-and-set, in one transaction.
 async fn write_phase(
     pool: &PgPool,
-    outbox: &OutboxSettings,
-    job: &str,
-    (unverifiable_cycles, register_limit, partitioned): (u32, u32, bool),
+    settings: &JobSettings,
     lease: Option<&Lease>,
     (cursor_id, last_id, reached_end): (i64, i64, bool),
     observations: &mut [Observation],
     report: &mut BatchReport,
 ) -> Result<(), RunError> {
+    let (outbox, job) = (&settings.outbox, settings.job.as_str());
+    let unverifiable_cycles = settings.unverifiable_cycles;
+    let (register_limit, partitioned) = (settings.batch_size, settings.partition.is_some());
     let mut tx = crate::store::begin(pool)
         .await
         .context("opening the write transaction")?;
@@ -186,7 +175,7 @@ async fn write_phase(
     report.findings_cleared = recorded.findings_cleared;
     report.commands_enqueued = recorded.commands_enqueued;
     report.writes_refused = recorded.writes_refused;
-    if let Err(lost) = hold_lease(&mut tx, lease).await {
+    if let Err(lost) = crate::lease::renew_held(&mut tx, lease).await {
         tx.rollback().await.context("rolling back the lost batch")?;
         return Err(lost);
     }

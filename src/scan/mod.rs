@@ -8,13 +8,15 @@
 //! - [`report`]: what a batch and a run did.
 //! - `history`: the run's row in `reconciliation_runs`.
 //! - [`plan`]: how many batches a run starts (`auto` or a number).
-//! - `pipeline`: the batches of a run, overlapped so Stripe is never idle.
-//! - [`run`]: the run's lifecycle: lease, batches, summary.
+//! - `pipeline`: the batches of a run, overlapped so Stripe is never idle; [`RunOptions`].
+//! - [`run`]: the scan as a [`crate::job::Job`]: history row, plan, batches, summary.
+//! - `one`: one batch on its own: phases 1, 2 and 3 in a row.
 //! - `schedule`: which batches a run starts, and where each starts.
 
 pub mod batch;
 pub mod commit;
 mod history;
+mod one;
 mod pipeline;
 pub mod plan;
 pub mod progress;
@@ -26,6 +28,8 @@ pub use crate::lease::Lease;
 pub use crate::outcome::RunError;
 pub use crate::read::{detect, list, stripe_reachable, VerdictCounts};
 pub use crate::record::record_observations;
-pub use batch::{run_batch, run_batch_until, Mode};
+pub use batch::Mode;
+pub use one::{run_batch, run_batch_until};
+pub use pipeline::RunOptions;
 pub use report::{BatchReport, RunSummary};
-pub use run::{run, RunOptions};
+pub use run::{run, ScanJob};

@@ -9,21 +9,25 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot, Semaphore};
-use tokio_util::sync::CancellationToken;
 
 use super::batch::{prepare, read_stripe, Mode};
 use super::commit::commit;
 use super::progress::{cycle_progress, CycleProgress, Pace, TableExtent};
 use super::report::{BatchReport, RunSummary};
-use super::run::RunOptions;
 use super::schedule::{Plan, BATCHES_IN_PROGRESS};
 use crate::config::JobSettings;
-use crate::lease::Lease;
+use crate::job::RunContext;
 use crate::outcome::RunError;
 use crate::read::Pacing;
-use crate::status::human_duration;
 use crate::store::{cursor, stats, Context};
-use crate::stripe::StripeGateway;
+use crate::terminal::human_duration;
+
+/// How to run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunOptions {
+    /// Read and classify, write nothing (not even the cursor or run history).
+    pub dry_run: bool,
+}
 
 /// The batches of a run, pipelined so that Stripe is never idle at a batch
 /// boundary: as soon as batch k has started its last Stripe read, batch k+1
@@ -36,24 +40,13 @@ use crate::stripe::StripeGateway;
 /// being read is abandoned without a write. Every Stripe request of the run
 /// holds one of `RECONCILER_MAX_IN_FLIGHT` permits.
 pub(super) async fn batches(
-    pool: &PgPool,
-    gateway: &StripeGateway,
-    settings: &JobSettings,
+    ctx: &RunContext<'_>,
     options: RunOptions,
-    lease: Option<&Lease>,
-    shutdown: &CancellationToken,
     summary: &mut RunSummary,
 ) -> Result<(), RunError> {
-    let mode = if options.dry_run {
-        let mut conn = crate::store::begin(pool).await.context("connecting")?;
-        let start = cursor::read(&mut conn, &settings.job)
-            .await?
-            .map_or(0, |c| c.last_id);
-        summary.cursor_position = Some(start);
-        Mode::DryRun { after_id: start }
-    } else {
-        Mode::Write
-    };
+    let (pool, gateway, settings) = (ctx.pool, ctx.gateway, ctx.settings);
+    let (lease, shutdown) = (ctx.lease.as_ref(), &ctx.shutdown);
+    let mode = start_mode(ctx, options, summary).await?;
     // Planned by `run` before the batches (`plan`); one batch without a plan.
     let planned_batches = summary.plan.map_or(1, |p| p.batches);
     let table = table_extent(pool, settings).await;
@@ -88,7 +81,7 @@ pub(super) async fn batches(
                             futures::future::ready(Err(e)).boxed()
                         }
                         Ok(prepared) => {
-                            plan.prepared(&prepared, options);
+                            plan.prepared(&prepared, options.dry_run);
                             let pacing = Pacing {
                                 in_flight,
                                 all_started: Some(all_started),
@@ -122,13 +115,10 @@ pub(super) async fn batches(
             let report = commit(pool, settings, mode, lease, read).await?;
             drop(slot);
             summary.add_batch(&report);
-            let rows_per_batch = u64::from(settings.batch_size);
             let pace = Pace {
                 rows_scanned: summary.rows_scanned,
                 elapsed_seconds: run_started.elapsed().as_secs_f64(),
-                rows_left_in_run: u64::from(planned_batches.saturating_sub(number))
-                    * rows_per_batch,
-                rows_per_run: u64::from(planned_batches) * rows_per_batch,
+                ..pace_of(settings.batch_size, planned_batches, number)
             };
             let progress = cycle_progress(table, report.cursor_to, pace);
             log_batch(number, &report, boundary.elapsed().as_secs_f64(), &progress);
@@ -141,6 +131,36 @@ pub(super) async fn batches(
     tokio::select! {
         result = &mut consumer => result,
         () = &mut producer => consumer.await,
+    }
+}
+
+/// Where the batches start: the persistent cursor, or for a dry run its
+/// stored position held in memory (also the summary's cursor).
+async fn start_mode(
+    ctx: &RunContext<'_>,
+    options: RunOptions,
+    summary: &mut RunSummary,
+) -> Result<Mode, RunError> {
+    if !options.dry_run {
+        return Ok(Mode::Write);
+    }
+    let mut conn = crate::store::begin(ctx.pool).await.context("connecting")?;
+    let start = cursor::read(&mut conn, &ctx.settings.job)
+        .await?
+        .map_or(0, |c| c.last_id);
+    summary.cursor_position = Some(start);
+    Ok(Mode::DryRun { after_id: start })
+}
+
+/// The run's rows left and planned after `done` of `planned` batches of
+/// `batch_size` rows (the scanned rows and elapsed time are the caller's).
+fn pace_of(batch_size: u32, planned: u32, done: u32) -> Pace {
+    let rows_per_batch = u64::from(batch_size);
+    Pace {
+        rows_scanned: 0,
+        elapsed_seconds: 0.0,
+        rows_left_in_run: u64::from(planned.saturating_sub(done)) * rows_per_batch,
+        rows_per_run: u64::from(planned) * rows_per_batch,
     }
 }
 

@@ -1,32 +1,106 @@
-//! The `run` lifecycle: take the cursor lease, run the batches
-//! (`pipeline`), give the lease back, and report what was committed
-//! with the real cursor, also after a failure (`history`).
-
-use std::time::Instant;
+//! The scan as a [`Job`]: the cursor lease (none for a dry run), the run's
+//! history row and plan, the batches (`pipeline`), and the summary with the
+//! real cursor, also after a failure (`history`).
 
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::history::{finish_record, start_record};
-use super::pipeline::batches;
+use super::pipeline::{batches, RunOptions};
 use super::plan::plan_run;
 use super::report::RunSummary;
 use crate::config::JobSettings;
+use crate::job::{run_once, Job, RunContext};
 use crate::lease::Lease;
 use crate::outcome::{RunError, RunOutcome};
 use crate::store::cursor;
 use crate::store::lease::LeaseTable;
-use crate::stripe::StripeGateway;
+use crate::stripe::{RequestCounts, StripeGateway};
 
-/// How to run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RunOptions {
-    /// Read and classify, write nothing (not even the cursor or run history).
-    pub dry_run: bool,
+/// The scan of `stripe-reconciler run [--dry-run]`.
+#[derive(Debug, Default)]
+pub struct ScanJob {
+    /// How to run.
+    pub options: RunOptions,
+    /// The run's row in `reconciliation_runs`, once recorded.
+    run_id: Option<i64>,
+    /// The gateway's counts at the start (the run's requests are the difference).
+    requests_before: RequestCounts,
 }
 
-/// Runs the job. Always returns the summary of what was committed, with the
-/// error that stopped the run, if any.
+impl ScanJob {
+    /// A scan run with `options`.
+    pub fn new(options: RunOptions) -> Self {
+        ScanJob {
+            options,
+            ..ScanJob::default()
+        }
+    }
+}
+
+impl Job for ScanJob {
+    type Summary = RunSummary;
+    type Error = RunError;
+
+    fn summary(&self, ctx: &RunContext<'_>) -> RunSummary {
+        RunSummary {
+            job: ctx.settings.job.clone(),
+            dry_run: self.options.dry_run,
+            ..RunSummary::default()
+        }
+    }
+
+    fn lease(&self, ctx: &RunContext<'_>) -> Option<Lease> {
+        let settings = ctx.settings;
+        (!self.options.dry_run).then(|| Lease::new(settings, LeaseTable::Cursor, &settings.job))
+    }
+
+    async fn refused(&mut self, ctx: &RunContext<'_>, summary: &mut RunSummary, error: &RunError) {
+        summary.outcome = error.outcome();
+        summary.cursor_position = real_cursor(ctx.pool, ctx.settings).await;
+        summary.duration_seconds = ctx.clock.elapsed_seconds();
+    }
+
+    async fn body(
+        &mut self,
+        ctx: &RunContext<'_>,
+        summary: &mut RunSummary,
+    ) -> Result<(), RunError> {
+        self.requests_before = ctx.gateway.request_counts();
+        if ctx.lease.is_some() {
+            self.run_id = start_record(ctx.pool, ctx.settings).await;
+        }
+        summary.plan = Some(plan_run(ctx.pool, ctx.settings).await);
+        batches(ctx, self.options, summary).await
+    }
+
+    async fn finish(
+        &mut self,
+        ctx: &RunContext<'_>,
+        summary: &mut RunSummary,
+        result: &Result<(), RunError>,
+    ) {
+        if ctx.lease.is_some() {
+            // The real cursor, whatever stopped the run: a failed batch leaves
+            // it where the last committed one (or an earlier run) put it.
+            summary.cursor_position = real_cursor(ctx.pool, ctx.settings).await;
+        }
+        summary.duration_seconds = ctx.clock.elapsed_seconds();
+        summary.stripe_requests = ctx.gateway.request_counts().since(&self.requests_before);
+        // The gateway is the run's: the accounts it found unreachable are this run's.
+        summary.stripe_accounts_unreachable = ctx.gateway.accounts().unreachable_count() as u64;
+        summary.outcome = match result {
+            Ok(()) => RunOutcome::Completed,
+            Err(e) => e.outcome(),
+        };
+        if let Some(id) = self.run_id {
+            finish_record(ctx.pool, id, summary).await;
+        }
+    }
+}
+
+/// Runs the scan once ([`run_once`] of a [`ScanJob`]). Always returns the
+/// summary of what was committed, with the error that stopped the run, if any.
 #[tracing::instrument(name = "run", skip_all, fields(job = %settings.job, dry_run = options.dry_run))]
 pub async fn run(
     pool: &PgPool,
@@ -35,62 +109,8 @@ pub async fn run(
     options: RunOptions,
     shutdown: CancellationToken,
 ) -> (RunSummary, Result<(), RunError>) {
-    let started = Instant::now();
-    let requests_before = gateway.request_counts();
-    let mut summary = RunSummary {
-        job: settings.job.clone(),
-        dry_run: options.dry_run,
-        ..RunSummary::default()
-    };
-    let lease = if options.dry_run {
-        None
-    } else {
-        match Lease::new(settings, LeaseTable::Cursor, &settings.job)
-            .take(pool)
-            .await
-        {
-            Ok(lease) => Some(lease),
-            Err(e) => {
-                summary.outcome = e.outcome();
-                summary.cursor_position = real_cursor(pool, settings).await;
-                summary.duration_seconds = started.elapsed().as_secs_f64();
-                return (summary, Err(e));
-            }
-        }
-    };
-    let run_id = match lease {
-        Some(_) => start_record(pool, settings).await,
-        None => None,
-    };
-    summary.plan = Some(plan_run(pool, settings).await);
-    let result = batches(
-        pool,
-        gateway,
-        settings,
-        options,
-        lease.as_ref(),
-        &shutdown,
-        &mut summary,
-    )
-    .await;
-    if let Some(lease) = &lease {
-        lease.give_back(pool).await;
-        // The real cursor, whatever stopped the run: a failed batch leaves it
-        // where the last committed one (or an earlier run) put it.
-        summary.cursor_position = real_cursor(pool, settings).await;
-    }
-    summary.duration_seconds = started.elapsed().as_secs_f64();
-    summary.stripe_requests = gateway.request_counts().since(&requests_before);
-    // The gateway is the run's: the accounts it found unreachable are this run's.
-    summary.stripe_accounts_unreachable = gateway.accounts().unreachable_count() as u64;
-    summary.outcome = match &result {
-        Ok(()) => RunOutcome::Completed,
-        Err(e) => e.outcome(),
-    };
-    if let Some(id) = run_id {
-        finish_record(pool, id, &summary).await;
-    }
-    (summary, result)
+    let mut ctx = RunContext::new(pool, gateway, settings, shutdown);
+    run_once(&mut ctx, &mut ScanJob::new(options)).await
 }
 
 /// The job's cursor as stored; `None` when it cannot be read.

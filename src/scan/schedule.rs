@@ -10,7 +10,6 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::batch::{Prepared, Start};
-use super::run::RunOptions;
 use crate::config::JobSettings;
 use crate::outcome::RunError;
 
@@ -79,7 +78,8 @@ impl Plan {
     }
 
     /// Records a prepared batch: the next one starts after it.
-    pub(super) fn prepared(&mut self, p: &Prepared, options: RunOptions) {
+    /// `dry_run`: a dry run reads to the end of the table once.
+    pub(super) fn prepared(&mut self, p: &Prepared, dry_run: bool) {
         match p.last_id {
             Some(id) => {
                 self.rows_read += p.rows.len() as u64;
@@ -106,7 +106,7 @@ impl Plan {
                 // re-read up to RECONCILER_BATCHES_PER_RUN times, spending the
                 // Stripe budget the application shares and multiplying the
                 // verdict gauges). Two wraps in a row: the table is empty.
-                if self.previous_wrapped || options.dry_run || self.rows_read > 0 {
+                if self.previous_wrapped || dry_run || self.rows_read > 0 {
                     self.done = true;
                 }
                 self.previous_wrapped = true;

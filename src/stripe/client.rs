@@ -6,7 +6,6 @@ use std::num::NonZeroU32;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use governor::DefaultDirectRateLimiter;
 use secrecy::{ExposeSecret, SecretString};
 use tokio::time::Instant;
 use url::Url;
@@ -14,6 +13,7 @@ use url::Url;
 use super::account::{AccountAccess, AccountId};
 use super::counting::{Endpoint, RequestCounter};
 use super::error::{BuildError, GatewayError, InvalidBody, Unavailable};
+pub use super::gateway::StripeGateway;
 use super::id::PaymentIntentId;
 use super::parsing::{parse_any_list, parse_list_page, parse_payment_intent};
 use super::retry::RetryPolicy;
@@ -40,22 +40,6 @@ pub struct GatewayConfig {
     pub retry: RetryPolicy,
     /// No retry waits past this instant (the run's deadline), if set.
     pub deadline: Option<Instant>,
-}
-
-/// Reads PaymentIntent statuses from Stripe.
-///
-/// One gateway serves a whole run: its rate limiter is shared by every
-/// concurrent read, and a 429 rate limit pauses all of them.
-pub struct StripeGateway {
-    pub(super) http: reqwest::Client,
-    pub(super) base: Url,
-    pub(super) api_key: SecretString,
-    pub(super) limiter: DefaultDirectRateLimiter,
-    pub(super) paused_until: Mutex<Option<Instant>>,
-    pub(super) retry: RetryPolicy,
-    pub(super) deadline: Option<Instant>,
-    pub(super) requests: RequestCounter,
-    pub(super) accounts: AccountAccess,
 }
 
 /// Largest `limit` Stripe accepts on a list request.

@@ -75,6 +75,23 @@ pub enum GatewayError {
     },
 }
 
+impl GatewayError {
+    /// Whether Stripe refused the key or the account rather than the one
+    /// request: 401/403 ([`GatewayError::Rejected`]), a base URL Stripe does
+    /// not serve ([`GatewayError::Misconfigured`]) or a redirect
+    /// ([`GatewayError::Redirected`]). Every read stops the run on it
+    /// (`RunError::StripeRejected`, exit 78): no other request would fare
+    /// better.
+    pub fn is_rejected(&self) -> bool {
+        matches!(
+            self,
+            GatewayError::Rejected { .. }
+                | GatewayError::Misconfigured { .. }
+                | GatewayError::Redirected { .. }
+        )
+    }
+}
+
 /// What the last attempt of an unavailable read ended with.
 #[derive(Debug, thiserror::Error)]
 pub enum Unavailable {

@@ -14,49 +14,155 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::account::AccountId;
-use super::client::StripeGateway;
 use super::counting::Endpoint;
 use super::error::{GatewayError, InvalidBody, Unavailable};
+use super::gateway::StripeGateway;
 use super::id::PaymentIntentId;
 use super::parsing::json_body;
 use super::transport::MAX_LIST_BODY_BYTES;
+use super::wire;
 use crate::reconcile::ExternalStatus;
 
-/// The PaymentIntent event types the job reads.
-pub const PAYMENT_INTENT_EVENT_TYPES: [&str; 7] = [
-    "payment_intent.succeeded",
-    "payment_intent.canceled",
-    "payment_intent.payment_failed",
-    "payment_intent.processing",
-    "payment_intent.requires_action",
-    "payment_intent.amount_capturable_updated",
-    "payment_intent.partially_funded",
-];
-
-/// Every event type the feed asks for (`types[]`; Stripe accepts at most 20,
-/// API reference "List all events"): the PaymentIntent events, and the
+/// The event types the feed asks for: the PaymentIntent events, and the
 /// charge, refund and dispute events, whose object names its PaymentIntent
 /// in `payment_intent`. A refund or a dispute never changes the
 /// PaymentIntent's status and emits no `payment_intent.*` event (DESIGN.md,
 /// "Turn 3 contract"; Stripe API reference, "Types of events").
-pub const EVENT_TYPES: [&str; 16] = [
-    "payment_intent.succeeded",
-    "payment_intent.canceled",
-    "payment_intent.payment_failed",
-    "payment_intent.processing",
-    "payment_intent.requires_action",
-    "payment_intent.amount_capturable_updated",
-    "payment_intent.partially_funded",
-    "charge.refunded",
-    "charge.refund.updated",
-    "refund.created",
-    "refund.updated",
-    "charge.dispute.created",
-    "charge.dispute.updated",
-    "charge.dispute.closed",
-    "charge.dispute.funds_withdrawn",
-    "charge.dispute.funds_reinstated",
-];
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    /// `payment_intent.succeeded`
+    PaymentIntentSucceeded,
+    /// `payment_intent.canceled`
+    PaymentIntentCanceled,
+    /// `payment_intent.payment_failed`
+    PaymentIntentPaymentFailed,
+    /// `payment_intent.processing`
+    PaymentIntentProcessing,
+    /// `payment_intent.requires_action`
+    PaymentIntentRequiresAction,
+    /// `payment_intent.amount_capturable_updated`
+    PaymentIntentAmountCapturableUpdated,
+    /// `payment_intent.partially_funded`
+    PaymentIntentPartiallyFunded,
+    /// `charge.refunded`
+    ChargeRefunded,
+    /// `charge.refund.updated`
+    ChargeRefundUpdated,
+    /// `refund.created`
+    RefundCreated,
+    /// `refund.updated`
+    RefundUpdated,
+    /// `charge.dispute.created`
+    ChargeDisputeCreated,
+    /// `charge.dispute.updated`
+    ChargeDisputeUpdated,
+    /// `charge.dispute.closed`
+    ChargeDisputeClosed,
+    /// `charge.dispute.funds_withdrawn`
+    ChargeDisputeFundsWithdrawn,
+    /// `charge.dispute.funds_reinstated`
+    ChargeDisputeFundsReinstated,
+}
+
+impl EventType {
+    /// Every type the feed asks for, the PaymentIntent events first.
+    pub const ALL: [EventType; 16] = [
+        EventType::PaymentIntentSucceeded,
+        EventType::PaymentIntentCanceled,
+        EventType::PaymentIntentPaymentFailed,
+        EventType::PaymentIntentProcessing,
+        EventType::PaymentIntentRequiresAction,
+        EventType::PaymentIntentAmountCapturableUpdated,
+        EventType::PaymentIntentPartiallyFunded,
+        EventType::ChargeRefunded,
+        EventType::ChargeRefundUpdated,
+        EventType::RefundCreated,
+        EventType::RefundUpdated,
+        EventType::ChargeDisputeCreated,
+        EventType::ChargeDisputeUpdated,
+        EventType::ChargeDisputeClosed,
+        EventType::ChargeDisputeFundsWithdrawn,
+        EventType::ChargeDisputeFundsReinstated,
+    ];
+
+    /// Stripe's name of the type.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EventType::PaymentIntentSucceeded => "payment_intent.succeeded",
+            EventType::PaymentIntentCanceled => "payment_intent.canceled",
+            EventType::PaymentIntentPaymentFailed => "payment_intent.payment_failed",
+            EventType::PaymentIntentProcessing => "payment_intent.processing",
+            EventType::PaymentIntentRequiresAction => "payment_intent.requires_action",
+            EventType::PaymentIntentAmountCapturableUpdated => {
+                "payment_intent.amount_capturable_updated"
+            }
+            EventType::PaymentIntentPartiallyFunded => "payment_intent.partially_funded",
+            EventType::ChargeRefunded => "charge.refunded",
+            EventType::ChargeRefundUpdated => "charge.refund.updated",
+            EventType::RefundCreated => "refund.created",
+            EventType::RefundUpdated => "refund.updated",
+            EventType::ChargeDisputeCreated => "charge.dispute.created",
+            EventType::ChargeDisputeUpdated => "charge.dispute.updated",
+            EventType::ChargeDisputeClosed => "charge.dispute.closed",
+            EventType::ChargeDisputeFundsWithdrawn => "charge.dispute.funds_withdrawn",
+            EventType::ChargeDisputeFundsReinstated => "charge.dispute.funds_reinstated",
+        }
+    }
+
+    /// The type Stripe calls `name`; `None` for a type the job does not read.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.as_str() == name)
+    }
+
+    /// The object an event of this type carries.
+    pub const fn object(self) -> EventObject {
+        match self {
+            EventType::PaymentIntentSucceeded
+            | EventType::PaymentIntentCanceled
+            | EventType::PaymentIntentPaymentFailed
+            | EventType::PaymentIntentProcessing
+            | EventType::PaymentIntentRequiresAction
+            | EventType::PaymentIntentAmountCapturableUpdated
+            | EventType::PaymentIntentPartiallyFunded => EventObject::PaymentIntent,
+            EventType::ChargeRefunded => EventObject::Charge,
+            EventType::ChargeRefundUpdated
+            | EventType::RefundCreated
+            | EventType::RefundUpdated => EventObject::Refund,
+            EventType::ChargeDisputeCreated
+            | EventType::ChargeDisputeUpdated
+            | EventType::ChargeDisputeClosed
+            | EventType::ChargeDisputeFundsWithdrawn
+            | EventType::ChargeDisputeFundsReinstated => EventObject::Dispute,
+        }
+    }
+}
+
+/// The names of [`EventType::ALL`] whose object is `object`, or of all of
+/// them (`None`), in that order (PURE, at compile time).
+const fn names<const N: usize>(object: Option<EventObject>) -> [&'static str; N] {
+    let mut out = [""; N];
+    let (mut i, mut n) = (0, 0);
+    while i < EventType::ALL.len() && n < N {
+        let t = EventType::ALL[i];
+        let keep = match object {
+            None => true,
+            Some(o) => t.object() as u8 == o as u8,
+        };
+        if keep {
+            out[n] = t.as_str();
+            n += 1;
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The PaymentIntent event types the job reads ([`EventType`]).
+pub const PAYMENT_INTENT_EVENT_TYPES: [&str; 7] = names(Some(EventObject::PaymentIntent));
+
+/// Every event type the feed asks for (`types[]`; Stripe accepts at most 20,
+/// API reference "List all events"): the names of [`EventType::ALL`].
+pub const EVENT_TYPES: [&str; EventType::ALL.len()] = names(None);
 
 /// What an event's `data.object` is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -75,18 +181,7 @@ impl EventObject {
     /// The object an event type carries; `None` for a type the job does not
     /// read.
     pub fn of_type(event_type: &str) -> Option<Self> {
-        if !EVENT_TYPES.contains(&event_type) {
-            return None;
-        }
-        Some(if event_type.starts_with("payment_intent.") {
-            EventObject::PaymentIntent
-        } else if event_type.starts_with("charge.dispute.") {
-            EventObject::Dispute
-        } else if event_type == "charge.refunded" {
-            EventObject::Charge
-        } else {
-            EventObject::Refund
-        })
+        EventType::parse(event_type).map(EventType::object)
     }
 
     /// Stripe's `object` word for it.
@@ -316,7 +411,7 @@ fn parse_event(e: &Value) -> Parsed {
         return Parsed::Unreadable;
     };
     let (status, metadata) = if kind == EventObject::PaymentIntent {
-        (status_of(object), metadata_of(object))
+        (wire::status(object), wire::metadata(object))
     } else {
         (None, BTreeMap::new())
     };
@@ -344,27 +439,6 @@ fn envelope(e: &Value) -> Option<(&str, &str, DateTime<Utc>, &Value)> {
         .and_then(|t| DateTime::from_timestamp(t, 0))?;
     let object = e.get("data").and_then(|d| d.get("object"))?;
     Some((id, event_type, created, object))
-}
-
-fn status_of(object: &Value) -> Option<ExternalStatus> {
-    object
-        .get("status")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty() && s.len() <= 64)
-        .filter(|s| s.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
-        .map(ExternalStatus::parse)
-}
-
-fn metadata_of(object: &Value) -> BTreeMap<String, String> {
-    object
-        .get("metadata")
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

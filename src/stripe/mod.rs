@@ -6,6 +6,7 @@
 //! - [`account`]: [`AccountId`] (Connect, `Stripe-Account`) and the run's unreachable accounts.
 //! - [`client`]: [`StripeGateway`] and its reads (retrieve, probe, list).
 //! - [`events`]: the events feed (`GET /v1/events`).
+//! - `gateway`: [`StripeGateway`], the state a run's reads share.
 //! - `transport`: one GET: rate limit, retries, HTTP status mapping, body cap.
 //! - [`counting`]: requests per [`Endpoint`] (`stripe_requests{endpoint}`).
 //! - `parsing`: a 200's body into domain facts.
@@ -19,6 +20,7 @@ pub mod client;
 pub mod counting;
 pub mod error;
 pub mod events;
+mod gateway;
 pub mod id;
 mod parsing;
 pub mod retry;
@@ -30,7 +32,7 @@ pub use client::{CreatedWindow, GatewayConfig, StripeGateway, LIST_PAGE_LIMIT};
 pub use counting::{Endpoint, RequestCounts};
 pub use error::{BuildError, GatewayError, InvalidBody, MalformedPaymentIntent, Unavailable};
 pub use events::{
-    EventObject, EventPage, PaymentIntentEvent, EVENT_TYPES, PAYMENT_INTENT_EVENT_TYPES,
+    EventObject, EventPage, EventType, PaymentIntentEvent, EVENT_TYPES, PAYMENT_INTENT_EVENT_TYPES,
 };
 pub use id::{InvalidPaymentIntentId, PaymentIntentId};
 pub use parsing::{ListPage, ListedPaymentIntent};

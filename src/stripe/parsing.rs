@@ -8,12 +8,8 @@ use serde_json::Value;
 
 use super::error::{InvalidBody, MalformedPaymentIntent, Unavailable};
 use super::id::PaymentIntentId;
-use super::transport::header;
-use super::wire::payment_intent_facts;
+use super::wire::{is_status_word, payment_intent_facts};
 use crate::reconcile::{ExternalStatus, PaymentIntentFacts};
-
-/// Longest status string accepted from Stripe, in bytes.
-const MAX_STATUS_LEN: usize = 64;
 
 /// One PaymentIntent of a list page.
 #[derive(Debug, Clone)]
@@ -81,13 +77,7 @@ fn payment_intent_object(pi: &Value) -> Result<PaymentIntentFacts, MalformedPaym
         return Err(MalformedPaymentIntent::NotAPaymentIntent);
     }
     let status = match pi.get("status") {
-        Some(Value::String(s))
-            if !s.is_empty()
-                && s.len() <= MAX_STATUS_LEN
-                && s.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') =>
-        {
-            ExternalStatus::parse(s)
-        }
+        Some(Value::String(s)) if is_status_word(s) => ExternalStatus::parse(s),
         Some(Value::String(_)) => return Err(MalformedPaymentIntent::StatusNotAWord),
         Some(_) => return Err(MalformedPaymentIntent::StatusNotAString),
         None => return Err(MalformedPaymentIntent::StatusMissing),
@@ -136,6 +126,14 @@ pub(super) fn parse_list_page(headers: &HeaderMap, body: &[u8]) -> Result<ListPa
         items,
         next_after: if has_more { last } else { None },
     })
+}
+
+/// A header's value as text, at most 200 characters (it goes into logs).
+pub(super) fn header(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.chars().take(200).collect())
 }
 
 #[cfg(test)]

@@ -15,9 +15,10 @@ use tracing::Span;
 use url::Url;
 
 use super::account::AccountId;
-use super::client::StripeGateway;
 use super::counting::Endpoint;
 use super::error::{GatewayError, InvalidBody, Unavailable};
+use super::gateway::StripeGateway;
+use super::parsing::header;
 use super::retry::{self, Attempt, AttemptOutcome};
 use super::wire::WireErrorEnvelope;
 
@@ -354,14 +355,6 @@ fn transport_error(e: reqwest::Error) -> AttemptError {
             request_id: None,
         }
     }
-}
-
-/// A header's value as text, at most 200 characters (it goes into logs).
-pub(super) fn header(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(|s| s.chars().take(200).collect())
 }
 
 async fn read_capped(

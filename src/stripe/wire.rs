@@ -1,6 +1,8 @@
 //! Stripe's JSON shapes, parsed leniently: only the fields the reconciler needs;
 //! unknown fields and nulls are ignored. These types never leave the gateway.
 
+use std::collections::BTreeMap;
+
 use chrono::DateTime;
 use serde::Deserialize;
 use serde_json::Value;
@@ -62,6 +64,39 @@ fn word(value: &Value) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// Longest status string accepted from Stripe, in bytes.
+const MAX_STATUS_LEN: usize = 64;
+
+/// Whether `s` can be a PaymentIntent status: a short lowercase snake_case
+/// word (anything else from the wire is refused, never stored or shown).
+pub(crate) fn is_status_word(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_STATUS_LEN
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+}
+
+/// A PaymentIntent object's `status`, when it is a status word.
+pub(crate) fn status(object: &Value) -> Option<ExternalStatus> {
+    object
+        .get("status")
+        .and_then(Value::as_str)
+        .filter(|s| is_status_word(s))
+        .map(ExternalStatus::parse)
+}
+
+/// A PaymentIntent object's `metadata`: its string values (others dropped).
+pub(crate) fn metadata(object: &Value) -> BTreeMap<String, String> {
+    object
+        .get("metadata")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The facts of a PaymentIntent JSON object whose `status` the caller has
 /// already validated: amounts, currency, `created`, `capture_method`,
 /// `payment_method_types`, `metadata` and the latest charge. Wrong types
@@ -85,15 +120,7 @@ pub(crate) fn payment_intent_facts(pi: &Value, status: ExternalStatus) -> Paymen
             .and_then(Value::as_array)
             .map(|types| types.iter().filter_map(word).collect())
             .unwrap_or_default(),
-        metadata: pi
-            .get("metadata")
-            .and_then(Value::as_object)
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-                    .collect()
-            })
-            .unwrap_or_default(),
+        metadata: metadata(pi),
         charge: charge_facts(pi),
     }
 }

@@ -52,6 +52,9 @@
 //! - `your_schema`: the application's status words and amounts in major units
 //! - `your_outbox`: the user's own outbox and ids, created before `migrate`
 
+// Test code: a failed unwrap is a failed test (Cargo.toml [lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../support/mod.rs"]
 mod support;
 

@@ -1,0 +1,60 @@
+//! [`CommandError`]: why a subcommand failed, and its exit code.
+
+use crate::config::ConfigError;
+use crate::db::DbError;
+use crate::events::EventsError;
+use crate::exit;
+use crate::outcome::RunError;
+use crate::store::StoreError;
+use crate::stripe::BuildError;
+
+/// Why a subcommand failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// A missing or malformed setting (exit 78).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The database could not be reached or migrated (exit 1).
+    #[error(transparent)]
+    Db(#[from] DbError),
+    /// The HTTP client could not be built (exit 1).
+    #[error(transparent)]
+    Http(#[from] BuildError),
+    /// A database failure outside a run (exit 1).
+    #[error(transparent)]
+    Store(StoreError),
+    /// The command line is wrong in a way clap cannot see, e.g. an empty
+    /// note (exit 2).
+    #[error("{0}")]
+    Usage(String),
+    /// The request was refused and nothing changed (exit 65), e.g. resolving
+    /// a finding that is already resolved.
+    #[error("{0}")]
+    Refused(String),
+    /// The output could not be serialised (exit 1).
+    #[error("cannot serialise the output")]
+    Output(#[from] serde_json::Error),
+    /// The run stopped early (exit code per [`RunError::exit_code`]).
+    #[error(transparent)]
+    Scan(#[from] RunError),
+    /// The events run stopped early (exit code per [`EventsError::exit_code`]).
+    #[error(transparent)]
+    Events(#[from] EventsError),
+}
+
+impl CommandError {
+    /// The process exit code (DESIGN.md, Interface).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CommandError::Config(_) => exit::CONFIG,
+            CommandError::Db(_)
+            | CommandError::Http(_)
+            | CommandError::Store(_)
+            | CommandError::Output(_) => exit::FAILURE,
+            CommandError::Usage(_) => exit::USAGE,
+            CommandError::Refused(_) => exit::REFUSED,
+            CommandError::Scan(e) => e.exit_code(),
+            CommandError::Events(e) => e.exit_code(),
+        }
+    }
+}

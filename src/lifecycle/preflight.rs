@@ -1,0 +1,167 @@
+//! The start-up checks of every command that reads `payments` (exit 78
+//! naming what to fix): the user's schema ([`check_schema`]), the partition
+//! ([`checked`], [`require_index`]), and what a scheduled job's run relies on
+//! ([`check_columns`]). `RECONCILER_PARTITION_COLUMN` is checked against the
+//! catalogue: the column exists with a text or integer type, the value fits
+//! it, and the reads then cast the bound value to that kind (so the
+//! `(column, id)` index is usable).
+
+use sqlx::{PgConnection, PgPool};
+
+use super::CommandError;
+use crate::config::{ConfigError, Settings};
+use crate::store::outbox_shape::{self, OutboxMismatch, OutboxState};
+use crate::store::payment_index::{self, PaymentIntentIndex};
+use crate::store::payments::{self, ColumnError, MoneyColumns};
+use crate::store::Context;
+
+/// Checks what `migrate`, `run` and `repair` need of the user's schema before
+/// anything is written (DESIGN.md, Turn 3): `payments.id` is an integer, and
+/// the outbox `RECONCILER_OUTBOX_TABLE` names is absent (reconciler shape) or
+/// has the configured shape. Only `migrating` accepts an absent outbox.
+///
+/// # Errors
+/// [`CommandError::Config`] (exit 78) with one sentence naming what does not
+/// fit and the ways out; [`CommandError::Store`] from the database.
+pub async fn check_schema(
+    conn: &mut sqlx::PgConnection,
+    settings: &Settings,
+    migrating: bool,
+) -> Result<OutboxState, CommandError> {
+    if let Err(e) = payment_index::check_integer_id(&mut *conn)
+        .await
+        .map_err(CommandError::Store)?
+    {
+        return Err(ConfigError::Unusable {
+            var: "DATABASE_URL",
+            problem: Box::new(e),
+        }
+        .into());
+    }
+    match outbox_shape::check(conn, &settings.job.outbox)
+        .await
+        .map_err(CommandError::Store)?
+    {
+        Ok(OutboxState::Absent) if !migrating => Err(ConfigError::Unusable {
+            var: "RECONCILER_OUTBOX_TABLE",
+            problem: Box::new(OutboxMismatch::NotMigrated {
+                table: settings.job.outbox.table.display(),
+            }),
+        }
+        .into()),
+        Ok(state) => Ok(state),
+        Err(mismatch) => Err(ConfigError::Unusable {
+            var: "RECONCILER_OUTBOX_TABLE",
+            problem: Box::new(mismatch),
+        }
+        .into()),
+    }
+}
+
+/// The schema a run relies on: an index on `payments.stripe_payment_intent_id`
+/// (each batch looks duplicates up by it; without one every row would scan
+/// the table), `RECONCILER_AMOUNT_COLUMN` / `RECONCILER_CURRENCY_COLUMN` /
+/// `RECONCILER_ACCOUNT_COLUMN` naming columns of `payments` with usable
+/// types, and the partition's column (with its index). Exit 78 naming what to
+/// fix. Returns the settings with the partition's kind fixed
+/// ([`checked`]). `need_partition_index`: `run` reads
+/// every batch by the partition's index; `events` looks rows up by
+/// PaymentIntent and does not need it.
+pub async fn check_columns(
+    pool: &PgPool,
+    settings: &Settings,
+    need_partition_index: bool,
+) -> Result<Settings, CommandError> {
+    let mut conn = pool
+        .acquire()
+        .await
+        .context("connecting")
+        .map_err(CommandError::Store)?;
+    check_schema(&mut conn, settings, false).await?;
+    let settings = checked(&mut conn, settings).await?;
+    if need_partition_index {
+        require_index(&mut conn, &settings).await?;
+    }
+    let columns = MoneyColumns::of(&settings.job);
+    if payment_index::payment_intent_index(&mut conn)
+        .await
+        .map_err(CommandError::Store)?
+        == PaymentIntentIndex::Missing
+    {
+        return Err(ConfigError::Invalid {
+            var: "DATABASE_URL",
+            reason: "payments.stripe_payment_intent_id has no index: run `stripe-reconciler migrate` (it adds one) before `run`".to_owned(),
+        }
+        .into());
+    }
+    if columns.amount.is_some() || columns.currency.is_some() || columns.account.is_some() {
+        payments::check_columns(&mut conn, columns)
+            .await
+            .map_err(column_error)?;
+    }
+    Ok(settings)
+}
+
+/// `settings` with the partition's kind fixed from the catalogue (a clone;
+/// unchanged without a partition).
+///
+/// # Errors
+/// [`CommandError::Config`] (exit 78) naming `RECONCILER_PARTITION_COLUMN`
+/// or `RECONCILER_PARTITION_VALUE`; [`CommandError::Store`] from the database.
+pub async fn checked(
+    conn: &mut PgConnection,
+    settings: &Settings,
+) -> Result<Settings, CommandError> {
+    let mut settings = settings.clone();
+    if let Some(partition) = settings.job.partition.as_mut() {
+        partition.kind = payments::check_partition(conn, partition)
+            .await
+            .map_err(column_error)?;
+    }
+    Ok(settings)
+}
+
+/// What `run` needs beyond [`checked`]: an index whose first column is the
+/// partition column, so a batch read is an index range scan, not a table
+/// scan per batch (`migrate` adds one).
+///
+/// # Errors
+/// [`CommandError::Config`] (exit 78) naming `RECONCILER_PARTITION_COLUMN`.
+pub async fn require_index(
+    conn: &mut PgConnection,
+    settings: &Settings,
+) -> Result<(), CommandError> {
+    let Some(partition) = &settings.job.partition else {
+        return Ok(());
+    };
+    if payment_index::partition_index(conn, &partition.column)
+        .await
+        .map_err(CommandError::Store)?
+        .is_none()
+    {
+        return Err(ConfigError::Invalid {
+            var: "RECONCILER_PARTITION_COLUMN",
+            reason: format!(
+                "payments has no index on ({:?}, id), which every batch of a partition reads by: run `stripe-reconciler migrate` with the same RECONCILER_PARTITION_COLUMN and RECONCILER_PARTITION_VALUE (and this RECONCILER_JOB) set, before `run`; it adds the index CONCURRENTLY (the chart's migration hook does this)",
+                partition.column.as_str()
+            ),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// A [`ColumnError`] as the command's error: exit 78 naming the variable,
+/// or the database's failure.
+pub fn column_error(e: ColumnError) -> CommandError {
+    match e {
+        ColumnError::Store(e) => CommandError::Store(e),
+        e @ (ColumnError::Missing { var, .. }
+        | ColumnError::WrongType { var, .. }
+        | ColumnError::BadValue { var, .. }) => ConfigError::Unusable {
+            var,
+            problem: Box::new(e),
+        }
+        .into(),
+    }
+}
