@@ -58,6 +58,16 @@ fn int(details: Option<&Value>, key: &str) -> Option<i64> {
     details?.get(key)?.as_i64()
 }
 
+/// A [`Differs`] from its parts.
+fn make(field: &str, local: Option<String>, stripe: Option<String>, phrase: String) -> Differs {
+    Differs {
+        field: field.to_owned(),
+        local,
+        stripe,
+        phrase,
+    }
+}
+
 fn text<'a>(details: Option<&'a Value>, key: &str) -> Option<&'a str> {
     details?.get(key)?.as_str()
 }
@@ -84,15 +94,64 @@ pub fn differs(
     external_status: Option<&str>,
     details: Option<&Value>,
 ) -> Differs {
+    if let Some(money) = money_differs(kind, local_status, details) {
+        return money;
+    }
+    let d = details;
+    match kind {
+        "duplicate_payment_intent" => make(
+            "payment_intent",
+            Some("on several payments".to_owned()),
+            None,
+            "one PaymentIntent on several payments".to_owned(),
+        ),
+        "missing_externally" => make(
+            "payment_intent",
+            Some(local_status.to_owned()),
+            None,
+            "no such PaymentIntent".to_owned(),
+        ),
+        "invalid_payment_intent_id" => make(
+            "payment_intent_id",
+            Some(local_status.to_owned()),
+            None,
+            "malformed PaymentIntent id".to_owned(),
+        ),
+        "persistently_unverifiable" => {
+            let stripe = text(d, "last_error").map(str::to_owned);
+            let phrase = format!(
+                "no answer from Stripe: {}",
+                stripe.as_deref().unwrap_or("-")
+            );
+            make(
+                "stripe_answer",
+                Some(local_status.to_owned()),
+                stripe,
+                phrase,
+            )
+        }
+        "write_refused" => {
+            let local = text(d, "message").map(|m| match text(d, "sqlstate") {
+                Some(code) => format!("{code} {m}"),
+                None => m.to_owned(),
+            });
+            let stripe = text(d, "observed_external_status").map(str::to_owned);
+            let phrase = format!("write refused: {}", local.as_deref().unwrap_or("-"));
+            make("write", local, stripe, phrase)
+        }
+        _ => {
+            let stripe = external_status.map(str::to_owned);
+            let phrase = format!("status {}", versus(Some(local_status), external_status));
+            make("status", Some(local_status.to_owned()), stripe, phrase)
+        }
+    }
+}
+
+/// What disagrees on a money finding (amounts, currencies, refunds,
+/// disputes, money with no order); `None` for every other kind.
+fn money_differs(kind: &str, local_status: &str, details: Option<&Value>) -> Option<Differs> {
     let d = details;
     let currency = text(d, "currency").map(str::trim).filter(|c| !c.is_empty());
-    let make =
-        |field: &str, local: Option<String>, stripe: Option<String>, phrase: String| Differs {
-            field: field.to_owned(),
-            local,
-            stripe,
-            phrase,
-        };
     // `refunded of amount CUR` (`5.00 of 5.00 USD`).
     let refund_share = || {
         let refunded = int(d, "amount_refunded")?;
@@ -104,7 +163,7 @@ pub fn differs(
             (None, c) => money(refunded, c),
         })
     };
-    match kind {
+    Some(match kind {
         "amount_mismatch" => {
             let local = int(d, "local_amount")
                 .map(|m| money(m, currency))
@@ -150,12 +209,6 @@ pub fn differs(
             };
             make("disputed", None, stripe, phrase)
         }
-        "duplicate_payment_intent" => make(
-            "payment_intent",
-            Some("on several payments".to_owned()),
-            None,
-            "one PaymentIntent on several payments".to_owned(),
-        ),
         "missing_locally" => {
             let stripe = int(d, "amount_received")
                 .or_else(|| int(d, "amount"))
@@ -166,46 +219,8 @@ pub fn differs(
             );
             make("payment", None, stripe, phrase)
         }
-        "missing_externally" => make(
-            "payment_intent",
-            Some(local_status.to_owned()),
-            None,
-            "no such PaymentIntent".to_owned(),
-        ),
-        "invalid_payment_intent_id" => make(
-            "payment_intent_id",
-            Some(local_status.to_owned()),
-            None,
-            "malformed PaymentIntent id".to_owned(),
-        ),
-        "persistently_unverifiable" => {
-            let stripe = text(d, "last_error").map(str::to_owned);
-            let phrase = format!(
-                "no answer from Stripe: {}",
-                stripe.as_deref().unwrap_or("-")
-            );
-            make(
-                "stripe_answer",
-                Some(local_status.to_owned()),
-                stripe,
-                phrase,
-            )
-        }
-        "write_refused" => {
-            let local = text(d, "message").map(|m| match text(d, "sqlstate") {
-                Some(code) => format!("{code} {m}"),
-                None => m.to_owned(),
-            });
-            let stripe = text(d, "observed_external_status").map(str::to_owned);
-            let phrase = format!("write refused: {}", local.as_deref().unwrap_or("-"));
-            make("write", local, stripe, phrase)
-        }
-        _ => {
-            let stripe = external_status.map(str::to_owned);
-            let phrase = format!("status {}", versus(Some(local_status), external_status));
-            make("status", Some(local_status.to_owned()), stripe, phrase)
-        }
-    }
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
