@@ -35,6 +35,7 @@
 //! - `plan`: `RECONCILER_BATCHES_PER_RUN` auto and fixed, the plan in `status`
 //! - `partition`: one release per Stripe account on one table (`RECONCILER_PARTITION_*`)
 //! - `notify`: `RECONCILER_NOTIFY_URL`: one message per new finding, retries, Slack escaping
+//! - `notify_redirect`: a notification receiver that redirects has not received it
 //! - `own_state`: the reconciler's own per-payment state; no writes into `payments`
 //! - `partition_events`: the events job keeps to its partition
 //! - `pgbouncer`: the job behind a transaction-pooling PgBouncer
@@ -85,6 +86,7 @@ mod money;
 mod money_charges;
 mod money_columns;
 mod notify;
+mod notify_redirect;
 mod ops;
 mod ops_cli;
 mod outbox_status;
