@@ -26,6 +26,7 @@
 //! - `locks`: scan, repair workers and the application on the same rows
 //! - `metrics`: the figures a run pushes to a real Pushgateway
 //! - `migrate`: `migrate` and the migrations
+//! - `migrate_leftover`: an index build that times out reports the invalid index it leaves
 //! - `money`: refunds, disputes, duplicates, amount and currency checks
 //! - `money_charges`: unexpanded, trimmed, partial and acknowledged charges; money proven later
 //! - `money_columns`: the configured amount and currency columns
@@ -82,6 +83,7 @@ mod list_mode_faults;
 mod locks;
 mod metrics;
 mod migrate;
+mod migrate_leftover;
 mod money;
 mod money_charges;
 mod money_columns;
