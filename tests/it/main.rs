@@ -44,6 +44,7 @@
 //! - `review`: the review queue (`findings list`/`resolve`)
 //! - `review_loop`: differs, the CSV round trip, history (`findings show`)
 //! - `review_view`: the BI view `reconciliation_review` and its read-only role
+//! - `resolve_file_lines`: `findings resolve --file` names the line an editor shows (CRLF, BOM, blank lines)
 //! - `scan`: one batch's verdict paths and its set-based phase 3
 //! - `stops`: `run` and `repair` stopped part-way (signals, a cursor moved by another run)
 //! - `status`: `status` and `status --json`
@@ -98,6 +99,7 @@ mod partition_events;
 mod pgbouncer;
 mod plan;
 mod repair;
+mod resolve_file_lines;
 mod review;
 mod review_loop;
 mod review_view;
