@@ -46,6 +46,7 @@
 //! - `review_view`: the BI view `reconciliation_review` and its read-only role
 //! - `resolve_file_lines`: `findings resolve --file` names the line an editor shows (CRLF, BOM, blank lines)
 //! - `scan`: one batch's verdict paths and its set-based phase 3
+//! - `schema_doc`: docs/schema.md names everything `migrate` creates
 //! - `stops`: `run` and `repair` stopped part-way (signals, a cursor moved by another run)
 //! - `status`: `status` and `status --json`
 //! - `stripe_redirect`: a redirecting API base and a live key over plain http
@@ -104,6 +105,7 @@ mod review;
 mod review_loop;
 mod review_view;
 mod scan;
+mod schema_doc;
 mod status;
 mod stops;
 mod stripe_redirect;
