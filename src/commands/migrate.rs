@@ -92,7 +92,7 @@ async fn partition_index(
     if built == IndexBuild::LockTimeout {
         println!(
             "{}",
-            lock_skipped(&name, &format!("payments ({column}, id)"))
+            lock_skipped(&mut *conn, &name, &format!("payments ({column}, id)")).await?
         );
         return Ok(());
     }
@@ -147,7 +147,12 @@ async fn payment_intent_index(
             if built == IndexBuild::LockTimeout {
                 println!(
                     "{}",
-                    lock_skipped(schema::UNIQUE_INDEX, "payments (stripe_payment_intent_id)")
+                    lock_skipped(
+                        &mut *conn,
+                        schema::UNIQUE_INDEX,
+                        "payments (stripe_payment_intent_id)"
+                    )
+                    .await?
                 );
                 return Ok(());
             }
@@ -165,7 +170,12 @@ async fn payment_intent_index(
         if built == IndexBuild::LockTimeout {
             println!(
                 "{}",
-                lock_skipped(schema::PLAIN_INDEX, "payments (stripe_payment_intent_id)")
+                lock_skipped(
+                    &mut *conn,
+                    schema::PLAIN_INDEX,
+                    "payments (stripe_payment_intent_id)"
+                )
+                .await?
             );
             return Ok(());
         }
@@ -178,10 +188,28 @@ async fn payment_intent_index(
 }
 
 /// The line `migrate` prints when a `CREATE INDEX CONCURRENTLY` on the
-/// application's table did not get its lock in time.
-fn lock_skipped(index: &str, on: &str) -> String {
-    format!(
-        "{index} on {on}: not built, a transaction on payments held its lock for more than {} (CREATE INDEX CONCURRENTLY waits for the transactions already running); nothing was left behind, run migrate again later",
-        crate::store::legacy::INDEX_LOCK_TIMEOUT
-    )
+/// application's table did not get its lock in time. When the drop of the
+/// build's invalid leftover timed out too (a transaction with an older
+/// snapshot holds both back), the line says the index is still there: the
+/// application's writes maintain it until the next `migrate` drops it.
+async fn lock_skipped(
+    conn: &mut sqlx::PgConnection,
+    index: &str,
+    on: &str,
+) -> Result<String, CommandError> {
+    let left = schema::invalid_indexes_named_in(&mut *conn, index)
+        .await
+        .map_err(CommandError::Store)?
+        .iter()
+        .any(|name| name == index);
+    let timeout = crate::store::legacy::INDEX_LOCK_TIMEOUT;
+    Ok(if left {
+        format!(
+            "{index} on {on}: not built, a transaction on payments held its lock for more than {timeout} (CREATE INDEX CONCURRENTLY waits for the transactions already running); {index} is left on payments, invalid (unused by queries, but the application's writes maintain it) and could not be dropped either: run migrate again later, it drops the leftover and builds the index"
+        )
+    } else {
+        format!(
+            "{index} on {on}: not built, a transaction on payments held its lock for more than {timeout} (CREATE INDEX CONCURRENTLY waits for the transactions already running); nothing was left behind, run migrate again later"
+        )
+    })
 }

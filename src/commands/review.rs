@@ -255,6 +255,25 @@ pub struct FileLine {
     pub by: String,
 }
 
+/// The line (1-based, as an editor counts it) where the record at `position`
+/// starts. The csv crate's own line count is one short after a CRLF line
+/// ending (a spreadsheet's CSV) and counts a blank line before a record as
+/// the record's: its byte offset, past any line breaks, is exact.
+fn line_of(text: &str, position: &csv::Position) -> u64 {
+    let start = usize::try_from(position.byte())
+        .unwrap_or(usize::MAX)
+        .min(text.len());
+    let skipped = text.as_bytes()[start..]
+        .iter()
+        .take_while(|b| matches!(b, b'\r' | b'\n'))
+        .count();
+    let newlines = text.as_bytes()[..start + skipped]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count();
+    newlines as u64 + 1
+}
+
 /// Reads a resolution CSV: a header row with `id` and `note` (optional
 /// `by`; other columns ignored), then one finding a line. Every line is
 /// checked before anything is written.
@@ -282,10 +301,10 @@ pub fn parse_file(text: &str, default_by: Option<&str>) -> Result<Vec<FileLine>,
     let mut lines = Vec::new();
     for record in reader.records() {
         let record = record.map_err(|e| {
-            let line = e.position().map_or(0, |p| p.line());
+            let line = e.position().map_or(0, |p| line_of(text, p));
             format!("line {line}: malformed CSV: {e}")
         })?;
-        let line = record.position().map_or(0, |p| p.line());
+        let line = record.position().map_or(0, |p| line_of(text, p));
         let field = |i: usize| record.get(i).unwrap_or("").trim();
         let raw_id = field(id_col);
         let id: i64 = raw_id

@@ -41,6 +41,10 @@ pub enum NotifyError {
     /// The post failed: no answer, refused, or not 2xx (the error carries no URL).
     #[error("the notification could not be posted: {0}")]
     Post(reqwest::Error),
+    /// The receiver answered, but not with a 2xx (e.g. a redirect, which is
+    /// not followed): its HTTP status.
+    #[error("the notification receiver answered HTTP {0}, not 2xx")]
+    NotDelivered(u16),
     /// [`BUDGET`] ran out.
     #[error("the notification took longer than {0:?}")]
     Timeout(Duration),
@@ -110,13 +114,18 @@ async fn deliver(
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|e| NotifyError::Post(e.without_url()))?;
-    client
+    let answer = client
         .post(notify.url.expose_secret())
         .json(&body)
         .send()
         .await
         .and_then(reqwest::Response::error_for_status)
         .map_err(|e| NotifyError::Post(e.without_url()))?;
+    // Redirects are not followed, and a 3xx (or any other non-2xx) is not
+    // a delivery: the findings wait for the next run.
+    if !answer.status().is_success() {
+        return Err(NotifyError::NotDelivered(answer.status().as_u16()));
+    }
     tx.commit()
         .await
         .context("recording the findings notified")?;

@@ -26,6 +26,7 @@
 //! - `locks`: scan, repair workers and the application on the same rows
 //! - `metrics`: the figures a run pushes to a real Pushgateway
 //! - `migrate`: `migrate` and the migrations
+//! - `migrate_leftover`: an index build that times out reports the invalid index it leaves
 //! - `money`: refunds, disputes, duplicates, amount and currency checks
 //! - `money_charges`: unexpanded, trimmed, partial and acknowledged charges; money proven later
 //! - `money_columns`: the configured amount and currency columns
@@ -35,6 +36,7 @@
 //! - `plan`: `RECONCILER_BATCHES_PER_RUN` auto and fixed, the plan in `status`
 //! - `partition`: one release per Stripe account on one table (`RECONCILER_PARTITION_*`)
 //! - `notify`: `RECONCILER_NOTIFY_URL`: one message per new finding, retries, Slack escaping
+//! - `notify_redirect`: a notification receiver that redirects has not received it
 //! - `own_state`: the reconciler's own per-payment state; no writes into `payments`
 //! - `partition_events`: the events job keeps to its partition
 //! - `pgbouncer`: the job behind a transaction-pooling PgBouncer
@@ -42,7 +44,9 @@
 //! - `review`: the review queue (`findings list`/`resolve`)
 //! - `review_loop`: differs, the CSV round trip, history (`findings show`)
 //! - `review_view`: the BI view `reconciliation_review` and its read-only role
+//! - `resolve_file_lines`: `findings resolve --file` names the line an editor shows (CRLF, BOM, blank lines)
 //! - `scan`: one batch's verdict paths and its set-based phase 3
+//! - `schema_doc`: docs/schema.md names everything `migrate` creates
 //! - `stops`: `run` and `repair` stopped part-way (signals, a cursor moved by another run)
 //! - `status`: `status` and `status --json`
 //! - `stripe_redirect`: a redirecting API base and a live key over plain http
@@ -81,10 +85,12 @@ mod list_mode_faults;
 mod locks;
 mod metrics;
 mod migrate;
+mod migrate_leftover;
 mod money;
 mod money_charges;
 mod money_columns;
 mod notify;
+mod notify_redirect;
 mod ops;
 mod ops_cli;
 mod outbox_status;
@@ -94,10 +100,12 @@ mod partition_events;
 mod pgbouncer;
 mod plan;
 mod repair;
+mod resolve_file_lines;
 mod review;
 mod review_loop;
 mod review_view;
 mod scan;
+mod schema_doc;
 mod status;
 mod stops;
 mod stripe_redirect;
