@@ -179,10 +179,40 @@ RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
     END
 $$;
 
+-- The payment's order and PaymentIntent for the view, read from `payments`
+-- through PL/pgSQL, whose body PostgreSQL does not record as a dependency:
+-- the view must never stop the application from changing or dropping its
+-- own columns (DESIGN.md, turn 4: the application's table is the
+-- application's). The row is read as JSON, so a column the application
+-- dropped or retyped gives NULL or its text instead of an error. Runs with
+-- its owner's rights (SECURITY DEFINER, search_path pinned to the schema
+-- migrate ran in), so the BI role reads the queue without reading
+-- `payments`; EXECUTE is granted only where sql/least_privilege.sql says.
+CREATE OR REPLACE FUNCTION reconciliation_payment_ref(
+    _payment_id bigint, OUT order_id text, OUT payment_intent_id text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER AS $$
+DECLARE
+    _row jsonb;
+BEGIN
+    SELECT to_jsonb(p) INTO _row FROM payments p WHERE p.id = _payment_id;
+    order_id := _row ->> 'order_id';
+    payment_intent_id := _row ->> 'stripe_payment_intent_id';
+END
+$$;
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION reconciliation_payment_ref(bigint) SET search_path = %I, pg_catalog',
+                   current_schema());
+END
+$$;
+REVOKE EXECUTE ON FUNCTION reconciliation_payment_ref(bigint) FROM PUBLIC;
+
 -- The stable interface for BI tools (docs/review.md): one row per finding.
--- Columns are added, never renamed or removed. Runs with its owner's rights,
--- so a role granted SELECT on it alone (sql/least_privilege.sql,
--- stripe_reconciler_bi) reads the queue without reading `payments`.
+-- Columns are added, never renamed or removed. It reads `payments` only
+-- through reconciliation_payment_ref (no dependency on the application's
+-- table), so a role granted SELECT on it and EXECUTE on that function
+-- (sql/least_privilege.sql, stripe_reconciler_bi) reads the queue without
+-- reading `payments`.
 CREATE OR REPLACE VIEW reconciliation_review AS
 SELECT f.id                                                     AS finding_id,
        f.kind,
@@ -195,8 +225,8 @@ SELECT f.id                                                     AS finding_id,
                   'amount_mismatch', 'currency_mismatch', 'duplicate_payment_intent',
                   'missing_locally')                            AS money_at_risk,
        f.payment_id::text                                       AS payment_key,
-       p.order_id::text                                         AS order_id,
-       coalesce(p.stripe_payment_intent_id, f.stripe_payment_intent_id)::text AS payment_intent_id,
+       p.order_id                                               AS order_id,
+       coalesce(p.payment_intent_id, f.stripe_payment_intent_id)::text AS payment_intent_id,
        f.stripe_account_id,
        f.local_status,
        f.external_status                                        AS stripe_status,
@@ -208,12 +238,12 @@ SELECT f.id                                                     AS finding_id,
        f.resolution,
        f.resolved_by,
        f.resolution_note,
-       CASE WHEN coalesce(p.stripe_payment_intent_id, f.stripe_payment_intent_id) ~ '^pi_[A-Za-z0-9]+$'
+       CASE WHEN coalesce(p.payment_intent_id, f.stripe_payment_intent_id) ~ '^pi_[A-Za-z0-9]+$'
              AND (f.stripe_account_id IS NULL OR f.stripe_account_id = ''
                   OR f.stripe_account_id ~ '^acct_[A-Za-z0-9]+$')
             THEN 'https://dashboard.stripe.com/'
                  || coalesce(nullif(f.stripe_account_id, '') || '/', '')
-                 || 'payments/' || coalesce(p.stripe_payment_intent_id, f.stripe_payment_intent_id)
+                 || 'payments/' || coalesce(p.payment_intent_id, f.stripe_payment_intent_id)
        END                                                      AS dashboard_url
   FROM reconciliation_findings f
-  LEFT JOIN payments p ON p.id = f.payment_id;
+  LEFT JOIN LATERAL reconciliation_payment_ref(f.payment_id) p ON f.payment_id IS NOT NULL;

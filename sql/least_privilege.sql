@@ -66,8 +66,9 @@ $$;
 
 -- A read-only role for BI tools (Metabase, Grafana, Power BI): the view
 -- reconciliation_review and nothing else (docs/review.md). The view runs
--- with its owner's rights, so the role needs no grant on `payments` or on
--- the reconciler's tables. Give it a password and use it in the BI tool:
+-- with its owner's rights and reads `payments` through a SECURITY DEFINER
+-- function, so the role needs no grant on `payments` or on the reconciler's
+-- tables. Give it a password and use it in the BI tool:
 --   ALTER ROLE stripe_reconciler_bi PASSWORD '...';
 DO $$
 BEGIN
@@ -80,3 +81,7 @@ END
 $$;
 GRANT USAGE ON SCHEMA public TO stripe_reconciler_bi;
 GRANT SELECT ON reconciliation_review TO stripe_reconciler_bi;
+-- The view reads each finding's order and PaymentIntent through this
+-- function (it runs with its owner's rights; the role reads no payment row
+-- otherwise).
+GRANT EXECUTE ON FUNCTION reconciliation_payment_ref(bigint) TO stripe_reconciler_bi;
