@@ -274,59 +274,85 @@ fn line_of(text: &str, position: &csv::Position) -> u64 {
     newlines as u64 + 1
 }
 
+/// Why a resolution CSV was refused (nothing is resolved). Each message
+/// names the line of the file (1 = the header) so the user can fix it.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// The first line is not a CSV header.
+    #[error("line 1: not a CSV header: {0}")]
+    Header(#[source] csv::Error),
+    /// The header lacks `id` or `note`.
+    #[error("line 1: the header must name the columns `id` and `note`")]
+    Columns,
+    /// A line the CSV reader rejects (wrong number of fields, bad quoting).
+    #[error("line {line}: malformed CSV: {source}")]
+    Malformed {
+        line: u64,
+        #[source]
+        source: csv::Error,
+    },
+    /// An id that is not a number (the raw text, escaped).
+    #[error("line {line}: id {raw:?} is not a finding id")]
+    Id { line: u64, raw: String },
+    /// A line with an empty note.
+    #[error("line {line}: finding {id} has an empty note (say why it is resolved)")]
+    EmptyNote { line: u64, id: i64 },
+    /// No `by` on the line and none given by `--by` or `USER`.
+    #[error("line {line}: finding {id} has no `by` and no --by was given (or USER set)")]
+    NoBy { line: u64, id: i64 },
+    /// The same finding on two lines.
+    #[error("line {line}: finding {id} is already named on line {first}")]
+    Twice { line: u64, id: i64, first: u64 },
+    /// A header and no line.
+    #[error("the file names no finding (a header row, then one line per finding)")]
+    Empty,
+}
+
 /// Reads a resolution CSV: a header row with `id` and `note` (optional
 /// `by`; other columns ignored), then one finding a line. Every line is
 /// checked before anything is written.
 ///
 /// # Errors
-/// A message naming the line: a malformed line (wrong number of fields,
+/// [`FileError`], naming the line: a malformed line (wrong number of fields,
 /// bad quoting), an id that is not a number, an empty note, no `by` on the
 /// line and no `--by`, an id named twice; or no header / no line at all.
-pub fn parse_file(text: &str, default_by: Option<&str>) -> Result<Vec<FileLine>, String> {
+pub fn parse_file(text: &str, default_by: Option<&str>) -> Result<Vec<FileLine>, FileError> {
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(true)
         .flexible(false)
         .from_reader(text.as_bytes());
-    let headers = reader
-        .headers()
-        .map_err(|e| format!("line 1: not a CSV header: {e}"))?
-        .clone();
+    let headers = reader.headers().map_err(FileError::Header)?.clone();
     let column = |name: &str| headers.iter().position(|h| h.trim() == name);
     let (Some(id_col), Some(note_col)) = (column("id"), column("note")) else {
-        return Err("line 1: the header must name the columns `id` and `note`".into());
+        return Err(FileError::Columns);
     };
     let by_col = column("by");
     let default_by = default_by.map(str::trim).filter(|b| !b.is_empty());
     let mut seen: HashMap<i64, u64> = HashMap::new();
     let mut lines = Vec::new();
     for record in reader.records() {
-        let record = record.map_err(|e| {
-            let line = e.position().map_or(0, |p| line_of(text, p));
-            format!("line {line}: malformed CSV: {e}")
+        let record = record.map_err(|source| FileError::Malformed {
+            line: source.position().map_or(0, |p| line_of(text, p)),
+            source,
         })?;
         let line = record.position().map_or(0, |p| line_of(text, p));
         let field = |i: usize| record.get(i).unwrap_or("").trim();
         let raw_id = field(id_col);
-        let id: i64 = raw_id
-            .parse()
-            .map_err(|_| format!("line {line}: id {:?} is not a finding id", escape(raw_id)))?;
+        let id: i64 = raw_id.parse().map_err(|_| FileError::Id {
+            line,
+            raw: escape(raw_id).into_owned(),
+        })?;
         let note = field(note_col);
         if note.is_empty() {
-            return Err(format!(
-                "line {line}: finding {id} has an empty note (say why it is resolved)"
-            ));
+            return Err(FileError::EmptyNote { line, id });
         }
         let by = by_col
             .map(field)
             .filter(|b| !b.is_empty())
             .or(default_by)
-            .ok_or_else(|| {
-                format!("line {line}: finding {id} has no `by` and no --by was given (or USER set)")
-            })?;
+            .ok_or(FileError::NoBy { line, id })?;
         if let Some(first) = seen.insert(id, line) {
-            return Err(format!(
-                "line {line}: finding {id} is already named on line {first}"
-            ));
+            return Err(FileError::Twice { line, id, first });
         }
         lines.push(FileLine {
             line,
@@ -336,7 +362,7 @@ pub fn parse_file(text: &str, default_by: Option<&str>) -> Result<Vec<FileLine>,
         });
     }
     if lines.is_empty() {
-        return Err("the file names no finding (a header row, then one line per finding)".into());
+        return Err(FileError::Empty);
     }
     Ok(lines)
 }
@@ -369,43 +395,9 @@ pub(super) async fn resolve_file(
         .map_err(CommandError::Store)?;
     let named: HashMap<i64, &findings::NamedFinding> = named.iter().map(|n| (n.id, n)).collect();
     let types = RepairCommand::EVENT_TYPES;
-    for l in &lines {
-        let refuse = |why: String| {
-            CommandError::Refused(format!(
-                "line {}: finding {} {why}; nothing was resolved",
-                l.line, l.id
-            ))
-        };
-        match named.get(&l.id) {
-            None => return Err(refuse("does not exist".into())),
-            Some(n) if !n.open => return Err(refuse("is already resolved".into())),
-            Some(_) => {}
-        }
-        if outbox::has_pending_repair(&mut tx, &settings.job.outbox, &types, l.id, MAX_ATTEMPTS)
-            .await
-            .map_err(CommandError::Store)?
-        {
-            return Err(refuse(
-                "has a repair command pending in the outbox (run `stripe-reconciler repair`)"
-                    .into(),
-            ));
-        }
-    }
+    check_resolvable(&mut tx, settings, &lines, &named).await?;
     if dry_run {
-        for l in &lines {
-            let kind = named.get(&l.id).map_or("", |n| n.kind.as_str());
-            println!(
-                "would resolve finding {} ({}) by {}: {}",
-                l.id,
-                escape(kind),
-                escape(&l.by),
-                escape(&l.note)
-            );
-        }
-        println!(
-            "{} finding(s) would be resolved; nothing changed (--dry-run)",
-            lines.len()
-        );
+        print_dry_run(&lines, &named);
         return Ok(());
     }
     let by: Vec<&str> = lines.iter().map(|l| l.by.as_str()).collect();
@@ -440,6 +432,58 @@ pub(super) async fn resolve_file(
     Ok(())
 }
 
+/// Refuses the whole file when a line names a finding that does not exist,
+/// is already resolved, or has a repair command pending.
+async fn check_resolvable(
+    tx: &mut sqlx::PgConnection,
+    settings: &Settings,
+    lines: &[FileLine],
+    named: &HashMap<i64, &findings::NamedFinding>,
+) -> Result<(), CommandError> {
+    let types = RepairCommand::EVENT_TYPES;
+    for l in lines {
+        let refuse = |why: String| {
+            CommandError::Refused(format!(
+                "line {}: finding {} {why}; nothing was resolved",
+                l.line, l.id
+            ))
+        };
+        match named.get(&l.id) {
+            None => return Err(refuse("does not exist".into())),
+            Some(n) if !n.open => return Err(refuse("is already resolved".into())),
+            Some(_) => {}
+        }
+        if outbox::has_pending_repair(&mut *tx, &settings.job.outbox, &types, l.id, MAX_ATTEMPTS)
+            .await
+            .map_err(CommandError::Store)?
+        {
+            return Err(refuse(
+                "has a repair command pending in the outbox (run `stripe-reconciler repair`)"
+                    .into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What `--dry-run` prints: each finding that would be resolved, escaped.
+fn print_dry_run(lines: &[FileLine], named: &HashMap<i64, &findings::NamedFinding>) {
+    for l in lines {
+        let kind = named.get(&l.id).map_or("", |n| n.kind.as_str());
+        println!(
+            "would resolve finding {} ({}) by {}: {}",
+            l.id,
+            escape(kind),
+            escape(&l.by),
+            escape(&l.note)
+        );
+    }
+    println!(
+        "{} finding(s) would be resolved; nothing changed (--dry-run)",
+        lines.len()
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -451,7 +495,7 @@ mod tests {
         assert_eq!((ok[0].id, ok[0].by.as_str(), ok[0].line), (3, "ann", 2));
         assert_eq!((ok[1].note.as_str(), ok[1].by.as_str()), ("fine", "bob"));
 
-        let err = |text: &str| parse_file(text, Some("bob")).unwrap_err();
+        let err = |text: &str| parse_file(text, Some("bob")).unwrap_err().to_string();
         assert!(err("id,note\n3,x\n4,\n").starts_with("line 3: finding 4 has an empty note"));
         assert!(err("id,note\n3,x\nabc,y\n").starts_with("line 3: id \"abc\""));
         assert!(err("id,note\n3,x\n3,y\n").contains("line 3: finding 3 is already named on line 2"));
@@ -460,6 +504,7 @@ mod tests {
         assert!(err("id,note\n").contains("names no finding"));
         assert!(parse_file("id,note\n3,x\n", None)
             .unwrap_err()
+            .to_string()
             .contains("no `by`"));
     }
 
