@@ -5,10 +5,13 @@
 //! prints `[REDACTED]`.
 //!
 //! - `error`: [`ConfigError`].
-//! - `database`: `DATABASE_URL` and the connect options.
-//! - `stripe`: `STRIPE_API_KEY`, `STRIPE_API_BASE` and the read budget (rate, in flight, timeout).
+//! - `database`: [`DatabaseSettings`]: `DATABASE_URL`, the connect options and the pools.
+//! - `stripe`: `STRIPE_API_KEY`, and [`StripeSettings`]: `STRIPE_API_BASE` and the
+//!   read budget (rate, in flight, timeout); it builds the gateway.
 //! - `scan`: the job's name, batch and run sizes, grace, deadline, [`ReadMode`].
 //! - `rules`: the money columns ([`ColumnName`]) and the aging thresholds.
+//! - `schema`: [`SchemaSettings`]: how `payments` is read (columns, unit,
+//!   status words, partition), the group `store::payments` takes.
 //! - `statuses`: the application's status words ([`StatusMap`]) and amount unit ([`AmountUnit`]).
 //! - `events`: [`EventsSettings`] of `stripe-reconciler events`.
 //! - `outbox`: [`OutboxSettings`]: `RECONCILER_OUTBOX_TABLE` and `RECONCILER_OUTBOX_SHAPE`.
@@ -25,6 +28,7 @@ mod output;
 mod partition;
 mod rules;
 mod scan;
+mod schema;
 mod statuses;
 mod stripe;
 mod value;
@@ -33,9 +37,9 @@ pub mod variables;
 use std::time::Duration;
 
 use secrecy::SecretString;
-use sqlx::postgres::PgConnectOptions;
 use url::Url;
 
+pub use database::DatabaseSettings;
 pub use error::ConfigError;
 pub use events::{EventsSettings, STRIPE_EVENTS_RETENTION};
 pub use notify::{NotifyFormat, NotifyKinds, NotifySettings};
@@ -44,20 +48,19 @@ pub use output::LogFormat;
 pub use partition::{Partition, PartitionKind};
 pub use rules::ColumnName;
 pub use scan::{ReadMode, Sizing, LIST_BATCH_SIZE, RETRIEVE_BATCH_SIZE};
+pub use schema::SchemaSettings;
 pub use statuses::{AmountUnit, StatusMap, DEFAULT_LOCAL_STATUSES};
-pub use stripe::DEFAULT_STRIPE_API_BASE;
+pub use stripe::{StripeSettings, DEFAULT_STRIPE_API_BASE};
 
 use crate::reconcile::Rules;
 
 /// Everything the binary reads from its environment, validated.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// `DATABASE_URL` (secret: it may hold the password).
-    pub database_url: SecretString,
+    /// `DATABASE_URL` and the pools it opens.
+    pub database: DatabaseSettings,
     /// `STRIPE_API_KEY`; required by `run`, `None` for commands that do not call Stripe.
     pub stripe_api_key: Option<SecretString>,
-    /// `STRIPE_API_BASE`, default `https://api.stripe.com`.
-    pub stripe_api_base: Url,
     /// `PUSHGATEWAY_URL`; `None` disables the push.
     pub pushgateway_url: Option<Url>,
     /// The job's tuning (`RECONCILER_*`).
@@ -88,34 +91,17 @@ pub struct JobSettings {
     pub schedule_interval: Duration,
     /// `RECONCILER_GRACE_SECONDS`: rows updated more recently are IN_FLIGHT (default 600 s).
     pub grace: Duration,
-    /// `RECONCILER_RATE_LIMIT_RPS`: Stripe reads per second (>= 1, default 10).
-    pub rate_limit_rps: u32,
-    /// `RECONCILER_MAX_IN_FLIGHT`: concurrent Stripe reads (1..=100, default 8).
-    pub max_in_flight: u32,
-    /// `RECONCILER_HTTP_TIMEOUT_SECONDS`: per Stripe request (>= 1, default 10 s).
-    pub http_timeout: Duration,
+    /// The Stripe group: `STRIPE_API_BASE` and the read budget
+    /// (`RECONCILER_RATE_LIMIT_RPS`, `RECONCILER_MAX_IN_FLIGHT`,
+    /// `RECONCILER_HTTP_TIMEOUT_SECONDS`); it builds the gateway.
+    pub stripe: StripeSettings,
     /// `RECONCILER_RUN_DEADLINE_SECONDS`: after this long (seconds from the
     /// start) a run starts no new batch and no Stripe retry waits past it.
     /// Set it below the CronJob's `activeDeadlineSeconds`. Default 0: none.
     pub run_deadline: Option<Duration>,
-    /// `RECONCILER_AMOUNT_COLUMN`: a `payments` column holding the amount in
-    /// minor units, compared with the PaymentIntent's `amount`. Default unset.
-    pub amount_column: Option<ColumnName>,
-    /// `RECONCILER_CURRENCY_COLUMN`: a `payments` column holding the ISO
-    /// currency code, compared case-insensitively. Default unset.
-    pub currency_column: Option<ColumnName>,
-    /// `RECONCILER_ACCOUNT_COLUMN`: a text column of `payments` holding the
-    /// connected account id (`acct_…`; NULL or empty = the platform's own
-    /// account); every Stripe read for such a row carries `Stripe-Account`
-    /// (issue 24). Default unset: every row is the platform's.
-    pub account_column: Option<ColumnName>,
-    /// `RECONCILER_AMOUNT_UNIT`: `minor` (default, integer column) or `major`
-    /// (numeric column, converted with Stripe's currency exponents; needs
-    /// `RECONCILER_CURRENCY_COLUMN`).
-    pub amount_unit: AmountUnit,
-    /// `RECONCILER_LOCAL_STATUSES`: the application's words for the
-    /// canonical local states (default `pending=pending;paid=paid;failed=failed`).
-    pub statuses: StatusMap,
+    /// How the application's `payments` table is read: the money and
+    /// account columns, the amount's unit, the status words, the partition.
+    pub schema: SchemaSettings,
     /// The aging thresholds: `RECONCILER_AUTH_EXPIRY_WARN_SECONDS` (default
     /// 432,000), `RECONCILER_PROCESSING_MAX_SECONDS` (default 1,209,600) and
     /// `RECONCILER_ABANDONED_AFTER_SECONDS` (default 0 = off).
@@ -140,10 +126,6 @@ pub struct JobSettings {
     /// `RECONCILER_OUTBOX_TABLE` and `RECONCILER_OUTBOX_SHAPE`: where repair
     /// commands go and who delivers them (default `outbox`, `reconciler`).
     pub outbox: OutboxSettings,
-    /// `RECONCILER_PARTITION_COLUMN` and `RECONCILER_PARTITION_VALUE`: the
-    /// rows of `payments` this job owns (default unset: every row). Needs a
-    /// `RECONCILER_JOB` of its own (the default name is refused).
-    pub partition: Option<Partition>,
 }
 
 /// `auto` list pages: a page holds at most 100 PaymentIntents (Stripe's
@@ -179,15 +161,9 @@ impl Default for JobSettings {
             target_cycle: Duration::from_secs(86_400),
             schedule_interval: Duration::from_secs(600),
             grace: Duration::from_secs(600),
-            rate_limit_rps: 10,
-            max_in_flight: 8,
-            http_timeout: Duration::from_secs(10),
+            stripe: StripeSettings::default(),
             run_deadline: None,
-            amount_column: None,
-            currency_column: None,
-            account_column: None,
-            amount_unit: AmountUnit::Minor,
-            statuses: StatusMap::default(),
+            schema: SchemaSettings::default(),
             rules: Rules::default(),
             unverifiable_cycles: 3,
             events: EventsSettings::default(),
@@ -195,7 +171,6 @@ impl Default for JobSettings {
             list_window_slack: Duration::from_secs(3600),
             list_max_pages: Sizing::Auto,
             outbox: OutboxSettings::default(),
-            partition: None,
         }
     }
 }
@@ -219,7 +194,7 @@ impl Settings {
         I: IntoIterator<Item = (String, String)>,
     {
         let vars: Vec<(String, String)> = vars.into_iter().collect();
-        let database_url = database::parse(vars.clone())?;
+        let database = database::parse(vars.clone())?;
         let stripe = stripe::parse(vars.clone())?;
         let output = output::parse(vars.clone())?;
         let scan = scan::parse(vars.clone())?;
@@ -238,9 +213,8 @@ impl Settings {
         let notify = notify::parse(vars.clone())?;
         let events = events::parse(vars)?;
         Ok(Settings {
-            database_url,
+            database,
             stripe_api_key: stripe.api_key,
-            stripe_api_base: stripe.api_base,
             pushgateway_url: output.pushgateway_url,
             job: JobSettings {
                 job: scan.job,
@@ -249,15 +223,16 @@ impl Settings {
                 target_cycle: scan.target_cycle,
                 schedule_interval: scan.schedule_interval,
                 grace: scan.grace,
-                rate_limit_rps: stripe.rate_limit_rps,
-                max_in_flight: stripe.max_in_flight,
-                http_timeout: stripe.http_timeout,
+                stripe: stripe.settings,
                 run_deadline: scan.run_deadline,
-                amount_column: checks.amount_column,
-                currency_column: checks.currency_column,
-                account_column: checks.account_column,
-                amount_unit: vocabulary.amount_unit,
-                statuses: vocabulary.statuses,
+                schema: SchemaSettings {
+                    amount_column: checks.amount_column,
+                    currency_column: checks.currency_column,
+                    account_column: checks.account_column,
+                    amount_unit: vocabulary.amount_unit,
+                    statuses: vocabulary.statuses,
+                    partition,
+                },
                 rules: checks.rules,
                 unverifiable_cycles: scan.unverifiable_cycles,
                 events,
@@ -265,7 +240,6 @@ impl Settings {
                 list_window_slack: scan.list_window_slack,
                 list_max_pages: scan.list_max_pages,
                 outbox,
-                partition,
             },
             log_format: output.log_format,
             notify,
@@ -280,16 +254,6 @@ impl Settings {
         self.stripe_api_key.as_ref().ok_or(ConfigError::Missing {
             var: "STRIPE_API_KEY",
         })
-    }
-
-    /// PostgreSQL connect options from `DATABASE_URL`.
-    ///
-    /// Never `Debug`-print the result: sqlx's `Debug` shows the password.
-    ///
-    /// # Errors
-    /// [`ConfigError::Invalid`] for `DATABASE_URL`.
-    pub fn connect_options(&self) -> Result<PgConnectOptions, ConfigError> {
-        database::connect_options(&self.database_url)
     }
 }
 
@@ -315,7 +279,7 @@ mod tests {
     fn defaults_match_the_interface_table() {
         let s = Settings::from_vars(vars(&[DB])).unwrap();
         assert_eq!(s.job, JobSettings::default());
-        assert_eq!(s.stripe_api_base.as_str(), "https://api.stripe.com/");
+        assert_eq!(s.job.stripe.api_base.as_str(), "https://api.stripe.com/");
         assert!(s.pushgateway_url.is_none());
         assert!(s.stripe_api_key.is_none());
         assert_eq!(s.log_format, LogFormat::Json);
@@ -375,18 +339,29 @@ mod tests {
                 target_cycle: secs(3600),
                 schedule_interval: secs(300),
                 grace: secs(13),
-                rate_limit_rps: 14,
-                max_in_flight: 15,
-                http_timeout: secs(16),
+                stripe: StripeSettings {
+                    api_base: Url::parse("http://127.0.0.1:12111").unwrap(),
+                    rate_limit_rps: 14,
+                    max_in_flight: 15,
+                    http_timeout: secs(16),
+                },
                 run_deadline: Some(secs(17)),
-                amount_column: column("RECONCILER_AMOUNT_COLUMN", "amount_cents"),
-                currency_column: column("RECONCILER_CURRENCY_COLUMN", "currency"),
-                account_column: column("RECONCILER_ACCOUNT_COLUMN", "stripe_account"),
-                amount_unit: AmountUnit::Major,
-                statuses: StatusMap::parse(
-                    "pending=open;paid=complete;failed=canceled;refunded=refunded"
-                )
-                .unwrap(),
+                schema: SchemaSettings {
+                    amount_column: column("RECONCILER_AMOUNT_COLUMN", "amount_cents"),
+                    currency_column: column("RECONCILER_CURRENCY_COLUMN", "currency"),
+                    account_column: column("RECONCILER_ACCOUNT_COLUMN", "stripe_account"),
+                    amount_unit: AmountUnit::Major,
+                    statuses: StatusMap::parse(
+                        "pending=open;paid=complete;failed=canceled;refunded=refunded"
+                    )
+                    .unwrap(),
+                    partition: Some(Partition {
+                        column: ColumnName::parse("RECONCILER_PARTITION_COLUMN", "legal_entity")
+                            .unwrap(),
+                        value: "eu'; --".into(),
+                        kind: PartitionKind::Unchecked,
+                    }),
+                },
                 rules: Rules {
                     auth_expiry_warn_seconds: 18,
                     processing_max_seconds: 19,
@@ -406,16 +381,10 @@ mod tests {
                     table: OutboxTable::parse("app.commands").unwrap(),
                     shape: OutboxShape::Debezium,
                 },
-                partition: Some(Partition {
-                    column: ColumnName::parse("RECONCILER_PARTITION_COLUMN", "legal_entity")
-                        .unwrap(),
-                    value: "eu'; --".into(),
-                    kind: PartitionKind::Unchecked,
-                }),
             }
         );
         assert_eq!(s.log_format, LogFormat::Pretty);
-        assert_eq!(s.stripe_api_base.as_str(), "http://127.0.0.1:12111/");
+        assert_eq!(s.job.stripe.api_base.as_str(), "http://127.0.0.1:12111/");
         assert_eq!(
             s.pushgateway_url.map(String::from).as_deref(),
             Some("http://pushgateway:9091/")
@@ -535,7 +504,7 @@ mod tests {
             "https://proxy.example.com/stripe",
         ] {
             let s = Settings::from_vars(vars(&[DB, ("STRIPE_API_BASE", base)])).unwrap();
-            assert_eq!(s.stripe_api_base.as_str().trim_end_matches('/'), base);
+            assert_eq!(s.job.stripe.api_base.as_str().trim_end_matches('/'), base);
         }
     }
 

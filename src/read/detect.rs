@@ -67,7 +67,7 @@ pub async fn observe_all(
     settings: &JobSettings,
     now: DateTime<Utc>,
 ) -> Result<Vec<Observation>, RunError> {
-    let in_flight = Semaphore::new((settings.max_in_flight as usize).max(1));
+    let in_flight = Semaphore::new((settings.stripe.max_in_flight as usize).max(1));
     let pacing = Pacing {
         in_flight: &in_flight,
         all_started: None,
@@ -220,7 +220,7 @@ pub async fn observe_batch(
                     .map(|o| (index, o))
             }
         })
-        .buffer_unordered((settings.max_in_flight as usize).max(1))
+        .buffer_unordered((settings.stripe.max_in_flight as usize).max(1))
         .try_collect()
         .await?;
     observed.sort_unstable_by_key(|(index, _)| *index);

@@ -174,7 +174,7 @@ async fn read_phase(
         }
         (Mode::DryRun { after_id }, Start::Cursor) => (after_id, &[]),
     };
-    let columns = MoneyColumns::of(settings);
+    let columns = MoneyColumns::of(&settings.schema);
     let mut ahead = payments::read_batch(
         &mut tx,
         cursor_id,

@@ -51,7 +51,7 @@ pub(super) async fn batches(
     let planned_batches = summary.plan.map_or(1, |p| p.batches);
     let table = table_extent(pool, settings).await;
     let run_started = Instant::now();
-    let in_flight = Semaphore::new((settings.max_in_flight as usize).max(1));
+    let in_flight = Semaphore::new((settings.stripe.max_in_flight as usize).max(1));
     // A batch holds a slot from its phase 1 to the end of its commit.
     let slots = Semaphore::new(BATCHES_IN_PROGRESS);
     let (sender, mut receiver) = mpsc::unbounded_channel();
@@ -168,9 +168,11 @@ fn pace_of(batch_size: u32, planned: u32, done: u32) -> Pace {
 /// unknown (zeros) when it cannot be read, which only blanks the estimate.
 async fn table_extent(pool: &PgPool, settings: &JobSettings) -> TableExtent {
     let figures = match pool.acquire().await {
-        Ok(mut conn) => stats::table_figures(&mut conn, &settings.job, settings.partition.as_ref())
-            .await
-            .ok(),
+        Ok(mut conn) => {
+            stats::table_figures(&mut conn, &settings.job, settings.schema.partition.as_ref())
+                .await
+                .ok()
+        }
         Err(_) => None,
     };
     figures.map_or_else(TableExtent::default, |t| TableExtent {

@@ -41,7 +41,7 @@ pub fn plan_input(settings: &JobSettings, figures: PlanFigures<'_>) -> PlanInput
         ReadMode::List => LIST_ROWS_PER_REQUEST,
         ReadMode::Retrieve => 1.0,
     };
-    let rate_rows_per_second = f64::from(settings.rate_limit_rps) * rows_per_request;
+    let rate_rows_per_second = f64::from(settings.stripe.rate_limit_rps) * rows_per_request;
     let pace = if h.paced_rows > 0 && h.paced_seconds > 0.0 {
         Pace {
             rows_per_second: h.paced_rows as f64 / h.paced_seconds,
@@ -115,7 +115,7 @@ async fn read_figures(
     settings: &JobSettings,
 ) -> Result<(TableFigures, RunHistory), StoreError> {
     let mut conn = pool.acquire().await.context("connecting")?;
-    let partition = settings.partition.as_ref();
+    let partition = settings.schema.partition.as_ref();
     let table = stats::table_figures(&mut conn, &settings.job, partition).await?;
     let history = runs::history(&mut conn, &settings.job, partition).await?;
     Ok((table, history))

@@ -41,8 +41,11 @@ async fn auto_plans_no_more_than_fits_before_the_deadline(pool: PgPool) {
         target_cycle: Duration::from_secs(600),
         schedule_interval: Duration::from_secs(600),
         run_deadline: Some(Duration::from_secs(2)),
-        rate_limit_rps: 20,
-        max_in_flight: 2,
+        stripe: StripeSettings {
+            rate_limit_rps: 20,
+            max_in_flight: 2,
+            ..settings(10).stripe
+        },
         ..settings(10)
     };
 
