@@ -40,7 +40,7 @@ impl Lease {
             .unwrap_or_else(|| "unknown-host".into());
         // The slowest batch the settings allow: every read at the rate limit,
         // or every read timing out on all its attempts, in_flight at a time.
-        let reads = f64::from(settings.batch_size);
+        let reads = f64::from(settings.scan.batch_size);
         let at_rate = reads / f64::from(settings.stripe.rate_limit_rps.max(1));
         let attempts = f64::from(RetryPolicy::default().max_attempts);
         let all_timing_out = (reads / f64::from(settings.stripe.max_in_flight.max(1))).ceil()

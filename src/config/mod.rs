@@ -8,7 +8,8 @@
 //! - `database`: [`DatabaseSettings`]: `DATABASE_URL`, the connect options and the pools.
 //! - `stripe`: `STRIPE_API_KEY`, and [`StripeSettings`]: `STRIPE_API_BASE` and the
 //!   read budget (rate, in flight, timeout); it builds the gateway.
-//! - `scan`: the job's name, batch and run sizes, grace, deadline, [`ReadMode`].
+//! - `scan`: [`ScanSettings`] (batch and run sizes, the cycle target, [`ReadMode`],
+//!   list reads), and the job's name, grace, deadline and unverifiable cycles.
 //! - `rules`: the money columns ([`ColumnName`]) and the aging thresholds.
 //! - `schema`: [`SchemaSettings`]: how `payments` is read (columns, unit,
 //!   status words, partition), the group `store::payments` takes.
@@ -47,7 +48,7 @@ pub use outbox::{OutboxSettings, OutboxShape, OutboxTable};
 pub use output::LogFormat;
 pub use partition::{Partition, PartitionKind};
 pub use rules::ColumnName;
-pub use scan::{ReadMode, Sizing, LIST_BATCH_SIZE, RETRIEVE_BATCH_SIZE};
+pub use scan::{ReadMode, ScanSettings, Sizing, LIST_BATCH_SIZE, RETRIEVE_BATCH_SIZE};
 pub use schema::SchemaSettings;
 pub use statuses::{AmountUnit, StatusMap, DEFAULT_LOCAL_STATUSES};
 pub use stripe::{StripeSettings, DEFAULT_STRIPE_API_BASE};
@@ -71,24 +72,16 @@ pub struct Settings {
     pub notify: Option<NotifySettings>,
 }
 
-/// The `RECONCILER_*` variables that shape a run.
+/// What a job's run works with: the run-wide `RECONCILER_*` variables (the
+/// job's name, grace, deadline, unverifiable cycles) and the groups (scan,
+/// Stripe, schema, rules, events, outbox).
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobSettings {
     /// `RECONCILER_JOB`: cursor name and Pushgateway `job` label.
     pub job: String,
-    /// `RECONCILER_BATCH_SIZE`: B, rows per batch (1..=10000; default
-    /// [`LIST_BATCH_SIZE`] in list mode, [`RETRIEVE_BATCH_SIZE`] in retrieve mode).
-    pub batch_size: u32,
-    /// `RECONCILER_BATCHES_PER_RUN`: `auto` (default; sized at the start of
-    /// each run to finish a cycle within [`JobSettings::target_cycle`], see
-    /// [`crate::capacity::plan`]) or exactly that many (1..=100000).
-    pub batches_per_run: Sizing,
-    /// `RECONCILER_TARGET_CYCLE_SECONDS`: the cycle time `auto` plans for
-    /// (60..=31,536,000, default 86,400 s).
-    pub target_cycle: Duration,
-    /// `RECONCILER_SCHEDULE_INTERVAL_SECONDS`: seconds between two runs (the
-    /// chart sets it from `schedule`; 60..=2,678,400, default 600 s).
-    pub schedule_interval: Duration,
+    /// The scan's shape: batch and run sizes, the cycle `auto` plans for,
+    /// the read mode and list reads (`RECONCILER_BATCH_SIZE`, …).
+    pub scan: ScanSettings,
     /// `RECONCILER_GRACE_SECONDS`: rows updated more recently are IN_FLIGHT (default 600 s).
     pub grace: Duration,
     /// The Stripe group: `STRIPE_API_BASE` and the read budget
@@ -113,53 +106,16 @@ pub struct JobSettings {
     /// The events job's settings (`RECONCILER_EVENTS_*`,
     /// `RECONCILER_ORPHAN_METADATA_KEY`).
     pub events: EventsSettings,
-    /// `RECONCILER_READ_MODE`: how phase 2 reads Stripe (default `list`).
-    pub read_mode: ReadMode,
-    /// `RECONCILER_LIST_WINDOW_SLACK_SECONDS`: seconds the batch's
-    /// `created_at` window is widened by on each side in list mode
-    /// (0..=2,592,000, default 3600).
-    pub list_window_slack: Duration,
-    /// `RECONCILER_LIST_MAX_PAGES`: list requests per batch before the rows
-    /// not yet seen fall back to one retrieve each: `auto` (default, see
-    /// [`JobSettings::list_page_cap`]) or that cap (1..=1000).
-    pub list_max_pages: Sizing,
     /// `RECONCILER_OUTBOX_TABLE` and `RECONCILER_OUTBOX_SHAPE`: where repair
     /// commands go and who delivers them (default `outbox`, `reconciler`).
     pub outbox: OutboxSettings,
-}
-
-/// `auto` list pages: a page holds at most 100 PaymentIntents (Stripe's
-/// `limit` maximum), and the batch's widened `created` window also holds
-/// PaymentIntents of no row of the batch: 10% more than the batch, i.e.
-/// 11 pages per 1,000 rows (integers: no float rounding at the boundary).
-const LIST_PAGES_PER_1000_ROWS: u32 = 11;
-/// `auto` never allows fewer pages than the fixed default before issue 23:
-/// a small batch's window is mostly its slack, which may hold more
-/// PaymentIntents than the batch itself.
-const LIST_PAGES_FLOOR: u32 = 10;
-
-impl JobSettings {
-    /// The list pages a batch may send: the fixed cap, or for `auto`
-    /// `ceil(batch_size / 100 × 1.1) + 1`, at least 10 (1,900 rows: 22 pages).
-    pub fn list_page_cap(&self) -> u32 {
-        match self.list_max_pages {
-            Sizing::Fixed(n) => n,
-            Sizing::Auto => {
-                let pages = (self.batch_size * LIST_PAGES_PER_1000_ROWS).div_ceil(1000);
-                (pages + 1).max(LIST_PAGES_FLOOR)
-            }
-        }
-    }
 }
 
 impl Default for JobSettings {
     fn default() -> Self {
         JobSettings {
             job: "payments-vs-stripe".to_owned(),
-            batch_size: LIST_BATCH_SIZE,
-            batches_per_run: Sizing::Auto,
-            target_cycle: Duration::from_secs(86_400),
-            schedule_interval: Duration::from_secs(600),
+            scan: ScanSettings::default(),
             grace: Duration::from_secs(600),
             stripe: StripeSettings::default(),
             run_deadline: None,
@@ -167,9 +123,6 @@ impl Default for JobSettings {
             rules: Rules::default(),
             unverifiable_cycles: 3,
             events: EventsSettings::default(),
-            read_mode: ReadMode::List,
-            list_window_slack: Duration::from_secs(3600),
-            list_max_pages: Sizing::Auto,
             outbox: OutboxSettings::default(),
         }
     }
@@ -218,10 +171,7 @@ impl Settings {
             pushgateway_url: output.pushgateway_url,
             job: JobSettings {
                 job: scan.job,
-                batch_size: scan.batch_size,
-                batches_per_run: scan.batches_per_run,
-                target_cycle: scan.target_cycle,
-                schedule_interval: scan.schedule_interval,
+                scan: scan.settings,
                 grace: scan.grace,
                 stripe: stripe.settings,
                 run_deadline: scan.run_deadline,
@@ -236,9 +186,6 @@ impl Settings {
                 rules: checks.rules,
                 unverifiable_cycles: scan.unverifiable_cycles,
                 events,
-                read_mode: scan.read_mode,
-                list_window_slack: scan.list_window_slack,
-                list_max_pages: scan.list_max_pages,
                 outbox,
             },
             log_format: output.log_format,
@@ -334,10 +281,15 @@ mod tests {
             s.job,
             JobSettings {
                 job: "shard-a".into(),
-                batch_size: 11,
-                batches_per_run: Sizing::Fixed(12),
-                target_cycle: secs(3600),
-                schedule_interval: secs(300),
+                scan: ScanSettings {
+                    batch_size: 11,
+                    batches_per_run: Sizing::Fixed(12),
+                    target_cycle: secs(3600),
+                    schedule_interval: secs(300),
+                    read_mode: ReadMode::Retrieve,
+                    list_window_slack: secs(24),
+                    list_max_pages: Sizing::Fixed(25),
+                },
                 grace: secs(13),
                 stripe: StripeSettings {
                     api_base: Url::parse("http://127.0.0.1:12111").unwrap(),
@@ -374,9 +326,6 @@ mod tests {
                     orphan_metadata_key: Some("app".into()),
                     account_active: secs(86_400),
                 },
-                read_mode: ReadMode::Retrieve,
-                list_window_slack: secs(24),
-                list_max_pages: Sizing::Fixed(25),
                 outbox: OutboxSettings {
                     table: OutboxTable::parse("app.commands").unwrap(),
                     shape: OutboxShape::Debezium,
@@ -403,11 +352,14 @@ mod tests {
             ("RECONCILER_LIST_MAX_PAGES", "auto"),
         ]))
         .unwrap();
-        assert_eq!(s.job.batches_per_run, Sizing::Auto);
-        assert_eq!((s.job.batch_size, s.job.list_page_cap()), (1_900, 22));
+        assert_eq!(s.job.scan.batches_per_run, Sizing::Auto);
+        assert_eq!(
+            (s.job.scan.batch_size, s.job.scan.list_page_cap()),
+            (1_900, 22)
+        );
         let retrieve =
             Settings::from_vars(vars(&[DB, ("RECONCILER_READ_MODE", "retrieve")])).unwrap();
-        assert_eq!(retrieve.job.batch_size, 200);
+        assert_eq!(retrieve.job.scan.batch_size, 200);
         let explicit = Settings::from_vars(vars(&[
             DB,
             ("RECONCILER_BATCH_SIZE", "500"),
@@ -415,10 +367,13 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(
-            (explicit.job.batch_size, explicit.job.list_page_cap()),
+            (
+                explicit.job.scan.batch_size,
+                explicit.job.scan.list_page_cap()
+            ),
             (500, 3)
         );
-        let mut small = explicit.job.clone();
+        let mut small = explicit.job.scan.clone();
         small.list_max_pages = Sizing::Auto;
         assert_eq!(small.list_page_cap(), 10, "never fewer than 10 pages");
         small.batch_size = 5_000;

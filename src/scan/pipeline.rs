@@ -15,7 +15,7 @@ use super::commit::commit;
 use super::progress::{cycle_progress, CycleProgress, Pace, TableExtent};
 use super::report::{BatchReport, RunSummary};
 use super::schedule::{Plan, BATCHES_IN_PROGRESS};
-use crate::config::JobSettings;
+use crate::config::{JobSettings, ScanSettings};
 use crate::job::RunContext;
 use crate::outcome::RunError;
 use crate::read::Pacing;
@@ -100,7 +100,7 @@ pub(super) async fn batches(
     };
 
     let consumer = async {
-        let mut progress = Progress::new(table, run_started, settings.batch_size, planned_batches);
+        let mut progress = Progress::new(table, run_started, &settings.scan, planned_batches);
         while let Some(read) = receiver.recv().await {
             let (read, slot) = read?;
             let report = commit(pool, settings, mode, lease, read).await?;
@@ -151,11 +151,11 @@ struct Progress {
 }
 
 impl Progress {
-    fn new(table: TableExtent, run_started: Instant, batch_size: u32, planned: u32) -> Self {
+    fn new(table: TableExtent, run_started: Instant, scan: &ScanSettings, planned: u32) -> Self {
         Progress {
             table,
             run_started,
-            batch_size,
+            batch_size: scan.batch_size,
             planned_batches: planned,
             number: 0,
             boundary: Instant::now(),

@@ -52,8 +52,11 @@ async fn insert_on(
 
 fn connect_settings(mode: ReadMode) -> JobSettings {
     let mut s = JobSettings {
-        read_mode: mode,
-        batches_per_run: Sizing::Fixed(20),
+        scan: ScanSettings {
+            read_mode: mode,
+            batches_per_run: Sizing::Fixed(20),
+            ..settings(100).scan
+        },
         ..settings(100)
     };
     s.schema.account_column =

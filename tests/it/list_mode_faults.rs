@@ -79,7 +79,10 @@ async fn a_cursor_moved_during_overlapping_batches_rolls_back_and_stops(pool: Pg
     // Two requests a second: batch 2's page leaves half a second after batch
     // 1's, so batch 1 commits (and the cursor moves) long before batch 2 can.
     let s = JobSettings {
-        batches_per_run: Sizing::Fixed(10),
+        scan: ScanSettings {
+            batches_per_run: Sizing::Fixed(10),
+            ..list_settings(20).scan
+        },
         stripe: StripeSettings {
             rate_limit_rps: 2,
             ..list_settings(20).stripe
