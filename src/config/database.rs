@@ -6,11 +6,9 @@ use std::str::FromStr;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use sqlx::postgres::PgConnectOptions;
-use sqlx::PgPool;
 
 use super::error::{invalid, ConfigError};
 use super::value;
-use crate::db::{self, DbError};
 
 const VAR: &str = "DATABASE_URL";
 
@@ -20,7 +18,9 @@ struct DatabaseVars {
 }
 
 /// The database group: `DATABASE_URL` (secret: it may hold the password)
-/// and the pools built from it. Its `Debug` prints no part of the URL.
+/// and its connect options, from which [`crate::db::connect`] and
+/// [`crate::db::connect_for_migrations`] open the pools. Its `Debug` prints
+/// no part of the URL.
 #[derive(Clone)]
 pub struct DatabaseSettings {
     url: SecretString,
@@ -61,22 +61,6 @@ impl DatabaseSettings {
     /// Never `Debug`-print the result: sqlx's `Debug` shows the password.
     pub fn connect_options(&self) -> PgConnectOptions {
         self.options.clone()
-    }
-
-    /// The job's pool ([`db::connect`]); the first connection is made now.
-    ///
-    /// # Errors
-    /// [`DbError::Connect`].
-    pub async fn connect(&self) -> Result<PgPool, DbError> {
-        db::connect(self.connect_options()).await
-    }
-
-    /// The pool of `migrate` ([`db::connect_for_migrations`]).
-    ///
-    /// # Errors
-    /// [`DbError::Connect`].
-    pub async fn connect_for_migrations(&self) -> Result<PgPool, DbError> {
-        db::connect_for_migrations(self.connect_options()).await
     }
 }
 
