@@ -119,79 +119,99 @@ pub async fn migrate(pool: &PgPool) -> Result<UpgradeReport, DbError> {
             continue;
         }
         if RECORDED_ONLY.contains(&migration.version) {
-            // Recorded with the file's checksum, its SQL never run: it built
-            // an index on the application's table over columns no release
-            // adds any more.
-            let mut tx = store::begin_with(&mut *conn, MIGRATION_TIMEOUTS)
-                .await
-                .context("opening a transaction")?;
-            store::lock_migrations(&mut tx).await?;
-            if !is_applied(&mut tx, migration).await? {
-                schema::record(&mut tx, migration, Duration::ZERO).await?;
-                tracing::info!(
-                    version = migration.version,
-                    description = %migration.description,
-                    "migration recorded without running it: it built an index on payments over columns no release adds any more"
-                );
-            }
-            tx.commit().await.context("recording a migration")?;
-            continue;
+            record_only(&mut conn, migration).await?;
+        } else if migration.no_tx {
+            apply_outside_a_transaction(&mut conn, migration).await?;
+        } else {
+            apply_in_a_transaction(&mut conn, migration).await?;
         }
-        if migration.no_tx {
-            // Reads and writes in transactions (one server connection each
-            // behind a pooler); only the migration itself runs outside one.
-            let mut tx = store::begin_with(&mut *conn, MIGRATION_TIMEOUTS)
-                .await
-                .context("opening a transaction")?;
-            let applied = is_applied(&mut tx, migration).await?;
-            tx.commit().await.context("reading _sqlx_migrations")?;
-            if !applied {
-                // An interrupted CONCURRENTLY build leaves an invalid index
-                // that `IF NOT EXISTS` would skip, and every query that needs
-                // it would scan the table: drop it and build it again.
-                for index in
-                    payment_index::invalid_indexes_named_in(&mut conn, &migration.sql).await?
-                {
-                    payment_index::drop_invalid(&mut conn, &index).await?;
-                }
-                let started = Instant::now();
-                schema::execute(&mut conn, migration).await?;
-                if let Some(index) =
-                    payment_index::invalid_indexes_named_in(&mut conn, &migration.sql)
-                        .await?
-                        .pop()
-                {
-                    return Err(DbError::InvalidIndex {
-                        version: migration.version,
-                        index,
-                    });
-                }
-                let mut tx = store::begin_with(&mut *conn, MIGRATION_TIMEOUTS)
-                    .await
-                    .context("opening a transaction")?;
-                schema::record(&mut tx, migration, started.elapsed()).await?;
-                tx.commit().await.context("recording a migration")?;
-            }
-            continue;
-        }
-        let mut tx = store::begin_with(&mut *conn, MIGRATION_TIMEOUTS)
-            .await
-            .context("opening a transaction")?;
-        store::lock_migrations(&mut tx).await?;
-        if !is_applied(&mut tx, migration).await? {
-            let started = Instant::now();
-            schema::execute_sql(&mut tx, &applied_sql(migration)?).await?;
-            schema::record(&mut tx, migration, started.elapsed()).await?;
-            tracing::info!(
-                version = migration.version,
-                description = %migration.description,
-                "migration applied"
-            );
-        }
-        tx.commit().await.context("committing a migration")?;
     }
     // What earlier releases added to `payments`, where the history shows it.
     Ok(crate::upgrade::remove_legacy(&mut conn).await?)
+}
+
+/// Records a [`RECORDED_ONLY`] migration with the file's checksum, its SQL
+/// never run: it built an index on the application's table over columns no
+/// release adds any more.
+async fn record_only(conn: &mut PgConnection, migration: &Migration) -> Result<(), DbError> {
+    let mut tx = store::begin_with(&mut *conn, MIGRATION_TIMEOUTS)
+        .await
+        .context("opening a transaction")?;
+    store::lock_migrations(&mut tx).await?;
+    if !is_applied(&mut tx, migration).await? {
+        schema::record(&mut tx, migration, Duration::ZERO).await?;
+        tracing::info!(
+            version = migration.version,
+            description = %migration.description,
+            "migration recorded without running it: it built an index on payments over columns no release adds any more"
+        );
+    }
+    tx.commit().await.context("recording a migration")?;
+    Ok(())
+}
+
+/// A `-- no-transaction` migration: reads and writes in transactions (one
+/// server connection each behind a pooler); only the migration itself runs
+/// outside one.
+async fn apply_outside_a_transaction(
+    conn: &mut PgConnection,
+    migration: &Migration,
+) -> Result<(), DbError> {
+    let mut tx = store::begin_with(&mut *conn, MIGRATION_TIMEOUTS)
+        .await
+        .context("opening a transaction")?;
+    let applied = is_applied(&mut tx, migration).await?;
+    tx.commit().await.context("reading _sqlx_migrations")?;
+    if applied {
+        return Ok(());
+    }
+    // An interrupted CONCURRENTLY build leaves an invalid index that `IF NOT
+    // EXISTS` would skip, and every query that needs it would scan the
+    // table: drop it and build it again.
+    for index in payment_index::invalid_indexes_named_in(conn, &migration.sql).await? {
+        payment_index::drop_invalid(conn, &index).await?;
+    }
+    let started = Instant::now();
+    schema::execute(conn, migration).await?;
+    if let Some(index) = payment_index::invalid_indexes_named_in(conn, &migration.sql)
+        .await?
+        .pop()
+    {
+        return Err(DbError::InvalidIndex {
+            version: migration.version,
+            index,
+        });
+    }
+    let mut tx = store::begin_with(&mut *conn, MIGRATION_TIMEOUTS)
+        .await
+        .context("opening a transaction")?;
+    schema::record(&mut tx, migration, started.elapsed()).await?;
+    tx.commit().await.context("recording a migration")?;
+    Ok(())
+}
+
+/// A transactional migration: applied and recorded in one transaction that
+/// first takes [`store::lock_migrations`].
+async fn apply_in_a_transaction(
+    conn: &mut PgConnection,
+    migration: &Migration,
+) -> Result<(), DbError> {
+    let mut tx = store::begin_with(&mut *conn, MIGRATION_TIMEOUTS)
+        .await
+        .context("opening a transaction")?;
+    store::lock_migrations(&mut tx).await?;
+    if !is_applied(&mut tx, migration).await? {
+        let started = Instant::now();
+        schema::execute_sql(&mut tx, &applied_sql(migration)?).await?;
+        schema::record(&mut tx, migration, started.elapsed()).await?;
+        tracing::info!(
+            version = migration.version,
+            description = %migration.description,
+            "migration applied"
+        );
+    }
+    tx.commit().await.context("committing a migration")?;
+    Ok(())
 }
 
 /// Migrations recorded but never run: 0005 and 0007 built

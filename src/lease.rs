@@ -40,11 +40,11 @@ impl Lease {
             .unwrap_or_else(|| "unknown-host".into());
         // The slowest batch the settings allow: every read at the rate limit,
         // or every read timing out on all its attempts, in_flight at a time.
-        let reads = f64::from(settings.batch_size);
-        let at_rate = reads / f64::from(settings.rate_limit_rps.max(1));
+        let reads = f64::from(settings.scan.batch_size);
+        let at_rate = reads / f64::from(settings.stripe.rate_limit_rps.max(1));
         let attempts = f64::from(RetryPolicy::default().max_attempts);
-        let all_timing_out = (reads / f64::from(settings.max_in_flight.max(1))).ceil()
-            * (attempts * settings.http_timeout.as_secs_f64() + 6.0);
+        let all_timing_out = (reads / f64::from(settings.stripe.max_in_flight.max(1))).ceil()
+            * (attempts * settings.stripe.http_timeout.as_secs_f64() + 6.0);
         let batch_seconds = at_rate.max(all_timing_out) + 10.0;
         Lease {
             owner: format!("{host}:{}:{:08x}", std::process::id(), fastrand::u32(..)),

@@ -133,7 +133,7 @@ pub async fn read_planned(
     conn: &mut PgConnection,
     settings: &JobSettings,
 ) -> Result<Status, StoreError> {
-    let partition = settings.partition.as_ref();
+    let partition = settings.schema.partition.as_ref();
     read_inner(
         conn,
         &settings.job,

@@ -20,7 +20,10 @@ async fn reads_run_concurrently_but_never_more_than_max_in_flight(pool: PgPool) 
     let latency = Duration::from_millis(200);
     let (stripe, arrivals) = recording_stripe(latency).await;
     let s = support::JobSettings {
-        max_in_flight: 3,
+        stripe: support::StripeSettings {
+            max_in_flight: 3,
+            ..settings(200).stripe
+        },
         ..settings(200)
     };
 

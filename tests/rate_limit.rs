@@ -18,7 +18,10 @@ async fn one_rate_limit_is_shared_by_every_concurrent_read(pool: PgPool) {
     insert_paid(&pool, 25).await;
     let (stripe, arrivals) = recording_stripe(Duration::ZERO).await;
     let s = support::JobSettings {
-        max_in_flight: 8,
+        stripe: support::StripeSettings {
+            max_in_flight: 8,
+            ..settings(200).stripe
+        },
         ..settings(200)
     };
 

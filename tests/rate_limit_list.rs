@@ -38,9 +38,15 @@ async fn list_pages_and_overlapping_batches_share_the_rate_limit(pool: PgPool) {
     }
     let server = account.serve().await;
     let s = JobSettings {
-        rate_limit_rps: 10,
-        batches_per_run: Sizing::Fixed(20),
-        read_mode: ReadMode::List,
+        scan: ScanSettings {
+            batches_per_run: Sizing::Fixed(20),
+            read_mode: ReadMode::List,
+            ..settings(20).scan
+        },
+        stripe: StripeSettings {
+            rate_limit_rps: 10,
+            ..settings(20).stripe
+        },
         ..settings(20)
     };
 

@@ -10,7 +10,7 @@ use crate::{db, shutdown};
 /// line). A `debezium`-shaped outbox is the application's relay's to deliver:
 /// `repair` says so and exits 0 without touching it.
 pub(super) async fn repair(settings: &Settings) -> Result<(), CommandError> {
-    let pool = db::connect(settings.connect_options()?).await?;
+    let pool = db::connect(settings.database.connect_options()).await?;
     let token = shutdown::on_signal();
     let mut conn = pool
         .acquire()
@@ -33,7 +33,7 @@ pub(super) async fn repair(settings: &Settings) -> Result<(), CommandError> {
         outbox,
         ..RepairOptions::default()
     };
-    let statuses = &settings.job.statuses;
+    let statuses = &settings.job.schema.statuses;
     let report = drain_with(&pool, options, statuses, &token)
         .await
         .map_err(CommandError::Store)?;

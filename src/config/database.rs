@@ -17,11 +17,58 @@ struct DatabaseVars {
     database_url: Option<SecretString>,
 }
 
+/// The database group: `DATABASE_URL` (secret: it may hold the password)
+/// and its connect options, from which [`crate::db::connect`] and
+/// [`crate::db::connect_for_migrations`] open the pools. Its `Debug` prints
+/// no part of the URL.
+#[derive(Clone)]
+pub struct DatabaseSettings {
+    url: SecretString,
+    options: PgConnectOptions,
+}
+
+impl std::fmt::Debug for DatabaseSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatabaseSettings")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DatabaseSettings {
+    /// The group from a `postgres://` URL.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming `DATABASE_URL` (the URL is never echoed).
+    pub fn from_url(url: SecretString) -> Result<Self, ConfigError> {
+        let value = url.expose_secret();
+        if !(value.starts_with("postgres://") || value.starts_with("postgresql://")) {
+            return Err(invalid(VAR, "must start with postgres:// or postgresql://"));
+        }
+        let options = connect_options(&url)?;
+        Ok(DatabaseSettings { url, options })
+    }
+
+    /// `DATABASE_URL` (secret).
+    pub fn url(&self) -> &SecretString {
+        &self.url
+    }
+
+    /// PostgreSQL connect options from `DATABASE_URL`, tagged
+    /// `application_name = stripe-reconciler` (so `pg_stat_activity` shows
+    /// who holds a connection).
+    ///
+    /// Never `Debug`-print the result: sqlx's `Debug` shows the password.
+    pub fn connect_options(&self) -> PgConnectOptions {
+        self.options.clone()
+    }
+}
+
 /// `DATABASE_URL`, checked to be a `postgres://` connection string.
 ///
 /// # Errors
 /// [`ConfigError`] naming `DATABASE_URL`.
-pub(super) fn parse<I>(vars: I) -> Result<SecretString, ConfigError>
+pub(super) fn parse<I>(vars: I) -> Result<DatabaseSettings, ConfigError>
 where
     I: IntoIterator<Item = (String, String)>,
 {
@@ -30,12 +77,7 @@ where
         .database_url
         .filter(|u| !u.expose_secret().trim().is_empty())
         .ok_or(ConfigError::Missing { var: VAR })?;
-    let value = url.expose_secret();
-    if !(value.starts_with("postgres://") || value.starts_with("postgresql://")) {
-        return Err(invalid(VAR, "must start with postgres:// or postgresql://"));
-    }
-    connect_options(&url)?;
-    Ok(url)
+    DatabaseSettings::from_url(url)
 }
 
 /// PostgreSQL connect options from the URL, tagged `application_name =
@@ -45,7 +87,7 @@ where
 ///
 /// # Errors
 /// [`ConfigError::Invalid`] for `DATABASE_URL`.
-pub(super) fn connect_options(url: &SecretString) -> Result<PgConnectOptions, ConfigError> {
+fn connect_options(url: &SecretString) -> Result<PgConnectOptions, ConfigError> {
     PgConnectOptions::from_str(url.expose_secret())
         .map(|o| o.application_name("stripe-reconciler"))
         .map_err(|_| invalid(VAR, "is not a valid postgres:// connection string"))

@@ -5,10 +5,14 @@
 //! prints `[REDACTED]`.
 //!
 //! - `error`: [`ConfigError`].
-//! - `database`: `DATABASE_URL` and the connect options.
-//! - `stripe`: `STRIPE_API_KEY`, `STRIPE_API_BASE` and the read budget (rate, in flight, timeout).
-//! - `scan`: the job's name, batch and run sizes, grace, deadline, [`ReadMode`].
+//! - `database`: [`DatabaseSettings`]: `DATABASE_URL`, the connect options and the pools.
+//! - `stripe`: `STRIPE_API_KEY`, and [`StripeSettings`]: `STRIPE_API_BASE` and the
+//!   read budget (rate, in flight, timeout); it builds the gateway.
+//! - `scan`: [`ScanSettings`] (batch and run sizes, the cycle target, [`ReadMode`],
+//!   list reads), and the job's name, grace, deadline and unverifiable cycles.
 //! - `rules`: the money columns ([`ColumnName`]) and the aging thresholds.
+//! - `schema`: [`SchemaSettings`]: how `payments` is read (columns, unit,
+//!   status words, partition), the group `store::payments` takes.
 //! - `statuses`: the application's status words ([`StatusMap`]) and amount unit ([`AmountUnit`]).
 //! - `events`: [`EventsSettings`] of `stripe-reconciler events`.
 //! - `outbox`: [`OutboxSettings`]: `RECONCILER_OUTBOX_TABLE` and `RECONCILER_OUTBOX_SHAPE`.
@@ -25,6 +29,7 @@ mod output;
 mod partition;
 mod rules;
 mod scan;
+mod schema;
 mod statuses;
 mod stripe;
 mod value;
@@ -33,9 +38,9 @@ pub mod variables;
 use std::time::Duration;
 
 use secrecy::SecretString;
-use sqlx::postgres::PgConnectOptions;
 use url::Url;
 
+pub use database::DatabaseSettings;
 pub use error::ConfigError;
 pub use events::{EventsSettings, STRIPE_EVENTS_RETENTION};
 pub use notify::{NotifyFormat, NotifyKinds, NotifySettings};
@@ -43,21 +48,20 @@ pub use outbox::{OutboxSettings, OutboxShape, OutboxTable};
 pub use output::LogFormat;
 pub use partition::{Partition, PartitionKind};
 pub use rules::ColumnName;
-pub use scan::{ReadMode, Sizing, LIST_BATCH_SIZE, RETRIEVE_BATCH_SIZE};
+pub use scan::{ReadMode, ScanSettings, Sizing, LIST_BATCH_SIZE, RETRIEVE_BATCH_SIZE};
+pub use schema::SchemaSettings;
 pub use statuses::{AmountUnit, StatusMap, DEFAULT_LOCAL_STATUSES};
-pub use stripe::DEFAULT_STRIPE_API_BASE;
+pub use stripe::{StripeSettings, DEFAULT_STRIPE_API_BASE};
 
 use crate::reconcile::Rules;
 
 /// Everything the binary reads from its environment, validated.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// `DATABASE_URL` (secret: it may hold the password).
-    pub database_url: SecretString,
+    /// `DATABASE_URL` and the pools it opens.
+    pub database: DatabaseSettings,
     /// `STRIPE_API_KEY`; required by `run`, `None` for commands that do not call Stripe.
     pub stripe_api_key: Option<SecretString>,
-    /// `STRIPE_API_BASE`, default `https://api.stripe.com`.
-    pub stripe_api_base: Url,
     /// `PUSHGATEWAY_URL`; `None` disables the push.
     pub pushgateway_url: Option<Url>,
     /// The job's tuning (`RECONCILER_*`).
@@ -68,54 +72,29 @@ pub struct Settings {
     pub notify: Option<NotifySettings>,
 }
 
-/// The `RECONCILER_*` variables that shape a run.
+/// What a job's run works with: the run-wide `RECONCILER_*` variables (the
+/// job's name, grace, deadline, unverifiable cycles) and the groups (scan,
+/// Stripe, schema, rules, events, outbox).
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobSettings {
     /// `RECONCILER_JOB`: cursor name and Pushgateway `job` label.
     pub job: String,
-    /// `RECONCILER_BATCH_SIZE`: B, rows per batch (1..=10000; default
-    /// [`LIST_BATCH_SIZE`] in list mode, [`RETRIEVE_BATCH_SIZE`] in retrieve mode).
-    pub batch_size: u32,
-    /// `RECONCILER_BATCHES_PER_RUN`: `auto` (default; sized at the start of
-    /// each run to finish a cycle within [`JobSettings::target_cycle`], see
-    /// [`crate::capacity::plan`]) or exactly that many (1..=100000).
-    pub batches_per_run: Sizing,
-    /// `RECONCILER_TARGET_CYCLE_SECONDS`: the cycle time `auto` plans for
-    /// (60..=31,536,000, default 86,400 s).
-    pub target_cycle: Duration,
-    /// `RECONCILER_SCHEDULE_INTERVAL_SECONDS`: seconds between two runs (the
-    /// chart sets it from `schedule`; 60..=2,678,400, default 600 s).
-    pub schedule_interval: Duration,
+    /// The scan's shape: batch and run sizes, the cycle `auto` plans for,
+    /// the read mode and list reads (`RECONCILER_BATCH_SIZE`, …).
+    pub scan: ScanSettings,
     /// `RECONCILER_GRACE_SECONDS`: rows updated more recently are IN_FLIGHT (default 600 s).
     pub grace: Duration,
-    /// `RECONCILER_RATE_LIMIT_RPS`: Stripe reads per second (>= 1, default 10).
-    pub rate_limit_rps: u32,
-    /// `RECONCILER_MAX_IN_FLIGHT`: concurrent Stripe reads (1..=100, default 8).
-    pub max_in_flight: u32,
-    /// `RECONCILER_HTTP_TIMEOUT_SECONDS`: per Stripe request (>= 1, default 10 s).
-    pub http_timeout: Duration,
+    /// The Stripe group: `STRIPE_API_BASE` and the read budget
+    /// (`RECONCILER_RATE_LIMIT_RPS`, `RECONCILER_MAX_IN_FLIGHT`,
+    /// `RECONCILER_HTTP_TIMEOUT_SECONDS`); it builds the gateway.
+    pub stripe: StripeSettings,
     /// `RECONCILER_RUN_DEADLINE_SECONDS`: after this long (seconds from the
     /// start) a run starts no new batch and no Stripe retry waits past it.
     /// Set it below the CronJob's `activeDeadlineSeconds`. Default 0: none.
     pub run_deadline: Option<Duration>,
-    /// `RECONCILER_AMOUNT_COLUMN`: a `payments` column holding the amount in
-    /// minor units, compared with the PaymentIntent's `amount`. Default unset.
-    pub amount_column: Option<ColumnName>,
-    /// `RECONCILER_CURRENCY_COLUMN`: a `payments` column holding the ISO
-    /// currency code, compared case-insensitively. Default unset.
-    pub currency_column: Option<ColumnName>,
-    /// `RECONCILER_ACCOUNT_COLUMN`: a text column of `payments` holding the
-    /// connected account id (`acct_…`; NULL or empty = the platform's own
-    /// account); every Stripe read for such a row carries `Stripe-Account`
-    /// (issue 24). Default unset: every row is the platform's.
-    pub account_column: Option<ColumnName>,
-    /// `RECONCILER_AMOUNT_UNIT`: `minor` (default, integer column) or `major`
-    /// (numeric column, converted with Stripe's currency exponents; needs
-    /// `RECONCILER_CURRENCY_COLUMN`).
-    pub amount_unit: AmountUnit,
-    /// `RECONCILER_LOCAL_STATUSES`: the application's words for the
-    /// canonical local states (default `pending=pending;paid=paid;failed=failed`).
-    pub statuses: StatusMap,
+    /// How the application's `payments` table is read: the money and
+    /// account columns, the amount's unit, the status words, the partition.
+    pub schema: SchemaSettings,
     /// The aging thresholds: `RECONCILER_AUTH_EXPIRY_WARN_SECONDS` (default
     /// 432,000), `RECONCILER_PROCESSING_MAX_SECONDS` (default 1,209,600) and
     /// `RECONCILER_ABANDONED_AFTER_SECONDS` (default 0 = off).
@@ -127,75 +106,24 @@ pub struct JobSettings {
     /// The events job's settings (`RECONCILER_EVENTS_*`,
     /// `RECONCILER_ORPHAN_METADATA_KEY`).
     pub events: EventsSettings,
-    /// `RECONCILER_READ_MODE`: how phase 2 reads Stripe (default `list`).
-    pub read_mode: ReadMode,
-    /// `RECONCILER_LIST_WINDOW_SLACK_SECONDS`: seconds the batch's
-    /// `created_at` window is widened by on each side in list mode
-    /// (0..=2,592,000, default 3600).
-    pub list_window_slack: Duration,
-    /// `RECONCILER_LIST_MAX_PAGES`: list requests per batch before the rows
-    /// not yet seen fall back to one retrieve each: `auto` (default, see
-    /// [`JobSettings::list_page_cap`]) or that cap (1..=1000).
-    pub list_max_pages: Sizing,
     /// `RECONCILER_OUTBOX_TABLE` and `RECONCILER_OUTBOX_SHAPE`: where repair
     /// commands go and who delivers them (default `outbox`, `reconciler`).
     pub outbox: OutboxSettings,
-    /// `RECONCILER_PARTITION_COLUMN` and `RECONCILER_PARTITION_VALUE`: the
-    /// rows of `payments` this job owns (default unset: every row). Needs a
-    /// `RECONCILER_JOB` of its own (the default name is refused).
-    pub partition: Option<Partition>,
-}
-
-/// `auto` list pages: a page holds at most 100 PaymentIntents (Stripe's
-/// `limit` maximum), and the batch's widened `created` window also holds
-/// PaymentIntents of no row of the batch: 10% more than the batch, i.e.
-/// 11 pages per 1,000 rows (integers: no float rounding at the boundary).
-const LIST_PAGES_PER_1000_ROWS: u32 = 11;
-/// `auto` never allows fewer pages than the fixed default before issue 23:
-/// a small batch's window is mostly its slack, which may hold more
-/// PaymentIntents than the batch itself.
-const LIST_PAGES_FLOOR: u32 = 10;
-
-impl JobSettings {
-    /// The list pages a batch may send: the fixed cap, or for `auto`
-    /// `ceil(batch_size / 100 × 1.1) + 1`, at least 10 (1,900 rows: 22 pages).
-    pub fn list_page_cap(&self) -> u32 {
-        match self.list_max_pages {
-            Sizing::Fixed(n) => n,
-            Sizing::Auto => {
-                let pages = (self.batch_size * LIST_PAGES_PER_1000_ROWS).div_ceil(1000);
-                (pages + 1).max(LIST_PAGES_FLOOR)
-            }
-        }
-    }
 }
 
 impl Default for JobSettings {
     fn default() -> Self {
         JobSettings {
             job: "payments-vs-stripe".to_owned(),
-            batch_size: LIST_BATCH_SIZE,
-            batches_per_run: Sizing::Auto,
-            target_cycle: Duration::from_secs(86_400),
-            schedule_interval: Duration::from_secs(600),
+            scan: ScanSettings::default(),
             grace: Duration::from_secs(600),
-            rate_limit_rps: 10,
-            max_in_flight: 8,
-            http_timeout: Duration::from_secs(10),
+            stripe: StripeSettings::default(),
             run_deadline: None,
-            amount_column: None,
-            currency_column: None,
-            account_column: None,
-            amount_unit: AmountUnit::Minor,
-            statuses: StatusMap::default(),
+            schema: SchemaSettings::default(),
             rules: Rules::default(),
             unverifiable_cycles: 3,
             events: EventsSettings::default(),
-            read_mode: ReadMode::List,
-            list_window_slack: Duration::from_secs(3600),
-            list_max_pages: Sizing::Auto,
             outbox: OutboxSettings::default(),
-            partition: None,
         }
     }
 }
@@ -219,7 +147,7 @@ impl Settings {
         I: IntoIterator<Item = (String, String)>,
     {
         let vars: Vec<(String, String)> = vars.into_iter().collect();
-        let database_url = database::parse(vars.clone())?;
+        let database = database::parse(vars.clone())?;
         let stripe = stripe::parse(vars.clone())?;
         let output = output::parse(vars.clone())?;
         let scan = scan::parse(vars.clone())?;
@@ -238,34 +166,27 @@ impl Settings {
         let notify = notify::parse(vars.clone())?;
         let events = events::parse(vars)?;
         Ok(Settings {
-            database_url,
+            database,
             stripe_api_key: stripe.api_key,
-            stripe_api_base: stripe.api_base,
             pushgateway_url: output.pushgateway_url,
             job: JobSettings {
                 job: scan.job,
-                batch_size: scan.batch_size,
-                batches_per_run: scan.batches_per_run,
-                target_cycle: scan.target_cycle,
-                schedule_interval: scan.schedule_interval,
+                scan: scan.settings,
                 grace: scan.grace,
-                rate_limit_rps: stripe.rate_limit_rps,
-                max_in_flight: stripe.max_in_flight,
-                http_timeout: stripe.http_timeout,
+                stripe: stripe.settings,
                 run_deadline: scan.run_deadline,
-                amount_column: checks.amount_column,
-                currency_column: checks.currency_column,
-                account_column: checks.account_column,
-                amount_unit: vocabulary.amount_unit,
-                statuses: vocabulary.statuses,
+                schema: SchemaSettings {
+                    amount_column: checks.amount_column,
+                    currency_column: checks.currency_column,
+                    account_column: checks.account_column,
+                    amount_unit: vocabulary.amount_unit,
+                    statuses: vocabulary.statuses,
+                    partition,
+                },
                 rules: checks.rules,
                 unverifiable_cycles: scan.unverifiable_cycles,
                 events,
-                read_mode: scan.read_mode,
-                list_window_slack: scan.list_window_slack,
-                list_max_pages: scan.list_max_pages,
                 outbox,
-                partition,
             },
             log_format: output.log_format,
             notify,
@@ -280,16 +201,6 @@ impl Settings {
         self.stripe_api_key.as_ref().ok_or(ConfigError::Missing {
             var: "STRIPE_API_KEY",
         })
-    }
-
-    /// PostgreSQL connect options from `DATABASE_URL`.
-    ///
-    /// Never `Debug`-print the result: sqlx's `Debug` shows the password.
-    ///
-    /// # Errors
-    /// [`ConfigError::Invalid`] for `DATABASE_URL`.
-    pub fn connect_options(&self) -> Result<PgConnectOptions, ConfigError> {
-        database::connect_options(&self.database_url)
     }
 }
 
@@ -315,7 +226,7 @@ mod tests {
     fn defaults_match_the_interface_table() {
         let s = Settings::from_vars(vars(&[DB])).unwrap();
         assert_eq!(s.job, JobSettings::default());
-        assert_eq!(s.stripe_api_base.as_str(), "https://api.stripe.com/");
+        assert_eq!(s.job.stripe.api_base.as_str(), "https://api.stripe.com/");
         assert!(s.pushgateway_url.is_none());
         assert!(s.stripe_api_key.is_none());
         assert_eq!(s.log_format, LogFormat::Json);
@@ -370,23 +281,39 @@ mod tests {
             s.job,
             JobSettings {
                 job: "shard-a".into(),
-                batch_size: 11,
-                batches_per_run: Sizing::Fixed(12),
-                target_cycle: secs(3600),
-                schedule_interval: secs(300),
+                scan: ScanSettings {
+                    batch_size: 11,
+                    batches_per_run: Sizing::Fixed(12),
+                    target_cycle: secs(3600),
+                    schedule_interval: secs(300),
+                    read_mode: ReadMode::Retrieve,
+                    list_window_slack: secs(24),
+                    list_max_pages: Sizing::Fixed(25),
+                },
                 grace: secs(13),
-                rate_limit_rps: 14,
-                max_in_flight: 15,
-                http_timeout: secs(16),
+                stripe: StripeSettings {
+                    api_base: Url::parse("http://127.0.0.1:12111").unwrap(),
+                    rate_limit_rps: 14,
+                    max_in_flight: 15,
+                    http_timeout: secs(16),
+                },
                 run_deadline: Some(secs(17)),
-                amount_column: column("RECONCILER_AMOUNT_COLUMN", "amount_cents"),
-                currency_column: column("RECONCILER_CURRENCY_COLUMN", "currency"),
-                account_column: column("RECONCILER_ACCOUNT_COLUMN", "stripe_account"),
-                amount_unit: AmountUnit::Major,
-                statuses: StatusMap::parse(
-                    "pending=open;paid=complete;failed=canceled;refunded=refunded"
-                )
-                .unwrap(),
+                schema: SchemaSettings {
+                    amount_column: column("RECONCILER_AMOUNT_COLUMN", "amount_cents"),
+                    currency_column: column("RECONCILER_CURRENCY_COLUMN", "currency"),
+                    account_column: column("RECONCILER_ACCOUNT_COLUMN", "stripe_account"),
+                    amount_unit: AmountUnit::Major,
+                    statuses: StatusMap::parse(
+                        "pending=open;paid=complete;failed=canceled;refunded=refunded"
+                    )
+                    .unwrap(),
+                    partition: Some(Partition {
+                        column: ColumnName::parse("RECONCILER_PARTITION_COLUMN", "legal_entity")
+                            .unwrap(),
+                        value: "eu'; --".into(),
+                        kind: PartitionKind::Unchecked,
+                    }),
+                },
                 rules: Rules {
                     auth_expiry_warn_seconds: 18,
                     processing_max_seconds: 19,
@@ -399,23 +326,14 @@ mod tests {
                     orphan_metadata_key: Some("app".into()),
                     account_active: secs(86_400),
                 },
-                read_mode: ReadMode::Retrieve,
-                list_window_slack: secs(24),
-                list_max_pages: Sizing::Fixed(25),
                 outbox: OutboxSettings {
                     table: OutboxTable::parse("app.commands").unwrap(),
                     shape: OutboxShape::Debezium,
                 },
-                partition: Some(Partition {
-                    column: ColumnName::parse("RECONCILER_PARTITION_COLUMN", "legal_entity")
-                        .unwrap(),
-                    value: "eu'; --".into(),
-                    kind: PartitionKind::Unchecked,
-                }),
             }
         );
         assert_eq!(s.log_format, LogFormat::Pretty);
-        assert_eq!(s.stripe_api_base.as_str(), "http://127.0.0.1:12111/");
+        assert_eq!(s.job.stripe.api_base.as_str(), "http://127.0.0.1:12111/");
         assert_eq!(
             s.pushgateway_url.map(String::from).as_deref(),
             Some("http://pushgateway:9091/")
@@ -434,11 +352,14 @@ mod tests {
             ("RECONCILER_LIST_MAX_PAGES", "auto"),
         ]))
         .unwrap();
-        assert_eq!(s.job.batches_per_run, Sizing::Auto);
-        assert_eq!((s.job.batch_size, s.job.list_page_cap()), (1_900, 22));
+        assert_eq!(s.job.scan.batches_per_run, Sizing::Auto);
+        assert_eq!(
+            (s.job.scan.batch_size, s.job.scan.list_page_cap()),
+            (1_900, 22)
+        );
         let retrieve =
             Settings::from_vars(vars(&[DB, ("RECONCILER_READ_MODE", "retrieve")])).unwrap();
-        assert_eq!(retrieve.job.batch_size, 200);
+        assert_eq!(retrieve.job.scan.batch_size, 200);
         let explicit = Settings::from_vars(vars(&[
             DB,
             ("RECONCILER_BATCH_SIZE", "500"),
@@ -446,10 +367,13 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(
-            (explicit.job.batch_size, explicit.job.list_page_cap()),
+            (
+                explicit.job.scan.batch_size,
+                explicit.job.scan.list_page_cap()
+            ),
             (500, 3)
         );
-        let mut small = explicit.job.clone();
+        let mut small = explicit.job.scan.clone();
         small.list_max_pages = Sizing::Auto;
         assert_eq!(small.list_page_cap(), 10, "never fewer than 10 pages");
         small.batch_size = 5_000;
@@ -535,7 +459,7 @@ mod tests {
             "https://proxy.example.com/stripe",
         ] {
             let s = Settings::from_vars(vars(&[DB, ("STRIPE_API_BASE", base)])).unwrap();
-            assert_eq!(s.stripe_api_base.as_str().trim_end_matches('/'), base);
+            assert_eq!(s.job.stripe.api_base.as_str().trim_end_matches('/'), base);
         }
     }
 

@@ -96,19 +96,81 @@ struct ScanVars {
     schedule_interval_seconds: Option<String>,
 }
 
-/// The scan group, validated.
+/// The scan's shape: how big a batch and a run are, the cycle `auto` plans
+/// for, and how phase 2 reads (DESIGN.md, Interface, Reads and "Turn 3
+/// contract").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanSettings {
+    /// `RECONCILER_BATCH_SIZE`: B, rows per batch (1..=10000; default
+    /// [`LIST_BATCH_SIZE`] in list mode, [`RETRIEVE_BATCH_SIZE`] in retrieve mode).
+    pub batch_size: u32,
+    /// `RECONCILER_BATCHES_PER_RUN`: `auto` (default; sized at the start of
+    /// each run to finish a cycle within [`ScanSettings::target_cycle`], see
+    /// [`crate::capacity::plan`]) or exactly that many (1..=100000).
+    pub batches_per_run: Sizing,
+    /// `RECONCILER_TARGET_CYCLE_SECONDS`: the cycle time `auto` plans for
+    /// (60..=31,536,000, default 86,400 s).
+    pub target_cycle: Duration,
+    /// `RECONCILER_SCHEDULE_INTERVAL_SECONDS`: seconds between two runs (the
+    /// chart sets it from `schedule`; 60..=2,678,400, default 600 s).
+    pub schedule_interval: Duration,
+    /// `RECONCILER_READ_MODE`: how phase 2 reads Stripe (default `list`).
+    pub read_mode: ReadMode,
+    /// `RECONCILER_LIST_WINDOW_SLACK_SECONDS`: seconds the batch's
+    /// `created_at` window is widened by on each side in list mode
+    /// (0..=2,592,000, default 3600).
+    pub list_window_slack: Duration,
+    /// `RECONCILER_LIST_MAX_PAGES`: list requests per batch before the rows
+    /// not yet seen fall back to one retrieve each: `auto` (default, see
+    /// [`ScanSettings::list_page_cap`]) or that cap (1..=1000).
+    pub list_max_pages: Sizing,
+}
+
+impl Default for ScanSettings {
+    fn default() -> Self {
+        ScanSettings {
+            batch_size: LIST_BATCH_SIZE,
+            batches_per_run: Sizing::Auto,
+            target_cycle: Duration::from_secs(86_400),
+            schedule_interval: Duration::from_secs(600),
+            read_mode: ReadMode::List,
+            list_window_slack: Duration::from_secs(3600),
+            list_max_pages: Sizing::Auto,
+        }
+    }
+}
+
+/// `auto` list pages: a page holds at most 100 PaymentIntents (Stripe's
+/// `limit` maximum), and the batch's widened `created` window also holds
+/// PaymentIntents of no row of the batch: 10% more than the batch, i.e.
+/// 11 pages per 1,000 rows (integers: no float rounding at the boundary).
+const LIST_PAGES_PER_1000_ROWS: u32 = 11;
+/// `auto` never allows fewer pages than the fixed default before issue 23:
+/// a small batch's window is mostly its slack, which may hold more
+/// PaymentIntents than the batch itself.
+const LIST_PAGES_FLOOR: u32 = 10;
+
+impl ScanSettings {
+    /// The list pages a batch may send: the fixed cap, or for `auto`
+    /// `ceil(batch_size / 100 × 1.1) + 1`, at least 10 (1,900 rows: 22 pages).
+    pub fn list_page_cap(&self) -> u32 {
+        match self.list_max_pages {
+            Sizing::Fixed(n) => n,
+            Sizing::Auto => {
+                let pages = (self.batch_size * LIST_PAGES_PER_1000_ROWS).div_ceil(1000);
+                (pages + 1).max(LIST_PAGES_FLOOR)
+            }
+        }
+    }
+}
+
+/// The scan group and the run-wide variables parsed with it, validated.
 pub(super) struct Scan {
     pub(super) job: String,
-    pub(super) batch_size: u32,
-    pub(super) batches_per_run: Sizing,
-    pub(super) target_cycle: Duration,
-    pub(super) schedule_interval: Duration,
     pub(super) grace: Duration,
     pub(super) run_deadline: Option<Duration>,
     pub(super) unverifiable_cycles: u32,
-    pub(super) read_mode: ReadMode,
-    pub(super) list_window_slack: Duration,
-    pub(super) list_max_pages: Sizing,
+    pub(super) settings: ScanSettings,
 }
 
 /// `RECONCILER_JOB`: a URL path segment of the Pushgateway's grouping key.
@@ -131,7 +193,8 @@ fn read_mode(raw: Option<&str>) -> Result<ReadMode, ConfigError> {
     }
 }
 
-/// Parses the scan group; defaults from [`JobSettings::default`].
+/// Parses the scan group; defaults from [`ScanSettings::default`] and
+/// [`JobSettings::default`].
 ///
 /// # Errors
 /// [`ConfigError`] naming the first malformed variable.
@@ -141,73 +204,85 @@ where
 {
     let raw: ScanVars = value::read(Some("RECONCILER_"), vars)?;
     let d = JobSettings::default();
+    let ds = ScanSettings::default();
     let job = job_name(raw.job.unwrap_or(d.job))?;
     let read_mode = read_mode(raw.read_mode.as_deref())?;
     let default_batch = match read_mode {
         ReadMode::List => LIST_BATCH_SIZE,
         ReadMode::Retrieve => RETRIEVE_BATCH_SIZE,
     };
+    let batch_size = value::number(
+        "RECONCILER_BATCH_SIZE",
+        raw.batch_size,
+        default_batch,
+        1,
+        10_000,
+    )?;
+    let batches_per_run = sizing(
+        "RECONCILER_BATCHES_PER_RUN",
+        raw.batches_per_run,
+        1,
+        100_000,
+    )?;
+    let target_cycle = Duration::from_secs(value::number(
+        "RECONCILER_TARGET_CYCLE_SECONDS",
+        raw.target_cycle_seconds,
+        ds.target_cycle.as_secs(),
+        60,
+        365 * 24 * 3600,
+    )?);
+    let schedule_interval = Duration::from_secs(value::number(
+        "RECONCILER_SCHEDULE_INTERVAL_SECONDS",
+        raw.schedule_interval_seconds,
+        ds.schedule_interval.as_secs(),
+        60,
+        31 * 24 * 3600,
+    )?);
+    let grace = Duration::from_secs(value::number(
+        "RECONCILER_GRACE_SECONDS",
+        raw.grace_seconds,
+        d.grace.as_secs(),
+        0,
+        7 * 24 * 3600,
+    )?);
+    let run_deadline = match value::number(
+        "RECONCILER_RUN_DEADLINE_SECONDS",
+        raw.run_deadline_seconds,
+        0,
+        0,
+        7 * 24 * 3600,
+    )? {
+        0 => None,
+        secs => Some(Duration::from_secs(secs)),
+    };
+    let unverifiable_cycles = value::number(
+        "RECONCILER_UNVERIFIABLE_CYCLES",
+        raw.unverifiable_cycles,
+        d.unverifiable_cycles,
+        1,
+        100,
+    )?;
+    let list_window_slack = Duration::from_secs(value::number(
+        "RECONCILER_LIST_WINDOW_SLACK_SECONDS",
+        raw.list_window_slack_seconds,
+        ds.list_window_slack.as_secs(),
+        0,
+        30 * 24 * 3600,
+    )?);
+    let list_max_pages = sizing("RECONCILER_LIST_MAX_PAGES", raw.list_max_pages, 1, 1000)?;
     Ok(Scan {
         job,
-        batch_size: value::number(
-            "RECONCILER_BATCH_SIZE",
-            raw.batch_size,
-            default_batch,
-            1,
-            10_000,
-        )?,
-        batches_per_run: sizing(
-            "RECONCILER_BATCHES_PER_RUN",
-            raw.batches_per_run,
-            1,
-            100_000,
-        )?,
-        target_cycle: Duration::from_secs(value::number(
-            "RECONCILER_TARGET_CYCLE_SECONDS",
-            raw.target_cycle_seconds,
-            d.target_cycle.as_secs(),
-            60,
-            365 * 24 * 3600,
-        )?),
-        schedule_interval: Duration::from_secs(value::number(
-            "RECONCILER_SCHEDULE_INTERVAL_SECONDS",
-            raw.schedule_interval_seconds,
-            d.schedule_interval.as_secs(),
-            60,
-            31 * 24 * 3600,
-        )?),
-        grace: Duration::from_secs(value::number(
-            "RECONCILER_GRACE_SECONDS",
-            raw.grace_seconds,
-            d.grace.as_secs(),
-            0,
-            7 * 24 * 3600,
-        )?),
-        run_deadline: match value::number(
-            "RECONCILER_RUN_DEADLINE_SECONDS",
-            raw.run_deadline_seconds,
-            0,
-            0,
-            7 * 24 * 3600,
-        )? {
-            0 => None,
-            secs => Some(Duration::from_secs(secs)),
+        grace,
+        run_deadline,
+        unverifiable_cycles,
+        settings: ScanSettings {
+            batch_size,
+            batches_per_run,
+            target_cycle,
+            schedule_interval,
+            read_mode,
+            list_window_slack,
+            list_max_pages,
         },
-        unverifiable_cycles: value::number(
-            "RECONCILER_UNVERIFIABLE_CYCLES",
-            raw.unverifiable_cycles,
-            d.unverifiable_cycles,
-            1,
-            100,
-        )?,
-        read_mode,
-        list_window_slack: Duration::from_secs(value::number(
-            "RECONCILER_LIST_WINDOW_SLACK_SECONDS",
-            raw.list_window_slack_seconds,
-            d.list_window_slack.as_secs(),
-            0,
-            30 * 24 * 3600,
-        )?),
-        list_max_pages: sizing("RECONCILER_LIST_MAX_PAGES", raw.list_max_pages, 1, 1000)?,
     })
 }

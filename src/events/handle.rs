@@ -216,7 +216,7 @@ async fn look_up<'e>(
         .filter(|e| !progress.handled.contains(e.payment_intent.as_str()))
         .collect();
     let mut ids: Vec<&str> = named.iter().map(|e| e.payment_intent.as_str()).collect();
-    let columns = MoneyColumns::of(settings);
+    let columns = MoneyColumns::of(&settings.schema);
     let mut tx = crate::store::begin(ctx.pool)
         .await
         .context("opening the lookup")?;
@@ -475,7 +475,13 @@ async fn read_all(
     let key = settings.events.orphan_metadata_key.as_deref();
     let (observed, orphans) = tokio::join!(
         observe_all(pool, gateway, rows, settings, now),
-        orphans::read(gateway, account, orphans, key, settings.max_in_flight)
+        orphans::read(
+            gateway,
+            account,
+            orphans,
+            key,
+            settings.stripe.max_in_flight
+        )
     );
     Ok((observed?, orphans?))
 }
@@ -527,7 +533,7 @@ async fn renew_for_reads(
     lease: &Lease,
     reads: usize,
 ) -> Result<(), EventsError> {
-    let rps = ctx.settings.rate_limit_rps.max(1);
+    let rps = ctx.settings.stripe.rate_limit_rps.max(1);
     let ttl = lease.ttl_seconds + 2.0 * reads as f64 / f64::from(rps);
     let mut tx = crate::store::begin(ctx.pool)
         .await

@@ -49,7 +49,7 @@ impl Job for EventsJob {
         let job = events_job(&settings.job);
         let mut lease = Lease::new(settings, LeaseTable::EventsPosition, &job);
         lease.ttl_seconds +=
-            f64::from(settings.events.max_pages) / f64::from(settings.rate_limit_rps.max(1));
+            f64::from(settings.events.max_pages) / f64::from(settings.stripe.rate_limit_rps.max(1));
         Some(lease)
     }
 
@@ -286,7 +286,7 @@ async fn connected_feeds(
     listed_at: DateTime<Utc>,
     summary: &mut EventsSummary,
 ) -> Result<Vec<(AccountId, DateTime<Utc>)>, EventsError> {
-    let Some(column) = settings.account_column.as_ref() else {
+    let Some(column) = settings.schema.account_column.as_ref() else {
         return Ok(Vec::new());
     };
     let mut tx = crate::store::begin(pool)
@@ -297,7 +297,7 @@ async fn connected_feeds(
         column,
         settings.events.account_active,
         MAX_ACCOUNTS_PER_RUN,
-        settings.partition.as_ref(),
+        settings.schema.partition.as_ref(),
     )
     .await?;
     if values.len() >= MAX_ACCOUNTS_PER_RUN {

@@ -19,15 +19,13 @@ pub mod preflight;
 mod push;
 mod scan;
 
-use std::num::NonZeroU32;
-
 pub use error::CommandError;
 
 use crate::config::{JobSettings, LogFormat, Settings};
 use crate::job::{run_once, Clock, Job, RunContext};
 use crate::metrics::RunMetrics;
 use crate::outcome::RunOutcome;
-use crate::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
+use crate::stripe::StripeGateway;
 use crate::{db, shutdown};
 
 /// What a scheduled job reports: its summary to people and logs, and its
@@ -96,7 +94,7 @@ where
     // must still end in a summary and a push, not a killed process.
     let shutdown = shutdown::on_signal();
     let clock = Clock::start();
-    let pool = match db::connect(settings.connect_options()?).await {
+    let pool = match db::connect(settings.database.connect_options()).await {
         Ok(pool) => pool,
         Err(e) => {
             let summary = job.database_down(&settings.job, &clock);
@@ -134,14 +132,7 @@ where
 fn stripe_gateway(settings: &Settings) -> Result<StripeGateway, CommandError> {
     let api_key = settings.require_stripe_key()?.clone();
     let job = &settings.job;
-    Ok(StripeGateway::new(GatewayConfig {
-        base: settings.stripe_api_base.clone(),
-        api_key,
-        rate_limit_rps: NonZeroU32::new(job.rate_limit_rps).unwrap_or(NonZeroU32::MIN),
-        timeout: job.http_timeout,
-        retry: RetryPolicy::default(),
-        deadline: job.run_deadline.map(|d| tokio::time::Instant::now() + d),
-    })?)
+    Ok(job.stripe.gateway(api_key, job.run_deadline)?)
 }
 
 /// Pushes the run's figures. A run that lost the lease to another run pushes

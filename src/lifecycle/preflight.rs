@@ -82,7 +82,7 @@ pub async fn check_columns(
     if need_partition_index {
         require_index(&mut conn, &settings).await?;
     }
-    let columns = MoneyColumns::of(&settings.job);
+    let columns = MoneyColumns::of(&settings.job.schema);
     if payment_index::payment_intent_index(&mut conn)
         .await
         .map_err(CommandError::Store)?
@@ -113,7 +113,7 @@ pub async fn checked(
     settings: &Settings,
 ) -> Result<Settings, CommandError> {
     let mut settings = settings.clone();
-    if let Some(partition) = settings.job.partition.as_mut() {
+    if let Some(partition) = settings.job.schema.partition.as_mut() {
         partition.kind = payments::check_partition(conn, partition)
             .await
             .map_err(column_error)?;
@@ -131,7 +131,7 @@ pub async fn require_index(
     conn: &mut PgConnection,
     settings: &Settings,
 ) -> Result<(), CommandError> {
-    let Some(partition) = &settings.job.partition else {
+    let Some(partition) = &settings.job.schema.partition else {
         return Ok(());
     };
     if payment_index::partition_index(conn, &partition.column)

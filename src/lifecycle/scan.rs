@@ -24,9 +24,9 @@ impl Report for ScanJob {
     const NEEDS_PARTITION_INDEX: bool = true;
 
     fn check(&self, settings: &Settings) {
-        if settings.job.rate_limit_rps > STRIPE_ENDPOINT_LIMIT_RPS {
+        if settings.job.stripe.rate_limit_rps > STRIPE_ENDPOINT_LIMIT_RPS {
             tracing::warn!(
-                rate_limit_rps = settings.job.rate_limit_rps,
+                rate_limit_rps = settings.job.stripe.rate_limit_rps,
                 "RECONCILER_RATE_LIMIT_RPS is above Stripe's {STRIPE_ENDPOINT_LIMIT_RPS}/s limit on this endpoint, which the application shares; use this only against a local stand-in"
             );
         }
@@ -98,7 +98,7 @@ impl Report for ScanJob {
 async fn read_status(pool: &PgPool, job: &JobSettings, timeout: Duration) -> Option<Status> {
     let read = async {
         let mut conn = crate::store::begin(pool).await.context("connecting")?;
-        let partition = job.partition.as_ref();
+        let partition = job.schema.partition.as_ref();
         status::read(&mut conn, &job.job, &job.outbox, partition).await
     };
     match tokio::time::timeout(timeout, read).await {

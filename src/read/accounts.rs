@@ -32,7 +32,7 @@ pub fn account_of(
     row: &PaymentRow,
     settings: &JobSettings,
 ) -> Result<AccountKey, InvalidAccountId> {
-    if settings.account_column.is_none() {
+    if settings.schema.account_column.is_none() {
         return Ok(None);
     }
     AccountId::of_stored(row.stripe_account.as_deref())
@@ -101,14 +101,14 @@ pub(super) async fn check_key(
     settings: &JobSettings,
     account: Option<&AccountId>,
 ) -> KeyCheck {
-    let known = match &settings.account_column {
-        None => payments::a_verified_payment_intent(pool, settings.partition.as_ref()).await,
+    let known = match &settings.schema.account_column {
+        None => payments::a_verified_payment_intent(pool, settings.schema.partition.as_ref()).await,
         Some(column) => {
             payments::a_verified_payment_intent_on(
                 pool,
                 column,
                 account.map(AccountId::as_str),
-                settings.partition.as_ref(),
+                settings.schema.partition.as_ref(),
             )
             .await
         }

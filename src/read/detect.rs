@@ -53,7 +53,7 @@ pub struct Observed {
 /// up the others) and are put back in row order at the end.
 ///
 /// Rows are classified with the settings' rules against `now`, the run's
-/// clock for the aging findings. Reads follow `settings.read_mode`; every
+/// clock for the aging findings. Reads follow `settings.scan.read_mode`; every
 /// row is treated as one of the cursor's rows (see [`observe_batch`]).
 ///
 /// # Errors
@@ -67,7 +67,7 @@ pub async fn observe_all(
     settings: &JobSettings,
     now: DateTime<Utc>,
 ) -> Result<Vec<Observation>, RunError> {
-    let in_flight = Semaphore::new((settings.max_in_flight as usize).max(1));
+    let in_flight = Semaphore::new((settings.stripe.max_in_flight as usize).max(1));
     let pacing = Pacing {
         in_flight: &in_flight,
         all_started: None,
@@ -176,7 +176,7 @@ pub async fn observe_batch(
         .filter_map(|a| a.as_ref().ok().cloned())
         .map(|a| (a, Tally::default()))
         .collect();
-    let listed = match settings.read_mode {
+    let listed = match settings.scan.read_mode {
         ReadMode::List => {
             let share = ListShare {
                 gateway,
@@ -220,7 +220,7 @@ pub async fn observe_batch(
                     .map(|o| (index, o))
             }
         })
-        .buffer_unordered((settings.max_in_flight as usize).max(1))
+        .buffer_unordered((settings.stripe.max_in_flight as usize).max(1))
         .try_collect()
         .await?;
     observed.sort_unstable_by_key(|(index, _)| *index);

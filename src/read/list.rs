@@ -265,7 +265,7 @@ pub async fn list_batch(
 
     // The slack rings, each only when it is worth its pages (and never after
     // a failed page: Stripe's lists are not answering).
-    let slack = i64::try_from(settings.list_window_slack.as_secs()).unwrap_or(i64::MAX / 4);
+    let slack = i64::try_from(settings.scan.list_window_slack.as_secs()).unwrap_or(i64::MAX / 4);
     if slack > 0 && failed.load(Ordering::Relaxed) == 0 {
         let unseen = {
             let found = found.lock().unwrap_or_else(|p| p.into_inner());
@@ -351,7 +351,7 @@ pub async fn list_accounts(
             None => groups.push((account, vec![(row, id)])),
         }
     }
-    let cap = share.settings.list_page_cap() as usize;
+    let cap = share.settings.scan.list_page_cap() as usize;
     let sizes: Vec<usize> = groups.iter().map(|(_, g)| g.len()).collect();
     let shares = page_shares(cap, &sizes);
     let listed_groups = groups.iter().zip(shares).filter(|(_, share)| *share > 0);

@@ -125,7 +125,7 @@ impl Read<'_> {
                 return Err(RunError::StripeWrongAccount { not_found });
             }
         }
-        Ok(match self.settings.account_column {
+        Ok(match self.settings.schema.account_column {
             None => Decision::review_with(
                 FindingKind::MissingExternally,
                 serde_json::json!({ "hint": CONNECT_HINT }),

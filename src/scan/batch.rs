@@ -174,17 +174,17 @@ async fn read_phase(
         }
         (Mode::DryRun { after_id }, Start::Cursor) => (after_id, &[]),
     };
-    let columns = MoneyColumns::of(settings);
+    let columns = MoneyColumns::of(&settings.schema);
     let mut ahead = payments::read_batch(
         &mut tx,
         cursor_id,
-        settings.batch_size.saturating_add(1),
+        settings.scan.batch_size.saturating_add(1),
         settings.grace,
         columns,
     )
     .await?;
-    let reached_end = ahead.len() <= settings.batch_size as usize;
-    ahead.truncate(settings.batch_size as usize);
+    let reached_end = ahead.len() <= settings.scan.batch_size as usize;
+    ahead.truncate(settings.scan.batch_size as usize);
     let last_id = ahead.last().map(|r| r.id);
     let mut rows = Vec::with_capacity(ahead.len());
     if last_id.is_some() && cursor_id > 0 && mode == Mode::Write {
@@ -192,7 +192,7 @@ async fn read_phase(
             &mut tx,
             &settings.job,
             cursor_id,
-            behind_cursor_limit(settings.batch_size),
+            behind_cursor_limit(settings.scan.batch_size),
             settings.grace,
             columns,
             pending,

@@ -132,7 +132,10 @@ async fn write_phase(
 ) -> Result<(), RunError> {
     let (outbox, job) = (&settings.outbox, settings.job.as_str());
     let unverifiable_cycles = settings.unverifiable_cycles;
-    let (register_limit, partitioned) = (settings.batch_size, settings.partition.is_some());
+    let (register_limit, partitioned) = (
+        settings.scan.batch_size,
+        settings.schema.partition.is_some(),
+    );
     let mut tx = crate::store::begin(pool)
         .await
         .context("opening the write transaction")?;

@@ -55,7 +55,7 @@ pub async fn run_batch_until(
     lease: Option<&Lease>,
     shutdown: &CancellationToken,
 ) -> Result<BatchReport, RunError> {
-    let in_flight = Semaphore::new((settings.max_in_flight as usize).max(1));
+    let in_flight = Semaphore::new((settings.stripe.max_in_flight as usize).max(1));
     let prepared = prepare(pool, settings, mode, lease, &Start::Cursor).await?;
     let pacing = Pacing {
         in_flight: &in_flight,

@@ -8,14 +8,14 @@ use std::time::Instant;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use sqlx::PgPool;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 
 use super::batch::{prepare, read_stripe, Mode};
 use super::commit::commit;
 use super::progress::{cycle_progress, CycleProgress, Pace, TableExtent};
 use super::report::{BatchReport, RunSummary};
 use super::schedule::{Plan, BATCHES_IN_PROGRESS};
-use crate::config::JobSettings;
+use crate::config::{JobSettings, ScanSettings};
 use crate::job::RunContext;
 use crate::outcome::RunError;
 use crate::read::Pacing;
@@ -51,7 +51,7 @@ pub(super) async fn batches(
     let planned_batches = summary.plan.map_or(1, |p| p.batches);
     let table = table_extent(pool, settings).await;
     let run_started = Instant::now();
-    let in_flight = Semaphore::new((settings.max_in_flight as usize).max(1));
+    let in_flight = Semaphore::new((settings.stripe.max_in_flight as usize).max(1));
     // A batch holds a slot from its phase 1 to the end of its commit.
     let slots = Semaphore::new(BATCHES_IN_PROGRESS);
     let (sender, mut receiver) = mpsc::unbounded_channel();
@@ -64,33 +64,26 @@ pub(super) async fn batches(
                 let Ok(slot) = slots.acquire().await else {
                     return None;
                 };
-                // The previous batch has started every read (or ended).
-                if let Some(gate) = plan.gate.take() {
-                    let _ = gate.await;
-                }
-                let (all_started, gate) = oneshot::channel();
-                plan.gate = Some(gate);
-                let read: BoxFuture<'_, _> = match start {
+                let all_started = plan.after_previous_started().await;
+                let prepared = match start {
+                    Ok(start) => prepare(pool, settings, mode, lease, &start).await,
+                    Err(e) => Err(e),
+                };
+                let read: BoxFuture<'_, _> = match prepared {
                     Err(e) => {
                         plan.done = true;
                         futures::future::ready(Err(e)).boxed()
                     }
-                    Ok(start) => match prepare(pool, settings, mode, lease, &start).await {
-                        Err(e) => {
-                            plan.done = true;
-                            futures::future::ready(Err(e)).boxed()
-                        }
-                        Ok(prepared) => {
-                            plan.prepared(&prepared, options.dry_run);
-                            let pacing = Pacing {
-                                in_flight,
-                                all_started: Some(all_started),
-                            };
-                            read_stripe(pool, gateway, settings, prepared, shutdown, pacing)
-                                .map(move |r| r.map(|read| (read, slot)))
-                                .boxed()
-                        }
-                    },
+                    Ok(prepared) => {
+                        plan.prepared(&prepared, options.dry_run);
+                        let pacing = Pacing {
+                            in_flight,
+                            all_started: Some(all_started),
+                        };
+                        read_stripe(pool, gateway, settings, prepared, shutdown, pacing)
+                            .map(move |r| r.map(|read| (read, slot)))
+                            .boxed()
+                    }
                 };
                 Some((read, plan))
             }
@@ -107,22 +100,13 @@ pub(super) async fn batches(
     };
 
     let consumer = async {
-        let mut number = 0u32;
-        let mut boundary = Instant::now();
+        let mut progress = Progress::new(table, run_started, &settings.scan, planned_batches);
         while let Some(read) = receiver.recv().await {
             let (read, slot) = read?;
-            number += 1;
             let report = commit(pool, settings, mode, lease, read).await?;
             drop(slot);
             summary.add_batch(&report);
-            let pace = Pace {
-                rows_scanned: summary.rows_scanned,
-                elapsed_seconds: run_started.elapsed().as_secs_f64(),
-                ..pace_of(settings.batch_size, planned_batches, number)
-            };
-            let progress = cycle_progress(table, report.cursor_to, pace);
-            log_batch(number, &report, boundary.elapsed().as_secs_f64(), &progress);
-            boundary = Instant::now();
+            progress.committed(&report, summary.rows_scanned);
         }
         Ok(())
     };
@@ -154,6 +138,45 @@ async fn start_mode(
 
 /// The run's rows left and planned after `done` of `planned` batches of
 /// `batch_size` rows (the scanned rows and elapsed time are the caller's).
+/// The cycle progress logged after each committed batch.
+struct Progress {
+    table: TableExtent,
+    run_started: Instant,
+    batch_size: u32,
+    planned_batches: u32,
+    /// Batches committed so far.
+    number: u32,
+    /// When the previous batch was committed (or the batches started).
+    boundary: Instant,
+}
+
+impl Progress {
+    fn new(table: TableExtent, run_started: Instant, scan: &ScanSettings, planned: u32) -> Self {
+        Progress {
+            table,
+            run_started,
+            batch_size: scan.batch_size,
+            planned_batches: planned,
+            number: 0,
+            boundary: Instant::now(),
+        }
+    }
+
+    /// Logs batch `report` (the next in order) with the cycle's progress.
+    fn committed(&mut self, report: &BatchReport, rows_scanned: u64) {
+        self.number += 1;
+        let pace = Pace {
+            rows_scanned,
+            elapsed_seconds: self.run_started.elapsed().as_secs_f64(),
+            ..pace_of(self.batch_size, self.planned_batches, self.number)
+        };
+        let progress = cycle_progress(self.table, report.cursor_to, pace);
+        let seconds = self.boundary.elapsed().as_secs_f64();
+        log_batch(self.number, report, seconds, &progress);
+        self.boundary = Instant::now();
+    }
+}
+
 fn pace_of(batch_size: u32, planned: u32, done: u32) -> Pace {
     let rows_per_batch = u64::from(batch_size);
     Pace {
@@ -168,9 +191,11 @@ fn pace_of(batch_size: u32, planned: u32, done: u32) -> Pace {
 /// unknown (zeros) when it cannot be read, which only blanks the estimate.
 async fn table_extent(pool: &PgPool, settings: &JobSettings) -> TableExtent {
     let figures = match pool.acquire().await {
-        Ok(mut conn) => stats::table_figures(&mut conn, &settings.job, settings.partition.as_ref())
-            .await
-            .ok(),
+        Ok(mut conn) => {
+            stats::table_figures(&mut conn, &settings.job, settings.schema.partition.as_ref())
+                .await
+                .ok()
+        }
         Err(_) => None,
     };
     figures.map_or_else(TableExtent::default, |t| TableExtent {

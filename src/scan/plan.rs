@@ -28,7 +28,7 @@ pub struct PlanFigures<'a> {
 /// and the cycle they lead to.
 pub fn plan_for(settings: &JobSettings, figures: PlanFigures<'_>) -> RunPlan {
     let input = plan_input(settings, figures);
-    match settings.batches_per_run {
+    match settings.scan.batches_per_run {
         Sizing::Auto => capacity::plan(input),
         Sizing::Fixed(n) => capacity::fixed(input, n),
     }
@@ -37,11 +37,11 @@ pub fn plan_for(settings: &JobSettings, figures: PlanFigures<'_>) -> RunPlan {
 /// The planning function's inputs (PURE).
 pub fn plan_input(settings: &JobSettings, figures: PlanFigures<'_>) -> PlanInput {
     let (t, h) = (figures.table, figures.history);
-    let rows_per_request = match settings.read_mode {
+    let rows_per_request = match settings.scan.read_mode {
         ReadMode::List => LIST_ROWS_PER_REQUEST,
         ReadMode::Retrieve => 1.0,
     };
-    let rate_rows_per_second = f64::from(settings.rate_limit_rps) * rows_per_request;
+    let rate_rows_per_second = f64::from(settings.stripe.rate_limit_rps) * rows_per_request;
     let pace = if h.paced_rows > 0 && h.paced_seconds > 0.0 {
         Pace {
             rows_per_second: h.paced_rows as f64 / h.paced_seconds,
@@ -56,7 +56,7 @@ pub fn plan_input(settings: &JobSettings, figures: PlanFigures<'_>) -> PlanInput
         }
     };
     let growth = h.growth().max(0);
-    let interval = settings.schedule_interval.as_secs_f64();
+    let interval = settings.scan.schedule_interval.as_secs_f64();
     PlanInput {
         rows_ahead: rows_ahead(t),
         new_rows_per_second: if h.span_seconds >= 60.0 {
@@ -65,12 +65,12 @@ pub fn plan_input(settings: &JobSettings, figures: PlanFigures<'_>) -> PlanInput
             0.0
         },
         cycle_elapsed_seconds: elapsed(t.cycle_started_at, t.database_now),
-        target_cycle_seconds: settings.target_cycle.as_secs_f64(),
+        target_cycle_seconds: settings.scan.target_cycle.as_secs_f64(),
         schedule_interval_seconds: interval,
         run_seconds: settings.run_deadline.map_or(interval, |d| d.as_secs_f64()),
         pace,
         rate_rows_per_second,
-        batch_size: settings.batch_size,
+        batch_size: settings.scan.batch_size,
     }
 }
 
@@ -115,7 +115,7 @@ async fn read_figures(
     settings: &JobSettings,
 ) -> Result<(TableFigures, RunHistory), StoreError> {
     let mut conn = pool.acquire().await.context("connecting")?;
-    let partition = settings.partition.as_ref();
+    let partition = settings.schema.partition.as_ref();
     let table = stats::table_figures(&mut conn, &settings.job, partition).await?;
     let history = runs::history(&mut conn, &settings.job, partition).await?;
     Ok((table, history))
@@ -125,7 +125,7 @@ fn log_plan(settings: &JobSettings, p: &RunPlan) {
     let expected = p.expected_cycle_seconds.map(f64::round);
     match p.shortfall {
         None => tracing::info!(
-            batches_per_run = %settings.batches_per_run.as_text(),
+            batches_per_run = %settings.scan.batches_per_run.as_text(),
             planned_batches = p.batches,
             rows_per_run_needed = p.rows_per_run_needed.round(),
             rows_per_run_planned = p.rows_per_run_planned,
@@ -136,7 +136,7 @@ fn log_plan(settings: &JobSettings, p: &RunPlan) {
             "run planned"
         ),
         Some(why) => tracing::warn!(
-            batches_per_run = %settings.batches_per_run.as_text(),
+            batches_per_run = %settings.scan.batches_per_run.as_text(),
             planned_batches = p.batches,
             rows_per_run_needed = p.rows_per_run_needed.round(),
             rows_per_run_planned = p.rows_per_run_planned,
@@ -181,7 +181,10 @@ mod tests {
         let list = JobSettings::default();
         assert_eq!(plan_input(&list, figures).pace.rows_per_second, 950.0);
         let retrieve = JobSettings {
-            read_mode: ReadMode::Retrieve,
+            scan: crate::config::ScanSettings {
+                read_mode: ReadMode::Retrieve,
+                ..JobSettings::default().scan
+            },
             ..JobSettings::default()
         };
         let p = plan_input(&retrieve, figures).pace;

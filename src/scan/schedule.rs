@@ -25,7 +25,7 @@ pub(super) const BATCHES_IN_PROGRESS: usize = 3;
 pub(super) struct Plan {
     start: Start,
     /// Fires when the previous batch has started all its reads.
-    pub(super) gate: Option<oneshot::Receiver<()>>,
+    gate: Option<oneshot::Receiver<()>>,
     /// Row ids of the last batches prepared (some may still be committing).
     recent: std::collections::VecDeque<Vec<i64>>,
     started: u32,
@@ -45,6 +45,18 @@ impl Plan {
             previous_wrapped: false,
             done: false,
         }
+    }
+
+    /// Waits until the previous batch has started every read (or ended),
+    /// then sets the gate of the next batch: the returned sender fires when
+    /// that batch has started all its reads.
+    pub(super) async fn after_previous_started(&mut self) -> oneshot::Sender<()> {
+        if let Some(gate) = self.gate.take() {
+            let _ = gate.await;
+        }
+        let (all_started, gate) = oneshot::channel();
+        self.gate = Some(gate);
+        all_started
     }
 
     /// The next batch's start; `None` when no batch is to start;

@@ -459,7 +459,10 @@ async fn a_small_table_is_verified_again_by_every_run(pool: PgPool) {
         .await;
     }
     let s = stripe_reconciler::config::JobSettings {
-        batches_per_run: Sizing::Fixed(1),
+        scan: ScanSettings {
+            batches_per_run: Sizing::Fixed(1),
+            ..settings(200).scan
+        },
         ..settings(200)
     };
     let mut completed = Vec::new();
@@ -535,11 +538,14 @@ async fn a_small_partition_is_verified_again_by_every_run(pool: PgPool) {
         .await;
     }
     let mut s = stripe_reconciler::config::JobSettings {
-        batches_per_run: Sizing::Fixed(1),
+        scan: ScanSettings {
+            batches_per_run: Sizing::Fixed(1),
+            ..settings(200).scan
+        },
         ..settings(200)
     };
     s.job = "payments-eu".into();
-    s.partition = Some(Partition {
+    s.schema.partition = Some(Partition {
         column: ColumnName::parse("RECONCILER_PARTITION_COLUMN", "legal_entity").unwrap(),
         value: "eu".into(),
         kind: PartitionKind::Text,

@@ -10,7 +10,7 @@ use crate::support::stripe_fake::{no_access, StripeFake, LIST, RETRIEVE};
 use crate::support::*;
 use serde_json::Value;
 use sqlx::PgPool;
-use stripe_reconciler::config::{ColumnName, JobSettings, ReadMode, Sizing};
+use stripe_reconciler::config::{ColumnName, JobSettings, ReadMode, Sizing, StripeSettings};
 use stripe_reconciler::scan::{self, RunOptions, RunSummary};
 use tokio_util::sync::CancellationToken;
 use wiremock::matchers::{method, path_regex, query_param};
@@ -51,14 +51,17 @@ async fn insert_on(
 }
 
 fn connect_settings(mode: ReadMode) -> JobSettings {
-    JobSettings {
-        read_mode: mode,
-        batches_per_run: Sizing::Fixed(20),
-        account_column: Some(
-            ColumnName::parse("RECONCILER_ACCOUNT_COLUMN", "stripe_account").unwrap(),
-        ),
+    let mut s = JobSettings {
+        scan: ScanSettings {
+            read_mode: mode,
+            batches_per_run: Sizing::Fixed(20),
+            ..settings(100).scan
+        },
         ..settings(100)
-    }
+    };
+    s.schema.account_column =
+        Some(ColumnName::parse("RECONCILER_ACCOUNT_COLUMN", "stripe_account").unwrap());
+    s
 }
 
 async fn run(pool: &PgPool, stripe: &MockServer, s: &JobSettings) -> RunSummary {
@@ -197,7 +200,10 @@ async fn a_revoked_account_leaves_its_rows_unverifiable_while_the_others_are_rec
         let reads_before = reads_on(&stripe, REVOKED);
         let s = JobSettings {
             // One read at a time: the first refusal stops the reads of that account.
-            max_in_flight: 1,
+            stripe: StripeSettings {
+                max_in_flight: 1,
+                ..connect_settings(mode).stripe
+            },
             ..connect_settings(mode)
         };
         let summary = run(&pool, &stripe, &s).await;

@@ -57,7 +57,7 @@ async fn kinds(pool: &PgPool) -> Vec<(Option<i64>, String, Option<String>)> {
 
 fn connect_settings() -> JobSettings {
     let mut s = settings(200);
-    s.account_column =
+    s.schema.account_column =
         Some(ColumnName::parse("RECONCILER_ACCOUNT_COLUMN", "stripe_account").unwrap());
     s
 }

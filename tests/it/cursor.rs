@@ -249,7 +249,10 @@ async fn a_row_stripe_never_answers_for_gets_one_finding_after_three_cycles_and_
     // Cycle 1, retried three times before it completes: counts once (a
     // batch of one row, so it does not read the table's end).
     let first_row = JobSettings {
-        batch_size: 1,
+        scan: ScanSettings {
+            batch_size: 1,
+            ..s.clone().scan
+        },
         ..s.clone()
     };
     for _ in 0..3 {

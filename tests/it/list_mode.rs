@@ -20,7 +20,10 @@ pub(super) fn an_hour_ago() -> i64 {
 
 pub(super) fn list_settings(batch_size: u32) -> JobSettings {
     JobSettings {
-        read_mode: ReadMode::List,
+        scan: ScanSettings {
+            read_mode: ReadMode::List,
+            ..settings(batch_size).scan
+        },
         ..settings(batch_size)
     }
 }
@@ -76,8 +79,11 @@ async fn run_in(
     forget_everything_but_payments(pool).await;
     let (lists, retrieves) = (account.count("list"), account.count("retrieve"));
     let s = JobSettings {
-        read_mode: mode,
-        batches_per_run: Sizing::Fixed(100),
+        scan: ScanSettings {
+            read_mode: mode,
+            batches_per_run: Sizing::Fixed(100),
+            ..settings(batch_size).scan
+        },
         ..settings(batch_size)
     };
     let (summary, result) = scan::run(
@@ -295,7 +301,10 @@ async fn a_window_crowded_with_foreign_payment_intents_stops_at_the_page_cap(poo
     }
     let server = account.serve().await;
     let s = JobSettings {
-        list_max_pages: Sizing::Fixed(4),
+        scan: ScanSettings {
+            list_max_pages: Sizing::Fixed(4),
+            ..list_settings(100).scan
+        },
         ..list_settings(100)
     };
 

@@ -6,7 +6,7 @@ use super::list_mode::{an_hour_ago, list_settings};
 use crate::support::account::{insert_at, Account};
 use crate::support::*;
 use sqlx::PgPool;
-use stripe_reconciler::config::{JobSettings, Sizing};
+use stripe_reconciler::config::{JobSettings, Sizing, StripeSettings};
 use stripe_reconciler::reconcile::Verdict;
 use stripe_reconciler::scan::{self, run_batch, Mode, RunError, RunOptions};
 use tokio_util::sync::CancellationToken;
@@ -79,8 +79,14 @@ async fn a_cursor_moved_during_overlapping_batches_rolls_back_and_stops(pool: Pg
     // Two requests a second: batch 2's page leaves half a second after batch
     // 1's, so batch 1 commits (and the cursor moves) long before batch 2 can.
     let s = JobSettings {
-        batches_per_run: Sizing::Fixed(10),
-        rate_limit_rps: 2,
+        scan: ScanSettings {
+            batches_per_run: Sizing::Fixed(10),
+            ..list_settings(20).scan
+        },
+        stripe: StripeSettings {
+            rate_limit_rps: 2,
+            ..list_settings(20).stripe
+        },
         ..list_settings(20)
     };
     let intruder = {

@@ -57,7 +57,7 @@ async fn a_scan_and_two_repair_workers_on_the_same_rows_never_deadlock(pool: PgP
     .await
     .unwrap();
     let mut s = settings(1000);
-    s.max_in_flight = 32;
+    s.stripe.max_in_flight = 32;
     let small = RepairOptions {
         chunk: 50,
         ..RepairOptions::default()

@@ -37,11 +37,11 @@ pub(super) async fn set_money(
 }
 
 fn with_columns(amount: &str, currency: &str) -> JobSettings {
-    JobSettings {
-        amount_column: Some(ColumnName::parse("RECONCILER_AMOUNT_COLUMN", amount).unwrap()),
-        currency_column: Some(ColumnName::parse("RECONCILER_CURRENCY_COLUMN", currency).unwrap()),
-        ..settings(200)
-    }
+    let mut s = settings(200);
+    s.schema.amount_column = Some(ColumnName::parse("RECONCILER_AMOUNT_COLUMN", amount).unwrap());
+    s.schema.currency_column =
+        Some(ColumnName::parse("RECONCILER_CURRENCY_COLUMN", currency).unwrap());
+    s
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]

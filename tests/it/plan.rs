@@ -36,13 +36,19 @@ async fn auto_plans_no_more_than_fits_before_the_deadline(pool: PgPool) {
     insert_paid(&pool, 2_000).await;
     let stripe = stripe_answering("succeeded", Duration::from_millis(50)).await;
     let s = JobSettings {
-        batches_per_run: Sizing::Auto,
-        // The whole table within one interval: far more than a run can read.
-        target_cycle: Duration::from_secs(600),
-        schedule_interval: Duration::from_secs(600),
+        scan: ScanSettings {
+            batches_per_run: Sizing::Auto,
+            // The whole table within one interval: far more than a run can read.
+            target_cycle: Duration::from_secs(600),
+            schedule_interval: Duration::from_secs(600),
+            ..settings(10).scan
+        },
         run_deadline: Some(Duration::from_secs(2)),
-        rate_limit_rps: 20,
-        max_in_flight: 2,
+        stripe: StripeSettings {
+            rate_limit_rps: 20,
+            max_in_flight: 2,
+            ..settings(10).stripe
+        },
         ..settings(10)
     };
 
@@ -84,7 +90,10 @@ async fn a_number_means_that_many_batches_and_auto_sizes_for_the_target(pool: Pg
         &stripe,
         1000,
         &JobSettings {
-            batches_per_run: Sizing::Fixed(3),
+            scan: ScanSettings {
+                batches_per_run: Sizing::Fixed(3),
+                ..settings(10).scan
+            },
             ..settings(10)
         },
     )
@@ -98,7 +107,10 @@ async fn a_number_means_that_many_batches_and_auto_sizes_for_the_target(pool: Pg
         &stripe,
         1000,
         &JobSettings {
-            batches_per_run: Sizing::Auto,
+            scan: ScanSettings {
+                batches_per_run: Sizing::Auto,
+                ..settings(10).scan
+            },
             ..settings(10)
         },
     )
@@ -111,8 +123,11 @@ async fn a_number_means_that_many_batches_and_auto_sizes_for_the_target(pool: Pg
 
     // One hour for the 160 rows left: 6 runs of 32 rows, four batches.
     let hour = JobSettings {
-        batches_per_run: Sizing::Auto,
-        target_cycle: Duration::from_secs(3_600),
+        scan: ScanSettings {
+            batches_per_run: Sizing::Auto,
+            target_cycle: Duration::from_secs(3_600),
+            ..settings(10).scan
+        },
         ..settings(10)
     };
     let fast = run(&pool, &stripe, 1000, &hour).await;

@@ -41,10 +41,9 @@ async fn application_schema(pool: &PgPool) {
 }
 
 fn with_words() -> JobSettings {
-    JobSettings {
-        statuses: StatusMap::parse(WORDS).unwrap(),
-        ..settings(200)
-    }
+    let mut s = settings(200);
+    s.schema.statuses = StatusMap::parse(WORDS).unwrap();
+    s
 }
 
 /// A PaymentIntent of `amount` minor units in `currency`, its latest charge
@@ -184,13 +183,13 @@ async fn the_writer_guards_on_every_word_of_pending(pool: PgPool) {
     );
 }
 
-fn major(settings: JobSettings) -> JobSettings {
-    JobSettings {
-        amount_column: Some(ColumnName::parse("RECONCILER_AMOUNT_COLUMN", "total").unwrap()),
-        currency_column: Some(ColumnName::parse("RECONCILER_CURRENCY_COLUMN", "currency").unwrap()),
-        amount_unit: AmountUnit::Major,
-        ..settings
-    }
+fn major(mut settings: JobSettings) -> JobSettings {
+    settings.schema.amount_column =
+        Some(ColumnName::parse("RECONCILER_AMOUNT_COLUMN", "total").unwrap());
+    settings.schema.currency_column =
+        Some(ColumnName::parse("RECONCILER_CURRENCY_COLUMN", "currency").unwrap());
+    settings.schema.amount_unit = AmountUnit::Major;
+    settings
 }
 
 #[sqlx::test(migrations = false)]

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use sqlx::PgPool;
 pub use steps::*;
-pub use stripe_reconciler::config::{JobSettings, ReadMode, Sizing};
+pub use stripe_reconciler::config::{JobSettings, ReadMode, ScanSettings, Sizing, StripeSettings};
 use stripe_reconciler::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
@@ -91,15 +91,21 @@ pub async fn mount(server: &MockServer, id: &str, response: ResponseTemplate) {
 /// Job settings for tests: no grace unless asked, fast everything.
 pub fn settings(batch_size: u32) -> JobSettings {
     JobSettings {
-        batch_size,
-        batches_per_run: Sizing::Fixed(10),
+        scan: ScanSettings {
+            batch_size,
+            batches_per_run: Sizing::Fixed(10),
+            // The tests written before list reads mock only the retrieve
+            // endpoint; list-mode tests opt in with `list_settings`.
+            read_mode: ReadMode::Retrieve,
+            ..JobSettings::default().scan
+        },
         grace: Duration::from_secs(600),
-        rate_limit_rps: 1000,
-        max_in_flight: 8,
-        http_timeout: Duration::from_secs(2),
-        // The tests written before list reads mock only the retrieve
-        // endpoint; list-mode tests opt in with `list_settings`.
-        read_mode: ReadMode::Retrieve,
+        stripe: StripeSettings {
+            rate_limit_rps: 1000,
+            max_in_flight: 8,
+            http_timeout: Duration::from_secs(2),
+            ..StripeSettings::default()
+        },
         ..JobSettings::default()
     }
 }

@@ -33,7 +33,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use super::{Context, StoreError};
-use crate::config::{AmountUnit, ColumnName, JobSettings, Partition, PartitionKind, StatusMap};
+use crate::config::{AmountUnit, ColumnName, Partition, PartitionKind, SchemaSettings, StatusMap};
 use crate::reconcile::{LocalAmount, LocalStatus};
 
 /// One row of a batch, as phase 1 reads it. Text columns are optional: an
@@ -135,8 +135,8 @@ pub struct MoneyColumns<'a> {
 }
 
 impl<'a> MoneyColumns<'a> {
-    /// The columns, unit and words of `settings`.
-    pub fn of(settings: &'a JobSettings) -> Self {
+    /// The columns, unit, words and partition of the schema group.
+    pub fn of(settings: &'a SchemaSettings) -> Self {
         MoneyColumns {
             amount: settings.amount_column.as_ref(),
             currency: settings.currency_column.as_ref(),
