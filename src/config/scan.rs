@@ -193,6 +193,16 @@ fn read_mode(raw: Option<&str>) -> Result<ReadMode, ConfigError> {
     }
 }
 
+/// A whole number of seconds in `min..=max` (seconds), `default` when unset.
+fn seconds(
+    var: &'static str,
+    raw: Option<String>,
+    default: Duration,
+    (min, max): (u64, u64),
+) -> Result<Duration, ConfigError> {
+    value::number(var, raw, default.as_secs(), min, max).map(Duration::from_secs)
+}
+
 /// Parses the scan group; defaults from [`ScanSettings::default`] and
 /// [`JobSettings::default`].
 ///
@@ -204,47 +214,14 @@ where
 {
     let raw: ScanVars = value::read(Some("RECONCILER_"), vars)?;
     let d = JobSettings::default();
-    let ds = ScanSettings::default();
-    let job = job_name(raw.job.unwrap_or(d.job))?;
-    let read_mode = read_mode(raw.read_mode.as_deref())?;
-    let default_batch = match read_mode {
-        ReadMode::List => LIST_BATCH_SIZE,
-        ReadMode::Retrieve => RETRIEVE_BATCH_SIZE,
-    };
-    let batch_size = value::number(
-        "RECONCILER_BATCH_SIZE",
-        raw.batch_size,
-        default_batch,
-        1,
-        10_000,
-    )?;
-    let batches_per_run = sizing(
-        "RECONCILER_BATCHES_PER_RUN",
-        raw.batches_per_run,
-        1,
-        100_000,
-    )?;
-    let target_cycle = Duration::from_secs(value::number(
-        "RECONCILER_TARGET_CYCLE_SECONDS",
-        raw.target_cycle_seconds,
-        ds.target_cycle.as_secs(),
-        60,
-        365 * 24 * 3600,
-    )?);
-    let schedule_interval = Duration::from_secs(value::number(
-        "RECONCILER_SCHEDULE_INTERVAL_SECONDS",
-        raw.schedule_interval_seconds,
-        ds.schedule_interval.as_secs(),
-        60,
-        31 * 24 * 3600,
-    )?);
-    let grace = Duration::from_secs(value::number(
+    let job = job_name(raw.job.clone().unwrap_or(d.job))?;
+    let settings = scan_settings(&raw)?;
+    let grace = seconds(
         "RECONCILER_GRACE_SECONDS",
         raw.grace_seconds,
-        d.grace.as_secs(),
-        0,
-        7 * 24 * 3600,
-    )?);
+        d.grace,
+        (0, 7 * 24 * 3600),
+    )?;
     let run_deadline = match value::number(
         "RECONCILER_RUN_DEADLINE_SECONDS",
         raw.run_deadline_seconds,
@@ -262,27 +239,67 @@ where
         1,
         100,
     )?;
-    let list_window_slack = Duration::from_secs(value::number(
-        "RECONCILER_LIST_WINDOW_SLACK_SECONDS",
-        raw.list_window_slack_seconds,
-        ds.list_window_slack.as_secs(),
-        0,
-        30 * 24 * 3600,
-    )?);
-    let list_max_pages = sizing("RECONCILER_LIST_MAX_PAGES", raw.list_max_pages, 1, 1000)?;
     Ok(Scan {
         job,
         grace,
         run_deadline,
         unverifiable_cycles,
-        settings: ScanSettings {
-            batch_size,
-            batches_per_run,
-            target_cycle,
-            schedule_interval,
-            read_mode,
-            list_window_slack,
-            list_max_pages,
-        },
+        settings,
+    })
+}
+
+/// The [`ScanSettings`] group of `raw`; defaults from [`ScanSettings::default`].
+fn scan_settings(raw: &ScanVars) -> Result<ScanSettings, ConfigError> {
+    let ds = ScanSettings::default();
+    let read_mode = read_mode(raw.read_mode.as_deref())?;
+    let default_batch = match read_mode {
+        ReadMode::List => LIST_BATCH_SIZE,
+        ReadMode::Retrieve => RETRIEVE_BATCH_SIZE,
+    };
+    let batch_size = value::number(
+        "RECONCILER_BATCH_SIZE",
+        raw.batch_size.clone(),
+        default_batch,
+        1,
+        10_000,
+    )?;
+    let batches_per_run = sizing(
+        "RECONCILER_BATCHES_PER_RUN",
+        raw.batches_per_run.clone(),
+        1,
+        100_000,
+    )?;
+    let target_cycle = seconds(
+        "RECONCILER_TARGET_CYCLE_SECONDS",
+        raw.target_cycle_seconds.clone(),
+        ds.target_cycle,
+        (60, 365 * 24 * 3600),
+    )?;
+    let schedule_interval = seconds(
+        "RECONCILER_SCHEDULE_INTERVAL_SECONDS",
+        raw.schedule_interval_seconds.clone(),
+        ds.schedule_interval,
+        (60, 31 * 24 * 3600),
+    )?;
+    let list_window_slack = seconds(
+        "RECONCILER_LIST_WINDOW_SLACK_SECONDS",
+        raw.list_window_slack_seconds.clone(),
+        ds.list_window_slack,
+        (0, 30 * 24 * 3600),
+    )?;
+    let list_max_pages = sizing(
+        "RECONCILER_LIST_MAX_PAGES",
+        raw.list_max_pages.clone(),
+        1,
+        1000,
+    )?;
+    Ok(ScanSettings {
+        batch_size,
+        batches_per_run,
+        target_cycle,
+        schedule_interval,
+        read_mode,
+        list_window_slack,
+        list_max_pages,
     })
 }
