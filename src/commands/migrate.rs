@@ -102,15 +102,12 @@ async fn partition_index(
     Ok(())
 }
 
-async fn payment_intent_index(
-    conn: &mut sqlx::PgConnection,
-    unique: bool,
-) -> Result<(), CommandError> {
-    let store = |e: StoreError| CommandError::Store(e);
-    let index = schema::payment_intent_index(&mut *conn)
+/// Prints (and logs) how many PaymentIntent ids several rows of `payments`
+/// hold; returns the number of such ids.
+async fn report_duplicates(conn: &mut sqlx::PgConnection) -> Result<i64, CommandError> {
+    let (ids, rows) = schema::count_duplicates(&mut *conn)
         .await
-        .map_err(store)?;
-    let (ids, rows) = schema::count_duplicates(&mut *conn).await.map_err(store)?;
+        .map_err(CommandError::Store)?;
     if ids > 0 {
         println!(
             "payments.stripe_payment_intent_id: {ids} PaymentIntent id(s) are held by {rows} rows; \
@@ -124,6 +121,18 @@ async fn payment_intent_index(
     } else {
         println!("payments.stripe_payment_intent_id: no duplicates");
     }
+    Ok(ids)
+}
+
+async fn payment_intent_index(
+    conn: &mut sqlx::PgConnection,
+    unique: bool,
+) -> Result<(), CommandError> {
+    let store = |e: StoreError| CommandError::Store(e);
+    let index = schema::payment_intent_index(&mut *conn)
+        .await
+        .map_err(store)?;
+    let ids = report_duplicates(&mut *conn).await?;
     match index {
         PaymentIntentIndex::Unique => {
             println!("payments.stripe_payment_intent_id has a UNIQUE index: kept");
