@@ -5,7 +5,8 @@
 //! one after another, so no other test's load adds jitter to them.
 //!
 //! - `aging`: authorization_expiring, stuck_processing, abandoned
-//! - `app_table`: `migrate` never locks or alters the application's `payments`; upgrades, deletes, cycles
+//! - `app_table`: `migrate` never locks or alters the application's `payments`; upgrades
+//! - `app_table_runs`: a payment the application deletes (`payment_deleted`); a short batch ends the cycle
 //! - `connect`: connected accounts (`Stripe-Account`), revoked and wrong accounts
 //! - `cursor`: the walk over the table, cycles, late commits, unverifiable streaks
 //! - `docs`: `docs/configuration.md` lists exactly the variables the code reads; every relative link and anchor in the docs resolves
@@ -64,6 +65,7 @@ mod support;
 
 mod aging;
 mod app_table;
+mod app_table_runs;
 mod connect;
 mod connect_events;
 mod cursor;
