@@ -142,6 +142,14 @@ where
                 }
                 kinds.push(kind.to_owned());
             }
+            if kinds.is_empty() {
+                // `,` or `, ,`: a list that names nothing would silently
+                // notify nothing.
+                return Err(invalid(
+                    "RECONCILER_NOTIFY_KINDS",
+                    "names no finding kind (money, review, or a comma list of kinds such as refunded,disputed)",
+                ));
+            }
             NotifyKinds::Listed(kinds)
         }
     };
@@ -234,6 +242,15 @@ mod tests {
                 .to_string()
                 .contains("RECONCILER_NOTIFY_KINDS")
         );
+        for nothing in [",", " , ,"] {
+            assert!(
+                parse_pairs(&[url, ("RECONCILER_NOTIFY_KINDS", nothing)])
+                    .unwrap_err()
+                    .to_string()
+                    .contains("names no finding kind"),
+                "{nothing:?} must be refused"
+            );
+        }
         assert!(parse_pairs(&[url, ("RECONCILER_NOTIFY_FORMAT", "xml")])
             .unwrap_err()
             .to_string()
