@@ -1,0 +1,32 @@
+#!/usr/bin/env python3
+"""Lists the functions of src/ (test modules cut) longer than LIMIT lines
+(default 80), longest first: `python3 scripts/long-functions.py src [LIMIT]`.
+A heuristic over the text (a `fn` line to its closing brace at the same
+indent), for the house rule of issue 28; it prints nothing when none is over."""
+import os,re,sys
+root=sys.argv[1] if len(sys.argv)>1 else 'src'; limit=int(sys.argv[2]) if len(sys.argv)>2 else 80
+out=[]
+for d,_,fs in os.walk(root):
+    for n in fs:
+        if not n.endswith('.rs'): continue
+        p=os.path.join(d,n); lines=open(p).read().split('\n')
+        # cut test module
+        end=len(lines)
+        for i,l in enumerate(lines):
+            if l.strip()=='#[cfg(test)]' and i+1<len(lines) and re.match(r'\s*mod \w+',lines[i+1]): end=i;break
+        i=0
+        while i<end:
+            m=re.match(r'^(\s*)(pub(\([^)]*\))?\s+)?(async\s+)?(const\s+)?fn\s+(\w+)',lines[i])
+            if m:
+                ind=len(m.group(1)); name=m.group(6)
+                # find line with opening brace at end of signature, then closing brace at same indent
+                j=i
+                while j<end and not lines[j].rstrip().endswith('{') and not lines[j].rstrip().endswith(';'): j+=1
+                if j<end and lines[j].rstrip().endswith(';'): i=j+1; continue
+                k=j+1
+                while k<end and not (lines[k].startswith(' '*ind+'}') and len(lines[k])-len(lines[k].lstrip())==ind): k+=1
+                length=k-i+1
+                if length>limit: out.append((length,f'{p}:{i+1} {name}'))
+                i=j+1; continue
+            i+=1
+for l,w in sorted(out,reverse=True): print(l,w)
