@@ -74,6 +74,14 @@ pub fn escape_or_dash(text: Option<&str>) -> Cow<'_, str> {
     text.map_or(Cow::Borrowed("-"), escape)
 }
 
+/// A finding's Stripe account for people: `platform` when it has none (NULL
+/// or empty), else the stored id, escaped.
+pub fn account_or_platform(account: Option<&str>) -> Cow<'_, str> {
+    account
+        .filter(|a| !a.is_empty())
+        .map_or(Cow::Borrowed("platform"), escape)
+}
+
 /// A duration in seconds for people: `3d 4h`, `2h 5m`, `42s`.
 pub fn human_duration(seconds: f64) -> String {
     let s = seconds.max(0.0).round() as u64;

@@ -8,7 +8,7 @@ use secrecy::ExposeSecret;
 
 use crate::repair::worker::MAX_ATTEMPTS;
 use crate::store::{findings, outbox, payments, Context};
-use crate::terminal::{escape, escape_or_dash};
+use crate::terminal::{account_or_platform, escape, escape_or_dash};
 
 /// What `findings list` selects.
 #[derive(Debug, Clone, Copy)]
@@ -126,10 +126,7 @@ fn render(
                 .map_or_else(|| "-".to_owned(), |p| p.to_string()),
             escape_or_dash(f.order_id.as_deref()),
             escape_or_dash(f.stripe_payment_intent_id.as_deref()),
-            f.stripe_account_id
-                .as_deref()
-                .filter(|a| !a.is_empty())
-                .map_or_else(|| "platform".into(), escape),
+            account_or_platform(f.stripe_account_id.as_deref()),
             escape(&f.kind),
             escape(&f.local_status),
             escape_or_dash(f.external_status.as_deref()),

@@ -14,7 +14,7 @@ use crate::dashboard::{payment_intent_url_on, DashboardMode};
 use crate::reconcile::RepairCommand;
 use crate::repair::worker::MAX_ATTEMPTS;
 use crate::store::{findings, outbox, Context};
-use crate::terminal::{escape, escape_or_dash};
+use crate::terminal::{account_or_platform, escape, escape_or_dash};
 
 fn mode(settings: &Settings, dashboard: Option<DashboardMode>) -> DashboardMode {
     DashboardMode::choose(
@@ -206,10 +206,7 @@ fn render_show(
             .map_or_else(|| "-".to_owned(), |p| p.to_string()),
         escape_or_dash(f.order_id.as_deref()),
         escape_or_dash(f.stripe_payment_intent_id.as_deref()),
-        f.stripe_account_id
-            .as_deref()
-            .filter(|a| !a.is_empty())
-            .map_or_else(|| "platform".into(), escape),
+        account_or_platform(f.stripe_account_id.as_deref()),
         escape(&f.local_status),
         escape_or_dash(f.external_status.as_deref()),
         escape(&f.differs().phrase),
