@@ -139,6 +139,7 @@ fn log_summary(s: &RunSummary) {
         findings_created = s.findings_created,
         commands_enqueued = s.commands_enqueued,
         findings_cleared = s.findings_cleared,
+        findings_payment_deleted = s.findings_payment_deleted,
         writes_refused = s.writes_refused,
         wrapped = s.wrapped,
         cursor = s.cursor_position,
@@ -182,6 +183,10 @@ fn print_summary(s: &RunSummary, format: LogFormat) {
                 println!("  findings created   {}", s.findings_created);
                 println!("  commands enqueued  {}", s.commands_enqueued);
                 println!("  findings cleared   {}", s.findings_cleared);
+                if s.findings_payment_deleted > 0 {
+                    // Payments the application deleted: their findings closed.
+                    println!("  payment deleted    {}", s.findings_payment_deleted);
+                }
                 println!("  writes refused     {}", s.writes_refused);
             }
             println!("  wrapped            {}", s.wrapped);

@@ -221,6 +221,7 @@ fn log_batch(number: u32, r: &BatchReport, seconds: f64, p: &CycleProgress) {
         findings_created = r.findings_created,
         commands_enqueued = r.commands_enqueued,
         findings_cleared = r.findings_cleared,
+        findings_payment_deleted = r.findings_payment_deleted,
         writes_refused = r.writes_refused,
         wrapped = r.wrapped,
         seconds,
