@@ -658,13 +658,19 @@ mod tests {
                     Some("amount_mismatch"),
                 )
             },
-            row(
-                "a refunded row whose amount is NULL: a finding too",
-                null_amount("refunded"),
-                charged(pi("succeeded"), charge(1099, 1099, true, false)),
-                Verdict::NeedsReview,
-                Some("amount_mismatch"),
-            ),
+            Row {
+                details: serde_json::json!({ "local_amount": null, "stripe_amount": null }),
+                ..row(
+                    "a paid row whose amount is NULL, Stripe's answer has none either: a finding",
+                    null_amount("paid"),
+                    PaymentIntentFacts {
+                        amount: None,
+                        ..clean_success()
+                    },
+                    Verdict::NeedsReview,
+                    Some("amount_mismatch"),
+                )
+            },
             Row {
                 command: Some(RepairCommand::ApplyPaymentSucceeded),
                 ..row(
