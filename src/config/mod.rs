@@ -37,10 +37,9 @@ pub mod variables;
 
 use std::time::Duration;
 
-use secrecy::SecretString;
 use url::Url;
 
-pub use database::DatabaseSettings;
+pub use database::{ConnectError, DatabaseSettings};
 pub use error::ConfigError;
 pub use events::{EventsSettings, STRIPE_EVENTS_RETENTION};
 pub use notify::{NotifyFormat, NotifyKinds, NotifySettings};
@@ -51,7 +50,7 @@ pub use rules::ColumnName;
 pub use scan::{ReadMode, ScanSettings, Sizing, LIST_BATCH_SIZE, RETRIEVE_BATCH_SIZE};
 pub use schema::SchemaSettings;
 pub use statuses::{AmountUnit, StatusMap, DEFAULT_LOCAL_STATUSES};
-pub use stripe::{StripeSettings, DEFAULT_STRIPE_API_BASE};
+pub use stripe::{GatewaySetupError, StripeSettings, DEFAULT_STRIPE_API_BASE};
 
 use crate::reconcile::Rules;
 
@@ -60,8 +59,6 @@ use crate::reconcile::Rules;
 pub struct Settings {
     /// `DATABASE_URL` and the pools it opens.
     pub database: DatabaseSettings,
-    /// `STRIPE_API_KEY`; required by `run`, `None` for commands that do not call Stripe.
-    pub stripe_api_key: Option<SecretString>,
     /// `PUSHGATEWAY_URL`; `None` disables the push.
     pub pushgateway_url: Option<Url>,
     /// The job's tuning (`RECONCILER_*`).
@@ -167,13 +164,12 @@ impl Settings {
         let events = events::parse(vars)?;
         Ok(Settings {
             database,
-            stripe_api_key: stripe.api_key,
             pushgateway_url: output.pushgateway_url,
             job: JobSettings {
                 job: scan.job,
                 scan: scan.settings,
                 grace: scan.grace,
-                stripe: stripe.settings,
+                stripe,
                 run_deadline: scan.run_deadline,
                 schema: SchemaSettings {
                     amount_column: checks.amount_column,
@@ -190,16 +186,6 @@ impl Settings {
             },
             log_format: output.log_format,
             notify,
-        })
-    }
-
-    /// The Stripe key, or the error `run` reports when it is missing.
-    ///
-    /// # Errors
-    /// [`ConfigError::Missing`] for `STRIPE_API_KEY`.
-    pub fn require_stripe_key(&self) -> Result<&SecretString, ConfigError> {
-        self.stripe_api_key.as_ref().ok_or(ConfigError::Missing {
-            var: "STRIPE_API_KEY",
         })
     }
 }
@@ -226,9 +212,15 @@ mod tests {
     fn defaults_match_the_interface_table() {
         let s = Settings::from_vars(vars(&[DB])).unwrap();
         assert_eq!(s.job, JobSettings::default());
-        assert_eq!(s.job.stripe.api_base.as_str(), "https://api.stripe.com/");
+        let base = s.job.stripe.base().unwrap();
+        assert_eq!(base.as_str(), "https://api.stripe.com/");
+        assert_eq!(base.as_str().trim_end_matches('/'), DEFAULT_STRIPE_API_BASE);
         assert!(s.pushgateway_url.is_none());
-        assert!(s.stripe_api_key.is_none());
+        assert!(s.job.stripe.api_key.is_none());
+        assert_eq!(
+            s.job.stripe.require_key().unwrap_err().var(),
+            Some("STRIPE_API_KEY")
+        );
         assert_eq!(s.log_format, LogFormat::Json);
     }
 
@@ -292,7 +284,8 @@ mod tests {
                 },
                 grace: secs(13),
                 stripe: StripeSettings {
-                    api_base: Url::parse("http://127.0.0.1:12111").unwrap(),
+                    api_key: Some("sk_test_k".to_owned().into()),
+                    api_base: Some(Url::parse("http://127.0.0.1:12111").unwrap()),
                     rate_limit_rps: 14,
                     max_in_flight: 15,
                     http_timeout: secs(16),
@@ -333,13 +326,20 @@ mod tests {
             }
         );
         assert_eq!(s.log_format, LogFormat::Pretty);
-        assert_eq!(s.job.stripe.api_base.as_str(), "http://127.0.0.1:12111/");
+        assert_eq!(
+            s.job.stripe.base().unwrap().as_str(),
+            "http://127.0.0.1:12111/"
+        );
         assert_eq!(
             s.pushgateway_url.map(String::from).as_deref(),
             Some("http://pushgateway:9091/")
         );
         assert_eq!(
-            s.stripe_api_key.as_ref().map(ExposeSecret::expose_secret),
+            s.job
+                .stripe
+                .api_key
+                .as_ref()
+                .map(ExposeSecret::expose_secret),
             Some("sk_test_k")
         );
     }
@@ -459,7 +459,8 @@ mod tests {
             "https://proxy.example.com/stripe",
         ] {
             let s = Settings::from_vars(vars(&[DB, ("STRIPE_API_BASE", base)])).unwrap();
-            assert_eq!(s.job.stripe.api_base.as_str().trim_end_matches('/'), base);
+            let parsed = s.job.stripe.base().unwrap();
+            assert_eq!(parsed.as_str().trim_end_matches('/'), base);
         }
     }
 
