@@ -131,7 +131,7 @@ where
 /// [`CommandError::Config`] without a key, [`CommandError::Http`].
 fn stripe_gateway(settings: &Settings) -> Result<StripeGateway, CommandError> {
     let job = &settings.job;
-    Ok(job.stripe.gateway(job.run_deadline)?)
+    Ok(job.stripe.gateway(job.run.run_deadline)?)
 }
 
 /// Pushes the run's figures. A run that lost the lease to another run pushes
