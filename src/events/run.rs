@@ -47,7 +47,12 @@ impl Job for EventsJob {
     fn lease(&self, ctx: &RunContext<'_>) -> Option<Lease> {
         let settings = ctx.settings;
         let job = events_job(&settings.run.job);
-        let mut lease = Lease::new(settings, LeaseTable::EventsPosition, &job);
+        let mut lease = Lease::new(
+            &settings.scan,
+            &settings.stripe,
+            LeaseTable::EventsPosition,
+            &job,
+        );
         lease.ttl_seconds +=
             f64::from(settings.events.max_pages) / f64::from(settings.stripe.rate_limit_rps.max(1));
         Some(lease)

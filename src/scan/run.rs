@@ -51,8 +51,9 @@ impl Job for ScanJob {
     }
 
     fn lease(&self, ctx: &RunContext<'_>) -> Option<Lease> {
-        let settings = ctx.settings;
-        (!self.options.dry_run).then(|| Lease::new(settings, LeaseTable::Cursor, &settings.run.job))
+        let s = ctx.settings;
+        (!self.options.dry_run)
+            .then(|| Lease::new(&s.scan, &s.stripe, LeaseTable::Cursor, &s.run.job))
     }
 
     async fn refused(&mut self, ctx: &RunContext<'_>, summary: &mut RunSummary, error: &RunError) {
@@ -68,7 +69,7 @@ impl Job for ScanJob {
     ) -> Result<(), RunError> {
         self.requests_before = ctx.gateway.request_counts();
         if ctx.lease.is_some() {
-            self.run_id = start_record(ctx.pool, ctx.settings).await;
+            self.run_id = start_record(ctx.pool, &ctx.settings.run, &ctx.settings.scan).await;
         }
         summary.plan = Some(plan_run(ctx.pool, ctx.settings).await);
         batches(ctx, self.options, summary).await
