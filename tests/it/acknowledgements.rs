@@ -362,7 +362,7 @@ async fn a_persistent_failure_resolved_by_hand_is_reported_again(pool: PgPool) {
         .mount(&stripe)
         .await;
     let s = settings(200);
-    for _ in 0..s.unverifiable_cycles {
+    for _ in 0..s.run.unverifiable_cycles {
         one_cycle(&pool, &stripe, &s).await;
     }
     let f = findings_of(&pool, payment).await;
