@@ -15,7 +15,7 @@ use crate::read::Observation;
 use crate::reconcile::{RepairCommand, PAYMENT_DELETED_NOTE};
 use crate::record::{new_finding, record_observations};
 use crate::store::findings::{self, NewFinding};
-use crate::store::{cursor, outbox, payment_state, Context};
+use crate::store::{cursor, outbox, payment_state, retry, Context};
 
 /// Phase 3 of a read batch (or the wrap at the end of the table). Never
 /// interrupted: it commits or rolls back as a whole.
@@ -58,7 +58,8 @@ pub(crate) async fn commit(
         Mode::DryRun { .. } => dry_run_counts(pool, &observations, &mut report).await?,
         Mode::Write => {
             let range = (cursor_id, last_id, reached_end);
-            write_phase(pool, settings, lease, range, &mut observations, &mut report).await?;
+            observations =
+                write_retrying(pool, settings, lease, range, observations, &mut report).await?;
         }
     }
     for o in &observations {
@@ -119,6 +120,30 @@ async fn wrap(
     Ok(report)
 }
 
+/// [`write_phase`], run again from its start when another job on the same
+/// rows (another partition's, the events job) won a race with it (a
+/// deadlock or a serialization failure, [`retry::again`]): from the
+/// observations phase 2 made, so Stripe is not asked again. Returns the
+/// observations as the committed attempt left them.
+async fn write_retrying(
+    pool: &PgPool,
+    settings: &JobSettings,
+    lease: Option<&Lease>,
+    range: (i64, i64, bool),
+    observations: Vec<Observation>,
+    report: &mut BatchReport,
+) -> Result<Vec<Observation>, RunError> {
+    let mut attempt = 1;
+    loop {
+        let mut tried = observations.clone();
+        match write_phase(pool, settings, lease, range, &mut tried, report).await {
+            Err(e) if retry::again(&e, attempt, "committing the batch").await => attempt += 1,
+            Err(e) => return Err(e),
+            Ok(()) => return Ok(tried),
+        }
+    }
+}
+
 /// Phase 3 of a writing batch over `(cursor_id, last_id]`: records the
 /// observations, the reconciler's own state, renews the lease and moves the
 /// cursor by compare-and-set, in one transaction.
@@ -136,24 +161,35 @@ async fn write_phase(
         settings.scan.batch_size,
         settings.schema.partition.is_some(),
     );
+    let times = &settings.schema.times;
     let mut tx = crate::store::begin(pool)
         .await
         .context("opening the write transaction")?;
-    let recorded =
-        record_observations(&mut tx, outbox, job, unverifiable_cycles, observations).await?;
     // The reconciler's own state: forget payments deleted in the range the
     // cursor walked, and register the newest rows so the lag stays an index
     // lookup (store::payment_state).
     // A partition's batch read only its rows of the range: the other
     // partitions' rows in it are registered too, or they would be below the
     // highest seen id without a state row, invisible to their job's lag.
-    // At the end of the table the walked range runs to its end.
+    // At the end of the table the walked range runs to its end. The range is
+    // registered first, in id order, before the batch's own rows are
+    // recorded: every state row this transaction writes is then taken in
+    // ascending id order, like another partition's job on the same range.
     let through = if reached_end { i64::MAX } else { last_id };
     payment_state::forget_deleted(&mut tx, cursor_id, through).await?;
     if partitioned {
-        payment_state::register_range(&mut tx, cursor_id, through).await?;
+        payment_state::register_range(&mut tx, (cursor_id, through), times).await?;
     }
-    payment_state::register_new(&mut tx, register_limit).await?;
+    let recorded = record_observations(
+        &mut tx,
+        outbox,
+        job,
+        unverifiable_cycles,
+        observations,
+        times,
+    )
+    .await?;
+    payment_state::register_new(&mut tx, register_limit, times).await?;
     // Payments the application deleted in that range (or between this
     // batch's read and now): their open findings close as
     // `payment_deleted`, their commands are skipped with that reason.

@@ -192,7 +192,8 @@ fn pace_of(batch_size: u32, planned: u32, done: u32) -> Pace {
 async fn table_extent(pool: &PgPool, settings: &JobSettings) -> TableExtent {
     let figures = match pool.acquire().await {
         Ok(mut conn) => {
-            stats::table_figures(&mut conn, &settings.job, settings.schema.partition.as_ref())
+            let partition = settings.schema.partition.as_ref();
+            stats::table_figures(&mut conn, &settings.job, partition, &settings.schema.times)
                 .await
                 .ok()
         }

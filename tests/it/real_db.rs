@@ -35,7 +35,13 @@ async fn rails_payments(pool: &PgPool) {
 /// A Rails row whose wall-clock times are written in `zone` (as Rails does
 /// with `default_timezone` :utc, or :local in that zone): created a day ago,
 /// updated `updated_secs_ago` seconds ago.
-async fn rails_row(pool: &PgPool, zone: &str, pi: &str, status: &str, updated_secs_ago: i64) -> i64 {
+async fn rails_row(
+    pool: &PgPool,
+    zone: &str,
+    pi: &str,
+    status: &str,
+    updated_secs_ago: i64,
+) -> i64 {
     sqlx::query_scalar(
         "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
          VALUES ('order-' || $1, $1, $2, (now() AT TIME ZONE $3) - interval '1 day',
@@ -60,7 +66,11 @@ async fn database_time_zone(pool: &PgPool, zone: &str) {
         .unwrap();
 }
 
-fn rails_env(pool: &PgPool, stripe: &MockServer, zone: Option<&str>) -> Vec<(&'static str, String)> {
+fn rails_env(
+    pool: &PgPool,
+    stripe: &MockServer,
+    zone: Option<&str>,
+) -> Vec<(&'static str, String)> {
     // The connection's own TimeZone is not UTC either (libpq's `options`).
     let url = format!(
         "{}?options=-c%20TimeZone%3DAmerica%2FLos_Angeles",
@@ -101,7 +111,11 @@ async fn rails_table_in(pool: PgPool, zone: Option<&str>) {
     let fresh = rails_row(&pool, wall, "pi_Fresh", "pending", 60).await;
     let old = rails_row(&pool, wall, "pi_Old", "pending", 2 * 3600).await;
     let paid = rails_row(&pool, wall, "pi_Paid", "paid", 2 * 3600).await;
-    for (pi, status) in [("pi_Fresh", "succeeded"), ("pi_Old", "succeeded"), ("pi_Paid", "succeeded")] {
+    for (pi, status) in [
+        ("pi_Fresh", "succeeded"),
+        ("pi_Old", "succeeded"),
+        ("pi_Paid", "succeeded"),
+    ] {
         mount(&stripe, pi, ok(pi, status)).await;
     }
     let env = rails_env(&pool, &stripe, zone);
@@ -151,7 +165,10 @@ async fn rails_table_in(pool: PgPool, zone: Option<&str>) {
     .await
     .unwrap();
     assert_eq!(status, "paid");
-    assert!(off_by < 600.0, "updated_at written {off_by} s away from {wall}'s clock");
+    assert!(
+        off_by < 600.0,
+        "updated_at written {off_by} s away from {wall}'s clock"
+    );
 }
 
 #[sqlx::test(migrations = false)]
@@ -266,7 +283,10 @@ async fn migrate_and_run_work_under_a_roles_statement_timeout(pool: PgPool) {
         "{printed}"
     );
     // Progress: the long steps say what they are doing while they do it.
-    assert!(printed.contains("counting duplicate PaymentIntent ids"), "{printed}");
+    assert!(
+        printed.contains("counting duplicate PaymentIntent ids"),
+        "{printed}"
+    );
     assert!(printed.contains("building the index"), "{printed}");
 
     let out = reconciler_output(&["run"], &env).await;
@@ -345,9 +365,7 @@ async fn reads_per_intent(stripe: &MockServer) -> HashMap<String, usize> {
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
-async fn two_partitions_running_at_once_never_fail_and_check_each_row_once_per_cycle(
-    pool: PgPool,
-) {
+async fn two_partitions_running_at_once_never_fail_and_check_each_row_once_per_cycle(pool: PgPool) {
     const ROWS: i64 = 4_000;
     interleaved(&pool, ROWS).await;
     let stripe = stripe_answering("succeeded", Duration::ZERO).await;
