@@ -190,26 +190,8 @@ async fn write_phase(
     )
     .await?;
     payment_state::register_new(&mut tx, register_limit, times).await?;
-    // Payments the application deleted in that range (or between this
-    // batch's read and now): their open findings close as
-    // `payment_deleted`, their commands are skipped with that reason.
-    let batch_ids: Vec<i64> = observations.iter().map(|o| o.payment_id).collect();
-    let deleted = findings::resolve_deleted(&mut tx, cursor_id, Some(through), &batch_ids).await?;
-    if !deleted.is_empty() {
-        outbox::close_for_findings(
-            &mut tx,
-            outbox,
-            &RepairCommand::EVENT_TYPES,
-            &deleted,
-            PAYMENT_DELETED_NOTE,
-        )
-        .await?;
-        tracing::info!(
-            findings = deleted.len(),
-            "open findings of payments the application deleted resolved as payment_deleted; their repair commands skipped"
-        );
-    }
-    report.findings_payment_deleted = deleted.len() as u64;
+    report.findings_payment_deleted =
+        close_deleted(&mut tx, outbox, (cursor_id, through), observations).await?;
     report.findings_created = recorded.findings_created;
     report.findings_cleared = recorded.findings_cleared;
     report.commands_enqueued = recorded.commands_enqueued;
@@ -232,4 +214,33 @@ async fn write_phase(
     }
     tx.commit().await.context("committing the batch")?;
     Ok(())
+}
+
+/// Payments the application deleted in the range `(after, through]` the
+/// batch walked (or between this batch's read and now): their open findings
+/// close as `payment_deleted`, their commands are skipped with that reason.
+/// Returns the findings closed.
+async fn close_deleted(
+    tx: &mut sqlx::PgConnection,
+    outbox: &crate::config::OutboxSettings,
+    (after, through): (i64, i64),
+    observations: &[Observation],
+) -> Result<u64, RunError> {
+    let batch_ids: Vec<i64> = observations.iter().map(|o| o.payment_id).collect();
+    let deleted = findings::resolve_deleted(&mut *tx, after, Some(through), &batch_ids).await?;
+    if !deleted.is_empty() {
+        outbox::close_for_findings(
+            &mut *tx,
+            outbox,
+            &RepairCommand::EVENT_TYPES,
+            &deleted,
+            PAYMENT_DELETED_NOTE,
+        )
+        .await?;
+        tracing::info!(
+            findings = deleted.len(),
+            "open findings of payments the application deleted resolved as payment_deleted; their repair commands skipped"
+        );
+    }
+    Ok(deleted.len() as u64)
 }
