@@ -153,8 +153,9 @@ pub async fn require_index(
         return Err(ConfigError::Invalid {
             var: "RECONCILER_PARTITION_COLUMN",
             reason: format!(
-                "payments has no index on ({:?}, id), which every batch of a partition reads by: run `stripe-reconciler migrate` with the same RECONCILER_PARTITION_COLUMN and RECONCILER_PARTITION_VALUE (and this RECONCILER_JOB) set, before `run`; it adds the index CONCURRENTLY (the chart's migration hook does this)",
-                partition.column.as_str()
+                "payments has no index on ({:?}, id), which every batch of a partition reads by: run `stripe-reconciler migrate` with the same RECONCILER_PARTITION_COLUMN and RECONCILER_PARTITION_VALUE (and this RECONCILER_JOB) set, before `run`; it adds the index CONCURRENTLY (the chart's migration hook does this); or build it yourself in psql as the table's owner:\n{}",
+                partition.column.as_str(),
+                payment_index::partition_build_by_hand(&partition.column)
             ),
         }
         .into());

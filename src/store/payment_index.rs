@@ -352,6 +352,16 @@ pub async fn partition_index(
     .context("reading the indexes of payments")
 }
 
+/// The statements that build the partition's index by hand (`psql`, as the
+/// table's owner), as [`build_by_hand`] does for the PaymentIntent index.
+pub fn partition_build_by_hand(column: &ColumnName) -> String {
+    let name = partition_index_name(column);
+    format!(
+        "SET statement_timeout = 0;\nDROP INDEX CONCURRENTLY IF EXISTS {name};\nCREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON payments ({}, id);",
+        column.quoted()
+    )
+}
+
 /// Builds the plain index [`partition_index_name`] on `payments (<column>,
 /// id)` with `CREATE INDEX CONCURRENTLY` (never UNIQUE: it is a lookup
 /// index, not a constraint), dropping an invalid leftover first. `conn` must

@@ -373,6 +373,17 @@ async fn two_partitions_running_at_once_never_fail_and_check_each_row_once_per_c
         partition_env(&pool, &stripe, "eu"),
         partition_env(&pool, &stripe, "us"),
     );
+    // Before `migrate`, `run` names the statements that build the
+    // partition's index, should `migrate` be unable to.
+    let out = reconciler_output(&["run"], &eu).await;
+    assert_eq!(out.status.code(), Some(78), "{}", all_output(&out));
+    assert!(
+        all_output(&out).contains(
+            "CREATE INDEX CONCURRENTLY IF NOT EXISTS payments_partition_legal_entity ON payments (\"legal_entity\", id);"
+        ),
+        "{}",
+        all_output(&out)
+    );
     let out = reconciler_output(&["migrate"], &eu).await;
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
 
