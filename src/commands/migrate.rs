@@ -28,6 +28,11 @@ pub(super) async fn migrate(settings: &Settings, unique: bool) -> Result<(), Com
     let outbox = check_schema(&mut tx, settings, true).await?;
     if schema::payments_exists(&mut tx).await.map_err(store)? {
         preflight::checked(&mut tx, settings).await?;
+    } else {
+        // RECONCILER_TIMESTAMP_ZONE is known to the database (exit 78).
+        crate::store::payments::time_columns(&mut tx, &settings.job.schema.times)
+            .await
+            .map_err(preflight::column_error)?;
     }
     tx.commit()
         .await
