@@ -141,7 +141,7 @@ pub async fn read_job(
     let times = &settings.schema.times;
     read_figures(
         conn,
-        &settings.job,
+        &settings.run.job,
         &settings.outbox,
         partition,
         times,
@@ -162,7 +162,7 @@ pub async fn read_planned(
     let times = &settings.schema.times;
     read_figures(
         conn,
-        &settings.job,
+        &settings.run.job,
         &settings.outbox,
         partition,
         times,

@@ -34,7 +34,7 @@ impl Report for ScanJob {
 
     fn database_down(&self, settings: &JobSettings, clock: &Clock) -> RunSummary {
         RunSummary {
-            job: settings.job.clone(),
+            job: settings.run.job.clone(),
             dry_run: self.options.dry_run,
             outcome: RunOutcome::DatabaseError,
             duration_seconds: clock.elapsed_seconds(),

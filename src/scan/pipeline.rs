@@ -129,7 +129,7 @@ async fn start_mode(
         return Ok(Mode::Write);
     }
     let mut conn = crate::store::begin(ctx.pool).await.context("connecting")?;
-    let start = cursor::read(&mut conn, &ctx.settings.job)
+    let start = cursor::read(&mut conn, &ctx.settings.run.job)
         .await?
         .map_or(0, |c| c.last_id);
     summary.cursor_position = Some(start);
@@ -193,9 +193,14 @@ async fn table_extent(pool: &PgPool, settings: &JobSettings) -> TableExtent {
     let figures = match pool.acquire().await {
         Ok(mut conn) => {
             let partition = settings.schema.partition.as_ref();
-            stats::table_figures(&mut conn, &settings.job, partition, &settings.schema.times)
-                .await
-                .ok()
+            stats::table_figures(
+                &mut conn,
+                &settings.run.job,
+                partition,
+                &settings.schema.times,
+            )
+            .await
+            .ok()
         }
         Err(_) => None,
     };
