@@ -325,6 +325,7 @@ async fn write(
         &settings.run.job,
         settings.run.unverifiable_cycles,
         observations,
+        &settings.schema.times,
     )
     .await?;
     let (held, to_hold, settled) = holds(looked, orphan_reads, observations);

@@ -304,6 +304,7 @@ async fn connected_feeds(
         settings.events.account_active,
         MAX_ACCOUNTS_PER_RUN,
         settings.schema.partition.as_ref(),
+        &settings.schema.times,
     )
     .await?;
     if values.len() >= MAX_ACCOUNTS_PER_RUN {

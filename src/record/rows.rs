@@ -5,6 +5,7 @@ use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
 
+use crate::config::PaymentTimes;
 use crate::read::Observation;
 use crate::reconcile::{acknowledgeable, classify_status};
 use crate::store::findings::NewFinding;
@@ -46,12 +47,13 @@ pub(super) fn writes_for(o: &Observation) -> bool {
 pub(super) async fn demote_changed_rows(
     tx: &mut sqlx::PgConnection,
     observations: &mut [Observation],
+    times: &PaymentTimes,
 ) -> Result<(), StoreError> {
     let touched: Vec<&Observation> = observations.iter().filter(|o| writes_for(o)).collect();
     let ids: Vec<i64> = touched.iter().map(|o| o.payment_id).collect();
     let versions: Vec<i64> = touched.iter().map(|o| o.version).collect();
     let updated: Vec<DateTime<Utc>> = touched.iter().map(|o| o.updated_at).collect();
-    let unchanged: HashSet<i64> = payments::lock_unchanged(tx, &ids, &versions, &updated)
+    let unchanged: HashSet<i64> = payments::lock_unchanged(tx, &ids, &versions, &updated, times)
         .await?
         .into_iter()
         .collect();

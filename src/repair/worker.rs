@@ -14,7 +14,7 @@ use sqlx::{Connection, PgPool};
 use tokio_util::sync::CancellationToken;
 
 use super::writer::{apply, WriteError};
-use crate::config::{OutboxSettings, StatusMap};
+use crate::config::{OutboxSettings, StatusMap, TimestampZone};
 use crate::reconcile::{FindingKind, RepairCommand, Resolution};
 use crate::store::outbox::{self, ClaimedCommand};
 use crate::store::{findings, payments};
@@ -30,6 +30,11 @@ pub struct RepairOptions {
     pub chunk: i64,
     /// Failed attempts after which a command is left for a person.
     pub max_attempts: i32,
+    /// `RECONCILER_TIMESTAMP_ZONE`: the canonical writer's `updated_at =
+    /// now()` is stored in this zone when `payments.updated_at` is a
+    /// `timestamp without time zone` (each transaction's `TimeZone` is set
+    /// to it, `SET LOCAL`); an instant (`timestamptz`) is unaffected.
+    pub timestamp_zone: TimestampZone,
 }
 
 /// Failed attempts after which a command is left for a person.
@@ -41,6 +46,7 @@ impl Default for RepairOptions {
             outbox: OutboxSettings::default(),
             chunk: 100,
             max_attempts: MAX_ATTEMPTS,
+            timestamp_zone: TimestampZone::default(),
         }
     }
 }
@@ -181,6 +187,7 @@ pub async fn drain_with(
         let mut tx = crate::store::begin(&mut *conn)
             .await
             .context("opening the repair transaction")?;
+        crate::store::set_local_time_zone(&mut tx, &options.timestamp_zone).await?;
         let claimed: Vec<ClaimedCommand> = outbox::claim(
             &mut tx,
             &options.outbox,

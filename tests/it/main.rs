@@ -42,6 +42,7 @@
 //! - `own_state`: the reconciler's own per-payment state; no writes into `payments`
 //! - `partition_events`: the events job keeps to its partition
 //! - `pgbouncer`: the job behind a transaction-pooling PgBouncer
+//! - `real_db`: Rails timestamps in a stated zone, a role's statement timeout, two partitions at once
 //! - `repair`: the canonical writer and the outbox worker
 //! - `review`: the review queue (`findings list`/`resolve`)
 //! - `review_loop`: differs, the CSV round trip, history (`findings show`)
@@ -104,6 +105,7 @@ mod partition;
 mod partition_events;
 mod pgbouncer;
 mod plan;
+mod real_db;
 mod repair;
 mod resolve_file_lines;
 mod review;

@@ -5,7 +5,8 @@
 use super::*;
 
 /// Locks, in id order, the rows of `(ids[i], versions[i], updated_ats[i])`
-/// that are unchanged since phase 1 and returns their ids. Rows that changed
+/// that are unchanged since phase 1 and returns their ids (`updated_at` read
+/// as `times` says, as phase 1 read it). Rows that changed
 /// (a webhook moved them while Stripe was being asked) are neither locked nor
 /// returned: the caller writes nothing for them. Locking in id order, and
 /// payments before findings everywhere, keeps concurrent batches and the
@@ -19,24 +20,27 @@ pub async fn lock_unchanged(
     ids: &[i64],
     versions: &[i64],
     updated_ats: &[DateTime<Utc>],
+    times: &PaymentTimes,
 ) -> Result<Vec<i64>, StoreError> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    crate::store::query_scalar(
+    let sql = format!(
         "SELECT p.id FROM payments AS p
            JOIN unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) AS v(id, version, updated_at)
              ON p.id = v.id
-          WHERE p.version = v.version AND p.updated_at = v.updated_at
+          WHERE p.version = v.version AND {} = v.updated_at
           ORDER BY p.id
           FOR NO KEY UPDATE OF p",
-    )
-    .bind(ids)
-    .bind(versions)
-    .bind(updated_ats)
-    .fetch_all(conn)
-    .await
-    .context("locking the batch's payments")
+        times.updated("p")
+    );
+    crate::store::query_scalar(&sql)
+        .bind(ids)
+        .bind(versions)
+        .bind(updated_ats)
+        .fetch_all(conn)
+        .await
+        .context("locking the batch's payments")
 }
 
 /// What a guarded status transition found.

@@ -17,7 +17,7 @@ mod columns;
 mod locks;
 mod read;
 
-pub use columns::{check_columns, check_partition, ColumnError};
+pub use columns::{check_columns, check_partition, time_columns, ColumnError};
 pub(crate) use locks::transition_status;
 pub use locks::{
     lock_for_finding, lock_for_repair, lock_unchanged, PaymentForRepair, TransitionResult,
@@ -34,7 +34,10 @@ use sqlx::PgConnection;
 
 use super::text::{bytes_sql, StoredText};
 use super::{Context, StoreError};
-use crate::config::{AmountUnit, ColumnName, Partition, PartitionKind, SchemaSettings, StatusMap};
+use crate::config::{
+    AmountUnit, ColumnName, Partition, PartitionKind, PaymentTimes, SchemaSettings, StatusMap,
+    TimeColumn,
+};
 use crate::reconcile::{LocalAmount, LocalStatus};
 
 /// One row of a batch, as phase 1 reads it. Text columns are optional: an
@@ -144,6 +147,9 @@ pub struct MoneyColumns<'a> {
     /// `RECONCILER_PARTITION_COLUMN` / `RECONCILER_PARTITION_VALUE`: every
     /// read keeps to the partition's rows (the value bound last).
     pub partition: Option<&'a Partition>,
+    /// How `created_at` and `updated_at` are read (`RECONCILER_TIMESTAMP_ZONE`
+    /// for `timestamp without time zone` columns).
+    pub times: &'a PaymentTimes,
 }
 
 impl<'a> MoneyColumns<'a> {
@@ -156,6 +162,7 @@ impl<'a> MoneyColumns<'a> {
             unit: settings.amount_unit,
             statuses: &settings.statuses,
             partition: settings.partition.as_ref(),
+            times: &settings.times,
         }
     }
 
@@ -185,7 +192,11 @@ impl MoneyColumns<'_> {
               ORDER BY p.id
               LIMIT $3",
             self.row_columns(),
-            where_clause = if behind { BEHIND_CURSOR } else { "p.id > $1" },
+            where_clause = if behind {
+                behind_cursor(self.times)
+            } else {
+                "p.id > $1".to_owned()
+            },
             partition = self.partition_sql(if behind { 7 } else { 4 }),
         )
     }
@@ -208,10 +219,11 @@ impl MoneyColumns<'_> {
             || "false".to_owned(),
             |c| format!("p.{} IS NULL", c.quoted()),
         );
+        let (updated, created) = (self.times.updated("p"), self.times.created("p"));
         format!(
             "p.id, {} AS stripe_payment_intent_id, {} AS status,
-             p.version, p.updated_at, p.created_at,
-             p.updated_at > now() - make_interval(secs => $2) AS recently_changed,
+             p.version, {updated} AS updated_at, {created} AS created_at,
+             {updated} > now() - make_interval(secs => $2) AS recently_changed,
              ({minor})::bigint AS amount, ({major})::text AS amount_major,
              {amount_null} AS amount_null,
              {} AS currency,
@@ -244,8 +256,10 @@ pub(crate) fn partition_condition(partition: Option<&Partition>, alias: &str, pa
 /// the partial index `reconciliation_payment_state_unconfirmed`), and rows
 /// never seen at all with ids above `$6`, a window below the highest seen id (late
 /// commits near the head of the table: an anti-join on primary keys over a
-/// bounded id range).
-const BEHIND_CURSOR: &str = "p.id <= $1
+/// bounded id range). `updated_at` is read as `times` says.
+fn behind_cursor(times: &PaymentTimes) -> String {
+    format!(
+        "p.id <= $1
                 AND p.id IN (SELECT s.payment_id FROM reconciliation_payment_state s
                               WHERE s.last_reconciled_at IS NULL AND s.payment_id <= $1
                              UNION ALL
@@ -254,9 +268,12 @@ const BEHIND_CURSOR: &str = "p.id <= $1
                                 AND q.id > $6
                                 AND NOT EXISTS (SELECT 1 FROM reconciliation_payment_state s
                                                  WHERE s.payment_id = q.id))
-                AND p.updated_at <= now() - make_interval(secs => $2)
+                AND {} <= now() - make_interval(secs => $2)
                 AND NOT EXISTS (SELECT 1 FROM reconciliation_unverifiable u
                                   JOIN reconciliation_cursor c ON c.job = u.job
                                  WHERE u.job = $4 AND u.payment_id = p.id
                                    AND u.last_cycle = c.cycle_started_at)
-                AND NOT (p.id = ANY($5))";
+                AND NOT (p.id = ANY($5))",
+        times.updated("p")
+    )
+}

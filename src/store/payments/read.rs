@@ -260,13 +260,15 @@ pub async fn active_accounts(
     active: Duration,
     limit: usize,
     partition: Option<&Partition>,
+    times: &PaymentTimes,
 ) -> Result<Vec<String>, StoreError> {
     let c = format!("p.{}", column.quoted());
+    let (updated, created) = (times.updated("p"), times.created("p"));
     let sql = format!(
         "SELECT DISTINCT {} FROM payments p
           WHERE ({c}) IS NOT NULL AND ({c})::text <> ''
-            AND (p.updated_at > now() - make_interval(secs => $1)
-                 OR p.created_at > now() - make_interval(secs => $1)){}
+            AND ({updated} > now() - make_interval(secs => $1)
+                 OR {created} > now() - make_interval(secs => $1)){}
           ORDER BY 1 LIMIT $2",
         bytes_sql(&c),
         partition_condition(partition, "p", 3)
