@@ -315,3 +315,33 @@ async fn an_events_run_while_another_holds_the_lease_exits_75_without_asking_str
     assert_eq!(requests(&stripe).await, 0, "no Stripe read was spent");
     assert_eq!(findings_count(&pool).await, 0);
 }
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn an_events_list_that_repeats_its_page_exits_1_naming_the_feed_and_keeps_the_position(
+    pool: PgPool,
+) {
+    let stripe = super::events_advance::events_answering(super::events_advance::SamePage).await;
+
+    let out = reconciler_output(
+        &["events"],
+        &env(
+            &pool,
+            &stripe.uri(),
+            &[("RECONCILER_EVENTS_MAX_PAGES", "50")],
+        ),
+    )
+    .await;
+
+    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert!(
+        all_output(&out).contains("does not advance"),
+        "{}",
+        all_output(&out)
+    );
+    let s = summary(&out);
+    assert_eq!(s["outcome"], "stripe_down", "{s}");
+    assert_eq!(s["feeds_not_advancing"], 1, "{s}");
+    assert_eq!(s["pages"], 2, "{s}");
+    assert_eq!(requests(&stripe).await, 2);
+    assert!(!position_moved(&pool).await, "the position did not move");
+}
