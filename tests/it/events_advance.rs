@@ -131,8 +131,9 @@ impl Respond for EmptyMore {
     }
 }
 
-/// `/v1/events` answering pages of new ids for ever, in the asked range,
-/// each after `delay`.
+/// `/v1/events` answering pages of new ids for ever, each after `delay`,
+/// all created in the last second of the asked range (so the run cuts its
+/// slices down to that one second at once, and reads it whole).
 struct Endless {
     next: Arc<AtomicU64>,
     delay: Duration,
@@ -140,13 +141,13 @@ struct Endless {
 
 impl Respond for Endless {
     fn respond(&self, req: &Request) -> ResponseTemplate {
-        let gte: i64 = req
+        let lt: i64 = req
             .url
             .query_pairs()
-            .find(|(k, _)| k == "created[gte]")
+            .find(|(k, _)| k == "created[lt]")
             .map(|(_, v)| v.parse().unwrap())
             .unwrap();
-        let secs_ago = Utc::now().timestamp() - gte;
+        let secs_ago = Utc::now().timestamp() - (lt - 1);
         let data: Vec<Value> = (0..100)
             .map(|_| {
                 let n = self.next.fetch_add(1, Ordering::Relaxed);
@@ -251,9 +252,6 @@ async fn pages_of_new_ids_for_ever_stop_at_the_run_deadline_from_the_first_page(
         delay: Duration::from_millis(20),
     })
     .await;
-    // A short window (position 30 s ago): its slices are cut down to one
-    // second within a few pages, and a single second is read whole.
-    set_position(&pool, Utc::now() - chrono::Duration::seconds(30)).await;
     let mut s = settings(200);
     s.events.max_pages = 10_000;
     s.run_deadline = Some(Duration::from_secs(2));
