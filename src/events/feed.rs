@@ -214,6 +214,42 @@ mod tests {
 
     const DAY: u64 = 86_400;
 
+    fn page(ids: &[&str], next: Option<&str>) -> EventPage {
+        let events = ids
+            .iter()
+            .map(|id| PaymentIntentEvent {
+                id: (*id).to_owned(),
+                event_type: "payment_intent.processing".into(),
+                created: Utc.timestamp_opt(1_000, 0).unwrap(),
+                object: crate::stripe::EventObject::PaymentIntent,
+                payment_intent: crate::stripe::PaymentIntentId::parse("pi_A").unwrap(),
+                status: None,
+                metadata: Default::default(),
+            })
+            .collect();
+        EventPage {
+            events,
+            skipped: 0,
+            without_payment_intent: 0,
+            has_more: true,
+            next_after: next.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_page_moves_the_list_on_only_with_an_id_the_slice_had_not_seen() {
+        let mut a = Advancing::default();
+        assert!(a.moved(&page(&["evt_3", "evt_2"], Some("evt_2"))));
+        assert!(a.moved(&page(&["evt_1"], Some("evt_0"))), "older ids: on");
+        assert!(
+            !a.moved(&page(&["evt_3", "evt_2"], Some("evt_2"))),
+            "the same page again"
+        );
+        assert!(!a.moved(&page(&[], None)), "has_more with no id at all");
+        // An unreadable last entry still names the next page.
+        assert!(a.moved(&page(&[], Some("evt_unreadable"))));
+    }
+
     #[test]
     fn first_run_looks_back_and_later_runs_overlap_their_position() {
         let now = Utc.timestamp_opt(100 * DAY as i64, 0).unwrap();

@@ -613,3 +613,18 @@ async fn renew_for_reads(
     tx.commit().await.context("committing")?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_payment_intents_get_a_third_of_the_page_budget_at_most_500() {
+        // RECONCILER_EVENTS_MAX_PAGES 100 (default): 3,333 by pages, 500 at most.
+        assert_eq!(held_limit(100), 500);
+        // 9 pages: 3 pages' worth.
+        assert_eq!(held_limit(9), 300);
+        // 1 or 2 pages: still one, never none.
+        assert_eq!((held_limit(1), held_limit(2)), (1, 1));
+    }
+}
