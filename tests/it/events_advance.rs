@@ -21,7 +21,7 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 const JOB: &str = "payments-vs-stripe-events";
 
 /// Sets the platform feed's stored position.
-async fn set_position(pool: &PgPool, at: chrono::DateTime<Utc>) {
+pub(super) async fn set_position(pool: &PgPool, at: chrono::DateTime<Utc>) {
     sqlx::query(
         "INSERT INTO reconciliation_events_position (job, covered_until) VALUES ($1, $2)
          ON CONFLICT (job) DO UPDATE SET covered_until = excluded.covered_until",
@@ -134,9 +134,19 @@ impl Respond for EmptyMore {
 /// `/v1/events` answering pages of new ids for ever, each after `delay`,
 /// all created in the last second of the asked range (so the run cuts its
 /// slices down to that one second at once, and reads it whole).
-struct Endless {
+pub(super) struct Endless {
     next: Arc<AtomicU64>,
     delay: Duration,
+}
+
+impl Endless {
+    /// Pages after `delay` each.
+    pub(super) fn slow(delay: Duration) -> Self {
+        Endless {
+            next: Arc::default(),
+            delay,
+        }
+    }
 }
 
 impl Respond for Endless {

@@ -345,3 +345,54 @@ async fn an_events_list_that_repeats_its_page_exits_1_naming_the_feed_and_keeps_
     assert_eq!(requests(&stripe).await, 2);
     assert!(!position_moved(&pool).await, "the position did not move");
 }
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn sigterm_during_an_endless_events_list_ends_the_run_at_once_and_keeps_the_position(
+    pool: PgPool,
+) {
+    use super::events_advance::{events_answering, set_position, Endless};
+    // A position committed by an earlier run; a list of new ids for ever,
+    // half a second a page, and a cap and deadline far away.
+    let committed = chrono::Utc::now() - chrono::Duration::seconds(120);
+    set_position(&pool, committed).await;
+    let stripe = events_answering(Endless::slow(Duration::from_millis(500))).await;
+    let child = reconciler(
+        &["events"],
+        &env(
+            &pool,
+            &stripe.uri(),
+            &[("RECONCILER_EVENTS_MAX_PAGES", "10000")],
+        ),
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+
+    wait::requests_seen(&stripe, 3).await;
+    wait::signal(&child, "-TERM");
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let asked = requests(&stripe).await;
+
+    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert_eq!(
+        summary(&out)["outcome"],
+        "interrupted",
+        "{}",
+        all_output(&out)
+    );
+    assert!(asked <= 5, "no page asked after the signal: {asked}");
+    let mut conn = pool.acquire().await.unwrap();
+    let stored = events_position::read(&mut conn, EVENTS_JOB)
+        .await
+        .unwrap()
+        .and_then(|p| p.covered_until)
+        .unwrap();
+    assert_eq!(
+        stored.timestamp_micros(),
+        committed.timestamp_micros(),
+        "the committed position is kept, not moved past what was read"
+    );
+}
