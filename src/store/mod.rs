@@ -20,6 +20,8 @@
 //! - [`runs`]: `reconciliation_runs`, the run history.
 //! - [`schema`]: the migration runner's bookkeeping.
 //! - [`stats`]: the figures of `status` and the metrics.
+//! - [`text`]: the application's text columns read as bytes, so a stray
+//!   byte (a `SQL_ASCII` database) never fails a statement.
 //! - [`unverifiable`]: `reconciliation_unverifiable`, streaks per cycle.
 //!
 //! Every transaction of the job starts with [`begin`], which bounds it with
@@ -52,6 +54,7 @@ pub mod refusal;
 pub mod runs;
 pub mod schema;
 pub mod stats;
+pub mod text;
 pub mod unverifiable;
 
 use sqlx::postgres::{PgArguments, PgRow};

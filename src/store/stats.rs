@@ -236,11 +236,15 @@ pub async fn open_findings_by_kind(
 pub struct LagHolder {
     /// `payments.id`
     pub payment_id: i64,
-    /// The payment's order.
+    /// The payment's order (text columns read as bytes: a stray byte shows
+    /// as `\xNN`, [`crate::store::text`]).
+    #[sqlx(try_from = "super::text::StoredText")]
     pub order_id: Option<String>,
     /// The stored PaymentIntent id (may be malformed).
+    #[sqlx(try_from = "super::text::StoredText")]
     pub stripe_payment_intent_id: Option<String>,
     /// `payments.status` (an application's table may hold NULL).
+    #[sqlx(try_from = "super::text::StoredText")]
     pub status: Option<String>,
     /// When the row was created.
     pub created_at: DateTime<Utc>,
@@ -312,7 +316,9 @@ pub async fn lag_holder(
         ),
     };
     let sql = format!(
-        "SELECT p.id AS payment_id, p.order_id, p.stripe_payment_intent_id, p.status,
+        "SELECT p.id AS payment_id, convert_to((p.order_id)::text, 'SQL_ASCII') AS order_id,
+                convert_to((p.stripe_payment_intent_id)::text, 'SQL_ASCII') AS stripe_payment_intent_id,
+                convert_to((p.status)::text, 'SQL_ASCII') AS status,
                 p.created_at, p.updated_at, h.last_reconciled_at,
                 f.id AS open_finding_id, f.kind AS open_finding_kind,
                 {repair_last_error} AS repair_last_error

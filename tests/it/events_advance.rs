@@ -264,7 +264,7 @@ async fn pages_of_new_ids_for_ever_stop_at_the_run_deadline_from_the_first_page(
     .await;
     let mut s = settings(200);
     s.events.max_pages = 10_000;
-    s.run_deadline = Some(Duration::from_secs(2));
+    s.run.run_deadline = Some(Duration::from_secs(2));
     let (summary, result) = bounded_run(&pool, &stripe, &s).await;
     result.unwrap();
     assert!(summary.deadline_reached, "{summary:?}");

@@ -58,7 +58,7 @@ async fn a_payment_intent_stripe_keeps_failing_for_waits_alone_while_the_positio
     // `status` says what waits, and the lag is the position's, not the held event's.
     let s = settings(200);
     let mut conn = pool.acquire().await.unwrap();
-    let st = stripe_reconciler::status::read(&mut conn, &s.job, &s.outbox, None)
+    let st = stripe_reconciler::status::read(&mut conn, &s.run.job, &s.outbox, None)
         .await
         .unwrap();
     drop(conn);
@@ -183,7 +183,7 @@ async fn thousands_of_held_payment_intents_stripe_keeps_failing_leave_the_run_ti
     mount(&stripe, "pi_MissedLater", ok("pi_MissedLater", "succeeded")).await;
 
     let mut s = settings(200);
-    s.run_deadline = Some(std::time::Duration::from_secs(3));
+    s.run.run_deadline = Some(std::time::Duration::from_secs(3));
     let (summary, result) = events_once(&pool, &stripe, &s).await;
     result.unwrap();
 

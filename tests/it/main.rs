@@ -4,6 +4,7 @@
 //! `max_in_flight.rs`) are binaries of their own: cargo runs test binaries
 //! one after another, so no other test's load adds jitter to them.
 //!
+//! - `acknowledgements`: a finding resolved by hand stays resolved while nothing that matters changes, per kind
 //! - `aging`: authorization_expiring, stuck_processing, abandoned
 //! - `app_table`: `migrate` never locks or alters the application's `payments`; upgrades
 //! - `app_table_runs`: a payment the application deletes (`payment_deleted`); a short batch ends the cycle
@@ -49,6 +50,7 @@
 //! - `resolve_file_lines`: `findings resolve --file` names the line an editor shows (CRLF, BOM, blank lines)
 //! - `scan`: one batch's verdict paths and its set-based phase 3
 //! - `schema_doc`: docs/schema.md names everything `migrate` creates
+//! - `stray_bytes`: a stray byte (a `SQL_ASCII` database) fails no batch nor listing; a NULL amount; a 1 MB order id
 //! - `stops`: `run` and `repair` stopped part-way (signals, a cursor moved by another run)
 //! - `status`: `status` and `status --json`
 //! - `stripe_redirect`: a redirecting API base and a live key over plain http
@@ -64,6 +66,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod acknowledgements;
 mod aging;
 mod app_table;
 mod app_table_runs;
@@ -112,6 +115,7 @@ mod scan;
 mod schema_doc;
 mod status;
 mod stops;
+mod stray_bytes;
 mod stripe_redirect;
 mod terminal_output;
 mod write_refused;

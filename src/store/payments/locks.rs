@@ -85,14 +85,17 @@ pub(crate) async fn transition_status(
     if let Some(version) = version {
         return Ok(TransitionResult::Changed { version });
     }
-    let status: Option<String> =
-        crate::store::query_scalar("SELECT coalesce(status, '') FROM payments WHERE id = $1")
-            .bind(payment_id)
-            .fetch_optional(conn)
-            .await
-            .context("reading the payment status")?;
+    let status: Option<Vec<u8>> = crate::store::query_scalar(
+        "SELECT convert_to(coalesce(status, '')::text, 'SQL_ASCII') FROM payments WHERE id = $1",
+    )
+    .bind(payment_id)
+    .fetch_optional(conn)
+    .await
+    .context("reading the payment status")?;
     Ok(status.map_or(TransitionResult::Missing, |status| {
-        TransitionResult::AlreadyMoved { status }
+        TransitionResult::AlreadyMoved {
+            status: crate::store::text::decode(&status),
+        }
     }))
 }
 
@@ -123,9 +126,11 @@ pub async fn lock_for_finding(
 /// until the worker's transaction ends.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct PaymentForRepair {
-    /// `payments.status`
+    /// `payments.status` (read as bytes, [`crate::store::text`])
+    #[sqlx(try_from = "crate::store::text::StoredText")]
     pub status: Option<String>,
-    /// `payments.stripe_payment_intent_id`
+    /// `payments.stripe_payment_intent_id` (read as bytes)
+    #[sqlx(try_from = "crate::store::text::StoredText")]
     pub stripe_payment_intent_id: Option<String>,
 }
 
@@ -139,7 +144,9 @@ pub async fn lock_for_repair(
     payment_id: i64,
 ) -> Result<Option<PaymentForRepair>, StoreError> {
     crate::store::query_as(
-        "SELECT status, stripe_payment_intent_id FROM payments WHERE id = $1 FOR NO KEY UPDATE",
+        "SELECT convert_to(status::text, 'SQL_ASCII') AS status,
+                convert_to(stripe_payment_intent_id::text, 'SQL_ASCII') AS stripe_payment_intent_id
+           FROM payments WHERE id = $1 FOR NO KEY UPDATE",
     )
     .bind(payment_id)
     .fetch_optional(conn)

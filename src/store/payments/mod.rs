@@ -32,6 +32,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
+use super::text::{bytes_sql, StoredText};
 use super::{Context, StoreError};
 use crate::config::{AmountUnit, ColumnName, Partition, PartitionKind, SchemaSettings, StatusMap};
 use crate::reconcile::{LocalAmount, LocalStatus};
@@ -75,10 +76,16 @@ pub struct PaymentRow {
 }
 
 /// A row as the database returns it, before the mapping into canonical terms.
+///
+/// The text columns are read as bytes and decoded with
+/// [`crate::store::text::decode`]: a stray byte (a `SQL_ASCII` database)
+/// becomes `\xNN`, never a failed batch.
 #[derive(sqlx::FromRow)]
 struct RawRow {
     id: i64,
+    #[sqlx(try_from = "StoredText")]
     stripe_payment_intent_id: Option<String>,
+    #[sqlx(try_from = "StoredText")]
     status: Option<String>,
     version: i64,
     updated_at: DateTime<Utc>,
@@ -88,8 +95,12 @@ struct RawRow {
     amount: Option<i64>,
     /// The numeric's exact decimal text (`major`).
     amount_major: Option<String>,
+    /// The amount column is configured and this row holds NULL there.
+    amount_null: bool,
+    #[sqlx(try_from = "StoredText")]
     currency: Option<String>,
     shares_payment_intent: bool,
+    #[sqlx(try_from = "StoredText")]
     stripe_account: Option<String>,
 }
 
@@ -106,7 +117,8 @@ impl RawRow {
             amount: self
                 .amount
                 .map(LocalAmount::Minor)
-                .or(self.amount_major.map(LocalAmount::Major)),
+                .or(self.amount_major.map(LocalAmount::Major))
+                .or(self.amount_null.then_some(LocalAmount::Null)),
             currency: self.currency,
             shares_payment_intent: self.shares_payment_intent,
             stripe_account: self.stripe_account,
@@ -181,8 +193,9 @@ impl MoneyColumns<'_> {
     /// The columns of a [`RawRow`] of `payments p` (`$2` grace seconds):
     /// the seed's, the grace flag, the money columns (NULL when not
     /// configured; a major amount as the numeric's exact text, never a
-    /// float), the account column (NULL when not configured) and the
-    /// shared-PaymentIntent flag (an index probe).
+    /// float; whether the configured amount is NULL), the account column
+    /// (NULL when not configured) and the shared-PaymentIntent flag (an index
+    /// probe). Text columns are selected as bytes ([`bytes_sql`]).
     fn row_columns(&self) -> String {
         let column = |c: Option<&ColumnName>| {
             c.map_or_else(|| "NULL".to_owned(), |c| format!("p.{}", c.quoted()))
@@ -191,17 +204,25 @@ impl MoneyColumns<'_> {
             AmountUnit::Minor => (column(self.amount), "NULL".to_owned()),
             AmountUnit::Major => ("NULL".to_owned(), column(self.amount)),
         };
+        let amount_null = self.amount.map_or_else(
+            || "false".to_owned(),
+            |c| format!("p.{} IS NULL", c.quoted()),
+        );
         format!(
-            "p.id, p.stripe_payment_intent_id, p.status, p.version, p.updated_at, p.created_at,
+            "p.id, {} AS stripe_payment_intent_id, {} AS status,
+             p.version, p.updated_at, p.created_at,
              p.updated_at > now() - make_interval(secs => $2) AS recently_changed,
              ({minor})::bigint AS amount, ({major})::text AS amount_major,
-             ({})::text AS currency,
-             ({})::text AS stripe_account,
+             {amount_null} AS amount_null,
+             {} AS currency,
+             {} AS stripe_account,
              EXISTS (SELECT 1 FROM payments q
                       WHERE q.stripe_payment_intent_id = p.stripe_payment_intent_id
                         AND q.id <> p.id) AS shares_payment_intent",
-            column(self.currency),
-            column(self.account)
+            bytes_sql("p.stripe_payment_intent_id"),
+            bytes_sql("p.status"),
+            bytes_sql(&column(self.currency)),
+            bytes_sql(&column(self.account))
         )
     }
 }
