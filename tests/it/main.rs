@@ -12,6 +12,7 @@
 //! - `cursor`: the walk over the table, cycles, late commits, unverifiable streaks
 //! - `docs`: `docs/configuration.md` lists exactly the variables the code reads; every relative link and anchor in the docs resolves
 //! - `events`: the events feed and its position
+//! - `events_advance`: the position never moves backwards; a list that does not advance is bounded and an error
 //! - `events_held`: PaymentIntents held for another read while the position moves on
 //! - `events_money`: refunds and disputes found through the events feed
 //! - `events_orphans`: PaymentIntents without a payment row (`missing_locally`)
@@ -75,6 +76,7 @@ mod connect_events;
 mod cursor;
 mod docs;
 mod events;
+mod events_advance;
 mod events_backlog;
 mod events_binary;
 mod events_held;
