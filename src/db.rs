@@ -114,6 +114,8 @@ pub async fn connect_for_migrations(options: PgConnectOptions) -> Result<PgPool,
 pub async fn migrate(pool: &PgPool) -> Result<UpgradeReport, DbError> {
     let mut conn = pool.acquire().await.map_err(DbError::Connect)?;
     schema::ensure_table(&mut conn).await?;
+    // A uuid or text key: migration 1's foreign key cannot be built on it.
+    store::keys::prepare(&mut conn).await?;
     for migration in MIGRATOR.iter() {
         if migration.migration_type.is_down_migration() {
             continue;

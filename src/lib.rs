@@ -45,6 +45,7 @@ pub mod db;
 pub mod events;
 pub mod exit;
 pub mod job;
+pub mod key;
 pub mod lease;
 pub mod lifecycle;
 pub mod metrics;

@@ -33,6 +33,9 @@ pub struct Status {
     pub rows: f64,
     /// Cursor position (`payments.id`).
     pub cursor_position: i64,
+    /// The cursor's key as text, any key type (issue 31); `None` (JSON
+    /// `null`) at the cycle's start.
+    pub cursor_key: Option<String>,
     /// Share of the id range behind the cursor, 0 to 100.
     pub cycle_progress_percent: f64,
     /// Seconds since the current cycle started; `None` before the first run.
@@ -152,10 +155,14 @@ async fn read_inner(
     settings: Option<&JobSettings>,
 ) -> Result<Status, StoreError> {
     let types = RepairCommand::EVENT_TYPES;
-    let t = stats::table_figures(conn, job, partition).await?;
+    let key = match settings {
+        Some(s) => s.schema.key.clone(),
+        None => crate::store::keys::current(conn).await?,
+    };
+    let t = stats::table_figures(conn, job, partition, &key).await?;
     let backlog = stats::outbox_figures(conn, outbox, &types).await?;
     let open_findings = stats::open_findings_by_kind(conn, partition).await?;
-    let lag_held_by = stats::lag_holder(conn, outbox, &types, partition).await?;
+    let lag_held_by = stats::lag_holder(conn, outbox, &types, partition, &key).await?;
     let h = runs::history(conn, job, partition).await?;
     let active = settings.map_or(STRIPE_EVENTS_RETENTION, |s| s.events.account_active);
     let events = events_position::figures(conn, &events_job(job), active)
@@ -191,7 +198,12 @@ async fn read_inner(
         lag_seconds: t.lag_seconds,
         rows: t.rows_estimate,
         cursor_position: t.cursor_position,
-        cycle_progress_percent: progress(t.min_id, t.max_id, t.cursor_position),
+        cursor_key: t.cursor_key.clone(),
+        cycle_progress_percent: if t.cursor_key.is_some() {
+            progress(t.min_id, t.max_id, t.cursor_position)
+        } else {
+            0.0
+        },
         cycle_age_seconds: t
             .cycle_started_at
             .map(|s| (now - s).num_milliseconds() as f64 / 1000.0),

@@ -182,6 +182,7 @@ impl Settings {
                     amount_unit: vocabulary.amount_unit,
                     statuses: vocabulary.statuses,
                     partition,
+                    key: crate::key::KeyType::default(),
                 },
                 rules: checks.rules,
                 unverifiable_cycles: scan.unverifiable_cycles,
@@ -313,6 +314,7 @@ mod tests {
                         value: "eu'; --".into(),
                         kind: PartitionKind::Unchecked,
                     }),
+                    key: crate::key::KeyType::default(),
                 },
                 rules: Rules {
                     auth_expiry_warn_seconds: 18,

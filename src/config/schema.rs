@@ -4,6 +4,7 @@
 //! `partition` groups; `store::payments` reads by it.
 
 use super::{AmountUnit, ColumnName, Partition, StatusMap};
+use crate::key::KeyType;
 
 /// The shape of the application's `payments` table as configured.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -30,4 +31,8 @@ pub struct SchemaSettings {
     /// rows of `payments` this job owns (default unset: every row). Needs a
     /// `RECONCILER_JOB` of its own (the default name is refused).
     pub partition: Option<Partition>,
+    /// `payments.id`'s type and how the cycle walks it: not a variable,
+    /// detected from the catalog at start (`lifecycle::preflight::checked`,
+    /// issue 31, docs/keys.md). Default `bigint`, walked in key order.
+    pub key: KeyType,
 }

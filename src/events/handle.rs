@@ -321,7 +321,10 @@ async fn write(
         .context("opening the write transaction")?;
     let report = record_observations(
         &mut tx,
-        &settings.outbox,
+        crate::record::Target {
+            outbox: &settings.outbox,
+            key: &settings.schema.key,
+        },
         &settings.job,
         settings.unverifiable_cycles,
         observations,

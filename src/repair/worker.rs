@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::writer::{apply, WriteError};
 use crate::config::{OutboxSettings, StatusMap};
+use crate::key::{KeyType, PaymentKey};
 use crate::reconcile::{FindingKind, RepairCommand, Resolution};
 use crate::store::outbox::{self, ClaimedCommand};
 use crate::store::{findings, payments};
@@ -66,9 +67,20 @@ pub struct RepairReport {
 /// versions).
 #[derive(Debug, Deserialize)]
 struct RepairPayload {
-    payment_id: i64,
+    /// A number (integer keys) or a string (docs/keys.md).
+    #[serde(deserialize_with = "payment_key")]
+    payment_id: PaymentKey,
     finding_id: i64,
     stripe_payment_intent_id: Option<String>,
+}
+
+/// The payload's `payment_id`: a number (integer keys, as before issue 31)
+/// or a non-empty string (uuid, text keys).
+fn payment_key<'de, D: serde::Deserializer<'de>>(d: D) -> Result<PaymentKey, D::Error> {
+    let value = serde_json::Value::deserialize(d)?;
+    PaymentKey::from_json(&value).ok_or_else(|| {
+        serde::de::Error::custom("payment_id is neither a whole number nor a string")
+    })
 }
 
 /// Why one repair command could not be applied. The command stays in the
@@ -84,7 +96,7 @@ pub enum RepairError {
     MalformedPayload(#[source] serde_json::Error),
     /// No payment has the payload's `payment_id`.
     #[error("payment {0} does not exist")]
-    UnknownPayment(i64),
+    UnknownPayment(PaymentKey),
     /// No finding has the payload's `finding_id`.
     #[error("finding {0} does not exist")]
     UnknownFinding(i64),
@@ -92,7 +104,7 @@ pub enum RepairError {
     /// not repair.
     #[error(
         "finding {finding_id} is {kind} for payment {}, not {expected} for payment {payment_id}",
-        finding_payment.map_or_else(|| "none".to_owned(), |p| p.to_string())
+        finding_payment.as_ref().map_or_else(|| "none".to_owned(), |p| p.to_string())
     )]
     WrongFinding {
         /// The payload's `finding_id`.
@@ -100,11 +112,11 @@ pub enum RepairError {
         /// The finding's kind, as stored.
         kind: String,
         /// The payment the finding is about (`None`: a PaymentIntent alone).
-        finding_payment: Option<i64>,
+        finding_payment: Option<PaymentKey>,
         /// The kind the command repairs.
         expected: FindingKind,
         /// The payload's `payment_id`.
-        payment_id: i64,
+        payment_id: PaymentKey,
     },
     /// `RECONCILER_LOCAL_STATUSES` has no word for a state the command
     /// needs.
@@ -199,14 +211,20 @@ pub async fn drain_with(
         // Payments in id order, like the scan's row locks: no deadlock between them.
         let mut claimed = claimed;
         claimed.sort_by_key(|c| {
-            c.payload
-                .get("payment_id")
-                .and_then(serde_json::Value::as_i64)
-                .unwrap_or(i64::MAX)
+            let key = c.payload.get("payment_id").and_then(PaymentKey::from_json);
+            let number = key.as_ref().and_then(PaymentKey::as_i64);
+            (number.is_none(), number, key)
         });
+        let key = crate::store::keys::current(&mut tx).await?;
         for command in claimed {
-            let failed =
-                apply_one(&mut tx, &options.outbox, &command, statuses, &mut report).await?;
+            let failed = apply_one(
+                &mut tx,
+                (&options.outbox, &key),
+                &command,
+                statuses,
+                &mut report,
+            )
+            .await?;
             if failed {
                 failed_ids.push(command.id);
             }
@@ -231,13 +249,13 @@ pub async fn drain_with(
 /// [`StoreError`] when the database fails outside the command itself.
 async fn apply_one(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    outbox_settings: &OutboxSettings,
+    (outbox_settings, key): (&OutboxSettings, &KeyType),
     command: &ClaimedCommand,
     statuses: &StatusMap,
     report: &mut RepairReport,
 ) -> Result<bool, StoreError> {
     let mut savepoint = tx.begin().await.context("opening a savepoint")?;
-    match process(&mut savepoint, outbox_settings, command, statuses).await {
+    match process(&mut savepoint, (outbox_settings, key), command, statuses).await {
         Ok(applied) => {
             match &applied {
                 Applied::Skipped(reason) => {
@@ -285,7 +303,7 @@ async fn apply_one(
 /// later run).
 async fn process(
     conn: &mut sqlx::PgConnection,
-    outbox: &OutboxSettings,
+    (outbox, key): (&OutboxSettings, &KeyType),
     command: &ClaimedCommand,
     statuses: &StatusMap,
 ) -> Result<Applied, RepairError> {
@@ -293,14 +311,14 @@ async fn process(
         .ok_or_else(|| RepairError::UnknownCommand(command.event_type.clone()))?;
     let payload: RepairPayload =
         serde_json::from_value(command.payload.clone()).map_err(RepairError::MalformedPayload)?;
-    let Some(payment) = payments::lock_for_repair(conn, payload.payment_id).await? else {
+    let Some(payment) = payments::lock_for_repair(conn, key, &payload.payment_id).await? else {
         // The application deleted the payment (DESIGN.md, Turn 4): nothing
         // to repair; its finding closes as `payment_deleted`.
         findings::resolve(conn, payload.finding_id, Resolution::PaymentDeleted).await?;
         tracing::info!(
             outbox_id = command.id,
             finding_id = payload.finding_id,
-            payment_id = payload.payment_id,
+            payment_id = %payload.payment_id,
             "repair command skipped: the payment was deleted"
         );
         return Ok(Applied::Skipped(
@@ -310,7 +328,7 @@ async fn process(
     let finding = findings::lock_for_repair(conn, payload.finding_id)
         .await?
         .ok_or(RepairError::UnknownFinding(payload.finding_id))?;
-    if finding.payment_id != Some(payload.payment_id)
+    if finding.payment_id.as_ref() != Some(&payload.payment_id)
         || finding.kind != kind.finding_kind().as_str()
     {
         return Err(RepairError::WrongFinding {
@@ -318,7 +336,7 @@ async fn process(
             kind: finding.kind,
             finding_payment: finding.payment_id,
             expected: kind.finding_kind(),
-            payment_id: payload.payment_id,
+            payment_id: payload.payment_id.clone(),
         });
     }
     let skip = |reason: String| {
@@ -337,7 +355,8 @@ async fn process(
             ));
         }
     }
-    let blocking = findings::blocked_payments(conn, &[payload.payment_id]).await?;
+    let blocking =
+        findings::blocked_payments(conn, key, std::slice::from_ref(&payload.payment_id)).await?;
     if !blocking.is_empty() {
         return skip(format!(
             "payment {} has an open finding that blocks repairs (refund, dispute, duplicate, mismatch or review); see `findings list`",
@@ -352,7 +371,7 @@ async fn process(
         outbox,
         statuses,
         kind,
-        payload.payment_id,
+        &payload.payment_id,
         Some(payload.finding_id),
         "reconciler",
     )
@@ -395,14 +414,14 @@ mod tests {
             kind: "refunded".into(),
             finding_payment: None,
             expected: FindingKind::MissedSuccess,
-            payment_id: 3,
+            payment_id: PaymentKey::from(3),
         };
         assert_eq!(
             wrong.last_error(),
             "finding 7 is refunded for payment none, not missed_success for payment 3"
         );
         assert_eq!(
-            RepairError::from(WriteError::UnknownPayment(9)).last_error(),
+            RepairError::from(WriteError::UnknownPayment(PaymentKey::from(9))).last_error(),
             "payment 9 does not exist"
         );
     }

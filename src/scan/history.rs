@@ -12,7 +12,14 @@ use crate::store::{runs, Context, StoreError};
 /// when it cannot: the run itself goes on.
 pub(super) async fn start_record(pool: &PgPool, settings: &JobSettings) -> Option<i64> {
     let mut conn = pool.acquire().await.ok()?;
-    match runs::start(&mut conn, &settings.job, settings.scan.batch_size).await {
+    match runs::start(
+        &mut conn,
+        &settings.job,
+        settings.scan.batch_size,
+        &settings.schema.key,
+    )
+    .await
+    {
         Ok(id) => Some(id),
         Err(e) => {
             tracing::warn!(error = %e, "could not record the run start");

@@ -116,7 +116,8 @@ async fn read_figures(
 ) -> Result<(TableFigures, RunHistory), StoreError> {
     let mut conn = pool.acquire().await.context("connecting")?;
     let partition = settings.schema.partition.as_ref();
-    let table = stats::table_figures(&mut conn, &settings.job, partition).await?;
+    let table =
+        stats::table_figures(&mut conn, &settings.job, partition, &settings.schema.key).await?;
     let history = runs::history(&mut conn, &settings.job, partition).await?;
     Ok((table, history))
 }
