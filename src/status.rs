@@ -231,7 +231,9 @@ async fn read_inner(
 fn progress(min_id: Option<i64>, max_id: Option<i64>, cursor: i64) -> f64 {
     match (min_id, max_id) {
         (Some(lo), Some(hi)) if hi > lo && cursor >= lo => {
-            ((cursor - lo + 1) as f64 / (hi - lo + 1) as f64 * 100.0).min(100.0)
+            // In f64: ids may span the whole bigint range (issue 31).
+            let (lo, hi, cursor) = (lo as f64, hi as f64, cursor as f64);
+            ((cursor - lo + 1.0) / (hi - lo + 1.0) * 100.0).min(100.0)
         }
         _ => 0.0,
     }
