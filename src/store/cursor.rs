@@ -9,9 +9,20 @@ use sqlx::PgConnection;
 use super::{Context, StoreError};
 use crate::key::{PaymentKey, Position};
 
-/// The cursor's position as SQL: `last_key` (0018), or an older release's
-/// `last_id` when it is not 0 (that release's "start").
-const POSITION: &str = "coalesce(last_key, CASE WHEN last_id <> 0 THEN last_id::text END)";
+/// The cursor's position as SQL over the columns of `reconciliation_cursor`
+/// (`alias.` prefixed, or bare for `""`): `last_key` (0018), unless it is a
+/// whole number in canonical form (at most 18 digits) that `last_id` no
+/// longer matches, i.e. `last_id` was set by
+/// an older release or by hand (`UPDATE … SET last_id = 0` rewinds the
+/// cursor as it always did); then `last_id`, 0 being the start.
+pub(crate) fn position_sql(alias: &str) -> String {
+    let (key, id) = (format!("{alias}last_key"), format!("{alias}last_id"));
+    format!(
+        "CASE WHEN {key} IS NULL OR ({key} ~ '^(0|-?[1-9][0-9]{{0,17}})$' AND {id}::text <> {key})
+              THEN CASE WHEN {id} <> 0 THEN {id}::text END
+              ELSE {key} END"
+    )
+}
 
 /// One job's cursor row.
 #[derive(Debug, Clone)]
@@ -63,9 +74,10 @@ pub async fn ensure(conn: &mut PgConnection, job: &str) -> Result<(), StoreError
 /// [`StoreError`] from the database.
 pub async fn read(conn: &mut PgConnection, job: &str) -> Result<Option<CursorRow>, StoreError> {
     let raw: Option<RawCursor> = super::query_as(&format!(
-        "SELECT job, {POSITION} AS last_key, last_created_at, cycle_started_at,
+        "SELECT job, {} AS last_key, last_created_at, cycle_started_at,
                 last_cycle_completed_at
-           FROM reconciliation_cursor WHERE job = $1"
+           FROM reconciliation_cursor WHERE job = $1",
+        position_sql("")
     ))
     .bind(job)
     .fetch_optional(conn)
@@ -98,13 +110,14 @@ pub async fn advance(
     let done = super::query(&format!(
         "UPDATE reconciliation_cursor
             SET last_key = $3, last_created_at = $4, last_id = coalesce($5, 0)
-          WHERE job = $1 AND {POSITION} IS NOT DISTINCT FROM $2"
+          WHERE job = $1 AND {} IS NOT DISTINCT FROM $2",
+        position_sql("")
     ))
     .bind(job)
     .bind(old.map(|p| &p.key))
     .bind(new.map(|p| &p.key))
     .bind(new.and_then(|p| p.created_at))
-    .bind(new.and_then(|p| p.key.as_i64()))
+    .bind(new.and_then(|p| p.key.as_i64().filter(|n| n.to_string() == p.key.as_str())))
     .execute(conn)
     .await
     .context("advancing the cursor")?;
@@ -125,7 +138,8 @@ pub async fn wrap(
         "UPDATE reconciliation_cursor
             SET last_key = NULL, last_created_at = NULL, last_id = 0,
                 last_cycle_completed_at = now(), cycle_started_at = now()
-          WHERE job = $1 AND {POSITION} IS NOT DISTINCT FROM $2"
+          WHERE job = $1 AND {} IS NOT DISTINCT FROM $2",
+        position_sql("")
     ))
     .bind(job)
     .bind(old.map(|p| &p.key))

@@ -78,13 +78,17 @@ pub async fn highest_seen(
     key: &KeyType,
 ) -> Result<Option<Position>, StoreError> {
     let sql = match key.walk() {
+        // Qualified names: `ORDER BY payment_id` would order by the text
+        // output column of the same name.
         Walk::Key => {
-            "SELECT payment_id::text, NULL::timestamptz FROM reconciliation_payment_state
-                       ORDER BY payment_id DESC LIMIT 1"
+            "SELECT s.payment_id::text AS key, NULL::timestamptz
+               FROM reconciliation_payment_state s
+              ORDER BY s.payment_id DESC LIMIT 1"
         }
         Walk::CreatedAt => {
-            "SELECT payment_id::text, created_at FROM reconciliation_payment_state
-                             ORDER BY created_at DESC, payment_id DESC LIMIT 1"
+            "SELECT s.payment_id::text AS key, s.created_at
+               FROM reconciliation_payment_state s
+              ORDER BY s.created_at DESC, s.payment_id DESC LIMIT 1"
         }
     };
     let row: Option<(PaymentKey, Option<DateTime<Utc>>)> = super::query_as(sql)

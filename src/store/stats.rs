@@ -181,12 +181,13 @@ pub async fn table_figures(
                 {rows} AS rows_estimate,
                 {ids},
                 coalesce(c.last_id, 0) AS cursor_position,
-                coalesce(c.last_key, CASE WHEN c.last_id <> 0 THEN c.last_id::text END) AS cursor_key,
+                {position} AS cursor_key,
                 c.cycle_started_at,
                 c.last_cycle_completed_at,
                 now() AS database_now
            FROM (SELECT 1) AS one
-           LEFT JOIN reconciliation_cursor c ON c.job = $1"
+           LEFT JOIN reconciliation_cursor c ON c.job = $1",
+        position = super::cursor::position_sql("c.")
     );
     let query = super::query_as(&sql)
         .bind(job)
@@ -285,7 +286,12 @@ pub async fn open_findings_by_kind(
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
 pub struct LagHolder {
     /// `payments.id` (its text, any key type).
+    #[serde(skip)]
     pub payment_id: PaymentKey,
+    /// `payments.id` in JSON (`to_jsonb`): a number for integer and numeric
+    /// keys, as before issue 31, a string for uuid and text keys.
+    #[serde(rename = "payment_id")]
+    pub payment_id_json: serde_json::Value,
     /// The payment's order.
     pub order_id: Option<String>,
     /// The stored PaymentIntent id (may be malformed).
@@ -364,7 +370,7 @@ pub async fn lag_holder(
     };
     let beyond = unseen(key, "q", (1, 2), head.is_some());
     let sql = format!(
-        "SELECT p.id::text AS payment_id, p.order_id, p.stripe_payment_intent_id, p.status,
+        "SELECT p.id::text AS payment_id, to_jsonb(p.id) AS payment_id_json, p.order_id, p.stripe_payment_intent_id, p.status,
                 p.created_at, p.updated_at, h.last_reconciled_at,
                 f.id AS open_finding_id, f.kind AS open_finding_kind,
                 {repair_last_error} AS repair_last_error
