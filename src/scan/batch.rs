@@ -178,10 +178,10 @@ async fn read_phase(
         }
         (Mode::DryRun { .. }, Start::After { position, pending }) => (position.clone(), pending),
         (Mode::Write, Start::Cursor) => {
-            cursor::ensure(&mut tx, &settings.job).await?;
+            cursor::ensure(&mut tx, &settings.run.job).await?;
             // A run whose lease expired learns it here, before spending reads.
             crate::lease::renew_held(&mut tx, lease).await?;
-            let position = cursor::read(&mut tx, &settings.job)
+            let position = cursor::read(&mut tx, &settings.run.job)
                 .await?
                 .and_then(|c| c.position);
             (position, &[])
@@ -193,7 +193,7 @@ async fn read_phase(
         &mut tx,
         cursor_id.as_ref(),
         settings.scan.batch_size.saturating_add(1),
-        settings.grace,
+        settings.run.grace,
         columns,
     )
     .await?;
@@ -210,10 +210,10 @@ async fn read_phase(
     if let Some(behind) = behind {
         rows = payments::read_behind_cursor(
             &mut tx,
-            &settings.job,
+            &settings.run.job,
             behind,
             behind_cursor_limit(settings.scan.batch_size),
-            settings.grace,
+            settings.run.grace,
             columns,
             pending,
         )

@@ -129,7 +129,7 @@ async fn start_mode(
         return Ok(Mode::Write);
     }
     let mut conn = crate::store::begin(ctx.pool).await.context("connecting")?;
-    let start = cursor::read(&mut conn, &ctx.settings.job)
+    let start = cursor::read(&mut conn, &ctx.settings.run.job)
         .await?
         .and_then(|c| c.position);
     summary.cursor_position = Some(start.as_ref().and_then(|p| p.key.as_i64()).unwrap_or(0));
@@ -194,7 +194,7 @@ async fn table_extent(pool: &PgPool, settings: &JobSettings) -> TableExtent {
     let figures = match pool.acquire().await {
         Ok(mut conn) => stats::table_figures(
             &mut conn,
-            &settings.job,
+            &settings.run.job,
             settings.schema.partition.as_ref(),
             &settings.schema.key,
         )

@@ -313,7 +313,7 @@ async fn a_text_keyed_table_without_a_created_at_index_walks_by_key(pool: PgPool
     let found = stripe_reconciler::store::payments::by_payment_intents(
         &mut conn,
         &["pi_T5"],
-        s.grace,
+        s.run.grace,
         stripe_reconciler::store::payments::MoneyColumns::of(&s.schema),
     )
     .await
@@ -399,7 +399,7 @@ async fn ids_at_and_below_zero_and_near_2_63_are_read(pool: PgPool) {
     );
     // The next cycle starts before every row again (no sentinel 0).
     let mut conn = pool.acquire().await.unwrap();
-    let c = stripe_reconciler::store::cursor::read(&mut conn, &s.job)
+    let c = stripe_reconciler::store::cursor::read(&mut conn, &s.run.job)
         .await
         .unwrap()
         .unwrap();
@@ -483,7 +483,7 @@ async fn a_partition_and_a_connected_account_on_a_uuid_table(pool: PgPool) {
         );
     }
     let mut s = job(&pool, ReadMode::Retrieve, 3).await;
-    s.job = "payments-eu".to_owned();
+    s.run.job = "payments-eu".to_owned();
     s.schema.account_column =
         Some(ColumnName::parse("RECONCILER_ACCOUNT_COLUMN", "stripe_account").unwrap());
     s.schema.partition = Some(Partition {
