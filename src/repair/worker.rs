@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::writer::{apply, WriteError};
 use crate::config::{OutboxSettings, StatusMap};
 use crate::key::{KeyType, PaymentKey};
-use crate::reconcile::{FindingKind, RepairCommand, Resolution};
+use crate::reconcile::{FindingKind, RepairCommand, Resolution, PAYMENT_DELETED_NOTE};
 use crate::store::outbox::{self, ClaimedCommand};
 use crate::store::{findings, payments};
 use crate::store::{Context, StoreError};
@@ -112,11 +112,11 @@ pub enum RepairError {
         /// The finding's kind, as stored.
         kind: String,
         /// The payment the finding is about (`None`: a PaymentIntent alone).
-        finding_payment: Option<PaymentKey>,
+        finding_payment: Option<Box<str>>,
         /// The kind the command repairs.
         expected: FindingKind,
-        /// The payload's `payment_id`.
-        payment_id: PaymentKey,
+        /// The payload's `payment_id` (its text).
+        payment_id: Box<str>,
     },
     /// `RECONCILER_LOCAL_STATUSES` has no word for a state the command
     /// needs.
@@ -309,8 +309,8 @@ async fn process(
 ) -> Result<Applied, RepairError> {
     let kind = RepairCommand::parse(&command.event_type)
         .ok_or_else(|| RepairError::UnknownCommand(command.event_type.clone()))?;
-    let payload: RepairPayload =
-        serde_json::from_value(command.payload.clone()).map_err(RepairError::MalformedPayload)?;
+    let payload = serde_json::from_value::<RepairPayload>(command.payload.clone());
+    let payload = payload.map_err(RepairError::MalformedPayload)?;
     let Some(payment) = payments::lock_for_repair(conn, key, &payload.payment_id).await? else {
         // The application deleted the payment (DESIGN.md, Turn 4): nothing
         // to repair; its finding closes as `payment_deleted`.
@@ -321,9 +321,7 @@ async fn process(
             payment_id = %payload.payment_id,
             "repair command skipped: the payment was deleted"
         );
-        return Ok(Applied::Skipped(
-            crate::reconcile::PAYMENT_DELETED_NOTE.to_owned(),
-        ));
+        return Ok(Applied::Skipped(PAYMENT_DELETED_NOTE.to_owned()));
     };
     let finding = findings::lock_for_repair(conn, payload.finding_id)
         .await?
@@ -334,9 +332,9 @@ async fn process(
         return Err(RepairError::WrongFinding {
             finding_id: payload.finding_id,
             kind: finding.kind,
-            finding_payment: finding.payment_id,
+            finding_payment: finding.payment_id.map(|k| k.as_str().into()),
             expected: kind.finding_kind(),
-            payment_id: payload.payment_id.clone(),
+            payment_id: payload.payment_id.as_str().into(),
         });
     }
     let skip = |reason: String| {
@@ -355,17 +353,18 @@ async fn process(
             ));
         }
     }
-    let blocking =
-        findings::blocked_payments(conn, key, std::slice::from_ref(&payload.payment_id)).await?;
-    if !blocking.is_empty() {
+    let payment_ids = std::slice::from_ref(&payload.payment_id);
+    if !findings::blocked_payments(conn, key, payment_ids)
+        .await?
+        .is_empty()
+    {
         return skip(format!(
             "payment {} has an open finding that blocks repairs (refund, dispute, duplicate, mismatch or review); see `findings list`",
             payload.payment_id
         ));
     }
-    // The expected status is the canonical writer's guard (`WHERE status =
-    // ANY(<the words of pending>)`): repaired when the payment already reached the target,
-    // superseded when it moved elsewhere.
+    // The canonical writer's guard (`WHERE status = ANY(<the words of
+    // pending>)`): repaired at the target already, superseded elsewhere.
     let outcome = apply(
         conn,
         outbox,
@@ -414,7 +413,7 @@ mod tests {
             kind: "refunded".into(),
             finding_payment: None,
             expected: FindingKind::MissedSuccess,
-            payment_id: PaymentKey::from(3),
+            payment_id: "3".into(),
         };
         assert_eq!(
             wrong.last_error(),

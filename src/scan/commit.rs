@@ -168,26 +168,8 @@ async fn write_phase(
         payment_state::register_range(&mut tx, key, cursor_id, through).await?;
     }
     payment_state::register_new(&mut tx, key, register_limit).await?;
-    // Payments the application deleted in that range (or between this
-    // batch's read and now): their open findings close as
-    // `payment_deleted`, their commands are skipped with that reason.
-    let batch_ids: Vec<PaymentKey> = observations.iter().map(|o| o.payment_id.clone()).collect();
-    let deleted = findings::resolve_deleted(&mut tx, key, (cursor_id, through), &batch_ids).await?;
-    if !deleted.is_empty() {
-        outbox::close_for_findings(
-            &mut tx,
-            outbox,
-            &RepairCommand::EVENT_TYPES,
-            &deleted,
-            PAYMENT_DELETED_NOTE,
-        )
-        .await?;
-        tracing::info!(
-            findings = deleted.len(),
-            "open findings of payments the application deleted resolved as payment_deleted; their repair commands skipped"
-        );
-    }
-    report.findings_payment_deleted = deleted.len() as u64;
+    let deleted = close_deleted(&mut tx, outbox, key, (cursor_id, through), observations).await?;
+    report.findings_payment_deleted = deleted;
     report.findings_created = recorded.findings_created;
     report.findings_cleared = recorded.findings_cleared;
     report.commands_enqueued = recorded.commands_enqueued;
@@ -216,4 +198,34 @@ async fn write_phase(
 /// (integer keys), else 0 (also the cycle's start; `cursor_key` says which).
 fn number(position: Option<&Position>) -> i64 {
     position.and_then(|p| p.key.as_i64()).unwrap_or(0)
+}
+
+/// Payments the application deleted in the walked range `(after, through]`
+/// (or between this batch's read and now): their open findings close as
+/// `payment_deleted`, their commands are skipped with that reason. Returns
+/// the findings resolved.
+async fn close_deleted(
+    tx: &mut sqlx::PgConnection,
+    outbox: &crate::config::OutboxSettings,
+    key: &KeyType,
+    range: (Option<&Position>, Option<&Position>),
+    observations: &[Observation],
+) -> Result<u64, RunError> {
+    let batch_ids: Vec<PaymentKey> = observations.iter().map(|o| o.payment_id.clone()).collect();
+    let deleted = findings::resolve_deleted(&mut *tx, key, range, &batch_ids).await?;
+    if !deleted.is_empty() {
+        outbox::close_for_findings(
+            tx,
+            outbox,
+            &RepairCommand::EVENT_TYPES,
+            &deleted,
+            PAYMENT_DELETED_NOTE,
+        )
+        .await?;
+        tracing::info!(
+            findings = deleted.len(),
+            "open findings of payments the application deleted resolved as payment_deleted; their repair commands skipped"
+        );
+    }
+    Ok(deleted.len() as u64)
 }
