@@ -508,3 +508,75 @@ async fn a_partition_and_a_connected_account_on_a_uuid_table(pool: PgPool) {
         "the connected account's rows were read as that account"
     );
 }
+
+#[sqlx::test(migrations = false)]
+async fn a_row_whose_key_or_created_at_changes_is_read_as_a_new_row(pool: PgPool) {
+    app_table(&pool, "uuid", "bigint", true).await;
+    migrate(&pool, &[]).await;
+    let stripe = StripeFake::start().await;
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        ids.push(
+            insert(
+                &pool,
+                "gen_random_uuid()",
+                &format!("pi_C{i}"),
+                "paid",
+                3600 - 60 * i,
+            )
+            .await,
+        );
+    }
+    stripe.mirror(&pool, "succeeded").await;
+    let s = job(&pool, ReadMode::Retrieve, 4).await;
+    assert!(run(&pool, &stripe, &s).await.wrapped);
+    assert!(open_findings(&pool).await.is_empty());
+
+    // The application moves one row's created_at (now the newest) and
+    // drifts it; it gives another row a new key.
+    sqlx::query(
+        "UPDATE payments SET created_at = now() - interval '1 second', status = 'pending',
+                updated_at = now() - interval '1 hour'
+          WHERE id = $1::uuid",
+    )
+    .bind(&ids[0])
+    .execute(&pool)
+    .await
+    .unwrap();
+    let new_key: String = sqlx::query_scalar(
+        "UPDATE payments SET id = gen_random_uuid(), status = 'pending' WHERE id = $1::uuid
+         RETURNING id::text",
+    )
+    .bind(&ids[1])
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(run(&pool, &stripe, &s).await.wrapped, "the next cycle");
+    assert_eq!(
+        open_findings(&pool).await,
+        BTreeSet::from([
+            (ids[0].clone(), "missed_success".to_owned()),
+            (new_key, "missed_success".to_owned()),
+        ])
+    );
+    assert_eq!(unconfirmed(&pool).await, 0);
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM reconciliation_payment_state s
+              WHERE NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = s.payment_id)"
+        )
+        .await,
+        0,
+        "the old key's state is forgotten"
+    );
+    let moved: bool = sqlx::query_scalar(
+        "SELECT s.created_at = p.created_at FROM reconciliation_payment_state s
+           JOIN payments p ON p.id = s.payment_id WHERE p.id = $1::uuid",
+    )
+    .bind(&ids[0])
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(moved, "the state row follows the new created_at");
+}
