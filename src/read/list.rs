@@ -208,8 +208,8 @@ pub struct ListShare<'a> {
     pub all_started: &'a Mutex<Option<oneshot::Sender<()>>>,
 }
 
-/// Lists the batch's window and returns what it found for `rows`. Rows with
-/// `id > cursor_from` (the cursor's rows) set the window; rows behind the
+/// Lists the batch's window and returns what it found for `rows`. The
+/// cursor's rows (not [`PaymentRow::behind_cursor`]) set the window; rows behind the
 /// cursor are matched when a page happens to contain them and otherwise fall
 /// back to retrieves (their `created_at` may be anywhere). `rows` are the
 /// rows that need a read (out of the grace window, well-formed id).
@@ -224,13 +224,12 @@ pub async fn list_batch(
     share: ListShare<'_>,
     account: Option<&AccountId>,
     rows: &[(&PaymentRow, &PaymentIntentId)],
-    cursor_from: i64,
     page_cap: usize,
 ) -> Result<Listed, RunError> {
     let settings = share.settings;
     let wanted: HashSet<&str> = rows.iter().map(|(_, id)| id.as_str()).collect();
     let core_rows: Vec<&(&PaymentRow, &PaymentIntentId)> =
-        rows.iter().filter(|(r, _)| r.id > cursor_from).collect();
+        rows.iter().filter(|(r, _)| !r.behind_cursor).collect();
     let mut times: Vec<i64> = core_rows
         .iter()
         .map(|(r, _)| r.created_at.timestamp())
@@ -341,7 +340,6 @@ type AccountRows<'a> = (
 pub async fn list_accounts(
     share: ListShare<'_>,
     rows: &[(&PaymentRow, &PaymentIntentId, &AccountKey)],
-    cursor_from: i64,
 ) -> Result<Listed, RunError> {
     let mut groups: Vec<AccountRows<'_>> = Vec::new();
     for (row, id, account) in rows {
@@ -356,11 +354,10 @@ pub async fn list_accounts(
     let shares = page_shares(cap, &sizes);
     let listed_groups = groups.iter().zip(shares).filter(|(_, share)| *share > 0);
     let shared = share;
-    let lists =
-        futures::future::try_join_all(listed_groups.map(|((account, group), share)| {
-            list_batch(shared, *account, group, cursor_from, share)
-        }))
-        .await?;
+    let lists = futures::future::try_join_all(
+        listed_groups.map(|((account, group), share)| list_batch(shared, *account, group, share)),
+    )
+    .await?;
     let mut all = Listed::default();
     for listed in lists {
         all.found.extend(listed.found);

@@ -46,7 +46,7 @@ impl Read<'_> {
         {
             Ok(id) => id,
             Err(reason) => {
-                tracing::warn!(payment_id = row.id, %reason, "payment has a malformed PaymentIntent id; not sent to Stripe");
+                tracing::warn!(payment_id = %row.id, %reason, "payment has a malformed PaymentIntent id; not sent to Stripe");
                 seen.decision = Decision::review(FindingKind::InvalidPaymentIntentId);
                 return Ok(seen);
             }
@@ -55,7 +55,7 @@ impl Read<'_> {
         let account = match account {
             Ok(account) => account,
             Err(reason) => {
-                tracing::warn!(payment_id = row.id, %reason, "payment has a malformed Stripe account id; not sent to Stripe");
+                tracing::warn!(payment_id = %row.id, %reason, "payment has a malformed Stripe account id; not sent to Stripe");
                 seen.decision = Decision::plain(Verdict::Unverifiable);
                 seen.error = Some(format!(
                     "RECONCILER_ACCOUNT_COLUMN holds no usable account id ({reason}); the row was not sent to Stripe"
@@ -93,12 +93,12 @@ impl Read<'_> {
             }
             Err(e) if e.is_rejected() => return Err(RunError::StripeRejected(e)),
             Err(e @ GatewayError::AccountUnreachable { .. }) => {
-                tracing::warn!(payment_id = row.id, payment_intent = %id, error = %e, "PaymentIntent unverifiable: its connected account is unreachable");
+                tracing::warn!(payment_id = %row.id, payment_intent = %id, error = %e, "PaymentIntent unverifiable: its connected account is unreachable");
                 seen.unreachable(e.to_string());
             }
             // `Unavailable`: no usable answer after the retry budget.
             Err(e) => {
-                tracing::warn!(payment_id = row.id, payment_intent = %id, error = %e, "PaymentIntent unverifiable");
+                tracing::warn!(payment_id = %row.id, payment_intent = %id, error = %e, "PaymentIntent unverifiable");
                 seen.error = Some(e.to_string());
                 seen.decision = Decision::plain(Verdict::Unverifiable);
             }
@@ -159,7 +159,7 @@ impl Read<'_> {
                 .and_then(|r| r.as_str())
                 .unwrap_or("incomplete PaymentIntent")
                 .to_owned();
-            tracing::warn!(payment_id = row.id, payment_intent = %id, %reason, "PaymentIntent unverifiable");
+            tracing::warn!(payment_id = %row.id, payment_intent = %id, %reason, "PaymentIntent unverifiable");
             seen.error = Some(reason);
         } else {
             seen.observed = Some(facts.status);
@@ -170,7 +170,7 @@ impl Read<'_> {
 /// A row before any read: IN_FLIGHT, nothing asked.
 fn unread(row: &PaymentRow) -> Observation {
     Observation {
-        payment_id: row.id,
+        payment_id: row.id.clone(),
         version: row.version,
         updated_at: row.updated_at,
         local: row.status.clone(),

@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::writer::{apply, WriteError};
 use crate::config::{OutboxSettings, StatusMap, TimestampZone};
-use crate::reconcile::{FindingKind, RepairCommand, Resolution};
+use crate::key::{KeyType, PaymentKey};
+use crate::reconcile::{FindingKind, RepairCommand, Resolution, PAYMENT_DELETED_NOTE};
 use crate::store::outbox::{self, ClaimedCommand};
 use crate::store::{findings, payments};
 use crate::store::{Context, StoreError};
@@ -72,9 +73,20 @@ pub struct RepairReport {
 /// versions).
 #[derive(Debug, Deserialize)]
 struct RepairPayload {
-    payment_id: i64,
+    /// A number (integer keys) or a string (docs/keys.md).
+    #[serde(deserialize_with = "payment_key")]
+    payment_id: PaymentKey,
     finding_id: i64,
     stripe_payment_intent_id: Option<String>,
+}
+
+/// The payload's `payment_id`: a number (integer keys, as before issue 31)
+/// or a non-empty string (uuid, text keys).
+fn payment_key<'de, D: serde::Deserializer<'de>>(d: D) -> Result<PaymentKey, D::Error> {
+    let value = serde_json::Value::deserialize(d)?;
+    PaymentKey::from_json(&value).ok_or_else(|| {
+        serde::de::Error::custom("payment_id is neither a whole number nor a string")
+    })
 }
 
 /// Why one repair command could not be applied. The command stays in the
@@ -90,7 +102,7 @@ pub enum RepairError {
     MalformedPayload(#[source] serde_json::Error),
     /// No payment has the payload's `payment_id`.
     #[error("payment {0} does not exist")]
-    UnknownPayment(i64),
+    UnknownPayment(PaymentKey),
     /// No finding has the payload's `finding_id`.
     #[error("finding {0} does not exist")]
     UnknownFinding(i64),
@@ -98,7 +110,7 @@ pub enum RepairError {
     /// not repair.
     #[error(
         "finding {finding_id} is {kind} for payment {}, not {expected} for payment {payment_id}",
-        finding_payment.map_or_else(|| "none".to_owned(), |p| p.to_string())
+        finding_payment.as_ref().map_or_else(|| "none".to_owned(), |p| p.to_string())
     )]
     WrongFinding {
         /// The payload's `finding_id`.
@@ -106,11 +118,11 @@ pub enum RepairError {
         /// The finding's kind, as stored.
         kind: String,
         /// The payment the finding is about (`None`: a PaymentIntent alone).
-        finding_payment: Option<i64>,
+        finding_payment: Option<Box<str>>,
         /// The kind the command repairs.
         expected: FindingKind,
-        /// The payload's `payment_id`.
-        payment_id: i64,
+        /// The payload's `payment_id` (its text).
+        payment_id: Box<str>,
     },
     /// `RECONCILER_LOCAL_STATUSES` has no word for a state the command
     /// needs.
@@ -206,14 +218,20 @@ pub async fn drain_with(
         // Payments in id order, like the scan's row locks: no deadlock between them.
         let mut claimed = claimed;
         claimed.sort_by_key(|c| {
-            c.payload
-                .get("payment_id")
-                .and_then(serde_json::Value::as_i64)
-                .unwrap_or(i64::MAX)
+            let key = c.payload.get("payment_id").and_then(PaymentKey::from_json);
+            let number = key.as_ref().and_then(PaymentKey::as_i64);
+            (number.is_none(), number, key)
         });
+        let key = crate::store::keys::current(&mut tx).await?;
         for command in claimed {
-            let failed =
-                apply_one(&mut tx, &options.outbox, &command, statuses, &mut report).await?;
+            let failed = apply_one(
+                &mut tx,
+                (&options.outbox, &key),
+                &command,
+                statuses,
+                &mut report,
+            )
+            .await?;
             if failed {
                 failed_ids.push(command.id);
             }
@@ -238,13 +256,13 @@ pub async fn drain_with(
 /// [`StoreError`] when the database fails outside the command itself.
 async fn apply_one(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    outbox_settings: &OutboxSettings,
+    (outbox_settings, key): (&OutboxSettings, &KeyType),
     command: &ClaimedCommand,
     statuses: &StatusMap,
     report: &mut RepairReport,
 ) -> Result<bool, StoreError> {
     let mut savepoint = tx.begin().await.context("opening a savepoint")?;
-    match process(&mut savepoint, outbox_settings, command, statuses).await {
+    match process(&mut savepoint, (outbox_settings, key), command, statuses).await {
         Ok(applied) => {
             match &applied {
                 Applied::Skipped(reason) => {
@@ -292,40 +310,38 @@ async fn apply_one(
 /// later run).
 async fn process(
     conn: &mut sqlx::PgConnection,
-    outbox: &OutboxSettings,
+    (outbox, key): (&OutboxSettings, &KeyType),
     command: &ClaimedCommand,
     statuses: &StatusMap,
 ) -> Result<Applied, RepairError> {
     let kind = RepairCommand::parse(&command.event_type)
         .ok_or_else(|| RepairError::UnknownCommand(command.event_type.clone()))?;
-    let payload: RepairPayload =
-        serde_json::from_value(command.payload.clone()).map_err(RepairError::MalformedPayload)?;
-    let Some(payment) = payments::lock_for_repair(conn, payload.payment_id).await? else {
+    let payload = serde_json::from_value::<RepairPayload>(command.payload.clone());
+    let payload = payload.map_err(RepairError::MalformedPayload)?;
+    let Some(payment) = payments::lock_for_repair(conn, key, &payload.payment_id).await? else {
         // The application deleted the payment (DESIGN.md, Turn 4): nothing
         // to repair; its finding closes as `payment_deleted`.
         findings::resolve(conn, payload.finding_id, Resolution::PaymentDeleted).await?;
         tracing::info!(
             outbox_id = command.id,
             finding_id = payload.finding_id,
-            payment_id = payload.payment_id,
+            payment_id = %payload.payment_id,
             "repair command skipped: the payment was deleted"
         );
-        return Ok(Applied::Skipped(
-            crate::reconcile::PAYMENT_DELETED_NOTE.to_owned(),
-        ));
+        return Ok(Applied::Skipped(PAYMENT_DELETED_NOTE.to_owned()));
     };
     let finding = findings::lock_for_repair(conn, payload.finding_id)
         .await?
         .ok_or(RepairError::UnknownFinding(payload.finding_id))?;
-    if finding.payment_id != Some(payload.payment_id)
+    if finding.payment_id.as_ref() != Some(&payload.payment_id)
         || finding.kind != kind.finding_kind().as_str()
     {
         return Err(RepairError::WrongFinding {
             finding_id: payload.finding_id,
             kind: finding.kind,
-            finding_payment: finding.payment_id,
+            finding_payment: finding.payment_id.map(|k| k.as_str().into()),
             expected: kind.finding_kind(),
-            payment_id: payload.payment_id,
+            payment_id: payload.payment_id.as_str().into(),
         });
     }
     let skip = |reason: String| {
@@ -344,22 +360,24 @@ async fn process(
             ));
         }
     }
-    let blocking = findings::blocked_payments(conn, &[payload.payment_id]).await?;
-    if !blocking.is_empty() {
+    let payment_ids = std::slice::from_ref(&payload.payment_id);
+    if !findings::blocked_payments(conn, key, payment_ids)
+        .await?
+        .is_empty()
+    {
         return skip(format!(
             "payment {} has an open finding that blocks repairs (refund, dispute, duplicate, mismatch or review); see `findings list`",
             payload.payment_id
         ));
     }
-    // The expected status is the canonical writer's guard (`WHERE status =
-    // ANY(<the words of pending>)`): repaired when the payment already reached the target,
-    // superseded when it moved elsewhere.
+    // The canonical writer's guard (`WHERE status = ANY(<the words of
+    // pending>)`): repaired at the target already, superseded elsewhere.
     let outcome = apply(
         conn,
         outbox,
         statuses,
         kind,
-        payload.payment_id,
+        &payload.payment_id,
         Some(payload.finding_id),
         "reconciler",
     )
@@ -402,14 +420,14 @@ mod tests {
             kind: "refunded".into(),
             finding_payment: None,
             expected: FindingKind::MissedSuccess,
-            payment_id: 3,
+            payment_id: "3".into(),
         };
         assert_eq!(
             wrong.last_error(),
             "finding 7 is refunded for payment none, not missed_success for payment 3"
         );
         assert_eq!(
-            RepairError::from(WriteError::UnknownPayment(9)).last_error(),
+            RepairError::from(WriteError::UnknownPayment(PaymentKey::from(9))).last_error(),
             "payment 9 does not exist"
         );
     }
