@@ -31,6 +31,7 @@ pub(super) async fn repair(settings: &Settings) -> Result<(), CommandError> {
     }
     let options = RepairOptions {
         outbox,
+        checkout_session_column: settings.job.schema.checkout_session_column.clone(),
         ..RepairOptions::default()
     };
     let statuses = &settings.job.schema.statuses;

@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use sqlx::{Connection, PgPool};
 use tokio_util::sync::CancellationToken;
 
-use super::writer::{apply, WriteError};
-use crate::config::{OutboxSettings, StatusMap};
+use super::writer::{apply, fill_session_payment_intent, WriteError};
+use crate::config::{ColumnName, OutboxSettings, StatusMap};
 use crate::reconcile::{FindingKind, RepairCommand, Resolution};
 use crate::store::outbox::{self, ClaimedCommand};
 use crate::store::{findings, payments};
@@ -30,6 +30,10 @@ pub struct RepairOptions {
     pub chunk: i64,
     /// Failed attempts after which a command is left for a person.
     pub max_attempts: i32,
+    /// `RECONCILER_CHECKOUT_SESSION_COLUMN`: a command for a payment judged
+    /// by its Checkout Session is applied only while the payment still
+    /// names that session (issue 32); without it such a command is skipped.
+    pub checkout_session_column: Option<ColumnName>,
 }
 
 /// Failed attempts after which a command is left for a person.
@@ -41,6 +45,7 @@ impl Default for RepairOptions {
             outbox: OutboxSettings::default(),
             chunk: 100,
             max_attempts: MAX_ATTEMPTS,
+            checkout_session_column: None,
         }
     }
 }
@@ -69,6 +74,8 @@ struct RepairPayload {
     payment_id: i64,
     finding_id: i64,
     stripe_payment_intent_id: Option<String>,
+    /// A payment judged by its Checkout Session (issue 32).
+    checkout_session_id: Option<String>,
 }
 
 /// Why one repair command could not be applied. The command stays in the
@@ -205,8 +212,7 @@ pub async fn drain_with(
                 .unwrap_or(i64::MAX)
         });
         for command in claimed {
-            let failed =
-                apply_one(&mut tx, &options.outbox, &command, statuses, &mut report).await?;
+            let failed = apply_one(&mut tx, &options, &command, statuses, &mut report).await?;
             if failed {
                 failed_ids.push(command.id);
             }
@@ -231,13 +237,14 @@ pub async fn drain_with(
 /// [`StoreError`] when the database fails outside the command itself.
 async fn apply_one(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    outbox_settings: &OutboxSettings,
+    options: &RepairOptions,
     command: &ClaimedCommand,
     statuses: &StatusMap,
     report: &mut RepairReport,
 ) -> Result<bool, StoreError> {
+    let outbox_settings = &options.outbox;
     let mut savepoint = tx.begin().await.context("opening a savepoint")?;
-    match process(&mut savepoint, outbox_settings, command, statuses).await {
+    match process(&mut savepoint, options, command, statuses).await {
         Ok(applied) => {
             match &applied {
                 Applied::Skipped(reason) => {
@@ -285,15 +292,18 @@ async fn apply_one(
 /// later run).
 async fn process(
     conn: &mut sqlx::PgConnection,
-    outbox: &OutboxSettings,
+    options: &RepairOptions,
     command: &ClaimedCommand,
     statuses: &StatusMap,
 ) -> Result<Applied, RepairError> {
+    let outbox = &options.outbox;
     let kind = RepairCommand::parse(&command.event_type)
         .ok_or_else(|| RepairError::UnknownCommand(command.event_type.clone()))?;
     let payload: RepairPayload =
         serde_json::from_value(command.payload.clone()).map_err(RepairError::MalformedPayload)?;
-    let Some(payment) = payments::lock_for_repair(conn, payload.payment_id).await? else {
+    let session_column = options.checkout_session_column.as_ref();
+    let Some(payment) = payments::lock_for_repair(conn, payload.payment_id, session_column).await?
+    else {
         // The application deleted the payment (DESIGN.md, Turn 4): nothing
         // to repair; its finding closes as `payment_deleted`.
         findings::resolve(conn, payload.finding_id, Resolution::PaymentDeleted).await?;
@@ -328,7 +338,13 @@ async fn process(
     if !finding.open {
         return skip("finding already resolved".into());
     }
-    if let Some(intent) = &payload.stripe_payment_intent_id {
+    if let Some(reason) = session_moved(&payload, &payment, session_column.is_some()) {
+        findings::resolve(conn, payload.finding_id, Resolution::Superseded).await?;
+        return skip(reason);
+    }
+    if let (Some(_), Some(intent)) = (&payload.checkout_session_id, &payload.stripe_payment_intent_id) {
+        fill_session_payment_intent(conn, payload.payment_id, intent).await?;
+    } else if let Some(intent) = &payload.stripe_payment_intent_id {
         if payment.stripe_payment_intent_id.as_deref() != Some(intent.as_str()) {
             findings::resolve(conn, payload.finding_id, Resolution::Superseded).await?;
             return skip(format!(
@@ -362,6 +378,39 @@ async fn process(
     } else {
         Applied::NoOp
     })
+}
+
+/// Why a command for a payment judged by its Checkout Session no longer
+/// fits the payment (`None`: it fits, or the command is a PaymentIntent
+/// row's): the payment names another session (or the column is not
+/// configured, so it cannot be told), or holds another PaymentIntent.
+fn session_moved(
+    payload: &RepairPayload,
+    payment: &payments::PaymentForRepair,
+    column_configured: bool,
+) -> Option<String> {
+    let session = payload.checkout_session_id.as_deref()?;
+    let id = payload.payment_id;
+    if !column_configured {
+        return Some(format!(
+            "the command names Checkout Session {session} but RECONCILER_CHECKOUT_SESSION_COLUMN is not set: payment {id} cannot be checked against it"
+        ));
+    }
+    if payment.checkout_session_id.as_deref().map(str::trim) != Some(session) {
+        return Some(format!("payment {id} no longer names Checkout Session {session}"));
+    }
+    let held = payment
+        .stripe_payment_intent_id
+        .as_deref()
+        .map(str::trim)
+        .filter(|pi| !pi.is_empty());
+    match (held, payload.stripe_payment_intent_id.as_deref()) {
+        (None, _) => None,
+        (Some(held), Some(intent)) if held == intent => None,
+        (Some(held), _) => Some(format!(
+            "payment {id} holds PaymentIntent {held}, not its Checkout Session's"
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,8 @@ use crate::store::{query, query_as, Context, StoreError};
 /// The columns of a [`FindingView`], over `reconciliation_findings f` joined
 /// to `payments p`.
 const VIEW_COLUMNS: &str = "f.id, f.payment_id, p.order_id,
-        coalesce(p.stripe_payment_intent_id, f.stripe_payment_intent_id) AS stripe_payment_intent_id,
+        coalesce(nullif(p.stripe_payment_intent_id, ''), f.stripe_payment_intent_id) AS stripe_payment_intent_id,
+                f.checkout_session_id,
         f.stripe_account_id, f.kind, f.local_status,
         f.external_status, f.detected_at, f.resolved_at, f.resolution, f.resolved_by,
         f.resolution_note, f.details, f.last_seen_at,

@@ -48,6 +48,9 @@ pub struct FindingView {
     /// The connected account (`acct_…`) the finding is about; `None`: the
     /// platform's own account (issue 24).
     pub stripe_account_id: Option<String>,
+    /// The payment's Checkout Session when it was judged by its session
+    /// (issue 32); `None` otherwise.
+    pub checkout_session_id: Option<String>,
     /// The kind's database string.
     pub kind: String,
     /// Local status when detected.
@@ -99,7 +102,8 @@ pub async fn list(
 ) -> Result<Vec<FindingView>, StoreError> {
     query_as(
         "SELECT f.id, f.payment_id, p.order_id,
-                coalesce(p.stripe_payment_intent_id, f.stripe_payment_intent_id) AS stripe_payment_intent_id,
+                coalesce(nullif(p.stripe_payment_intent_id, ''), f.stripe_payment_intent_id) AS stripe_payment_intent_id,
+                f.checkout_session_id,
                 f.stripe_account_id, f.kind, f.local_status,
                 f.external_status, f.detected_at, f.resolved_at, f.resolution, f.resolved_by,
                 f.resolution_note, f.details, f.last_seen_at,

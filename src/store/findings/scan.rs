@@ -28,6 +28,13 @@ pub struct NewFinding {
     /// The connected account (`acct_…`) the reads went to; `None`: the
     /// platform's own account (issue 24).
     pub stripe_account_id: Option<String>,
+    /// The payment's Checkout Session (`cs_…`) when it was judged by its
+    /// session (no PaymentIntent id; issue 32); `None` otherwise.
+    pub checkout_session_id: Option<String>,
+    /// The session's PaymentIntent when it was judged by its session and
+    /// the session has one; `None` otherwise (the payment's own column
+    /// names it).
+    pub stripe_payment_intent_id: Option<String>,
 }
 
 /// The acknowledgement rule, over a row `v` of the unnested new findings: a
@@ -42,7 +49,8 @@ const NOT_ACKNOWLEDGED: &str = "NOT (v.acknowledgeable AND EXISTS (
 
 /// The findings as parallel arrays: `$1` payment ids, `$2` kinds, `$3` local
 /// statuses, `$4` external statuses, `$5` details, `$6` acknowledgeable; `$7`
-/// the manual resolution [`NOT_ACKNOWLEDGED`] looks for; `$8` accounts.
+/// the manual resolution [`NOT_ACKNOWLEDGED`] looks for; `$8` accounts;
+/// `$9` Checkout Sessions; `$10` the sessions' PaymentIntents.
 fn bind_findings<'q, O>(
     query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
     findings: &'q [NewFinding],
@@ -86,13 +94,26 @@ fn bind_findings<'q, O>(
                 .map(|f| f.stripe_account_id.as_deref())
                 .collect::<Vec<Option<&str>>>(),
         )
+        .bind(
+            findings
+                .iter()
+                .map(|f| f.checkout_session_id.as_deref())
+                .collect::<Vec<Option<&str>>>(),
+        )
+        .bind(
+            findings
+                .iter()
+                .map(|f| f.stripe_payment_intent_id.as_deref())
+                .collect::<Vec<Option<&str>>>(),
+        )
 }
 
 /// The unnested findings, `v`.
 const UNNEST_FINDINGS: &str =
-    "unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bool[], $8::text[])
+    "unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bool[], $8::text[],
+                   $9::text[], $10::text[])
                 AS v(payment_id, kind, local_status, external_status, details, acknowledgeable,
-                     stripe_account_id)";
+                     stripe_account_id, checkout_session_id, stripe_payment_intent_id)";
 
 /// A finding the upsert touched.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -128,9 +149,9 @@ pub async fn upsert_open(
     let sql = format!(
         "INSERT INTO reconciliation_findings
                 (payment_id, kind, local_status, external_status, details, last_seen_at,
-                 stripe_account_id)
+                 stripe_account_id, checkout_session_id, stripe_payment_intent_id)
          SELECT v.payment_id, v.kind, v.local_status, v.external_status, v.details, now(),
-                v.stripe_account_id
+                v.stripe_account_id, v.checkout_session_id, v.stripe_payment_intent_id
            FROM {UNNEST_FINDINGS}
           WHERE {NOT_ACKNOWLEDGED}
           ORDER BY v.payment_id
@@ -138,7 +159,9 @@ pub async fn upsert_open(
             SET external_status = EXCLUDED.external_status,
                 details = EXCLUDED.details,
                 last_seen_at = now(),
-                stripe_account_id = EXCLUDED.stripe_account_id
+                stripe_account_id = EXCLUDED.stripe_account_id,
+                checkout_session_id = EXCLUDED.checkout_session_id,
+                stripe_payment_intent_id = EXCLUDED.stripe_payment_intent_id
          RETURNING id, payment_id, kind, (xmax = 0) AS created"
     );
     bind_findings(query_as(&sql), findings)

@@ -96,6 +96,32 @@ pub(crate) async fn transition_status(
     }))
 }
 
+/// The canonical writer's guarded fill of the PaymentIntent column (issue
+/// 32): `stripe_payment_intent_id = $pi` with `version + 1` and `updated_at
+/// = now()`, only while the column is NULL or empty, so a row judged by its
+/// Checkout Session becomes a PaymentIntent row exactly once and a value
+/// the application wrote meanwhile is never overwritten. Returns whether it
+/// filled. Only `repair::writer` may call this.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub(crate) async fn fill_payment_intent(
+    conn: &mut PgConnection,
+    payment_id: i64,
+    payment_intent: &str,
+) -> Result<bool, StoreError> {
+    let filled = crate::store::query(
+        "UPDATE payments SET stripe_payment_intent_id = $2, version = version + 1, updated_at = now()
+          WHERE id = $1 AND coalesce(stripe_payment_intent_id, '') = ''",
+    )
+    .bind(payment_id)
+    .bind(payment_intent)
+    .execute(conn)
+    .await
+    .context("filling the payment's PaymentIntent id")?;
+    Ok(filled.rows_affected() == 1)
+}
+
 /// Locks the payment a finding is about (`FOR NO KEY UPDATE`), before the
 /// finding itself is touched: payment before finding, the one lock order of
 /// every writer. Returns the payment's id; `None` when the finding or its
@@ -127,20 +153,28 @@ pub struct PaymentForRepair {
     pub status: Option<String>,
     /// `payments.stripe_payment_intent_id`
     pub stripe_payment_intent_id: Option<String>,
+    /// The Checkout Session column (`RECONCILER_CHECKOUT_SESSION_COLUMN`)
+    /// as text; `None` when not configured or NULL.
+    pub checkout_session_id: Option<String>,
 }
 
-/// Locks one payment for the repair worker, before its finding; `None` when
-/// it does not exist.
+/// Locks one payment for the repair worker, before its finding, with its
+/// Checkout Session column when `session_column` is configured; `None`
+/// when it does not exist. The column name enters the SQL only quoted.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn lock_for_repair(
     conn: &mut PgConnection,
     payment_id: i64,
+    session_column: Option<&ColumnName>,
 ) -> Result<Option<PaymentForRepair>, StoreError> {
-    crate::store::query_as(
-        "SELECT status, stripe_payment_intent_id FROM payments WHERE id = $1 FOR NO KEY UPDATE",
-    )
+    let session = session_column.map_or_else(|| "NULL".to_owned(), |c| c.quoted());
+    let sql = format!(
+        "SELECT status, stripe_payment_intent_id, ({session})::text AS checkout_session_id
+           FROM payments WHERE id = $1 FOR NO KEY UPDATE"
+    );
+    crate::store::query_as(&sql)
     .bind(payment_id)
     .fetch_optional(conn)
     .await

@@ -18,7 +18,7 @@ mod locks;
 mod read;
 
 pub use columns::{check_columns, check_partition, ColumnError};
-pub(crate) use locks::transition_status;
+pub(crate) use locks::{fill_payment_intent, transition_status};
 pub use locks::{
     lock_for_finding, lock_for_repair, lock_unchanged, PaymentForRepair, TransitionResult,
 };
@@ -72,6 +72,10 @@ pub struct PaymentRow {
     /// connected account's `acct_` id; `None` when not configured or NULL
     /// (empty, like NULL, means the platform's own account).
     pub stripe_account: Option<String>,
+    /// The Checkout Session column (`RECONCILER_CHECKOUT_SESSION_COLUMN`),
+    /// untrusted; `None` when not configured or NULL. Read only when the
+    /// PaymentIntent id is NULL or empty (issue 32).
+    pub checkout_session_id: Option<String>,
 }
 
 /// A row as the database returns it, before the mapping into canonical terms.
@@ -91,6 +95,7 @@ struct RawRow {
     currency: Option<String>,
     shares_payment_intent: bool,
     stripe_account: Option<String>,
+    checkout_session_id: Option<String>,
 }
 
 impl RawRow {
@@ -110,6 +115,7 @@ impl RawRow {
             currency: self.currency,
             shares_payment_intent: self.shares_payment_intent,
             stripe_account: self.stripe_account,
+            checkout_session_id: self.checkout_session_id,
         }
     }
 }
@@ -125,6 +131,8 @@ pub struct MoneyColumns<'a> {
     pub currency: Option<&'a ColumnName>,
     /// `RECONCILER_ACCOUNT_COLUMN` (Connect: the row's connected account).
     pub account: Option<&'a ColumnName>,
+    /// `RECONCILER_CHECKOUT_SESSION_COLUMN` (the row's Checkout Session id).
+    pub checkout_session: Option<&'a ColumnName>,
     /// `RECONCILER_AMOUNT_UNIT`.
     pub unit: AmountUnit,
     /// `RECONCILER_LOCAL_STATUSES`.
@@ -141,6 +149,7 @@ impl<'a> MoneyColumns<'a> {
             amount: settings.amount_column.as_ref(),
             currency: settings.currency_column.as_ref(),
             account: settings.account_column.as_ref(),
+            checkout_session: settings.checkout_session_column.as_ref(),
             unit: settings.amount_unit,
             statuses: &settings.statuses,
             partition: settings.partition.as_ref(),
@@ -197,11 +206,14 @@ impl MoneyColumns<'_> {
              ({minor})::bigint AS amount, ({major})::text AS amount_major,
              ({})::text AS currency,
              ({})::text AS stripe_account,
-             EXISTS (SELECT 1 FROM payments q
-                      WHERE q.stripe_payment_intent_id = p.stripe_payment_intent_id
-                        AND q.id <> p.id) AS shares_payment_intent",
+             ({})::text AS checkout_session_id,
+             coalesce(p.stripe_payment_intent_id, '') <> ''
+             AND EXISTS (SELECT 1 FROM payments q
+                          WHERE q.stripe_payment_intent_id = p.stripe_payment_intent_id
+                            AND q.id <> p.id) AS shares_payment_intent",
             column(self.currency),
-            column(self.account)
+            column(self.account),
+            column(self.checkout_session)
         )
     }
 }
