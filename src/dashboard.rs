@@ -118,7 +118,10 @@ mod tests {
             finding_url(Some("acct_1A"), Some("pi_1"), Some(cs), DashboardMode::Live).as_deref(),
             Some("https://dashboard.stripe.com/acct_1A/payments/pi_1")
         );
-        assert_eq!(finding_url(None, Some(""), Some("cs_1/../x"), DashboardMode::Live), None);
+        assert_eq!(
+            finding_url(None, Some(""), Some("cs_1/../x"), DashboardMode::Live),
+            None
+        );
     }
 
     #[test]

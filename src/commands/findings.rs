@@ -57,12 +57,12 @@ pub(super) async fn list(
         .await
         .map_err(CommandError::Store)?;
     let link = |f: &findings::FindingView| {
-    crate::dashboard::finding_url(
-        f.stripe_account_id.as_deref(),
-        f.stripe_payment_intent_id.as_deref(),
-        f.checkout_session_id.as_deref(),
-        mode,
-    )
+        crate::dashboard::finding_url(
+            f.stripe_account_id.as_deref(),
+            f.stripe_payment_intent_id.as_deref(),
+            f.checkout_session_id.as_deref(),
+            mode,
+        )
     };
     let shown = rows.len() as i64;
     let cut = (total > shown).then(|| {

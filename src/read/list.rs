@@ -127,11 +127,7 @@ impl Chain<'_> {
     }
 
     /// One page of `window` after `after`, of what this chain lists.
-    async fn page(
-        &self,
-        window: CreatedWindow,
-        after: Option<&str>,
-    ) -> Result<Page, GatewayError> {
+    async fn page(&self, window: CreatedWindow, after: Option<&str>) -> Result<Page, GatewayError> {
         match self.listing {
             Listing::PaymentIntents => {
                 let after = after.and_then(|a| PaymentIntentId::parse(a).ok());
@@ -422,11 +418,11 @@ pub async fn list_accounts(
     let shares = page_shares(cap, &sizes);
     let listed_groups = groups.iter().zip(shares).filter(|(_, share)| *share > 0);
     let shared = share;
-    let lists =
-        futures::future::try_join_all(listed_groups.map(|((key, group), share)| {
-            list_batch(shared, *key, group, cursor_from, share)
-        }))
-        .await?;
+    let lists = futures::future::try_join_all(
+        listed_groups
+            .map(|((key, group), share)| list_batch(shared, *key, group, cursor_from, share)),
+    )
+    .await?;
     let mut all = Listed::default();
     for listed in lists {
         all.found.extend(listed.found);

@@ -60,7 +60,9 @@ impl Read<'_> {
             Some(facts) => Ok(facts),
             None => {
                 let _permit = self.in_flight.acquire().await;
-                self.gateway.checkout_session_on(account.as_ref(), &id).await
+                self.gateway
+                    .checkout_session_on(account.as_ref(), &id)
+                    .await
             }
         };
         match read {

@@ -385,7 +385,13 @@ mod tests {
                 Some("missed_success"),
                 Some(RepairCommand::ApplyPaymentSucceeded),
             ),
-            ("paid", session("complete", "paid", Some(pi("succeeded", 60))), Verdict::InSync, None, None),
+            (
+                "paid",
+                session("complete", "paid", Some(pi("succeeded", 60))),
+                Verdict::InSync,
+                None,
+                None,
+            ),
             (
                 "pending",
                 session("expired", "unpaid", None),
@@ -400,9 +406,21 @@ mod tests {
                 Some("missed_cancel"),
                 Some(RepairCommand::ApplyPaymentCanceled),
             ),
-            ("failed", session("expired", "unpaid", None), Verdict::InSync, None, None),
+            (
+                "failed",
+                session("expired", "unpaid", None),
+                Verdict::InSync,
+                None,
+                None,
+            ),
             // A delayed method: complete, unpaid, PaymentIntent processing.
-            ("pending", session("complete", "unpaid", Some(pi("processing", 60))), Verdict::InFlight, None, None),
+            (
+                "pending",
+                session("complete", "unpaid", Some(pi("processing", 60))),
+                Verdict::InFlight,
+                None,
+                None,
+            ),
             (
                 "pending",
                 session("complete", "unpaid", Some(pi("processing", 5_000))),
@@ -417,10 +435,34 @@ mod tests {
                 Some("paid_locally_not_externally"),
                 None,
             ),
-            ("pending", session("open", "unpaid", None), Verdict::InFlight, None, None),
-            ("pending", session("open", "unpaid", Some(pi("requires_payment_method", 60))), Verdict::InFlight, None, None),
-            ("paid", session("open", "unpaid", None), Verdict::NeedsReview, Some("paid_locally_not_externally"), None),
-            ("paid", session("complete", "no_payment_required", None), Verdict::InSync, None, None),
+            (
+                "pending",
+                session("open", "unpaid", None),
+                Verdict::InFlight,
+                None,
+                None,
+            ),
+            (
+                "pending",
+                session("open", "unpaid", Some(pi("requires_payment_method", 60))),
+                Verdict::InFlight,
+                None,
+                None,
+            ),
+            (
+                "paid",
+                session("open", "unpaid", None),
+                Verdict::NeedsReview,
+                Some("paid_locally_not_externally"),
+                None,
+            ),
+            (
+                "paid",
+                session("complete", "no_payment_required", None),
+                Verdict::InSync,
+                None,
+                None,
+            ),
             (
                 "pending",
                 session("complete", "no_payment_required", None),
@@ -428,7 +470,13 @@ mod tests {
                 Some("unexpected:pending->complete"),
                 None,
             ),
-            ("pending", session("complete", "paid", None), Verdict::Unverifiable, None, None),
+            (
+                "pending",
+                session("complete", "paid", None),
+                Verdict::Unverifiable,
+                None,
+                None,
+            ),
         ];
         for (local, s, verdict, k, command) in cases {
             let j = judge(local, &s);
@@ -436,7 +484,11 @@ mod tests {
             assert_eq!(j.decision.verdict, verdict, "{case}");
             assert_eq!(kind(&j).as_deref(), k, "{case}");
             assert_eq!(j.decision.command, command, "{case}");
-            assert_eq!(j.payment_intent.is_some(), s.payment_intent.id().is_some(), "{case}");
+            assert_eq!(
+                j.payment_intent.is_some(),
+                s.payment_intent.id().is_some(),
+                "{case}"
+            );
         }
     }
 
@@ -474,8 +526,14 @@ mod tests {
             let mut s = session("complete", "no_payment_required", None);
             s.mode = SessionMode::parse(mode);
             let j = judge("pending", &s);
-            assert_eq!(kind(&j).as_deref(), Some("invalid_checkout_session_id"), "{mode}");
-            let reason = j.decision.details.as_ref().unwrap()["reason"].as_str().unwrap();
+            assert_eq!(
+                kind(&j).as_deref(),
+                Some("invalid_checkout_session_id"),
+                "{mode}"
+            );
+            let reason = j.decision.details.as_ref().unwrap()["reason"]
+                .as_str()
+                .unwrap();
             assert!(reason.contains(mode), "{reason}");
         }
         let mut s = session("complete", "paid", None);
@@ -487,9 +545,15 @@ mod tests {
 
     #[test]
     fn the_observed_status_is_the_payment_intents_or_the_sessions() {
-        let j = judge("pending", &session("complete", "paid", Some(pi("succeeded", 60))));
+        let j = judge(
+            "pending",
+            &session("complete", "paid", Some(pi("succeeded", 60))),
+        );
         assert_eq!(j.observed, Some(ExternalStatus::Succeeded));
         let j = judge("pending", &session("expired", "unpaid", None));
-        assert_eq!(j.observed.as_ref().map(ExternalStatus::as_str), Some("expired"));
+        assert_eq!(
+            j.observed.as_ref().map(ExternalStatus::as_str),
+            Some("expired")
+        );
     }
 }

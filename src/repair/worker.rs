@@ -342,7 +342,10 @@ async fn process(
         findings::resolve(conn, payload.finding_id, Resolution::Superseded).await?;
         return skip(reason);
     }
-    if let (Some(_), Some(intent)) = (&payload.checkout_session_id, &payload.stripe_payment_intent_id) {
+    if let (Some(_), Some(intent)) = (
+        &payload.checkout_session_id,
+        &payload.stripe_payment_intent_id,
+    ) {
         fill_session_payment_intent(conn, payload.payment_id, intent).await?;
     } else if let Some(intent) = &payload.stripe_payment_intent_id {
         if payment.stripe_payment_intent_id.as_deref() != Some(intent.as_str()) {
@@ -397,7 +400,9 @@ fn session_moved(
         ));
     }
     if payment.checkout_session_id.as_deref().map(str::trim) != Some(session) {
-        return Some(format!("payment {id} no longer names Checkout Session {session}"));
+        return Some(format!(
+            "payment {id} no longer names Checkout Session {session}"
+        ));
     }
     let held = payment
         .stripe_payment_intent_id

@@ -139,7 +139,11 @@ pub async fn fill_session_payment_intent(
 ) -> Result<bool, WriteError> {
     let filled = fill_payment_intent(conn, payment_id, payment_intent).await?;
     if filled {
-        tracing::info!(payment_id, payment_intent, "filled the payment's PaymentIntent id from its Checkout Session");
+        tracing::info!(
+            payment_id,
+            payment_intent,
+            "filled the payment's PaymentIntent id from its Checkout Session"
+        );
     }
     Ok(filled)
 }

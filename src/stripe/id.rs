@@ -100,11 +100,7 @@ impl CheckoutSessionId {
         let rest = value
             .strip_prefix("cs_")
             .ok_or(InvalidCheckoutSessionId::WrongPrefix)?;
-        if rest.is_empty()
-            || !rest
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        {
+        if rest.is_empty() || !rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
             return Err(InvalidCheckoutSessionId::BadCharacters);
         }
         Ok(CheckoutSessionId(value.to_owned()))
@@ -134,8 +130,20 @@ mod tests {
         ] {
             assert_eq!(CheckoutSessionId::parse(id).unwrap().as_str(), id);
         }
-        for bad in ["", "cs_", "pi_123", "cs_1/../x", "cs_1?a=b", "cs_1 ", "CS_1", "cs_ü"] {
-            assert!(CheckoutSessionId::parse(bad).is_err(), "{bad:?} was accepted");
+        for bad in [
+            "",
+            "cs_",
+            "pi_123",
+            "cs_1/../x",
+            "cs_1?a=b",
+            "cs_1 ",
+            "CS_1",
+            "cs_ü",
+        ] {
+            assert!(
+                CheckoutSessionId::parse(bad).is_err(),
+                "{bad:?} was accepted"
+            );
         }
     }
 

@@ -38,8 +38,10 @@ pub use error::{
 pub use events::{
     EventObject, EventPage, EventType, PaymentIntentEvent, EVENT_TYPES, PAYMENT_INTENT_EVENT_TYPES,
 };
-pub use id::{CheckoutSessionId, InvalidCheckoutSessionId, InvalidPaymentIntentId, PaymentIntentId};
-pub use session::{ListedSession, SessionPage};
+pub use id::{
+    CheckoutSessionId, InvalidCheckoutSessionId, InvalidPaymentIntentId, PaymentIntentId,
+};
 pub use parsing::{ListPage, ListedPaymentIntent};
 pub use retry::RetryPolicy;
+pub use session::{ListedSession, SessionPage};
 pub use transport::{MAX_BODY_BYTES, MAX_LIST_BODY_BYTES, RATE_HEADROOM, STRIPE_VERSION};

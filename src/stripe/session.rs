@@ -236,7 +236,10 @@ mod tests {
             SessionPaymentIntent::NotExpanded("pi_1PgafyB7WZ01zgkWSjxsAJo3".into())
         );
         s["payment_intent"] = Value::Null;
-        assert_eq!(session_object(&s).unwrap().payment_intent, SessionPaymentIntent::None);
+        assert_eq!(
+            session_object(&s).unwrap().payment_intent,
+            SessionPaymentIntent::None
+        );
         s["payment_intent"] = json!({"id": "pi_X", "object": "payment_intent", "status": "succeeded",
                                      "latest_charge": {"id": "ch_X", "amount": 5, "amount_refunded": 0}});
         let facts = session_object(&s).unwrap();

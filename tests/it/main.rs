@@ -66,6 +66,7 @@ mod support;
 mod aging;
 mod app_table;
 mod app_table_runs;
+mod checkout_sessions;
 mod connect;
 mod connect_events;
 mod cursor;

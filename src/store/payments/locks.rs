@@ -175,8 +175,8 @@ pub async fn lock_for_repair(
            FROM payments WHERE id = $1 FOR NO KEY UPDATE"
     );
     crate::store::query_as(&sql)
-    .bind(payment_id)
-    .fetch_optional(conn)
-    .await
-    .context("locking a payment for repair")
+        .bind(payment_id)
+        .fetch_optional(conn)
+        .await
+        .context("locking a payment for repair")
 }
