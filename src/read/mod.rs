@@ -21,4 +21,5 @@ pub mod verdicts;
 
 pub use detect::{observe_all, observe_batch, Observation, Observed, Pacing, CONNECT_HINT};
 pub use outage::{stripe_reachable, STRIPE_DOWN_MIN_READS};
+pub use session_row::session_of;
 pub use verdicts::VerdictCounts;

@@ -36,7 +36,8 @@ pub use error::{
     BuildError, GatewayError, InvalidBody, MalformedPaymentIntent, MalformedSession, Unavailable,
 };
 pub use events::{
-    EventObject, EventPage, EventType, PaymentIntentEvent, EVENT_TYPES, PAYMENT_INTENT_EVENT_TYPES,
+    EventObject, EventPage, EventType, PaymentIntentEvent, SessionEvent, EVENT_TYPES,
+    PAYMENT_INTENT_EVENT_TYPES,
 };
 pub use id::{
     CheckoutSessionId, InvalidCheckoutSessionId, InvalidPaymentIntentId, PaymentIntentId,

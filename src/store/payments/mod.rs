@@ -23,8 +23,8 @@ pub use locks::{
     lock_for_finding, lock_for_repair, lock_unchanged, PaymentForRepair, TransitionResult,
 };
 pub use read::{
-    a_verified_payment_intent, a_verified_payment_intent_on, active_accounts, by_payment_intents,
-    held_elsewhere, read_batch, read_behind_cursor, PaymentByIntent,
+    a_verified_payment_intent, a_verified_payment_intent_on, active_accounts, by_checkout_sessions,
+    by_payment_intents, held_elsewhere, read_batch, read_behind_cursor, PaymentByIntent,
 };
 
 use std::time::Duration;

@@ -213,6 +213,45 @@ pub async fn by_payment_intents(
         .collect())
 }
 
+/// The rows whose Checkout Session column (`columns.checkout_session`,
+/// `RECONCILER_CHECKOUT_SESSION_COLUMN`) holds any of `sessions`, in id
+/// order, flagged like a batch's rows (`$2` grace); with a partition, only
+/// the partition's rows. Empty without the column. One probe per id when
+/// the application indexes the column (docs/checkout-sessions.md), else a
+/// scan of `payments`.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn by_checkout_sessions(
+    conn: &mut PgConnection,
+    sessions: &[&str],
+    grace: Duration,
+    columns: MoneyColumns<'_>,
+) -> Result<Vec<PaymentRow>, StoreError> {
+    let Some(column) = columns.checkout_session.filter(|_| !sessions.is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let sql = format!(
+        "SELECT {} FROM payments p
+          WHERE (p.{})::text = ANY($1){}
+          ORDER BY p.id",
+        columns.row_columns(),
+        column.quoted(),
+        columns.partition_sql(3)
+    );
+    let query = crate::store::query_as(&sql)
+        .bind(sessions)
+        .bind(grace.as_secs_f64());
+    let rows: Vec<RawRow> = match columns.partition {
+        Some(p) => query.bind(p.value.as_str()),
+        None => query,
+    }
+    .fetch_all(conn)
+    .await
+    .context("looking up payments by Checkout Session id")?;
+    Ok(columns.map(rows))
+}
+
 /// Of these PaymentIntent ids, those held by a row outside `partition` (a
 /// row whose partition column is another value, or NULL): another job's
 /// rows, neither this job's to re-read nor orphans (`missing_locally`). Empty
