@@ -118,11 +118,11 @@ fn platform_key_fits(tallies: &HashMap<AccountKey, Tally>) -> Result<(), RunErro
 /// What a row's list read looks for: its PaymentIntent id, or (a row judged
 /// by its Checkout Session, issue 32) its session id; `None` when the row
 /// needs no read or its id is malformed (decided without a request).
-fn list_key<'r>(row: &'r PaymentRow) -> Option<(&'r str, Listing)> {
+fn list_key(row: &PaymentRow) -> Option<(&str, Listing)> {
     if row.recently_changed {
         return None;
     }
-    match super::session_row::session_of(row) {
+    match super::session_key::session_of(row) {
         Some(session) => session
             .ok()
             .map(|_| (session_value(row), Listing::CheckoutSessions)),

@@ -12,7 +12,7 @@ use tokio::sync::Semaphore;
 use super::accounts::{check_key, AccountKey, KeyCheck, Tally};
 use super::list::ListedFacts;
 use super::observation::{Observation, CONNECT_HINT, WRONG_ACCOUNT_NOT_FOUND_READS};
-use super::session_row::session_of;
+use super::session_key::session_of;
 use crate::config::JobSettings;
 use crate::outcome::RunError;
 use crate::reconcile::{

@@ -304,18 +304,7 @@ async fn process(
     let session_column = options.checkout_session_column.as_ref();
     let Some(payment) = payments::lock_for_repair(conn, payload.payment_id, session_column).await?
     else {
-        // The application deleted the payment (DESIGN.md, Turn 4): nothing
-        // to repair; its finding closes as `payment_deleted`.
-        findings::resolve(conn, payload.finding_id, Resolution::PaymentDeleted).await?;
-        tracing::info!(
-            outbox_id = command.id,
-            finding_id = payload.finding_id,
-            payment_id = payload.payment_id,
-            "repair command skipped: the payment was deleted"
-        );
-        return Ok(Applied::Skipped(
-            crate::reconcile::PAYMENT_DELETED_NOTE.to_owned(),
-        ));
+        return payment_deleted(conn, command, &payload).await;
     };
     let finding = findings::lock_for_repair(conn, payload.finding_id)
         .await?
@@ -338,23 +327,9 @@ async fn process(
     if !finding.open {
         return skip("finding already resolved".into());
     }
-    if let Some(reason) = session_moved(&payload, &payment, session_column.is_some()) {
+    if let Some(reason) = moved(&payload, &payment, session_column.is_some()) {
         findings::resolve(conn, payload.finding_id, Resolution::Superseded).await?;
         return skip(reason);
-    }
-    if let (Some(_), Some(intent)) = (
-        &payload.checkout_session_id,
-        &payload.stripe_payment_intent_id,
-    ) {
-        fill_session_payment_intent(conn, payload.payment_id, intent).await?;
-    } else if let Some(intent) = &payload.stripe_payment_intent_id {
-        if payment.stripe_payment_intent_id.as_deref() != Some(intent.as_str()) {
-            findings::resolve(conn, payload.finding_id, Resolution::Superseded).await?;
-            return skip(format!(
-                "payment {} no longer holds PaymentIntent {intent}",
-                payload.payment_id
-            ));
-        }
     }
     let blocking = findings::blocked_payments(conn, &[payload.payment_id]).await?;
     if !blocking.is_empty() {
@@ -363,16 +338,25 @@ async fn process(
             payload.payment_id
         ));
     }
-    // The expected status is the canonical writer's guard (`WHERE status =
-    // ANY(<the words of pending>)`): repaired when the payment already reached the target,
+    // A payment judged by its Checkout Session gets its PaymentIntent id
+    // (only while still empty), then the status change. The expected status
+    // is the canonical writer's guard (`WHERE status = ANY(<the words of
+    // pending>)`): repaired when the payment already reached the target,
     // superseded when it moved elsewhere.
+    if let (Some(_), Some(intent)) = (
+        &payload.checkout_session_id,
+        &payload.stripe_payment_intent_id,
+    ) {
+        fill_session_payment_intent(conn, payload.payment_id, intent).await?;
+    }
+    let finding = Some(payload.finding_id);
     let outcome = apply(
         conn,
         outbox,
         statuses,
         kind,
         payload.payment_id,
-        Some(payload.finding_id),
+        finding,
         "reconciler",
     )
     .await?;
@@ -380,6 +364,45 @@ async fn process(
         Applied::Changed
     } else {
         Applied::NoOp
+    })
+}
+
+/// The application deleted the payment (DESIGN.md, Turn 4): nothing to
+/// repair; its finding closes as `payment_deleted`.
+async fn payment_deleted(
+    conn: &mut sqlx::PgConnection,
+    command: &ClaimedCommand,
+    payload: &RepairPayload,
+) -> Result<Applied, RepairError> {
+    findings::resolve(conn, payload.finding_id, Resolution::PaymentDeleted).await?;
+    tracing::info!(
+        outbox_id = command.id,
+        finding_id = payload.finding_id,
+        payment_id = payload.payment_id,
+        "repair command skipped: the payment was deleted"
+    );
+    Ok(Applied::Skipped(
+        crate::reconcile::PAYMENT_DELETED_NOTE.to_owned(),
+    ))
+}
+
+/// Why the payment no longer holds what the command's decision was made
+/// on (`None`: it does): its PaymentIntent or, for a payment judged by its
+/// Checkout Session (issue 32), its session with no other PaymentIntent.
+fn moved(
+    payload: &RepairPayload,
+    payment: &payments::PaymentForRepair,
+    session_column: bool,
+) -> Option<String> {
+    if payload.checkout_session_id.is_some() {
+        return session_moved(payload, payment, session_column);
+    }
+    let intent = payload.stripe_payment_intent_id.as_deref()?;
+    (payment.stripe_payment_intent_id.as_deref() != Some(intent)).then(|| {
+        format!(
+            "payment {} no longer holds PaymentIntent {intent}",
+            payload.payment_id
+        )
     })
 }
 

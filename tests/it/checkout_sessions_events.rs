@@ -65,7 +65,8 @@ async fn a_missed_checkout_session_completed_is_found_by_one_events_run(pool: Pg
     result.unwrap();
     assert_eq!(summary.events_read, 4, "{summary:?}");
 
-    let found: Vec<(Option<i64>, String, Option<String>, Option<String>)> = sqlx::query_as(
+    type Found = (Option<i64>, String, Option<String>, Option<String>);
+    let found: Vec<Found> = sqlx::query_as(
         "SELECT payment_id, kind, checkout_session_id, stripe_payment_intent_id
            FROM reconciliation_findings WHERE resolved_at IS NULL ORDER BY id",
     )
