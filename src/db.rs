@@ -9,9 +9,9 @@
 use std::time::{Duration, Instant};
 
 use sqlx::migrate::{MigrateError, Migration};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool};
 
+use crate::config::ConnectError;
 use crate::store::{self, payment_index, schema, Context, StoreError, Timeouts};
 use crate::upgrade::UpgradeReport;
 use crate::MIGRATOR;
@@ -22,6 +22,9 @@ pub enum DbError {
     /// Connecting failed (host, credentials, TLS).
     #[error("cannot connect to PostgreSQL (DATABASE_URL)")]
     Connect(#[source] sqlx::Error),
+    /// The pool could not be opened ([`crate::config::DatabaseSettings::connect`]).
+    #[error(transparent)]
+    Open(#[from] ConnectError),
     /// A migration failed.
     #[error("migration failed")]
     Migrate(#[source] MigrateError),
@@ -46,44 +49,6 @@ pub enum DbError {
         /// The invalid index.
         index: String,
     },
-}
-
-/// Startup parameters a pooler accepts: sqlx's default `extra_float_digits`
-/// is refused by PgBouncer (`unsupported startup parameter`) unless the pooler
-/// is told to ignore it; PostgreSQL 12+ prints exact floats without it, and
-/// sqlx reads floats in binary anyway.
-fn pooler_safe(options: PgConnectOptions) -> PgConnectOptions {
-    options.extra_float_digits(None)
-}
-
-/// Opens a small pool (the job needs one connection at a time, plus one
-/// spare). The first connection is made now, so a wrong URL fails here.
-/// Statements are bounded per transaction ([`crate::store::begin`]).
-///
-/// # Errors
-/// [`DbError::Connect`].
-pub async fn connect(options: PgConnectOptions) -> Result<PgPool, DbError> {
-    PgPoolOptions::new()
-        .max_connections(2)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect_with(pooler_safe(options))
-        .await
-        .map_err(DbError::Connect)
-}
-
-/// A pool for `migrate`: no statement timeout, since building an index on a
-/// large `payments` table takes as long as it takes (the migrations bound
-/// their lock waits themselves).
-///
-/// # Errors
-/// [`DbError::Connect`].
-pub async fn connect_for_migrations(options: PgConnectOptions) -> Result<PgPool, DbError> {
-    PgPoolOptions::new()
-        .max_connections(1)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect_with(pooler_safe(options))
-        .await
-        .map_err(DbError::Connect)
 }
 
 /// Applies the embedded migrations that are not applied yet, in order, with

@@ -6,7 +6,7 @@
 
 use sqlx::{PgConnection, PgPool};
 
-use crate::config::JobSettings;
+use crate::config::{ScanSettings, StripeSettings};
 use crate::outcome::RunError;
 use crate::store::lease::{self, LeaseTable};
 use crate::store::{Context, StoreError};
@@ -30,8 +30,9 @@ pub struct Lease {
 
 impl Lease {
     /// A fresh lease identity for this process on `job`'s row of `table`
-    /// (not taken yet: see [`Lease::take`]).
-    pub fn new(settings: &JobSettings, table: LeaseTable, job: &str) -> Self {
+    /// (not taken yet: see [`Lease::take`]), its TTL from the scan's batch
+    /// size and the Stripe group's read budget.
+    pub fn new(scan: &ScanSettings, stripe: &StripeSettings, table: LeaseTable, job: &str) -> Self {
         let host = std::env::var("HOSTNAME")
             .ok()
             .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
@@ -40,11 +41,11 @@ impl Lease {
             .unwrap_or_else(|| "unknown-host".into());
         // The slowest batch the settings allow: every read at the rate limit,
         // or every read timing out on all its attempts, in_flight at a time.
-        let reads = f64::from(settings.scan.batch_size);
-        let at_rate = reads / f64::from(settings.stripe.rate_limit_rps.max(1));
+        let reads = f64::from(scan.batch_size);
+        let at_rate = reads / f64::from(stripe.rate_limit_rps.max(1));
         let attempts = f64::from(RetryPolicy::default().max_attempts);
-        let all_timing_out = (reads / f64::from(settings.stripe.max_in_flight.max(1))).ceil()
-            * (attempts * settings.stripe.http_timeout.as_secs_f64() + 6.0);
+        let all_timing_out = (reads / f64::from(stripe.max_in_flight.max(1))).ceil()
+            * (attempts * stripe.http_timeout.as_secs_f64() + 6.0);
         let batch_seconds = at_rate.max(all_timing_out) + 10.0;
         Lease {
             owner: format!("{host}:{}:{:08x}", std::process::id(), fastrand::u32(..)),

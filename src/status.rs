@@ -136,7 +136,7 @@ pub async fn read_planned(
     let partition = settings.schema.partition.as_ref();
     read_inner(
         conn,
-        &settings.job,
+        &settings.run.job,
         &settings.outbox,
         partition,
         Some(settings),

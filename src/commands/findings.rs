@@ -43,7 +43,12 @@ pub(super) async fn list(
 ) -> Result<(), CommandError> {
     let mode = DashboardMode::choose(
         dashboard,
-        settings.stripe_api_key.as_ref().map(|k| k.expose_secret()),
+        settings
+            .job
+            .stripe
+            .api_key
+            .as_ref()
+            .map(|k| k.expose_secret()),
     );
     let (_pool, mut conn) = super::connect(settings).await?;
     let mut conn = crate::store::begin(&mut *conn)

@@ -15,7 +15,7 @@ use crate::store::{self, Context, StoreError};
 /// duplicates); an existing index of either kind is kept. Duplicates and the
 /// absence of a UNIQUE index are reported.
 pub(super) async fn migrate(settings: &Settings, unique: bool) -> Result<(), CommandError> {
-    let pool = db::connect_for_migrations(settings.database.connect_options()).await?;
+    let pool = settings.database.connect_for_migrations().await?;
     let store = |e: StoreError| CommandError::Store(e);
     let mut conn = pool.acquire().await.context("connecting").map_err(store)?;
     // 1. Nothing is created for a schema the reconciler cannot work with

@@ -19,7 +19,7 @@ use crate::store::StoreError;
 async fn connect(
     settings: &Settings,
 ) -> Result<(sqlx::PgPool, sqlx::pool::PoolConnection<sqlx::Postgres>), CommandError> {
-    let pool = crate::db::connect(settings.database.connect_options()).await?;
+    let pool = settings.database.connect().await?;
     let conn = pool.acquire().await.map_err(|source| {
         CommandError::Store(StoreError {
             action: "connecting",

@@ -3,14 +3,14 @@
 use super::CommandError;
 use crate::config::Settings;
 use crate::repair::{drain_with, RepairOptions};
+use crate::shutdown;
 use crate::store::Context;
-use crate::{db, shutdown};
 
 /// Drains the repair commands and prints the report on stdout (one JSON
 /// line). A `debezium`-shaped outbox is the application's relay's to deliver:
 /// `repair` says so and exits 0 without touching it.
 pub(super) async fn repair(settings: &Settings) -> Result<(), CommandError> {
-    let pool = db::connect(settings.database.connect_options()).await?;
+    let pool = settings.database.connect().await?;
     let token = shutdown::on_signal();
     let mut conn = pool
         .acquire()

@@ -19,7 +19,12 @@ use crate::terminal::{account_or_platform, escape, escape_or_dash};
 fn mode(settings: &Settings, dashboard: Option<DashboardMode>) -> DashboardMode {
     DashboardMode::choose(
         dashboard,
-        settings.stripe_api_key.as_ref().map(|k| k.expose_secret()),
+        settings
+            .job
+            .stripe
+            .api_key
+            .as_ref()
+            .map(|k| k.expose_secret()),
     )
 }
 

@@ -28,7 +28,7 @@ pub(super) async fn status(settings: &Settings, json: bool) -> Result<(), Comman
         let line = serde_json::to_string_pretty(&st)?;
         println!("{line}");
     } else {
-        print!("{}", render(&st, settings.job.grace));
+        print!("{}", render(&st, settings.job.run.grace));
     }
     Ok(())
 }

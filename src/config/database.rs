@@ -2,10 +2,12 @@
 //! secret (it may hold the password), so no error echoes it.
 
 use std::str::FromStr;
+use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
-use sqlx::postgres::PgConnectOptions;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
 
 use super::error::{invalid, ConfigError};
 use super::value;
@@ -18,9 +20,9 @@ struct DatabaseVars {
 }
 
 /// The database group: `DATABASE_URL` (secret: it may hold the password)
-/// and its connect options, from which [`crate::db::connect`] and
-/// [`crate::db::connect_for_migrations`] open the pools. Its `Debug` prints
-/// no part of the URL.
+/// and its connect options; it opens the pools ([`DatabaseSettings::connect`],
+/// [`DatabaseSettings::connect_for_migrations`]). Its `Debug` prints no part
+/// of the URL.
 #[derive(Clone)]
 pub struct DatabaseSettings {
     url: SecretString,
@@ -62,7 +64,48 @@ impl DatabaseSettings {
     pub fn connect_options(&self) -> PgConnectOptions {
         self.options.clone()
     }
+
+    /// Opens a small pool (the job needs one connection at a time, plus one
+    /// spare). The first connection is made now, so a wrong URL fails here.
+    /// Statements are bounded per transaction (`store::begin`).
+    ///
+    /// # Errors
+    /// [`ConnectError`] (host, credentials, TLS).
+    pub async fn connect(&self) -> Result<PgPool, ConnectError> {
+        self.pool(2).await
+    }
+
+    /// A pool for `migrate`: one connection and no statement timeout, since
+    /// building an index on a large `payments` table takes as long as it
+    /// takes (the migrations bound their lock waits themselves).
+    ///
+    /// # Errors
+    /// [`ConnectError`] (host, credentials, TLS).
+    pub async fn connect_for_migrations(&self) -> Result<PgPool, ConnectError> {
+        self.pool(1).await
+    }
+
+    /// A pool of at most `max_connections`, waiting up to 10 s for a
+    /// connection. Startup parameters are those a pooler accepts: sqlx's
+    /// default `extra_float_digits` is refused by PgBouncer (`unsupported
+    /// startup parameter`) unless the pooler is told to ignore it;
+    /// PostgreSQL 12+ prints exact floats without it, and sqlx reads floats
+    /// in binary anyway.
+    async fn pool(&self, max_connections: u32) -> Result<PgPool, ConnectError> {
+        PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(self.connect_options().extra_float_digits(None))
+            .await
+            .map_err(ConnectError)
+    }
 }
+
+/// The pool could not be opened: connecting to `DATABASE_URL` failed (host,
+/// credentials, TLS). The URL is never part of the message.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot connect to PostgreSQL (DATABASE_URL)")]
+pub struct ConnectError(#[source] pub sqlx::Error);
 
 /// `DATABASE_URL`, checked to be a `postgres://` connection string.
 ///

@@ -8,8 +8,9 @@
 //! - `database`: [`DatabaseSettings`]: `DATABASE_URL`, the connect options and the pools.
 //! - `stripe`: `STRIPE_API_KEY`, and [`StripeSettings`]: `STRIPE_API_BASE` and the
 //!   read budget (rate, in flight, timeout); it builds the gateway.
+//! - `run`: [`RunSettings`]: the job's name, grace, deadline and unverifiable cycles.
 //! - `scan`: [`ScanSettings`] (batch and run sizes, the cycle target, [`ReadMode`],
-//!   list reads), and the job's name, grace, deadline and unverifiable cycles.
+//!   list reads).
 //! - `rules`: the money columns ([`ColumnName`]) and the aging thresholds.
 //! - `schema`: [`SchemaSettings`]: how `payments` is read (columns, unit,
 //!   status words, partition), the group `store::payments` takes.
@@ -28,6 +29,7 @@ mod outbox;
 mod output;
 mod partition;
 mod rules;
+mod run;
 mod scan;
 mod schema;
 mod statuses;
@@ -35,12 +37,9 @@ mod stripe;
 mod value;
 pub mod variables;
 
-use std::time::Duration;
-
-use secrecy::SecretString;
 use url::Url;
 
-pub use database::DatabaseSettings;
+pub use database::{ConnectError, DatabaseSettings};
 pub use error::ConfigError;
 pub use events::{EventsSettings, STRIPE_EVENTS_RETENTION};
 pub use notify::{NotifyFormat, NotifyKinds, NotifySettings};
@@ -48,10 +47,11 @@ pub use outbox::{OutboxSettings, OutboxShape, OutboxTable};
 pub use output::LogFormat;
 pub use partition::{Partition, PartitionKind};
 pub use rules::ColumnName;
+pub use run::RunSettings;
 pub use scan::{ReadMode, ScanSettings, Sizing, LIST_BATCH_SIZE, RETRIEVE_BATCH_SIZE};
 pub use schema::SchemaSettings;
 pub use statuses::{AmountUnit, StatusMap, DEFAULT_LOCAL_STATUSES};
-pub use stripe::{StripeSettings, DEFAULT_STRIPE_API_BASE};
+pub use stripe::{GatewaySetupError, StripeSettings, DEFAULT_STRIPE_API_BASE};
 
 use crate::reconcile::Rules;
 
@@ -60,8 +60,6 @@ use crate::reconcile::Rules;
 pub struct Settings {
     /// `DATABASE_URL` and the pools it opens.
     pub database: DatabaseSettings,
-    /// `STRIPE_API_KEY`; required by `run`, `None` for commands that do not call Stripe.
-    pub stripe_api_key: Option<SecretString>,
     /// `PUSHGATEWAY_URL`; `None` disables the push.
     pub pushgateway_url: Option<Url>,
     /// The job's tuning (`RECONCILER_*`).
@@ -75,23 +73,18 @@ pub struct Settings {
 /// What a job's run works with: the run-wide `RECONCILER_*` variables (the
 /// job's name, grace, deadline, unverifiable cycles) and the groups (scan,
 /// Stripe, schema, rules, events, outbox).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct JobSettings {
-    /// `RECONCILER_JOB`: cursor name and Pushgateway `job` label.
-    pub job: String,
+    /// The run-wide variables: `RECONCILER_JOB`, `RECONCILER_GRACE_SECONDS`,
+    /// `RECONCILER_RUN_DEADLINE_SECONDS`, `RECONCILER_UNVERIFIABLE_CYCLES`.
+    pub run: RunSettings,
     /// The scan's shape: batch and run sizes, the cycle `auto` plans for,
     /// the read mode and list reads (`RECONCILER_BATCH_SIZE`, …).
     pub scan: ScanSettings,
-    /// `RECONCILER_GRACE_SECONDS`: rows updated more recently are IN_FLIGHT (default 600 s).
-    pub grace: Duration,
     /// The Stripe group: `STRIPE_API_BASE` and the read budget
     /// (`RECONCILER_RATE_LIMIT_RPS`, `RECONCILER_MAX_IN_FLIGHT`,
     /// `RECONCILER_HTTP_TIMEOUT_SECONDS`); it builds the gateway.
     pub stripe: StripeSettings,
-    /// `RECONCILER_RUN_DEADLINE_SECONDS`: after this long (seconds from the
-    /// start) a run starts no new batch and no Stripe retry waits past it.
-    /// Set it below the CronJob's `activeDeadlineSeconds`. Default 0: none.
-    pub run_deadline: Option<Duration>,
     /// How the application's `payments` table is read: the money and
     /// account columns, the amount's unit, the status words, the partition.
     pub schema: SchemaSettings,
@@ -99,33 +92,12 @@ pub struct JobSettings {
     /// 432,000), `RECONCILER_PROCESSING_MAX_SECONDS` (default 1,209,600) and
     /// `RECONCILER_ABANDONED_AFTER_SECONDS` (default 0 = off).
     pub rules: Rules,
-    /// `RECONCILER_UNVERIFIABLE_CYCLES`: consecutive cycles a row may stay
-    /// UNVERIFIABLE before it gets a `persistently_unverifiable` finding
-    /// (1..=100, default 3).
-    pub unverifiable_cycles: u32,
     /// The events job's settings (`RECONCILER_EVENTS_*`,
     /// `RECONCILER_ORPHAN_METADATA_KEY`).
     pub events: EventsSettings,
     /// `RECONCILER_OUTBOX_TABLE` and `RECONCILER_OUTBOX_SHAPE`: where repair
     /// commands go and who delivers them (default `outbox`, `reconciler`).
     pub outbox: OutboxSettings,
-}
-
-impl Default for JobSettings {
-    fn default() -> Self {
-        JobSettings {
-            job: "payments-vs-stripe".to_owned(),
-            scan: ScanSettings::default(),
-            grace: Duration::from_secs(600),
-            stripe: StripeSettings::default(),
-            run_deadline: None,
-            schema: SchemaSettings::default(),
-            rules: Rules::default(),
-            unverifiable_cycles: 3,
-            events: EventsSettings::default(),
-            outbox: OutboxSettings::default(),
-        }
-    }
 }
 
 impl Settings {
@@ -150,12 +122,13 @@ impl Settings {
         let database = database::parse(vars.clone())?;
         let stripe = stripe::parse(vars.clone())?;
         let output = output::parse(vars.clone())?;
+        let run = run::parse(vars.clone())?;
         let scan = scan::parse(vars.clone())?;
         let checks = rules::parse(vars.clone())?;
         let vocabulary = statuses::parse(vars.clone(), checks.currency_column.is_some())?;
         let outbox = outbox::parse(vars.clone())?;
         let partition = partition::parse(vars.clone())?;
-        if partition.is_some() && scan.job == JobSettings::default().job {
+        if partition.is_some() && run.job == RunSettings::default().job {
             // Two partitions under one job name would share one cursor and
             // one lease: each run would walk the other's cursor, or lose it.
             return Err(error::invalid(
@@ -167,14 +140,11 @@ impl Settings {
         let events = events::parse(vars)?;
         Ok(Settings {
             database,
-            stripe_api_key: stripe.api_key,
             pushgateway_url: output.pushgateway_url,
             job: JobSettings {
-                job: scan.job,
-                scan: scan.settings,
-                grace: scan.grace,
-                stripe: stripe.settings,
-                run_deadline: scan.run_deadline,
+                run,
+                scan,
+                stripe,
                 schema: SchemaSettings {
                     amount_column: checks.amount_column,
                     currency_column: checks.currency_column,
@@ -185,7 +155,6 @@ impl Settings {
                     partition,
                 },
                 rules: checks.rules,
-                unverifiable_cycles: scan.unverifiable_cycles,
                 events,
                 outbox,
             },
@@ -193,20 +162,12 @@ impl Settings {
             notify,
         })
     }
-
-    /// The Stripe key, or the error `run` reports when it is missing.
-    ///
-    /// # Errors
-    /// [`ConfigError::Missing`] for `STRIPE_API_KEY`.
-    pub fn require_stripe_key(&self) -> Result<&SecretString, ConfigError> {
-        self.stripe_api_key.as_ref().ok_or(ConfigError::Missing {
-            var: "STRIPE_API_KEY",
-        })
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use secrecy::ExposeSecret;
 
     use super::*;
@@ -227,9 +188,15 @@ mod tests {
     fn defaults_match_the_interface_table() {
         let s = Settings::from_vars(vars(&[DB])).unwrap();
         assert_eq!(s.job, JobSettings::default());
-        assert_eq!(s.job.stripe.api_base.as_str(), "https://api.stripe.com/");
+        let base = s.job.stripe.base().unwrap();
+        assert_eq!(base.as_str(), "https://api.stripe.com/");
+        assert_eq!(base.as_str().trim_end_matches('/'), DEFAULT_STRIPE_API_BASE);
         assert!(s.pushgateway_url.is_none());
-        assert!(s.stripe_api_key.is_none());
+        assert!(s.job.stripe.api_key.is_none());
+        assert_eq!(
+            s.job.stripe.require_key().unwrap_err().var(),
+            Some("STRIPE_API_KEY")
+        );
         assert_eq!(s.log_format, LogFormat::Json);
     }
 
@@ -282,7 +249,12 @@ mod tests {
         assert_eq!(
             s.job,
             JobSettings {
-                job: "shard-a".into(),
+                run: RunSettings {
+                    job: "shard-a".into(),
+                    grace: secs(13),
+                    run_deadline: Some(secs(17)),
+                    unverifiable_cycles: 21,
+                },
                 scan: ScanSettings {
                     batch_size: 11,
                     batches_per_run: Sizing::Fixed(12),
@@ -292,14 +264,13 @@ mod tests {
                     list_window_slack: secs(24),
                     list_max_pages: Sizing::Fixed(25),
                 },
-                grace: secs(13),
                 stripe: StripeSettings {
-                    api_base: Url::parse("http://127.0.0.1:12111").unwrap(),
+                    api_key: Some("sk_test_k".to_owned().into()),
+                    api_base: Some(Url::parse("http://127.0.0.1:12111").unwrap()),
                     rate_limit_rps: 14,
                     max_in_flight: 15,
                     http_timeout: secs(16),
                 },
-                run_deadline: Some(secs(17)),
                 schema: SchemaSettings {
                     amount_column: column("RECONCILER_AMOUNT_COLUMN", "amount_cents"),
                     currency_column: column("RECONCILER_CURRENCY_COLUMN", "currency"),
@@ -325,7 +296,6 @@ mod tests {
                     processing_max_seconds: 19,
                     abandoned_after_seconds: Some(20),
                 },
-                unverifiable_cycles: 21,
                 events: EventsSettings {
                     lookback: secs(22),
                     max_pages: 23,
@@ -339,13 +309,20 @@ mod tests {
             }
         );
         assert_eq!(s.log_format, LogFormat::Pretty);
-        assert_eq!(s.job.stripe.api_base.as_str(), "http://127.0.0.1:12111/");
+        assert_eq!(
+            s.job.stripe.base().unwrap().as_str(),
+            "http://127.0.0.1:12111/"
+        );
         assert_eq!(
             s.pushgateway_url.map(String::from).as_deref(),
             Some("http://pushgateway:9091/")
         );
         assert_eq!(
-            s.stripe_api_key.as_ref().map(ExposeSecret::expose_secret),
+            s.job
+                .stripe
+                .api_key
+                .as_ref()
+                .map(ExposeSecret::expose_secret),
             Some("sk_test_k")
         );
     }
@@ -465,7 +442,8 @@ mod tests {
             "https://proxy.example.com/stripe",
         ] {
             let s = Settings::from_vars(vars(&[DB, ("STRIPE_API_BASE", base)])).unwrap();
-            assert_eq!(s.job.stripe.api_base.as_str().trim_end_matches('/'), base);
+            let parsed = s.job.stripe.base().unwrap();
+            assert_eq!(parsed.as_str().trim_end_matches('/'), base);
         }
     }
 

@@ -1,15 +1,14 @@
-//! The scan's shape: `RECONCILER_JOB`, the batch and run sizes (a number or
-//! `auto`), the cycle target and the schedule interval `auto` plans with, the
-//! grace window, the run deadline, the read mode and the
-//! `persistently_unverifiable` threshold (DESIGN.md, Interface, Reads and
-//! "Turn 3 contract").
+//! The scan's shape: the batch and run sizes (a number or `auto`), the cycle
+//! target and the schedule interval `auto` plans with, the read mode and list
+//! reads (DESIGN.md, Interface, Reads and "Turn 3 contract"). The run-wide
+//! variables (job name, grace, deadline, unverifiable cycles) are `run`.
 
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::error::{invalid, ConfigError};
-use super::{value, JobSettings};
+use super::value;
 
 /// How phase 2 reads PaymentIntents (`RECONCILER_READ_MODE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -83,12 +82,8 @@ fn sizing(
 
 #[derive(Deserialize)]
 struct ScanVars {
-    job: Option<String>,
     batch_size: Option<String>,
     batches_per_run: Option<String>,
-    grace_seconds: Option<String>,
-    run_deadline_seconds: Option<String>,
-    unverifiable_cycles: Option<String>,
     read_mode: Option<String>,
     list_window_slack_seconds: Option<String>,
     list_max_pages: Option<String>,
@@ -164,26 +159,6 @@ impl ScanSettings {
     }
 }
 
-/// The scan group and the run-wide variables parsed with it, validated.
-pub(super) struct Scan {
-    pub(super) job: String,
-    pub(super) grace: Duration,
-    pub(super) run_deadline: Option<Duration>,
-    pub(super) unverifiable_cycles: u32,
-    pub(super) settings: ScanSettings,
-}
-
-/// `RECONCILER_JOB`: a URL path segment of the Pushgateway's grouping key.
-fn job_name(job: String) -> Result<String, ConfigError> {
-    if job.is_empty() || job.len() > 100 || job.contains('/') {
-        return Err(invalid(
-            "RECONCILER_JOB",
-            "must be 1 to 100 characters without '/'",
-        ));
-    }
-    Ok(job)
-}
-
 /// `RECONCILER_READ_MODE`: `list` (default) or `retrieve`.
 fn read_mode(raw: Option<&str>) -> Result<ReadMode, ConfigError> {
     match raw.map(str::trim) {
@@ -203,49 +178,16 @@ fn seconds(
     value::number(var, raw, default.as_secs(), min, max).map(Duration::from_secs)
 }
 
-/// Parses the scan group; defaults from [`ScanSettings::default`] and
-/// [`JobSettings::default`].
+/// Parses the scan group; defaults from [`ScanSettings::default`].
 ///
 /// # Errors
 /// [`ConfigError`] naming the first malformed variable.
-pub(super) fn parse<I>(vars: I) -> Result<Scan, ConfigError>
+pub(super) fn parse<I>(vars: I) -> Result<ScanSettings, ConfigError>
 where
     I: IntoIterator<Item = (String, String)>,
 {
     let raw: ScanVars = value::read(Some("RECONCILER_"), vars)?;
-    let d = JobSettings::default();
-    let job = job_name(raw.job.clone().unwrap_or(d.job))?;
-    let settings = scan_settings(&raw)?;
-    let grace = seconds(
-        "RECONCILER_GRACE_SECONDS",
-        raw.grace_seconds,
-        d.grace,
-        (0, 7 * 24 * 3600),
-    )?;
-    let run_deadline = match value::number(
-        "RECONCILER_RUN_DEADLINE_SECONDS",
-        raw.run_deadline_seconds,
-        0,
-        0,
-        7 * 24 * 3600,
-    )? {
-        0 => None,
-        secs => Some(Duration::from_secs(secs)),
-    };
-    let unverifiable_cycles = value::number(
-        "RECONCILER_UNVERIFIABLE_CYCLES",
-        raw.unverifiable_cycles,
-        d.unverifiable_cycles,
-        1,
-        100,
-    )?;
-    Ok(Scan {
-        job,
-        grace,
-        run_deadline,
-        unverifiable_cycles,
-        settings,
-    })
+    scan_settings(&raw)
 }
 
 /// The [`ScanSettings`] group of `raw`; defaults from [`ScanSettings::default`].

@@ -16,13 +16,17 @@ use crate::stripe::{BuildError, GatewayConfig, RetryPolicy, StripeGateway};
 /// Stripe's production API.
 pub const DEFAULT_STRIPE_API_BASE: &str = "https://api.stripe.com";
 
-/// The Stripe group: where the reads go and their budget. The key is not
-/// part of it: it is a secret held by [`super::Settings`] (required by the
-/// commands that call Stripe) and handed to [`StripeSettings::gateway`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The Stripe group: the key, where the reads go and their budget; it builds
+/// the gateway ([`StripeSettings::gateway`]). Its `Debug` prints the key as
+/// `[REDACTED]`.
+#[derive(Debug, Clone)]
 pub struct StripeSettings {
-    /// `STRIPE_API_BASE`, default [`DEFAULT_STRIPE_API_BASE`].
-    pub api_base: Url,
+    /// `STRIPE_API_KEY` (secret); required by the commands that call Stripe
+    /// ([`StripeSettings::require_key`]), `None` when unset or empty.
+    pub api_key: Option<SecretString>,
+    /// `STRIPE_API_BASE`; `None` (unset): Stripe's production API,
+    /// [`DEFAULT_STRIPE_API_BASE`] ([`StripeSettings::base`]).
+    pub api_base: Option<Url>,
     /// `RECONCILER_RATE_LIMIT_RPS`: Stripe reads per second (>= 1, default 10).
     pub rate_limit_rps: u32,
     /// `RECONCILER_MAX_IN_FLIGHT`: concurrent Stripe reads (1..=100, default 8).
@@ -34,7 +38,8 @@ pub struct StripeSettings {
 impl Default for StripeSettings {
     fn default() -> Self {
         StripeSettings {
-            api_base: default_api_base(),
+            api_key: None,
+            api_base: None,
             rate_limit_rps: 10,
             max_in_flight: 8,
             http_timeout: Duration::from_secs(10),
@@ -42,32 +47,73 @@ impl Default for StripeSettings {
     }
 }
 
-/// [`DEFAULT_STRIPE_API_BASE`] as a URL.
-fn default_api_base() -> Url {
-    // A constant that parses: checked by the unit tests of `config`.
-    Url::parse(DEFAULT_STRIPE_API_BASE).unwrap_or_else(|_| unreachable!("a valid constant URL"))
+/// Two groups are equal when every setting is, the key compared by value
+/// (tests compare parsed settings; [`SecretString`] has no `PartialEq`).
+impl PartialEq for StripeSettings {
+    fn eq(&self, other: &Self) -> bool {
+        let key = |s: &Self| s.api_key.as_ref().map(|k| k.expose_secret().to_owned());
+        key(self) == key(other)
+            && self.api_base == other.api_base
+            && self.rate_limit_rps == other.rate_limit_rps
+            && self.max_in_flight == other.max_in_flight
+            && self.http_timeout == other.http_timeout
+    }
+}
+
+impl Eq for StripeSettings {}
+
+/// Why the gateway could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewaySetupError {
+    /// `STRIPE_API_KEY` is missing (exit 78).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The HTTP client could not be built (exit 1).
+    #[error(transparent)]
+    Http(#[from] BuildError),
 }
 
 impl StripeSettings {
-    /// The run's Stripe gateway: this base, rate and timeout, the default
-    /// retry policy, and no retry waiting past `deadline` (from now; the
-    /// run's `RECONCILER_RUN_DEADLINE_SECONDS`).
+    /// The key, or the error the commands that call Stripe report when it
+    /// is missing.
     ///
     /// # Errors
-    /// [`BuildError`] when the HTTP client cannot be built.
-    pub fn gateway(
-        &self,
-        api_key: SecretString,
-        deadline: Option<Duration>,
-    ) -> Result<StripeGateway, BuildError> {
-        StripeGateway::new(GatewayConfig {
-            base: self.api_base.clone(),
+    /// [`ConfigError::Missing`] for `STRIPE_API_KEY`.
+    pub fn require_key(&self) -> Result<&SecretString, ConfigError> {
+        self.api_key.as_ref().ok_or(ConfigError::Missing {
+            var: "STRIPE_API_KEY",
+        })
+    }
+
+    /// `STRIPE_API_BASE`, or Stripe's production API when it is unset.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming `STRIPE_API_BASE` if [`DEFAULT_STRIPE_API_BASE`]
+    /// did not parse (it does: checked by a unit test).
+    pub fn base(&self) -> Result<Url, ConfigError> {
+        match &self.api_base {
+            Some(url) => Ok(url.clone()),
+            None => value::http_url("STRIPE_API_BASE", DEFAULT_STRIPE_API_BASE),
+        }
+    }
+
+    /// The run's Stripe gateway: this key, base, rate and timeout, the
+    /// default retry policy, and no retry waiting past `deadline` (from now;
+    /// the run's `RECONCILER_RUN_DEADLINE_SECONDS`).
+    ///
+    /// # Errors
+    /// [`GatewaySetupError::Config`] without a key,
+    /// [`GatewaySetupError::Http`] when the HTTP client cannot be built.
+    pub fn gateway(&self, deadline: Option<Duration>) -> Result<StripeGateway, GatewaySetupError> {
+        let api_key = self.require_key()?.clone();
+        Ok(StripeGateway::new(GatewayConfig {
+            base: self.base()?,
             api_key,
             rate_limit_rps: NonZeroU32::new(self.rate_limit_rps).unwrap_or(NonZeroU32::MIN),
             timeout: self.http_timeout,
             retry: RetryPolicy::default(),
             deadline: deadline.map(|d| tokio::time::Instant::now() + d),
-        })
+        })?)
     }
 }
 
@@ -80,17 +126,11 @@ struct StripeVars {
     reconciler_http_timeout_seconds: Option<String>,
 }
 
-/// The Stripe group and the key, validated.
-pub(super) struct Stripe {
-    pub(super) api_key: Option<SecretString>,
-    pub(super) settings: StripeSettings,
-}
-
 /// Parses the Stripe group; defaults from [`StripeSettings::default`].
 ///
 /// # Errors
 /// [`ConfigError`] naming the first malformed variable.
-pub(super) fn parse<I>(vars: I) -> Result<Stripe, ConfigError>
+pub(super) fn parse<I>(vars: I) -> Result<StripeSettings, ConfigError>
 where
     I: IntoIterator<Item = (String, String)>,
 {
@@ -105,36 +145,30 @@ where
             ));
         }
     }
-    Ok(Stripe {
+    Ok(StripeSettings {
         api_key,
-        settings: StripeSettings {
-            api_base: api_base(
-                raw.stripe_api_base
-                    .as_deref()
-                    .unwrap_or(DEFAULT_STRIPE_API_BASE),
-            )?,
-            rate_limit_rps: value::number(
-                "RECONCILER_RATE_LIMIT_RPS",
-                raw.reconciler_rate_limit_rps,
-                d.rate_limit_rps,
-                1,
-                10_000,
-            )?,
-            max_in_flight: value::number(
-                "RECONCILER_MAX_IN_FLIGHT",
-                raw.reconciler_max_in_flight,
-                d.max_in_flight,
-                1,
-                100,
-            )?,
-            http_timeout: Duration::from_secs(value::number(
-                "RECONCILER_HTTP_TIMEOUT_SECONDS",
-                raw.reconciler_http_timeout_seconds,
-                d.http_timeout.as_secs(),
-                1,
-                300,
-            )?),
-        },
+        api_base: raw.stripe_api_base.as_deref().map(api_base).transpose()?,
+        rate_limit_rps: value::number(
+            "RECONCILER_RATE_LIMIT_RPS",
+            raw.reconciler_rate_limit_rps,
+            d.rate_limit_rps,
+            1,
+            10_000,
+        )?,
+        max_in_flight: value::number(
+            "RECONCILER_MAX_IN_FLIGHT",
+            raw.reconciler_max_in_flight,
+            d.max_in_flight,
+            1,
+            100,
+        )?,
+        http_timeout: Duration::from_secs(value::number(
+            "RECONCILER_HTTP_TIMEOUT_SECONDS",
+            raw.reconciler_http_timeout_seconds,
+            d.http_timeout.as_secs(),
+            1,
+            300,
+        )?),
     })
 }
 

@@ -85,7 +85,7 @@ pub async fn retries(
         let mut tx = crate::store::begin(ctx.pool)
             .await
             .context("starting a transaction")?;
-        let hold_limit = ctx.settings.grace + HOLD_BEYOND_GRACE;
+        let hold_limit = ctx.settings.run.grace + HOLD_BEYOND_GRACE;
         let expired = events_retry::expire(&mut tx, &job, hold_limit).await?;
         for (pi, reason, attempts) in &expired {
             tracing::warn!(payment_intent = %pi, reason = %reason, attempts, "an event still undecided after grace + 1 h: no more events reads for this PaymentIntent; the scan covers its row");
@@ -224,7 +224,7 @@ async fn look_up<'e>(
     let mut tx = crate::store::begin(ctx.pool)
         .await
         .context("opening the lookup")?;
-    let rows = payments::by_payment_intents(&mut tx, &ids, settings.grace, columns).await?;
+    let rows = payments::by_payment_intents(&mut tx, &ids, settings.run.grace, columns).await?;
     // A PaymentIntent whose row is another partition's: not this job's
     // to re-read, and not an orphan (it has a row).
     let elsewhere: HashSet<String> = payments::held_elsewhere(&mut tx, &ids, columns.partition)
@@ -252,8 +252,8 @@ async fn look_up<'e>(
     tx.commit().await.context("closing the lookup")?;
     let rules = PlanRules {
         now: Utc::now(),
-        grace: settings.grace,
-        hold_limit: settings.grace + HOLD_BEYOND_GRACE,
+        grace: settings.run.grace,
+        hold_limit: settings.run.grace + HOLD_BEYOND_GRACE,
         orphan_metadata_key: settings.events.orphan_metadata_key.clone(),
     };
     let plan = plan::plan(&named, &rows, &open_orphans, &rules);
@@ -330,8 +330,8 @@ async fn write(
     let report = record_observations(
         &mut tx,
         &settings.outbox,
-        &settings.job,
-        settings.unverifiable_cycles,
+        &settings.run.job,
+        settings.run.unverifiable_cycles,
         observations,
     )
     .await?;

@@ -37,7 +37,7 @@ impl Job for EventsJob {
 
     fn summary(&self, ctx: &RunContext<'_>) -> EventsSummary {
         EventsSummary {
-            job: events_job(&ctx.settings.job),
+            job: events_job(&ctx.settings.run.job),
             ..EventsSummary::default()
         }
     }
@@ -46,8 +46,13 @@ impl Job for EventsJob {
     /// a second per page at the rate limit.
     fn lease(&self, ctx: &RunContext<'_>) -> Option<Lease> {
         let settings = ctx.settings;
-        let job = events_job(&settings.job);
-        let mut lease = Lease::new(settings, LeaseTable::EventsPosition, &job);
+        let job = events_job(&settings.run.job);
+        let mut lease = Lease::new(
+            &settings.scan,
+            &settings.stripe,
+            LeaseTable::EventsPosition,
+            &job,
+        );
         lease.ttl_seconds +=
             f64::from(settings.events.max_pages) / f64::from(settings.stripe.rate_limit_rps.max(1));
         Some(lease)
@@ -88,7 +93,7 @@ impl Job for EventsJob {
 /// Runs the events job once ([`run_once`] of an [`EventsJob`]). Always
 /// returns the summary of what was committed, with the error that stopped
 /// the run, if any.
-#[tracing::instrument(name = "events", skip_all, fields(job = %settings.job))]
+#[tracing::instrument(name = "events", skip_all, fields(job = %settings.run.job))]
 pub async fn run_events(
     pool: &PgPool,
     gateway: &StripeGateway,
@@ -117,6 +122,7 @@ async fn body(ctx: &RunContext<'_>, summary: &mut EventsSummary) -> Result<(), E
         };
         if ctx
             .settings
+            .run
             .run_deadline
             .is_some_and(|d| ctx.clock.started().elapsed() >= d)
         {

@@ -1,6 +1,6 @@
 //! [`CommandError`]: why a subcommand failed, and its exit code.
 
-use crate::config::ConfigError;
+use crate::config::{ConfigError, ConnectError, GatewaySetupError};
 use crate::db::DbError;
 use crate::events::EventsError;
 use crate::exit;
@@ -40,6 +40,23 @@ pub enum CommandError {
     /// The events run stopped early (exit code per [`EventsError::exit_code`]).
     #[error(transparent)]
     Events(#[from] EventsError),
+}
+
+impl From<ConnectError> for CommandError {
+    /// The pool could not be opened: a database failure (exit 1).
+    fn from(e: ConnectError) -> Self {
+        CommandError::Db(DbError::Open(e))
+    }
+}
+
+impl From<GatewaySetupError> for CommandError {
+    /// No key (exit 78) or no HTTP client (exit 1).
+    fn from(e: GatewaySetupError) -> Self {
+        match e {
+            GatewaySetupError::Config(e) => CommandError::Config(e),
+            GatewaySetupError::Http(e) => CommandError::Http(e),
+        }
+    }
 }
 
 impl CommandError {

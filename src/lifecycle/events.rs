@@ -21,7 +21,7 @@ impl Report for EventsJob {
 
     fn database_down(&self, settings: &JobSettings, _clock: &Clock) -> EventsSummary {
         EventsSummary {
-            job: events_job(&settings.job),
+            job: events_job(&settings.run.job),
             outcome: RunOutcome::DatabaseError,
             ..EventsSummary::default()
         }
@@ -58,7 +58,7 @@ impl Report for EventsJob {
     }
 
     async fn state(&self, ctx: &RunContext<'_>) -> Option<EventsState> {
-        let job = events_job(&ctx.settings.job);
+        let job = events_job(&ctx.settings.run.job);
         read_state(ctx.pool, &job, ctx.settings.events.account_active).await
     }
 

@@ -25,8 +25,8 @@ use crate::config::{JobSettings, LogFormat, Settings};
 use crate::job::{run_once, Clock, Job, RunContext};
 use crate::metrics::RunMetrics;
 use crate::outcome::RunOutcome;
+use crate::shutdown;
 use crate::stripe::StripeGateway;
-use crate::{db, shutdown};
 
 /// What a scheduled job reports: its summary to people and logs, and its
 /// figures to the Pushgateway.
@@ -94,7 +94,7 @@ where
     // must still end in a summary and a push, not a killed process.
     let shutdown = shutdown::on_signal();
     let clock = Clock::start();
-    let pool = match db::connect(settings.database.connect_options()).await {
+    let pool = match settings.database.connect().await {
         Ok(pool) => pool,
         Err(e) => {
             let summary = job.database_down(&settings.job, &clock);
@@ -130,9 +130,8 @@ where
 /// # Errors
 /// [`CommandError::Config`] without a key, [`CommandError::Http`].
 fn stripe_gateway(settings: &Settings) -> Result<StripeGateway, CommandError> {
-    let api_key = settings.require_stripe_key()?.clone();
     let job = &settings.job;
-    Ok(job.stripe.gateway(api_key, job.run_deadline)?)
+    Ok(job.stripe.gateway(job.run.run_deadline)?)
 }
 
 /// Pushes the run's figures. A run that lost the lease to another run pushes

@@ -34,7 +34,7 @@ impl Report for ScanJob {
 
     fn database_down(&self, settings: &JobSettings, clock: &Clock) -> RunSummary {
         RunSummary {
-            job: settings.job.clone(),
+            job: settings.run.job.clone(),
             dry_run: self.options.dry_run,
             outcome: RunOutcome::DatabaseError,
             duration_seconds: clock.elapsed_seconds(),
@@ -99,7 +99,7 @@ async fn read_status(pool: &PgPool, job: &JobSettings, timeout: Duration) -> Opt
     let read = async {
         let mut conn = crate::store::begin(pool).await.context("connecting")?;
         let partition = job.schema.partition.as_ref();
-        status::read(&mut conn, &job.job, &job.outbox, partition).await
+        status::read(&mut conn, &job.run.job, &job.outbox, partition).await
     };
     match tokio::time::timeout(timeout, read).await {
         Ok(Ok(s)) => {

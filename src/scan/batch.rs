@@ -164,10 +164,10 @@ async fn read_phase(
         }
         (Mode::DryRun { .. }, Start::After { id, pending }) => (*id, pending),
         (Mode::Write, Start::Cursor) => {
-            cursor::ensure(&mut tx, &settings.job).await?;
+            cursor::ensure(&mut tx, &settings.run.job).await?;
             // A run whose lease expired learns it here, before spending reads.
             crate::lease::renew_held(&mut tx, lease).await?;
-            let id = cursor::read(&mut tx, &settings.job)
+            let id = cursor::read(&mut tx, &settings.run.job)
                 .await?
                 .map_or(0, |c| c.last_id);
             (id, &[])
@@ -179,7 +179,7 @@ async fn read_phase(
         &mut tx,
         cursor_id,
         settings.scan.batch_size.saturating_add(1),
-        settings.grace,
+        settings.run.grace,
         columns,
     )
     .await?;
@@ -190,10 +190,10 @@ async fn read_phase(
     if last_id.is_some() && cursor_id > 0 && mode == Mode::Write {
         rows = payments::read_behind_cursor(
             &mut tx,
-            &settings.job,
+            &settings.run.job,
             cursor_id,
             behind_cursor_limit(settings.scan.batch_size),
-            settings.grace,
+            settings.run.grace,
             columns,
             pending,
         )

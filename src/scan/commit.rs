@@ -108,10 +108,10 @@ async fn wrap(
             .await
             .context("opening the wrap transaction")?;
         crate::lease::renew_held(&mut tx, lease).await?;
-        if !cursor::wrap(&mut tx, &settings.job, report.cursor_from).await? {
+        if !cursor::wrap(&mut tx, &settings.run.job, report.cursor_from).await? {
             tx.rollback().await.context("rolling back the lost wrap")?;
             return Err(RunError::ConcurrentRun {
-                job: settings.job.clone(),
+                job: settings.run.job.clone(),
             });
         }
         tx.commit().await.context("committing the wrap")?;
@@ -130,8 +130,8 @@ async fn write_phase(
     observations: &mut [Observation],
     report: &mut BatchReport,
 ) -> Result<(), RunError> {
-    let (outbox, job) = (&settings.outbox, settings.job.as_str());
-    let unverifiable_cycles = settings.unverifiable_cycles;
+    let (outbox, job) = (&settings.outbox, settings.run.job.as_str());
+    let unverifiable_cycles = settings.run.unverifiable_cycles;
     let (register_limit, partitioned) = (
         settings.scan.batch_size,
         settings.schema.partition.is_some(),

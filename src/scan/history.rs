@@ -5,14 +5,19 @@
 use sqlx::PgPool;
 
 use super::report::RunSummary;
-use crate::config::JobSettings;
+use crate::config::{RunSettings, ScanSettings};
 use crate::store::{runs, Context, StoreError};
 
 /// Records the run's start in `reconciliation_runs`; `None` (only logged)
-/// when it cannot: the run itself goes on.
-pub(super) async fn start_record(pool: &PgPool, settings: &JobSettings) -> Option<i64> {
+/// when it cannot: the run itself goes on. The row names the run's job and
+/// its batch size (rows).
+pub(super) async fn start_record(
+    pool: &PgPool,
+    run: &RunSettings,
+    scan: &ScanSettings,
+) -> Option<i64> {
     let mut conn = pool.acquire().await.ok()?;
-    match runs::start(&mut conn, &settings.job, settings.scan.batch_size).await {
+    match runs::start(&mut conn, &run.job, scan.batch_size).await {
         Ok(id) => Some(id),
         Err(e) => {
             tracing::warn!(error = %e, "could not record the run start");

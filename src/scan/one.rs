@@ -46,7 +46,7 @@ pub async fn run_batch(
 ///
 /// # Errors
 /// As [`run_batch`], and [`RunError::Interrupted`].
-#[tracing::instrument(name = "batch", skip_all, fields(job = %settings.job))]
+#[tracing::instrument(name = "batch", skip_all, fields(job = %settings.run.job))]
 pub async fn run_batch_until(
     pool: &PgPool,
     gateway: &StripeGateway,

@@ -129,7 +129,7 @@ async fn start_mode(
         return Ok(Mode::Write);
     }
     let mut conn = crate::store::begin(ctx.pool).await.context("connecting")?;
-    let start = cursor::read(&mut conn, &ctx.settings.job)
+    let start = cursor::read(&mut conn, &ctx.settings.run.job)
         .await?
         .map_or(0, |c| c.last_id);
     summary.cursor_position = Some(start);
@@ -191,11 +191,13 @@ fn pace_of(batch_size: u32, planned: u32, done: u32) -> Pace {
 /// unknown (zeros) when it cannot be read, which only blanks the estimate.
 async fn table_extent(pool: &PgPool, settings: &JobSettings) -> TableExtent {
     let figures = match pool.acquire().await {
-        Ok(mut conn) => {
-            stats::table_figures(&mut conn, &settings.job, settings.schema.partition.as_ref())
-                .await
-                .ok()
-        }
+        Ok(mut conn) => stats::table_figures(
+            &mut conn,
+            &settings.run.job,
+            settings.schema.partition.as_ref(),
+        )
+        .await
+        .ok(),
         Err(_) => None,
     };
     figures.map_or_else(TableExtent::default, |t| TableExtent {

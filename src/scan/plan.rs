@@ -67,7 +67,10 @@ pub fn plan_input(settings: &JobSettings, figures: PlanFigures<'_>) -> PlanInput
         cycle_elapsed_seconds: elapsed(t.cycle_started_at, t.database_now),
         target_cycle_seconds: settings.scan.target_cycle.as_secs_f64(),
         schedule_interval_seconds: interval,
-        run_seconds: settings.run_deadline.map_or(interval, |d| d.as_secs_f64()),
+        run_seconds: settings
+            .run
+            .run_deadline
+            .map_or(interval, |d| d.as_secs_f64()),
         pace,
         rate_rows_per_second,
         batch_size: settings.scan.batch_size,
@@ -116,8 +119,8 @@ async fn read_figures(
 ) -> Result<(TableFigures, RunHistory), StoreError> {
     let mut conn = pool.acquire().await.context("connecting")?;
     let partition = settings.schema.partition.as_ref();
-    let table = stats::table_figures(&mut conn, &settings.job, partition).await?;
-    let history = runs::history(&mut conn, &settings.job, partition).await?;
+    let table = stats::table_figures(&mut conn, &settings.run.job, partition).await?;
+    let history = runs::history(&mut conn, &settings.run.job, partition).await?;
     Ok((table, history))
 }
 

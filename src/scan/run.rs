@@ -44,15 +44,16 @@ impl Job for ScanJob {
 
     fn summary(&self, ctx: &RunContext<'_>) -> RunSummary {
         RunSummary {
-            job: ctx.settings.job.clone(),
+            job: ctx.settings.run.job.clone(),
             dry_run: self.options.dry_run,
             ..RunSummary::default()
         }
     }
 
     fn lease(&self, ctx: &RunContext<'_>) -> Option<Lease> {
-        let settings = ctx.settings;
-        (!self.options.dry_run).then(|| Lease::new(settings, LeaseTable::Cursor, &settings.job))
+        let s = ctx.settings;
+        (!self.options.dry_run)
+            .then(|| Lease::new(&s.scan, &s.stripe, LeaseTable::Cursor, &s.run.job))
     }
 
     async fn refused(&mut self, ctx: &RunContext<'_>, summary: &mut RunSummary, error: &RunError) {
@@ -68,7 +69,7 @@ impl Job for ScanJob {
     ) -> Result<(), RunError> {
         self.requests_before = ctx.gateway.request_counts();
         if ctx.lease.is_some() {
-            self.run_id = start_record(ctx.pool, ctx.settings).await;
+            self.run_id = start_record(ctx.pool, &ctx.settings.run, &ctx.settings.scan).await;
         }
         summary.plan = Some(plan_run(ctx.pool, ctx.settings).await);
         batches(ctx, self.options, summary).await
@@ -101,7 +102,7 @@ impl Job for ScanJob {
 
 /// Runs the scan once ([`run_once`] of a [`ScanJob`]). Always returns the
 /// summary of what was committed, with the error that stopped the run, if any.
-#[tracing::instrument(name = "run", skip_all, fields(job = %settings.job, dry_run = options.dry_run))]
+#[tracing::instrument(name = "run", skip_all, fields(job = %settings.run.job, dry_run = options.dry_run))]
 pub async fn run(
     pool: &PgPool,
     gateway: &StripeGateway,
@@ -116,7 +117,7 @@ pub async fn run(
 /// The job's cursor as stored; `None` when it cannot be read.
 async fn real_cursor(pool: &PgPool, settings: &JobSettings) -> Option<i64> {
     let mut conn = pool.acquire().await.ok()?;
-    match cursor::read(&mut conn, &settings.job).await {
+    match cursor::read(&mut conn, &settings.run.job).await {
         Ok(row) => Some(row.map_or(0, |c| c.last_id)),
         Err(e) => {
             tracing::warn!(error = %e, "cannot read the cursor for the summary");

@@ -76,6 +76,7 @@ impl Plan {
             return Some(Err(RunError::Interrupted));
         }
         if settings
+            .run
             .run_deadline
             .is_some_and(|d| run_started.elapsed() >= d)
         {

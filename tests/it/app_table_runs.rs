@@ -208,7 +208,7 @@ async fn a_small_partition_is_verified_again_by_every_run(pool: PgPool) {
         },
         ..settings(200)
     };
-    s.job = "payments-eu".into();
+    s.run.job = "payments-eu".into();
     s.schema.partition = Some(Partition {
         column: ColumnName::parse("RECONCILER_PARTITION_COLUMN", "legal_entity").unwrap(),
         value: "eu".into(),

@@ -241,10 +241,8 @@ async fn a_row_stripe_never_answers_for_gets_one_finding_after_three_cycles_and_
         mount(&stripe, &pi, ok(&pi, "succeeded")).await;
     }
     let gw = gateway(&stripe);
-    let s = JobSettings {
-        unverifiable_cycles: 3,
-        ..settings(10)
-    };
+    let mut s = settings(10);
+    s.run.unverifiable_cycles = 3;
 
     // Cycle 1, retried three times before it completes: counts once (a
     // batch of one row, so it does not read the table's end).

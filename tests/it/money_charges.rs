@@ -8,7 +8,6 @@ use crate::support::arrange::{self, charge, clean, intent};
 use crate::support::*;
 use serde_json::json;
 use sqlx::PgPool;
-use stripe_reconciler::config::JobSettings;
 use stripe_reconciler::reconcile::Verdict;
 use stripe_reconciler::scan::{run_batch, Mode};
 use wiremock::{MockServer, ResponseTemplate};
@@ -23,10 +22,8 @@ async fn an_unexpanded_charge_is_unverifiable_never_repaired(pool: PgPool) {
         &intent("pi_Stripped", "succeeded", json!("ch_3Stripped")),
     )
     .await;
-    let settings = JobSettings {
-        unverifiable_cycles: 1,
-        ..settings(200)
-    };
+    let mut settings = settings(200);
+    settings.run.unverifiable_cycles = 1;
 
     let report = scan(&pool, &stripe, &settings).await;
 

@@ -33,7 +33,7 @@ async fn an_event_about_another_partitions_row_is_neither_read_nor_an_orphan(poo
         .await;
     }
     let mut s = settings(200);
-    s.job = "payments-eu".into();
+    s.run.job = "payments-eu".into();
     s.schema.partition = Some(Partition {
         column: ColumnName::parse("RECONCILER_PARTITION_COLUMN", "legal_entity").unwrap(),
         value: "eu".into(),

@@ -11,8 +11,8 @@ use crate::support::events_feed::event;
 use crate::support::pgbouncer::{self, PgBouncer};
 use crate::support::stripe_fake::{StripeFake, EVENTS, LIST};
 use crate::support::*;
+use secrecy::SecretString;
 use serde_json::Value;
-use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
 use stripe_reconciler::store::{self, Timeouts};
 
@@ -208,8 +208,9 @@ async fn migrate_run_repair_and_status_work_through_pgbouncer_in_transaction_mod
 }
 
 async fn pooled(bouncer: &PgBouncer, pool: &PgPool) -> PgPool {
-    let options: PgConnectOptions = bouncer.url(&database_name(pool), NO_CACHE).parse().unwrap();
-    stripe_reconciler::db::connect(options).await.unwrap()
+    let url = SecretString::from(bouncer.url(&database_name(pool), NO_CACHE));
+    let database = stripe_reconciler::config::DatabaseSettings::from_url(url).unwrap();
+    database.connect().await.unwrap()
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]

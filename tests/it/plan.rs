@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 use sqlx::PgPool;
 use stripe_reconciler::capacity::Shortfall;
+use stripe_reconciler::config::RunSettings;
 use stripe_reconciler::scan::{self, RunOptions};
 use tokio_util::sync::CancellationToken;
 
@@ -43,7 +44,10 @@ async fn auto_plans_no_more_than_fits_before_the_deadline(pool: PgPool) {
             schedule_interval: Duration::from_secs(600),
             ..settings(10).scan
         },
-        run_deadline: Some(Duration::from_secs(2)),
+        run: RunSettings {
+            run_deadline: Some(Duration::from_secs(2)),
+            ..RunSettings::default()
+        },
         stripe: StripeSettings {
             rate_limit_rps: 20,
             max_in_flight: 2,

@@ -100,7 +100,6 @@ pub fn settings(batch_size: u32) -> JobSettings {
             read_mode: ReadMode::Retrieve,
             ..JobSettings::default().scan
         },
-        grace: Duration::from_secs(600),
         stripe: StripeSettings {
             rate_limit_rps: 1000,
             max_in_flight: 8,
