@@ -54,7 +54,8 @@ pub(super) async fn look_up(
         let mut tx = crate::store::begin(ctx.pool)
             .await
             .context("opening the session lookup")?;
-        let rows = payments::by_checkout_sessions(&mut tx, &ids, settings.grace, columns).await?;
+        let rows =
+            payments::by_checkout_sessions(&mut tx, &ids, settings.run.grace, columns).await?;
         tx.commit().await.context("closing the session lookup")?;
         rows
     };
