@@ -77,7 +77,8 @@ pub async fn read_behind_cursor(
 }
 
 /// A PaymentIntent id this job (its partition, when one is set) once verified with Stripe (its state row has
-/// an observed status), used to tell a wrong key from genuinely missing
+/// an observed status; a row judged by its Checkout Session without a
+/// PaymentIntent id yet is not one, issue 32), used to tell a wrong key from genuinely missing
 /// PaymentIntents. `None` on a new install.
 ///
 /// # Errors
@@ -91,7 +92,8 @@ pub async fn a_verified_payment_intent(
     let sql = format!(
         "SELECT p.stripe_payment_intent_id FROM reconciliation_payment_state s
            JOIN payments p ON p.id = s.payment_id
-          WHERE s.observed_external_status IS NOT NULL{} LIMIT 1",
+          WHERE s.observed_external_status IS NOT NULL
+            AND p.stripe_payment_intent_id LIKE 'pi\\_%'{} LIMIT 1",
         partition_condition(partition, "p", 1)
     );
     let query = crate::store::query_scalar(&sql);
@@ -124,6 +126,7 @@ pub async fn a_verified_payment_intent_on(
         "SELECT p.stripe_payment_intent_id FROM reconciliation_payment_state s
            JOIN payments p ON p.id = s.payment_id
           WHERE s.observed_external_status IS NOT NULL
+            AND p.stripe_payment_intent_id LIKE 'pi\\_%'
             AND coalesce((p.{})::text, '') = coalesce($1, ''){} LIMIT 1",
         account_column.quoted(),
         partition_condition(partition, "p", 2)
