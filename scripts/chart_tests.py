@@ -252,7 +252,7 @@ def test_default(r, chart):
         "RECONCILER_LOG_FORMAT": "json",
         "RECONCILER_READ_MODE": "list", "RECONCILER_LIST_WINDOW_SLACK_SECONDS": "3600",
         "RECONCILER_LIST_MAX_PAGES": "auto",
-        "RECONCILER_AMOUNT_UNIT": "minor",
+        "RECONCILER_AMOUNT_UNIT": "minor", "RECONCILER_TIMESTAMP_ZONE": "UTC",
         "RECONCILER_LOCAL_STATUSES": "pending=pending;paid=paid;failed=failed",
         "RECONCILER_OUTBOX_TABLE": "outbox",
         "RECONCILER_OUTBOX_SHAPE": "reconciler",
@@ -429,6 +429,8 @@ def test_partition(r, chart):
     dmig = env_map(chart.render("default-values.yaml").one("Job", f"{RELEASE}-migrate"))
     r.check("RECONCILER_PARTITION_COLUMN" not in dmig, f"{label}: no partition for the default migrate Job")
     r.equal(dmig.get("RECONCILER_OUTBOX_TABLE", {}).get("value"), "outbox", "default/migrate Job: RECONCILER_OUTBOX_TABLE")
+    # `migrate` checks the zone and copies payments.created_at in it (issue 30).
+    r.equal(dmig.get("RECONCILER_TIMESTAMP_ZONE", {}).get("value"), "UTC", "default/migrate Job: RECONCILER_TIMESTAMP_ZONE")
     num = chart.render("partition-values.yaml", ("config.partitionValue=42",))
     r.equal(num.one("ConfigMap", RELEASE)["data"].get("RECONCILER_PARTITION_VALUE"), "42",
             f"{label}: a whole-number partitionValue (an integer column) is accepted and passed as text")

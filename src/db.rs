@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use sqlx::migrate::{MigrateError, Migration};
 use sqlx::{PgConnection, PgPool};
 
-use crate::config::ConnectError;
+use crate::config::{ConnectError, TimestampZone};
 use crate::store::{self, payment_index, schema, Context, StoreError, Timeouts};
 use crate::upgrade::UpgradeReport;
 use crate::MIGRATOR;
@@ -77,8 +77,25 @@ pub enum DbError {
 /// [`DbError::Migrate`] for a dirty, changed or unknown migration;
 /// [`DbError::Store`] when a statement fails (a migration's own error too).
 pub async fn migrate(pool: &PgPool) -> Result<UpgradeReport, DbError> {
+    migrate_in(pool, &TimestampZone::default()).await
+}
+
+/// [`migrate`] with the transactions' `TimeZone` set to `zone`
+/// (`RECONCILER_TIMESTAMP_ZONE`): migration 0010 copies `payments.created_at`
+/// into `reconciliation_payment_state`, and a `timestamp without time zone`
+/// column is read in that zone, never the session's. Every statement runs
+/// under the runner's own timeouts (`SET LOCAL`), never a role's default
+/// `statement_timeout` (issue 30).
+///
+/// # Errors
+/// As [`migrate`].
+pub async fn migrate_in(pool: &PgPool, zone: &TimestampZone) -> Result<UpgradeReport, DbError> {
     let mut conn = pool.acquire().await.map_err(DbError::Connect)?;
-    schema::ensure_table(&mut conn).await?;
+    let mut tx = store::begin(&mut *conn)
+        .await
+        .context("opening a transaction")?;
+    schema::ensure_table(&mut tx).await?;
+    tx.commit().await.context("creating _sqlx_migrations")?;
     for migration in MIGRATOR.iter() {
         if migration.migration_type.is_down_migration() {
             continue;
@@ -88,7 +105,7 @@ pub async fn migrate(pool: &PgPool) -> Result<UpgradeReport, DbError> {
         } else if migration.no_tx {
             apply_outside_a_transaction(&mut conn, migration).await?;
         } else {
-            apply_in_a_transaction(&mut conn, migration).await?;
+            apply_in_a_transaction(&mut conn, migration, zone).await?;
         }
     }
     // What earlier releases added to `payments`, where the history shows it.
@@ -137,7 +154,9 @@ async fn apply_outside_a_transaction(
         payment_index::drop_invalid(conn, &index).await?;
     }
     let started = Instant::now();
-    schema::execute(conn, migration).await?;
+    // Outside a transaction: free of the role's statement timeout by a
+    // session setting, its lock wait bounded, both reset after.
+    store::legacy::concurrently(conn, &migration.sql).await?;
     if let Some(index) = payment_index::invalid_indexes_named_in(conn, &migration.sql)
         .await?
         .pop()
@@ -160,12 +179,19 @@ async fn apply_outside_a_transaction(
 async fn apply_in_a_transaction(
     conn: &mut PgConnection,
     migration: &Migration,
+    zone: &TimestampZone,
 ) -> Result<(), DbError> {
     let mut tx = store::begin_with(&mut *conn, MIGRATION_TIMEOUTS)
         .await
         .context("opening a transaction")?;
+    store::set_local_time_zone(&mut tx, zone).await?;
     store::lock_migrations(&mut tx).await?;
     if !is_applied(&mut tx, migration).await? {
+        tracing::info!(
+            version = migration.version,
+            description = %migration.description,
+            "applying migration (no statement timeout: a large payments table takes as long as it takes)"
+        );
         let started = Instant::now();
         schema::execute_sql(&mut tx, &applied_sql(migration)?).await?;
         schema::record(&mut tx, migration, started.elapsed()).await?;

@@ -122,6 +122,15 @@ pub enum RunError {
     Interrupted,
 }
 
+impl crate::store::retry::Transient for RunError {
+    fn store_error(&self) -> Option<&StoreError> {
+        match self {
+            RunError::Store(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
 impl RunError {
     /// The process exit code (DESIGN.md, Interface).
     pub fn exit_code(&self) -> u8 {

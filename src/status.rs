@@ -8,7 +8,9 @@ use serde::Serialize;
 use sqlx::PgConnection;
 
 use crate::capacity::{self, Capacity, RunPlan};
-use crate::config::{JobSettings, OutboxSettings, Partition, STRIPE_EVENTS_RETENTION};
+use crate::config::{
+    JobSettings, OutboxSettings, Partition, PaymentTimes, STRIPE_EVENTS_RETENTION,
+};
 use crate::events::events_job;
 use crate::reconcile::RepairCommand;
 use crate::scan::plan::{plan_for, PlanFigures};
@@ -125,6 +127,29 @@ pub async fn read(
     read_inner(conn, job, outbox, partition, None).await
 }
 
+/// [`read`] for a job's settings: its partition, its outbox, and its
+/// timestamps as detected at start (`RECONCILER_TIMESTAMP_ZONE`), without
+/// the plan of [`read_planned`].
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn read_job(
+    conn: &mut PgConnection,
+    settings: &JobSettings,
+) -> Result<Status, StoreError> {
+    let partition = settings.schema.partition.as_ref();
+    let times = &settings.schema.times;
+    read_figures(
+        conn,
+        &settings.run.job,
+        &settings.outbox,
+        partition,
+        times,
+        None,
+    )
+    .await
+}
+
 /// Reads the status of `settings.job` with the next run's plan.
 ///
 /// # Errors
@@ -134,11 +159,13 @@ pub async fn read_planned(
     settings: &JobSettings,
 ) -> Result<Status, StoreError> {
     let partition = settings.schema.partition.as_ref();
-    read_inner(
+    let times = &settings.schema.times;
+    read_figures(
         conn,
         &settings.run.job,
         &settings.outbox,
         partition,
+        times,
         Some(settings),
     )
     .await
@@ -151,11 +178,23 @@ async fn read_inner(
     partition: Option<&Partition>,
     settings: Option<&JobSettings>,
 ) -> Result<Status, StoreError> {
+    let times = PaymentTimes::default();
+    read_figures(conn, job, outbox, partition, &times, settings).await
+}
+
+async fn read_figures(
+    conn: &mut PgConnection,
+    job: &str,
+    outbox: &OutboxSettings,
+    partition: Option<&Partition>,
+    times: &PaymentTimes,
+    settings: Option<&JobSettings>,
+) -> Result<Status, StoreError> {
     let types = RepairCommand::EVENT_TYPES;
-    let t = stats::table_figures(conn, job, partition).await?;
+    let t = stats::table_figures(conn, job, partition, times).await?;
     let backlog = stats::outbox_figures(conn, outbox, &types).await?;
     let open_findings = stats::open_findings_by_kind(conn, partition).await?;
-    let lag_held_by = stats::lag_holder(conn, outbox, &types, partition).await?;
+    let lag_held_by = stats::lag_holder(conn, outbox, &types, partition, times).await?;
     let h = runs::history(conn, job, partition).await?;
     let active = settings.map_or(STRIPE_EVENTS_RETENTION, |s| s.events.account_active);
     let events = events_position::figures(conn, &events_job(job), active)

@@ -74,12 +74,44 @@ pub fn escape_or_dash(text: Option<&str>) -> Cow<'_, str> {
     text.map_or(Cow::Borrowed("-"), escape)
 }
 
+/// How many characters of one stored value a human-readable output shows
+/// ([`shorten`]): every real order id, PaymentIntent id, status word and
+/// note fits; a 1 MB `order_id` does not (issue 30).
+pub const SHOWN_CHARS: usize = 200;
+
+/// `text` for a table cell or a line of `status` / `findings show`: escaped
+/// like [`escape`] and, when it has more than `max_chars` characters, cut to
+/// its first `max_chars` followed by `…(N chars)`, N being the stored
+/// value's full length in characters (`abc…(1048576 chars)`). A cut never
+/// splits an escape. `--json` prints the exact value instead.
+pub fn shorten(text: &str, max_chars: usize) -> Cow<'_, str> {
+    match text.char_indices().nth(max_chars) {
+        None => escape(text),
+        Some((cut, _)) => Cow::Owned(format!(
+            "{}…({} chars)",
+            escape(&text[..cut]),
+            text.chars().count()
+        )),
+    }
+}
+
+/// [`shorten`] at [`SHOWN_CHARS`]: one stored value in a table or a line.
+pub fn shown(text: &str) -> Cow<'_, str> {
+    shorten(text, SHOWN_CHARS)
+}
+
+/// [`shorten`] at [`SHOWN_CHARS`] for an optional stored value, `-` for
+/// `None`.
+pub fn shorten_or_dash(text: Option<&str>) -> Cow<'_, str> {
+    text.map_or(Cow::Borrowed("-"), |t| shorten(t, SHOWN_CHARS))
+}
+
 /// A finding's Stripe account for people: `platform` when it has none (NULL
 /// or empty), else the stored id, escaped.
 pub fn account_or_platform(account: Option<&str>) -> Cow<'_, str> {
     account
         .filter(|a| !a.is_empty())
-        .map_or(Cow::Borrowed("platform"), escape)
+        .map_or(Cow::Borrowed("platform"), |a| shorten(a, SHOWN_CHARS))
 }
 
 /// A duration in seconds for people: `3d 4h`, `2h 5m`, `42s`.
@@ -171,6 +203,27 @@ mod tests {
         let out = escape(hostile);
         assert_eq!(out.lines().count(), 1, "{out:?}");
         assert_inert(&out);
+    }
+
+    #[test]
+    fn a_long_value_is_cut_with_its_full_length() {
+        let order = "a".repeat(1_048_576);
+        let shown = shorten(&order, 3);
+        assert_eq!(shown, "aaa…(1048576 chars)");
+        assert_eq!(
+            shorten_or_dash(Some(&order)),
+            format!("{}…(1048576 chars)", "a".repeat(SHOWN_CHARS))
+        );
+        // At the width or under: the value itself, borrowed.
+        assert!(matches!(shorten("abc", 3), Cow::Borrowed("abc")));
+        assert_eq!(shorten("", 0), "");
+        // Characters, not bytes: a cut never splits one.
+        assert_eq!(shorten("東京💳€", 2), "東京…(4 chars)");
+        // The head is escaped, whole escapes only; the length is the stored one.
+        assert_eq!(shorten("a\nbcd", 2), r"a\n…(5 chars)");
+        assert_eq!(shorten("\x1b[2J", 1), r"\u{1b}…(4 chars)");
+        assert_inert(&shorten("\u{202e}x\ny", 2));
+        assert_eq!(shorten_or_dash(None), "-");
     }
 
     #[test]

@@ -75,7 +75,7 @@ pub(crate) async fn scenario_3(
         ),
         (
             "lag query",
-            format!("SELECT now() - {}", stats::lag_since(&head.to_string())),
+            format!("SELECT now() - {}", stats::lag_since(&head.to_string(), &Default::default())),
         ),
     ];
     let s = format!("3 ({rows} rows)");

@@ -8,7 +8,7 @@ use secrecy::ExposeSecret;
 
 use crate::repair::worker::MAX_ATTEMPTS;
 use crate::store::{findings, outbox, payments, Context};
-use crate::terminal::{account_or_platform, escape, escape_or_dash};
+use crate::terminal::{account_or_platform, escape, shorten_or_dash, shown};
 
 /// What `findings list` selects.
 #[derive(Debug, Clone, Copy)]
@@ -126,23 +126,23 @@ fn render(
             (Some(r), None) => r.clone(),
         };
         // Every stored string is escaped before it is padded: one finding is
-        // one line, and nothing in a cell can drive the terminal.
+        // one line, and nothing in a shown can drive the terminal.
         out.push_str(&format!(
             "{:>8}  {:>10}  {:<16}  {:<28}  {:<21}  {:<32}  {:<8}  {:<24}  {:<19}  {:<62}  {:<10}  {:<32}  {}\n",
             f.id,
             f.payment_id
                 .map_or_else(|| "-".to_owned(), |p| p.to_string()),
-            escape_or_dash(f.order_id.as_deref()),
-            escape_or_dash(f.stripe_payment_intent_id.as_deref()),
+            shorten_or_dash(f.order_id.as_deref()),
+            shorten_or_dash(f.stripe_payment_intent_id.as_deref()),
             account_or_platform(f.stripe_account_id.as_deref()),
-            escape(&f.kind),
-            escape(&f.local_status),
-            escape_or_dash(f.external_status.as_deref()),
+            shown(&f.kind),
+            shown(&f.local_status),
+            shorten_or_dash(f.external_status.as_deref()),
             f.detected_at.format("%Y-%m-%d %H:%M:%S"),
-            escape_or_dash(link(f).as_deref()),
-            escape(&resolution),
-            escape(&f.differs().phrase),
-            escape(&details(f))
+            shorten_or_dash(link(f).as_deref()),
+            shown(&resolution),
+            shown(&f.differs().phrase),
+            shown(&details(f))
         ));
     }
     out

@@ -19,14 +19,29 @@ pub(super) async fn migrate(settings: &Settings, unique: bool) -> Result<(), Com
     let store = |e: StoreError| CommandError::Store(e);
     let mut conn = pool.acquire().await.context("connecting").map_err(store)?;
     // 1. Nothing is created for a schema the reconciler cannot work with
-    //    (the partition's column too, when `payments` exists already).
-    let outbox = check_schema(&mut conn, settings, true).await?;
-    if schema::payments_exists(&mut conn).await.map_err(store)? {
-        preflight::checked(&mut conn, settings).await?;
+    //    (the partition's column too, when `payments` exists already). Every
+    //    step runs under migrate's own timeouts, never the role's defaults.
+    let mut tx = store::begin(&mut *conn)
+        .await
+        .context("opening a transaction")
+        .map_err(store)?;
+    let outbox = check_schema(&mut tx, settings, true).await?;
+    if schema::payments_exists(&mut tx).await.map_err(store)? {
+        preflight::checked(&mut tx, settings).await?;
+    } else {
+        // RECONCILER_TIMESTAMP_ZONE is known to the database (exit 78).
+        crate::store::payments::time_columns(&mut tx, &settings.job.schema.times)
+            .await
+            .map_err(preflight::column_error)?;
     }
+    tx.commit()
+        .await
+        .context("closing a transaction")
+        .map_err(store)?;
     drop(conn);
-    // 2. The embedded migrations (0001 without its outbox section).
-    let upgrade = db::migrate(&pool).await?;
+    // 2. The embedded migrations (0001 without its outbox section), in the
+    //    zone `payments`' wall-clock timestamps are read in.
+    let upgrade = db::migrate_in(&pool, &settings.job.schema.times.zone).await?;
     for line in upgrade.lines() {
         println!("{line}");
     }
@@ -73,19 +88,31 @@ async fn partition_index(
     conn: &mut sqlx::PgConnection,
     settings: &Settings,
 ) -> Result<(), CommandError> {
-    let settings = preflight::checked(&mut *conn, settings).await?;
+    let store = |e: StoreError| CommandError::Store(e);
+    let mut tx = store::begin(&mut *conn)
+        .await
+        .context("opening a transaction")
+        .map_err(store)?;
+    let settings = preflight::checked(&mut tx, settings).await?;
     let Some(partition) = &settings.job.schema.partition else {
         return Ok(());
     };
-    let store = |e: StoreError| CommandError::Store(e);
     let column = partition.column.as_str();
-    if let Some(name) = schema::partition_index(&mut *conn, &partition.column)
+    let kept = schema::partition_index(&mut tx, &partition.column)
         .await
-        .map_err(store)?
-    {
+        .map_err(store)?;
+    tx.commit()
+        .await
+        .context("closing a transaction")
+        .map_err(store)?;
+    if let Some(name) = kept {
         println!("payments ({column}, id) has the index {name}: kept");
         return Ok(());
     }
+    println!(
+        "building the index {} on payments ({column}, id) CONCURRENTLY (the application keeps writing; on a large table this takes minutes)",
+        schema::partition_index_name(&partition.column)
+    );
     let (built, name) = schema::create_partition_index(&mut *conn, &partition.column)
         .await
         .map_err(store)?;
@@ -103,11 +130,45 @@ async fn partition_index(
 }
 
 /// Prints (and logs) how many PaymentIntent ids several rows of `payments`
-/// hold; returns the number of such ids.
-async fn report_duplicates(conn: &mut sqlx::PgConnection) -> Result<i64, CommandError> {
-    let (ids, rows) = schema::count_duplicates(&mut *conn)
-        .await
-        .map_err(CommandError::Store)?;
+/// hold; returns the number of such ids. With an index on the column
+/// (`indexed`), counted in bounded steps along it
+/// ([`schema::count_duplicates_step`]), with a progress line every
+/// [`PROGRESS_STEPS`] steps; without one, in one scan free of the role's
+/// statement timeout.
+async fn report_duplicates(
+    conn: &mut sqlx::PgConnection,
+    indexed: bool,
+) -> Result<i64, CommandError> {
+    let (ids, rows) = if indexed {
+        println!(
+            "counting duplicate PaymentIntent ids along the index, {} rows per step",
+            schema::DUPLICATE_STEP_ROWS
+        );
+        let mut count = schema::DuplicateCount::default();
+        let mut steps = 0u64;
+        while !count.done {
+            schema::count_duplicates_step(&mut *conn, &mut count)
+                .await
+                .map_err(CommandError::Store)?;
+            steps += 1;
+            tracing::debug!(
+                rows_read = count.rows_read,
+                "counting duplicate PaymentIntent ids"
+            );
+            if steps % PROGRESS_STEPS == 0 && !count.done {
+                println!(
+                    "counting duplicate PaymentIntent ids: {} rows read so far",
+                    count.rows_read
+                );
+            }
+        }
+        (count.ids, count.rows)
+    } else {
+        println!("counting duplicate PaymentIntent ids (one scan of payments: no index orders the column yet)");
+        schema::count_duplicates(&mut *conn)
+            .await
+            .map_err(CommandError::Store)?
+    };
     if ids > 0 {
         println!(
             "payments.stripe_payment_intent_id: {ids} PaymentIntent id(s) are held by {rows} rows; \
@@ -124,22 +185,48 @@ async fn report_duplicates(conn: &mut sqlx::PgConnection) -> Result<i64, Command
     Ok(ids)
 }
 
+/// Steps of the duplicate count between two progress lines (a million rows).
+const PROGRESS_STEPS: u64 = 20;
+
+/// The PaymentIntent lookup index: the plain one built first when none
+/// exists (unless a UNIQUE one is asked for), so the duplicate count reads
+/// the column in index order, in bounded steps; then the count; then the
+/// UNIQUE index when asked for and possible.
 async fn payment_intent_index(
     conn: &mut sqlx::PgConnection,
     unique: bool,
 ) -> Result<(), CommandError> {
     let store = |e: StoreError| CommandError::Store(e);
-    let index = schema::payment_intent_index(&mut *conn)
+    let mut tx = store::begin(&mut *conn)
         .await
+        .context("opening a transaction")
         .map_err(store)?;
-    let ids = report_duplicates(&mut *conn).await?;
+    let mut index = schema::payment_intent_index(&mut tx).await.map_err(store)?;
+    tx.commit()
+        .await
+        .context("closing a transaction")
+        .map_err(store)?;
+    let added = index == PaymentIntentIndex::Missing && !unique;
+    if added {
+        if !build_plain_index(&mut *conn).await? {
+            return Ok(());
+        }
+        index = PaymentIntentIndex::Plain;
+        println!(
+            "added the plain index {} so duplicates are found by index lookup; no UNIQUE constraint exists or was added",
+            schema::PLAIN_INDEX
+        );
+    }
+    let ids = report_duplicates(&mut *conn, index != PaymentIntentIndex::Missing).await?;
     match index {
         PaymentIntentIndex::Unique => {
             println!("payments.stripe_payment_intent_id has a UNIQUE index: kept");
             return Ok(());
         }
         PaymentIntentIndex::Plain if !unique => {
-            println!("payments.stripe_payment_intent_id has a plain index and no UNIQUE constraint: kept (the reconciler adds no constraint)");
+            if !added {
+                println!("payments.stripe_payment_intent_id has a plain index and no UNIQUE constraint: kept (the reconciler adds no constraint)");
+            }
             return Ok(());
         }
         _ => {}
@@ -150,50 +237,74 @@ async fn payment_intent_index(
                 "--unique-payment-intent-index: not built, the duplicates above would violate it"
             );
         } else {
-            let built = schema::create_payment_intent_index(&mut *conn, true)
-                .await
-                .map_err(store)?;
-            if built == IndexBuild::LockTimeout {
-                println!(
-                    "{}",
-                    lock_skipped(
-                        &mut *conn,
-                        schema::UNIQUE_INDEX,
-                        "payments (stripe_payment_intent_id)"
-                    )
-                    .await?
-                );
-                return Ok(());
-            }
-            println!(
-                "--unique-payment-intent-index: added {}; the application can no longer insert a second row for one PaymentIntent",
-                schema::UNIQUE_INDEX
-            );
-            return Ok(());
+            return build_unique_index(&mut *conn).await;
         }
     }
-    if index == PaymentIntentIndex::Missing {
-        let built = schema::create_payment_intent_index(&mut *conn, false)
-            .await
-            .map_err(store)?;
-        if built == IndexBuild::LockTimeout {
-            println!(
-                "{}",
-                lock_skipped(
-                    &mut *conn,
-                    schema::PLAIN_INDEX,
-                    "payments (stripe_payment_intent_id)"
-                )
-                .await?
-            );
-            return Ok(());
-        }
+    if index == PaymentIntentIndex::Missing && build_plain_index(&mut *conn).await? {
         println!(
             "added the plain index {} so duplicates are found by index lookup; no UNIQUE constraint exists or was added",
             schema::PLAIN_INDEX
         );
     }
     Ok(())
+}
+
+/// `--unique-payment-intent-index` on a column without duplicates.
+async fn build_unique_index(conn: &mut sqlx::PgConnection) -> Result<(), CommandError> {
+    println!(
+        "building the index {} on payments (stripe_payment_intent_id) CONCURRENTLY (the application keeps writing; on a large table this takes minutes)",
+        schema::UNIQUE_INDEX
+    );
+    let built = schema::create_payment_intent_index(&mut *conn, true)
+        .await
+        .map_err(CommandError::Store)?;
+    if built == IndexBuild::LockTimeout {
+        println!(
+            "{}",
+            lock_skipped(
+                &mut *conn,
+                schema::UNIQUE_INDEX,
+                "payments (stripe_payment_intent_id)"
+            )
+            .await?
+        );
+        return Ok(());
+    }
+    println!(
+        "--unique-payment-intent-index: added {}; the application can no longer insert a second row for one PaymentIntent",
+        schema::UNIQUE_INDEX
+    );
+    Ok(())
+}
+
+/// Builds the plain lookup index `CONCURRENTLY` (free of the role's
+/// statement timeout, its lock wait bounded), saying so first; `false` when
+/// its lock was not granted (reported, with what to run).
+async fn build_plain_index(conn: &mut sqlx::PgConnection) -> Result<bool, CommandError> {
+    println!(
+        "building the index {} on payments (stripe_payment_intent_id) CONCURRENTLY (the application keeps writing; on a large table this takes minutes)",
+        schema::PLAIN_INDEX
+    );
+    let built = schema::create_payment_intent_index(&mut *conn, false)
+        .await
+        .map_err(CommandError::Store)?;
+    if built == IndexBuild::LockTimeout {
+        println!(
+            "{}",
+            lock_skipped(
+                &mut *conn,
+                schema::PLAIN_INDEX,
+                "payments (stripe_payment_intent_id)"
+            )
+            .await?
+        );
+        println!(
+            "until it is built, `run` stops with exit 78; to build it by hand instead (psql, as the table's owner):\n{}",
+            schema::build_by_hand()
+        );
+        return Ok(false);
+    }
+    Ok(true)
 }
 
 /// The line `migrate` prints when a `CREATE INDEX CONCURRENTLY` on the

@@ -18,6 +18,8 @@ pub(super) async fn repair(settings: &Settings) -> Result<(), CommandError> {
         .context("connecting")
         .map_err(CommandError::Store)?;
     crate::lifecycle::preflight::check_schema(&mut conn, settings, false).await?;
+    // RECONCILER_TIMESTAMP_ZONE is known to the database (exit 78 otherwise).
+    crate::lifecycle::preflight::checked(&mut conn, settings).await?;
     drop(conn);
     let outbox = settings.job.outbox.clone();
     if !outbox.shape.drained_by_reconciler() {
@@ -32,6 +34,7 @@ pub(super) async fn repair(settings: &Settings) -> Result<(), CommandError> {
     let options = RepairOptions {
         outbox,
         checkout_session_column: settings.job.schema.checkout_session_column.clone(),
+        timestamp_zone: settings.job.schema.times.zone.clone(),
         ..RepairOptions::default()
     };
     let statuses = &settings.job.schema.statuses;

@@ -14,7 +14,7 @@ use crate::dashboard::DashboardMode;
 use crate::reconcile::RepairCommand;
 use crate::repair::worker::MAX_ATTEMPTS;
 use crate::store::{findings, outbox, Context};
-use crate::terminal::{account_or_platform, escape, escape_or_dash};
+use crate::terminal::{account_or_platform, escape, shorten_or_dash, shown};
 
 fn mode(settings: &Settings, dashboard: Option<DashboardMode>) -> DashboardMode {
     DashboardMode::choose(
@@ -193,7 +193,7 @@ fn render_show(
     history: &[findings::HistoryEntry],
 ) -> String {
     let state = match (&f.resolution, &f.resolved_at) {
-        (Some(r), Some(at)) => format!("{} at {}", escape(r), at.format("%Y-%m-%d %H:%M:%S")),
+        (Some(r), Some(at)) => format!("{} at {}", shown(r), at.format("%Y-%m-%d %H:%M:%S")),
         _ => "open".to_owned(),
     };
     let mut out = format!(
@@ -209,22 +209,22 @@ fn render_show(
          detected:       {}\n\
          dashboard:      {}\n",
         f.id,
-        escape(&f.kind),
+        shown(&f.kind),
         f.payment_id
             .map_or_else(|| "-".to_owned(), |p| p.to_string()),
-        escape_or_dash(f.order_id.as_deref()),
-        escape_or_dash(f.stripe_payment_intent_id.as_deref()),
+        shorten_or_dash(f.order_id.as_deref()),
+        shorten_or_dash(f.stripe_payment_intent_id.as_deref()),
         account_or_platform(f.stripe_account_id.as_deref()),
-        escape(&f.local_status),
-        escape_or_dash(f.external_status.as_deref()),
-        escape(&f.differs().phrase),
-        escape(
+        shown(&f.local_status),
+        shorten_or_dash(f.external_status.as_deref()),
+        shown(&f.differs().phrase),
+        shown(
             &f.details
                 .as_ref()
                 .map_or_else(|| "-".to_owned(), |d| d.to_string())
         ),
         f.detected_at.format("%Y-%m-%d %H:%M:%S"),
-        escape_or_dash(link),
+        shorten_or_dash(link),
     );
     out.push_str("history:\n");
     for h in history {
@@ -232,15 +232,15 @@ fn render_show(
             "  {}  finding {:<8} {:<9}  by {}{}{}\n",
             h.at.format("%Y-%m-%d %H:%M:%S"),
             h.finding_id,
-            escape(&h.what),
-            escape_or_dash(h.who.as_deref()),
+            shown(&h.what),
+            shorten_or_dash(h.who.as_deref()),
             h.resolution
                 .as_deref()
-                .map(|r| format!(" ({})", escape(r)))
+                .map(|r| format!(" ({})", shown(r)))
                 .unwrap_or_default(),
             h.note
                 .as_deref()
-                .map(|n| format!(": {}", escape(n)))
+                .map(|n| format!(": {}", shown(n)))
                 .unwrap_or_default(),
         ));
     }

@@ -1,5 +1,6 @@
 //! `stripe-reconciler status [--json]`
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
@@ -10,8 +11,7 @@ use crate::config::Settings;
 use crate::status::{self, Status};
 use crate::store::stats::LagHolder;
 use crate::store::Context;
-use crate::terminal::escape;
-use crate::terminal::human_duration;
+use crate::terminal::{escape, human_duration, shorten_or_dash, shown};
 
 /// Prints the job's state: a screen for people, or one JSON object.
 pub(super) async fn status(settings: &Settings, json: bool) -> Result<(), CommandError> {
@@ -253,11 +253,11 @@ fn lag_holder_lines(h: &LagHolder, st: &Status, grace: Duration) -> Vec<(&'stati
         format!(
             "{} (order {}, {}, local {})",
             h.payment_id,
-            h.order_id.as_deref().unwrap_or("-"),
+            shorten_or_dash(h.order_id.as_deref()),
             h.stripe_payment_intent_id
                 .as_deref()
-                .unwrap_or("no PaymentIntent id"),
-            h.status.as_deref().unwrap_or("NULL")
+                .map_or(Cow::Borrowed("no PaymentIntent id"), shown),
+            h.status.as_deref().map_or(Cow::Borrowed("NULL"), shown)
         ),
     )];
     lines.push((
@@ -294,11 +294,15 @@ fn lag_holder_lines(h: &LagHolder, st: &Status, grace: Duration) -> Vec<(&'stati
     if let (Some(id), Some(kind)) = (h.open_finding_id, &h.open_finding_kind) {
         lines.push((
             "  its open finding",
-            format!("{id} {kind} (stripe-reconciler findings list --kind {kind})"),
+            format!(
+                "{id} {} (stripe-reconciler findings list --kind {})",
+                shown(kind),
+                shown(kind)
+            ),
         ));
     }
     if let Some(e) = &h.repair_last_error {
-        lines.push(("  its repair's last error", e.clone()));
+        lines.push(("  its repair's last error", shown(e).into_owned()));
     }
     lines
 }

@@ -18,9 +18,10 @@ pub struct EventsSettings {
     /// (default 86,400 s; at most 30 days, Stripe's retention).
     pub lookback: Duration,
     /// `RECONCILER_EVENTS_MAX_PAGES`: list pages of 100 events read per run
-    /// (1..=10,000, default 100). A longer backlog is read by the next runs
-    /// from the committed position, not dropped (a run always finishes its
-    /// first slice).
+    /// (1..=10,000, default 100), from the run's first page (issue 30). A
+    /// longer backlog is read by the next runs from the committed position,
+    /// not dropped. A third of it bounds the held PaymentIntents read again
+    /// per run ([`crate::events::handle::held_limit`]).
     pub max_pages: u32,
     /// `RECONCILER_ORPHAN_METADATA_KEY`: only PaymentIntents whose metadata
     /// has this key can become `missing_locally` (an account shared with

@@ -19,6 +19,8 @@
 //! - `outbox`: [`OutboxSettings`]: `RECONCILER_OUTBOX_TABLE` and `RECONCILER_OUTBOX_SHAPE`.
 //! - `partition`: [`Partition`]: `RECONCILER_PARTITION_COLUMN` and `RECONCILER_PARTITION_VALUE`.
 //! - `output`: [`LogFormat`] and `PUSHGATEWAY_URL`.
+//! - `timestamps`: [`PaymentTimes`]: `RECONCILER_TIMESTAMP_ZONE` and the detected
+//!   types of `payments.created_at` / `updated_at`.
 //! - `value`: the number and URL parsers the groups share.
 
 mod database;
@@ -34,6 +36,7 @@ mod scan;
 mod schema;
 mod statuses;
 mod stripe;
+mod timestamps;
 mod value;
 pub mod variables;
 
@@ -52,6 +55,7 @@ pub use scan::{ReadMode, ScanSettings, Sizing, LIST_BATCH_SIZE, RETRIEVE_BATCH_S
 pub use schema::SchemaSettings;
 pub use statuses::{AmountUnit, StatusMap, DEFAULT_LOCAL_STATUSES};
 pub use stripe::{GatewaySetupError, StripeSettings, DEFAULT_STRIPE_API_BASE};
+pub use timestamps::{PaymentTimes, TimeColumn, TimestampZone};
 
 use crate::reconcile::Rules;
 
@@ -128,6 +132,7 @@ impl Settings {
         let vocabulary = statuses::parse(vars.clone(), checks.currency_column.is_some())?;
         let outbox = outbox::parse(vars.clone())?;
         let partition = partition::parse(vars.clone())?;
+        let zone = timestamps::parse(vars.clone())?;
         if partition.is_some() && run.job == RunSettings::default().job {
             // Two partitions under one job name would share one cursor and
             // one lease: each run would walk the other's cursor, or lose it.
@@ -153,6 +158,10 @@ impl Settings {
                     amount_unit: vocabulary.amount_unit,
                     statuses: vocabulary.statuses,
                     partition,
+                    times: PaymentTimes {
+                        zone,
+                        ..PaymentTimes::default()
+                    },
                 },
                 rules: checks.rules,
                 events,
@@ -242,6 +251,7 @@ mod tests {
             ("RECONCILER_SCHEDULE_INTERVAL_SECONDS", "300"),
             ("RECONCILER_PARTITION_COLUMN", "legal_entity"),
             ("RECONCILER_PARTITION_VALUE", "eu'; --"),
+            ("RECONCILER_TIMESTAMP_ZONE", "Europe/Paris"),
         ]))
         .unwrap();
         let column = |var, name| Some(ColumnName::parse(var, name).unwrap());
@@ -290,6 +300,10 @@ mod tests {
                         value: "eu'; --".into(),
                         kind: PartitionKind::Unchecked,
                     }),
+                    times: PaymentTimes {
+                        zone: TimestampZone::parse("Europe/Paris").unwrap(),
+                        ..PaymentTimes::default()
+                    },
                 },
                 rules: Rules {
                     auth_expiry_warn_seconds: 18,

@@ -1,9 +1,9 @@
 //! How the application's `payments` table is read (DESIGN.md, Beyond status,
 //! Turn 3 contract): the optional columns, the amount's unit, the status
-//! words and the partition. Parsed by the `rules`, `statuses` and
+//! words, the partition and how its timestamps are read. Parsed by the `rules`, `statuses` and
 //! `partition` groups; `store::payments` reads by it.
 
-use super::{AmountUnit, ColumnName, Partition, StatusMap};
+use super::{AmountUnit, ColumnName, Partition, PaymentTimes, StatusMap};
 
 /// The shape of the application's `payments` table as configured.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -36,4 +36,8 @@ pub struct SchemaSettings {
     /// rows of `payments` this job owns (default unset: every row). Needs a
     /// `RECONCILER_JOB` of its own (the default name is refused).
     pub partition: Option<Partition>,
+    /// `RECONCILER_TIMESTAMP_ZONE` and the types of `payments.created_at`
+    /// and `updated_at` (detected at start: a `timestamp without time zone`
+    /// is read in the zone, default `UTC`).
+    pub times: PaymentTimes,
 }

@@ -1,7 +1,8 @@
 //! Reading the feed: the window from the stored position, and the pages of
 //! one slice of it.
 
-use std::time::Duration;
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
@@ -9,7 +10,9 @@ use tokio_util::sync::CancellationToken;
 use super::slices::{Slice, SLICE_PAGES};
 use super::EventsError;
 use crate::outcome::RunError;
-use crate::stripe::{AccountId, GatewayError, PaymentIntentEvent, SessionEvent, StripeGateway};
+use crate::stripe::{
+    AccountId, EventPage, GatewayError, PaymentIntentEvent, SessionEvent, StripeGateway,
+};
 
 /// Each run re-reads this much before its position: an event Stripe had
 /// created but not yet listed when the previous run read the feed is not
@@ -109,14 +112,62 @@ pub enum SliceRead {
     /// `RECONCILER_EVENTS_MAX_PAGES` pages were read by this run before the
     /// slice was whole: the slice is left to the next run (not a gap).
     Capped,
+    /// `RECONCILER_RUN_DEADLINE_SECONDS` passed before the slice was whole:
+    /// no new page is asked; the slice is left to the next run.
+    Deadline,
+}
+
+/// What bounds the pages of a run, from its very first page (the rule of
+/// list mode's `RECONCILER_LIST_MAX_PAGES`: no page is sent past the cap).
+#[derive(Debug, Clone, Copy)]
+pub struct PageBounds<'a> {
+    /// `RECONCILER_EVENTS_MAX_PAGES`: list pages of the whole run.
+    pub max_pages: u32,
+    /// `RECONCILER_RUN_DEADLINE_SECONDS` from the run's start: no page is
+    /// asked after it.
+    pub deadline: Option<Instant>,
+    /// SIGTERM/SIGINT: no page is asked after it.
+    pub shutdown: &'a CancellationToken,
+}
+
+/// Remembers the event ids of one slice's pages: a page with `has_more`
+/// must bring one the slice had not seen, or the list does not advance.
+#[derive(Debug, Default)]
+struct Advancing {
+    seen: HashSet<String>,
+}
+
+impl Advancing {
+    /// Whether `page` (with `has_more`) moved the list on: its last id (the
+    /// next `starting_after`) is one the slice had not seen. Remembers its ids.
+    fn moved(&mut self, page: &EventPage) -> bool {
+        let Some(next) = page.next_after.as_deref() else {
+            return false;
+        };
+        let new = !self.seen.contains(next);
+        self.seen.extend(page.events.iter().map(|e| e.id.clone()));
+        self.seen.extend(page.sessions.iter().map(|e| e.id.clone()));
+        self.seen.insert(next.to_owned());
+        new
+    }
+}
+
+/// The name of `account`'s feed in messages.
+pub fn feed_name(account: Option<&AccountId>) -> String {
+    account.map_or_else(
+        || "the platform's feed".to_owned(),
+        |a| format!("connected account {}'s feed", a.as_str()),
+    )
 }
 
 /// Reads one slice's pages, newest first, counting them in `pages` and
-/// stopping when the run has read `max_pages` (`None`: no cap, for a run's
-/// first slice, so that every run makes progress however crowded the feed).
+/// stopping before a page past `bounds` (the run's page cap, its deadline,
+/// a shutdown), from the run's first page.
 ///
 /// # Errors
 /// [`EventsError::FeedUnavailable`] after the retry budget;
+/// [`EventsError::FeedNotAdvancing`] when a page with `has_more` brings no
+/// event id the slice had not seen (the same page again, or an empty one);
 /// [`RunError::StripeRejected`] for a refused key or a wrong base URL;
 /// [`EventsError::AccountUnreachable`] when the platform has no access to
 /// `account` (that account is skipped for the run, the others go on);
@@ -126,18 +177,21 @@ pub async fn read_slice(
     account: Option<&AccountId>,
     slice: Slice,
     pages: &mut u32,
-    max_pages: Option<u32>,
-    shutdown: &CancellationToken,
+    bounds: PageBounds<'_>,
 ) -> Result<SliceRead, EventsError> {
     let mut read = SliceEvents::default();
     let mut after: Option<String> = None;
     let mut slice_pages = 0;
+    let mut advancing = Advancing::default();
     loop {
-        if shutdown.is_cancelled() {
+        if bounds.shutdown.is_cancelled() {
             return Err(RunError::Interrupted.into());
         }
-        if max_pages.is_some_and(|m| *pages >= m) {
+        if *pages >= bounds.max_pages {
             return Ok(SliceRead::Capped);
+        }
+        if bounds.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(SliceRead::Deadline);
         }
         let page = gateway
             .payment_intent_events_in(account, slice.gte, Some(slice.lt), after.as_deref())
@@ -149,13 +203,25 @@ pub async fn read_slice(
             })?;
         *pages += 1;
         slice_pages += 1;
+        if !page.has_more {
+            read.skipped += page.skipped;
+            read.without_payment_intent += page.without_payment_intent;
+            read.events.extend(page.events);
+            read.sessions.extend(page.sessions);
+            return Ok(SliceRead::Whole(read));
+        }
+        // Before anything else: a list that does not move on is never
+        // read again (it would be read up to the cap, or for ever).
+        if !advancing.moved(&page) {
+            return Err(EventsError::FeedNotAdvancing {
+                feed: feed_name(account),
+                page: slice_pages,
+            });
+        }
         read.skipped += page.skipped;
         read.without_payment_intent += page.without_payment_intent;
         read.events.extend(page.events);
         read.sessions.extend(page.sessions);
-        if !page.has_more || page.next_after.is_none() {
-            return Ok(SliceRead::Whole(read));
-        }
         // A single second cannot be cut: it is read whole.
         if slice.seconds() > 1 && slice_pages >= SLICE_PAGES {
             let oldest_seen = read
@@ -181,6 +247,43 @@ mod tests {
     use chrono::TimeZone;
 
     const DAY: u64 = 86_400;
+
+    fn page(ids: &[&str], next: Option<&str>) -> EventPage {
+        let events = ids
+            .iter()
+            .map(|id| PaymentIntentEvent {
+                id: (*id).to_owned(),
+                event_type: "payment_intent.processing".into(),
+                created: Utc.timestamp_opt(1_000, 0).unwrap(),
+                object: crate::stripe::EventObject::PaymentIntent,
+                payment_intent: crate::stripe::PaymentIntentId::parse("pi_A").unwrap(),
+                status: None,
+                metadata: Default::default(),
+            })
+            .collect();
+        EventPage {
+            events,
+            sessions: Vec::new(),
+            skipped: 0,
+            without_payment_intent: 0,
+            has_more: true,
+            next_after: next.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_page_moves_the_list_on_only_with_an_id_the_slice_had_not_seen() {
+        let mut a = Advancing::default();
+        assert!(a.moved(&page(&["evt_3", "evt_2"], Some("evt_2"))));
+        assert!(a.moved(&page(&["evt_1"], Some("evt_0"))), "older ids: on");
+        assert!(
+            !a.moved(&page(&["evt_3", "evt_2"], Some("evt_2"))),
+            "the same page again"
+        );
+        assert!(!a.moved(&page(&[], None)), "has_more with no id at all");
+        // An unreadable last entry still names the next page.
+        assert!(a.moved(&page(&[], Some("evt_unreadable"))));
+    }
 
     #[test]
     fn first_run_looks_back_and_later_runs_overlap_their_position() {

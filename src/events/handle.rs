@@ -7,6 +7,7 @@
 //! earlier runs are worked the same way, first, without moving the position.
 
 use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
@@ -14,7 +15,7 @@ use super::feed::SliceEvents;
 use super::orphans::{self, OrphanRead};
 use super::plan::{self, young, Plan, PlanRules, RowAction};
 use super::sessions;
-use super::slices::Slice;
+use super::slices::{Slice, SLICE_EVENTS};
 use super::summary::{EventsSummary, HOLD_BEYOND_GRACE};
 use super::EventsError;
 use crate::job::RunContext;
@@ -46,13 +47,49 @@ pub struct Progress {
 enum Source {
     /// A slice of the feed: the position moves to its end.
     Slice(Slice),
-    /// PaymentIntents held by earlier runs: the position stays.
-    Retry,
+    /// PaymentIntents held by earlier runs: the position stays; Stripe's
+    /// answers are abandoned (nothing written) at `until`.
+    Retry { until: Option<Instant> },
+}
+
+/// How a batch of events ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Worked {
+    /// Committed.
+    Done,
+    /// The held PaymentIntents' time was up before Stripe answered: nothing
+    /// written, they stay held.
+    OutOfTime,
 }
 
 /// The most PaymentIntents held by earlier runs read again per run, before
-/// the feed (about one slice's worth).
+/// the feed (about five slices' worth).
 pub const RETRIES_PER_RUN: usize = 500;
+
+/// The held PaymentIntents' share of a run: a third of its page budget and
+/// of its deadline; the rest goes to new events (issue 30).
+pub const HELD_SHARE_DIVISOR: u32 = 3;
+
+/// Held PaymentIntents read again per step (one commit each), oldest first:
+/// a slice's worth.
+pub const HELD_PER_STEP: usize = SLICE_EVENTS;
+
+/// The held PaymentIntents one run reads again: a third of
+/// `RECONCILER_EVENTS_MAX_PAGES` pages' worth (a page names up to
+/// [`SLICE_EVENTS`] PaymentIntents), at least one, at most
+/// [`RETRIES_PER_RUN`].
+pub fn held_limit(max_pages: u32) -> usize {
+    let pages = (max_pages / HELD_SHARE_DIVISOR) as usize;
+    pages.saturating_mul(SLICE_EVENTS).clamp(1, RETRIES_PER_RUN)
+}
+
+/// When the held PaymentIntents' time is up: a third of
+/// `RECONCILER_RUN_DEADLINE_SECONDS` after the run's start (`None`: no
+/// deadline, only [`held_limit`] bounds them).
+fn held_until(ctx: &RunContext<'_>) -> Option<Instant> {
+    let share = ctx.settings.run.run_deadline? / HELD_SHARE_DIVISOR;
+    ctx.clock.started().checked_add(share)
+}
 
 /// The events job's lease: [`crate::job::run_once`] takes it before the
 /// body, so a body without one was never given it to hold (a lost run).
@@ -64,10 +101,14 @@ fn lease_of<'c>(ctx: &'c RunContext<'_>, job: &str) -> Result<&'c Lease, EventsE
     })
 }
 
-/// Reads again the PaymentIntents earlier runs could not decide (oldest
-/// event first, at most [`RETRIES_PER_RUN`]), after dropping those whose
-/// event is older than the hold limit (the scan covers their rows; each is
-/// logged). Committed like a slice, without moving the position.
+/// Reads again the PaymentIntents earlier runs could not decide, within
+/// their share of the run ([`held_limit`], [`held_until`]): least recently
+/// read first (oldest event among equals), [`HELD_PER_STEP`] at a time, each
+/// step committed like a slice without moving the position, after dropping
+/// those whose event is older than the hold limit (the scan covers their
+/// rows; each is logged). A step the share's end interrupts writes nothing:
+/// its PaymentIntents stay held, first in line next run. Nothing held is
+/// ever dropped for want of time.
 ///
 /// # Errors
 /// As [`slice`].
@@ -78,7 +119,9 @@ pub async fn retries(
     summary: &mut EventsSummary,
 ) -> Result<(), EventsError> {
     let job = summary.job.clone();
-    let due = {
+    let limit = held_limit(ctx.settings.events.max_pages);
+    let until = held_until(ctx);
+    let (due, more) = {
         // In a transaction, as every statement of the job: behind a pooler
         // in transaction mode a statement outside one may meet another
         // server connection between its parse and its execution.
@@ -91,28 +134,47 @@ pub async fn retries(
             tracing::warn!(payment_intent = %pi, reason = %reason, attempts, "an event still undecided after grace + 1 h: no more events reads for this PaymentIntent; the scan covers its row");
         }
         summary.retries_expired += expired.len() as u64;
-        let due = events_retry::due(&mut tx, &job, RETRIES_PER_RUN).await?;
+        let mut due = events_retry::due(&mut tx, &job, limit.saturating_add(1)).await?;
         tx.commit().await.context("committing")?;
-        due
+        let more = due.len() > limit;
+        due.truncate(limit);
+        (due, more)
     };
-    // One pass per feed: an orphan's read carries its account's header.
+    summary.held_share_reached = more;
+    // One pass per feed (an orphan's read carries its account's header),
+    // in steps.
     let mut by_account: Vec<(Option<AccountId>, Vec<PaymentIntentEvent>)> = Vec::new();
     for (account, event) in due {
-        match by_account.iter_mut().find(|(a, _)| *a == account) {
+        let open = by_account
+            .iter_mut()
+            .rev()
+            .find(|(a, events)| *a == account && events.len() < HELD_PER_STEP);
+        match open {
             Some((_, events)) => events.push(event),
             None => by_account.push((account, vec![event])),
         }
     }
     for (account, events) in by_account {
+        if until.is_some_and(|u| Instant::now() >= u) {
+            summary.held_share_reached = true;
+            break;
+        }
+        // Newest first, as a slice holds them.
         let read = SliceEvents {
-            events,
+            events: events.into_iter().rev().collect(),
             ..SliceEvents::default()
         };
         let feed = Feed {
             account: account.as_ref(),
-            source: Source::Retry,
+            source: Source::Retry { until },
         };
-        work(ctx, feed, read, progress, summary).await?;
+        if work(ctx, feed, read, progress, summary).await? == Worked::OutOfTime {
+            summary.held_share_reached = true;
+            break;
+        }
+    }
+    if summary.held_share_reached {
+        tracing::info!(read = summary.retries_read, limit, "the held PaymentIntents' share of the run (a third of its pages and of its deadline) is used up: the rest stay held, least recently read first next run; the feed gets the rest of the run");
     }
     Ok(())
 }
@@ -146,7 +208,7 @@ pub async fn slice(
         account,
         source: Source::Slice(slice),
     };
-    work(ctx, feed, read, progress, summary).await
+    work(ctx, feed, read, progress, summary).await.map(|_| ())
 }
 
 /// The PaymentIntents a batch of events names, their rows and what to do
@@ -189,14 +251,16 @@ async fn work(
     read: SliceEvents,
     progress: &mut Progress,
     summary: &mut EventsSummary,
-) -> Result<(), EventsError> {
+) -> Result<Worked, EventsError> {
     let lease = lease_of(ctx, &summary.job)?;
     let sessions = sessions::look_up(ctx, &read.sessions, &progress.handled).await?;
     let mut events = read.events.clone();
     events.extend(sessions.as_payment_intents);
     let collapsed = plan::collapse(&events);
     let looked = look_up(ctx, &collapsed, progress).await?;
-    let mut answers = ask_stripe(ctx, lease, feed, &looked, sessions.rows).await?;
+    let Some(mut answers) = ask_stripe(ctx, lease, feed, &looked, sessions.rows).await? else {
+        return Ok(Worked::OutOfTime);
+    };
     let job = summary.job.clone();
     let written = write(ctx, lease, feed, &read, &looked, &mut answers, &job).await?;
     progress
@@ -204,7 +268,7 @@ async fn work(
         .extend(looked.plan.read_or_held(&looked.rows, &written.held));
     progress.handled.extend(sessions.handled);
     tally(summary, feed, &read, &looked, &answers, &written);
-    Ok(())
+    Ok(Worked::Done)
 }
 
 /// Phase 1: the rows, by index lookup, and the orphans already open; then
@@ -267,16 +331,17 @@ async fn look_up<'e>(
 }
 
 /// Phase 2: Stripe, with no transaction open, under a lease long enough for
-/// it; the outage rule; a shutdown abandons the batch. `session_rows` are
-/// the rows judged by their Checkout Session that the batch's session events
-/// name (issue 32), read beside the plan's.
+/// it; the outage rule; a shutdown abandons the batch, and so does the end
+/// of the held PaymentIntents' time (`None`: nothing to write).
+/// `session_rows` are the rows judged by their Checkout Session that the
+/// batch's session events name (issue 32), read beside the plan's.
 async fn ask_stripe(
     ctx: &RunContext<'_>,
     lease: &Lease,
     feed: Feed<'_>,
     looked: &Looked<'_>,
     session_rows: Vec<PaymentRow>,
-) -> Result<Answers, EventsError> {
+) -> Result<Option<Answers>, EventsError> {
     let plan = &looked.plan;
     let reads = plan.count(RowAction::Retrieve) + plan.orphan_reads.len() + session_rows.len();
     renew_for_reads(ctx, lease, reads).await?;
@@ -288,9 +353,15 @@ async fn ask_stripe(
         .chain(session_rows)
         .collect();
     let now = looked.rules.now;
+    let until = match feed.source {
+        Source::Retry { until: Some(u) } => tokio::time::Instant::from_std(u),
+        // Never: a slice's reads end with its answers.
+        _ => tokio::time::Instant::now() + Duration::from_secs(86_400 * 365),
+    };
     let (observations, orphan_reads) = tokio::select! {
         biased;
         () = ctx.shutdown.cancelled() => return Err(RunError::Interrupted.into()),
+        () = tokio::time::sleep_until(until) => return Ok(None),
         read = read_all(ctx, to_read, feed.account, &plan.orphan_reads, now) => read?,
     };
     let asked = observations.iter().filter(|o| o.asked_stripe).count() + orphan_reads.len();
@@ -303,11 +374,11 @@ async fn ask_stripe(
     if ctx.shutdown.is_cancelled() {
         return Err(RunError::Interrupted.into());
     }
-    Ok(Answers {
+    Ok(Some(Answers {
         observations,
         orphan_reads,
         reads,
-    })
+    }))
 }
 
 /// Phase 3: record, hold what could not be decided, and move the position
@@ -333,6 +404,7 @@ async fn write(
         &settings.run.job,
         settings.run.unverifiable_cycles,
         observations,
+        &settings.schema.times,
     )
     .await?;
     let (held, to_hold, settled) = holds(looked, orphan_reads, observations);
@@ -341,7 +413,7 @@ async fn write(
     let orphans = orphans::record(&mut tx, &looked.plan.with_rows, orphan_reads).await?;
     let (covered_until, newest_event) = match feed.source {
         Source::Slice(slice) => (Some(slice.end()), read.newest()),
-        Source::Retry => (None, None),
+        Source::Retry { .. } => (None, None),
     };
     let to = Advance {
         covered_until,
@@ -438,7 +510,7 @@ fn tally(
             summary.slices += 1;
             summary.events_read += read.len() as u64;
         }
-        Source::Retry => summary.retries_read += looked.named.len() as u64,
+        Source::Retry { .. } => summary.retries_read += looked.named.len() as u64,
     }
     summary.payment_intents_held += written.to_hold as u64;
     summary.events_skipped += read.skipped as u64;
@@ -546,4 +618,19 @@ async fn renew_for_reads(
     lease.renew_for(&mut tx, ttl).await?;
     tx.commit().await.context("committing")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_payment_intents_get_a_third_of_the_page_budget_at_most_500() {
+        // RECONCILER_EVENTS_MAX_PAGES 100 (default): 3,333 by pages, 500 at most.
+        assert_eq!(held_limit(100), 500);
+        // 9 pages: 3 pages' worth.
+        assert_eq!(held_limit(9), 300);
+        // 1 or 2 pages: still one, never none.
+        assert_eq!((held_limit(1), held_limit(2)), (1, 1));
+    }
 }

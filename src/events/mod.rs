@@ -52,6 +52,18 @@ pub enum EventsError {
     /// before it stay committed, the one in progress wrote nothing.
     #[error("cannot read Stripe's events feed; the slices already committed are kept, the position stays where they left it")]
     FeedUnavailable(#[source] GatewayError),
+    /// The events list did not advance: a page with `has_more` that brought
+    /// no event id the slice had not already seen (a proxy that ignores
+    /// `starting_after`, or `has_more` with an empty page). The feed is read
+    /// no further this run and its position stays where its last committed
+    /// slice left it; the other feeds go on and the run exits 1.
+    #[error("the events list of {feed} does not advance (page {page} of a slice brought no new event id although has_more is true; a proxy that ignores starting_after?): that feed is read no further this run and its position stays where its last committed slice left it")]
+    FeedNotAdvancing {
+        /// `the platform's feed` or `connected account acct_…'s feed`.
+        feed: String,
+        /// The page of the slice (1-based) that did not advance.
+        page: u32,
+    },
     /// Stripe says the platform has no access to a connected account
     /// (revoked, or not connected to this platform): that account's feed is
     /// skipped for the run, counted in `stripe_accounts_unreachable`; never
@@ -72,6 +84,7 @@ impl EventsError {
         match self {
             EventsError::Scan(e) => e.exit_code(),
             EventsError::FeedUnavailable(_) => exit::FAILURE,
+            EventsError::FeedNotAdvancing { .. } => exit::FAILURE,
             // Handled per account by the run; never its result.
             EventsError::AccountUnreachable(_) => exit::FAILURE,
         }
@@ -82,6 +95,7 @@ impl EventsError {
         match self {
             EventsError::Scan(e) => e.outcome(),
             EventsError::FeedUnavailable(_) => RunOutcome::StripeDown,
+            EventsError::FeedNotAdvancing { .. } => RunOutcome::StripeDown,
             EventsError::AccountUnreachable(_) => RunOutcome::StripeDown,
         }
     }

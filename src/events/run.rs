@@ -7,12 +7,13 @@
 //! committed and the next run continues from there.
 
 use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use super::feed::{self, SliceRead, Window};
+use super::feed::{self, PageBounds, SliceRead, Window};
 use super::handle::{self, Progress};
 use super::slices::{Slice, Slicer};
 use super::summary::EventsSummary;
@@ -120,12 +121,7 @@ async fn body(ctx: &RunContext<'_>, summary: &mut EventsSummary) -> Result<(), E
         let Some(slice) = feed.slicer.next() else {
             continue;
         };
-        if ctx
-            .settings
-            .run
-            .run_deadline
-            .is_some_and(|d| ctx.clock.started().elapsed() >= d)
-        {
+        if run_deadline(ctx).is_some_and(|d| Instant::now() >= d) {
             summary.deadline_reached = true;
             tracing::info!(slices = summary.slices, covered_until = ?summary.covered_until, "run deadline reached; no new slice started (the next run continues from the position)");
             break;
@@ -164,7 +160,7 @@ async fn open_feeds(
     };
     let listed_at = Utc::now();
     let Window { start, gap_seconds } = feed::window(
-        position.and_then(|p| p.covered_until),
+        position.as_ref().and_then(|p| p.covered_until),
         listed_at,
         ctx.settings.events.lookback,
         STRIPE_EVENTS_RETENTION,
@@ -177,16 +173,24 @@ async fn open_feeds(
     let mut feeds: VecDeque<FeedRun> = VecDeque::new();
     feeds.push_back(FeedRun {
         account: None,
-        slicer: Slicer::new(start, listed_at),
+        slicer: Slicer::new(start, listed_at).never_before(position.and_then(|p| p.covered_until)),
     });
     let accounts = connected_feeds(ctx.pool, ctx.settings, job, listed_at, summary).await?;
-    for (account, account_start) in accounts {
+    for (account, slicer) in accounts {
         feeds.push_back(FeedRun {
             account: Some(account),
-            slicer: Slicer::new(account_start, listed_at),
+            slicer,
         });
     }
     Ok(feeds)
+}
+
+/// When `RECONCILER_RUN_DEADLINE_SECONDS` passes (from the run's start).
+fn run_deadline(ctx: &RunContext<'_>) -> Option<Instant> {
+    ctx.settings
+        .run
+        .run_deadline
+        .and_then(|d| ctx.clock.started().checked_add(d))
 }
 
 /// What the run does after a slice.
@@ -221,20 +225,16 @@ async fn next_slice(
     progress: &mut Progress,
     summary: &mut EventsSummary,
 ) -> Result<Step, SliceFailure> {
-    // The cap bounds the pages of a run, but never stops its first
-    // slice: a feed so crowded that cutting it down to one page takes
-    // more pages than the cap would otherwise never move.
-    let max_pages = (summary.slices > 0).then_some(ctx.settings.events.max_pages);
+    // The cap and the deadline bound the pages of a run from its very
+    // first page (issue 30: a list that does not advance was read without
+    // bound in the first slice).
+    let bounds = PageBounds {
+        max_pages: ctx.settings.events.max_pages,
+        deadline: run_deadline(ctx),
+        shutdown: &ctx.shutdown,
+    };
     let account = feed.account.as_ref();
-    let read = feed::read_slice(
-        ctx.gateway,
-        account,
-        slice,
-        &mut summary.pages,
-        max_pages,
-        &ctx.shutdown,
-    )
-    .await;
+    let read = feed::read_slice(ctx.gateway, account, slice, &mut summary.pages, bounds).await;
     match read {
         Ok(SliceRead::Whole(read)) => {
             let events = read.len();
@@ -248,8 +248,21 @@ async fn next_slice(
         }
         Ok(SliceRead::Capped) => {
             summary.truncated = true;
+            if summary.slices == 0 {
+                tracing::warn!(pages = summary.pages, "RECONCILER_EVENTS_MAX_PAGES reached before any slice was whole: no position moved this run; if this repeats, raise RECONCILER_EVENTS_MAX_PAGES (a crowded feed is cut down to slices of a page or two in a few pages)");
+            }
             tracing::info!(pages = summary.pages, covered_until = ?summary.covered_until, "RECONCILER_EVENTS_MAX_PAGES reached: the rest of the backlog is read by the next runs (events_lag_seconds says how far behind)");
             Ok(Step::Stop)
+        }
+        Ok(SliceRead::Deadline) => {
+            summary.deadline_reached = true;
+            tracing::info!(pages = summary.pages, covered_until = ?summary.covered_until, "run deadline reached while reading a slice: that slice is left to the next run (the position stays where the last whole slice left it)");
+            Ok(Step::Stop)
+        }
+        Err(e @ EventsError::FeedNotAdvancing { .. }) => {
+            summary.feeds_not_advancing += 1;
+            tracing::error!(error = %e, pages = summary.pages, "an events list that does not advance: that feed is read no further this run; the other feeds go on");
+            Err(SliceFailure::Feed(e))
         }
         Err(EventsError::AccountUnreachable(e)) => {
             summary.accounts_unreachable += 1;
@@ -282,8 +295,8 @@ struct FeedRun {
 pub const MAX_ACCOUNTS_PER_RUN: usize = 10_000;
 
 /// With `RECONCILER_ACCOUNT_COLUMN`: the active connected accounts
-/// (`RECONCILER_EVENTS_ACCOUNT_ACTIVE_SECONDS`) with the start of each one's
-/// window, least recently read first (never read: first). A stored value
+/// (`RECONCILER_EVENTS_ACCOUNT_ACTIVE_SECONDS`) with the slices of each
+/// one's window (never committing before its stored position), least recently read first (never read: first). A stored value
 /// that is not an `acct_` id is never sent: it is logged and skipped.
 async fn connected_feeds(
     pool: &PgPool,
@@ -291,7 +304,7 @@ async fn connected_feeds(
     job: &str,
     listed_at: DateTime<Utc>,
     summary: &mut EventsSummary,
-) -> Result<Vec<(AccountId, DateTime<Utc>)>, EventsError> {
+) -> Result<Vec<(AccountId, Slicer)>, EventsError> {
     let Some(column) = settings.schema.account_column.as_ref() else {
         return Ok(Vec::new());
     };
@@ -304,6 +317,7 @@ async fn connected_feeds(
         settings.events.account_active,
         MAX_ACCOUNTS_PER_RUN,
         settings.schema.partition.as_ref(),
+        &settings.schema.times,
     )
     .await?;
     if values.len() >= MAX_ACCOUNTS_PER_RUN {
@@ -330,7 +344,7 @@ async fn connected_feeds(
             .into_iter()
             .collect();
     tx.commit().await.context("committing")?;
-    let mut feeds: Vec<(Option<DateTime<Utc>>, AccountId, DateTime<Utc>)> = Vec::new();
+    let mut feeds: Vec<(Option<DateTime<Utc>>, AccountId, Slicer)> = Vec::new();
     for account in accounts {
         let position = positions.get(account.as_str());
         let Window { start, gap_seconds } = feed::window(
@@ -343,7 +357,9 @@ async fn connected_feeds(
             tracing::warn!(account = %account.as_str(), gap_seconds = gap, "a connected account's events position is older than Stripe keeps events (30 days): restarting at the oldest available event (the scan covers those rows)");
             summary.gap_seconds = Some(summary.gap_seconds.unwrap_or(0.0).max(gap));
         }
-        feeds.push((position.and_then(|p| p.last_success_at), account, start));
+        let slicer =
+            Slicer::new(start, listed_at).never_before(position.and_then(|p| p.covered_until));
+        feeds.push((position.and_then(|p| p.last_success_at), account, slicer));
     }
     feeds.sort_by_key(|(last, _, _)| *last);
     summary.accounts = feeds.len() as u64;

@@ -48,6 +48,8 @@ pub struct Slicer {
     end: i64,
     until: DateTime<Utc>,
     width: i64,
+    /// The stored position: no slice commits a position before it.
+    floor: Option<DateTime<Utc>>,
 }
 
 impl Slicer {
@@ -63,7 +65,19 @@ impl Slicer {
             end: up,
             until: end,
             width: (up - next).max(1),
+            floor: None,
         }
+    }
+
+    /// The feed's stored position (`covered_until`): a position never moves
+    /// backwards, so every slice commits at least this (issue 30; the store
+    /// keeps the greater too). A slice ending earlier (the window starts
+    /// [`super::feed::OVERLAP`] before the position, and a clock behind the
+    /// one that wrote it ends the window before it) still has its events
+    /// handled.
+    pub fn never_before(mut self, floor: Option<DateTime<Utc>>) -> Self {
+        self.floor = floor;
+        self
     }
 
     /// The next slice to read; `None` once the window is covered.
@@ -74,6 +88,7 @@ impl Slicer {
                 Some(t) if lt < self.end => t,
                 _ => self.until,
             };
+            let until = self.floor.map_or(until, |floor| until.max(floor));
             Slice {
                 gte: self.next,
                 lt,
@@ -161,6 +176,17 @@ mod tests {
         let s = Slicer::new(at(1000), end);
         let last = s.next().unwrap();
         assert_eq!((last.lt, last.end()), (1301, end));
+    }
+
+    #[test]
+    fn no_slice_commits_a_position_before_the_stored_one() {
+        // Stored at 1300 by a pod whose clock ran ahead; the window is
+        // [1240, 1290) on this pod's clock.
+        let s = Slicer::new(at(1240), at(1290)).never_before(Some(at(1300)));
+        let only = s.next().unwrap();
+        assert_eq!((only.gte, only.lt, only.end()), (1240, 1290, at(1300)));
+        let s = Slicer::new(at(1240), at(1400)).never_before(Some(at(1300)));
+        assert_eq!(s.next().unwrap().end(), at(1400), "a later end is kept");
     }
 
     #[test]

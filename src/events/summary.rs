@@ -63,6 +63,11 @@ pub struct EventsSummary {
     /// Stripe did not answer): held in `reconciliation_events_retry` for the
     /// next runs; the position moved past their events anyway.
     pub payment_intents_held: u64,
+    /// The held PaymentIntents' share of the run was used up (a third of
+    /// `RECONCILER_RUN_DEADLINE_SECONDS` or of the held reads a run allows,
+    /// [`super::handle::held_limit`]): the rest wait, least recently read
+    /// first, for the next runs; nothing is dropped.
+    pub held_share_reached: bool,
     /// Held PaymentIntents dropped because their event is older than grace
     /// + 1 h: the scan covers their rows.
     pub retries_expired: u64,
@@ -81,6 +86,9 @@ pub struct EventsSummary {
     /// Connected accounts whose feeds this run considered
     /// (`RECONCILER_ACCOUNT_COLUMN`; 0 without it).
     pub accounts: u64,
+    /// Feeds whose events list did not advance (the same page again, or
+    /// `has_more` with no new ids): read no further this run, position kept.
+    pub feeds_not_advancing: u64,
     /// Connected accounts whose feed Stripe refused (no access): skipped.
     pub accounts_unreachable: u64,
     /// Wall time, seconds.

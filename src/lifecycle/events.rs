@@ -48,6 +48,8 @@ impl Report for EventsJob {
             retries_read = summary.retries_read,
             held = summary.payment_intents_held,
             retries_expired = summary.retries_expired,
+            held_share_reached = summary.held_share_reached,
+            feeds_not_advancing = summary.feeds_not_advancing,
             duration_seconds = summary.duration_seconds,
             "events run summary"
         );
@@ -162,6 +164,15 @@ fn print_summary(s: &EventsSummary, format: LogFormat) {
             }
             if s.deadline_reached {
                 println!("  DEADLINE             run deadline reached; the next runs continue from the position");
+            }
+            if s.held_share_reached {
+                println!("  HELD SHARE           the held PaymentIntents' third of the run is used up; the rest stay held for the next runs");
+            }
+            if s.feeds_not_advancing > 0 {
+                println!(
+                    "  NOT ADVANCING        {} feed(s) whose events list repeats itself; their positions did not move",
+                    s.feeds_not_advancing
+                );
             }
             println!(
                 "  covered until        {}",

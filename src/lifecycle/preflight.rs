@@ -88,9 +88,14 @@ pub async fn check_columns(
         .map_err(CommandError::Store)?
         == PaymentIntentIndex::Missing
     {
+        // Said exactly, so a `migrate` that could not build it (a role's
+        // statement timeout, a lock never granted) is never a dead end.
         return Err(ConfigError::Invalid {
             var: "DATABASE_URL",
-            reason: "payments.stripe_payment_intent_id has no index: run `stripe-reconciler migrate` (it adds one) before `run`".to_owned(),
+            reason: format!(
+                "payments.stripe_payment_intent_id has no index: run `stripe-reconciler migrate` (it adds one) before `run`, or build it yourself in psql as the table's owner (the application keeps writing meanwhile):\n{}",
+                payment_index::build_by_hand()
+            ),
         }
         .into());
     }
@@ -102,12 +107,15 @@ pub async fn check_columns(
     Ok(settings)
 }
 
-/// `settings` with the partition's kind fixed from the catalogue (a clone;
-/// unchanged without a partition).
+/// `settings` with the partition's kind fixed from the catalogue, and the
+/// types of `payments.created_at` / `updated_at` with them (a
+/// `timestamp without time zone` is read in `RECONCILER_TIMESTAMP_ZONE`,
+/// which the database must know). A clone.
 ///
 /// # Errors
-/// [`CommandError::Config`] (exit 78) naming `RECONCILER_PARTITION_COLUMN`
-/// or `RECONCILER_PARTITION_VALUE`; [`CommandError::Store`] from the database.
+/// [`CommandError::Config`] (exit 78) naming `RECONCILER_PARTITION_COLUMN`,
+/// `RECONCILER_PARTITION_VALUE` or `RECONCILER_TIMESTAMP_ZONE`;
+/// [`CommandError::Store`] from the database.
 pub async fn checked(
     conn: &mut PgConnection,
     settings: &Settings,
@@ -118,6 +126,9 @@ pub async fn checked(
             .await
             .map_err(column_error)?;
     }
+    settings.job.schema.times = payments::time_columns(conn, &settings.job.schema.times)
+        .await
+        .map_err(column_error)?;
     Ok(settings)
 }
 
@@ -142,8 +153,9 @@ pub async fn require_index(
         return Err(ConfigError::Invalid {
             var: "RECONCILER_PARTITION_COLUMN",
             reason: format!(
-                "payments has no index on ({:?}, id), which every batch of a partition reads by: run `stripe-reconciler migrate` with the same RECONCILER_PARTITION_COLUMN and RECONCILER_PARTITION_VALUE (and this RECONCILER_JOB) set, before `run`; it adds the index CONCURRENTLY (the chart's migration hook does this)",
-                partition.column.as_str()
+                "payments has no index on ({:?}, id), which every batch of a partition reads by: run `stripe-reconciler migrate` with the same RECONCILER_PARTITION_COLUMN and RECONCILER_PARTITION_VALUE (and this RECONCILER_JOB) set, before `run`; it adds the index CONCURRENTLY (the chart's migration hook does this); or build it yourself in psql as the table's owner:\n{}",
+                partition.column.as_str(),
+                payment_index::partition_build_by_hand(&partition.column)
             ),
         }
         .into());

@@ -98,8 +98,7 @@ impl Report for ScanJob {
 async fn read_status(pool: &PgPool, job: &JobSettings, timeout: Duration) -> Option<Status> {
     let read = async {
         let mut conn = crate::store::begin(pool).await.context("connecting")?;
-        let partition = job.schema.partition.as_ref();
-        status::read(&mut conn, &job.run.job, &job.outbox, partition).await
+        status::read_job(&mut conn, job).await
     };
     match tokio::time::timeout(timeout, read).await {
         Ok(Ok(s)) => {

@@ -37,6 +37,8 @@ pub(super) struct EventsGauges {
     held: Figure,
     accounts_unreachable: Figure,
     without_payment_intent: Figure,
+    not_advancing: Figure,
+    held_share_reached: Figure,
     stripe_requests: Labelled,
 }
 
@@ -101,6 +103,14 @@ impl EventsGauges {
                 "events_without_payment_intent",
                 "Charge, refund and dispute events the last events run read whose object names no PaymentIntent (charges made without one): counted, nothing to re-read.",
             )?,
+            not_advancing: figure(
+                "events_feeds_not_advancing",
+                "Feeds whose events list did not advance in the last events run (the same page again, or has_more with no new ids): read no further, their positions kept.",
+            )?,
+            held_share_reached: figure(
+                "events_held_share_reached",
+                "1 if the held PaymentIntents used up their share of the last events run (a third of its pages and of its deadline): the rest stay held for the next runs.",
+            )?,
             stripe_requests: Labelled::register(
                 registry,
                 "stripe_requests",
@@ -133,6 +143,9 @@ impl EventsGauges {
         self.accounts_unreachable.set(s.accounts_unreachable as f64);
         self.without_payment_intent
             .set(s.events_without_payment_intent as f64);
+        self.not_advancing.set(s.feeds_not_advancing as f64);
+        self.held_share_reached
+            .set(f64::from(u8::from(s.held_share_reached)));
         if let Some(st) = state {
             self.held.set(st.held as f64);
         }

@@ -137,7 +137,10 @@ fn money_check(local: &LocalPayment, pi: &PaymentIntentFacts) -> Money {
             Some(_) => {}
         }
     }
-    if let Some(amount) = &local.amount {
+    if let Some(decision) = amount_missing(local, pi) {
+        return Money::Finding(decision);
+    }
+    if let Some(amount) = local.amount.as_ref().filter(|a| **a != LocalAmount::Null) {
         match pi.amount {
             None => {
                 unproven.get_or_insert("the row has an amount but the PaymentIntent has none");
@@ -169,6 +172,28 @@ fn money_check(local: &LocalPayment, pi: &PaymentIntentFacts) -> Money {
     unproven.map_or(Money::Kept, Money::Unproven)
 }
 
+/// An `amount_mismatch` for a row the application treats as paid or
+/// refunded (money it believes it took) whose configured amount column is
+/// NULL: nothing says what it charged, so nothing can be compared (issue 30:
+/// a NULL amount on a row with money is a finding, not `in_sync`). Details:
+/// `local_amount` null, Stripe's amount and currency, the reason. A row in
+/// any other state has no money to compare yet (a `pending` row is repaired
+/// to `paid` first, then this applies).
+fn amount_missing(local: &LocalPayment, pi: &PaymentIntentFacts) -> Option<Decision> {
+    let holds_money = matches!(local.status, LocalStatus::Paid | LocalStatus::Refunded);
+    (local.amount == Some(LocalAmount::Null) && holds_money).then(|| {
+        Decision::review_with(
+            FindingKind::AmountMismatch,
+            json!({
+                "local_amount": null,
+                "stripe_amount": pi.amount,
+                "currency": pi.currency,
+                "reason": "the row's amount (RECONCILER_AMOUNT_COLUMN) is NULL",
+            }),
+        )
+    })
+}
+
 /// The row's amount in minor units. A major amount (`RECONCILER_AMOUNT_UNIT=major`)
 /// is converted with the row's currency's exponent (the currency check has
 /// already matched it with Stripe's); without a currency the exponent is
@@ -182,6 +207,7 @@ fn minor_units(
     let major = match amount {
         LocalAmount::Minor(minor) => return Ok(*minor),
         LocalAmount::Major(major) => major,
+        LocalAmount::Null => return Err(Money::Unproven("the row's amount is NULL")),
     };
     let Some(currency) = &local.currency else {
         return Err(Money::Unproven(
@@ -209,7 +235,7 @@ fn minor_units(
 fn major_text(amount: &LocalAmount) -> Option<&str> {
     match amount {
         LocalAmount::Major(major) => Some(major),
-        LocalAmount::Minor(_) => None,
+        LocalAmount::Minor(_) | LocalAmount::Null => None,
     }
 }
 
@@ -358,6 +384,14 @@ mod tests {
 
     fn local(status: &str) -> LocalPayment {
         LocalPayment::with_status(LocalStatus::parse(status))
+    }
+
+    /// A row whose configured amount column holds NULL.
+    fn null_amount(status: &str) -> LocalPayment {
+        LocalPayment {
+            amount: Some(LocalAmount::Null),
+            ..local(status)
+        }
     }
 
     /// A PaymentIntent as Stripe answers it: $10.99, created an hour before
@@ -611,6 +645,48 @@ mod tests {
                 jpy(pi("succeeded")),
                 Verdict::NeedsReview,
                 Some("amount_mismatch"),
+            ),
+            Row {
+                details: serde_json::json!({
+                    "local_amount": null, "stripe_amount": 1099, "currency": "usd",
+                }),
+                ..row(
+                    "a paid row whose configured amount is NULL: a finding, not in sync (issue 30)",
+                    null_amount("paid"),
+                    clean_success(),
+                    Verdict::NeedsReview,
+                    Some("amount_mismatch"),
+                )
+            },
+            Row {
+                details: serde_json::json!({ "local_amount": null, "stripe_amount": null }),
+                ..row(
+                    "a paid row whose amount is NULL, Stripe's answer has none either: a finding",
+                    null_amount("paid"),
+                    PaymentIntentFacts {
+                        amount: None,
+                        ..clean_success()
+                    },
+                    Verdict::NeedsReview,
+                    Some("amount_mismatch"),
+                )
+            },
+            Row {
+                command: Some(RepairCommand::ApplyPaymentSucceeded),
+                ..row(
+                    "a pending row whose amount is NULL: nothing to compare yet, repaired",
+                    null_amount("pending"),
+                    clean_success(),
+                    Verdict::Repairable,
+                    Some("missed_success"),
+                )
+            },
+            row(
+                "a failed row whose amount is NULL, Stripe failed too: in sync",
+                null_amount("failed"),
+                pi("canceled"),
+                Verdict::InSync,
+                None,
             ),
             Row {
                 command: Some(RepairCommand::ApplyPaymentSucceeded),

@@ -15,8 +15,8 @@ pub struct LocalPayment {
     /// `payments.status`.
     pub status: LocalStatus,
     /// The amount from `RECONCILER_AMOUNT_COLUMN`, in the unit of
-    /// `RECONCILER_AMOUNT_UNIT`; `None` when the column is not configured or
-    /// the row holds NULL (then no amount is compared).
+    /// `RECONCILER_AMOUNT_UNIT`; `None` when the column is not configured,
+    /// [`LocalAmount::Null`] when the row holds NULL there.
     pub amount: Option<LocalAmount>,
     /// The ISO currency code from `RECONCILER_CURRENCY_COLUMN`, any case;
     /// `None` when not configured or NULL.
@@ -34,6 +34,10 @@ pub enum LocalAmount {
     /// (`12.00` dollars), converted with the row's currency's exponent
     /// ([`super::currency::to_minor_units`]) when compared.
     Major(String),
+    /// The column is configured (`RECONCILER_AMOUNT_COLUMN`) and the row
+    /// holds NULL: on a row the application treats as paid or refunded, an
+    /// `amount_mismatch` (issue 30); on any other row, nothing to compare.
+    Null,
 }
 
 impl LocalPayment {

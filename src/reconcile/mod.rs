@@ -5,6 +5,8 @@
 //! appear only at the edges ([`LocalStatus::parse`], [`ExternalStatus::parse`],
 //! the `as_str` methods used by the store).
 //!
+//! - `acknowledgement`: when a finding resolved by hand stays resolved
+//!   ([`acknowledgeable`], [`fingerprint`]).
 //! - `classify`: [`classify`], the money checks, the status table, the aging checks.
 //! - [`currency`]: Stripe's currency exponents; major units to minor units, exactly.
 //! - `decision`: [`Verdict`], [`Decision`], [`RepairCommand`], [`classify_status`].
@@ -16,6 +18,7 @@
 //! - `session`: Checkout Sessions: their facts and [`classify_session`] (issue 32).
 //! - `status`: [`LocalStatus`], [`ExternalStatus`].
 
+mod acknowledgement;
 mod classify;
 pub mod currency;
 mod decision;
@@ -28,6 +31,7 @@ mod resolution;
 mod session;
 mod status;
 
+pub use acknowledgement::{acknowledgeable, fingerprint};
 pub use classify::{classify, Rules, AUTHORIZATION_LIFETIME_SECONDS};
 pub use decision::{classify_status, Decision, RepairCommand, Verdict};
 pub use differs::{differs, money, Differs};

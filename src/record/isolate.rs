@@ -6,7 +6,7 @@
 //! (serialization, deadlock) are retried a bounded number of times first.
 //! When nothing fails, a batch costs one savepoint more than before.
 
-use crate::config::OutboxSettings;
+use crate::config::{OutboxSettings, PaymentTimes};
 use sqlx::Connection;
 
 use super::Recorded;
@@ -106,6 +106,7 @@ pub(super) async fn record_isolating(
     unverifiable_cycles: u32,
     observations: &mut [Observation],
     indices: Vec<usize>,
+    times: &PaymentTimes,
 ) -> Result<(Recorded, Vec<Refusal>), RunError> {
     let mut recorded = Recorded::default();
     let mut refused = Vec::new();
@@ -116,14 +117,23 @@ pub(super) async fn record_isolating(
         if part.is_empty() {
             continue;
         }
-        let failed =
-            match attempt(conn, outbox, job, unverifiable_cycles, observations, &part).await? {
-                Attempt::Written(r) => {
-                    recorded.add(&r);
-                    continue;
-                }
-                Attempt::Refused(failed) => failed,
-            };
+        let failed = match attempt(
+            conn,
+            outbox,
+            job,
+            unverifiable_cycles,
+            observations,
+            &part,
+            times,
+        )
+        .await?
+        {
+            Attempt::Written(r) => {
+                recorded.add(&r);
+                continue;
+            }
+            Attempt::Refused(failed) => failed,
+        };
         if FailureClass::after_a_wait(&failed.error.source) {
             timeouts += 1;
             if timeouts > MAX_TIMEOUT_REFUSALS {
@@ -163,6 +173,7 @@ async fn attempt(
     unverifiable_cycles: u32,
     observations: &mut [Observation],
     part: &[usize],
+    times: &PaymentTimes,
 ) -> Result<Attempt, RunError> {
     let mut retries = 0;
     loop {
@@ -174,6 +185,7 @@ async fn attempt(
             job,
             unverifiable_cycles,
             &mut subset,
+            times,
         )
         .await
         {

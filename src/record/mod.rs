@@ -13,7 +13,7 @@ pub mod rows;
 
 use std::collections::{HashMap, HashSet};
 
-use crate::config::OutboxSettings;
+use crate::config::{OutboxSettings, PaymentTimes};
 use crate::outcome::RunError;
 use crate::read::Observation;
 use sqlx::Connection;
@@ -81,6 +81,7 @@ pub async fn record_observations(
     job: &str,
     unverifiable_cycles: u32,
     observations: &mut [Observation],
+    times: &PaymentTimes,
 ) -> Result<Recorded, RunError> {
     let writing: Vec<usize> = (0..observations.len())
         .filter(|&i| writes_for(&observations[i]))
@@ -93,6 +94,7 @@ pub async fn record_observations(
         unverifiable_cycles,
         observations,
         writing,
+        times,
     )
     .await?;
     if refused.is_empty() {
@@ -116,13 +118,14 @@ async fn record_set(
     job: &str,
     unverifiable_cycles: u32,
     observations: &mut [Observation],
+    times: &PaymentTimes,
 ) -> Result<Recorded, Failed> {
-    demote_changed_rows(tx, observations)
+    demote_changed_rows(tx, observations, times)
         .await
         .map_err(at(Write::LockPayment))?;
     let observations: &[Observation] = observations;
     let (answered_ids, findings_cleared) =
-        stamp_and_clear(tx, outbox_settings, observations).await?;
+        stamp_and_clear(tx, outbox_settings, observations, times).await?;
     close_unproven(tx, outbox_settings, observations).await?;
     let touched = open_findings(tx, job, unverifiable_cycles, observations, &answered_ids).await?;
     let findings_created = touched.iter().filter(|f| f.created).count() as u64;
@@ -143,6 +146,7 @@ async fn stamp_and_clear(
     tx: &mut sqlx::PgConnection,
     outbox_settings: &OutboxSettings,
     observations: &[Observation],
+    times: &PaymentTimes,
 ) -> Result<(Vec<i64>, u64), Failed> {
     // Answered: rows Stripe answered definitively. A 404 or a malformed id is
     // an answer too (its finding carries the problem), so those rows do not
@@ -159,7 +163,7 @@ async fn stamp_and_clear(
         .iter()
         .map(|o| o.observed.as_ref().map(|s| s.as_str().to_owned()))
         .collect();
-    payment_state::record(tx, &all_ids, &confirmed, &statuses)
+    payment_state::record(tx, &all_ids, &confirmed, &statuses, times)
         .await
         .map_err(at(Write::Stamp))?;
     let with_status: Vec<bool> = answered.iter().map(|o| o.observed.is_some()).collect();

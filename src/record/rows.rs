@@ -5,22 +5,25 @@ use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
 
+use crate::config::PaymentTimes;
 use crate::read::Observation;
-use crate::reconcile::classify_status;
+use crate::reconcile::{acknowledgeable, classify_status};
 use crate::store::findings::NewFinding;
 use crate::store::payments;
 use crate::store::StoreError;
 
-/// The finding an observation records, if any. Its acknowledgement (a manual
-/// resolution of the same drift keeps it closed) holds only where the status
-/// table alone sees no drift: a `pending` payment whose PaymentIntent
-/// succeeded stays in the review queue until its status is dealt with.
+/// The finding an observation records, if any. Whether a manual resolution
+/// of the same drift may keep it closed is [`acknowledgeable`]'s rule: a
+/// money finding standing in for status drift (a `pending` payment whose
+/// PaymentIntent succeeded and was refunded) stays in the review queue until
+/// its status is dealt with.
 pub fn new_finding(o: &Observation) -> Option<NewFinding> {
     let kind = o.decision.kind.as_ref()?;
-    let acknowledgeable = o
+    let status_in_sync = o
         .observed
         .as_ref()
         .is_some_and(|external| classify_status(&o.local, external).kind.is_none());
+    let acknowledgeable = acknowledgeable(kind, status_in_sync);
     Some(NewFinding {
         payment_id: o.payment_id,
         kind: kind.as_str().into_owned(),
@@ -52,12 +55,13 @@ pub(super) fn writes_for(o: &Observation) -> bool {
 pub(super) async fn demote_changed_rows(
     tx: &mut sqlx::PgConnection,
     observations: &mut [Observation],
+    times: &PaymentTimes,
 ) -> Result<(), StoreError> {
     let touched: Vec<&Observation> = observations.iter().filter(|o| writes_for(o)).collect();
     let ids: Vec<i64> = touched.iter().map(|o| o.payment_id).collect();
     let versions: Vec<i64> = touched.iter().map(|o| o.version).collect();
     let updated: Vec<DateTime<Utc>> = touched.iter().map(|o| o.updated_at).collect();
-    let unchanged: HashSet<i64> = payments::lock_unchanged(tx, &ids, &versions, &updated)
+    let unchanged: HashSet<i64> = payments::lock_unchanged(tx, &ids, &versions, &updated, times)
         .await?
         .into_iter()
         .collect();

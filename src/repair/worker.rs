@@ -14,7 +14,7 @@ use sqlx::{Connection, PgPool};
 use tokio_util::sync::CancellationToken;
 
 use super::writer::{apply, fill_session_payment_intent, WriteError};
-use crate::config::{ColumnName, OutboxSettings, StatusMap};
+use crate::config::{ColumnName, OutboxSettings, StatusMap, TimestampZone};
 use crate::reconcile::{FindingKind, RepairCommand, Resolution};
 use crate::store::outbox::{self, ClaimedCommand};
 use crate::store::{findings, payments};
@@ -34,6 +34,11 @@ pub struct RepairOptions {
     /// by its Checkout Session is applied only while the payment still
     /// names that session (issue 32); without it such a command is skipped.
     pub checkout_session_column: Option<ColumnName>,
+    /// `RECONCILER_TIMESTAMP_ZONE`: the canonical writer's `updated_at =
+    /// now()` is stored in this zone when `payments.updated_at` is a
+    /// `timestamp without time zone` (each transaction's `TimeZone` is set
+    /// to it, `SET LOCAL`); an instant (`timestamptz`) is unaffected.
+    pub timestamp_zone: TimestampZone,
 }
 
 /// Failed attempts after which a command is left for a person.
@@ -46,6 +51,7 @@ impl Default for RepairOptions {
             chunk: 100,
             max_attempts: MAX_ATTEMPTS,
             checkout_session_column: None,
+            timestamp_zone: TimestampZone::default(),
         }
     }
 }
@@ -188,6 +194,7 @@ pub async fn drain_with(
         let mut tx = crate::store::begin(&mut *conn)
             .await
             .context("opening the repair transaction")?;
+        crate::store::set_local_time_zone(&mut tx, &options.timestamp_zone).await?;
         let claimed: Vec<ClaimedCommand> = outbox::claim(
             &mut tx,
             &options.outbox,

@@ -15,7 +15,7 @@ use crate::read::Observation;
 use crate::reconcile::{RepairCommand, PAYMENT_DELETED_NOTE};
 use crate::record::{new_finding, record_observations};
 use crate::store::findings::{self, NewFinding};
-use crate::store::{cursor, outbox, payment_state, Context};
+use crate::store::{cursor, outbox, payment_state, retry, Context};
 
 /// Phase 3 of a read batch (or the wrap at the end of the table). Never
 /// interrupted: it commits or rolls back as a whole.
@@ -58,7 +58,8 @@ pub(crate) async fn commit(
         Mode::DryRun { .. } => dry_run_counts(pool, &observations, &mut report).await?,
         Mode::Write => {
             let range = (cursor_id, last_id, reached_end);
-            write_phase(pool, settings, lease, range, &mut observations, &mut report).await?;
+            observations =
+                write_retrying(pool, settings, lease, range, observations, &mut report).await?;
         }
     }
     for o in &observations {
@@ -119,6 +120,30 @@ async fn wrap(
     Ok(report)
 }
 
+/// [`write_phase`], run again from its start when another job on the same
+/// rows (another partition's, the events job) won a race with it (a
+/// deadlock or a serialization failure, [`retry::again`]): from the
+/// observations phase 2 made, so Stripe is not asked again. Returns the
+/// observations as the committed attempt left them.
+async fn write_retrying(
+    pool: &PgPool,
+    settings: &JobSettings,
+    lease: Option<&Lease>,
+    range: (i64, i64, bool),
+    observations: Vec<Observation>,
+    report: &mut BatchReport,
+) -> Result<Vec<Observation>, RunError> {
+    let mut attempt = 1;
+    loop {
+        let mut tried = observations.clone();
+        match write_phase(pool, settings, lease, range, &mut tried, report).await {
+            Err(e) if retry::again(&e, attempt, "committing the batch").await => attempt += 1,
+            Err(e) => return Err(e),
+            Ok(()) => return Ok(tried),
+        }
+    }
+}
+
 /// Phase 3 of a writing batch over `(cursor_id, last_id]`: records the
 /// observations, the reconciler's own state, renews the lease and moves the
 /// cursor by compare-and-set, in one transaction.
@@ -136,44 +161,37 @@ async fn write_phase(
         settings.scan.batch_size,
         settings.schema.partition.is_some(),
     );
+    let times = &settings.schema.times;
     let mut tx = crate::store::begin(pool)
         .await
         .context("opening the write transaction")?;
-    let recorded =
-        record_observations(&mut tx, outbox, job, unverifiable_cycles, observations).await?;
     // The reconciler's own state: forget payments deleted in the range the
     // cursor walked, and register the newest rows so the lag stays an index
     // lookup (store::payment_state).
     // A partition's batch read only its rows of the range: the other
     // partitions' rows in it are registered too, or they would be below the
     // highest seen id without a state row, invisible to their job's lag.
-    // At the end of the table the walked range runs to its end.
+    // At the end of the table the walked range runs to its end. The range is
+    // registered first, in id order, before the batch's own rows are
+    // recorded: every state row this transaction writes is then taken in
+    // ascending id order, like another partition's job on the same range.
     let through = if reached_end { i64::MAX } else { last_id };
     payment_state::forget_deleted(&mut tx, cursor_id, through).await?;
     if partitioned {
-        payment_state::register_range(&mut tx, cursor_id, through).await?;
+        payment_state::register_range(&mut tx, (cursor_id, through), times).await?;
     }
-    payment_state::register_new(&mut tx, register_limit).await?;
-    // Payments the application deleted in that range (or between this
-    // batch's read and now): their open findings close as
-    // `payment_deleted`, their commands are skipped with that reason.
-    let batch_ids: Vec<i64> = observations.iter().map(|o| o.payment_id).collect();
-    let deleted = findings::resolve_deleted(&mut tx, cursor_id, Some(through), &batch_ids).await?;
-    if !deleted.is_empty() {
-        outbox::close_for_findings(
-            &mut tx,
-            outbox,
-            &RepairCommand::EVENT_TYPES,
-            &deleted,
-            PAYMENT_DELETED_NOTE,
-        )
-        .await?;
-        tracing::info!(
-            findings = deleted.len(),
-            "open findings of payments the application deleted resolved as payment_deleted; their repair commands skipped"
-        );
-    }
-    report.findings_payment_deleted = deleted.len() as u64;
+    let recorded = record_observations(
+        &mut tx,
+        outbox,
+        job,
+        unverifiable_cycles,
+        observations,
+        times,
+    )
+    .await?;
+    payment_state::register_new(&mut tx, register_limit, times).await?;
+    report.findings_payment_deleted =
+        close_deleted(&mut tx, outbox, (cursor_id, through), observations).await?;
     report.findings_created = recorded.findings_created;
     report.findings_cleared = recorded.findings_cleared;
     report.commands_enqueued = recorded.commands_enqueued;
@@ -196,4 +214,33 @@ async fn write_phase(
     }
     tx.commit().await.context("committing the batch")?;
     Ok(())
+}
+
+/// Payments the application deleted in the range `(after, through]` the
+/// batch walked (or between this batch's read and now): their open findings
+/// close as `payment_deleted`, their commands are skipped with that reason.
+/// Returns the findings closed.
+async fn close_deleted(
+    tx: &mut sqlx::PgConnection,
+    outbox: &crate::config::OutboxSettings,
+    (after, through): (i64, i64),
+    observations: &[Observation],
+) -> Result<u64, RunError> {
+    let batch_ids: Vec<i64> = observations.iter().map(|o| o.payment_id).collect();
+    let deleted = findings::resolve_deleted(&mut *tx, after, Some(through), &batch_ids).await?;
+    if !deleted.is_empty() {
+        outbox::close_for_findings(
+            &mut *tx,
+            outbox,
+            &RepairCommand::EVENT_TYPES,
+            &deleted,
+            PAYMENT_DELETED_NOTE,
+        )
+        .await?;
+        tracing::info!(
+            findings = deleted.len(),
+            "open findings of payments the application deleted resolved as payment_deleted; their repair commands skipped"
+        );
+    }
+    Ok(deleted.len() as u64)
 }

@@ -191,13 +191,17 @@ fn pace_of(batch_size: u32, planned: u32, done: u32) -> Pace {
 /// unknown (zeros) when it cannot be read, which only blanks the estimate.
 async fn table_extent(pool: &PgPool, settings: &JobSettings) -> TableExtent {
     let figures = match pool.acquire().await {
-        Ok(mut conn) => stats::table_figures(
-            &mut conn,
-            &settings.run.job,
-            settings.schema.partition.as_ref(),
-        )
-        .await
-        .ok(),
+        Ok(mut conn) => {
+            let partition = settings.schema.partition.as_ref();
+            stats::table_figures(
+                &mut conn,
+                &settings.run.job,
+                partition,
+                &settings.schema.times,
+            )
+            .await
+            .ok()
+        }
         Err(_) => None,
     };
     figures.map_or_else(TableExtent::default, |t| TableExtent {

@@ -119,7 +119,8 @@ async fn read_figures(
 ) -> Result<(TableFigures, RunHistory), StoreError> {
     let mut conn = pool.acquire().await.context("connecting")?;
     let partition = settings.schema.partition.as_ref();
-    let table = stats::table_figures(&mut conn, &settings.run.job, partition).await?;
+    let times = &settings.schema.times;
+    let table = stats::table_figures(&mut conn, &settings.run.job, partition, times).await?;
     let history = runs::history(&mut conn, &settings.run.job, partition).await?;
     Ok((table, history))
 }

@@ -69,7 +69,10 @@ pub struct Advance<'a> {
 }
 
 /// Moves the position inside the run's write transaction, renewing the lease
-/// for `ttl_seconds`. Returns `false` when the lease is no longer `owner`'s
+/// for `ttl_seconds`. The position never moves backwards: `covered_until`
+/// keeps the greater of the stored value and `to`'s (a slice that ends
+/// earlier, from a pod whose clock runs behind the one that wrote it, leaves
+/// it unchanged; issue 30). Returns `false` when the lease is no longer `owner`'s
 /// (it expired and another run took it): the caller must roll back.
 ///
 /// # Errors
@@ -84,7 +87,7 @@ pub async fn advance(
     let (event_id, event_created) = to.newest_event.unzip();
     let done = super::query(
         "UPDATE reconciliation_events_position
-            SET covered_until = coalesce($3, covered_until),
+            SET covered_until = greatest(covered_until, $3),
                 newest_event_id = coalesce($4, newest_event_id),
                 newest_event_created = coalesce($5, newest_event_created),
                 last_success_at = now(), updated_at = now(),
@@ -138,7 +141,8 @@ pub async fn read_accounts(
 
 /// Moves a connected account's position (created on its first slice) and
 /// renews the events job's lease, in the caller's transaction, only while
-/// `owner` holds that lease. Returns `false` when it does not: nothing was
+/// `owner` holds that lease. As [`advance`], `covered_until` never moves
+/// backwards. Returns `false` when it does not: nothing was
 /// written.
 ///
 /// # Errors
@@ -164,7 +168,7 @@ pub async fn advance_account(
                 (job, covered_until, newest_event_id, newest_event_created, last_success_at)
          VALUES ($1, $2, $3, $4, CASE WHEN $2::timestamptz IS NULL THEN NULL ELSE now() END)
          ON CONFLICT (job) DO UPDATE
-            SET covered_until = coalesce(excluded.covered_until, p.covered_until),
+            SET covered_until = greatest(p.covered_until, excluded.covered_until),
                 newest_event_id = coalesce(excluded.newest_event_id, p.newest_event_id),
                 newest_event_created = coalesce(excluded.newest_event_created, p.newest_event_created),
                 -- Only a slice of the account's feed counts as reading it

@@ -169,9 +169,10 @@ struct RetryRow {
     stripe_account_id: Option<String>,
 }
 
-/// Up to `limit` of `job`'s retries, oldest event first, as the events to
-/// decide them by with the connected account whose feed named them (newest
-/// first, as a slice holds them). A stored row whose ids or type are no
+/// Up to `limit` of `job`'s retries, least recently held first (those a run
+/// had no time for come first next run), oldest event among equals, as the
+/// events to decide them by with the connected account whose feed named
+/// them (one event per PaymentIntent). A stored row whose ids or type are no
 /// longer readable is skipped (the scan covers its row).
 ///
 /// # Errors
@@ -186,7 +187,7 @@ pub async fn due(
                 event_status, event_metadata, stripe_account_id
            FROM reconciliation_events_retry
           WHERE job = $1
-          ORDER BY event_created, stripe_payment_intent_id
+          ORDER BY last_held_at, event_created, stripe_payment_intent_id
           LIMIT $2",
     )
     .bind(job)
@@ -194,7 +195,7 @@ pub async fn due(
     .fetch_all(conn)
     .await
     .context("reading events retries")?;
-    let mut events: Vec<(Option<AccountId>, PaymentIntentEvent)> = rows
+    let events: Vec<(Option<AccountId>, PaymentIntentEvent)> = rows
         .into_iter()
         .filter_map(|r| {
             let account = AccountId::of_stored(r.stripe_account_id.as_deref()).ok()?;
@@ -212,6 +213,5 @@ pub async fn due(
             ))
         })
         .collect();
-    events.reverse();
     Ok(events)
 }

@@ -303,26 +303,30 @@ pub async fn drop_index_concurrently(
 }
 
 /// Runs a `CREATE`/`DROP INDEX CONCURRENTLY` statement (which cannot run in a
-/// transaction) under [`INDEX_LOCK_TIMEOUT`]: a session `SET lock_timeout`
-/// before it and `RESET` after, on the same connection (`migrate`'s pool has
-/// one connection).
+/// transaction) under [`INDEX_LOCK_TIMEOUT`] and without a statement timeout
+/// (building an index on a large table takes as long as it takes, whatever
+/// `statement_timeout` the role has by default, issue 30): a session
+/// `SET` of both before it and `RESET` after (back to the role's defaults),
+/// on the same connection (`migrate`'s pool has one connection).
 ///
 /// # Errors
 /// [`StoreError`] from the database; [`is_lock_unavailable`] tells a lock
 /// that was not granted in time.
 pub async fn concurrently(conn: &mut PgConnection, sql: &str) -> Result<(), StoreError> {
-    sqlx::raw_sql(&format!("SET lock_timeout = '{INDEX_LOCK_TIMEOUT}'"))
-        .execute(&mut *conn)
-        .await
-        .context("bounding the index build's lock wait")?;
+    sqlx::raw_sql(&format!(
+        "SET lock_timeout = '{INDEX_LOCK_TIMEOUT}'; SET statement_timeout = 0"
+    ))
+    .execute(&mut *conn)
+    .await
+    .context("bounding the index build's lock wait")?;
     let done = sqlx::raw_sql(sql)
         .execute(&mut *conn)
         .await
         .context("building or dropping an index on payments");
-    sqlx::raw_sql("RESET lock_timeout")
+    sqlx::raw_sql("RESET lock_timeout; RESET statement_timeout")
         .execute(&mut *conn)
         .await
-        .context("resetting lock_timeout")?;
+        .context("resetting lock_timeout and statement_timeout")?;
     done.map(|_| ())
 }
 

@@ -17,9 +17,13 @@
 //! - [`payments`]: the application's `payments` (reads, locks, the canonical
 //!   writer's UPDATE).
 //! - [`refusal`]: which database errors are a row's and which the database's.
+//! - [`retry`]: running a transaction again after a deadlock or a
+//!   serialization failure (40P01, 40001).
 //! - [`runs`]: `reconciliation_runs`, the run history.
 //! - [`schema`]: the migration runner's bookkeeping.
 //! - [`stats`]: the figures of `status` and the metrics.
+//! - [`text`]: the application's text columns read as bytes, so a stray
+//!   byte (a `SQL_ASCII` database) never fails a statement.
 //! - [`unverifiable`]: `reconciliation_unverifiable`, streaks per cycle.
 //!
 //! Every transaction of the job starts with [`begin`], which bounds it with
@@ -49,9 +53,11 @@ pub mod payment_index;
 pub mod payment_state;
 pub mod payments;
 pub mod refusal;
+pub mod retry;
 pub mod runs;
 pub mod schema;
 pub mod stats;
+pub mod text;
 pub mod unverifiable;
 
 use sqlx::postgres::{PgArguments, PgRow};
@@ -139,6 +145,27 @@ where
         .execute(&mut *tx)
         .await?;
     Ok(tx)
+}
+
+/// Sets the transaction's `TimeZone` to `zone` (`SET LOCAL`, so it holds
+/// behind a transaction pooler and ends with the transaction): a `timestamp
+/// without time zone` column assigned an instant (`updated_at = now()`)
+/// then stores the wall-clock time in `RECONCILER_TIMESTAMP_ZONE`, and
+/// migration 0010's copy of `payments.created_at` reads it in that zone.
+/// Instants (`timestamptz`) are unaffected.
+///
+/// # Errors
+/// [`StoreError`] from the database (a zone it does not know).
+pub async fn set_local_time_zone(
+    tx: &mut PgConnection,
+    zone: &crate::config::TimestampZone,
+) -> Result<(), StoreError> {
+    query("SELECT set_config('TimeZone', $1, true)")
+        .bind(zone.as_str())
+        .execute(tx)
+        .await
+        .context("setting the transaction's time zone (RECONCILER_TIMESTAMP_ZONE)")
+        .map(|_| ())
 }
 
 /// Serialises `migrate` runs for the rest of the transaction `tx`

@@ -14,6 +14,8 @@
 
 use sqlx::PgConnection;
 
+use crate::config::PaymentTimes;
+
 use super::{Context, StoreError};
 
 /// Records, in one statement, what a read observed for each row of
@@ -32,14 +34,15 @@ pub async fn record(
     ids: &[i64],
     confirmed: &[bool],
     statuses: &[Option<String>],
+    times: &PaymentTimes,
 ) -> Result<(), StoreError> {
     if ids.is_empty() {
         return Ok(());
     }
-    super::query(
+    let sql = format!(
         "INSERT INTO reconciliation_payment_state AS s
                 (payment_id, created_at, observed_external_status, last_reconciled_at)
-         SELECT DISTINCT ON (v.id) p.id, p.created_at, v.status,
+         SELECT DISTINCT ON (v.id) p.id, {}, v.status,
                 CASE WHEN v.confirmed THEN now() END
            FROM unnest($1::bigint[], $2::bool[], $3::text[]) AS v(id, confirmed, status)
            JOIN payments p ON p.id = v.id
@@ -49,13 +52,15 @@ pub async fn record(
                     coalesce(excluded.observed_external_status, s.observed_external_status),
                 last_reconciled_at = excluded.last_reconciled_at
           WHERE excluded.last_reconciled_at IS NOT NULL",
-    )
-    .bind(ids)
-    .bind(confirmed)
-    .bind(statuses)
-    .execute(conn)
-    .await
-    .context("recording what Stripe confirmed")?;
+        times.created("p")
+    );
+    super::query(&sql)
+        .bind(ids)
+        .bind(confirmed)
+        .bind(statuses)
+        .execute(conn)
+        .await
+        .context("recording what Stripe confirmed")?;
     Ok(())
 }
 
@@ -77,23 +82,31 @@ pub async fn highest_seen(conn: &mut PgConnection) -> Result<i64, StoreError> {
 /// must read from `payments` itself stay the few inserted since the last
 /// batch. Called once per batch with the batch size, it keeps up with the
 /// table's growth whenever the scan can complete a cycle at all (B·R > G,
-/// DESIGN.md "Why a cursor"). Returns the rows registered.
+/// DESIGN.md "Why a cursor"). Returns the rows registered. Rows are
+/// inserted in id order, the one order every writer of this table takes
+/// (two partitions' jobs register the same ids at once).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn register_new(conn: &mut PgConnection, limit: u32) -> Result<u64, StoreError> {
-    let done = super::query(
+pub async fn register_new(
+    conn: &mut PgConnection,
+    limit: u32,
+    times: &PaymentTimes,
+) -> Result<u64, StoreError> {
+    let sql = format!(
         "INSERT INTO reconciliation_payment_state (payment_id, created_at)
-         SELECT p.id, p.created_at FROM payments p
+         SELECT p.id, {} FROM payments p
           WHERE p.id > (SELECT coalesce(max(payment_id), 0) FROM reconciliation_payment_state)
           ORDER BY p.id
           LIMIT $1
          ON CONFLICT (payment_id) DO NOTHING",
-    )
-    .bind(i64::from(limit))
-    .execute(conn)
-    .await
-    .context("registering new payments")?;
+        times.created("p")
+    );
+    let done = super::query(&sql)
+        .bind(i64::from(limit))
+        .execute(conn)
+        .await
+        .context("registering new payments")?;
     Ok(done.rows_affected())
 }
 
@@ -101,26 +114,32 @@ pub async fn register_new(conn: &mut PgConnection, limit: u32) -> Result<u64, St
 /// (`last_reconciled_at` NULL, `created_at` copied): the range a partition's
 /// batch walked holds other partitions' rows, which must stay seen (their
 /// lag counts from `created_at` until their own job confirms them). A
-/// primary-key range of the batch's id span. Returns the rows registered.
+/// primary-key range of the batch's id span, inserted in id order (the
+/// other partitions' jobs register overlapping ranges at the same time: one
+/// order, so they wait for each other instead of deadlocking). Returns the
+/// rows registered.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn register_range(
     conn: &mut PgConnection,
-    after_id: i64,
-    through_id: i64,
+    (after_id, through_id): (i64, i64),
+    times: &PaymentTimes,
 ) -> Result<u64, StoreError> {
-    let done = super::query(
+    let sql = format!(
         "INSERT INTO reconciliation_payment_state (payment_id, created_at)
-         SELECT p.id, p.created_at FROM payments p
+         SELECT p.id, {} FROM payments p
           WHERE p.id > $1 AND p.id <= $2
+          ORDER BY p.id
          ON CONFLICT (payment_id) DO NOTHING",
-    )
-    .bind(after_id)
-    .bind(through_id)
-    .execute(conn)
-    .await
-    .context("registering the range's payments")?;
+        times.created("p")
+    );
+    let done = super::query(&sql)
+        .bind(after_id)
+        .bind(through_id)
+        .execute(conn)
+        .await
+        .context("registering the range's payments")?;
     Ok(done.rows_affected())
 }
 

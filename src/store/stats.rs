@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use super::{payment_state, Context, StoreError};
-use crate::config::{OutboxSettings, OutboxShape, Partition};
+use crate::config::{OutboxSettings, OutboxShape, Partition, PaymentTimes};
 
 /// Figures about `payments` and the cursor.
 #[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
@@ -48,12 +48,14 @@ pub struct TableFigures {
 /// a deleted payment counts until the cursor passes its id. NULL for an empty
 /// table. `{head}` is the parameter holding
 /// [`payment_state::highest_seen`], bound as a value so that the planner
-/// reads the rows beyond it by primary key.
-pub fn lag_since(head: &str) -> String {
+/// reads the rows beyond it by primary key. `payments.created_at` is read as
+/// `times` says (in `RECONCILER_TIMESTAMP_ZONE` when it has no time zone).
+pub fn lag_since(head: &str, times: &PaymentTimes) -> String {
     format!(
         "least(
     (SELECT min(coalesce(last_reconciled_at, created_at)) FROM reconciliation_payment_state),
-    (SELECT min(created_at) FROM payments WHERE id > {head}))"
+    (SELECT min({}) FROM payments p WHERE p.id > {head}))",
+        times.created("p")
     )
 }
 
@@ -63,15 +65,21 @@ pub fn lag_since(head: &str) -> String {
 /// first of this partition (the state table is shared by every partition: a
 /// partition whose job is far behind makes the others' probes walk its rows
 /// first), and the never-seen rows beyond `head` of the partition.
-fn partition_lag_since(head: &str, partition: &Partition, param: u8) -> String {
+fn partition_lag_since(
+    head: &str,
+    partition: &Partition,
+    param: u8,
+    times: &PaymentTimes,
+) -> String {
     let cond = partition.condition("p", param);
+    let created = times.created("p");
     format!(
         "least(
     (SELECT coalesce(s.last_reconciled_at, s.created_at) FROM reconciliation_payment_state s
        JOIN payments p ON p.id = s.payment_id
       WHERE {cond}
       ORDER BY coalesce(s.last_reconciled_at, s.created_at) LIMIT 1),
-    (SELECT min(p.created_at) FROM payments p WHERE p.id > {head} AND {cond}))"
+    (SELECT min({created}) FROM payments p WHERE p.id > {head} AND {cond}))"
     )
 }
 
@@ -111,17 +119,18 @@ pub async fn table_figures(
     conn: &mut PgConnection,
     job: &str,
     partition: Option<&Partition>,
+    times: &PaymentTimes,
 ) -> Result<TableFigures, StoreError> {
     let head = payment_state::highest_seen(&mut *conn).await?;
     let (lag, rows, ids) = match partition {
         None => (
-            lag_since("$2"),
+            lag_since("$2", times),
             rows_sql(None),
             "(SELECT min(id) FROM payments) AS min_id, (SELECT max(id) FROM payments) AS max_id"
                 .to_owned(),
         ),
         Some(p) => (
-            partition_lag_since("$2", p, 3),
+            partition_lag_since("$2", p, 3, times),
             rows_sql(Some((p, 3))),
             format!(
                 "(SELECT min(p.id) FROM payments p WHERE {c}) AS min_id,
@@ -236,11 +245,15 @@ pub async fn open_findings_by_kind(
 pub struct LagHolder {
     /// `payments.id`
     pub payment_id: i64,
-    /// The payment's order.
+    /// The payment's order (text columns read as bytes: a stray byte shows
+    /// as `\xNN`, [`crate::store::text`]).
+    #[sqlx(try_from = "super::text::StoredText")]
     pub order_id: Option<String>,
     /// The stored PaymentIntent id (may be malformed).
+    #[sqlx(try_from = "super::text::StoredText")]
     pub stripe_payment_intent_id: Option<String>,
     /// `payments.status` (an application's table may hold NULL).
+    #[sqlx(try_from = "super::text::StoredText")]
     pub status: Option<String>,
     /// When the row was created.
     pub created_at: DateTime<Utc>,
@@ -270,6 +283,7 @@ pub async fn lag_holder(
     outbox: &OutboxSettings,
     repair_types: &[&str],
     partition: Option<&Partition>,
+    times: &PaymentTimes,
 ) -> Result<Option<LagHolder>, StoreError> {
     let head = payment_state::highest_seen(&mut *conn).await?;
     let repair_last_error = match outbox.shape {
@@ -308,20 +322,24 @@ pub async fn lag_holder(
                   ORDER BY coalesce(s.last_reconciled_at, s.created_at) LIMIT 1",
                 p.condition("p", param)
             ),
-            format!(" AND {}", p.condition("payments", param)),
+            format!(" AND {}", p.condition("q", param)),
         ),
     };
+    let (created, updated) = (times.created("p"), times.updated("p"));
+    let created_q = times.created("q");
     let sql = format!(
-        "SELECT p.id AS payment_id, p.order_id, p.stripe_payment_intent_id, p.status,
-                p.created_at, p.updated_at, h.last_reconciled_at,
+        "SELECT p.id AS payment_id, convert_to((p.order_id)::text, 'SQL_ASCII') AS order_id,
+                convert_to((p.stripe_payment_intent_id)::text, 'SQL_ASCII') AS stripe_payment_intent_id,
+                convert_to((p.status)::text, 'SQL_ASCII') AS status,
+                {created} AS created_at, {updated} AS updated_at, h.last_reconciled_at,
                 f.id AS open_finding_id, f.kind AS open_finding_kind,
                 {repair_last_error} AS repair_last_error
            FROM (SELECT * FROM
                    (({seen})
                     UNION ALL
-                    (SELECT id, NULL::timestamptz, created_at FROM payments
-                      WHERE id > $1{unseen}
-                      ORDER BY created_at LIMIT 1)) AS candidates
+                    (SELECT q.id, NULL::timestamptz, {created_q} FROM payments q
+                      WHERE q.id > $1{unseen}
+                      ORDER BY 3 LIMIT 1)) AS candidates
                   ORDER BY since LIMIT 1) AS h
            JOIN payments p ON p.id = h.payment_id
            LEFT JOIN LATERAL (SELECT id, kind FROM reconciliation_findings

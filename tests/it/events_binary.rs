@@ -315,3 +315,84 @@ async fn an_events_run_while_another_holds_the_lease_exits_75_without_asking_str
     assert_eq!(requests(&stripe).await, 0, "no Stripe read was spent");
     assert_eq!(findings_count(&pool).await, 0);
 }
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn an_events_list_that_repeats_its_page_exits_1_naming_the_feed_and_keeps_the_position(
+    pool: PgPool,
+) {
+    let stripe = super::events_advance::events_answering(super::events_advance::SamePage).await;
+
+    let out = reconciler_output(
+        &["events"],
+        &env(
+            &pool,
+            &stripe.uri(),
+            &[("RECONCILER_EVENTS_MAX_PAGES", "50")],
+        ),
+    )
+    .await;
+
+    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert!(
+        all_output(&out).contains("does not advance"),
+        "{}",
+        all_output(&out)
+    );
+    let s = summary(&out);
+    assert_eq!(s["outcome"], "stripe_down", "{s}");
+    assert_eq!(s["feeds_not_advancing"], 1, "{s}");
+    assert_eq!(s["pages"], 2, "{s}");
+    assert_eq!(requests(&stripe).await, 2);
+    assert!(!position_moved(&pool).await, "the position did not move");
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn sigterm_during_an_endless_events_list_ends_the_run_at_once_and_keeps_the_position(
+    pool: PgPool,
+) {
+    use super::events_advance::{events_answering, set_position, Endless};
+    // A position committed by an earlier run; a list of new ids for ever,
+    // half a second a page, and a cap and deadline far away.
+    let committed = chrono::Utc::now() - chrono::Duration::seconds(120);
+    set_position(&pool, committed).await;
+    let stripe = events_answering(Endless::slow(Duration::from_millis(500))).await;
+    let child = reconciler(
+        &["events"],
+        &env(
+            &pool,
+            &stripe.uri(),
+            &[("RECONCILER_EVENTS_MAX_PAGES", "10000")],
+        ),
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+
+    wait::requests_seen(&stripe, 3).await;
+    wait::signal(&child, "-TERM");
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let asked = requests(&stripe).await;
+
+    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert_eq!(
+        summary(&out)["outcome"],
+        "interrupted",
+        "{}",
+        all_output(&out)
+    );
+    assert!(asked <= 5, "no page asked after the signal: {asked}");
+    let mut conn = pool.acquire().await.unwrap();
+    let stored = events_position::read(&mut conn, EVENTS_JOB)
+        .await
+        .unwrap()
+        .and_then(|p| p.covered_until)
+        .unwrap();
+    assert_eq!(
+        stored.timestamp_micros(),
+        committed.timestamp_micros(),
+        "the committed position is kept, not moved past what was read"
+    );
+}

@@ -124,3 +124,89 @@ async fn a_held_payment_intent_older_than_grace_plus_an_hour_is_left_to_the_scan
     assert!(held(&pool).await.is_empty());
     assert_eq!(retrieves(&stripe, "pi_Fresh").await, 0);
 }
+
+/// Holds `n` PaymentIntents `pi_Held{i}` (rows pending, events 300 s old) as
+/// earlier runs would have after Stripe failed for them.
+async fn hold_many(pool: &PgPool, n: i64) {
+    sqlx::query(
+        "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
+         SELECT 'order-held-' || i, 'pi_Held' || i, 'pending', now() - interval '30 days',
+                now() - interval '1 hour'
+           FROM generate_series(1, $1) AS i",
+    )
+    .bind(n)
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO reconciliation_events_retry
+                (job, stripe_payment_intent_id, event_id, event_type, event_created,
+                 event_status, reason, last_held_at)
+         SELECT 'payments-vs-stripe-events', 'pi_Held' || i, 'evt_held' || i,
+                'payment_intent.succeeded', now() - interval '300 seconds' + make_interval(secs => i),
+                'succeeded', 'stripe_unanswered', now() - interval '60 seconds'
+           FROM generate_series(1, $1) AS i",
+    )
+    .bind(n)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn thousands_of_held_payment_intents_stripe_keeps_failing_leave_the_run_time_for_a_missed_success(
+    pool: PgPool,
+) {
+    // 2,000 PaymentIntents held by earlier runs; Stripe answers 500 for
+    // each, slowly (every read spends its retries).
+    hold_many(&pool, 2_000).await;
+    let feed = Feed::default();
+    let stripe = stripe_with(&feed).await;
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path_regex(
+            "^/v1/payment_intents/pi_Held[0-9]+$",
+        ))
+        .respond_with(ResponseTemplate::new(500).set_delay(std::time::Duration::from_millis(40)))
+        .mount(&stripe)
+        .await;
+    // Stripe answers a probe: most reads failing is these PaymentIntents' trouble.
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path("/v1/payment_intents"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(
+            serde_json::json!({"object": "list", "url": "/v1/payment_intents", "has_more": false, "data": []}),
+        ))
+        .mount(&stripe)
+        .await;
+    // Later, a missed success on the feed.
+    let missed = insert_payment(&pool, "pi_MissedLater", "pending", 3600).await;
+    feed.push(event("evt_missed", "pi_MissedLater", "succeeded", 120));
+    mount(&stripe, "pi_MissedLater", ok("pi_MissedLater", "succeeded")).await;
+
+    let mut s = settings(200);
+    s.run.run_deadline = Some(std::time::Duration::from_secs(3));
+    let (summary, result) = events_once(&pool, &stripe, &s).await;
+    result.unwrap();
+
+    let kinds: Vec<(Option<i64>, String)> = all_findings(&pool)
+        .await
+        .into_iter()
+        .map(|f| (f.payment_id, f.kind))
+        .collect();
+    assert!(
+        kinds.contains(&(Some(missed), "missed_success".into())),
+        "the missed success is found in this run: {kinds:?} {summary:?}"
+    );
+    assert!(summary.slices >= 1, "{summary:?}");
+    assert!(summary.held_share_reached, "{summary:?}");
+    // Nothing lost: every held PaymentIntent still waits; those read again
+    // this run counted one more attempt, the others wait first next time.
+    let waiting = held(&pool).await;
+    assert_eq!(waiting.len(), 2_000);
+    let tried = waiting.iter().filter(|(_, _, a)| *a == 2).count() as u64;
+    assert_eq!(tried, summary.retries_read, "{summary:?}");
+    assert!(tried < 2_000, "a bounded share: {tried}");
+    assert!(
+        waiting.iter().all(|(_, r, _)| r == "stripe_unanswered"),
+        "{waiting:?}"
+    );
+}

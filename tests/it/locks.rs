@@ -225,9 +225,15 @@ async fn the_scans_row_locks_do_not_block_inserts_referencing_the_payment(pool: 
     // The scan's phase 3: the batch's payments locked, in its own transaction.
     let mut scan_conn = pool.acquire().await.unwrap();
     let mut scan_tx = scan_conn.begin().await.unwrap();
-    let locked = payments::lock_unchanged(&mut scan_tx, &[id], &[version], &[updated_at])
-        .await
-        .unwrap();
+    let locked = payments::lock_unchanged(
+        &mut scan_tx,
+        &[id],
+        &[version],
+        &[updated_at],
+        &Default::default(),
+    )
+    .await
+    .unwrap();
     assert_eq!(locked, vec![id]);
 
     // The application, meanwhile, on another connection.

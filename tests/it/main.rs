@@ -4,6 +4,7 @@
 //! `max_in_flight.rs`) are binaries of their own: cargo runs test binaries
 //! one after another, so no other test's load adds jitter to them.
 //!
+//! - `acknowledgements`: a finding resolved by hand stays resolved while nothing that matters changes, per kind
 //! - `aging`: authorization_expiring, stuck_processing, abandoned
 //! - `app_table`: `migrate` never locks or alters the application's `payments`; upgrades
 //! - `app_table_runs`: a payment the application deletes (`payment_deleted`); a short batch ends the cycle
@@ -11,6 +12,7 @@
 //! - `cursor`: the walk over the table, cycles, late commits, unverifiable streaks
 //! - `docs`: `docs/configuration.md` lists exactly the variables the code reads; every relative link and anchor in the docs resolves
 //! - `events`: the events feed and its position
+//! - `events_advance`: the position never moves backwards; a list that does not advance is bounded and an error
 //! - `events_held`: PaymentIntents held for another read while the position moves on
 //! - `events_money`: refunds and disputes found through the events feed
 //! - `events_orphans`: PaymentIntents without a payment row (`missing_locally`)
@@ -41,6 +43,7 @@
 //! - `own_state`: the reconciler's own per-payment state; no writes into `payments`
 //! - `partition_events`: the events job keeps to its partition
 //! - `pgbouncer`: the job behind a transaction-pooling PgBouncer
+//! - `real_db`: Rails timestamps in a stated zone, a role's statement timeout, two partitions at once
 //! - `repair`: the canonical writer and the outbox worker
 //! - `review`: the review queue (`findings list`/`resolve`)
 //! - `review_loop`: differs, the CSV round trip, history (`findings show`)
@@ -48,6 +51,7 @@
 //! - `resolve_file_lines`: `findings resolve --file` names the line an editor shows (CRLF, BOM, blank lines)
 //! - `scan`: one batch's verdict paths and its set-based phase 3
 //! - `schema_doc`: docs/schema.md names everything `migrate` creates
+//! - `stray_bytes`: a stray byte (a `SQL_ASCII` database) fails no batch nor listing; a NULL amount; a 1 MB order id
 //! - `stops`: `run` and `repair` stopped part-way (signals, a cursor moved by another run)
 //! - `status`: `status` and `status --json`
 //! - `stripe_redirect`: a redirecting API base and a live key over plain http
@@ -63,6 +67,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod acknowledgements;
 mod aging;
 mod app_table;
 mod app_table_runs;
@@ -73,6 +78,7 @@ mod connect_events;
 mod cursor;
 mod docs;
 mod events;
+mod events_advance;
 mod events_backlog;
 mod events_binary;
 mod events_held;
@@ -103,6 +109,7 @@ mod partition;
 mod partition_events;
 mod pgbouncer;
 mod plan;
+mod real_db;
 mod repair;
 mod resolve_file_lines;
 mod review;
@@ -112,6 +119,7 @@ mod scan;
 mod schema_doc;
 mod status;
 mod stops;
+mod stray_bytes;
 mod stripe_redirect;
 mod terminal_output;
 mod write_refused;

@@ -122,7 +122,7 @@ async fn the_lag_query_is_an_index_lookup(pool: PgPool) {
     assert_eq!(head, 19900);
     let plan: Vec<String> = sqlx::query_scalar(&format!(
         "EXPLAIN SELECT now() - {}",
-        stripe_reconciler::store::stats::lag_since("$1")
+        stripe_reconciler::store::stats::lag_since("$1", &Default::default())
     ))
     .bind(head)
     .fetch_all(&mut *conn)

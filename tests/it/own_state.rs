@@ -166,11 +166,14 @@ async fn reference_lag_since(pool: &PgPool) -> Option<DateTime<Utc>> {
 async fn lag_since(pool: &PgPool) -> Option<DateTime<Utc>> {
     let mut conn = pool.acquire().await.unwrap();
     let head = payment_state::highest_seen(&mut conn).await.unwrap();
-    sqlx::query_scalar(&format!("SELECT {}", stats::lag_since("$1")))
-        .bind(head)
-        .fetch_one(&mut *conn)
-        .await
-        .unwrap()
+    sqlx::query_scalar(&format!(
+        "SELECT {}",
+        stats::lag_since("$1", &Default::default())
+    ))
+    .bind(head)
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap()
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
@@ -217,7 +220,7 @@ async fn the_lag_is_exact_for_a_fresh_a_partly_and_a_fully_scanned_table(pool: P
 
     // status reports the same lag (to the second: it reads now() once more).
     let mut conn = pool.acquire().await.unwrap();
-    let figures = stats::table_figures(&mut conn, SCAN_JOB, None)
+    let figures = stats::table_figures(&mut conn, SCAN_JOB, None, &Default::default())
         .await
         .unwrap();
     let expected = (figures.database_now - full.unwrap()).num_milliseconds() as f64 / 1000.0;

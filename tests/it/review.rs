@@ -101,10 +101,26 @@ async fn a_needs_review_finding_is_listed_resolved_and_reopened_by_a_later_scan(
     .unwrap();
     assert_eq!(again.status.code(), Some(65));
 
-    // The drift is a status drift (paid here, not at Stripe): a manual
-    // resolution does not hide it, the next scan opens a new finding. (Only
-    // money and deadline findings on rows whose status is in sync can be
-    // acknowledged; see tests/money.rs.)
+    // The next scan, nothing changed: the manual resolution holds (an
+    // acknowledgement, issue 30; tests/it/acknowledgements.rs has every kind).
+    sqlx::query("UPDATE reconciliation_cursor SET last_id = 0")
+        .execute(&pool)
+        .await
+        .unwrap();
+    scan(&pool, &stripe, &settings(200)).await;
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM reconciliation_findings WHERE resolved_at IS NULL"
+        )
+        .await,
+        0,
+        "reopened although Stripe's status is the same"
+    );
+
+    // Stripe's status moves on (still not paid there): a new finding opens.
+    stripe.reset().await;
+    mount(&stripe, "pi_Shipped", ok("pi_Shipped", "requires_action")).await;
     sqlx::query("UPDATE reconciliation_cursor SET last_id = 0")
         .execute(&pool)
         .await

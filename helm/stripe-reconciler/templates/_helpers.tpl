@@ -234,6 +234,8 @@ template:
             value: {{ $v.outbox.table | quote }}
           - name: RECONCILER_OUTBOX_SHAPE
             value: {{ $v.outbox.shape | quote }}
+          - name: RECONCILER_TIMESTAMP_ZONE
+            value: {{ $v.config.timestampZone | quote }}
           {{- with $v.config.partitionColumn }}
           - name: RECONCILER_PARTITION_COLUMN
             value: {{ . | quote }}

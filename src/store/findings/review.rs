@@ -4,6 +4,7 @@
 use sqlx::PgConnection;
 
 use crate::reconcile::Resolution;
+use crate::store::text::StoredText;
 use crate::store::{query, query_as, query_scalar, Context, StoreError};
 
 /// Resolves one open finding by hand ([`Resolution::Manual`]), keeping who
@@ -40,10 +41,14 @@ pub struct FindingView {
     /// `payments.id`; `None` for a finding about a PaymentIntent no payment
     /// points at (`missing_locally`).
     pub payment_id: Option<i64>,
-    /// The payment's order, for a person to look up.
+    /// The payment's order, for a person to look up (read as bytes: a stray
+    /// byte shows as `\xNN`, [`crate::store::text`]).
+    #[sqlx(try_from = "StoredText")]
     pub order_id: Option<String>,
     /// The payment's PaymentIntent id (as stored; may be malformed), or the
-    /// PaymentIntent a finding without payment names.
+    /// PaymentIntent a finding without payment names (read as bytes, like
+    /// `order_id`).
+    #[sqlx(try_from = "StoredText")]
     pub stripe_payment_intent_id: Option<String>,
     /// The connected account (`acct_…`) the finding is about; `None`: the
     /// platform's own account (issue 24).
@@ -101,8 +106,9 @@ pub async fn list(
     limit: i64,
 ) -> Result<Vec<FindingView>, StoreError> {
     query_as(
-        "SELECT f.id, f.payment_id, p.order_id,
-                coalesce(nullif(p.stripe_payment_intent_id, ''), f.stripe_payment_intent_id) AS stripe_payment_intent_id,
+        "SELECT f.id, f.payment_id, convert_to((p.order_id)::text, 'SQL_ASCII') AS order_id,
+                convert_to(coalesce(nullif((p.stripe_payment_intent_id)::text, ''), f.stripe_payment_intent_id)::text,
+                           'SQL_ASCII') AS stripe_payment_intent_id,
                 f.checkout_session_id,
                 f.stripe_account_id, f.kind, f.local_status,
                 f.external_status, f.detected_at, f.resolved_at, f.resolution, f.resolved_by,

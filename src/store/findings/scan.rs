@@ -2,9 +2,11 @@
 //! kind), tell which a dry run would create, and resolve the ones a fresh
 //! Stripe answer no longer supports (`cleared`, `superseded`).
 
+use std::collections::HashMap;
+
 use sqlx::PgConnection;
 
-use crate::reconcile::Resolution;
+use crate::reconcile::{fingerprint, Resolution};
 use crate::store::{query_as, query_scalar, Context, StoreError};
 
 /// A finding to record.
@@ -20,9 +22,12 @@ pub struct NewFinding {
     pub external_status: Option<String>,
     /// What a person needs to judge it (amounts, currency, deadlines).
     pub details: Option<serde_json::Value>,
-    /// A person's manual resolution of the same drift (same kind, Stripe
-    /// status and details) keeps it closed. `false` where closing it would
-    /// hide drift of the payment's status (e.g. `pending` here while Stripe
+    /// A person's manual resolution of the same drift (the latest finding of
+    /// the same payment and kind resolved by hand has the same
+    /// [`crate::reconcile::fingerprint`]) keeps it closed
+    /// ([`crate::reconcile::acknowledgeable`]). `false` for a kind never
+    /// acknowledged, and where closing it would hide drift of the payment's
+    /// status (e.g. a refund on a row `pending` here while Stripe
     /// succeeded): such a finding reopens until the status is dealt with.
     pub acknowledgeable: bool,
     /// The connected account (`acct_…`) the reads went to; `None`: the
@@ -37,23 +42,85 @@ pub struct NewFinding {
     pub stripe_payment_intent_id: Option<String>,
 }
 
-/// The acknowledgement rule, over a row `v` of the unnested new findings: a
-/// finding is not opened again when a person resolved the same drift by hand
-/// (`$7` is [`Resolution::Manual`]).
-const NOT_ACKNOWLEDGED: &str = "NOT (v.acknowledgeable AND EXISTS (
-                SELECT 1 FROM reconciliation_findings r
-                 WHERE r.payment_id = v.payment_id AND r.kind = v.kind
-                   AND r.resolution = $7
-                   AND r.external_status IS NOT DISTINCT FROM v.external_status
-                   AND r.details IS NOT DISTINCT FROM v.details))";
+/// The latest finding resolved by hand of each (payment, kind) of
+/// `findings` that may be acknowledged: what it was resolved for.
+#[derive(sqlx::FromRow)]
+struct ResolvedByHand {
+    payment_id: i64,
+    kind: String,
+    local_status: String,
+    external_status: Option<String>,
+    details: Option<serde_json::Value>,
+}
+
+/// For each of `findings`, whether a person already resolved the same drift
+/// by hand (an acknowledgement): it is acknowledgeable and the latest finding
+/// of its payment and kind resolved as [`Resolution::Manual`] has the same
+/// [`fingerprint`]. One index lookup per finding on
+/// `reconciliation_findings (payment_id, kind)`.
+async fn acknowledged(
+    conn: &mut PgConnection,
+    findings: &[NewFinding],
+) -> Result<Vec<bool>, StoreError> {
+    let asked: Vec<&NewFinding> = findings.iter().filter(|f| f.acknowledgeable).collect();
+    if asked.is_empty() {
+        return Ok(vec![false; findings.len()]);
+    }
+    let resolved: Vec<ResolvedByHand> = query_as(
+        "SELECT DISTINCT ON (r.payment_id, r.kind)
+                r.payment_id, r.kind, r.local_status, r.external_status, r.details
+           FROM unnest($1::bigint[], $2::text[]) AS v(payment_id, kind)
+           JOIN reconciliation_findings r ON r.payment_id = v.payment_id AND r.kind = v.kind
+          WHERE r.resolution = $3
+          ORDER BY r.payment_id, r.kind, r.resolved_at DESC, r.id DESC",
+    )
+    .bind(asked.iter().map(|f| f.payment_id).collect::<Vec<i64>>())
+    .bind(asked.iter().map(|f| f.kind.as_str()).collect::<Vec<&str>>())
+    .bind(Resolution::Manual.as_str())
+    .fetch_all(conn)
+    .await
+    .context("reading the findings resolved by hand")?;
+    let by_key: HashMap<(i64, &str), Option<serde_json::Value>> = resolved
+        .iter()
+        .map(|r| {
+            let print = fingerprint(
+                &r.kind,
+                &r.local_status,
+                r.external_status.as_deref(),
+                r.details.as_ref(),
+            );
+            ((r.payment_id, r.kind.as_str()), print)
+        })
+        .collect();
+    Ok(findings
+        .iter()
+        .map(|f| {
+            f.acknowledgeable
+                && by_key
+                    .get(&(f.payment_id, f.kind.as_str()))
+                    .and_then(Option::as_ref)
+                    .is_some_and(|was| {
+                        fingerprint(
+                            &f.kind,
+                            &f.local_status,
+                            f.external_status.as_deref(),
+                            f.details.as_ref(),
+                        )
+                        .as_ref()
+                            == Some(was)
+                    })
+        })
+        .collect())
+}
 
 /// The findings as parallel arrays: `$1` payment ids, `$2` kinds, `$3` local
-/// statuses, `$4` external statuses, `$5` details, `$6` acknowledgeable; `$7`
-/// the manual resolution [`NOT_ACKNOWLEDGED`] looks for; `$8` accounts;
-/// `$9` Checkout Sessions; `$10` the sessions' PaymentIntents.
+/// statuses, `$4` external statuses, `$5` details, `$6` acknowledged (see
+/// [`acknowledged`]: such a finding is not recorded), `$7` accounts, `$8`
+/// Checkout Sessions, `$9` the sessions' PaymentIntents (issue 32).
 fn bind_findings<'q, O>(
     query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
     findings: &'q [NewFinding],
+    acknowledged: Vec<bool>,
 ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
     query
         .bind(findings.iter().map(|f| f.payment_id).collect::<Vec<i64>>())
@@ -81,13 +148,7 @@ fn bind_findings<'q, O>(
                 .map(|f| f.details.as_ref())
                 .collect::<Vec<Option<&serde_json::Value>>>(),
         )
-        .bind(
-            findings
-                .iter()
-                .map(|f| f.acknowledgeable)
-                .collect::<Vec<bool>>(),
-        )
-        .bind(Resolution::Manual.as_str())
+        .bind(acknowledged)
         .bind(
             findings
                 .iter()
@@ -110,9 +171,9 @@ fn bind_findings<'q, O>(
 
 /// The unnested findings, `v`.
 const UNNEST_FINDINGS: &str =
-    "unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bool[], $8::text[],
-                   $9::text[], $10::text[])
-                AS v(payment_id, kind, local_status, external_status, details, acknowledgeable,
+    "unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bool[], $7::text[],
+                   $8::text[], $9::text[])
+                AS v(payment_id, kind, local_status, external_status, details, acknowledged,
                      stripe_account_id, checkout_session_id, stripe_payment_intent_id)";
 
 /// A finding the upsert touched.
@@ -132,9 +193,9 @@ pub struct CreatedFinding {
 /// Records the findings in one statement. A finding already open for the
 /// same (payment, kind) is not duplicated: its `external_status`, `details`
 /// and `last_seen_at` are refreshed, so the review queue shows Stripe's
-/// current state. A drift a person already resolved by hand with the same
-/// external status and details (an acknowledgement, e.g. a partial refund
-/// that is fine) is not opened again. Returns every open finding touched,
+/// current state. A drift a person already resolved by hand (the same
+/// [`fingerprint`]: an acknowledgement, e.g. a partial refund that is fine)
+/// is not opened again. Returns every open finding touched,
 /// with `created` telling new ones apart.
 ///
 /// # Errors
@@ -153,7 +214,7 @@ pub async fn upsert_open(
          SELECT v.payment_id, v.kind, v.local_status, v.external_status, v.details, now(),
                 v.stripe_account_id, v.checkout_session_id, v.stripe_payment_intent_id
            FROM {UNNEST_FINDINGS}
-          WHERE {NOT_ACKNOWLEDGED}
+          WHERE NOT v.acknowledged
           ORDER BY v.payment_id
          ON CONFLICT (payment_id, kind) WHERE resolved_at IS NULL DO UPDATE
             SET external_status = EXCLUDED.external_status,
@@ -164,7 +225,8 @@ pub async fn upsert_open(
                 stripe_payment_intent_id = EXCLUDED.stripe_payment_intent_id
          RETURNING id, payment_id, kind, (xmax = 0) AS created"
     );
-    bind_findings(query_as(&sql), findings)
+    let acknowledged = acknowledged(&mut *conn, findings).await?;
+    bind_findings(query_as(&sql), findings, acknowledged)
         .fetch_all(conn)
         .await
         .context("recording findings")
@@ -189,9 +251,10 @@ pub async fn not_yet_open(
           WHERE NOT EXISTS (SELECT 1 FROM reconciliation_findings f
                              WHERE f.payment_id = v.payment_id AND f.kind = v.kind
                                AND f.resolved_at IS NULL)
-            AND {NOT_ACKNOWLEDGED}"
+            AND NOT v.acknowledged"
     );
-    bind_findings(query_as(&sql), findings)
+    let acknowledged = acknowledged(&mut *conn, findings).await?;
+    bind_findings(query_as(&sql), findings, acknowledged)
         .fetch_all(conn)
         .await
         .context("counting findings a run would create")

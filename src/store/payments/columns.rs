@@ -97,6 +97,70 @@ pub async fn check_partition(
     }
 }
 
+/// Detects how `payments.created_at` and `updated_at` are read (issue 30):
+/// `timestamp without time zone` is a wall-clock time in `times.zone`
+/// (`RECONCILER_TIMESTAMP_ZONE`), any other type is read as it is. The zone
+/// is checked by the database first (`pg_timezone_names` and POSIX offsets:
+/// whatever `AT TIME ZONE` accepts). Returns `times` with the types set; an
+/// absent table (before `migrate` creates the demo's) keeps the defaults.
+///
+/// # Errors
+/// [`ColumnError::BadValue`] naming `RECONCILER_TIMESTAMP_ZONE` when the
+/// database does not know the zone; [`ColumnError::Store`] otherwise.
+pub async fn time_columns(
+    conn: &mut PgConnection,
+    times: &PaymentTimes,
+) -> Result<PaymentTimes, ColumnError> {
+    let mut tx = crate::store::begin(&mut *conn)
+        .await
+        .context("opening a transaction")?;
+    let known = crate::store::query("SELECT now() AT TIME ZONE $1")
+        .bind(times.zone.as_str())
+        .execute(&mut *tx)
+        .await;
+    if let Err(e) = known {
+        if e.as_database_error()
+            .is_some_and(|d| d.code().as_deref() == Some("22023"))
+        {
+            return Err(ColumnError::BadValue {
+                var: "RECONCILER_TIMESTAMP_ZONE",
+                reason: format!(
+                    "PostgreSQL does not know the time zone {:?} (see pg_timezone_names; e.g. UTC, Europe/Paris)",
+                    times.zone.as_str()
+                ),
+            });
+        }
+        return Err(StoreError {
+            action: "checking RECONCILER_TIMESTAMP_ZONE",
+            source: e,
+        }
+        .into());
+    }
+    let wall_clock: Vec<String> = crate::store::query_scalar(
+        "SELECT a.attname::text FROM pg_attribute a
+          WHERE a.attrelid = to_regclass('payments')
+            AND a.attname IN ('created_at', 'updated_at')
+            AND a.atttypid = 'timestamp'::regtype
+            AND a.attnum > 0 AND NOT a.attisdropped",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .context("reading the types of payments.created_at and updated_at")?;
+    tx.commit().await.context("closing a transaction")?;
+    let kind = |name: &str| {
+        if wall_clock.iter().any(|c| c == name) {
+            TimeColumn::WallClock
+        } else {
+            TimeColumn::Instant
+        }
+    };
+    Ok(PaymentTimes {
+        zone: times.zone.clone(),
+        created_at: kind("created_at"),
+        updated_at: kind("updated_at"),
+    })
+}
+
 /// Checks that the configured columns exist in `payments` with usable types:
 /// the amount an integer type (`smallint`, `integer`, `bigint`) in `minor`
 /// units, `numeric` in `major` units (`RECONCILER_AMOUNT_UNIT`), the

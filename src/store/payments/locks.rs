@@ -5,7 +5,8 @@
 use super::*;
 
 /// Locks, in id order, the rows of `(ids[i], versions[i], updated_ats[i])`
-/// that are unchanged since phase 1 and returns their ids. Rows that changed
+/// that are unchanged since phase 1 and returns their ids (`updated_at` read
+/// as `times` says, as phase 1 read it). Rows that changed
 /// (a webhook moved them while Stripe was being asked) are neither locked nor
 /// returned: the caller writes nothing for them. Locking in id order, and
 /// payments before findings everywhere, keeps concurrent batches and the
@@ -19,24 +20,27 @@ pub async fn lock_unchanged(
     ids: &[i64],
     versions: &[i64],
     updated_ats: &[DateTime<Utc>],
+    times: &PaymentTimes,
 ) -> Result<Vec<i64>, StoreError> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    crate::store::query_scalar(
+    let sql = format!(
         "SELECT p.id FROM payments AS p
            JOIN unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) AS v(id, version, updated_at)
              ON p.id = v.id
-          WHERE p.version = v.version AND p.updated_at = v.updated_at
+          WHERE p.version = v.version AND {} = v.updated_at
           ORDER BY p.id
           FOR NO KEY UPDATE OF p",
-    )
-    .bind(ids)
-    .bind(versions)
-    .bind(updated_ats)
-    .fetch_all(conn)
-    .await
-    .context("locking the batch's payments")
+        times.updated("p")
+    );
+    crate::store::query_scalar(&sql)
+        .bind(ids)
+        .bind(versions)
+        .bind(updated_ats)
+        .fetch_all(conn)
+        .await
+        .context("locking the batch's payments")
 }
 
 /// What a guarded status transition found.
@@ -85,14 +89,17 @@ pub(crate) async fn transition_status(
     if let Some(version) = version {
         return Ok(TransitionResult::Changed { version });
     }
-    let status: Option<String> =
-        crate::store::query_scalar("SELECT coalesce(status, '') FROM payments WHERE id = $1")
-            .bind(payment_id)
-            .fetch_optional(conn)
-            .await
-            .context("reading the payment status")?;
+    let status: Option<Vec<u8>> = crate::store::query_scalar(
+        "SELECT convert_to(coalesce(status, '')::text, 'SQL_ASCII') FROM payments WHERE id = $1",
+    )
+    .bind(payment_id)
+    .fetch_optional(conn)
+    .await
+    .context("reading the payment status")?;
     Ok(status.map_or(TransitionResult::Missing, |status| {
-        TransitionResult::AlreadyMoved { status }
+        TransitionResult::AlreadyMoved {
+            status: crate::store::text::decode(&status),
+        }
     }))
 }
 
@@ -149,12 +156,15 @@ pub async fn lock_for_finding(
 /// until the worker's transaction ends.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct PaymentForRepair {
-    /// `payments.status`
+    /// `payments.status` (read as bytes, [`crate::store::text`])
+    #[sqlx(try_from = "crate::store::text::StoredText")]
     pub status: Option<String>,
-    /// `payments.stripe_payment_intent_id`
+    /// `payments.stripe_payment_intent_id` (read as bytes)
+    #[sqlx(try_from = "crate::store::text::StoredText")]
     pub stripe_payment_intent_id: Option<String>,
     /// The Checkout Session column (`RECONCILER_CHECKOUT_SESSION_COLUMN`)
-    /// as text; `None` when not configured or NULL.
+    /// as text (read as bytes); `None` when not configured or NULL.
+    #[sqlx(try_from = "crate::store::text::StoredText")]
     pub checkout_session_id: Option<String>,
 }
 
@@ -171,7 +181,9 @@ pub async fn lock_for_repair(
 ) -> Result<Option<PaymentForRepair>, StoreError> {
     let session = session_column.map_or_else(|| "NULL".to_owned(), |c| c.quoted());
     let sql = format!(
-        "SELECT status, stripe_payment_intent_id, ({session})::text AS checkout_session_id
+        "SELECT convert_to(status::text, 'SQL_ASCII') AS status,
+                convert_to(stripe_payment_intent_id::text, 'SQL_ASCII') AS stripe_payment_intent_id,
+                convert_to(({session})::text, 'SQL_ASCII') AS checkout_session_id
            FROM payments WHERE id = $1 FOR NO KEY UPDATE"
     );
     crate::store::query_as(&sql)

@@ -17,7 +17,7 @@ mod columns;
 mod locks;
 mod read;
 
-pub use columns::{check_columns, check_partition, ColumnError};
+pub use columns::{check_columns, check_partition, time_columns, ColumnError};
 pub(crate) use locks::{fill_payment_intent, transition_status};
 pub use locks::{
     lock_for_finding, lock_for_repair, lock_unchanged, PaymentForRepair, TransitionResult,
@@ -32,8 +32,12 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
+use super::text::{bytes_sql, StoredText};
 use super::{Context, StoreError};
-use crate::config::{AmountUnit, ColumnName, Partition, PartitionKind, SchemaSettings, StatusMap};
+use crate::config::{
+    AmountUnit, ColumnName, Partition, PartitionKind, PaymentTimes, SchemaSettings, StatusMap,
+    TimeColumn,
+};
 use crate::reconcile::{LocalAmount, LocalStatus};
 
 /// One row of a batch, as phase 1 reads it. Text columns are optional: an
@@ -79,10 +83,16 @@ pub struct PaymentRow {
 }
 
 /// A row as the database returns it, before the mapping into canonical terms.
+///
+/// The text columns are read as bytes and decoded with
+/// [`crate::store::text::decode`]: a stray byte (a `SQL_ASCII` database)
+/// becomes `\xNN`, never a failed batch.
 #[derive(sqlx::FromRow)]
 struct RawRow {
     id: i64,
+    #[sqlx(try_from = "StoredText")]
     stripe_payment_intent_id: Option<String>,
+    #[sqlx(try_from = "StoredText")]
     status: Option<String>,
     version: i64,
     updated_at: DateTime<Utc>,
@@ -92,9 +102,14 @@ struct RawRow {
     amount: Option<i64>,
     /// The numeric's exact decimal text (`major`).
     amount_major: Option<String>,
+    /// The amount column is configured and this row holds NULL there.
+    amount_null: bool,
+    #[sqlx(try_from = "StoredText")]
     currency: Option<String>,
     shares_payment_intent: bool,
+    #[sqlx(try_from = "StoredText")]
     stripe_account: Option<String>,
+    #[sqlx(try_from = "StoredText")]
     checkout_session_id: Option<String>,
 }
 
@@ -111,7 +126,8 @@ impl RawRow {
             amount: self
                 .amount
                 .map(LocalAmount::Minor)
-                .or(self.amount_major.map(LocalAmount::Major)),
+                .or(self.amount_major.map(LocalAmount::Major))
+                .or(self.amount_null.then_some(LocalAmount::Null)),
             currency: self.currency,
             shares_payment_intent: self.shares_payment_intent,
             stripe_account: self.stripe_account,
@@ -140,6 +156,9 @@ pub struct MoneyColumns<'a> {
     /// `RECONCILER_PARTITION_COLUMN` / `RECONCILER_PARTITION_VALUE`: every
     /// read keeps to the partition's rows (the value bound last).
     pub partition: Option<&'a Partition>,
+    /// How `created_at` and `updated_at` are read (`RECONCILER_TIMESTAMP_ZONE`
+    /// for `timestamp without time zone` columns).
+    pub times: &'a PaymentTimes,
 }
 
 impl<'a> MoneyColumns<'a> {
@@ -153,6 +172,7 @@ impl<'a> MoneyColumns<'a> {
             unit: settings.amount_unit,
             statuses: &settings.statuses,
             partition: settings.partition.as_ref(),
+            times: &settings.times,
         }
     }
 
@@ -182,7 +202,11 @@ impl MoneyColumns<'_> {
               ORDER BY p.id
               LIMIT $3",
             self.row_columns(),
-            where_clause = if behind { BEHIND_CURSOR } else { "p.id > $1" },
+            where_clause = if behind {
+                behind_cursor(self.times)
+            } else {
+                "p.id > $1".to_owned()
+            },
             partition = self.partition_sql(if behind { 7 } else { 4 }),
         )
     }
@@ -190,8 +214,9 @@ impl MoneyColumns<'_> {
     /// The columns of a [`RawRow`] of `payments p` (`$2` grace seconds):
     /// the seed's, the grace flag, the money columns (NULL when not
     /// configured; a major amount as the numeric's exact text, never a
-    /// float), the account column (NULL when not configured) and the
-    /// shared-PaymentIntent flag (an index probe).
+    /// float; whether the configured amount is NULL), the account column
+    /// (NULL when not configured) and the shared-PaymentIntent flag (an index
+    /// probe). Text columns are selected as bytes ([`bytes_sql`]).
     fn row_columns(&self) -> String {
         let column = |c: Option<&ColumnName>| {
             c.map_or_else(|| "NULL".to_owned(), |c| format!("p.{}", c.quoted()))
@@ -200,20 +225,29 @@ impl MoneyColumns<'_> {
             AmountUnit::Minor => (column(self.amount), "NULL".to_owned()),
             AmountUnit::Major => ("NULL".to_owned(), column(self.amount)),
         };
+        let amount_null = self.amount.map_or_else(
+            || "false".to_owned(),
+            |c| format!("p.{} IS NULL", c.quoted()),
+        );
+        let (updated, created) = (self.times.updated("p"), self.times.created("p"));
         format!(
-            "p.id, p.stripe_payment_intent_id, p.status, p.version, p.updated_at, p.created_at,
-             p.updated_at > now() - make_interval(secs => $2) AS recently_changed,
+            "p.id, {} AS stripe_payment_intent_id, {} AS status,
+             p.version, {updated} AS updated_at, {created} AS created_at,
+             {updated} > now() - make_interval(secs => $2) AS recently_changed,
              ({minor})::bigint AS amount, ({major})::text AS amount_major,
-             ({})::text AS currency,
-             ({})::text AS stripe_account,
-             ({})::text AS checkout_session_id,
-             coalesce(p.stripe_payment_intent_id, '') <> ''
+             {amount_null} AS amount_null,
+             {} AS currency,
+             {} AS stripe_account,
+             {} AS checkout_session_id,
+             coalesce((p.stripe_payment_intent_id)::text, '') <> ''
              AND EXISTS (SELECT 1 FROM payments q
                           WHERE q.stripe_payment_intent_id = p.stripe_payment_intent_id
                             AND q.id <> p.id) AS shares_payment_intent",
-            column(self.currency),
-            column(self.account),
-            column(self.checkout_session)
+            bytes_sql("p.stripe_payment_intent_id"),
+            bytes_sql("p.status"),
+            bytes_sql(&column(self.currency)),
+            bytes_sql(&column(self.account)),
+            bytes_sql(&column(self.checkout_session))
         )
     }
 }
@@ -235,8 +269,10 @@ pub(crate) fn partition_condition(partition: Option<&Partition>, alias: &str, pa
 /// the partial index `reconciliation_payment_state_unconfirmed`), and rows
 /// never seen at all with ids above `$6`, a window below the highest seen id (late
 /// commits near the head of the table: an anti-join on primary keys over a
-/// bounded id range).
-const BEHIND_CURSOR: &str = "p.id <= $1
+/// bounded id range). `updated_at` is read as `times` says.
+fn behind_cursor(times: &PaymentTimes) -> String {
+    format!(
+        "p.id <= $1
                 AND p.id IN (SELECT s.payment_id FROM reconciliation_payment_state s
                               WHERE s.last_reconciled_at IS NULL AND s.payment_id <= $1
                              UNION ALL
@@ -245,9 +281,12 @@ const BEHIND_CURSOR: &str = "p.id <= $1
                                 AND q.id > $6
                                 AND NOT EXISTS (SELECT 1 FROM reconciliation_payment_state s
                                                  WHERE s.payment_id = q.id))
-                AND p.updated_at <= now() - make_interval(secs => $2)
+                AND {} <= now() - make_interval(secs => $2)
                 AND NOT EXISTS (SELECT 1 FROM reconciliation_unverifiable u
                                   JOIN reconciliation_cursor c ON c.job = u.job
                                  WHERE u.job = $4 AND u.payment_id = p.id
                                    AND u.last_cycle = c.cycle_started_at)
-                AND NOT (p.id = ANY($5))";
+                AND NOT (p.id = ANY($5))",
+        times.updated("p")
+    )
+}

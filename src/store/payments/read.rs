@@ -2,6 +2,7 @@
 //! never confirmed, and the rows of PaymentIntents the events feed names.
 
 use super::*;
+use crate::store::text::decode;
 
 /// How many ids below the highest seen id [`read_behind_cursor`] looks for
 /// rows never seen, per row it may return: with a tenth of a batch behind the
@@ -290,7 +291,8 @@ pub async fn held_elsewhere(
 /// `active` (`RECONCILER_EVENTS_ACCOUNT_ACTIVE_SECONDS`): the connected
 /// accounts whose events feeds the events job reads; with a partition, among
 /// the partition's rows only. At most `limit` values, untrusted (the caller
-/// parses them as `acct_` ids).
+/// parses them as `acct_` ids; a stray byte reads as `\xNN`, which no id
+/// holds, [`crate::store::text`]).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -300,17 +302,20 @@ pub async fn active_accounts(
     active: Duration,
     limit: usize,
     partition: Option<&Partition>,
+    times: &PaymentTimes,
 ) -> Result<Vec<String>, StoreError> {
     let c = format!("p.{}", column.quoted());
+    let (updated, created) = (times.updated("p"), times.created("p"));
     let sql = format!(
-        "SELECT DISTINCT ({c})::text FROM payments p
+        "SELECT DISTINCT {} FROM payments p
           WHERE ({c}) IS NOT NULL AND ({c})::text <> ''
-            AND (p.updated_at > now() - make_interval(secs => $1)
-                 OR p.created_at > now() - make_interval(secs => $1)){}
+            AND ({updated} > now() - make_interval(secs => $1)
+                 OR {created} > now() - make_interval(secs => $1)){}
           ORDER BY 1 LIMIT $2",
+        bytes_sql(&c),
         partition_condition(partition, "p", 3)
     );
-    let query = crate::store::query_scalar(&sql)
+    let query = crate::store::query_scalar::<Vec<u8>>(&sql)
         .bind(active.as_secs_f64())
         .bind(i64::try_from(limit).unwrap_or(i64::MAX));
     match partition {
@@ -320,4 +325,5 @@ pub async fn active_accounts(
     .fetch_all(conn)
     .await
     .context("listing the connected accounts with recent rows")
+    .map(|accounts| accounts.iter().map(|a| decode(a)).collect())
 }
