@@ -28,6 +28,7 @@ use crate::record::Recorded;
 use crate::store::events_position::{self, Advance};
 use crate::store::events_retry::{self, Held, HoldReason};
 use crate::store::payments::{self, MoneyColumns, PaymentByIntent, PaymentRow};
+use crate::store::retry;
 use crate::store::{findings, Context};
 use crate::stripe::{AccountId, PaymentIntentEvent, PaymentIntentId};
 
@@ -381,10 +382,37 @@ async fn ask_stripe(
     }))
 }
 
+/// [`write_once`], run again from its start when another job on the same
+/// rows (a partition's scan, another events job) won a race with it (a
+/// deadlock or a serialization failure, [`retry::again`], issue 30): from
+/// the answers phase 2 got, so Stripe is not asked again. `answers` ends as
+/// the committed attempt left it.
+async fn write(
+    ctx: &RunContext<'_>,
+    lease: &Lease,
+    feed: Feed<'_>,
+    read: &SliceEvents,
+    looked: &Looked<'_>,
+    answers: &mut Answers,
+    job: &str,
+) -> Result<Written, EventsError> {
+    let mut attempt = 1;
+    loop {
+        let observations = answers.observations.clone();
+        match write_once(ctx, lease, feed, read, looked, answers, job).await {
+            Err(e) if retry::again(&e, attempt, "committing the events slice").await => {
+                answers.observations = observations;
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
 /// Phase 3: record, hold what could not be decided, and move the position
 /// to the slice's end, in one transaction; [`RunError::ConcurrentRun`]
 /// (nothing written) when the lease was lost.
-async fn write(
+async fn write_once(
     ctx: &RunContext<'_>,
     lease: &Lease,
     feed: Feed<'_>,

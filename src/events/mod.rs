@@ -78,6 +78,15 @@ impl From<crate::store::StoreError> for EventsError {
     }
 }
 
+impl crate::store::retry::Transient for EventsError {
+    fn store_error(&self) -> Option<&crate::store::StoreError> {
+        match self {
+            EventsError::Scan(e) => e.store_error(),
+            _ => None,
+        }
+    }
+}
+
 impl EventsError {
     /// The process exit code (DESIGN.md, Interface).
     pub fn exit_code(&self) -> u8 {
