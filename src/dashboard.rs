@@ -1,4 +1,5 @@
-//! Links to a PaymentIntent in the Stripe Dashboard, for the review queue.
+//! Links to a PaymentIntent (or a Checkout Session, issue 32) in the Stripe
+//! Dashboard, for the review queue.
 //! PURE: no I/O.
 //!
 //! The Dashboard keeps live and test mode apart:
@@ -15,7 +16,7 @@
 //! `https://dashboard.stripe.com/{acct}/test/payments/{pi}` (Stripe docs,
 //! "View the Dashboard as a connected account").
 
-use crate::stripe::{AccountId, PaymentIntentId};
+use crate::stripe::{AccountId, CheckoutSessionId, PaymentIntentId};
 
 /// Which half of the Stripe Dashboard a link points into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -75,9 +76,53 @@ pub fn payment_intent_url_on(
     ))
 }
 
+/// The Dashboard link of a finding: its PaymentIntent's page, or, for a
+/// payment judged by its Checkout Session that has no PaymentIntent yet
+/// (issue 32), the Dashboard's search for the session id
+/// (`https://dashboard.stripe.com/[{acct}/][test/]search?query={cs}`).
+/// `None` when neither id is well-formed, or the account is malformed.
+pub fn finding_url(
+    account: Option<&str>,
+    payment_intent: Option<&str>,
+    checkout_session: Option<&str>,
+    mode: DashboardMode,
+) -> Option<String> {
+    if let Some(url) = payment_intent.and_then(|pi| payment_intent_url_on(account, pi, mode)) {
+        return Some(url);
+    }
+    let session = CheckoutSessionId::parse(checkout_session?).ok()?;
+    let account = AccountId::of_stored(account).ok()?;
+    let account = account.map_or_else(String::new, |a| format!("{}/", a.as_str()));
+    let mode = match mode {
+        DashboardMode::Live => "",
+        DashboardMode::Test => "test/",
+    };
+    Some(format!(
+        "https://dashboard.stripe.com/{account}{mode}search?query={}",
+        session.as_str()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_without_payment_intent_links_to_a_search_for_it() {
+        let cs = "cs_test_a1";
+        assert_eq!(
+            finding_url(None, None, Some(cs), DashboardMode::Test).as_deref(),
+            Some("https://dashboard.stripe.com/test/search?query=cs_test_a1")
+        );
+        assert_eq!(
+            finding_url(Some("acct_1A"), Some("pi_1"), Some(cs), DashboardMode::Live).as_deref(),
+            Some("https://dashboard.stripe.com/acct_1A/payments/pi_1")
+        );
+        assert_eq!(
+            finding_url(None, Some(""), Some("cs_1/../x"), DashboardMode::Live),
+            None
+        );
+    }
 
     #[test]
     fn test_keys_link_to_test_mode_and_everything_else_to_live() {

@@ -2,7 +2,7 @@
 
 use super::CommandError;
 use crate::config::Settings;
-use crate::dashboard::{payment_intent_url_on, DashboardMode};
+use crate::dashboard::DashboardMode;
 use crate::reconcile::RepairCommand;
 use secrecy::ExposeSecret;
 
@@ -62,9 +62,12 @@ pub(super) async fn list(
         .await
         .map_err(CommandError::Store)?;
     let link = |f: &findings::FindingView| {
-        f.stripe_payment_intent_id
-            .as_deref()
-            .and_then(|pi| payment_intent_url_on(f.stripe_account_id.as_deref(), pi, mode))
+        crate::dashboard::finding_url(
+            f.stripe_account_id.as_deref(),
+            f.stripe_payment_intent_id.as_deref(),
+            f.checkout_session_id.as_deref(),
+            mode,
+        )
     };
     let shown = rows.len() as i64;
     let cut = (total > shown).then(|| {

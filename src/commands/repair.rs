@@ -33,6 +33,7 @@ pub(super) async fn repair(settings: &Settings) -> Result<(), CommandError> {
     }
     let options = RepairOptions {
         outbox,
+        checkout_session_column: settings.job.schema.checkout_session_column.clone(),
         timestamp_zone: settings.job.schema.times.zone.clone(),
         ..RepairOptions::default()
     };

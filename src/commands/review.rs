@@ -10,7 +10,7 @@ use super::findings::ListQuery;
 use super::CommandError;
 use crate::cli::ShowArgs;
 use crate::config::Settings;
-use crate::dashboard::{payment_intent_url_on, DashboardMode};
+use crate::dashboard::DashboardMode;
 use crate::reconcile::RepairCommand;
 use crate::repair::worker::MAX_ATTEMPTS;
 use crate::store::{findings, outbox, Context};
@@ -30,9 +30,12 @@ fn mode(settings: &Settings, dashboard: Option<DashboardMode>) -> DashboardMode 
 
 /// The Dashboard link of a finding's PaymentIntent (`None`: no well-formed id).
 pub(crate) fn link(f: &findings::FindingView, mode: DashboardMode) -> Option<String> {
-    f.stripe_payment_intent_id
-        .as_deref()
-        .and_then(|pi| payment_intent_url_on(f.stripe_account_id.as_deref(), pi, mode))
+    crate::dashboard::finding_url(
+        f.stripe_account_id.as_deref(),
+        f.stripe_payment_intent_id.as_deref(),
+        f.checkout_session_id.as_deref(),
+        mode,
+    )
 }
 
 /// The header of `findings list --csv`: the JSON's flat fields, `differs`

@@ -154,6 +154,7 @@ impl Settings {
                     amount_column: checks.amount_column,
                     currency_column: checks.currency_column,
                     account_column: checks.account_column,
+                    checkout_session_column: checks.checkout_session_column,
                     amount_unit: vocabulary.amount_unit,
                     statuses: vocabulary.statuses,
                     partition,
@@ -246,6 +247,7 @@ mod tests {
             ("RECONCILER_OUTBOX_TABLE", "app.commands"),
             ("RECONCILER_OUTBOX_SHAPE", "debezium"),
             ("RECONCILER_ACCOUNT_COLUMN", "stripe_account"),
+            ("RECONCILER_CHECKOUT_SESSION_COLUMN", "checkout_session"),
             ("RECONCILER_TARGET_CYCLE_SECONDS", "3600"),
             ("RECONCILER_SCHEDULE_INTERVAL_SECONDS", "300"),
             ("RECONCILER_PARTITION_COLUMN", "legal_entity"),
@@ -284,6 +286,10 @@ mod tests {
                     amount_column: column("RECONCILER_AMOUNT_COLUMN", "amount_cents"),
                     currency_column: column("RECONCILER_CURRENCY_COLUMN", "currency"),
                     account_column: column("RECONCILER_ACCOUNT_COLUMN", "stripe_account"),
+                    checkout_session_column: column(
+                        "RECONCILER_CHECKOUT_SESSION_COLUMN",
+                        "checkout_session"
+                    ),
                     amount_unit: AmountUnit::Major,
                     statuses: StatusMap::parse(
                         "pending=open;paid=complete;failed=canceled;refunded=refunded"

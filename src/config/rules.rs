@@ -1,6 +1,7 @@
 //! What classification compares beyond status: the money columns
 //! (`RECONCILER_AMOUNT_COLUMN`, `RECONCILER_CURRENCY_COLUMN`), the Connect
-//! account column (`RECONCILER_ACCOUNT_COLUMN`) and the aging thresholds
+//! account column (`RECONCILER_ACCOUNT_COLUMN`), the Checkout Session column
+//! (`RECONCILER_CHECKOUT_SESSION_COLUMN`, issue 32) and the aging thresholds
 //! (DESIGN.md, Beyond status and Turn 3 contract).
 
 use serde::Deserialize;
@@ -53,6 +54,7 @@ struct RulesVars {
     amount_column: Option<String>,
     currency_column: Option<String>,
     account_column: Option<String>,
+    checkout_session_column: Option<String>,
     auth_expiry_warn_seconds: Option<String>,
     processing_max_seconds: Option<String>,
     abandoned_after_seconds: Option<String>,
@@ -63,6 +65,7 @@ pub(super) struct Checks {
     pub(super) amount_column: Option<ColumnName>,
     pub(super) currency_column: Option<ColumnName>,
     pub(super) account_column: Option<ColumnName>,
+    pub(super) checkout_session_column: Option<ColumnName>,
     pub(super) rules: Rules,
 }
 
@@ -80,6 +83,10 @@ where
         amount_column: column("RECONCILER_AMOUNT_COLUMN", raw.amount_column)?,
         currency_column: column("RECONCILER_CURRENCY_COLUMN", raw.currency_column)?,
         account_column: column("RECONCILER_ACCOUNT_COLUMN", raw.account_column)?,
+        checkout_session_column: column(
+            "RECONCILER_CHECKOUT_SESSION_COLUMN",
+            raw.checkout_session_column,
+        )?,
         rules: Rules {
             auth_expiry_warn_seconds: value::number(
                 "RECONCILER_AUTH_EXPIRY_WARN_SECONDS",

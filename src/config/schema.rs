@@ -20,6 +20,12 @@ pub struct SchemaSettings {
     /// account); every Stripe read for such a row carries `Stripe-Account`
     /// (issue 24). Default unset: every row is the platform's.
     pub account_column: Option<ColumnName>,
+    /// `RECONCILER_CHECKOUT_SESSION_COLUMN`: a text column of `payments`
+    /// holding the row's Checkout Session id (`cs_…`); a row with no
+    /// PaymentIntent id (NULL or empty) is judged by its session, then by
+    /// the session's PaymentIntent (DESIGN.md, Turn 4 contract; issue 32).
+    /// Default unset: every row is judged by its PaymentIntent id.
+    pub checkout_session_column: Option<ColumnName>,
     /// `RECONCILER_AMOUNT_UNIT`: `minor` (default, integer column) or `major`
     /// (numeric column, converted with Stripe's currency exponents; needs
     /// `RECONCILER_CURRENCY_COLUMN`).

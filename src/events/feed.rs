@@ -10,7 +10,9 @@ use tokio_util::sync::CancellationToken;
 use super::slices::{Slice, SLICE_PAGES};
 use super::EventsError;
 use crate::outcome::RunError;
-use crate::stripe::{AccountId, EventPage, GatewayError, PaymentIntentEvent, StripeGateway};
+use crate::stripe::{
+    AccountId, EventPage, GatewayError, PaymentIntentEvent, SessionEvent, StripeGateway,
+};
 
 /// Each run re-reads this much before its position: an event Stripe had
 /// created but not yet listed when the previous run read the feed is not
@@ -67,6 +69,31 @@ pub struct SliceEvents {
     /// Charge, refund and dispute events whose object names no
     /// PaymentIntent: counted, nothing to re-read.
     pub without_payment_intent: usize,
+    /// Every readable Checkout Session event of the slice, newest first
+    /// (issue 32).
+    pub sessions: Vec<SessionEvent>,
+}
+
+impl SliceEvents {
+    /// The events read, of every kind.
+    pub fn len(&self) -> usize {
+        self.events.len() + self.sessions.len()
+    }
+
+    /// No event was read.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `(id, created)` of the newest event read, of any kind.
+    pub fn newest(&self) -> Option<(&str, DateTime<Utc>)> {
+        let pi = self.events.first().map(|e| (e.id.as_str(), e.created));
+        let cs = self.sessions.first().map(|e| (e.id.as_str(), e.created));
+        match (pi, cs) {
+            (Some(a), Some(b)) => Some(if b.1 > a.1 { b } else { a }),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 /// What reading one slice gave.
@@ -119,6 +146,7 @@ impl Advancing {
         };
         let new = !self.seen.contains(next);
         self.seen.extend(page.events.iter().map(|e| e.id.clone()));
+        self.seen.extend(page.sessions.iter().map(|e| e.id.clone()));
         self.seen.insert(next.to_owned());
         new
     }
@@ -179,6 +207,7 @@ pub async fn read_slice(
             read.skipped += page.skipped;
             read.without_payment_intent += page.without_payment_intent;
             read.events.extend(page.events);
+            read.sessions.extend(page.sessions);
             return Ok(SliceRead::Whole(read));
         }
         // Before anything else: a list that does not move on is never
@@ -192,14 +221,19 @@ pub async fn read_slice(
         read.skipped += page.skipped;
         read.without_payment_intent += page.without_payment_intent;
         read.events.extend(page.events);
+        read.sessions.extend(page.sessions);
         // A single second cannot be cut: it is read whole.
         if slice.seconds() > 1 && slice_pages >= SLICE_PAGES {
             let oldest_seen = read
                 .events
                 .last()
-                .map_or(slice.gte, |e| e.created.timestamp());
+                .map(|e| e.created.timestamp())
+                .into_iter()
+                .chain(read.sessions.last().map(|e| e.created.timestamp()))
+                .min()
+                .unwrap_or(slice.gte);
             return Ok(SliceRead::Crowded {
-                seen: read.events.len() + read.skipped,
+                seen: read.len() + read.skipped,
                 oldest_seen,
             });
         }
@@ -229,6 +263,7 @@ mod tests {
             .collect();
         EventPage {
             events,
+            sessions: Vec::new(),
             skipped: 0,
             without_payment_intent: 0,
             has_more: true,

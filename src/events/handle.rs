@@ -14,6 +14,7 @@ use chrono::{DateTime, Utc};
 use super::feed::SliceEvents;
 use super::orphans::{self, OrphanRead};
 use super::plan::{self, young, Plan, PlanRules, RowAction};
+use super::sessions;
 use super::slices::{Slice, SLICE_EVENTS};
 use super::summary::{EventsSummary, HOLD_BEYOND_GRACE};
 use super::EventsError;
@@ -162,8 +163,7 @@ pub async fn retries(
         // Newest first, as a slice holds them.
         let read = SliceEvents {
             events: events.into_iter().rev().collect(),
-            skipped: 0,
-            without_payment_intent: 0,
+            ..SliceEvents::default()
         };
         let feed = Feed {
             account: account.as_ref(),
@@ -196,7 +196,7 @@ struct Feed<'a> {
 /// # Errors
 /// [`RunError::Interrupted`] on shutdown before the commit (nothing of the
 /// slice is written), the scan's guards ([`RunError`]) otherwise.
-#[tracing::instrument(name = "events.slice", skip_all, fields(gte = slice.gte, lt = slice.lt, events = read.events.len()))]
+#[tracing::instrument(name = "events.slice", skip_all, fields(gte = slice.gte, lt = slice.lt, events = read.len()))]
 pub async fn slice(
     ctx: &RunContext<'_>,
     account: Option<&AccountId>,
@@ -254,9 +254,12 @@ async fn work(
     summary: &mut EventsSummary,
 ) -> Result<Worked, EventsError> {
     let lease = lease_of(ctx, &summary.job)?;
-    let collapsed = plan::collapse(&read.events);
+    let sessions = sessions::look_up(ctx, &read.sessions, &progress.handled).await?;
+    let mut events = read.events.clone();
+    events.extend(sessions.as_payment_intents);
+    let collapsed = plan::collapse(&events);
     let looked = look_up(ctx, &collapsed, progress).await?;
-    let Some(mut answers) = ask_stripe(ctx, lease, feed, &looked).await? else {
+    let Some(mut answers) = ask_stripe(ctx, lease, feed, &looked, sessions.rows).await? else {
         return Ok(Worked::OutOfTime);
     };
     let job = summary.job.clone();
@@ -264,6 +267,7 @@ async fn work(
     progress
         .handled
         .extend(looked.plan.read_or_held(&looked.rows, &written.held));
+    progress.handled.extend(sessions.handled);
     tally(summary, feed, &read, &looked, &answers, &written);
     Ok(Worked::Done)
 }
@@ -330,20 +334,24 @@ async fn look_up<'e>(
 /// Phase 2: Stripe, with no transaction open, under a lease long enough for
 /// it; the outage rule; a shutdown abandons the batch, and so does the end
 /// of the held PaymentIntents' time (`None`: nothing to write).
+/// `session_rows` are the rows judged by their Checkout Session that the
+/// batch's session events name (issue 32), read beside the plan's.
 async fn ask_stripe(
     ctx: &RunContext<'_>,
     lease: &Lease,
     feed: Feed<'_>,
     looked: &Looked<'_>,
+    session_rows: Vec<PaymentRow>,
 ) -> Result<Option<Answers>, EventsError> {
     let plan = &looked.plan;
-    let reads = plan.count(RowAction::Retrieve) + plan.orphan_reads.len();
+    let reads = plan.count(RowAction::Retrieve) + plan.orphan_reads.len() + session_rows.len();
     renew_for_reads(ctx, lease, reads).await?;
     let to_read: Vec<_> = plan
         .rows
         .iter()
         .filter(|(_, a)| *a == RowAction::Retrieve)
         .map(|(i, _)| looked.rows[*i].row.clone())
+        .chain(session_rows)
         .collect();
     let now = looked.rules.now;
     let until = match feed.source {
@@ -435,10 +443,7 @@ async fn write_once(
     events_retry::settle(&mut tx, job, &settled).await?;
     let orphans = orphans::record(&mut tx, &looked.plan.with_rows, orphan_reads).await?;
     let (covered_until, newest_event) = match feed.source {
-        Source::Slice(slice) => (
-            Some(slice.end()),
-            read.events.first().map(|e| (e.id.as_str(), e.created)),
-        ),
+        Source::Slice(slice) => (Some(slice.end()), read.newest()),
         Source::Retry { .. } => (None, None),
     };
     let to = Advance {
@@ -534,7 +539,7 @@ fn tally(
     match feed.source {
         Source::Slice(_) => {
             summary.slices += 1;
-            summary.events_read += read.events.len() as u64;
+            summary.events_read += read.len() as u64;
         }
         Source::Retry { .. } => summary.retries_read += looked.named.len() as u64,
     }

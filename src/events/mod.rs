@@ -11,6 +11,7 @@
 //! - [`orphans`]: succeeded PaymentIntents no row points at (`missing_locally`).
 //! - [`plan`]: PURE: which PaymentIntents and rows need a Stripe read.
 //! - [`run`]: the events [`crate::job::Job`]: window, slices until done, cap, deadline or shutdown.
+//! - `sessions`: Checkout Session events: rows judged by their session, or their PaymentIntent's way (issue 32).
 //! - [`slices`]: PURE: the window cut into slices, oldest first.
 //! - [`summary`]: [`EventsSummary`], what one run did.
 
@@ -19,6 +20,7 @@ pub mod handle;
 pub mod orphans;
 pub mod plan;
 pub mod run;
+mod sessions;
 pub mod slices;
 pub mod summary;
 

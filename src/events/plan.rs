@@ -275,6 +275,7 @@ mod tests {
                 shares_payment_intent: false,
                 stripe_account: None,
                 behind_cursor: false,
+                checkout_session_id: None,
             },
             last_reconciled_at: reconciled.map(|(t, _)| Utc.timestamp_opt(t, 0).unwrap()),
             observed_external_status: reconciled.map(|(_, s)| s.to_owned()),

@@ -237,7 +237,7 @@ async fn next_slice(
     let read = feed::read_slice(ctx.gateway, account, slice, &mut summary.pages, bounds).await;
     match read {
         Ok(SliceRead::Whole(read)) => {
-            let events = read.events.len();
+            let events = read.len();
             handle::slice(ctx, account, slice, read, progress, summary).await?;
             feed.slicer.done(slice, events);
             Ok(Step::Next)

@@ -17,7 +17,7 @@ use secrecy::ExposeSecret;
 use sqlx::PgPool;
 
 use crate::config::{NotifyFormat, NotifySettings, Settings};
-use crate::dashboard::{payment_intent_url_on, DashboardMode};
+use crate::dashboard::DashboardMode;
 use crate::reconcile::money;
 use crate::store::findings::{self, FindingView};
 use crate::store::Context;
@@ -161,9 +161,12 @@ pub fn amount(f: &FindingView) -> Option<String> {
 }
 
 fn link(f: &FindingView, mode: DashboardMode) -> Option<String> {
-    f.stripe_payment_intent_id
-        .as_deref()
-        .and_then(|pi| payment_intent_url_on(f.stripe_account_id.as_deref(), pi, mode))
+    crate::dashboard::finding_url(
+        f.stripe_account_id.as_deref(),
+        f.stripe_payment_intent_id.as_deref(),
+        f.checkout_session_id.as_deref(),
+        mode,
+    )
 }
 
 /// `{"text": …}`: a title, then one line per finding.

@@ -14,7 +14,7 @@ use tokio::sync::{oneshot, Semaphore};
 use super::accounts::{
     account_of, all_not_found_reason, check_key, round_robin, AccountKey, KeyCheck, Tally,
 };
-use super::list::{list_accounts, ListShare};
+use super::list::{list_accounts, ListShare, Listing, ToList};
 use super::row::Read;
 use crate::config::ReadMode;
 use crate::outcome::RunError;
@@ -115,30 +115,48 @@ fn platform_key_fits(tallies: &HashMap<AccountKey, Tally>) -> Result<(), RunErro
     Ok(())
 }
 
-/// List mode: the batch's PaymentIntents by `created` window pages, per
-/// account, for the rows with a well-formed id on a reachable account
-/// (the rows not found fall back to retrieves).
+/// What a row's list read looks for: its PaymentIntent id, or (a row judged
+/// by its Checkout Session, issue 32) its session id; `None` when the row
+/// needs no read or its id is malformed (decided without a request).
+fn list_key(row: &PaymentRow) -> Option<(&str, Listing)> {
+    if row.recently_changed {
+        return None;
+    }
+    match super::session_key::session_of(row) {
+        Some(session) => session
+            .ok()
+            .map(|_| (session_value(row), Listing::CheckoutSessions)),
+        None => PaymentIntentId::parse(row.stripe_payment_intent_id.as_deref().unwrap_or(""))
+            .ok()
+            .map(|_| {
+                (
+                    row.stripe_payment_intent_id.as_deref().unwrap_or(""),
+                    Listing::PaymentIntents,
+                )
+            }),
+    }
+}
+
+fn session_value(row: &PaymentRow) -> &str {
+    row.checkout_session_id.as_deref().unwrap_or("")
+}
+
+/// List mode: the batch's PaymentIntents and Checkout Sessions by `created`
+/// window pages, per account, for the rows with a well-formed id on a
+/// reachable account (the rows not found fall back to retrieves).
 async fn list_first(
     share: ListShare<'_>,
     rows: &[PaymentRow],
     accounts: &[Result<AccountKey, InvalidAccountId>],
 ) -> Result<super::list::Listed, RunError> {
-    let ids: Vec<Option<PaymentIntentId>> = rows
+    let to_read: Vec<ToList<'_>> = rows
         .iter()
-        .map(|r| {
-            (!r.recently_changed)
-                .then(|| {
-                    PaymentIntentId::parse(r.stripe_payment_intent_id.as_deref().unwrap_or("")).ok()
-                })
-                .flatten()
-        })
-        .collect();
-    let to_read: Vec<(&PaymentRow, &PaymentIntentId, &AccountKey)> = rows
-        .iter()
-        .zip(&ids)
         .zip(accounts)
-        .filter_map(|((r, id), a)| Some((r, id.as_ref()?, a.as_ref().ok()?)))
-        .filter(|(_, _, a)| {
+        .filter_map(|(r, a)| {
+            let (id, listing) = list_key(r)?;
+            Some((r, id, a.as_ref().ok()?, listing))
+        })
+        .filter(|(_, _, a, _)| {
             a.as_ref()
                 .map_or(true, |a| share.gateway.accounts().unreachable(a).is_none())
         })
@@ -198,11 +216,9 @@ pub async fn observe_batch(
                     let _ = started.send(());
                 }
             }
-            let from_list = row
-                .stripe_payment_intent_id
-                .as_deref()
-                .and_then(|id| found.get(id))
-                .and_then(|f| f.as_ref().ok())
+            let from_list = list_key(&row)
+                .and_then(|(id, _)| found.get(id))
+                .and_then(Option::as_ref)
                 .cloned();
             let read = Read {
                 pool,

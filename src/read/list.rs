@@ -22,10 +22,10 @@ use tokio::sync::{oneshot, Semaphore};
 
 use crate::config::JobSettings;
 use crate::outcome::RunError;
-use crate::reconcile::PaymentIntentFacts;
+use crate::reconcile::{CheckoutSessionFacts, PaymentIntentFacts};
 use crate::store::payments::PaymentRow;
 use crate::stripe::{
-    AccountId, CreatedWindow, GatewayError, MalformedPaymentIntent, PaymentIntentId, StripeGateway,
+    AccountId, CheckoutSessionId, CreatedWindow, GatewayError, PaymentIntentId, StripeGateway,
     LIST_PAGE_LIMIT,
 };
 
@@ -36,13 +36,37 @@ use super::accounts::AccountKey;
 /// other applications in it.
 pub const ROWS_PER_SUB_WINDOW: usize = 95;
 
+/// What a batch lists: PaymentIntents (`GET /v1/payment_intents`), or
+/// Checkout Sessions (`GET /v1/checkout/sessions`) for the rows judged by
+/// their session (issue 32). The same windows, pages and page cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listing {
+    /// The rows' PaymentIntents.
+    PaymentIntents,
+    /// The rows' Checkout Sessions.
+    CheckoutSessions,
+}
+
+/// One listed object's facts, as its row's read uses them.
+#[derive(Debug, Clone)]
+pub enum ListedFacts {
+    /// A PaymentIntent with its latest charge.
+    PaymentIntent(PaymentIntentFacts),
+    /// A Checkout Session with its PaymentIntent and latest charge.
+    Session(CheckoutSessionFacts),
+}
+
+/// One page: the listed objects by id (`None`: an item that could not be
+/// used) and the id to page on after.
+type Page = (Vec<(String, Option<ListedFacts>)>, Option<String>);
+
 /// What the list requests of one batch found.
 #[derive(Debug, Default)]
 pub struct Listed {
-    /// The facts of every PaymentIntent a page contained that one of the
-    /// batch's rows names, by id; `Err` for an item that could not be used
-    /// (its row falls back to a retrieve).
-    pub found: HashMap<String, Result<PaymentIntentFacts, MalformedPaymentIntent>>,
+    /// The facts of every object a page contained that one of the batch's
+    /// rows names, by id (a PaymentIntent's or a Checkout Session's); `None`
+    /// for an item that could not be used (its row falls back to a retrieve).
+    pub found: HashMap<String, Option<ListedFacts>>,
     /// List requests whose answer arrived (after retries).
     pub pages: usize,
     /// List requests that failed after the retry budget (a failed read
@@ -52,11 +76,12 @@ pub struct Listed {
 
 struct Chain<'a> {
     gateway: &'a StripeGateway,
+    listing: Listing,
     account: Option<&'a AccountId>,
     in_flight: &'a Semaphore,
     wanted: &'a HashSet<&'a str>,
     budget: &'a AtomicUsize,
-    found: &'a Mutex<HashMap<String, Result<PaymentIntentFacts, MalformedPaymentIntent>>>,
+    found: &'a Mutex<HashMap<String, Option<ListedFacts>>>,
     pages: &'a AtomicUsize,
     failed: &'a AtomicUsize,
     items: &'a AtomicUsize,
@@ -101,6 +126,38 @@ impl Chain<'_> {
         }
     }
 
+    /// One page of `window` after `after`, of what this chain lists.
+    async fn page(&self, window: CreatedWindow, after: Option<&str>) -> Result<Page, GatewayError> {
+        match self.listing {
+            Listing::PaymentIntents => {
+                let after = after.and_then(|a| PaymentIntentId::parse(a).ok());
+                let page = self
+                    .gateway
+                    .list_payment_intents_on(self.account, window, after.as_ref())
+                    .await?;
+                let items = page.items.into_iter().map(|i| {
+                    let facts = i.facts.ok().map(ListedFacts::PaymentIntent);
+                    (i.id.as_str().to_owned(), facts)
+                });
+                let next = page.next_after.map(|id| id.as_str().to_owned());
+                Ok((items.collect(), next))
+            }
+            Listing::CheckoutSessions => {
+                let after = after.and_then(|a| CheckoutSessionId::parse(a).ok());
+                let page = self
+                    .gateway
+                    .list_checkout_sessions_on(self.account, window, after.as_ref())
+                    .await?;
+                let items = page.items.into_iter().map(|i| {
+                    let facts = i.facts.ok().map(ListedFacts::Session);
+                    (i.id.as_str().to_owned(), facts)
+                });
+                let next = page.next_after.map(|id| id.as_str().to_owned());
+                Ok((items.collect(), next))
+            }
+        }
+    }
+
     /// Pages `window` until its end, the page budget, or (with `until_found`)
     /// until every id of `until_found` was seen. A core window (`core_window`)
     /// counts its first page toward [`Chain::first_page_sent`].
@@ -110,7 +167,7 @@ impl Chain<'_> {
         until_found: Option<&HashSet<&str>>,
         core_window: bool,
     ) -> Result<(), RunError> {
-        let mut after: Option<PaymentIntentId> = None;
+        let mut after: Option<String> = None;
         let mut first = core_window;
         loop {
             if until_found.is_some_and(|core| self.all_found(core))
@@ -127,23 +184,21 @@ impl Chain<'_> {
                 if std::mem::take(&mut first) {
                     self.first_page_sent();
                 }
-                self.gateway
-                    .list_payment_intents_on(self.account, window, after.as_ref())
-                    .await
+                self.page(window, after.as_deref()).await
             };
             match page {
-                Ok(page) => {
+                Ok((items, next_after)) => {
                     self.pages.fetch_add(1, Ordering::Relaxed);
-                    self.items.fetch_add(page.items.len(), Ordering::Relaxed);
+                    self.items.fetch_add(items.len(), Ordering::Relaxed);
                     {
                         let mut found = self.found.lock().unwrap_or_else(|p| p.into_inner());
-                        for item in page.items {
-                            if self.wanted.contains(item.id.as_str()) {
-                                found.insert(item.id.as_str().to_owned(), item.facts);
+                        for (id, facts) in items {
+                            if self.wanted.contains(id.as_str()) {
+                                found.insert(id, facts);
                             }
                         }
                     }
-                    match page.next_after {
+                    match next_after {
                         Some(next) => after = Some(next),
                         None => return Ok(()),
                     }
@@ -215,27 +270,28 @@ pub struct ListShare<'a> {
 /// rows that need a read (out of the grace window, well-formed id).
 ///
 /// `account` is the Stripe account listed (`None`: the platform's own);
-/// `page_cap` the pages this call may send.
+/// `listing` what is listed (the rows' ids are of that kind); `page_cap`
+/// the pages this call may send.
 ///
 /// # Errors
 /// [`RunError::StripeRejected`] on 401/403 or Stripe's "Unrecognized request
 /// URL"; every other failure leaves rows to the retrieve fallback.
 pub async fn list_batch(
     share: ListShare<'_>,
-    account: Option<&AccountId>,
-    rows: &[(&PaymentRow, &PaymentIntentId)],
+    (account, listing): (Option<&AccountId>, Listing),
+    rows: &[(&PaymentRow, &str)],
     page_cap: usize,
 ) -> Result<Listed, RunError> {
     let settings = share.settings;
-    let wanted: HashSet<&str> = rows.iter().map(|(_, id)| id.as_str()).collect();
-    let core_rows: Vec<&(&PaymentRow, &PaymentIntentId)> =
+    let wanted: HashSet<&str> = rows.iter().map(|(_, id)| *id).collect();
+    let core_rows: Vec<&(&PaymentRow, &str)> =
         rows.iter().filter(|(r, _)| !r.behind_cursor).collect();
     let mut times: Vec<i64> = core_rows
         .iter()
         .map(|(r, _)| r.created_at.timestamp())
         .collect();
     times.sort_unstable();
-    let core: HashSet<&str> = core_rows.iter().map(|(_, id)| id.as_str()).collect();
+    let core: HashSet<&str> = core_rows.iter().map(|(_, id)| *id).collect();
     let windows = sub_windows(&times, page_cap);
     let (Some(&lo), Some(&hi)) = (times.first(), times.last()) else {
         return Ok(Listed::default());
@@ -249,6 +305,7 @@ pub async fn list_batch(
     );
     let chain = Chain {
         gateway: share.gateway,
+        listing,
         account,
         in_flight: share.in_flight,
         wanted: &wanted,
@@ -320,11 +377,15 @@ pub fn page_shares(cap: usize, sizes: &[usize]) -> Vec<usize> {
     shares
 }
 
-/// One account's rows to list.
+/// One account's rows to list, and what is listed for them.
 type AccountRows<'a> = (
-    Option<&'a AccountId>,
-    Vec<(&'a PaymentRow, &'a PaymentIntentId)>,
+    (Option<&'a AccountId>, Listing),
+    Vec<(&'a PaymentRow, &'a str)>,
 );
+
+/// A row to list: the row, the id its page would hold, its account, and
+/// what is listed for it.
+pub type ToList<'a> = (&'a PaymentRow, &'a str, &'a AccountKey, Listing);
 
 /// List mode over a batch whose rows belong to several Stripe accounts
 /// (Connect, issue 24): each account's window is listed with its own
@@ -333,20 +394,18 @@ type AccountRows<'a> = (
 /// never hold back a small account's one). The batch's page cap is shared
 /// out by rows ([`page_shares`]): never more pages than the cap in all, and
 /// an account left without a page has its rows retrieved. `rows` carry
-/// their account.
+/// their account and what is listed for them: PaymentIntents and Checkout
+/// Sessions are groups of their own, sharing the one cap.
 ///
 /// # Errors
 /// As [`list_batch`].
-pub async fn list_accounts(
-    share: ListShare<'_>,
-    rows: &[(&PaymentRow, &PaymentIntentId, &AccountKey)],
-) -> Result<Listed, RunError> {
+pub async fn list_accounts(share: ListShare<'_>, rows: &[ToList<'_>]) -> Result<Listed, RunError> {
     let mut groups: Vec<AccountRows<'_>> = Vec::new();
-    for (row, id, account) in rows {
-        let account = account.as_ref();
-        match groups.iter_mut().find(|(a, _)| *a == account) {
+    for (row, id, account, listing) in rows {
+        let key = (account.as_ref(), *listing);
+        match groups.iter_mut().find(|(k, _)| *k == key) {
             Some((_, group)) => group.push((row, id)),
-            None => groups.push((account, vec![(row, id)])),
+            None => groups.push((key, vec![(row, id)])),
         }
     }
     let cap = share.settings.scan.list_page_cap() as usize;
@@ -355,7 +414,7 @@ pub async fn list_accounts(
     let listed_groups = groups.iter().zip(shares).filter(|(_, share)| *share > 0);
     let shared = share;
     let lists = futures::future::try_join_all(
-        listed_groups.map(|((account, group), share)| list_batch(shared, *account, group, share)),
+        listed_groups.map(|((key, group), share)| list_batch(shared, *key, group, share)),
     )
     .await?;
     let mut all = Listed::default();

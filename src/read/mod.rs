@@ -3,9 +3,11 @@
 //!
 //! - [`accounts`]: Connect: a row's Stripe account, the fair order across accounts, per-account checks.
 //! - [`detect`]: one observation per row (retrieve or list), the wrong-account check.
-//! - [`list`]: list mode: the batch's PaymentIntents by `created` window pages.
+//! - [`list`]: list mode: the batch's PaymentIntents and Checkout Sessions by `created` window pages.
 //! - `observation`: [`Observation`], one row's outcome of phase 2.
 //! - `row`: one row's read (a list page's item or a retrieve on its account) and verdict.
+//! - `session_key`: which rows are judged by their Checkout Session.
+//! - `session_row`: a row judged by its Checkout Session (no PaymentIntent id; issue 32).
 //! - [`outage`]: the outage rule: Stripe down for most of a batch, and its probe.
 //! - [`verdicts`]: rows per verdict.
 
@@ -15,8 +17,11 @@ pub mod list;
 mod observation;
 pub mod outage;
 mod row;
+mod session_key;
+mod session_row;
 pub mod verdicts;
 
 pub use detect::{observe_all, observe_batch, Observation, Observed, Pacing, CONNECT_HINT};
 pub use outage::{stripe_reachable, STRIPE_DOWN_MIN_READS};
+pub use session_key::session_of;
 pub use verdicts::VerdictCounts;

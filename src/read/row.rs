@@ -1,5 +1,6 @@
 //! Phase 2 for one row: its read (from a list page, or a retrieve on the
-//! row's Stripe account) and the verdict of Stripe's answer.
+//! row's Stripe account) and the verdict of Stripe's answer. A row judged by
+//! its Checkout Session is read by [`super::session_row`].
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -9,8 +10,11 @@ use sqlx::PgPool;
 use tokio::sync::Semaphore;
 
 use super::accounts::{check_key, AccountKey, KeyCheck, Tally};
+use super::list::ListedFacts;
 use super::observation::{Observation, CONNECT_HINT, WRONG_ACCOUNT_NOT_FOUND_READS};
+use super::session_key::session_of;
 use crate::config::JobSettings;
+use crate::key::PaymentKey;
 use crate::outcome::RunError;
 use crate::reconcile::{
     classify, Decision, FindingKind, LocalPayment, PaymentIntentFacts, Verdict,
@@ -30,17 +34,27 @@ pub(super) struct Read<'a> {
 }
 
 impl Read<'_> {
-    /// One row: `from_list` is its PaymentIntent as a list page contained it
-    /// (no request then); otherwise it is retrieved, on the row's account.
+    /// One row: `from_list` is its PaymentIntent (or, for a row judged by
+    /// its Checkout Session, its session) as a list page contained it (no
+    /// request then); otherwise it is retrieved, on the row's account.
     pub(super) async fn observe(
         self,
         row: PaymentRow,
         account: Result<AccountKey, InvalidAccountId>,
-        from_list: Option<PaymentIntentFacts>,
+        from_list: Option<ListedFacts>,
     ) -> Result<Observation, RunError> {
         let mut seen = unread(&row);
         if row.recently_changed {
             return Ok(seen);
+        }
+        if let Some(session) = session_of(&row) {
+            let from_list = match from_list {
+                Some(ListedFacts::Session(facts)) => Some(facts),
+                _ => None,
+            };
+            return self
+                .observe_session(&row, account, session, from_list, seen)
+                .await;
         }
         let id = match PaymentIntentId::parse(row.stripe_payment_intent_id.as_deref().unwrap_or(""))
         {
@@ -52,33 +66,12 @@ impl Read<'_> {
             }
         };
         seen.payment_intent = Some(id.as_str().to_owned());
-        let account = match account {
-            Ok(account) => account,
-            Err(reason) => {
-                tracing::warn!(payment_id = %row.id, %reason, "payment has a malformed Stripe account id; not sent to Stripe");
-                seen.decision = Decision::plain(Verdict::Unverifiable);
-                seen.error = Some(format!(
-                    "RECONCILER_ACCOUNT_COLUMN holds no usable account id ({reason}); the row was not sent to Stripe"
-                ));
-                return Ok(seen);
-            }
-        };
-        seen.stripe_account = account.as_ref().map(|a| a.as_str().to_owned());
-        if let Some(reason) = account
-            .as_ref()
-            .and_then(|a| self.gateway.accounts().unreachable(a))
-        {
-            seen.unreachable(reason);
-            return Ok(seen);
-        }
-        let Some(tally) = self.tallies.get(&account) else {
+        let Some((account, tally)) = self.reach(&row, account, &mut seen) else {
             return Ok(seen);
         };
-        seen.asked_stripe = true;
-        Tally::count(&tally.asked);
         let read = match from_list {
-            Some(facts) => Ok(facts),
-            None => {
+            Some(ListedFacts::PaymentIntent(facts)) => Ok(facts),
+            _ => {
                 let _permit = self.in_flight.acquire().await;
                 self.gateway.payment_intent_on(account.as_ref(), &id).await
             }
@@ -88,22 +81,78 @@ impl Read<'_> {
                 Tally::count(&tally.found);
                 self.classify(&row, &id, facts, &mut seen);
             }
-            Err(GatewayError::NotFound { .. }) => {
-                seen.decision = self.not_found(tally, account.is_none()).await?;
+            Err(e) => {
+                let platform = account.is_none();
+                self.failed(e, tally, platform, (&row.id, id.as_str()), &mut seen)
+                    .await?
             }
-            Err(e) if e.is_rejected() => return Err(RunError::StripeRejected(e)),
-            Err(e @ GatewayError::AccountUnreachable { .. }) => {
-                tracing::warn!(payment_id = %row.id, payment_intent = %id, error = %e, "PaymentIntent unverifiable: its connected account is unreachable");
+        }
+        Ok(seen)
+    }
+
+    /// The account the row's reads go to and its tally, counted as asked;
+    /// `None` when no read is sent (a malformed or unreachable account:
+    /// `seen` says why).
+    pub(super) fn reach(
+        &self,
+        row: &PaymentRow,
+        account: Result<AccountKey, InvalidAccountId>,
+        seen: &mut Observation,
+    ) -> Option<(AccountKey, &Tally)> {
+        let account = match account {
+            Ok(account) => account,
+            Err(reason) => {
+                tracing::warn!(payment_id = %row.id, %reason, "payment has a malformed Stripe account id; not sent to Stripe");
+                seen.decision = Decision::plain(Verdict::Unverifiable);
+                seen.error = Some(format!(
+                    "RECONCILER_ACCOUNT_COLUMN holds no usable account id ({reason}); the row was not sent to Stripe"
+                ));
+                return None;
+            }
+        };
+        seen.stripe_account = account.as_ref().map(|a| a.as_str().to_owned());
+        if let Some(reason) = account
+            .as_ref()
+            .and_then(|a| self.gateway.accounts().unreachable(a))
+        {
+            seen.unreachable(reason);
+            return None;
+        }
+        let tally = self.tallies.get(&account)?;
+        seen.asked_stripe = true;
+        Tally::count(&tally.asked);
+        Some((account, tally))
+    }
+
+    /// A read of `object` (row id, Stripe id) that got no answer to judge:
+    /// a 404 (`missing_externally`, or the wrong-account rule), a rejected
+    /// key (the run stops), an unreachable account or no usable answer
+    /// (UNVERIFIABLE).
+    pub(super) async fn failed(
+        &self,
+        e: GatewayError,
+        tally: &Tally,
+        platform: bool,
+        (payment_id, object): (&PaymentKey, &str),
+        seen: &mut Observation,
+    ) -> Result<(), RunError> {
+        match e {
+            GatewayError::NotFound { .. } => {
+                seen.decision = self.not_found(tally, platform).await?;
+            }
+            e if e.is_rejected() => return Err(RunError::StripeRejected(e)),
+            e @ GatewayError::AccountUnreachable { .. } => {
+                tracing::warn!(%payment_id, stripe_object = object, error = %e, "read unverifiable: its connected account is unreachable");
                 seen.unreachable(e.to_string());
             }
             // `Unavailable`: no usable answer after the retry budget.
-            Err(e) => {
-                tracing::warn!(payment_id = %row.id, payment_intent = %id, error = %e, "PaymentIntent unverifiable");
+            e => {
+                tracing::warn!(%payment_id, stripe_object = object, error = %e, "read unverifiable");
                 seen.error = Some(e.to_string());
                 seen.decision = Decision::plain(Verdict::Unverifiable);
             }
         }
-        Ok(seen)
+        Ok(())
     }
 
     /// A 404 on `tally`'s account (`platform`: the platform's own): the
@@ -181,5 +230,6 @@ fn unread(row: &PaymentRow) -> Observation {
         error: None,
         stripe_account: None,
         account_unreachable: false,
+        checkout_session: None,
     }
 }

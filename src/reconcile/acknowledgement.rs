@@ -47,7 +47,8 @@ pub fn acknowledgeable(kind: &FindingKind, status_in_sync: bool) -> bool {
         | FindingKind::PaidLocallyNotExternally
         | FindingKind::Unexpected { .. }
         | FindingKind::MissingExternally
-        | FindingKind::InvalidPaymentIntentId => true,
+        | FindingKind::InvalidPaymentIntentId
+        | FindingKind::InvalidCheckoutSessionId => true,
         FindingKind::Refunded
         | FindingKind::RefundedLocallyNotExternally
         | FindingKind::Disputed
@@ -85,6 +86,7 @@ fn fields(kind: &str) -> Option<&'static [&'static str]> {
         | "missing_externally"
         | "invalid_payment_intent_id"
         | "duplicate_payment_intent" => &[],
+        "invalid_checkout_session_id" => &["mode"],
         k if k.starts_with("unexpected:") => &[],
         _ => return None,
     })

@@ -25,6 +25,12 @@ pub enum FindingKind {
     /// The id stored in `payments.stripe_payment_intent_id` is not a well-formed
     /// `pi_...` id, so it was never sent to Stripe.
     InvalidPaymentIntentId,
+    /// A row without a PaymentIntent id whose Checkout Session column
+    /// (`RECONCILER_CHECKOUT_SESSION_COLUMN`) holds a value that is not a
+    /// well-formed `cs_…` id (never sent to Stripe), or names a session in
+    /// `setup` or `subscription` mode (no PaymentIntent to compare);
+    /// `details.reason` says which (issue 32).
+    InvalidCheckoutSessionId,
     /// The latest charge of a `succeeded` PaymentIntent was refunded, fully
     /// or in part (`amount_refunded > 0`). Money kind.
     Refunded,
@@ -82,12 +88,13 @@ pub enum FindingKind {
 impl FindingKind {
     /// Every kind with a fixed name (all but [`FindingKind::Unexpected`]), in
     /// the order of DESIGN.md's Classification and "Beyond status" tables.
-    pub const ALL: [FindingKind; 17] = [
+    pub const ALL: [FindingKind; 18] = [
         Self::MissedSuccess,
         Self::MissedCancel,
         Self::PaidLocallyNotExternally,
         Self::MissingExternally,
         Self::InvalidPaymentIntentId,
+        Self::InvalidCheckoutSessionId,
         Self::Refunded,
         Self::RefundedLocallyNotExternally,
         Self::Disputed,
@@ -111,6 +118,7 @@ impl FindingKind {
             Self::PaidLocallyNotExternally => "paid_locally_not_externally",
             Self::MissingExternally => "missing_externally",
             Self::InvalidPaymentIntentId => "invalid_payment_intent_id",
+            Self::InvalidCheckoutSessionId => "invalid_checkout_session_id",
             Self::Refunded => "refunded",
             Self::RefundedLocallyNotExternally => "refunded_locally_not_externally",
             Self::Disputed => "disputed",
@@ -157,6 +165,7 @@ impl FindingKind {
             | Self::PaidLocallyNotExternally
             | Self::MissingExternally
             | Self::InvalidPaymentIntentId
+            | Self::InvalidCheckoutSessionId
             | Self::AuthorizationExpiring
             | Self::StuckProcessing
             | Self::Abandoned
@@ -188,6 +197,7 @@ impl FindingKind {
             | Self::PaidLocallyNotExternally
             | Self::MissingExternally
             | Self::InvalidPaymentIntentId
+            | Self::InvalidCheckoutSessionId
             // The refusal says nothing about the money; whatever the database
             // refused for the scan it refuses for the writer too.
             | Self::WriteRefused

@@ -15,6 +15,7 @@
 //! - `kind`: [`FindingKind`], [`FindingKind::ALL`], money and blocking kinds.
 //! - `labels`: bounded metric label values for finding kinds.
 //! - `resolution`: [`Resolution`], why a finding was resolved.
+//! - `session`: Checkout Sessions: their facts and [`classify_session`] (issue 32).
 //! - `status`: [`LocalStatus`], [`ExternalStatus`].
 
 mod acknowledgement;
@@ -27,6 +28,7 @@ mod kind;
 mod labels;
 mod orphan;
 mod resolution;
+mod session;
 mod status;
 
 pub use acknowledgement::{acknowledgeable, fingerprint};
@@ -38,6 +40,10 @@ pub use kind::FindingKind;
 pub use labels::{kind_label, open_findings_by_label, KNOWN_KINDS, MAX_KIND_LABELS, OTHER_KIND};
 pub use orphan::orphan_details;
 pub use resolution::{Resolution, PAYMENT_DELETED_NOTE};
+pub use session::{
+    classify_session, CheckoutSessionFacts, SessionJudgement, SessionMode, SessionPaymentIntent,
+    SessionPaymentStatus, SessionStatus,
+};
 pub use status::{ExternalStatus, LocalStatus};
 
 #[cfg(test)]

@@ -269,6 +269,8 @@ async fn open_findings(
                     })),
                     acknowledgeable: false,
                     stripe_account_id: o.stripe_account.clone(),
+                    checkout_session_id: o.checkout_session.clone(),
+                    stripe_payment_intent_id: rows::session_payment_intent(o),
                 })
             }),
     );
@@ -326,13 +328,21 @@ async fn enqueue_commands(
         .iter()
         .filter(|(f, ..)| without.contains(&f.id))
         .filter_map(|(f, command, o)| {
+            // A PaymentIntent row's command carries its id; a session row's
+            // its session, and the session's PaymentIntent when it has one
+            // (the writer fills it in; an expired session may have none).
+            let checkout_session_id = o.checkout_session.clone();
+            if checkout_session_id.is_none() && o.payment_intent.is_none() {
+                return None;
+            }
             Some(RepairRow {
                 payment_id: f.payment_id.clone(),
                 finding_id: f.id,
                 command: command.as_str(),
                 expected_local_status: o.local.as_str().to_owned(),
-                stripe_payment_intent_id: o.payment_intent.clone()?,
+                stripe_payment_intent_id: o.payment_intent.clone(),
                 stripe_account_id: o.stripe_account.clone(),
+                checkout_session_id,
             })
         })
         .collect();
@@ -350,7 +360,11 @@ fn is_answer(o: &Observation) -> bool {
 fn definitive_without_status(o: &Observation) -> bool {
     matches!(
         o.decision.kind,
-        Some(FindingKind::MissingExternally | FindingKind::InvalidPaymentIntentId)
+        Some(
+            FindingKind::MissingExternally
+                | FindingKind::InvalidPaymentIntentId
+                | FindingKind::InvalidCheckoutSessionId
+        )
     )
 }
 

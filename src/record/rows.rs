@@ -33,7 +33,15 @@ pub fn new_finding(o: &Observation) -> Option<NewFinding> {
         details: o.decision.details.clone(),
         acknowledgeable,
         stripe_account_id: o.stripe_account.clone(),
+        checkout_session_id: o.checkout_session.clone(),
+        stripe_payment_intent_id: session_payment_intent(o),
     })
+}
+
+/// The PaymentIntent a finding records beside its payment: only for a row
+/// judged by its Checkout Session (its own column is empty), the session's.
+pub fn session_payment_intent(o: &Observation) -> Option<String> {
+    o.checkout_session.as_ref().and(o.payment_intent.clone())
 }
 
 /// Phase 3 writes something for this row: a stamp, a finding, or an

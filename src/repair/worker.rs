@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use sqlx::{Connection, PgPool};
 use tokio_util::sync::CancellationToken;
 
-use super::writer::{apply, WriteError};
-use crate::config::{OutboxSettings, StatusMap, TimestampZone};
+use super::writer::{apply, fill_session_payment_intent, WriteError};
+use crate::config::{ColumnName, OutboxSettings, StatusMap, TimestampZone};
 use crate::key::{KeyType, PaymentKey};
 use crate::reconcile::{FindingKind, RepairCommand, Resolution, PAYMENT_DELETED_NOTE};
 use crate::store::outbox::{self, ClaimedCommand};
@@ -31,6 +31,10 @@ pub struct RepairOptions {
     pub chunk: i64,
     /// Failed attempts after which a command is left for a person.
     pub max_attempts: i32,
+    /// `RECONCILER_CHECKOUT_SESSION_COLUMN`: a command for a payment judged
+    /// by its Checkout Session is applied only while the payment still
+    /// names that session (issue 32); without it such a command is skipped.
+    pub checkout_session_column: Option<ColumnName>,
     /// `RECONCILER_TIMESTAMP_ZONE`: the canonical writer's `updated_at =
     /// now()` is stored in this zone when `payments.updated_at` is a
     /// `timestamp without time zone` (each transaction's `TimeZone` is set
@@ -47,6 +51,7 @@ impl Default for RepairOptions {
             outbox: OutboxSettings::default(),
             chunk: 100,
             max_attempts: MAX_ATTEMPTS,
+            checkout_session_column: None,
             timestamp_zone: TimestampZone::default(),
         }
     }
@@ -78,6 +83,8 @@ struct RepairPayload {
     payment_id: PaymentKey,
     finding_id: i64,
     stripe_payment_intent_id: Option<String>,
+    /// A payment judged by its Checkout Session (issue 32).
+    checkout_session_id: Option<String>,
 }
 
 /// The payload's `payment_id`: a number (integer keys, as before issue 31)
@@ -224,14 +231,8 @@ pub async fn drain_with(
         });
         let key = crate::store::keys::current(&mut tx).await?;
         for command in claimed {
-            let failed = apply_one(
-                &mut tx,
-                (&options.outbox, &key),
-                &command,
-                statuses,
-                &mut report,
-            )
-            .await?;
+            let failed =
+                apply_one(&mut tx, (&options, &key), &command, statuses, &mut report).await?;
             if failed {
                 failed_ids.push(command.id);
             }
@@ -256,13 +257,14 @@ pub async fn drain_with(
 /// [`StoreError`] when the database fails outside the command itself.
 async fn apply_one(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    (outbox_settings, key): (&OutboxSettings, &KeyType),
+    (options, key): (&RepairOptions, &KeyType),
     command: &ClaimedCommand,
     statuses: &StatusMap,
     report: &mut RepairReport,
 ) -> Result<bool, StoreError> {
+    let outbox_settings = &options.outbox;
     let mut savepoint = tx.begin().await.context("opening a savepoint")?;
-    match process(&mut savepoint, (outbox_settings, key), command, statuses).await {
+    match process(&mut savepoint, (options, key), command, statuses).await {
         Ok(applied) => {
             match &applied {
                 Applied::Skipped(reason) => {
@@ -310,25 +312,20 @@ async fn apply_one(
 /// later run).
 async fn process(
     conn: &mut sqlx::PgConnection,
-    (outbox, key): (&OutboxSettings, &KeyType),
+    (options, key): (&RepairOptions, &KeyType),
     command: &ClaimedCommand,
     statuses: &StatusMap,
 ) -> Result<Applied, RepairError> {
+    let outbox = &options.outbox;
     let kind = RepairCommand::parse(&command.event_type)
         .ok_or_else(|| RepairError::UnknownCommand(command.event_type.clone()))?;
-    let payload = serde_json::from_value::<RepairPayload>(command.payload.clone());
-    let payload = payload.map_err(RepairError::MalformedPayload)?;
-    let Some(payment) = payments::lock_for_repair(conn, key, &payload.payment_id).await? else {
-        // The application deleted the payment (DESIGN.md, Turn 4): nothing
-        // to repair; its finding closes as `payment_deleted`.
-        findings::resolve(conn, payload.finding_id, Resolution::PaymentDeleted).await?;
-        tracing::info!(
-            outbox_id = command.id,
-            finding_id = payload.finding_id,
-            payment_id = %payload.payment_id,
-            "repair command skipped: the payment was deleted"
-        );
-        return Ok(Applied::Skipped(PAYMENT_DELETED_NOTE.to_owned()));
+    let payload: RepairPayload =
+        serde_json::from_value(command.payload.clone()).map_err(RepairError::MalformedPayload)?;
+    let session_column = options.checkout_session_column.as_ref();
+    let Some(payment) =
+        payments::lock_for_repair(conn, key, &payload.payment_id, session_column).await?
+    else {
+        return payment_deleted(conn, command, &payload).await;
     };
     let finding = findings::lock_for_repair(conn, payload.finding_id)
         .await?
@@ -351,14 +348,9 @@ async fn process(
     if !finding.open {
         return skip("finding already resolved".into());
     }
-    if let Some(intent) = &payload.stripe_payment_intent_id {
-        if payment.stripe_payment_intent_id.as_deref() != Some(intent.as_str()) {
-            findings::resolve(conn, payload.finding_id, Resolution::Superseded).await?;
-            return skip(format!(
-                "payment {} no longer holds PaymentIntent {intent}",
-                payload.payment_id
-            ));
-        }
+    if let Some(reason) = moved(&payload, &payment, session_column.is_some()) {
+        findings::resolve(conn, payload.finding_id, Resolution::Superseded).await?;
+        return skip(reason);
     }
     let payment_ids = std::slice::from_ref(&payload.payment_id);
     if !findings::blocked_payments(conn, key, payment_ids)
@@ -370,15 +362,25 @@ async fn process(
             payload.payment_id
         ));
     }
-    // The canonical writer's guard (`WHERE status = ANY(<the words of
-    // pending>)`): repaired at the target already, superseded elsewhere.
+    // A payment judged by its Checkout Session gets its PaymentIntent id
+    // (only while still empty), then the status change. The expected status
+    // is the canonical writer's guard (`WHERE status = ANY(<the words of
+    // pending>)`): repaired when the payment already reached the target,
+    // superseded when it moved elsewhere.
+    if let (Some(_), Some(intent)) = (
+        &payload.checkout_session_id,
+        &payload.stripe_payment_intent_id,
+    ) {
+        fill_session_payment_intent(conn, &payload.payment_id, intent).await?;
+    }
+    let finding = Some(payload.finding_id);
     let outcome = apply(
         conn,
         outbox,
         statuses,
         kind,
         &payload.payment_id,
-        Some(payload.finding_id),
+        finding,
         "reconciler",
     )
     .await?;
@@ -387,6 +389,78 @@ async fn process(
     } else {
         Applied::NoOp
     })
+}
+
+/// The application deleted the payment (DESIGN.md, Turn 4): nothing to
+/// repair; its finding closes as `payment_deleted`.
+async fn payment_deleted(
+    conn: &mut sqlx::PgConnection,
+    command: &ClaimedCommand,
+    payload: &RepairPayload,
+) -> Result<Applied, RepairError> {
+    findings::resolve(conn, payload.finding_id, Resolution::PaymentDeleted).await?;
+    tracing::info!(
+        outbox_id = command.id,
+        finding_id = payload.finding_id,
+        payment_id = %payload.payment_id,
+        "repair command skipped: the payment was deleted"
+    );
+    Ok(Applied::Skipped(PAYMENT_DELETED_NOTE.to_owned()))
+}
+
+/// Why the payment no longer holds what the command's decision was made
+/// on (`None`: it does): its PaymentIntent or, for a payment judged by its
+/// Checkout Session (issue 32), its session with no other PaymentIntent.
+fn moved(
+    payload: &RepairPayload,
+    payment: &payments::PaymentForRepair,
+    session_column: bool,
+) -> Option<String> {
+    if payload.checkout_session_id.is_some() {
+        return session_moved(payload, payment, session_column);
+    }
+    let intent = payload.stripe_payment_intent_id.as_deref()?;
+    (payment.stripe_payment_intent_id.as_deref() != Some(intent)).then(|| {
+        format!(
+            "payment {} no longer holds PaymentIntent {intent}",
+            payload.payment_id
+        )
+    })
+}
+
+/// Why a command for a payment judged by its Checkout Session no longer
+/// fits the payment (`None`: it fits, or the command is a PaymentIntent
+/// row's): the payment names another session (or the column is not
+/// configured, so it cannot be told), or holds another PaymentIntent.
+fn session_moved(
+    payload: &RepairPayload,
+    payment: &payments::PaymentForRepair,
+    column_configured: bool,
+) -> Option<String> {
+    let session = payload.checkout_session_id.as_deref()?;
+    let id = &payload.payment_id;
+    if !column_configured {
+        return Some(format!(
+            "the command names Checkout Session {session} but RECONCILER_CHECKOUT_SESSION_COLUMN is not set: payment {id} cannot be checked against it"
+        ));
+    }
+    if payment.checkout_session_id.as_deref().map(str::trim) != Some(session) {
+        return Some(format!(
+            "payment {id} no longer names Checkout Session {session}"
+        ));
+    }
+    let held = payment
+        .stripe_payment_intent_id
+        .as_deref()
+        .map(str::trim)
+        .filter(|pi| !pi.is_empty());
+    match (held, payload.stripe_payment_intent_id.as_deref()) {
+        (None, _) => None,
+        (Some(held), Some(intent)) if held == intent => None,
+        (Some(held), _) => Some(format!(
+            "payment {id} holds PaymentIntent {held}, not its Checkout Session's"
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,11 @@
 //! there first. When called for a finding, the finding is resolved as
 //! `repaired` even on a no-op: the payment is where it should be.
 //!
+//! A command for a payment judged by its Checkout Session (issue 32) also
+//! fills the payment's empty PaymentIntent column with the session's
+//! PaymentIntent ([`fill_session_payment_intent`], guarded the same way: only
+//! while still empty).
+//!
 //! A webhook handler in another service calls [`apply_payment_succeeded`] or
 //! [`apply_payment_canceled`] with `finding_id = None` and its own `cause`.
 
@@ -21,7 +26,7 @@ use sqlx::{PgConnection, PgPool};
 use crate::config::{OutboxSettings, StatusMap};
 use crate::key::PaymentKey;
 use crate::reconcile::{LocalStatus, RepairCommand, Resolution};
-use crate::store::payments::{transition_status, TransitionResult};
+use crate::store::payments::{fill_payment_intent, transition_status, TransitionResult};
 use crate::store::{findings, outbox, Context, StoreError};
 
 /// The outbox `event_type` of a status change.
@@ -121,6 +126,32 @@ pub async fn apply(
         changed,
         finding_resolved,
     })
+}
+
+/// Fills the payment's PaymentIntent column with `payment_intent`, inside
+/// the caller's transaction, only while the column is NULL or empty (the
+/// guard is the UPDATE's own `WHERE`): a payment the scan judged by its
+/// Checkout Session becomes a PaymentIntent row (issue 32). Returns whether
+/// it filled (`false`: already filled, by the webhook or an earlier repair).
+/// The only write besides [`apply`]'s status change this module makes.
+///
+/// # Errors
+/// [`WriteError::Store`].
+pub async fn fill_session_payment_intent(
+    conn: &mut PgConnection,
+    payment_id: &PaymentKey,
+    payment_intent: &str,
+) -> Result<bool, WriteError> {
+    let key = crate::store::keys::current(&mut *conn).await?;
+    let filled = fill_payment_intent(conn, &key, payment_id, payment_intent).await?;
+    if filled {
+        tracing::info!(
+            %payment_id,
+            payment_intent,
+            "filled the payment's PaymentIntent id from its Checkout Session"
+        );
+    }
+    Ok(filled)
 }
 
 /// `pending -> paid` in its own transaction (for a webhook handler), in the

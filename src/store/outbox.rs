@@ -24,11 +24,16 @@ pub struct RepairRow {
     /// The local status the classification saw.
     pub expected_local_status: String,
     /// The PaymentIntent id the decision was made on: the writer applies the
-    /// command only while the payment still holds it.
-    pub stripe_payment_intent_id: String,
+    /// command only while the payment still holds it (or, for a payment
+    /// judged by its Checkout Session, fills it in while the payment's
+    /// column is empty). `None`: a session without a PaymentIntent.
+    pub stripe_payment_intent_id: Option<String>,
     /// The connected account the PaymentIntent lives on (`acct_…`); `None`:
     /// the platform's own account (issue 24).
     pub stripe_account_id: Option<String>,
+    /// The Checkout Session the decision was made on, for a payment judged
+    /// by its session (issue 32); `None` for a PaymentIntent row.
+    pub checkout_session_id: Option<String>,
 }
 
 /// Enqueues repair commands in one statement, with the design note's payload
@@ -59,9 +64,13 @@ pub async fn enqueue_repairs(
         .iter()
         .map(|r| r.expected_local_status.as_str())
         .collect();
-    let intents: Vec<&str> = rows
+    let intents: Vec<Option<&str>> = rows
         .iter()
-        .map(|r| r.stripe_payment_intent_id.as_str())
+        .map(|r| r.stripe_payment_intent_id.as_deref())
+        .collect();
+    let sessions: Vec<Option<&str>> = rows
+        .iter()
+        .map(|r| r.checkout_session_id.as_deref())
         .collect();
     let accounts: Vec<Option<&str>> = rows
         .iter()
@@ -73,8 +82,8 @@ pub async fn enqueue_repairs(
         OutboxShape::Reconciler => format!(
             "INSERT INTO {table} (aggregate_type, aggregate_id, event_type, payload)
              SELECT 'Payment', v.payment_id::text, v.command, {payload}
-               FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[])
-                    AS v(payment_id, finding_id, command, expected, intent, account)"
+               FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
+                    AS v(payment_id, finding_id, command, expected, intent, account, session)"
         ),
         OutboxShape::Debezium => {
             let (ts_col, ts_val) = if has_column(conn, &table, DEBEZIUM_TIMESTAMP).await? {
@@ -86,8 +95,8 @@ pub async fn enqueue_repairs(
             // no second row in the application's outbox.
             format!(
                 "WITH v AS (SELECT gen_random_uuid() AS command_id, u.*
-                              FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[])
-                                   AS u(payment_id, finding_id, command, expected, intent, account)),
+                              FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
+                                   AS u(payment_id, finding_id, command, expected, intent, account, session)),
                       r AS (INSERT INTO reconciliation_relayed_commands (finding_id, command_id, event_type)
                             SELECT finding_id, command_id, command FROM v
                             ON CONFLICT (finding_id) DO NOTHING
@@ -105,6 +114,7 @@ pub async fn enqueue_repairs(
         .bind(expected)
         .bind(intents)
         .bind(accounts)
+        .bind(sessions)
         .execute(conn)
         .await
         .context("enqueueing repair commands")?;
@@ -113,7 +123,9 @@ pub async fn enqueue_repairs(
 
 /// The payload of a repair command (the design note's, plus the PaymentIntent
 /// and, for a connected account's payment only, its `stripe_account_id`: a
-/// platform payment's payload is as before issue 24). `payment_id` is the
+/// platform payment's payload is as before issue 24; for a payment judged by
+/// its Checkout Session, `checkout_session_id`, and `stripe_payment_intent_id`
+/// the session's PaymentIntent or null: issue 32). `payment_id` is the
 /// key's JSON form in the application's type (`to_jsonb`): a number for
 /// integer and numeric keys, as before issue 31, a string for uuid and text
 /// keys (docs/keys.md).
@@ -123,7 +135,9 @@ fn payload(key: &KeyType) -> String {
                                    'expected_local_status', v.expected,
                                    'stripe_payment_intent_id', v.intent)
              || CASE WHEN v.account IS NULL THEN '{{}}'::jsonb
-                     ELSE jsonb_build_object('stripe_account_id', v.account) END",
+                     ELSE jsonb_build_object('stripe_account_id', v.account) END
+             || CASE WHEN v.session IS NULL THEN '{{}}'::jsonb
+                     ELSE jsonb_build_object('checkout_session_id', v.session) END",
         "v.payment_id",
         key.stored()
     )

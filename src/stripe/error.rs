@@ -152,6 +152,21 @@ pub enum InvalidBody {
     /// PaymentIntent.
     #[error("HTTP 404 resource_missing on a list")]
     NotFoundOnList,
+    /// A JSON body that is not a usable Checkout Session (issue 32).
+    #[error("{0}")]
+    CheckoutSession(#[from] MalformedSession),
+}
+
+/// Why a Checkout Session JSON object (a retrieve's body or one item of a
+/// list page) is not usable (issue 32).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MalformedSession {
+    /// A required field is missing or not what Stripe sends: which.
+    #[error("not a usable Checkout Session: {0}")]
+    Field(&'static str),
+    /// Its expanded `payment_intent` is not a usable PaymentIntent.
+    #[error("the Checkout Session's PaymentIntent: {0}")]
+    PaymentIntent(MalformedPaymentIntent),
 }
 
 /// Why a PaymentIntent JSON object (a retrieve's body or one item of a list

@@ -17,15 +17,16 @@ use super::account::AccountId;
 use super::counting::Endpoint;
 use super::error::{GatewayError, InvalidBody, Unavailable};
 use super::gateway::StripeGateway;
-use super::id::PaymentIntentId;
+use super::id::{CheckoutSessionId, PaymentIntentId};
 use super::parsing::json_body;
 use super::transport::MAX_LIST_BODY_BYTES;
 use super::wire;
 use crate::reconcile::ExternalStatus;
 
-/// The event types the feed asks for: the PaymentIntent events, and the
+/// The event types the feed asks for: the PaymentIntent events, the
 /// charge, refund and dispute events, whose object names its PaymentIntent
-/// in `payment_intent`. A refund or a dispute never changes the
+/// in `payment_intent`, and the Checkout Session events (issue 32), whose
+/// object is the session (twenty in all: Stripe's limit). A refund or a dispute never changes the
 /// PaymentIntent's status and emits no `payment_intent.*` event (DESIGN.md,
 /// "Turn 3 contract"; Stripe API reference, "Types of events").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -62,11 +63,19 @@ pub enum EventType {
     ChargeDisputeFundsWithdrawn,
     /// `charge.dispute.funds_reinstated`
     ChargeDisputeFundsReinstated,
+    /// `checkout.session.completed` (issue 32)
+    CheckoutSessionCompleted,
+    /// `checkout.session.async_payment_succeeded`
+    CheckoutSessionAsyncPaymentSucceeded,
+    /// `checkout.session.async_payment_failed`
+    CheckoutSessionAsyncPaymentFailed,
+    /// `checkout.session.expired`
+    CheckoutSessionExpired,
 }
 
 impl EventType {
     /// Every type the feed asks for, the PaymentIntent events first.
-    pub const ALL: [EventType; 16] = [
+    pub const ALL: [EventType; 20] = [
         EventType::PaymentIntentSucceeded,
         EventType::PaymentIntentCanceled,
         EventType::PaymentIntentPaymentFailed,
@@ -83,6 +92,10 @@ impl EventType {
         EventType::ChargeDisputeClosed,
         EventType::ChargeDisputeFundsWithdrawn,
         EventType::ChargeDisputeFundsReinstated,
+        EventType::CheckoutSessionCompleted,
+        EventType::CheckoutSessionAsyncPaymentSucceeded,
+        EventType::CheckoutSessionAsyncPaymentFailed,
+        EventType::CheckoutSessionExpired,
     ];
 
     /// Stripe's name of the type.
@@ -106,6 +119,12 @@ impl EventType {
             EventType::ChargeDisputeClosed => "charge.dispute.closed",
             EventType::ChargeDisputeFundsWithdrawn => "charge.dispute.funds_withdrawn",
             EventType::ChargeDisputeFundsReinstated => "charge.dispute.funds_reinstated",
+            EventType::CheckoutSessionCompleted => "checkout.session.completed",
+            EventType::CheckoutSessionAsyncPaymentSucceeded => {
+                "checkout.session.async_payment_succeeded"
+            }
+            EventType::CheckoutSessionAsyncPaymentFailed => "checkout.session.async_payment_failed",
+            EventType::CheckoutSessionExpired => "checkout.session.expired",
         }
     }
 
@@ -133,6 +152,10 @@ impl EventType {
             | EventType::ChargeDisputeClosed
             | EventType::ChargeDisputeFundsWithdrawn
             | EventType::ChargeDisputeFundsReinstated => EventObject::Dispute,
+            EventType::CheckoutSessionCompleted
+            | EventType::CheckoutSessionAsyncPaymentSucceeded
+            | EventType::CheckoutSessionAsyncPaymentFailed
+            | EventType::CheckoutSessionExpired => EventObject::CheckoutSession,
         }
     }
 }
@@ -175,6 +198,8 @@ pub enum EventObject {
     Refund,
     /// A dispute (`charge.dispute.*`).
     Dispute,
+    /// A Checkout Session (`checkout.session.*`, issue 32).
+    CheckoutSession,
 }
 
 impl EventObject {
@@ -191,6 +216,7 @@ impl EventObject {
             EventObject::Charge => "charge",
             EventObject::Refund => "refund",
             EventObject::Dispute => "dispute",
+            EventObject::CheckoutSession => "checkout.session",
         }
     }
 }
@@ -222,6 +248,45 @@ pub struct PaymentIntentEvent {
     pub metadata: BTreeMap<String, String>,
 }
 
+/// One `checkout.session.*` event (issue 32): the session it is about and
+/// what its object showed. The job re-reads the session (or its
+/// PaymentIntent) before deciding anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionEvent {
+    /// `evt_...`
+    pub id: String,
+    /// e.g. `checkout.session.completed`.
+    pub event_type: String,
+    /// When Stripe created the event.
+    pub created: DateTime<Utc>,
+    /// The session.
+    pub checkout_session: CheckoutSessionId,
+    /// Its PaymentIntent, when the object named one.
+    pub payment_intent: Option<PaymentIntentId>,
+    /// The object showed `status: complete` and `payment_status: paid`.
+    pub paid: bool,
+    /// The session's `metadata` (string values only).
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl SessionEvent {
+    /// The event as one about the session's PaymentIntent (when it names
+    /// one), for a session no row is judged by: re-read like a charge
+    /// event's PaymentIntent, and shown `succeeded` when the session was
+    /// paid, so that money no row names becomes `missing_locally`.
+    pub fn as_payment_intent_event(&self) -> Option<PaymentIntentEvent> {
+        Some(PaymentIntentEvent {
+            id: self.id.clone(),
+            event_type: self.event_type.clone(),
+            created: self.created,
+            object: EventObject::CheckoutSession,
+            payment_intent: self.payment_intent.clone()?,
+            status: self.paid.then_some(ExternalStatus::Succeeded),
+            metadata: self.metadata.clone(),
+        })
+    }
+}
+
 /// One page of the feed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventPage {
@@ -233,6 +298,8 @@ pub struct EventPage {
     /// Charge, refund and dispute events whose object names no PaymentIntent
     /// (a charge made without one): logged and counted, nothing to re-read.
     pub without_payment_intent: usize,
+    /// The page's Checkout Session events, newest first (issue 32).
+    pub sessions: Vec<SessionEvent>,
     /// Stripe says older events follow.
     pub has_more: bool,
     /// The id to pass as `starting_after` for the next (older) page: the
@@ -331,12 +398,14 @@ fn parse_page(list: &Value) -> Result<EventPage, Unavailable> {
         ),
     };
     let mut events = Vec::with_capacity(data.len());
+    let mut sessions = Vec::new();
     let mut skipped = 0;
     let mut without_payment_intent = 0;
     for entry in data {
         let id = entry.get("id").and_then(Value::as_str).unwrap_or("-");
         match parse_event(entry) {
             Parsed::Event(e) => events.push(e),
+            Parsed::Session(e) => sessions.push(e),
             Parsed::WithoutPaymentIntent { event_type } => {
                 without_payment_intent += 1;
                 tracing::info!(
@@ -356,6 +425,7 @@ fn parse_page(list: &Value) -> Result<EventPage, Unavailable> {
     }
     Ok(EventPage {
         events,
+        sessions,
         skipped,
         without_payment_intent,
         has_more,
@@ -372,6 +442,7 @@ fn is_event_id(id: &str) -> bool {
 
 enum Parsed {
     Event(PaymentIntentEvent),
+    Session(SessionEvent),
     WithoutPaymentIntent { event_type: String },
     Unreadable,
 }
@@ -388,6 +459,9 @@ fn parse_event(e: &Value) -> Parsed {
         .is_some_and(|o| o.as_str() != Some(kind.as_str()))
     {
         return Parsed::Unreadable;
+    }
+    if kind == EventObject::CheckoutSession {
+        return session_event(id, event_type, created, object);
     }
     let pi = if kind == EventObject::PaymentIntent {
         object.get("id")
@@ -423,6 +497,34 @@ fn parse_event(e: &Value) -> Parsed {
         payment_intent,
         status,
         metadata,
+    })
+}
+
+/// A `checkout.session.*` event: its session id must be well-formed; its
+/// `payment_intent` is an id, the expanded object, or null.
+fn session_event(id: &str, event_type: &str, created: DateTime<Utc>, object: &Value) -> Parsed {
+    let Some(checkout_session) = object
+        .get("id")
+        .and_then(Value::as_str)
+        .and_then(|id| CheckoutSessionId::parse(id).ok())
+    else {
+        return Parsed::Unreadable;
+    };
+    let payment_intent = match object.get("payment_intent") {
+        Some(Value::Object(expanded)) => expanded.get("id"),
+        other => other,
+    }
+    .and_then(Value::as_str)
+    .and_then(|id| PaymentIntentId::parse(id).ok());
+    let word = |field: &str| object.get(field).and_then(Value::as_str);
+    Parsed::Session(SessionEvent {
+        id: id.to_owned(),
+        event_type: event_type.to_owned(),
+        created,
+        checkout_session,
+        payment_intent,
+        paid: word("status") == Some("complete") && word("payment_status") == Some("paid"),
+        metadata: wire::metadata(object),
     })
 }
 
@@ -536,6 +638,47 @@ mod tests {
             page.skipped, 2,
             "a dispute event carrying a charge, and a type not asked for"
         );
+    }
+
+    #[test]
+    fn checkout_session_events_name_their_session_and_payment_intent() {
+        let session = |id: &str, t: &str, pi: Value, status: &str, paid: &str| {
+            json!({"id": id, "object": "event", "created": 1_700_000_000, "type": t,
+                   "data": {"object": {"id": "cs_test_A1", "object": "checkout.session",
+                                       "payment_intent": pi, "status": status,
+                                       "payment_status": paid, "metadata": {"order": "o1"}}}})
+        };
+        let page = parse_page(&json!({"object": "list", "has_more": false, "data": [
+            session("evt_1", "checkout.session.completed", json!("pi_A"), "complete", "paid"),
+            session("evt_2", "checkout.session.expired", Value::Null, "expired", "unpaid"),
+            session("evt_3", "checkout.session.async_payment_failed", json!({"id": "pi_B"}), "complete", "unpaid"),
+        ]}))
+        .unwrap();
+        assert!(page.events.is_empty());
+        let got: Vec<_> = page
+            .sessions
+            .iter()
+            .map(|e| {
+                (
+                    e.checkout_session.as_str(),
+                    e.payment_intent.as_ref().map(|p| p.as_str()),
+                    e.paid,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("cs_test_A1", Some("pi_A"), true),
+                ("cs_test_A1", None, false),
+                ("cs_test_A1", Some("pi_B"), false)
+            ]
+        );
+        let as_pi = page.sessions[0].as_payment_intent_event().unwrap();
+        assert_eq!(as_pi.status, Some(ExternalStatus::Succeeded));
+        assert_eq!(as_pi.object, EventObject::CheckoutSession);
+        assert!(page.sessions[1].as_payment_intent_event().is_none());
+        assert_eq!(EVENT_TYPES.len(), 20);
     }
 
     #[test]

@@ -66,9 +66,86 @@ impl fmt::Display for PaymentIntentId {
     }
 }
 
+/// A well-formed Checkout Session id: `cs_` followed by ASCII letters,
+/// digits and `_` (`cs_test_a1YS…`, `cs_live_…`; Stripe's ids), at most
+/// [`MAX_ID_LEN`] bytes. The Checkout Session column
+/// (`RECONCILER_CHECKOUT_SESSION_COLUMN`) is untrusted input: anything else
+/// never reaches an HTTP request (issue 32).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CheckoutSessionId(String);
+
+/// Why a stored value is not a Checkout Session id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidCheckoutSessionId {
+    /// Longer than [`MAX_ID_LEN`] bytes.
+    #[error("Checkout Session id is {0} bytes long (max {MAX_ID_LEN})")]
+    TooLong(usize),
+    /// Does not start with `cs_`.
+    #[error("Checkout Session id does not start with \"cs_\"")]
+    WrongPrefix,
+    /// Contains a byte outside `[A-Za-z0-9_]` after the prefix, or nothing after it.
+    #[error("Checkout Session id has characters other than letters, digits and _ after \"cs_\"")]
+    BadCharacters,
+}
+
+impl CheckoutSessionId {
+    /// Parses an untrusted value.
+    ///
+    /// # Errors
+    /// [`InvalidCheckoutSessionId`] saying which rule the value breaks.
+    pub fn parse(value: &str) -> Result<Self, InvalidCheckoutSessionId> {
+        if value.len() > MAX_ID_LEN {
+            return Err(InvalidCheckoutSessionId::TooLong(value.len()));
+        }
+        let rest = value
+            .strip_prefix("cs_")
+            .ok_or(InvalidCheckoutSessionId::WrongPrefix)?;
+        if rest.is_empty() || !rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(InvalidCheckoutSessionId::BadCharacters);
+        }
+        Ok(CheckoutSessionId(value.to_owned()))
+    }
+
+    /// The id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for CheckoutSessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn checkout_session_ids_are_checked_like_payment_intent_ids() {
+        for id in [
+            "cs_test_a1YS1URlnyQCN5fUUduORoQ7Pw41PJqDWkIVQCpJPqkfIhd6tVY8XB1OLY",
+            "cs_live_b1",
+        ] {
+            assert_eq!(CheckoutSessionId::parse(id).unwrap().as_str(), id);
+        }
+        for bad in [
+            "",
+            "cs_",
+            "pi_123",
+            "cs_1/../x",
+            "cs_1?a=b",
+            "cs_1 ",
+            "CS_1",
+            "cs_ü",
+        ] {
+            assert!(
+                CheckoutSessionId::parse(bad).is_err(),
+                "{bad:?} was accepted"
+            );
+        }
+    }
 
     #[test]
     fn accepts_real_ids() {

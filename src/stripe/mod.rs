@@ -11,8 +11,9 @@
 //! - [`counting`]: requests per [`Endpoint`] (`stripe_requests{endpoint}`).
 //! - `parsing`: a 200's body into domain facts.
 //! - [`retry`]: the retry decision, a pure function.
+//! - [`session`]: Checkout Sessions: retrieve and list (issue 32).
 //! - [`error`]: [`GatewayError`] and its causes.
-//! - [`id`]: [`PaymentIntentId`], validated before it goes into a URL path.
+//! - [`id`]: [`PaymentIntentId`] and [`CheckoutSessionId`], validated before they go into a URL path.
 //! - `wire`: Stripe's JSON shapes, read leniently (private).
 
 pub mod account;
@@ -24,17 +25,24 @@ mod gateway;
 pub mod id;
 mod parsing;
 pub mod retry;
+pub mod session;
 mod transport;
 mod wire;
 
 pub use account::{AccountAccess, AccountId, InvalidAccountId};
 pub use client::{CreatedWindow, GatewayConfig, StripeGateway, LIST_PAGE_LIMIT};
 pub use counting::{Endpoint, RequestCounts};
-pub use error::{BuildError, GatewayError, InvalidBody, MalformedPaymentIntent, Unavailable};
-pub use events::{
-    EventObject, EventPage, EventType, PaymentIntentEvent, EVENT_TYPES, PAYMENT_INTENT_EVENT_TYPES,
+pub use error::{
+    BuildError, GatewayError, InvalidBody, MalformedPaymentIntent, MalformedSession, Unavailable,
 };
-pub use id::{InvalidPaymentIntentId, PaymentIntentId};
+pub use events::{
+    EventObject, EventPage, EventType, PaymentIntentEvent, SessionEvent, EVENT_TYPES,
+    PAYMENT_INTENT_EVENT_TYPES,
+};
+pub use id::{
+    CheckoutSessionId, InvalidCheckoutSessionId, InvalidPaymentIntentId, PaymentIntentId,
+};
 pub use parsing::{ListPage, ListedPaymentIntent};
 pub use retry::RetryPolicy;
+pub use session::{ListedSession, SessionPage};
 pub use transport::{MAX_BODY_BYTES, MAX_LIST_BODY_BYTES, RATE_HEADROOM, STRIPE_VERSION};

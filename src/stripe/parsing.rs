@@ -66,7 +66,9 @@ pub(super) fn parse_payment_intent(
 
 /// A PaymentIntent JSON object into its facts, the same checks for a
 /// retrieve's body and for each item of a list page.
-fn payment_intent_object(pi: &Value) -> Result<PaymentIntentFacts, MalformedPaymentIntent> {
+pub(super) fn payment_intent_object(
+    pi: &Value,
+) -> Result<PaymentIntentFacts, MalformedPaymentIntent> {
     if !pi.is_object() {
         return Err(MalformedPaymentIntent::NotAnObject);
     }

@@ -228,6 +228,7 @@ async fn a_uuid_table_goes_through_migrate_both_read_modes_repair_and_review(poo
             chunk: 10,
             max_attempts: 3,
             timestamp_zone: Default::default(),
+            checkout_session_column: None,
         },
         &CancellationToken::new(),
     )

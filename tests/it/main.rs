@@ -72,6 +72,8 @@ mod acknowledgements;
 mod aging;
 mod app_table;
 mod app_table_runs;
+mod checkout_sessions;
+mod checkout_sessions_events;
 mod connect;
 mod connect_events;
 mod cursor;

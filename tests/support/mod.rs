@@ -9,6 +9,7 @@ pub mod pgbouncer;
 pub mod pushgateway;
 pub mod secrets;
 pub mod seed_algorithm;
+pub mod session_fake;
 mod steps;
 pub mod stripe_fake;
 pub mod wait;

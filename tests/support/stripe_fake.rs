@@ -9,6 +9,10 @@
 //!   `created[gte|gt|lte|lt]`, `limit` (1 to 100, default 10; anything else a
 //!   400 as Stripe answers), `starting_after` (an unknown id: 400
 //!   `resource_missing`) and `expand[]=data.latest_charge`;
+//! - Checkout Sessions (issue 32): retrieve `GET /v1/checkout/sessions/{id}`
+//!   and list `GET /v1/checkout/sessions` as above, `payment_intent`
+//!   expanded with `expand[]=payment_intent[.latest_charge]` (list:
+//!   `data.payment_intent[.latest_charge]`), see `super::session_fake`;
 //! - events `GET /v1/events`: newest first, honouring `types[]`,
 //!   `created[gte|gt|lte|lt]`, `starting_after` and `limit`;
 //! - Connect: a request's `Stripe-Account` header selects that account's own
@@ -44,6 +48,10 @@ pub const RETRIEVE: &str = "retrieve";
 pub const LIST: &str = "list";
 /// Events, `GET /v1/events`.
 pub const EVENTS: &str = "events";
+/// Checkout Session retrieve, `GET /v1/checkout/sessions/{id}`.
+pub const SESSION_RETRIEVE: &str = "session_retrieve";
+/// Checkout Session list, `GET /v1/checkout/sessions`.
+pub const SESSION_LIST: &str = "session_list";
 /// Any other path (Stripe's 404 "Unrecognized request URL").
 pub const OTHER: &str = "other";
 
@@ -67,13 +75,16 @@ pub struct Seen {
 
 /// What one Stripe account (the platform's or a connected one) holds.
 #[derive(Default)]
-struct Holdings {
+pub(super) struct Holdings {
     /// PaymentIntent objects, newest first.
     pis: Vec<Value>,
     /// Deleted ids: 404 on retrieve, absent from lists.
     deleted: Vec<String>,
     /// Events, newest first.
     events: Vec<Value>,
+    /// Checkout Sessions, newest first; `payment_intent` an id or null
+    /// (expanded from `pis` when asked: `super::session_fake`).
+    pub(super) sessions: Vec<Value>,
 }
 
 impl Holdings {
@@ -86,6 +97,20 @@ impl Holdings {
         });
         self.events
             .sort_by_key(|e| std::cmp::Reverse(e["created"].as_i64().unwrap_or(0)));
+        self.sessions.sort_by(|a, b| {
+            b["created"]
+                .as_i64()
+                .cmp(&a["created"].as_i64())
+                .then_with(|| b["id"].as_str().cmp(&a["id"].as_str()))
+        });
+    }
+
+    /// The PaymentIntent `id`, if held and not deleted.
+    pub(super) fn pi(&self, id: &str) -> Option<&Value> {
+        self.pis
+            .iter()
+            .find(|p| p["id"] == id)
+            .filter(|_| !self.deleted.iter().any(|d| d == id))
     }
 }
 
@@ -223,6 +248,19 @@ impl StripeFake {
             .or_default()
             .deleted
             .push(id.to_owned());
+    }
+
+    /// Adds a Checkout Session object as is on `account` (`None`: the
+    /// platform); one with the same id on the same account is replaced. Its
+    /// `payment_intent` (an id) is expanded from the account's
+    /// PaymentIntents when a request asks ([`super::session_fake`]).
+    pub fn add_session(&self, account: Option<&str>, session: Value) -> &Self {
+        let mut s = self.state();
+        let holdings = s.accounts.entry(key(account)).or_default();
+        holdings.sessions.retain(|x| x["id"] != session["id"]);
+        holdings.sessions.push(session);
+        holdings.sort();
+        self
     }
 
     /// Adds an event to `account`'s feed (`None`: the platform's).
@@ -556,6 +594,26 @@ impl Handler {
                     Err(e) => *e,
                 }
             }
+            SESSION_RETRIEVE | SESSION_LIST => {
+                let (gte, lt) = match created_range(q) {
+                    Ok(r) => r,
+                    Err(e) => return *e,
+                };
+                let expand = all(q, "expand[]");
+                if endpoint == SESSION_RETRIEVE {
+                    let id = path.rsplit('/').next().unwrap_or_default();
+                    return match super::session_fake::retrieve(holdings, id, &expand) {
+                        Some(body) => ok(body, "req_session"),
+                        None => err(404, "invalid_request_error", "resource_missing"),
+                    };
+                }
+                let items = super::session_fake::listed(holdings, gte..lt, &expand);
+                let refs: Vec<&Value> = items.iter().collect();
+                match page(&refs, q, "/v1/checkout/sessions") {
+                    Ok(body) => ok(body, "req_session_list"),
+                    Err(e) => *e,
+                }
+            }
             EVENTS => {
                 let (gte, lt) = match created_range(q) {
                     Ok(r) => r,
@@ -593,6 +651,10 @@ impl Respond for Handler {
         let endpoint = match path {
             "/v1/payment_intents" => LIST,
             "/v1/events" => EVENTS,
+            "/v1/checkout/sessions" => SESSION_LIST,
+            p if p.starts_with("/v1/checkout/sessions/") && p.matches('/').count() == 4 => {
+                SESSION_RETRIEVE
+            }
             p if p.starts_with("/v1/payment_intents/") && p.matches('/').count() == 3 => RETRIEVE,
             _ => OTHER,
         };
@@ -615,7 +677,7 @@ impl Respond for Handler {
             endpoint,
             account,
             id: match endpoint {
-                RETRIEVE => path.rsplit('/').next().map(str::to_owned),
+                RETRIEVE | SESSION_RETRIEVE => path.rsplit('/').next().map(str::to_owned),
                 _ => get(&q, "starting_after"),
             },
             gte: created("created[gte]"),

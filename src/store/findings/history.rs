@@ -15,8 +15,9 @@ use crate::store::{query, query_as, Context, StoreError};
 /// to `payments p` (the payment's text as bytes, [`crate::store::text`]).
 const VIEW_COLUMNS: &str = "f.id, to_jsonb(f.payment_id) AS payment_id,
         convert_to((p.order_id)::text, 'SQL_ASCII') AS order_id,
-        convert_to(coalesce(p.stripe_payment_intent_id, f.stripe_payment_intent_id)::text,
+        convert_to(coalesce(nullif((p.stripe_payment_intent_id)::text, ''), f.stripe_payment_intent_id)::text,
                    'SQL_ASCII') AS stripe_payment_intent_id,
+        f.checkout_session_id,
         f.stripe_account_id, f.kind, f.local_status,
         f.external_status, f.detected_at, f.resolved_at, f.resolution, f.resolved_by,
         f.resolution_note, f.details, f.last_seen_at,

@@ -55,6 +55,9 @@ pub struct FindingView {
     /// The connected account (`acct_…`) the finding is about; `None`: the
     /// platform's own account (issue 24).
     pub stripe_account_id: Option<String>,
+    /// The payment's Checkout Session when it was judged by its session
+    /// (issue 32); `None` otherwise.
+    pub checkout_session_id: Option<String>,
     /// The kind's database string.
     pub kind: String,
     /// Local status when detected.
@@ -118,8 +121,9 @@ pub async fn list(
     query_as(
         "SELECT f.id, to_jsonb(f.payment_id) AS payment_id,
                 convert_to((p.order_id)::text, 'SQL_ASCII') AS order_id,
-                convert_to(coalesce(p.stripe_payment_intent_id, f.stripe_payment_intent_id)::text,
+                convert_to(coalesce(nullif((p.stripe_payment_intent_id)::text, ''), f.stripe_payment_intent_id)::text,
                            'SQL_ASCII') AS stripe_payment_intent_id,
+                f.checkout_session_id,
                 f.stripe_account_id, f.kind, f.local_status,
                 f.external_status, f.detected_at, f.resolved_at, f.resolution, f.resolved_by,
                 f.resolution_note, f.details, f.last_seen_at,

@@ -34,6 +34,13 @@ pub struct NewFinding {
     /// The connected account (`acct_…`) the reads went to; `None`: the
     /// platform's own account (issue 24).
     pub stripe_account_id: Option<String>,
+    /// The payment's Checkout Session (`cs_…`) when it was judged by its
+    /// session (no PaymentIntent id; issue 32); `None` otherwise.
+    pub checkout_session_id: Option<String>,
+    /// The session's PaymentIntent when it was judged by its session and
+    /// the session has one; `None` otherwise (the payment's own column
+    /// names it).
+    pub stripe_payment_intent_id: Option<String>,
 }
 
 /// The latest finding resolved by hand of each (payment, kind) of
@@ -118,7 +125,8 @@ async fn acknowledged(
 
 /// The findings as parallel arrays: `$1` payment ids, `$2` kinds, `$3` local
 /// statuses, `$4` external statuses, `$5` details, `$6` acknowledged (see
-/// [`acknowledged`]: such a finding is not recorded), `$7` accounts.
+/// [`acknowledged`]: such a finding is not recorded), `$7` accounts, `$8`
+/// Checkout Sessions, `$9` the sessions' PaymentIntents (issue 32).
 fn bind_findings<'q, O>(
     query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
     findings: &'q [NewFinding],
@@ -162,14 +170,27 @@ fn bind_findings<'q, O>(
                 .map(|f| f.stripe_account_id.as_deref())
                 .collect::<Vec<Option<&str>>>(),
         )
+        .bind(
+            findings
+                .iter()
+                .map(|f| f.checkout_session_id.as_deref())
+                .collect::<Vec<Option<&str>>>(),
+        )
+        .bind(
+            findings
+                .iter()
+                .map(|f| f.stripe_payment_intent_id.as_deref())
+                .collect::<Vec<Option<&str>>>(),
+        )
 }
 
 /// The unnested findings, `v`, the keys cast to the key columns' type.
 fn unnest_findings(key: &KeyType) -> String {
     format!(
-        "unnest({}, $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bool[], $7::text[])
+        "unnest({}, $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bool[], $7::text[],
+                   $8::text[], $9::text[])
                 AS v(payment_id, kind, local_status, external_status, details, acknowledged,
-                     stripe_account_id)",
+                     stripe_account_id, checkout_session_id, stripe_payment_intent_id)",
         key.cast_array("$1")
     )
 }
@@ -209,9 +230,9 @@ pub async fn upsert_open(
     let sql = format!(
         "INSERT INTO reconciliation_findings
                 (payment_id, kind, local_status, external_status, details, last_seen_at,
-                 stripe_account_id)
+                 stripe_account_id, checkout_session_id, stripe_payment_intent_id)
          SELECT v.payment_id, v.kind, v.local_status, v.external_status, v.details, now(),
-                v.stripe_account_id
+                v.stripe_account_id, v.checkout_session_id, v.stripe_payment_intent_id
            FROM {}
           WHERE NOT v.acknowledged
           ORDER BY v.payment_id
@@ -219,7 +240,9 @@ pub async fn upsert_open(
             SET external_status = EXCLUDED.external_status,
                 details = EXCLUDED.details,
                 last_seen_at = now(),
-                stripe_account_id = EXCLUDED.stripe_account_id
+                stripe_account_id = EXCLUDED.stripe_account_id,
+                checkout_session_id = EXCLUDED.checkout_session_id,
+                stripe_payment_intent_id = EXCLUDED.stripe_payment_intent_id
          RETURNING id, payment_id::text AS payment_id, kind, (xmax = 0) AS created",
         unnest_findings(key)
     );

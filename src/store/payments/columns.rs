@@ -202,6 +202,12 @@ pub async fn check_columns(
             &["text", "character varying", "character"][..],
             "a text type (the connected account id, acct_...; NULL or empty for the platform)",
         ),
+        (
+            "RECONCILER_CHECKOUT_SESSION_COLUMN",
+            columns.checkout_session,
+            &["text", "character varying", "character"][..],
+            "a text type (the Checkout Session id, cs_...; NULL or empty when the row has none)",
+        ),
     ];
     for (var, column, accepted, expected) in checks {
         let Some(column) = column else { continue };

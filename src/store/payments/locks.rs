@@ -110,6 +110,35 @@ pub(crate) async fn transition_status(
     }))
 }
 
+/// The canonical writer's guarded fill of the PaymentIntent column (issue
+/// 32): `stripe_payment_intent_id = $pi` with `version + 1` and `updated_at
+/// = now()`, only while the column is NULL or empty, so a row judged by its
+/// Checkout Session becomes a PaymentIntent row exactly once and a value
+/// the application wrote meanwhile is never overwritten. Returns whether it
+/// filled. Only `repair::writer` may call this.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub(crate) async fn fill_payment_intent(
+    conn: &mut PgConnection,
+    key: &KeyType,
+    payment_id: &PaymentKey,
+    payment_intent: &str,
+) -> Result<bool, StoreError> {
+    let sql = format!(
+        "UPDATE payments SET stripe_payment_intent_id = $2, version = version + 1, updated_at = now()
+          WHERE id = {} AND coalesce(stripe_payment_intent_id, '') = ''",
+        key.cast("$1")
+    );
+    let filled = crate::store::query(&sql)
+        .bind(payment_id)
+        .bind(payment_intent)
+        .execute(conn)
+        .await
+        .context("filling the payment's PaymentIntent id")?;
+    Ok(filled.rows_affected() == 1)
+}
+
 /// Locks the payment a finding is about (`FOR NO KEY UPDATE`), before the
 /// finding itself is touched: payment before finding, the one lock order of
 /// every writer. Returns the payment's id; `None` when the finding or its
@@ -143,10 +172,15 @@ pub struct PaymentForRepair {
     /// `payments.stripe_payment_intent_id` (read as bytes)
     #[sqlx(try_from = "crate::store::text::StoredText")]
     pub stripe_payment_intent_id: Option<String>,
+    /// The Checkout Session column (`RECONCILER_CHECKOUT_SESSION_COLUMN`)
+    /// as text (read as bytes); `None` when not configured or NULL.
+    #[sqlx(try_from = "crate::store::text::StoredText")]
+    pub checkout_session_id: Option<String>,
 }
 
-/// Locks one payment for the repair worker, before its finding; `None` when
-/// it does not exist.
+/// Locks one payment for the repair worker, before its finding, with its
+/// Checkout Session column when `session_column` is configured; `None`
+/// when it does not exist. The column name enters the SQL only quoted.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -154,10 +188,13 @@ pub async fn lock_for_repair(
     conn: &mut PgConnection,
     key: &KeyType,
     payment_id: &PaymentKey,
+    session_column: Option<&ColumnName>,
 ) -> Result<Option<PaymentForRepair>, StoreError> {
+    let session = session_column.map_or_else(|| "NULL".to_owned(), |c| c.quoted());
     let sql = format!(
         "SELECT convert_to(status::text, 'SQL_ASCII') AS status,
-                convert_to(stripe_payment_intent_id::text, 'SQL_ASCII') AS stripe_payment_intent_id
+                convert_to(stripe_payment_intent_id::text, 'SQL_ASCII') AS stripe_payment_intent_id,
+                convert_to(({session})::text, 'SQL_ASCII') AS checkout_session_id
            FROM payments WHERE id = {} FOR NO KEY UPDATE",
         key.cast("$1")
     );

@@ -18,13 +18,13 @@ mod locks;
 mod read;
 
 pub use columns::{check_columns, check_partition, time_columns, ColumnError};
-pub(crate) use locks::transition_status;
+pub(crate) use locks::{fill_payment_intent, transition_status};
 pub use locks::{
     lock_for_finding, lock_for_repair, lock_unchanged, PaymentForRepair, TransitionResult,
 };
 pub use read::{
-    a_verified_payment_intent, a_verified_payment_intent_on, active_accounts, by_payment_intents,
-    held_elsewhere, read_batch, read_behind_cursor, PaymentByIntent,
+    a_verified_payment_intent, a_verified_payment_intent_on, active_accounts, by_checkout_sessions,
+    by_payment_intents, held_elsewhere, read_batch, read_behind_cursor, PaymentByIntent,
 };
 
 use std::time::Duration;
@@ -81,6 +81,10 @@ pub struct PaymentRow {
     /// Read behind the cursor (a late commit, a row in the grace window when
     /// the cursor passed): its `created_at` does not set list mode's window.
     pub behind_cursor: bool,
+    /// The Checkout Session column (`RECONCILER_CHECKOUT_SESSION_COLUMN`),
+    /// untrusted; `None` when not configured or NULL. Read only when the
+    /// PaymentIntent id is NULL or empty (issue 32).
+    pub checkout_session_id: Option<String>,
 }
 
 /// A row as the database returns it, before the mapping into canonical terms.
@@ -110,6 +114,8 @@ struct RawRow {
     shares_payment_intent: bool,
     #[sqlx(try_from = "StoredText")]
     stripe_account: Option<String>,
+    #[sqlx(try_from = "StoredText")]
+    checkout_session_id: Option<String>,
 }
 
 impl RawRow {
@@ -131,6 +137,7 @@ impl RawRow {
             shares_payment_intent: self.shares_payment_intent,
             stripe_account: self.stripe_account,
             behind_cursor: false,
+            checkout_session_id: self.checkout_session_id,
         }
     }
 }
@@ -146,6 +153,8 @@ pub struct MoneyColumns<'a> {
     pub currency: Option<&'a ColumnName>,
     /// `RECONCILER_ACCOUNT_COLUMN` (Connect: the row's connected account).
     pub account: Option<&'a ColumnName>,
+    /// `RECONCILER_CHECKOUT_SESSION_COLUMN` (the row's Checkout Session id).
+    pub checkout_session: Option<&'a ColumnName>,
     /// `RECONCILER_AMOUNT_UNIT`.
     pub unit: AmountUnit,
     /// `RECONCILER_LOCAL_STATUSES`.
@@ -167,6 +176,7 @@ impl<'a> MoneyColumns<'a> {
             amount: settings.amount_column.as_ref(),
             currency: settings.currency_column.as_ref(),
             account: settings.account_column.as_ref(),
+            checkout_session: settings.checkout_session_column.as_ref(),
             unit: settings.amount_unit,
             statuses: &settings.statuses,
             partition: settings.partition.as_ref(),
@@ -256,13 +266,16 @@ impl MoneyColumns<'_> {
              {amount_null} AS amount_null,
              {} AS currency,
              {} AS stripe_account,
-             EXISTS (SELECT 1 FROM payments q
-                      WHERE q.stripe_payment_intent_id = p.stripe_payment_intent_id
-                        AND q.id <> p.id) AS shares_payment_intent",
+             {} AS checkout_session_id,
+             coalesce((p.stripe_payment_intent_id)::text, '') <> ''
+             AND EXISTS (SELECT 1 FROM payments q
+                          WHERE q.stripe_payment_intent_id = p.stripe_payment_intent_id
+                            AND q.id <> p.id) AS shares_payment_intent",
             bytes_sql("p.stripe_payment_intent_id"),
             bytes_sql("p.status"),
             bytes_sql(&column(self.currency)),
-            bytes_sql(&column(self.account))
+            bytes_sql(&column(self.account)),
+            bytes_sql(&column(self.checkout_session))
         )
     }
 }

@@ -113,7 +113,8 @@ async fn late_commit_window(
 }
 
 /// A PaymentIntent id this job (its partition, when one is set) once verified with Stripe (its state row has
-/// an observed status), used to tell a wrong key from genuinely missing
+/// an observed status; a row judged by its Checkout Session without a
+/// PaymentIntent id yet is not one, issue 32), used to tell a wrong key from genuinely missing
 /// PaymentIntents. `None` on a new install.
 ///
 /// # Errors
@@ -127,7 +128,8 @@ pub async fn a_verified_payment_intent(
     let sql = format!(
         "SELECT p.stripe_payment_intent_id FROM reconciliation_payment_state s
            JOIN payments p ON p.id = s.payment_id
-          WHERE s.observed_external_status IS NOT NULL{} LIMIT 1",
+          WHERE s.observed_external_status IS NOT NULL
+            AND p.stripe_payment_intent_id LIKE 'pi\\_%'{} LIMIT 1",
         partition_condition(partition, "p", 1)
     );
     let query = crate::store::query_scalar(&sql);
@@ -160,6 +162,7 @@ pub async fn a_verified_payment_intent_on(
         "SELECT p.stripe_payment_intent_id FROM reconciliation_payment_state s
            JOIN payments p ON p.id = s.payment_id
           WHERE s.observed_external_status IS NOT NULL
+            AND p.stripe_payment_intent_id LIKE 'pi\\_%'
             AND coalesce((p.{})::text, '') = coalesce($1, ''){} LIMIT 1",
         account_column.quoted(),
         partition_condition(partition, "p", 2)
@@ -247,6 +250,45 @@ pub async fn by_payment_intents(
             observed_external_status: r.observed_external_status,
         })
         .collect())
+}
+
+/// The rows whose Checkout Session column (`columns.checkout_session`,
+/// `RECONCILER_CHECKOUT_SESSION_COLUMN`) holds any of `sessions`, in id
+/// order, flagged like a batch's rows (`$2` grace); with a partition, only
+/// the partition's rows. Empty without the column. One probe per id when
+/// the application indexes the column (docs/checkout-sessions.md), else a
+/// scan of `payments`.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn by_checkout_sessions(
+    conn: &mut PgConnection,
+    sessions: &[&str],
+    grace: Duration,
+    columns: MoneyColumns<'_>,
+) -> Result<Vec<PaymentRow>, StoreError> {
+    let Some(column) = columns.checkout_session.filter(|_| !sessions.is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let sql = format!(
+        "SELECT {} FROM payments p
+          WHERE (p.{})::text = ANY($1){}
+          ORDER BY p.id",
+        columns.row_columns(),
+        column.quoted(),
+        columns.partition_sql(3)
+    );
+    let query = crate::store::query_as(&sql)
+        .bind(sessions)
+        .bind(grace.as_secs_f64());
+    let rows: Vec<RawRow> = match columns.partition {
+        Some(p) => query.bind(p.value.as_str()),
+        None => query,
+    }
+    .fetch_all(conn)
+    .await
+    .context("looking up payments by Checkout Session id")?;
+    Ok(columns.map(rows))
 }
 
 /// Of these PaymentIntent ids, those held by a row outside `partition` (a
