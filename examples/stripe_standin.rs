@@ -24,6 +24,14 @@
 //! as it was, and records `charge.refunded` (or `charge.dispute.created`)
 //! with the Charge (or Dispute) object naming the PaymentIntent.
 //!
+//! Checkout Sessions (issue 32, `standin/sessions.rs`): `GET
+//! /v1/checkout/sessions/{id}` and `GET /v1/checkout/sessions` with their
+//! PaymentIntent expanded, and `POST /standin/checkout/sessions/{id}/{action}`
+//! (`complete`, `complete_unpaid`, `async_payment_succeeded`,
+//! `async_payment_failed`, `expire`), which records the `checkout.session.*`
+//! event. A table with a `stripe_checkout_session_id` column gets five
+//! session rows after the data set's (see `sessions::SEEDED`).
+//!
 //! ```text
 //! stripe_standin [--listen 127.0.0.1:12111] [--api-key sk_test_standin]
 //!                [--seed ROWS] [--latency-ms 0] [--events N]
@@ -63,6 +71,9 @@ use wiremock::matchers::{method, path_regex};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 const FIXTURE: &str = include_str!("../tests/fixtures/payment_intent.json");
+
+#[path = "standin/sessions.rs"]
+mod sessions;
 
 /// What Stripe knows about one id.
 #[derive(Clone)]
@@ -696,7 +707,13 @@ async fn main() -> anyhow::Result<()> {
     let mut known = HashMap::new();
     let anchor = chrono::Utc::now();
     if let Some(rows) = args.seed {
-        let expected = seed_database(rows, anchor, args.connect_account.as_deref()).await?;
+        let mut expected = seed_database(rows, anchor, args.connect_account.as_deref()).await?;
+        sessions::seed_database(
+            anchor.timestamp(),
+            args.connect_account.as_deref(),
+            &mut expected,
+        )
+        .await?;
         println!(
             "{}",
             serde_json::json!({"rows": rows, "expected_findings": expected})
@@ -732,6 +749,7 @@ async fn main() -> anyhow::Result<()> {
         .disable_request_recording()
         .start()
         .await;
+    let connected = args.connect_account.clone();
     let feed = std::sync::Arc::new(events::Feed::new(
         known_rows,
         args.connect_account,
@@ -759,6 +777,8 @@ async fn main() -> anyhow::Result<()> {
         latency,
         requests: AtomicU64::new(0),
     });
+    let seeded = sessions::Sessions::seeded(&standin, anchor.timestamp(), connected.as_deref());
+    sessions::mount(&server, Arc::clone(&standin), Arc::new(seeded)).await;
     mount_payment_intents(&server, standin).await;
     eprintln!("stripe stand-in listening on {}", server.uri());
     tokio::signal::ctrl_c().await?;
@@ -926,6 +946,22 @@ mod events {
                 .copied()
         }
 
+        /// Sets a PaymentIntent's status at "Stripe" without an event (a
+        /// Checkout Session's, issue 32), on `account` (`None`: the
+        /// platform's): retrieves then serve it like a moved one.
+        pub fn set_payment_intent(&self, pi: &str, status: &'static str, account: Option<&str>) {
+            self.moved
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(pi.to_owned(), status);
+            if let Some(a) = account {
+                self.created_on
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(pi.to_owned(), a.to_owned());
+            }
+        }
+
         /// What was done to this PaymentIntent's charge.
         pub fn money_of(&self, id: &str) -> Money {
             self.money
@@ -944,7 +980,17 @@ mod events {
         /// event of a connected account's PaymentIntent carries Stripe's
         /// `account` attribute and is served on that account's feed only.
         fn record_typed(&self, pi: &str, event_type: &str, created: i64, object: Value) {
-            let account = self.owner(pi);
+            self.record_on(self.owner(pi), event_type, created, object);
+        }
+
+        /// Records an event on `account`'s feed (`None`: the platform's).
+        pub fn record_on(
+            &self,
+            account: Option<String>,
+            event_type: &str,
+            created: i64,
+            object: Value,
+        ) {
             let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
             let n = events.len();
             let mut event = json!({
