@@ -175,7 +175,9 @@ impl Sessions {
                 (true, None) => continue,
             };
             if let Some((pi, status, _)) = s.payment_intent {
-                standin.moved.set_payment_intent(pi, status, account.as_deref());
+                standin
+                    .moved
+                    .set_payment_intent(pi, status, account.as_deref());
             }
             let created = seeded_created(anchor, j + 1);
             all.insert(
