@@ -10,6 +10,16 @@ cd "$(dirname "$0")/.."
 
 ROWS=${DEMO_ROWS:-10000}
 DB=${DEMO_DATABASE:-stripe_reconciler_demo}
+# DEMO_KEY=uuid: the same demo on a table keyed by random uuids (issue 31,
+# docs/keys.md), with an index on created_at so each cycle walks it in
+# (created_at, id) order.
+KEY=${DEMO_KEY:-bigint}
+case "$KEY" in
+  bigint) ID_COLUMN="bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY"; KEY_INDEX="" ;;
+  uuid) ID_COLUMN="uuid PRIMARY KEY DEFAULT gen_random_uuid()"
+        KEY_INDEX="CREATE INDEX payments_created_at ON payments (created_at);" ;;
+  *) die "DEMO_KEY must be bigint or uuid" ;;
+esac
 command -v cargo >/dev/null || die "cargo is not installed (https://rustup.rs)"
 command -v python3 >/dev/null || die "python3 is required by the demo"
 ensure_postgres
@@ -24,10 +34,10 @@ export RECONCILER_LOG_FORMAT=pretty
 # is created with its session id (cs_...) and gets its PaymentIntent id from
 # the checkout.session.completed webhook (NULL until then).
 CONNECTED=acct_1DemoConnected
-say "an application's payments table (amount_cents, currency, stripe_account, stripe_checkout_session_id, no UNIQUE on stripe_payment_intent_id)"
-psql "$DATABASE_URL" -q <<'SQL'
+say "an application's payments table keyed by $KEY (amount_cents, currency, stripe_account, stripe_checkout_session_id, no UNIQUE on stripe_payment_intent_id)"
+psql "$DATABASE_URL" -q <<SQL
 CREATE TABLE payments (
-    id                       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id                       $ID_COLUMN,
     order_id                 text        NOT NULL,
     stripe_payment_intent_id text,
     stripe_checkout_session_id text,
@@ -39,6 +49,7 @@ CREATE TABLE payments (
     created_at               timestamptz NOT NULL DEFAULT now(),
     updated_at               timestamptz NOT NULL DEFAULT now()
 );
+$KEY_INDEX
 SQL
 
 mkdir -p .demo

@@ -85,3 +85,5 @@ GRANT SELECT ON reconciliation_review TO stripe_reconciler_bi;
 -- function (it runs with its owner's rights; the role reads no payment row
 -- otherwise).
 GRANT EXECUTE ON FUNCTION reconciliation_payment_ref(bigint) TO stripe_reconciler_bi;
+-- Its overload for uuid, text and numeric keys (migration 0018, docs/keys.md).
+GRANT EXECUTE ON FUNCTION reconciliation_payment_ref(anyelement) TO stripe_reconciler_bi;

@@ -96,6 +96,8 @@ pub async fn migrate_in(pool: &PgPool, zone: &TimestampZone) -> Result<UpgradeRe
         .context("opening a transaction")?;
     schema::ensure_table(&mut tx).await?;
     tx.commit().await.context("creating _sqlx_migrations")?;
+    // A uuid or text key: migration 1's foreign key cannot be built on it.
+    store::keys::prepare(&mut conn).await?;
     for migration in MIGRATOR.iter() {
         if migration.migration_type.is_down_migration() {
             continue;

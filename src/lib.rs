@@ -18,6 +18,7 @@
 //! - [`events`]: the events feed (`events`): missed webhooks and money with no order, a feed per connected account.
 //! - [`exit`]: the process exit codes.
 //! - [`job`]: the job abstraction: [`job::RunContext`], the [`job::Job`] trait, and one run (lease, body, summary).
+//! - [`key`]: PURE the key of a `payments` row of any type (`PaymentKey`, `KeyType`, walk position; docs/keys.md).
 //! - [`lease`]: the run lease on the cursor or the events position: take, renew, give back.
 //! - [`lifecycle`]: a scheduled job's command: gateway, database, preflight, run, summary, push, exit code.
 //! - [`metrics`]: the run's gauges and the push to the Pushgateway.
@@ -45,6 +46,7 @@ pub mod db;
 pub mod events;
 pub mod exit;
 pub mod job;
+pub mod key;
 pub mod lease;
 pub mod lifecycle;
 pub mod metrics;

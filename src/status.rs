@@ -35,6 +35,9 @@ pub struct Status {
     pub rows: f64,
     /// Cursor position (`payments.id`).
     pub cursor_position: i64,
+    /// The cursor's key as text, any key type (issue 31); `None` (JSON
+    /// `null`) at the cycle's start.
+    pub cursor_key: Option<String>,
     /// Share of the id range behind the cursor, 0 to 100.
     pub cycle_progress_percent: f64,
     /// Seconds since the current cycle started; `None` before the first run.
@@ -191,24 +194,19 @@ async fn read_figures(
     settings: Option<&JobSettings>,
 ) -> Result<Status, StoreError> {
     let types = RepairCommand::EVENT_TYPES;
-    let t = stats::table_figures(conn, job, partition, times).await?;
+    let key = match settings {
+        Some(s) => s.schema.key.clone(),
+        None => crate::store::keys::current(conn).await?,
+    };
+    let t = stats::table_figures(conn, job, partition, &key, times).await?;
     let backlog = stats::outbox_figures(conn, outbox, &types).await?;
     let open_findings = stats::open_findings_by_kind(conn, partition).await?;
-    let lag_held_by = stats::lag_holder(conn, outbox, &types, partition, times).await?;
+    let lag_held_by = stats::lag_holder(conn, outbox, &types, partition, times, &key).await?;
     let h = runs::history(conn, job, partition).await?;
     let active = settings.map_or(STRIPE_EVENTS_RETENTION, |s| s.events.account_active);
     let events = events_position::figures(conn, &events_job(job), active)
         .await?
-        .map(|f| EventsShown {
-            lag_seconds: f
-                .oldest_covered
-                .map(|c| ((f.database_now - c).num_milliseconds() as f64 / 1000.0).max(0.0)),
-            covered_until_unix: unix(f.covered_until),
-            last_success_unix: unix(f.last_success_at),
-            connected_accounts: f.connected_accounts,
-            payment_intents_held: f.payment_intents_held,
-            oldest_held_event_unix: unix(f.oldest_held_event),
-        });
+        .map(events_shown);
     let growth = h.growth();
     let now = t.database_now;
     let plan = settings.map(|s| {
@@ -230,7 +228,12 @@ async fn read_figures(
         lag_seconds: t.lag_seconds,
         rows: t.rows_estimate,
         cursor_position: t.cursor_position,
-        cycle_progress_percent: progress(t.min_id, t.max_id, t.cursor_position),
+        cursor_key: t.cursor_key.clone(),
+        cycle_progress_percent: if t.cursor_key.is_some() {
+            progress(t.min_id, t.max_id, t.cursor_position)
+        } else {
+            0.0
+        },
         cycle_age_seconds: t
             .cycle_started_at
             .map(|s| (now - s).num_milliseconds() as f64 / 1000.0),
@@ -255,10 +258,26 @@ async fn read_figures(
     })
 }
 
+/// The events job's figures as `status` shows them.
+fn events_shown(f: events_position::EventsFigures) -> EventsShown {
+    EventsShown {
+        lag_seconds: f
+            .oldest_covered
+            .map(|c| ((f.database_now - c).num_milliseconds() as f64 / 1000.0).max(0.0)),
+        covered_until_unix: unix(f.covered_until),
+        last_success_unix: unix(f.last_success_at),
+        connected_accounts: f.connected_accounts,
+        payment_intents_held: f.payment_intents_held,
+        oldest_held_event_unix: unix(f.oldest_held_event),
+    }
+}
+
 fn progress(min_id: Option<i64>, max_id: Option<i64>, cursor: i64) -> f64 {
     match (min_id, max_id) {
         (Some(lo), Some(hi)) if hi > lo && cursor >= lo => {
-            ((cursor - lo + 1) as f64 / (hi - lo + 1) as f64 * 100.0).min(100.0)
+            // In f64: ids may span the whole bigint range (issue 31).
+            let (lo, hi, cursor) = (lo as f64, hi as f64, cursor as f64);
+            ((cursor - lo + 1.0) / (hi - lo + 1.0) * 100.0).min(100.0)
         }
         _ => 0.0,
     }

@@ -64,7 +64,10 @@ pub(crate) async fn scenario_3(
     let middle = rows / 2;
     // The lag reads the highest seen id first (one primary-key lookup), then
     // binds it; here it is inlined, which plans the same.
-    let head = payment_state::highest_seen(&mut conn).await?;
+    let key = stripe_reconciler::key::KeyType::default();
+    let head = payment_state::highest_seen(&mut conn, &key)
+        .await?
+        .map_or_else(|| i64::MIN.to_string(), |h| h.key.to_string());
     let queries = [
         (
             "batch read (cursor in the middle, LIMIT 200)",
@@ -75,7 +78,12 @@ pub(crate) async fn scenario_3(
         ),
         (
             "lag query",
-            format!("SELECT now() - {}", stats::lag_since(&head.to_string(), &Default::default())),
+            format!(
+                "SELECT now() - {}",
+                stats::lag_since(&key, (1, 2), true, &Default::default())
+                    .replace("$1", &format!("'{head}'"))
+                    .replace("$2", "NULL")
+            ),
         ),
     ];
     let s = format!("3 ({rows} rows)");

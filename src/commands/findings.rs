@@ -130,8 +130,7 @@ fn render(
         out.push_str(&format!(
             "{:>8}  {:>10}  {:<16}  {:<28}  {:<21}  {:<32}  {:<8}  {:<24}  {:<19}  {:<62}  {:<10}  {:<32}  {}\n",
             f.id,
-            f.payment_id
-                .map_or_else(|| "-".to_owned(), |p| p.to_string()),
+            shorten_or_dash(f.payment_key().as_deref()),
             shorten_or_dash(f.order_id.as_deref()),
             shorten_or_dash(f.stripe_payment_intent_id.as_deref()),
             account_or_platform(f.stripe_account_id.as_deref()),

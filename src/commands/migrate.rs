@@ -3,6 +3,7 @@
 use super::CommandError;
 use crate::config::{OutboxShape, Settings};
 use crate::db;
+use crate::key::{KeyKind, Walk};
 use crate::lifecycle::preflight::{self, check_schema};
 use crate::store::outbox_shape::{self, OutboxState};
 use crate::store::payment_index::{self as schema, IndexBuild, PaymentIntentIndex};
@@ -50,6 +51,8 @@ pub(super) async fn migrate(settings: &Settings, unique: bool) -> Result<(), Com
         "database schema is up to date"
     );
     let mut conn = pool.acquire().await.context("connecting").map_err(store)?;
+    // 2b. The reconciler's key columns hold payments.id's type (issue 31).
+    keys(&mut conn).await?;
     // 3. The outbox: created only when absent; an existing one is left as it is.
     let table = settings.job.outbox.table.display();
     if outbox == OutboxState::Absent && settings.job.outbox.shape == OutboxShape::Reconciler {
@@ -79,6 +82,41 @@ pub(super) async fn migrate(settings: &Settings, unique: bool) -> Result<(), Com
     payment_intent_index(&mut conn, unique).await?;
     // 5. The partition's `(column, id)` index, when a partition is set.
     partition_index(&mut conn, settings).await
+}
+
+/// Aligns the reconciler's key columns with `payments.id`'s type and says
+/// how the cycle walks the table, naming the index of the application's
+/// that would keep list mode's batches dense when it is missing
+/// (docs/keys.md; `migrate` never adds it: the table is the application's).
+async fn keys(conn: &mut sqlx::PgConnection) -> Result<(), CommandError> {
+    let key = preflight::detect_key(&mut *conn).await?;
+    let changed = crate::store::keys::align(&mut *conn, &key)
+        .await
+        .map_err(CommandError::Store)?;
+    if !changed.is_empty() {
+        println!(
+            "payments.id is {}: the key column of {} now holds that type",
+            key.sql(),
+            changed.join(", ")
+        );
+    }
+    match (key.kind(), key.walk()) {
+        (_, Walk::CreatedAt) => println!(
+            "payments.id is {}: each cycle walks payments in (created_at, id) order on your index leading with created_at",
+            key.sql()
+        ),
+        (KeyKind::Uuid | KeyKind::Text, Walk::Key) => {
+            println!(
+                "payments.id is {}: each cycle walks payments in key order; random keys (uuid v4) scatter list mode's batches. \
+                 An index of yours on a NOT NULL created_at makes the cycle walk in (created_at, id) order instead, e.g. \
+                 CREATE INDEX CONCURRENTLY payments_created_at_id ON payments (created_at, id); migrate does not add it",
+                key.sql()
+            );
+            tracing::warn!(key = key.sql(), "payments has no index leading with a NOT NULL created_at: walking in key order");
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// With `RECONCILER_PARTITION_COLUMN` set: checks the column (exit 78 naming

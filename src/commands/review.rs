@@ -82,7 +82,7 @@ fn csv_record(f: &findings::FindingView, mode: DashboardMode) -> Vec<String> {
     let d = f.differs();
     vec![
         f.id.to_string(),
-        f.payment_id.map(|p| p.to_string()).unwrap_or_default(),
+        f.payment_key().unwrap_or_default(),
         cell(f.order_id.as_deref()),
         cell(f.stripe_payment_intent_id.as_deref()),
         cell(f.stripe_account_id.as_deref()),
@@ -210,8 +210,7 @@ fn render_show(
          dashboard:      {}\n",
         f.id,
         shown(&f.kind),
-        f.payment_id
-            .map_or_else(|| "-".to_owned(), |p| p.to_string()),
+        shorten_or_dash(f.payment_key().as_deref()),
         shorten_or_dash(f.order_id.as_deref()),
         shorten_or_dash(f.stripe_payment_intent_id.as_deref()),
         account_or_platform(f.stripe_account_id.as_deref()),

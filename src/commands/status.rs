@@ -282,8 +282,13 @@ fn lag_holder_lines(h: &LagHolder, st: &Status, grace: Duration) -> Vec<(&'stati
             "a full cycle passed it without a definitive answer from Stripe (unverifiable: timeout, 429, 5xx); see the run logs for payment_id={}",
             h.payment_id
         )
-    } else if h.payment_id > cursor {
+    } else if h.payment_id.as_i64().is_some_and(|id| id > cursor) || st.cursor_key.is_none() {
         format!("not reached yet in this cycle (cursor at id {cursor})")
+    } else if h.payment_id.as_i64().is_none() {
+        format!(
+            "not reached yet in this cycle, or passed without a definitive answer from Stripe; see the run logs for payment_id={}",
+            h.payment_id
+        )
     } else {
         format!(
             "passed in this cycle without a definitive answer from Stripe (unverifiable: timeout, 429, 5xx); see the run logs for payment_id={}",

@@ -162,6 +162,7 @@ impl Settings {
                         zone,
                         ..PaymentTimes::default()
                     },
+                    key: crate::key::KeyType::default(),
                 },
                 rules: checks.rules,
                 events,
@@ -304,6 +305,7 @@ mod tests {
                         zone: TimestampZone::parse("Europe/Paris").unwrap(),
                         ..PaymentTimes::default()
                     },
+                    key: crate::key::KeyType::default(),
                 },
                 rules: Rules {
                     auth_expiry_warn_seconds: 18,

@@ -4,6 +4,7 @@
 //! `partition` groups; `store::payments` reads by it.
 
 use super::{AmountUnit, ColumnName, Partition, PaymentTimes, StatusMap};
+use crate::key::KeyType;
 
 /// The shape of the application's `payments` table as configured.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -40,4 +41,8 @@ pub struct SchemaSettings {
     /// and `updated_at` (detected at start: a `timestamp without time zone`
     /// is read in the zone, default `UTC`).
     pub times: PaymentTimes,
+    /// `payments.id`'s type and how the cycle walks it: not a variable,
+    /// detected from the catalog at start (`lifecycle::preflight::checked`,
+    /// issue 31, docs/keys.md). Default `bigint`, walked in key order.
+    pub key: KeyType,
 }

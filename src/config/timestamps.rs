@@ -103,6 +103,23 @@ impl PaymentTimes {
         self.created_at == TimeColumn::WallClock || self.updated_at == TimeColumn::WallClock
     }
 
+    /// A `timestamptz` value (an SQL expression, e.g. a parameter `$2`) in
+    /// `created_at`'s own type, for comparisons with the bare column that an
+    /// index on `payments.created_at` can serve: the value itself for a
+    /// `timestamptz` column, its wall-clock time in the zone for a
+    /// `timestamp without time zone` one.
+    pub fn created_bound(&self, value: &str) -> String {
+        match self.created_at {
+            TimeColumn::Instant => format!("{value}::timestamptz"),
+            TimeColumn::WallClock => {
+                format!(
+                    "({value}::timestamptz AT TIME ZONE {})",
+                    self.zone.literal()
+                )
+            }
+        }
+    }
+
     fn instant(&self, column: TimeColumn, alias: &str, name: &str) -> String {
         match column {
             TimeColumn::Instant => format!("{alias}.{name}"),

@@ -428,7 +428,10 @@ async fn write_once(
         .context("opening the write transaction")?;
     let report = record_observations(
         &mut tx,
-        &settings.outbox,
+        crate::record::Target {
+            outbox: &settings.outbox,
+            key: &settings.schema.key,
+        },
         &settings.run.job,
         settings.run.unverifiable_cycles,
         observations,

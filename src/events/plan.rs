@@ -263,7 +263,7 @@ mod tests {
     fn row(id: i64, pi: &str, recent: bool, reconciled: Option<(i64, &str)>) -> PaymentByIntent {
         PaymentByIntent {
             row: PaymentRow {
-                id,
+                id: id.into(),
                 stripe_payment_intent_id: Some(pi.into()),
                 status: crate::reconcile::LocalStatus::Pending,
                 version: 0,
@@ -274,6 +274,7 @@ mod tests {
                 currency: None,
                 shares_payment_intent: false,
                 stripe_account: None,
+                behind_cursor: false,
                 checkout_session_id: None,
             },
             last_reconciled_at: reconciled.map(|(t, _)| Utc.timestamp_opt(t, 0).unwrap()),

@@ -10,13 +10,15 @@ use sqlx::{PgConnection, PgPool};
 
 use super::CommandError;
 use crate::config::{ConfigError, Settings};
+use crate::store::keys;
 use crate::store::outbox_shape::{self, OutboxMismatch, OutboxState};
 use crate::store::payment_index::{self, PaymentIntentIndex};
 use crate::store::payments::{self, ColumnError, MoneyColumns};
 use crate::store::Context;
 
 /// Checks what `migrate`, `run` and `repair` need of the user's schema before
-/// anything is written (DESIGN.md, Turn 3): `payments.id` is an integer, and
+/// anything is written (DESIGN.md, Turn 3): `payments.id` has a key type
+/// ([`detect_key`]), and
 /// the outbox `RECONCILER_OUTBOX_TABLE` names is absent (reconciler shape) or
 /// has the configured shape. Only `migrating` accepts an absent outbox.
 ///
@@ -28,16 +30,7 @@ pub async fn check_schema(
     settings: &Settings,
     migrating: bool,
 ) -> Result<OutboxState, CommandError> {
-    if let Err(e) = payment_index::check_integer_id(&mut *conn)
-        .await
-        .map_err(CommandError::Store)?
-    {
-        return Err(ConfigError::Unusable {
-            var: "DATABASE_URL",
-            problem: Box::new(e),
-        }
-        .into());
-    }
+    detect_key(&mut *conn).await?;
     match outbox_shape::check(conn, &settings.job.outbox)
         .await
         .map_err(CommandError::Store)?
@@ -56,6 +49,24 @@ pub async fn check_schema(
         }
         .into()),
     }
+}
+
+/// `payments.id`'s type (issue 31, docs/keys.md): one of the key types the
+/// reconciler walks, or exit 78 naming it.
+///
+/// # Errors
+/// [`CommandError::Config`] for an unsupported type; [`CommandError::Store`].
+pub async fn detect_key(conn: &mut PgConnection) -> Result<crate::key::KeyType, CommandError> {
+    keys::detect(conn)
+        .await
+        .map_err(CommandError::Store)?
+        .map_err(|e| {
+            ConfigError::Unusable {
+                var: "DATABASE_URL",
+                problem: Box::new(e),
+            }
+            .into()
+        })
 }
 
 /// The schema a run relies on: an index on `payments.stripe_payment_intent_id`
@@ -79,6 +90,20 @@ pub async fn check_columns(
         .map_err(CommandError::Store)?;
     check_schema(&mut conn, settings, false).await?;
     let settings = checked(&mut conn, settings).await?;
+    let misaligned = keys::misaligned(&mut conn, &settings.job.schema.key)
+        .await
+        .map_err(CommandError::Store)?;
+    if !misaligned.is_empty() {
+        return Err(ConfigError::Invalid {
+            var: "DATABASE_URL",
+            reason: format!(
+                "payments.id is {} but {} still key payments by another type: run `stripe-reconciler migrate` (it changes the reconciler's own tables only)",
+                settings.job.schema.key.sql(),
+                misaligned.join(", ")
+            ),
+        }
+        .into());
+    }
     if need_partition_index {
         require_index(&mut conn, &settings).await?;
     }
@@ -121,6 +146,7 @@ pub async fn checked(
     settings: &Settings,
 ) -> Result<Settings, CommandError> {
     let mut settings = settings.clone();
+    settings.job.schema.key = detect_key(&mut *conn).await?;
     if let Some(partition) = settings.job.schema.partition.as_mut() {
         partition.kind = payments::check_partition(conn, partition)
             .await

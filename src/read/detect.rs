@@ -72,7 +72,7 @@ pub async fn observe_all(
         in_flight: &in_flight,
         all_started: None,
     };
-    observe_batch(pool, gateway, rows, i64::MIN, settings, now, pacing)
+    observe_batch(pool, gateway, rows, settings, now, pacing)
         .await
         .map(|o| o.observations)
 }
@@ -148,7 +148,6 @@ async fn list_first(
     share: ListShare<'_>,
     rows: &[PaymentRow],
     accounts: &[Result<AccountKey, InvalidAccountId>],
-    cursor_from: i64,
 ) -> Result<super::list::Listed, RunError> {
     let to_read: Vec<ToList<'_>> = rows
         .iter()
@@ -162,11 +161,11 @@ async fn list_first(
                 .map_or(true, |a| share.gateway.accounts().unreachable(a).is_none())
         })
         .collect();
-    list_accounts(share, &to_read, cursor_from).await
+    list_accounts(share, &to_read).await
 }
 
-/// [`observe_all`] for one batch whose cursor was at `cursor_from`: in list
-/// mode the window is set by the rows after it (rows behind it, late commits,
+/// [`observe_all`] for one batch: in list mode the window is set by the
+/// cursor's rows (rows behind it, late commits,
 /// fall back to retrieves unless a page contains them). Every Stripe request
 /// holds a permit of `in_flight` (shared by overlapping batches, so the run
 /// never has more than `RECONCILER_MAX_IN_FLIGHT` requests open).
@@ -177,7 +176,6 @@ pub async fn observe_batch(
     pool: &PgPool,
     gateway: &StripeGateway,
     rows: Vec<PaymentRow>,
-    cursor_from: i64,
     settings: &JobSettings,
     now: DateTime<Utc>,
     pacing: Pacing<'_>,
@@ -202,7 +200,7 @@ pub async fn observe_batch(
                 in_flight,
                 all_started: &all_started,
             };
-            list_first(share, &rows, &accounts, cursor_from).await?
+            list_first(share, &rows, &accounts).await?
         }
         ReadMode::Retrieve => super::list::Listed::default(),
     };

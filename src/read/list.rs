@@ -263,8 +263,8 @@ pub struct ListShare<'a> {
     pub all_started: &'a Mutex<Option<oneshot::Sender<()>>>,
 }
 
-/// Lists the batch's window and returns what it found for `rows`. Rows with
-/// `id > cursor_from` (the cursor's rows) set the window; rows behind the
+/// Lists the batch's window and returns what it found for `rows`. The
+/// cursor's rows (not [`PaymentRow::behind_cursor`]) set the window; rows behind the
 /// cursor are matched when a page happens to contain them and otherwise fall
 /// back to retrieves (their `created_at` may be anywhere). `rows` are the
 /// rows that need a read (out of the grace window, well-formed id).
@@ -280,13 +280,12 @@ pub async fn list_batch(
     share: ListShare<'_>,
     (account, listing): (Option<&AccountId>, Listing),
     rows: &[(&PaymentRow, &str)],
-    cursor_from: i64,
     page_cap: usize,
 ) -> Result<Listed, RunError> {
     let settings = share.settings;
     let wanted: HashSet<&str> = rows.iter().map(|(_, id)| *id).collect();
     let core_rows: Vec<&(&PaymentRow, &str)> =
-        rows.iter().filter(|(r, _)| r.id > cursor_from).collect();
+        rows.iter().filter(|(r, _)| !r.behind_cursor).collect();
     let mut times: Vec<i64> = core_rows
         .iter()
         .map(|(r, _)| r.created_at.timestamp())
@@ -400,11 +399,7 @@ pub type ToList<'a> = (&'a PaymentRow, &'a str, &'a AccountKey, Listing);
 ///
 /// # Errors
 /// As [`list_batch`].
-pub async fn list_accounts(
-    share: ListShare<'_>,
-    rows: &[ToList<'_>],
-    cursor_from: i64,
-) -> Result<Listed, RunError> {
+pub async fn list_accounts(share: ListShare<'_>, rows: &[ToList<'_>]) -> Result<Listed, RunError> {
     let mut groups: Vec<AccountRows<'_>> = Vec::new();
     for (row, id, account, listing) in rows {
         let key = (account.as_ref(), *listing);
@@ -419,8 +414,7 @@ pub async fn list_accounts(
     let listed_groups = groups.iter().zip(shares).filter(|(_, share)| *share > 0);
     let shared = share;
     let lists = futures::future::try_join_all(
-        listed_groups
-            .map(|((key, group), share)| list_batch(shared, *key, group, cursor_from, share)),
+        listed_groups.map(|((key, group), share)| list_batch(shared, *key, group, share)),
     )
     .await?;
     let mut all = Listed::default();

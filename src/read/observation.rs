@@ -24,8 +24,8 @@ pub const WRONG_ACCOUNT_NOT_FOUND_READS: usize = 10;
 /// One row's outcome of phase 2.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observation {
-    /// `payments.id`
-    pub payment_id: i64,
+    /// `payments.id` (any key type).
+    pub payment_id: crate::key::PaymentKey,
     /// `payments.version` as read in phase 1.
     pub version: i64,
     /// `payments.updated_at` as read in phase 1.

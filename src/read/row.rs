@@ -14,6 +14,7 @@ use super::list::ListedFacts;
 use super::observation::{Observation, CONNECT_HINT, WRONG_ACCOUNT_NOT_FOUND_READS};
 use super::session_key::session_of;
 use crate::config::JobSettings;
+use crate::key::PaymentKey;
 use crate::outcome::RunError;
 use crate::reconcile::{
     classify, Decision, FindingKind, LocalPayment, PaymentIntentFacts, Verdict,
@@ -59,7 +60,7 @@ impl Read<'_> {
         {
             Ok(id) => id,
             Err(reason) => {
-                tracing::warn!(payment_id = row.id, %reason, "payment has a malformed PaymentIntent id; not sent to Stripe");
+                tracing::warn!(payment_id = %row.id, %reason, "payment has a malformed PaymentIntent id; not sent to Stripe");
                 seen.decision = Decision::review(FindingKind::InvalidPaymentIntentId);
                 return Ok(seen);
             }
@@ -82,7 +83,7 @@ impl Read<'_> {
             }
             Err(e) => {
                 let platform = account.is_none();
-                self.failed(e, tally, platform, (row.id, id.as_str()), &mut seen)
+                self.failed(e, tally, platform, (&row.id, id.as_str()), &mut seen)
                     .await?
             }
         }
@@ -101,7 +102,7 @@ impl Read<'_> {
         let account = match account {
             Ok(account) => account,
             Err(reason) => {
-                tracing::warn!(payment_id = row.id, %reason, "payment has a malformed Stripe account id; not sent to Stripe");
+                tracing::warn!(payment_id = %row.id, %reason, "payment has a malformed Stripe account id; not sent to Stripe");
                 seen.decision = Decision::plain(Verdict::Unverifiable);
                 seen.error = Some(format!(
                     "RECONCILER_ACCOUNT_COLUMN holds no usable account id ({reason}); the row was not sent to Stripe"
@@ -132,7 +133,7 @@ impl Read<'_> {
         e: GatewayError,
         tally: &Tally,
         platform: bool,
-        (payment_id, object): (i64, &str),
+        (payment_id, object): (&PaymentKey, &str),
         seen: &mut Observation,
     ) -> Result<(), RunError> {
         match e {
@@ -141,12 +142,12 @@ impl Read<'_> {
             }
             e if e.is_rejected() => return Err(RunError::StripeRejected(e)),
             e @ GatewayError::AccountUnreachable { .. } => {
-                tracing::warn!(payment_id, stripe_object = object, error = %e, "read unverifiable: its connected account is unreachable");
+                tracing::warn!(%payment_id, stripe_object = object, error = %e, "read unverifiable: its connected account is unreachable");
                 seen.unreachable(e.to_string());
             }
             // `Unavailable`: no usable answer after the retry budget.
             e => {
-                tracing::warn!(payment_id, stripe_object = object, error = %e, "read unverifiable");
+                tracing::warn!(%payment_id, stripe_object = object, error = %e, "read unverifiable");
                 seen.error = Some(e.to_string());
                 seen.decision = Decision::plain(Verdict::Unverifiable);
             }
@@ -207,7 +208,7 @@ impl Read<'_> {
                 .and_then(|r| r.as_str())
                 .unwrap_or("incomplete PaymentIntent")
                 .to_owned();
-            tracing::warn!(payment_id = row.id, payment_intent = %id, %reason, "PaymentIntent unverifiable");
+            tracing::warn!(payment_id = %row.id, payment_intent = %id, %reason, "PaymentIntent unverifiable");
             seen.error = Some(reason);
         } else {
             seen.observed = Some(facts.status);
@@ -218,7 +219,7 @@ impl Read<'_> {
 /// A row before any read: IN_FLIGHT, nothing asked.
 fn unread(row: &PaymentRow) -> Observation {
     Observation {
-        payment_id: row.id,
+        payment_id: row.id.clone(),
         version: row.version,
         updated_at: row.updated_at,
         local: row.status.clone(),

@@ -28,7 +28,7 @@ impl Read<'_> {
         let id = match session {
             Ok(id) => id,
             Err(reason) => {
-                tracing::warn!(payment_id = row.id, %reason, "payment has a malformed Checkout Session id; not sent to Stripe");
+                tracing::warn!(payment_id = %row.id, %reason, "payment has a malformed Checkout Session id; not sent to Stripe");
                 seen.decision = Decision::review_with(
                     FindingKind::InvalidCheckoutSessionId,
                     serde_json::json!({ "reason": reason.to_string() }),
@@ -56,7 +56,7 @@ impl Read<'_> {
             }
             Err(e) => {
                 let platform = account.is_none();
-                self.failed(e, tally, platform, (row.id, id.as_str()), &mut seen)
+                self.failed(e, tally, platform, (&row.id, id.as_str()), &mut seen)
                     .await?
             }
         }
@@ -84,7 +84,7 @@ impl Read<'_> {
                 .and_then(|r| r.as_str())
                 .unwrap_or("incomplete Checkout Session")
                 .to_owned();
-            tracing::warn!(payment_id = row.id, checkout_session = seen.checkout_session.as_deref(), %reason, "Checkout Session unverifiable");
+            tracing::warn!(payment_id = %row.id, checkout_session = seen.checkout_session.as_deref(), %reason, "Checkout Session unverifiable");
             seen.error = Some(reason);
         }
     }

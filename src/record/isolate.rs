@@ -6,7 +6,7 @@
 //! (serialization, deadlock) are retried a bounded number of times first.
 //! When nothing fails, a batch costs one savepoint more than before.
 
-use crate::config::{OutboxSettings, PaymentTimes};
+use crate::config::PaymentTimes;
 use sqlx::Connection;
 
 use super::Recorded;
@@ -101,7 +101,7 @@ enum Attempt {
 /// when a savepoint cannot be opened, released or rolled back.
 pub(super) async fn record_isolating(
     conn: &mut sqlx::PgConnection,
-    outbox: &OutboxSettings,
+    target: super::Target<'_>,
     job: &str,
     unverifiable_cycles: u32,
     observations: &mut [Observation],
@@ -119,7 +119,7 @@ pub(super) async fn record_isolating(
         }
         let failed = match attempt(
             conn,
-            outbox,
+            target,
             job,
             unverifiable_cycles,
             observations,
@@ -168,7 +168,7 @@ pub(super) async fn record_isolating(
 /// so a rolled-back attempt leaves no trace in memory either.
 async fn attempt(
     conn: &mut sqlx::PgConnection,
-    outbox: &OutboxSettings,
+    target: super::Target<'_>,
     job: &str,
     unverifiable_cycles: u32,
     observations: &mut [Observation],
@@ -181,7 +181,7 @@ async fn attempt(
         let mut savepoint = conn.begin().await.context("opening a savepoint")?;
         match super::record_set(
             &mut savepoint,
-            outbox,
+            target,
             job,
             unverifiable_cycles,
             &mut subset,

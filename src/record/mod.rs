@@ -14,6 +14,7 @@ pub mod rows;
 use std::collections::{HashMap, HashSet};
 
 use crate::config::{OutboxSettings, PaymentTimes};
+use crate::key::{KeyType, PaymentKey};
 use crate::outcome::RunError;
 use crate::read::Observation;
 use sqlx::Connection;
@@ -28,6 +29,16 @@ use crate::store::{Context, StoreError};
 use isolate::{at, Failed, Refusal, Write};
 pub use rows::new_finding;
 use rows::{demote_changed_rows, writes_for};
+
+/// Where [`record_observations`] writes: the outbox of repair commands and
+/// `payments.id`'s type (the reconciler's key columns hold it, issue 31).
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    /// `RECONCILER_OUTBOX_*`.
+    pub outbox: &'a OutboxSettings,
+    /// Detected at start (`SchemaSettings::key`).
+    pub key: &'a KeyType,
+}
 
 /// What [`record_observations`] wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -77,7 +88,7 @@ impl Recorded {
 /// retries the same rows.
 pub async fn record_observations(
     tx: &mut sqlx::PgConnection,
-    outbox_settings: &OutboxSettings,
+    target: Target<'_>,
     job: &str,
     unverifiable_cycles: u32,
     observations: &mut [Observation],
@@ -89,7 +100,7 @@ pub async fn record_observations(
     let writing_rows = writing.len();
     let (mut recorded, refused) = isolate::record_isolating(
         tx,
-        outbox_settings,
+        target,
         job,
         unverifiable_cycles,
         observations,
@@ -104,7 +115,7 @@ pub async fn record_observations(
         return Err(whole_batch_refused(refused, observations));
     }
     recorded.writes_refused = refused.len() as u64;
-    recorded.findings_created += record_refusals(tx, &refused, observations).await?;
+    recorded.findings_created += record_refusals(tx, target.key, &refused, observations).await?;
     Ok(recorded)
 }
 
@@ -114,22 +125,28 @@ pub async fn record_observations(
 /// of every writer, so the scan and repair workers never deadlock.
 async fn record_set(
     tx: &mut sqlx::PgConnection,
-    outbox_settings: &OutboxSettings,
+    target: Target<'_>,
     job: &str,
     unverifiable_cycles: u32,
     observations: &mut [Observation],
     times: &PaymentTimes,
 ) -> Result<Recorded, Failed> {
-    demote_changed_rows(tx, observations, times)
+    demote_changed_rows(tx, target.key, observations, times)
         .await
         .map_err(at(Write::LockPayment))?;
     let observations: &[Observation] = observations;
-    let (answered_ids, findings_cleared) =
-        stamp_and_clear(tx, outbox_settings, observations, times).await?;
-    close_unproven(tx, outbox_settings, observations).await?;
-    let touched = open_findings(tx, job, unverifiable_cycles, observations, &answered_ids).await?;
+    let (answered_ids, findings_cleared) = stamp_and_clear(tx, target, observations, times).await?;
+    close_unproven(tx, target, observations).await?;
+    let touched = open_findings(
+        tx,
+        (job, target.key),
+        unverifiable_cycles,
+        observations,
+        &answered_ids,
+    )
+    .await?;
     let findings_created = touched.iter().filter(|f| f.created).count() as u64;
-    let commands_enqueued = enqueue_commands(tx, outbox_settings, &touched, observations).await?;
+    let commands_enqueued = enqueue_commands(tx, target, &touched, observations).await?;
     Ok(Recorded {
         findings_created,
         findings_cleared,
@@ -144,35 +161,36 @@ async fn record_set(
 /// the answered rows' ids and the findings resolved.
 async fn stamp_and_clear(
     tx: &mut sqlx::PgConnection,
-    outbox_settings: &OutboxSettings,
+    target: Target<'_>,
     observations: &[Observation],
     times: &PaymentTimes,
-) -> Result<(Vec<i64>, u64), Failed> {
+) -> Result<(Vec<PaymentKey>, u64), Failed> {
     // Answered: rows Stripe answered definitively. A 404 or a malformed id is
     // an answer too (its finding carries the problem), so those rows do not
     // hold the reconciliation lag forever; UNVERIFIABLE rows never are.
     let answered: Vec<&Observation> = observations.iter().filter(|o| is_answer(o)).collect();
-    let answered_ids: Vec<i64> = answered.iter().map(|o| o.payment_id).collect();
+    let answered_ids: Vec<PaymentKey> = answered.iter().map(|o| o.payment_id.clone()).collect();
     let current_kinds: Vec<Option<String>> = answered
         .iter()
         .map(|o| o.decision.kind.as_ref().map(|k| k.as_str().into_owned()))
         .collect();
-    let all_ids: Vec<i64> = observations.iter().map(|o| o.payment_id).collect();
+    let all_ids: Vec<PaymentKey> = observations.iter().map(|o| o.payment_id.clone()).collect();
     let confirmed: Vec<bool> = observations.iter().map(is_answer).collect();
     let statuses: Vec<Option<String>> = observations
         .iter()
         .map(|o| o.observed.as_ref().map(|s| s.as_str().to_owned()))
         .collect();
-    payment_state::record(tx, &all_ids, &confirmed, &statuses, times)
+    payment_state::record(tx, target.key, &all_ids, &confirmed, &statuses, times)
         .await
         .map_err(at(Write::Stamp))?;
     let with_status: Vec<bool> = answered.iter().map(|o| o.observed.is_some()).collect();
-    let stale = findings::resolve_stale(tx, &answered_ids, &current_kinds, &with_status)
-        .await
-        .map_err(at(Write::Finding))?;
+    let stale =
+        findings::resolve_stale(tx, target.key, &answered_ids, &current_kinds, &with_status)
+            .await
+            .map_err(at(Write::Finding))?;
     outbox::close_for_findings(
         tx,
-        outbox_settings,
+        target.outbox,
         &RepairCommand::EVENT_TYPES,
         &stale,
         "finding resolved by a later scan",
@@ -188,20 +206,20 @@ async fn stamp_and_clear(
 /// the drift enqueues one again (`findings_without_command`).
 async fn close_unproven(
     tx: &mut sqlx::PgConnection,
-    outbox_settings: &OutboxSettings,
+    target: Target<'_>,
     observations: &[Observation],
 ) -> Result<(), Failed> {
-    let unproven: Vec<i64> = observations
+    let unproven: Vec<PaymentKey> = observations
         .iter()
         .filter(|o| o.unverifiable_read())
-        .map(|o| o.payment_id)
+        .map(|o| o.payment_id.clone())
         .collect();
-    let held = findings::open_repairable(tx, &unproven)
+    let held = findings::open_repairable(tx, target.key, &unproven)
         .await
         .map_err(at(Write::Finding))?;
     outbox::close_for_findings(
         tx,
-        outbox_settings,
+        target.outbox,
         &RepairCommand::EVENT_TYPES,
         &held,
         "a later read could not confirm the drift with Stripe; enqueued again once one does",
@@ -217,21 +235,21 @@ async fn close_unproven(
 /// finding touched (new or already open).
 async fn open_findings(
     tx: &mut sqlx::PgConnection,
-    job: &str,
+    (job, key): (&str, &KeyType),
     unverifiable_cycles: u32,
     observations: &[Observation],
-    answered_ids: &[i64],
+    answered_ids: &[PaymentKey],
 ) -> Result<Vec<CreatedFinding>, Failed> {
-    let (failed_ids, errors): (Vec<i64>, Vec<Option<String>>) = observations
+    let (failed_ids, errors): (Vec<PaymentKey>, Vec<Option<String>>) = observations
         .iter()
         .filter(|o| o.unverifiable_read())
-        .map(|o| (o.payment_id, o.error.clone()))
+        .map(|o| (o.payment_id.clone(), o.error.clone()))
         .unzip();
-    let failing = unverifiable::record(tx, job, answered_ids, &failed_ids, &errors)
+    let failing = unverifiable::record(tx, (job, key), answered_ids, &failed_ids, &errors)
         .await
         .map_err(at(Write::Unverifiable))?;
-    let by_payment: HashMap<i64, &Observation> =
-        observations.iter().map(|o| (o.payment_id, o)).collect();
+    let by_payment: HashMap<&PaymentKey, &Observation> =
+        observations.iter().map(|o| (&o.payment_id, o)).collect();
     let mut new_findings: Vec<NewFinding> = observations.iter().filter_map(new_finding).collect();
     new_findings.extend(
         failing
@@ -240,7 +258,7 @@ async fn open_findings(
             .filter_map(|u| {
                 let o = by_payment.get(&u.payment_id)?;
                 Some(NewFinding {
-                    payment_id: u.payment_id,
+                    payment_id: u.payment_id.clone(),
                     kind: FindingKind::PersistentlyUnverifiable.as_str().into_owned(),
                     local_status: o.local.as_str().to_owned(),
                     external_status: None,
@@ -256,7 +274,7 @@ async fn open_findings(
                 })
             }),
     );
-    findings::upsert_open(tx, &new_findings)
+    findings::upsert_open(tx, key, &new_findings)
         .await
         .map_err(at(Write::Finding))
 }
@@ -267,12 +285,12 @@ async fn open_findings(
 /// Returns the commands enqueued.
 async fn enqueue_commands(
     tx: &mut sqlx::PgConnection,
-    outbox_settings: &OutboxSettings,
+    target: Target<'_>,
     touched: &[CreatedFinding],
     observations: &[Observation],
 ) -> Result<u64, Failed> {
-    let by_payment: HashMap<i64, &Observation> =
-        observations.iter().map(|o| (o.payment_id, o)).collect();
+    let by_payment: HashMap<&PaymentKey, &Observation> =
+        observations.iter().map(|o| (&o.payment_id, o)).collect();
     let repairable: Vec<(&CreatedFinding, RepairCommand, &Observation)> = touched
         .iter()
         .filter_map(|f| {
@@ -281,12 +299,16 @@ async fn enqueue_commands(
             (command.finding_kind().as_str() == f.kind).then_some((f, command, *o))
         })
         .collect();
-    let candidate_payments: Vec<i64> = repairable.iter().map(|(f, ..)| f.payment_id).collect();
-    let blocked: HashSet<i64> = findings::blocked_payments(tx, &candidate_payments)
-        .await
-        .map_err(at(Write::Finding))?
-        .into_iter()
+    let candidate_payments: Vec<PaymentKey> = repairable
+        .iter()
+        .map(|(f, ..)| f.payment_id.clone())
         .collect();
+    let blocked: HashSet<PaymentKey> =
+        findings::blocked_payments(tx, target.key, &candidate_payments)
+            .await
+            .map_err(at(Write::Finding))?
+            .into_iter()
+            .collect();
     let candidate_findings: Vec<i64> = repairable
         .iter()
         .filter(|(f, ..)| !blocked.contains(&f.payment_id))
@@ -294,7 +316,7 @@ async fn enqueue_commands(
         .collect();
     let without: HashSet<i64> = outbox::findings_without_command(
         tx,
-        outbox_settings,
+        target.outbox,
         &RepairCommand::EVENT_TYPES,
         &candidate_findings,
     )
@@ -314,7 +336,7 @@ async fn enqueue_commands(
                 return None;
             }
             Some(RepairRow {
-                payment_id: f.payment_id,
+                payment_id: f.payment_id.clone(),
                 finding_id: f.id,
                 command: command.as_str(),
                 expected_local_status: o.local.as_str().to_owned(),
@@ -324,7 +346,7 @@ async fn enqueue_commands(
             })
         })
         .collect();
-    outbox::enqueue_repairs(tx, outbox_settings, &repairs)
+    outbox::enqueue_repairs(tx, target.outbox, target.key, &repairs)
         .await
         .map_err(at(Write::Outbox))
 }
@@ -354,7 +376,9 @@ fn whole_batch_refused(refused: Vec<Refusal>, observations: &[Observation]) -> R
     let first = refused.next();
     tracing::error!(
         rows,
-        first_payment_id = first.as_ref().map(|r| observations[r.index].payment_id),
+        first_payment_id = first
+            .as_ref()
+            .map(|r| observations[r.index].payment_id.to_string()),
         "the database refused the write of every row of the batch: not a row's problem"
     );
     match first {
@@ -382,6 +406,7 @@ fn whole_batch_refused(refused: Vec<Refusal>, observations: &[Observation]) -> R
 /// logged and counted: the next cycle tries it again.
 async fn record_refusals(
     tx: &mut sqlx::PgConnection,
+    key: &KeyType,
     refused: &[Refusal],
     observations: &mut [Observation],
 ) -> Result<u64, RunError> {
@@ -389,7 +414,7 @@ async fn record_refusals(
     for r in refused {
         let o = &mut observations[r.index];
         tracing::warn!(
-            payment_id = o.payment_id,
+            payment_id = %o.payment_id,
             write = r.write.as_str(),
             sqlstate = %r.sqlstate,
             message = %r.message,
@@ -408,7 +433,7 @@ async fn record_refusals(
     let mut created = 0;
     for finding in &wanted {
         let mut savepoint = tx.begin().await.context("opening a savepoint")?;
-        match findings::upsert_open(&mut savepoint, std::slice::from_ref(finding)).await {
+        match findings::upsert_open(&mut savepoint, key, std::slice::from_ref(finding)).await {
             Ok(touched) => {
                 savepoint.commit().await.context("releasing a savepoint")?;
                 created += touched.iter().filter(|f| f.created).count() as u64;
@@ -419,7 +444,7 @@ async fn record_refusals(
                     .await
                     .context("rolling back to a savepoint")?;
                 tracing::warn!(
-                    payment_id = finding.payment_id,
+                    payment_id = %finding.payment_id,
                     error = %e.source,
                     "could not record write_refused for this row either (its row is locked against references); the next cycle tries again"
                 );

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use chrono::{DateTime, Utc};
 
 use crate::config::PaymentTimes;
+use crate::key::{KeyType, PaymentKey};
 use crate::read::Observation;
 use crate::reconcile::{acknowledgeable, classify_status};
 use crate::store::findings::NewFinding;
@@ -25,7 +26,7 @@ pub fn new_finding(o: &Observation) -> Option<NewFinding> {
         .is_some_and(|external| classify_status(&o.local, external).kind.is_none());
     let acknowledgeable = acknowledgeable(kind, status_in_sync);
     Some(NewFinding {
-        payment_id: o.payment_id,
+        payment_id: o.payment_id.clone(),
         kind: kind.as_str().into_owned(),
         local_status: o.local.as_str().to_owned(),
         external_status: o.observed.as_ref().map(|s| s.as_str().to_owned()),
@@ -54,21 +55,23 @@ pub(super) fn writes_for(o: &Observation) -> bool {
 /// Stripe was being asked must not produce a finding about the old status.
 pub(super) async fn demote_changed_rows(
     tx: &mut sqlx::PgConnection,
+    key: &KeyType,
     observations: &mut [Observation],
     times: &PaymentTimes,
 ) -> Result<(), StoreError> {
     let touched: Vec<&Observation> = observations.iter().filter(|o| writes_for(o)).collect();
-    let ids: Vec<i64> = touched.iter().map(|o| o.payment_id).collect();
+    let ids: Vec<PaymentKey> = touched.iter().map(|o| o.payment_id.clone()).collect();
     let versions: Vec<i64> = touched.iter().map(|o| o.version).collect();
     let updated: Vec<DateTime<Utc>> = touched.iter().map(|o| o.updated_at).collect();
-    let unchanged: HashSet<i64> = payments::lock_unchanged(tx, &ids, &versions, &updated, times)
-        .await?
-        .into_iter()
-        .collect();
+    let unchanged: HashSet<PaymentKey> =
+        payments::lock_unchanged(tx, key, &ids, &versions, &updated, times)
+            .await?
+            .into_iter()
+            .collect();
     for o in observations.iter_mut() {
         if writes_for(o) && !unchanged.contains(&o.payment_id) {
             tracing::info!(
-                payment_id = o.payment_id,
+                payment_id = %o.payment_id,
                 "payment changed while Stripe was asked; left for the next cycle"
             );
             o.changed_meanwhile();

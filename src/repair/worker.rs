@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::writer::{apply, fill_session_payment_intent, WriteError};
 use crate::config::{ColumnName, OutboxSettings, StatusMap, TimestampZone};
-use crate::reconcile::{FindingKind, RepairCommand, Resolution};
+use crate::key::{KeyType, PaymentKey};
+use crate::reconcile::{FindingKind, RepairCommand, Resolution, PAYMENT_DELETED_NOTE};
 use crate::store::outbox::{self, ClaimedCommand};
 use crate::store::{findings, payments};
 use crate::store::{Context, StoreError};
@@ -77,11 +78,22 @@ pub struct RepairReport {
 /// versions).
 #[derive(Debug, Deserialize)]
 struct RepairPayload {
-    payment_id: i64,
+    /// A number (integer keys) or a string (docs/keys.md).
+    #[serde(deserialize_with = "payment_key")]
+    payment_id: PaymentKey,
     finding_id: i64,
     stripe_payment_intent_id: Option<String>,
     /// A payment judged by its Checkout Session (issue 32).
     checkout_session_id: Option<String>,
+}
+
+/// The payload's `payment_id`: a number (integer keys, as before issue 31)
+/// or a non-empty string (uuid, text keys).
+fn payment_key<'de, D: serde::Deserializer<'de>>(d: D) -> Result<PaymentKey, D::Error> {
+    let value = serde_json::Value::deserialize(d)?;
+    PaymentKey::from_json(&value).ok_or_else(|| {
+        serde::de::Error::custom("payment_id is neither a whole number nor a string")
+    })
 }
 
 /// Why one repair command could not be applied. The command stays in the
@@ -97,7 +109,7 @@ pub enum RepairError {
     MalformedPayload(#[source] serde_json::Error),
     /// No payment has the payload's `payment_id`.
     #[error("payment {0} does not exist")]
-    UnknownPayment(i64),
+    UnknownPayment(PaymentKey),
     /// No finding has the payload's `finding_id`.
     #[error("finding {0} does not exist")]
     UnknownFinding(i64),
@@ -105,7 +117,7 @@ pub enum RepairError {
     /// not repair.
     #[error(
         "finding {finding_id} is {kind} for payment {}, not {expected} for payment {payment_id}",
-        finding_payment.map_or_else(|| "none".to_owned(), |p| p.to_string())
+        finding_payment.as_ref().map_or_else(|| "none".to_owned(), |p| p.to_string())
     )]
     WrongFinding {
         /// The payload's `finding_id`.
@@ -113,11 +125,11 @@ pub enum RepairError {
         /// The finding's kind, as stored.
         kind: String,
         /// The payment the finding is about (`None`: a PaymentIntent alone).
-        finding_payment: Option<i64>,
+        finding_payment: Option<Box<str>>,
         /// The kind the command repairs.
         expected: FindingKind,
-        /// The payload's `payment_id`.
-        payment_id: i64,
+        /// The payload's `payment_id` (its text).
+        payment_id: Box<str>,
     },
     /// `RECONCILER_LOCAL_STATUSES` has no word for a state the command
     /// needs.
@@ -213,13 +225,14 @@ pub async fn drain_with(
         // Payments in id order, like the scan's row locks: no deadlock between them.
         let mut claimed = claimed;
         claimed.sort_by_key(|c| {
-            c.payload
-                .get("payment_id")
-                .and_then(serde_json::Value::as_i64)
-                .unwrap_or(i64::MAX)
+            let key = c.payload.get("payment_id").and_then(PaymentKey::from_json);
+            let number = key.as_ref().and_then(PaymentKey::as_i64);
+            (number.is_none(), number, key)
         });
+        let key = crate::store::keys::current(&mut tx).await?;
         for command in claimed {
-            let failed = apply_one(&mut tx, &options, &command, statuses, &mut report).await?;
+            let failed =
+                apply_one(&mut tx, (&options, &key), &command, statuses, &mut report).await?;
             if failed {
                 failed_ids.push(command.id);
             }
@@ -244,14 +257,14 @@ pub async fn drain_with(
 /// [`StoreError`] when the database fails outside the command itself.
 async fn apply_one(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    options: &RepairOptions,
+    (options, key): (&RepairOptions, &KeyType),
     command: &ClaimedCommand,
     statuses: &StatusMap,
     report: &mut RepairReport,
 ) -> Result<bool, StoreError> {
     let outbox_settings = &options.outbox;
     let mut savepoint = tx.begin().await.context("opening a savepoint")?;
-    match process(&mut savepoint, options, command, statuses).await {
+    match process(&mut savepoint, (options, key), command, statuses).await {
         Ok(applied) => {
             match &applied {
                 Applied::Skipped(reason) => {
@@ -299,7 +312,7 @@ async fn apply_one(
 /// later run).
 async fn process(
     conn: &mut sqlx::PgConnection,
-    options: &RepairOptions,
+    (options, key): (&RepairOptions, &KeyType),
     command: &ClaimedCommand,
     statuses: &StatusMap,
 ) -> Result<Applied, RepairError> {
@@ -309,22 +322,23 @@ async fn process(
     let payload: RepairPayload =
         serde_json::from_value(command.payload.clone()).map_err(RepairError::MalformedPayload)?;
     let session_column = options.checkout_session_column.as_ref();
-    let Some(payment) = payments::lock_for_repair(conn, payload.payment_id, session_column).await?
+    let Some(payment) =
+        payments::lock_for_repair(conn, key, &payload.payment_id, session_column).await?
     else {
         return payment_deleted(conn, command, &payload).await;
     };
     let finding = findings::lock_for_repair(conn, payload.finding_id)
         .await?
         .ok_or(RepairError::UnknownFinding(payload.finding_id))?;
-    if finding.payment_id != Some(payload.payment_id)
+    if finding.payment_id.as_ref() != Some(&payload.payment_id)
         || finding.kind != kind.finding_kind().as_str()
     {
         return Err(RepairError::WrongFinding {
             finding_id: payload.finding_id,
             kind: finding.kind,
-            finding_payment: finding.payment_id,
+            finding_payment: finding.payment_id.map(|k| k.as_str().into()),
             expected: kind.finding_kind(),
-            payment_id: payload.payment_id,
+            payment_id: payload.payment_id.as_str().into(),
         });
     }
     let skip = |reason: String| {
@@ -338,8 +352,11 @@ async fn process(
         findings::resolve(conn, payload.finding_id, Resolution::Superseded).await?;
         return skip(reason);
     }
-    let blocking = findings::blocked_payments(conn, &[payload.payment_id]).await?;
-    if !blocking.is_empty() {
+    let payment_ids = std::slice::from_ref(&payload.payment_id);
+    if !findings::blocked_payments(conn, key, payment_ids)
+        .await?
+        .is_empty()
+    {
         return skip(format!(
             "payment {} has an open finding that blocks repairs (refund, dispute, duplicate, mismatch or review); see `findings list`",
             payload.payment_id
@@ -354,7 +371,7 @@ async fn process(
         &payload.checkout_session_id,
         &payload.stripe_payment_intent_id,
     ) {
-        fill_session_payment_intent(conn, payload.payment_id, intent).await?;
+        fill_session_payment_intent(conn, &payload.payment_id, intent).await?;
     }
     let finding = Some(payload.finding_id);
     let outcome = apply(
@@ -362,7 +379,7 @@ async fn process(
         outbox,
         statuses,
         kind,
-        payload.payment_id,
+        &payload.payment_id,
         finding,
         "reconciler",
     )
@@ -385,12 +402,10 @@ async fn payment_deleted(
     tracing::info!(
         outbox_id = command.id,
         finding_id = payload.finding_id,
-        payment_id = payload.payment_id,
+        payment_id = %payload.payment_id,
         "repair command skipped: the payment was deleted"
     );
-    Ok(Applied::Skipped(
-        crate::reconcile::PAYMENT_DELETED_NOTE.to_owned(),
-    ))
+    Ok(Applied::Skipped(PAYMENT_DELETED_NOTE.to_owned()))
 }
 
 /// Why the payment no longer holds what the command's decision was made
@@ -423,7 +438,7 @@ fn session_moved(
     column_configured: bool,
 ) -> Option<String> {
     let session = payload.checkout_session_id.as_deref()?;
-    let id = payload.payment_id;
+    let id = &payload.payment_id;
     if !column_configured {
         return Some(format!(
             "the command names Checkout Session {session} but RECONCILER_CHECKOUT_SESSION_COLUMN is not set: payment {id} cannot be checked against it"
@@ -479,14 +494,14 @@ mod tests {
             kind: "refunded".into(),
             finding_payment: None,
             expected: FindingKind::MissedSuccess,
-            payment_id: 3,
+            payment_id: "3".into(),
         };
         assert_eq!(
             wrong.last_error(),
             "finding 7 is refunded for payment none, not missed_success for payment 3"
         );
         assert_eq!(
-            RepairError::from(WriteError::UnknownPayment(9)).last_error(),
+            RepairError::from(WriteError::UnknownPayment(PaymentKey::from(9))).last_error(),
             "payment 9 does not exist"
         );
     }

@@ -24,6 +24,7 @@ use serde_json::json;
 use sqlx::{PgConnection, PgPool};
 
 use crate::config::{OutboxSettings, StatusMap};
+use crate::key::PaymentKey;
 use crate::reconcile::{LocalStatus, RepairCommand, Resolution};
 use crate::store::payments::{fill_payment_intent, transition_status, TransitionResult};
 use crate::store::{findings, outbox, Context, StoreError};
@@ -45,7 +46,7 @@ pub struct WriteOutcome {
 pub enum WriteError {
     /// No payment has this id.
     #[error("payment {0} does not exist")]
-    UnknownPayment(i64),
+    UnknownPayment(PaymentKey),
     /// `RECONCILER_LOCAL_STATUSES` gives the state no word to write or to
     /// match (never for a parsed map: `pending`, `paid` and `failed` are
     /// required).
@@ -68,7 +69,10 @@ fn transition(command: RepairCommand) -> (LocalStatus, LocalStatus) {
 /// Applies `command` to `payment_id` inside the caller's transaction (`conn`
 /// must be in one: the status change, the event and the finding's resolution
 /// commit or roll back together), in the words of `statuses`. `cause` goes
-/// into the event (e.g. `"reconciler"`, `"webhook"`).
+/// into the event (e.g. `"reconciler"`, `"webhook"`). `payment_id` is the
+/// key's text (`payments.id::text`, any key type: docs/keys.md); the guarded
+/// UPDATE casts it to `payments.id`'s type, read from the catalog (one
+/// look-up), so the primary key's index finds the row.
 ///
 /// # Errors
 /// [`WriteError::UnknownPayment`]; [`WriteError::NoWord`]; [`WriteError::Store`].
@@ -77,10 +81,11 @@ pub async fn apply(
     outbox: &OutboxSettings,
     statuses: &StatusMap,
     command: RepairCommand,
-    payment_id: i64,
+    payment_id: &PaymentKey,
     finding_id: Option<i64>,
     cause: &str,
 ) -> Result<WriteOutcome, WriteError> {
+    let key = crate::store::keys::current(&mut *conn).await?;
     let (from_state, to_state) = transition(command);
     let from = statuses.words(&from_state);
     if from.is_empty() {
@@ -94,10 +99,10 @@ pub async fn apply(
     // when it moved elsewhere (e.g. a late failure webhook): the next scan
     // classifies that new state afresh.
     let mut resolution = Resolution::Repaired;
-    let changed = match transition_status(conn, payment_id, from, to).await? {
-        TransitionResult::Missing => return Err(WriteError::UnknownPayment(payment_id)),
+    let changed = match transition_status(conn, &key, payment_id, from, to).await? {
+        TransitionResult::Missing => return Err(WriteError::UnknownPayment(payment_id.clone())),
         TransitionResult::AlreadyMoved { status } => {
-            tracing::info!(payment_id, %command, %status, "payment already moved; transition is a no-op");
+            tracing::info!(%payment_id, %command, %status, "payment already moved; transition is a no-op");
             if statuses.local(&status) != to_state {
                 resolution = Resolution::Superseded;
             }
@@ -105,7 +110,7 @@ pub async fn apply(
         }
         TransitionResult::Changed { version } => {
             let event = json!({
-                "payment_id": payment_id, "from": from_state.as_str(), "to": to_state.as_str(),
+                "payment_id": payment_id.to_json(key.kind()), "from": from_state.as_str(), "to": to_state.as_str(),
                 "status": to, "version": version,
                 "command": command.as_str(), "cause": cause, "finding_id": finding_id,
             });
@@ -134,13 +139,14 @@ pub async fn apply(
 /// [`WriteError::Store`].
 pub async fn fill_session_payment_intent(
     conn: &mut PgConnection,
-    payment_id: i64,
+    payment_id: &PaymentKey,
     payment_intent: &str,
 ) -> Result<bool, WriteError> {
-    let filled = fill_payment_intent(conn, payment_id, payment_intent).await?;
+    let key = crate::store::keys::current(&mut *conn).await?;
+    let filled = fill_payment_intent(conn, &key, payment_id, payment_intent).await?;
     if filled {
         tracing::info!(
-            payment_id,
+            %payment_id,
             payment_intent,
             "filled the payment's PaymentIntent id from its Checkout Session"
         );
@@ -160,11 +166,12 @@ pub async fn fill_session_payment_intent(
 ///
 /// ```no_run
 /// use stripe_reconciler::config::StatusMap;
+/// use stripe_reconciler::key::PaymentKey;
 /// use stripe_reconciler::repair::writer::{apply_payment_succeeded, WriteError};
 ///
 /// async fn on_payment_intent_succeeded(
 ///     pool: &sqlx::PgPool,
-///     payment_id: i64,
+///     payment_id: &PaymentKey, // payments.id as text: PaymentKey::from(42_i64) or PaymentKey::new(uuid)
 /// ) -> Result<(), WriteError> {
 ///     // The same words as the reconciler's RECONCILER_LOCAL_STATUSES.
 ///     let statuses = StatusMap::parse("pending=pending;paid=paid;failed=failed")
@@ -179,7 +186,7 @@ pub async fn fill_session_payment_intent(
 pub async fn apply_payment_succeeded(
     pool: &PgPool,
     statuses: &StatusMap,
-    payment_id: i64,
+    payment_id: &PaymentKey,
     finding_id: Option<i64>,
     cause: &str,
 ) -> Result<WriteOutcome, WriteError> {
@@ -202,7 +209,7 @@ pub async fn apply_payment_succeeded(
 pub async fn apply_payment_canceled(
     pool: &PgPool,
     statuses: &StatusMap,
-    payment_id: i64,
+    payment_id: &PaymentKey,
     finding_id: Option<i64>,
     cause: &str,
 ) -> Result<WriteOutcome, WriteError> {
@@ -221,7 +228,7 @@ async fn apply_in_transaction(
     pool: &PgPool,
     statuses: &StatusMap,
     command: RepairCommand,
-    payment_id: i64,
+    payment_id: &PaymentKey,
     finding_id: Option<i64>,
     cause: &str,
 ) -> Result<WriteOutcome, WriteError> {

@@ -9,6 +9,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::JobSettings;
+use crate::key::{PaymentKey, Position, Walk};
 use crate::lease::Lease;
 use crate::outcome::RunError;
 use crate::read::outage::check_stripe_reachable;
@@ -18,15 +19,23 @@ use crate::store::{cursor, Context};
 use crate::stripe::StripeGateway;
 
 /// Where the batch starts and whether it may write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mode {
     /// Read the persistent cursor, write findings, commands and the cursor.
     Write,
-    /// Start after this id, write nothing (`run --dry-run`).
+    /// Start after this position (`None`: the cycle's start), write nothing
+    /// (`run --dry-run`).
     DryRun {
         /// In-memory cursor.
-        after_id: i64,
+        after: Option<Position>,
     },
+}
+
+impl Mode {
+    /// Whether the batch writes.
+    pub fn writes(&self) -> bool {
+        matches!(self, Mode::Write)
+    }
 }
 
 /// Where phase 1 of a batch starts.
@@ -35,13 +44,14 @@ pub(crate) enum Start {
     /// At the persistent cursor (a dry run: at its in-memory position).
     Cursor,
     /// Right after the previous batch of this run, whose commit may still be
-    /// under way: after `id` (its last id, which its compare-and-set will
-    /// store), leaving its rows `pending` out of the rows behind the cursor.
+    /// under way: after `position` (its last row, which its compare-and-set
+    /// will store; `None`: it ended the cycle), leaving its rows `pending`
+    /// out of the rows behind the cursor.
     After {
-        /// The previous batch's last id.
-        id: i64,
-        /// The previous batch's row ids.
-        pending: Vec<i64>,
+        /// The previous batch's last row.
+        position: Option<Position>,
+        /// The previous batch's row keys.
+        pending: Vec<PaymentKey>,
     },
 }
 
@@ -49,11 +59,11 @@ pub(crate) enum Start {
 #[derive(Debug)]
 pub(crate) struct Prepared {
     /// The cursor the batch starts from (its compare-and-set expects it).
-    pub cursor_from: i64,
-    /// Rows behind the cursor first, then the cursor's rows, in id order.
+    pub cursor_from: Option<Position>,
+    /// Rows behind the cursor first, then the cursor's rows, in walk order.
     pub rows: Vec<PaymentRow>,
-    /// The last id of the cursor's rows; `None` at the end of the table.
-    pub last_id: Option<i64>,
+    /// The last of the cursor's rows; `None` at the end of the table.
+    pub last_id: Option<Position>,
     /// The cursor's rows are the last of the table (fewer than the batch
     /// size were there): the batch ends the cycle (DESIGN.md, Turn 4: a
     /// batch that reads fewer rows than it asked for ends the cycle).
@@ -63,8 +73,8 @@ pub(crate) struct Prepared {
 /// Phase 2's outcome: the batch ready to commit.
 #[derive(Debug)]
 pub(crate) struct ReadBatch {
-    pub(super) cursor_from: i64,
-    pub(super) last_id: Option<i64>,
+    pub(super) cursor_from: Option<Position>,
+    pub(super) last_id: Option<Position>,
     pub(super) reached_end: bool,
     pub(super) observations: Vec<Observation>,
 }
@@ -76,7 +86,7 @@ pub(crate) struct ReadBatch {
 pub(crate) async fn prepare(
     pool: &PgPool,
     settings: &JobSettings,
-    mode: Mode,
+    mode: &Mode,
     lease: Option<&Lease>,
     start: &Start,
 ) -> Result<Prepared, RunError> {
@@ -121,7 +131,7 @@ pub(crate) async fn read_stripe(
     let observed = tokio::select! {
         biased;
         () = shutdown.cancelled() => return Err(RunError::Interrupted),
-        observed = observe_batch(pool, gateway, rows, cursor_from, settings, Utc::now(), pacing) => observed?,
+        observed = observe_batch(pool, gateway, rows, settings, Utc::now(), pacing) => observed?,
     };
     if shutdown.is_cancelled() {
         return Err(RunError::Interrupted);
@@ -141,6 +151,10 @@ pub fn behind_cursor_limit(batch_size: u32) -> u32 {
     (batch_size / 10).max(1)
 }
 
+/// Phase 1's parts: the cursor, the rows, the last of the cursor's rows and
+/// whether they were the table's last.
+type PhaseOne = (Option<Position>, Vec<PaymentRow>, Option<Position>, bool);
+
 /// Phase 1: the cursor, the next rows after it and a few rows behind it never
 /// confirmed (late commits). Returns the cursor, the rows (behind-cursor rows
 /// first, all in id order), the last id of the cursor's rows (`None` at
@@ -150,34 +164,34 @@ pub fn behind_cursor_limit(batch_size: u32) -> u32 {
 async fn read_phase(
     pool: &PgPool,
     settings: &JobSettings,
-    mode: Mode,
+    mode: &Mode,
     lease: Option<&Lease>,
     start: &Start,
-) -> Result<(i64, Vec<PaymentRow>, Option<i64>, bool), RunError> {
+) -> Result<PhaseOne, RunError> {
     let mut tx = crate::store::begin(pool)
         .await
         .context("opening the read transaction")?;
-    let (cursor_id, pending): (i64, &[i64]) = match (mode, start) {
-        (Mode::Write, Start::After { id, pending }) => {
+    let (cursor_id, pending): (Option<Position>, &[PaymentKey]) = match (mode, start) {
+        (Mode::Write, Start::After { position, pending }) => {
             crate::lease::renew_held(&mut tx, lease).await?;
-            (*id, pending)
+            (position.clone(), pending)
         }
-        (Mode::DryRun { .. }, Start::After { id, pending }) => (*id, pending),
+        (Mode::DryRun { .. }, Start::After { position, pending }) => (position.clone(), pending),
         (Mode::Write, Start::Cursor) => {
             cursor::ensure(&mut tx, &settings.run.job).await?;
             // A run whose lease expired learns it here, before spending reads.
             crate::lease::renew_held(&mut tx, lease).await?;
-            let id = cursor::read(&mut tx, &settings.run.job)
+            let position = cursor::read(&mut tx, &settings.run.job)
                 .await?
-                .map_or(0, |c| c.last_id);
-            (id, &[])
+                .and_then(|c| c.position);
+            (position, &[])
         }
-        (Mode::DryRun { after_id }, Start::Cursor) => (after_id, &[]),
+        (Mode::DryRun { after }, Start::Cursor) => (after.clone(), &[]),
     };
     let columns = MoneyColumns::of(&settings.schema);
     let mut ahead = payments::read_batch(
         &mut tx,
-        cursor_id,
+        cursor_id.as_ref(),
         settings.scan.batch_size.saturating_add(1),
         settings.run.grace,
         columns,
@@ -185,23 +199,32 @@ async fn read_phase(
     .await?;
     let reached_end = ahead.len() <= settings.scan.batch_size as usize;
     ahead.truncate(settings.scan.batch_size as usize);
-    let last_id = ahead.last().map(|r| r.id);
+    let last_id = ahead.last().map(|r| Position {
+        key: r.id.clone(),
+        created_at: (settings.schema.key.walk() == Walk::CreatedAt).then_some(r.created_at),
+    });
     let mut rows = Vec::with_capacity(ahead.len());
-    if last_id.is_some() && cursor_id > 0 && mode == Mode::Write {
+    let behind = cursor_id
+        .as_ref()
+        .filter(|_| last_id.is_some() && mode.writes());
+    if let Some(behind) = behind {
         rows = payments::read_behind_cursor(
             &mut tx,
             &settings.run.job,
-            cursor_id,
+            behind,
             behind_cursor_limit(settings.scan.batch_size),
             settings.run.grace,
             columns,
             pending,
         )
         .await?;
+        for row in &mut rows {
+            row.behind_cursor = true;
+        }
         if !rows.is_empty() {
             tracing::info!(
                 rows = rows.len(),
-                first = rows[0].id,
+                first = %rows[0].id,
                 "rows behind the cursor never confirmed with Stripe (committed late or in the grace window when passed); checked in this batch"
             );
         }

@@ -9,6 +9,7 @@ use sqlx::PgPool;
 use super::batch::{Mode, ReadBatch};
 use super::report::BatchReport;
 use crate::config::JobSettings;
+use crate::key::{KeyType, PaymentKey, Position};
 use crate::lease::Lease;
 use crate::outcome::RunError;
 use crate::read::Observation;
@@ -25,7 +26,7 @@ use crate::store::{cursor, outbox, payment_state, retry, Context};
 pub(crate) async fn commit(
     pool: &PgPool,
     settings: &JobSettings,
-    mode: Mode,
+    mode: &Mode,
     lease: Option<&Lease>,
     read: ReadBatch,
 ) -> Result<BatchReport, RunError> {
@@ -36,28 +37,32 @@ pub(crate) async fn commit(
         mut observations,
     } = read;
     let mut report = BatchReport {
-        cursor_from: cursor_id,
+        cursor_from: number(cursor_id.as_ref()),
         ..BatchReport::default()
     };
     let Some(last_id) = last_id else {
-        return wrap(pool, settings, mode, lease, report).await;
+        return wrap(pool, settings, mode, lease, report, cursor_id).await;
     };
     report.scanned = observations.len() as u64;
-    report.cursor_to = last_id;
+    report.cursor_to = number(Some(&last_id));
+    report.cursor_key = Some(last_id.key.clone());
     // The table's last rows: this batch ends the cycle, and the next batch
     // (of this run or the next) starts the new one at the table's start.
     if reached_end {
         report.wrapped = true;
-        if mode == Mode::Write {
+        if mode.writes() {
             report.cursor_to = 0;
+            report.cursor_key = None;
         }
     }
 
     // 3. Record and advance, in one transaction.
     match mode {
-        Mode::DryRun { .. } => dry_run_counts(pool, &observations, &mut report).await?,
+        Mode::DryRun { .. } => {
+            dry_run_counts(pool, &settings.schema.key, &observations, &mut report).await?
+        }
         Mode::Write => {
-            let range = (cursor_id, last_id, reached_end);
+            let range = (cursor_id.as_ref(), &last_id, reached_end);
             observations =
                 write_retrying(pool, settings, lease, range, observations, &mut report).await?;
         }
@@ -72,12 +77,13 @@ pub(crate) async fn commit(
 /// dedup rule), and a command only with such a new finding.
 async fn dry_run_counts(
     pool: &PgPool,
+    key: &KeyType,
     observations: &[Observation],
     report: &mut BatchReport,
 ) -> Result<(), RunError> {
     let wanted: Vec<NewFinding> = observations.iter().filter_map(new_finding).collect();
     let mut conn = pool.acquire().await.context("connecting")?;
-    let new: HashSet<(i64, String)> = findings::not_yet_open(&mut conn, &wanted)
+    let new: HashSet<(PaymentKey, String)> = findings::not_yet_open(&mut conn, key, &wanted)
         .await?
         .into_iter()
         .collect();
@@ -89,7 +95,7 @@ async fn dry_run_counts(
             o.decision
                 .kind
                 .as_ref()
-                .is_some_and(|k| new.contains(&(o.payment_id, k.as_str().into_owned())))
+                .is_some_and(|k| new.contains(&(o.payment_id.clone(), k.as_str().into_owned())))
         })
         .count() as u64;
     Ok(())
@@ -98,18 +104,19 @@ async fn dry_run_counts(
 async fn wrap(
     pool: &PgPool,
     settings: &JobSettings,
-    mode: Mode,
+    mode: &Mode,
     lease: Option<&Lease>,
     mut report: BatchReport,
+    from: Option<Position>,
 ) -> Result<BatchReport, RunError> {
     report.wrapped = true;
     report.cursor_to = 0;
-    if mode == Mode::Write {
+    if mode.writes() {
         let mut tx = crate::store::begin(pool)
             .await
             .context("opening the wrap transaction")?;
         crate::lease::renew_held(&mut tx, lease).await?;
-        if !cursor::wrap(&mut tx, &settings.run.job, report.cursor_from).await? {
+        if !cursor::wrap(&mut tx, &settings.run.job, from.as_ref()).await? {
             tx.rollback().await.context("rolling back the lost wrap")?;
             return Err(RunError::ConcurrentRun {
                 job: settings.run.job.clone(),
@@ -129,7 +136,7 @@ async fn write_retrying(
     pool: &PgPool,
     settings: &JobSettings,
     lease: Option<&Lease>,
-    range: (i64, i64, bool),
+    range: (Option<&Position>, &Position, bool),
     observations: Vec<Observation>,
     report: &mut BatchReport,
 ) -> Result<Vec<Observation>, RunError> {
@@ -151,7 +158,7 @@ async fn write_phase(
     pool: &PgPool,
     settings: &JobSettings,
     lease: Option<&Lease>,
-    (cursor_id, last_id, reached_end): (i64, i64, bool),
+    (cursor_id, last_id, reached_end): (Option<&Position>, &Position, bool),
     observations: &mut [Observation],
     report: &mut BatchReport,
 ) -> Result<(), RunError> {
@@ -171,27 +178,28 @@ async fn write_phase(
     // A partition's batch read only its rows of the range: the other
     // partitions' rows in it are registered too, or they would be below the
     // highest seen id without a state row, invisible to their job's lag.
+    let key = &settings.schema.key;
     // At the end of the table the walked range runs to its end. The range is
-    // registered first, in id order, before the batch's own rows are
+    // registered first, in key order, before the batch's own rows are
     // recorded: every state row this transaction writes is then taken in
-    // ascending id order, like another partition's job on the same range.
-    let through = if reached_end { i64::MAX } else { last_id };
-    payment_state::forget_deleted(&mut tx, cursor_id, through).await?;
+    // ascending key order, like another partition's job on the same range.
+    let through = (!reached_end).then_some(last_id);
+    payment_state::forget_deleted(&mut tx, key, cursor_id, through).await?;
     if partitioned {
-        payment_state::register_range(&mut tx, (cursor_id, through), times).await?;
+        payment_state::register_range(&mut tx, key, cursor_id, through, times).await?;
     }
     let recorded = record_observations(
         &mut tx,
-        outbox,
+        crate::record::Target { outbox, key },
         job,
         unverifiable_cycles,
         observations,
         times,
     )
     .await?;
-    payment_state::register_new(&mut tx, register_limit, times).await?;
-    report.findings_payment_deleted =
-        close_deleted(&mut tx, outbox, (cursor_id, through), observations).await?;
+    payment_state::register_new(&mut tx, key, register_limit, times).await?;
+    let deleted = close_deleted(&mut tx, outbox, key, (cursor_id, through), observations).await?;
+    report.findings_payment_deleted = deleted;
     report.findings_created = recorded.findings_created;
     report.findings_cleared = recorded.findings_cleared;
     report.commands_enqueued = recorded.commands_enqueued;
@@ -203,7 +211,7 @@ async fn write_phase(
     let moved = if reached_end {
         cursor::complete_cycle(&mut tx, job, cursor_id).await?
     } else {
-        cursor::advance(&mut tx, job, cursor_id, last_id).await?
+        cursor::advance(&mut tx, job, cursor_id, Some(last_id)).await?
     };
     if !moved {
         // Roll back everything above now, not lazily when the connection is reused.
@@ -216,21 +224,28 @@ async fn write_phase(
     Ok(())
 }
 
-/// Payments the application deleted in the range `(after, through]` the
-/// batch walked (or between this batch's read and now): their open findings
-/// close as `payment_deleted`, their commands are skipped with that reason.
-/// Returns the findings closed.
+/// A position as the report's number: the key when it is a whole number
+/// (integer keys), else 0 (also the cycle's start; `cursor_key` says which).
+fn number(position: Option<&Position>) -> i64 {
+    position.and_then(|p| p.key.as_i64()).unwrap_or(0)
+}
+
+/// Payments the application deleted in the walked range `(after, through]`
+/// (or between this batch's read and now): their open findings close as
+/// `payment_deleted`, their commands are skipped with that reason. Returns
+/// the findings resolved.
 async fn close_deleted(
     tx: &mut sqlx::PgConnection,
     outbox: &crate::config::OutboxSettings,
-    (after, through): (i64, i64),
+    key: &KeyType,
+    range: (Option<&Position>, Option<&Position>),
     observations: &[Observation],
 ) -> Result<u64, RunError> {
-    let batch_ids: Vec<i64> = observations.iter().map(|o| o.payment_id).collect();
-    let deleted = findings::resolve_deleted(&mut *tx, after, Some(through), &batch_ids).await?;
+    let batch_ids: Vec<PaymentKey> = observations.iter().map(|o| o.payment_id.clone()).collect();
+    let deleted = findings::resolve_deleted(&mut *tx, key, range, &batch_ids).await?;
     if !deleted.is_empty() {
         outbox::close_for_findings(
-            &mut *tx,
+            tx,
             outbox,
             &RepairCommand::EVENT_TYPES,
             &deleted,

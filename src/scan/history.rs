@@ -15,9 +15,10 @@ pub(super) async fn start_record(
     pool: &PgPool,
     run: &RunSettings,
     scan: &ScanSettings,
+    key: &crate::key::KeyType,
 ) -> Option<i64> {
     let mut conn = pool.acquire().await.ok()?;
-    match runs::start(&mut conn, &run.job, scan.batch_size).await {
+    match runs::start(&mut conn, &run.job, scan.batch_size, key).await {
         Ok(id) => Some(id),
         Err(e) => {
             tracing::warn!(error = %e, "could not record the run start");

@@ -56,11 +56,11 @@ pub async fn run_batch_until(
     shutdown: &CancellationToken,
 ) -> Result<BatchReport, RunError> {
     let in_flight = Semaphore::new((settings.stripe.max_in_flight as usize).max(1));
-    let prepared = prepare(pool, settings, mode, lease, &Start::Cursor).await?;
+    let prepared = prepare(pool, settings, &mode, lease, &Start::Cursor).await?;
     let pacing = Pacing {
         in_flight: &in_flight,
         all_started: None,
     };
     let read = read_stripe(pool, gateway, settings, prepared, shutdown, pacing).await?;
-    commit(pool, settings, mode, lease, read).await
+    commit(pool, settings, &mode, lease, read).await
 }

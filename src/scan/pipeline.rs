@@ -46,7 +46,7 @@ pub(super) async fn batches(
 ) -> Result<(), RunError> {
     let (pool, gateway, settings) = (ctx.pool, ctx.gateway, ctx.settings);
     let (lease, shutdown) = (ctx.lease.as_ref(), &ctx.shutdown);
-    let mode = start_mode(ctx, options, summary).await?;
+    let mode = &start_mode(ctx, options, summary).await?;
     // Planned by `run` before the batches (`plan`); one batch without a plan.
     let planned_batches = summary.plan.map_or(1, |p| p.batches);
     let table = table_extent(pool, settings).await;
@@ -131,9 +131,10 @@ async fn start_mode(
     let mut conn = crate::store::begin(ctx.pool).await.context("connecting")?;
     let start = cursor::read(&mut conn, &ctx.settings.run.job)
         .await?
-        .map_or(0, |c| c.last_id);
-    summary.cursor_position = Some(start);
-    Ok(Mode::DryRun { after_id: start })
+        .and_then(|c| c.position);
+    summary.cursor_position = Some(start.as_ref().and_then(|p| p.key.as_i64()).unwrap_or(0));
+    summary.cursor_key = start.as_ref().map(|p| p.key.clone());
+    Ok(Mode::DryRun { after: start })
 }
 
 /// The run's rows left and planned after `done` of `planned` batches of
@@ -191,17 +192,15 @@ fn pace_of(batch_size: u32, planned: u32, done: u32) -> Pace {
 /// unknown (zeros) when it cannot be read, which only blanks the estimate.
 async fn table_extent(pool: &PgPool, settings: &JobSettings) -> TableExtent {
     let figures = match pool.acquire().await {
-        Ok(mut conn) => {
-            let partition = settings.schema.partition.as_ref();
-            stats::table_figures(
-                &mut conn,
-                &settings.run.job,
-                partition,
-                &settings.schema.times,
-            )
-            .await
-            .ok()
-        }
+        Ok(mut conn) => stats::table_figures(
+            &mut conn,
+            &settings.run.job,
+            settings.schema.partition.as_ref(),
+            &settings.schema.key,
+            &settings.schema.times,
+        )
+        .await
+        .ok(),
         Err(_) => None,
     };
     figures.map_or_else(TableExtent::default, |t| TableExtent {

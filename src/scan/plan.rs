@@ -81,8 +81,15 @@ pub fn plan_input(settings: &JobSettings, figures: PlanFigures<'_>) -> PlanInput
 fn rows_ahead(t: &TableFigures) -> f64 {
     match (t.min_id, t.max_id) {
         (Some(lo), Some(hi)) if hi >= lo => {
-            let behind = (t.cursor_position.clamp(lo - 1, hi) - lo + 1) as f64;
-            t.rows_estimate.max(0.0) * (1.0 - behind / (hi - lo + 1) as f64)
+            // In f64: ids may span the whole bigint range (issue 31); at the
+            // cycle's start (no cursor key) nothing is behind, ids ≤ 0 too.
+            let (lo, hi) = (lo as f64, hi as f64);
+            let cursor = match t.cursor_key {
+                Some(_) => t.cursor_position as f64,
+                None => lo - 1.0,
+            };
+            let behind = cursor.clamp(lo - 1.0, hi) - lo + 1.0;
+            t.rows_estimate.max(0.0) * (1.0 - behind / (hi - lo + 1.0))
         }
         _ => 0.0,
     }
@@ -119,8 +126,14 @@ async fn read_figures(
 ) -> Result<(TableFigures, RunHistory), StoreError> {
     let mut conn = pool.acquire().await.context("connecting")?;
     let partition = settings.schema.partition.as_ref();
-    let times = &settings.schema.times;
-    let table = stats::table_figures(&mut conn, &settings.run.job, partition, times).await?;
+    let table = stats::table_figures(
+        &mut conn,
+        &settings.run.job,
+        partition,
+        &settings.schema.key,
+        &settings.schema.times,
+    )
+    .await?;
     let history = runs::history(&mut conn, &settings.run.job, partition).await?;
     Ok((table, history))
 }
@@ -167,12 +180,24 @@ mod tests {
             min_id: Some(1),
             max_id: Some(1_000),
             cursor_position: cursor,
+            cursor_key: (cursor != 0).then(|| cursor.to_string()),
             ..TableFigures::default()
         };
         assert_eq!(rows_ahead(&t(0)), 1_000.0);
         assert_eq!(rows_ahead(&t(250)), 750.0);
         assert_eq!(rows_ahead(&t(5_000)), 0.0);
         assert_eq!(rows_ahead(&TableFigures::default()), 0.0);
+        // Ids over the whole bigint range, the cursor at the start or at 0.
+        let wide = |key: Option<&str>| TableFigures {
+            rows_estimate: 8.0,
+            min_id: Some(i64::MIN),
+            max_id: Some(i64::MAX),
+            cursor_position: 0,
+            cursor_key: key.map(str::to_owned),
+            ..TableFigures::default()
+        };
+        assert_eq!(rows_ahead(&wide(None)), 8.0);
+        assert_eq!(rows_ahead(&wide(Some("0"))), 4.0);
     }
 
     #[test]

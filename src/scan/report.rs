@@ -26,10 +26,14 @@ pub struct BatchReport {
     /// The batch reached the end of the table (its rows were the last, or
     /// it read none) and reset the cursor to 0: the cycle ended.
     pub wrapped: bool,
-    /// Cursor before the batch.
+    /// Cursor before the batch: its key when a whole number (integer keys),
+    /// else 0, as at the cycle's start.
     pub cursor_from: i64,
     /// Cursor after the batch.
     pub cursor_to: i64,
+    /// The key of the cursor after the batch (any key type, issue 31);
+    /// `None`: the cycle's start.
+    pub cursor_key: Option<crate::key::PaymentKey>,
 }
 
 /// What a whole `run` did, also when it failed part-way.
@@ -63,6 +67,11 @@ pub struct RunSummary {
     /// committed batch put it); a dry run's in-memory position. `None` (JSON
     /// `null`) when it could not be read (database unreachable).
     pub cursor_position: Option<i64>,
+    /// The cursor's key at the end of the run as text (`payments.id::text`,
+    /// any key type); `null` at the cycle's start or when it could not be
+    /// read. Added by issue 31 beside `cursor_position`, which holds only
+    /// integer keys (0 at the start and for other key types).
+    pub cursor_key: Option<crate::key::PaymentKey>,
     /// Wall time of the run, in seconds.
     pub duration_seconds: f64,
     /// How the run ended (see [`crate::outcome::RunError::outcome`]).
@@ -91,5 +100,6 @@ impl RunSummary {
         self.writes_refused += batch.writes_refused;
         self.wrapped |= batch.wrapped;
         self.cursor_position = Some(batch.cursor_to);
+        self.cursor_key = batch.cursor_key.clone();
     }
 }

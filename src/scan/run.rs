@@ -58,7 +58,7 @@ impl Job for ScanJob {
 
     async fn refused(&mut self, ctx: &RunContext<'_>, summary: &mut RunSummary, error: &RunError) {
         summary.outcome = error.outcome();
-        summary.cursor_position = real_cursor(ctx.pool, ctx.settings).await;
+        (summary.cursor_position, summary.cursor_key) = real_cursor(ctx.pool, ctx.settings).await;
         summary.duration_seconds = ctx.clock.elapsed_seconds();
     }
 
@@ -69,7 +69,13 @@ impl Job for ScanJob {
     ) -> Result<(), RunError> {
         self.requests_before = ctx.gateway.request_counts();
         if ctx.lease.is_some() {
-            self.run_id = start_record(ctx.pool, &ctx.settings.run, &ctx.settings.scan).await;
+            self.run_id = start_record(
+                ctx.pool,
+                &ctx.settings.run,
+                &ctx.settings.scan,
+                &ctx.settings.schema.key,
+            )
+            .await;
         }
         summary.plan = Some(plan_run(ctx.pool, ctx.settings).await);
         batches(ctx, self.options, summary).await
@@ -84,7 +90,8 @@ impl Job for ScanJob {
         if ctx.lease.is_some() {
             // The real cursor, whatever stopped the run: a failed batch leaves
             // it where the last committed one (or an earlier run) put it.
-            summary.cursor_position = real_cursor(ctx.pool, ctx.settings).await;
+            (summary.cursor_position, summary.cursor_key) =
+                real_cursor(ctx.pool, ctx.settings).await;
         }
         summary.duration_seconds = ctx.clock.elapsed_seconds();
         summary.stripe_requests = ctx.gateway.request_counts().since(&self.requests_before);
@@ -114,14 +121,27 @@ pub async fn run(
     run_once(&mut ctx, &mut ScanJob::new(options)).await
 }
 
-/// The job's cursor as stored; `None` when it cannot be read.
-async fn real_cursor(pool: &PgPool, settings: &JobSettings) -> Option<i64> {
-    let mut conn = pool.acquire().await.ok()?;
+/// The job's cursor as stored: its number (0 at the start or for a key
+/// that is not a whole number) and its key; `(None, None)` when it cannot be
+/// read.
+async fn real_cursor(
+    pool: &PgPool,
+    settings: &JobSettings,
+) -> (Option<i64>, Option<crate::key::PaymentKey>) {
+    let Ok(mut conn) = pool.acquire().await else {
+        return (None, None);
+    };
     match cursor::read(&mut conn, &settings.run.job).await {
-        Ok(row) => Some(row.map_or(0, |c| c.last_id)),
+        Ok(row) => {
+            let position = row.and_then(|c| c.position);
+            (
+                Some(position.as_ref().and_then(|p| p.key.as_i64()).unwrap_or(0)),
+                position.map(|p| p.key),
+            )
+        }
         Err(e) => {
             tracing::warn!(error = %e, "cannot read the cursor for the summary");
-            None
+            (None, None)
         }
     }
 }

@@ -27,7 +27,7 @@ pub(super) struct Plan {
     /// Fires when the previous batch has started all its reads.
     gate: Option<oneshot::Receiver<()>>,
     /// Row ids of the last batches prepared (some may still be committing).
-    recent: std::collections::VecDeque<Vec<i64>>,
+    recent: std::collections::VecDeque<Vec<crate::key::PaymentKey>>,
     started: u32,
     rows_read: u64,
     previous_wrapped: bool,
@@ -93,19 +93,20 @@ impl Plan {
     /// Records a prepared batch: the next one starts after it.
     /// `dry_run`: a dry run reads to the end of the table once.
     pub(super) fn prepared(&mut self, p: &Prepared, dry_run: bool) {
-        match p.last_id {
-            Some(id) => {
+        match &p.last_id {
+            Some(last) => {
                 self.rows_read += p.rows.len() as u64;
                 self.previous_wrapped = false;
                 // Rows of the batches that may still be uncommitted are left
                 // out of the next batch's rows behind the cursor.
-                self.recent.push_back(p.rows.iter().map(|r| r.id).collect());
+                self.recent
+                    .push_back(p.rows.iter().map(|r| r.id.clone()).collect());
                 while self.recent.len() > BATCHES_IN_PROGRESS - 1 {
                     self.recent.pop_front();
                 }
                 self.start = Start::After {
-                    id: if p.reached_end { 0 } else { id },
-                    pending: self.recent.iter().flatten().copied().collect(),
+                    position: (!p.reached_end).then(|| last.clone()),
+                    pending: self.recent.iter().flatten().cloned().collect(),
                 };
                 // The batch read the table's last rows and ends the cycle: a
                 // run reads each row at most once, so it stops here (below).
@@ -124,8 +125,8 @@ impl Plan {
                 }
                 self.previous_wrapped = true;
                 self.start = Start::After {
-                    id: 0,
-                    pending: self.recent.iter().flatten().copied().collect(),
+                    position: None,
+                    pending: self.recent.iter().flatten().cloned().collect(),
                 };
             }
         }

@@ -45,6 +45,7 @@ pub mod cursor;
 pub mod events_position;
 pub mod events_retry;
 pub mod findings;
+pub mod keys;
 pub mod lease;
 pub mod legacy;
 pub mod outbox;

@@ -10,12 +10,13 @@ use sqlx::PgConnection;
 use super::outbox_shape::DEBEZIUM_TIMESTAMP;
 use super::{Context, StoreError};
 use crate::config::{OutboxSettings, OutboxShape};
+use crate::key::{KeyType, PaymentKey};
 
 /// A repair command to enqueue for a newly created finding.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepairRow {
     /// `payments.id` (the aggregate).
-    pub payment_id: i64,
+    pub payment_id: PaymentKey,
     /// The finding the command resolves.
     pub finding_id: i64,
     /// `ApplyPaymentSucceeded` or `ApplyPaymentCanceled`.
@@ -50,12 +51,13 @@ pub struct RepairRow {
 pub async fn enqueue_repairs(
     conn: &mut PgConnection,
     outbox: &OutboxSettings,
+    key: &KeyType,
     rows: &[RepairRow],
 ) -> Result<u64, StoreError> {
     if rows.is_empty() {
         return Ok(0);
     }
-    let payment_ids: Vec<i64> = rows.iter().map(|r| r.payment_id).collect();
+    let payment_ids: Vec<&PaymentKey> = rows.iter().map(|r| &r.payment_id).collect();
     let finding_ids: Vec<i64> = rows.iter().map(|r| r.finding_id).collect();
     let commands: Vec<&str> = rows.iter().map(|r| r.command).collect();
     let expected: Vec<&str> = rows
@@ -75,11 +77,12 @@ pub async fn enqueue_repairs(
         .map(|r| r.stripe_account_id.as_deref())
         .collect();
     let table = outbox.table.quoted();
+    let payload = payload(key);
     let sql = match outbox.shape {
         OutboxShape::Reconciler => format!(
             "INSERT INTO {table} (aggregate_type, aggregate_id, event_type, payload)
-             SELECT 'Payment', v.payment_id::text, v.command, {PAYLOAD}
-               FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
+             SELECT 'Payment', v.payment_id::text, v.command, {payload}
+               FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
                     AS v(payment_id, finding_id, command, expected, intent, account, session)"
         ),
         OutboxShape::Debezium => {
@@ -92,14 +95,14 @@ pub async fn enqueue_repairs(
             // no second row in the application's outbox.
             format!(
                 "WITH v AS (SELECT gen_random_uuid() AS command_id, u.*
-                              FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
+                              FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
                                    AS u(payment_id, finding_id, command, expected, intent, account, session)),
                       r AS (INSERT INTO reconciliation_relayed_commands (finding_id, command_id, event_type)
                             SELECT finding_id, command_id, command FROM v
                             ON CONFLICT (finding_id) DO NOTHING
                             RETURNING finding_id)
                  INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload{ts_col})
-                 SELECT v.command_id, 'payment', v.payment_id::text, v.command, {PAYLOAD}{ts_val}
+                 SELECT v.command_id, 'payment', v.payment_id::text, v.command, {payload}{ts_val}
                    FROM v JOIN r USING (finding_id)"
             )
         }
@@ -122,14 +125,23 @@ pub async fn enqueue_repairs(
 /// and, for a connected account's payment only, its `stripe_account_id`: a
 /// platform payment's payload is as before issue 24; for a payment judged by
 /// its Checkout Session, `checkout_session_id`, and `stripe_payment_intent_id`
-/// the session's PaymentIntent or null: issue 32).
-const PAYLOAD: &str = "jsonb_build_object('payment_id', v.payment_id, 'finding_id', v.finding_id,
+/// the session's PaymentIntent or null: issue 32). `payment_id` is the
+/// key's JSON form in the application's type (`to_jsonb`): a number for
+/// integer and numeric keys, as before issue 31, a string for uuid and text
+/// keys (docs/keys.md).
+fn payload(key: &KeyType) -> String {
+    format!(
+        "jsonb_build_object('payment_id', to_jsonb(({})::{}), 'finding_id', v.finding_id,
                                    'expected_local_status', v.expected,
                                    'stripe_payment_intent_id', v.intent)
-             || CASE WHEN v.account IS NULL THEN '{}'::jsonb
+             || CASE WHEN v.account IS NULL THEN '{{}}'::jsonb
                      ELSE jsonb_build_object('stripe_account_id', v.account) END
-             || CASE WHEN v.session IS NULL THEN '{}'::jsonb
-                     ELSE jsonb_build_object('checkout_session_id', v.session) END";
+             || CASE WHEN v.session IS NULL THEN '{{}}'::jsonb
+                     ELSE jsonb_build_object('checkout_session_id', v.session) END",
+        "v.payment_id",
+        key.stored()
+    )
+}
 
 async fn has_column(
     conn: &mut PgConnection,
@@ -307,7 +319,7 @@ pub async fn record_failure(
 pub async fn append_event(
     conn: &mut PgConnection,
     outbox: &OutboxSettings,
-    aggregate_id: i64,
+    aggregate_id: &PaymentKey,
     event_type: &str,
     payload: &serde_json::Value,
 ) -> Result<(), StoreError> {

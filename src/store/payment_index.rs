@@ -3,8 +3,8 @@
 //! is built `CONCURRENTLY` (outside any transaction); a UNIQUE one only on
 //! `migrate --unique-payment-intent-index` (DESIGN.md, Turn 3: `migrate`
 //! never adds a constraint to the application's table); the plain index on
-//! `(RECONCILER_PARTITION_COLUMN, id)` likewise; and `payments.id` must be an
-//! integer.
+//! `(RECONCILER_PARTITION_COLUMN, id)` likewise. `payments.id`'s type is
+//! `store::keys`'.
 
 use sqlx::PgConnection;
 
@@ -280,38 +280,6 @@ pub async fn payments_exists(conn: &mut PgConnection) -> Result<bool, StoreError
         .fetch_one(conn)
         .await
         .context("looking for payments")
-}
-
-/// `payments.id` is not an integer: the cursor, the findings and the outbox
-/// payloads all key payments by a 64-bit integer id (DESIGN.md, A batch).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("payments.id is of type {column_type}, but the reconciler requires integer ids (smallint, integer or bigint) to walk the table with its cursor; nothing was created")]
-pub struct IntegerIdRequired {
-    /// `format_type` of the column, e.g. `uuid`.
-    pub column_type: String,
-}
-
-/// Checks that `payments.id`, when `payments` exists, is smallint, integer or
-/// bigint. An absent table passes (the migrations create the demo's).
-///
-/// # Errors
-/// `Ok(Err(IntegerIdRequired))` for another type; [`StoreError`] from the database.
-pub async fn check_integer_id(
-    conn: &mut PgConnection,
-) -> Result<Result<(), IntegerIdRequired>, StoreError> {
-    let column_type: Option<String> = super::query_scalar(
-        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute
-          WHERE attrelid = to_regclass('payments') AND attname = 'id' AND NOT attisdropped",
-    )
-    .fetch_optional(conn)
-    .await
-    .context("reading the type of payments.id")?;
-    Ok(match column_type {
-        Some(t) if !matches!(t.as_str(), "smallint" | "integer" | "bigint") => {
-            Err(IntegerIdRequired { column_type: t })
-        }
-        _ => Ok(()),
-    })
 }
 
 /// The name of the index `migrate` adds on `payments (<column>, id)` for

@@ -12,11 +12,13 @@
 //! (or `created_at`) and rows beyond the highest seen id from `created_at`
 //! (`store::stats`).
 
+use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use crate::config::PaymentTimes;
 
 use super::{Context, StoreError};
+use crate::key::{KeyKind, KeyType, PaymentKey, Position, Walk};
 
 /// Records, in one statement, what a read observed for each row of
 /// `(ids[i], confirmed[i], statuses[i])`: a row first seen gets its state row
@@ -31,7 +33,8 @@ use super::{Context, StoreError};
 /// [`StoreError`] from the database.
 pub async fn record(
     conn: &mut PgConnection,
-    ids: &[i64],
+    key: &KeyType,
+    ids: &[PaymentKey],
     confirmed: &[bool],
     statuses: &[Option<String>],
     times: &PaymentTimes,
@@ -44,15 +47,17 @@ pub async fn record(
                 (payment_id, created_at, observed_external_status, last_reconciled_at)
          SELECT DISTINCT ON (v.id) p.id, {}, v.status,
                 CASE WHEN v.confirmed THEN now() END
-           FROM unnest($1::bigint[], $2::bool[], $3::text[]) AS v(id, confirmed, status)
+           FROM unnest({ids}, $2::bool[], $3::text[]) AS v(id, confirmed, status)
            JOIN payments p ON p.id = v.id
           ORDER BY v.id, v.confirmed DESC
          ON CONFLICT (payment_id) DO UPDATE
             SET observed_external_status =
                     coalesce(excluded.observed_external_status, s.observed_external_status),
-                last_reconciled_at = excluded.last_reconciled_at
+                last_reconciled_at = excluded.last_reconciled_at,
+                created_at = excluded.created_at
           WHERE excluded.last_reconciled_at IS NOT NULL",
-        times.created("p")
+        times.created("p"),
+        ids = key.cast_array("$1")
     );
     super::query(&sql)
         .bind(ids)
@@ -64,44 +69,85 @@ pub async fn record(
     Ok(())
 }
 
-/// The highest payment id with a state row; 0 when none. Callers bind it as
-/// a parameter (one primary-key lookup first) so that the planner sees the
-/// value and reads the few rows beyond it by primary key.
+/// The last seen payment in the walk's order: the highest key (a key walk)
+/// or the latest `created_at` with its highest key (a `(created_at, id)`
+/// walk); `None` when none. Callers bind it as a parameter (one index lookup
+/// first) so that the planner sees the value and reads the few rows beyond
+/// it by index.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn highest_seen(conn: &mut PgConnection) -> Result<i64, StoreError> {
-    super::query_scalar("SELECT coalesce(max(payment_id), 0) FROM reconciliation_payment_state")
-        .fetch_one(conn)
+pub async fn highest_seen(
+    conn: &mut PgConnection,
+    key: &KeyType,
+) -> Result<Option<Position>, StoreError> {
+    let sql = match key.walk() {
+        // Qualified names: `ORDER BY payment_id` would order by the text
+        // output column of the same name.
+        Walk::Key => {
+            "SELECT s.payment_id::text AS key, NULL::timestamptz
+               FROM reconciliation_payment_state s
+              ORDER BY s.payment_id DESC LIMIT 1"
+        }
+        Walk::CreatedAt => {
+            "SELECT s.payment_id::text AS key, s.created_at
+               FROM reconciliation_payment_state s
+              ORDER BY s.created_at DESC, s.payment_id DESC LIMIT 1"
+        }
+    };
+    let row: Option<(PaymentKey, Option<DateTime<Utc>>)> = super::query_as(sql)
+        .fetch_optional(conn)
         .await
-        .context("reading the highest seen payment")
+        .context("reading the highest seen payment")?;
+    Ok(row.map(|(key, created_at)| Position { key, created_at }))
 }
 
-/// Registers up to `limit` payments beyond the highest seen id (in id order,
-/// `last_reconciled_at` NULL, `created_at` copied), so that the rows the lag
-/// must read from `payments` itself stay the few inserted since the last
-/// batch. Called once per batch with the batch size, it keeps up with the
+/// Registers up to `limit` payments beyond the last seen one in the walk's
+/// order (`last_reconciled_at` NULL, `created_at` copied), so that the rows
+/// the lag must read from `payments` itself stay the few inserted since the
+/// last batch. Called once per batch with the batch size, it keeps up with the
 /// table's growth whenever the scan can complete a cycle at all (B·R > G,
-/// DESIGN.md "Why a cursor"). Returns the rows registered. Rows are
-/// inserted in id order, the one order every writer of this table takes
-/// (two partitions' jobs register the same ids at once).
+/// DESIGN.md "Why a cursor"). A key walk of uuid, text or numeric keys has no
+/// "beyond" (random keys): nothing is registered, and the lag reads unseen
+/// rows from `payments` (docs/keys.md). Returns the rows registered. Rows
+/// of an integer walk are inserted in id order, the one order every writer
+/// of this table takes (two partitions' jobs register the same ids at once;
+/// a race lost anyway is retried, [`super::retry`]).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn register_new(
     conn: &mut PgConnection,
+    key: &KeyType,
     limit: u32,
     times: &PaymentTimes,
 ) -> Result<u64, StoreError> {
-    let sql = format!(
-        "INSERT INTO reconciliation_payment_state (payment_id, created_at)
-         SELECT p.id, {} FROM payments p
-          WHERE p.id > (SELECT coalesce(max(payment_id), 0) FROM reconciliation_payment_state)
-          ORDER BY p.id
-          LIMIT $1
-         ON CONFLICT (payment_id) DO NOTHING",
-        times.created("p")
-    );
+    let created = times.created("p");
+    let sql = match (key.walk(), key.kind()) {
+        (Walk::Key, KeyKind::Integer) => format!(
+            "INSERT INTO reconciliation_payment_state (payment_id, created_at)
+             SELECT p.id, {created} FROM payments p
+              WHERE p.id > (SELECT coalesce(max(payment_id), -9223372036854775808)
+                              FROM reconciliation_payment_state)
+                AND NOT EXISTS (SELECT 1 FROM reconciliation_payment_state s WHERE s.payment_id = p.id)
+              ORDER BY p.id
+              LIMIT $1
+             ON CONFLICT (payment_id) DO NOTHING"
+        ),
+        (Walk::CreatedAt, _) => format!(
+            "INSERT INTO reconciliation_payment_state (payment_id, created_at)
+             SELECT p.id, {created} FROM payments p
+              WHERE p.created_at >= {}
+                AND NOT EXISTS (SELECT 1 FROM reconciliation_payment_state s WHERE s.payment_id = p.id)
+              ORDER BY p.created_at, p.id
+              LIMIT $1
+             ON CONFLICT (payment_id) DO NOTHING",
+            times.created_bound(
+                "(SELECT coalesce(max(created_at), '-infinity') FROM reconciliation_payment_state)"
+            )
+        ),
+        (Walk::Key, _) => return Ok(0),
+    };
     let done = super::query(&sql)
         .bind(i64::from(limit))
         .execute(conn)
@@ -110,11 +156,41 @@ pub async fn register_new(
     Ok(done.rows_affected())
 }
 
-/// Registers the payments in `(after_id, through_id]` without a state row
-/// (`last_reconciled_at` NULL, `created_at` copied): the range a partition's
-/// batch walked holds other partitions' rows, which must stay seen (their
-/// lag counts from `created_at` until their own job confirms them). A
-/// primary-key range of the batch's id span, inserted in id order (the
+/// The condition of `alias`'s rows in the walked range `(after, through]`
+/// of the walk's order: the key at `$1`/`$3` and `created_at` at `$2`/`$4`;
+/// `after` `None` is the cycle's start, `through` `None` the table's end.
+/// `times`: the `created_at` bound in the application's column type
+/// (`payments`); `None` for the reconciler's own `timestamptz` copy.
+fn in_range(
+    key: &KeyType,
+    (alias, created, id): (&str, &str, &str),
+    (after, through): (bool, bool),
+    times: Option<&PaymentTimes>,
+) -> String {
+    let compare = |op: &str, k: u8, c: u8| {
+        let k = key.cast(&format!("${k}"));
+        let c = format!("${c}");
+        let bound = times.map_or_else(|| format!("{c}::timestamptz"), |t| t.created_bound(&c));
+        match key.walk() {
+            Walk::Key => format!("{alias}.{id} {op} {k}"),
+            Walk::CreatedAt => format!("({alias}.{created}, {alias}.{id}) {op} ({bound}, {k})"),
+        }
+    };
+    let mut parts = vec!["TRUE".to_owned()];
+    if after {
+        parts.push(compare(">", 1, 2));
+    }
+    if through {
+        parts.push(compare("<=", 3, 4));
+    }
+    parts.join(" AND ")
+}
+
+/// Registers the payments in the walked range `(after, through]` without a
+/// state row (`last_reconciled_at` NULL, `created_at` copied): the range a
+/// partition's batch walked holds other partitions' rows, which must stay
+/// seen (their lag counts from `created_at` until their own job confirms
+/// them). An index range of the batch's span, inserted in key order (the
 /// other partitions' jobs register overlapping ranges at the same time: one
 /// order, so they wait for each other instead of deadlocking). Returns the
 /// rows registered.
@@ -123,47 +199,73 @@ pub async fn register_new(
 /// [`StoreError`] from the database.
 pub async fn register_range(
     conn: &mut PgConnection,
-    (after_id, through_id): (i64, i64),
+    key: &KeyType,
+    after: Option<&Position>,
+    through: Option<&Position>,
     times: &PaymentTimes,
 ) -> Result<u64, StoreError> {
     let sql = format!(
         "INSERT INTO reconciliation_payment_state (payment_id, created_at)
          SELECT p.id, {} FROM payments p
-          WHERE p.id > $1 AND p.id <= $2
+          WHERE {}
           ORDER BY p.id
          ON CONFLICT (payment_id) DO NOTHING",
-        times.created("p")
+        times.created("p"),
+        in_range(
+            key,
+            ("p", "created_at", "id"),
+            (after.is_some(), through.is_some()),
+            Some(times)
+        )
     );
-    let done = super::query(&sql)
-        .bind(after_id)
-        .bind(through_id)
+    let done = bind_range(super::query(&sql), after, through)
         .execute(conn)
         .await
         .context("registering the range's payments")?;
     Ok(done.rows_affected())
 }
 
-/// Forgets the state rows in `(after_id, through_id]` whose payment no longer
-/// exists: the range a batch's cursor just walked, so every deleted payment is
-/// forgotten within a cycle and stops counting in the lag. Returns the rows
-/// removed.
+fn bind_range<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    after: Option<&'q Position>,
+    through: Option<&'q Position>,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    query
+        .bind(after.map(|p| &p.key))
+        .bind(after.and_then(|p| p.created_at))
+        .bind(through.map(|p| &p.key))
+        .bind(through.and_then(|p| p.created_at))
+}
+
+/// Forgets the state rows in the walked range `(after, through]` whose
+/// payment no longer exists: the range a batch's cursor just walked, so every
+/// deleted payment is forgotten within a cycle and stops counting in the lag.
+/// (In a `(created_at, id)` walk the state row's own `created_at` places it:
+/// the ranges of a cycle cover the whole order, so every row is looked at
+/// once per cycle.) Returns the rows removed.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn forget_deleted(
     conn: &mut PgConnection,
-    after_id: i64,
-    through_id: i64,
+    key: &KeyType,
+    after: Option<&Position>,
+    through: Option<&Position>,
 ) -> Result<u64, StoreError> {
-    let done = super::query(
+    let sql = format!(
         "DELETE FROM reconciliation_payment_state s
-          WHERE s.payment_id > $1 AND s.payment_id <= $2
+          WHERE {}
             AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = s.payment_id)",
-    )
-    .bind(after_id)
-    .bind(through_id)
-    .execute(conn)
-    .await
-    .context("forgetting deleted payments")?;
+        in_range(
+            key,
+            ("s", "created_at", "payment_id"),
+            (after.is_some(), through.is_some()),
+            None
+        )
+    );
+    let done = bind_range(super::query(&sql), after, through)
+        .execute(conn)
+        .await
+        .context("forgetting deleted payments")?;
     Ok(done.rows_affected())
 }

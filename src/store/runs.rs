@@ -29,18 +29,30 @@ pub struct RunRecord<'a> {
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn start(conn: &mut PgConnection, job: &str, batch_size: u32) -> Result<i64, StoreError> {
+pub async fn start(
+    conn: &mut PgConnection,
+    job: &str,
+    batch_size: u32,
+    key: &crate::key::KeyType,
+) -> Result<i64, StoreError> {
     let mut tx = super::begin(conn).await.context("opening a transaction")?;
-    let id = super::query_scalar(
+    // The id growth measures G for integer keys only; other keys leave it
+    // NULL and G is unknown (docs/keys.md).
+    let max_id = match key.kind() {
+        crate::key::KeyKind::Integer => "(SELECT coalesce(max(id), 0)::bigint FROM payments)",
+        _ => "NULL::bigint",
+    };
+    let sql = format!(
         "INSERT INTO reconciliation_runs (job, batch_size, max_payment_id)
-         VALUES ($1, $2, (SELECT coalesce(max(id), 0) FROM payments))
-         RETURNING id",
-    )
-    .bind(job)
-    .bind(i32::try_from(batch_size).unwrap_or(i32::MAX))
-    .fetch_one(&mut *tx)
-    .await
-    .context("recording the run start")?;
+         VALUES ($1, $2, {max_id})
+         RETURNING id"
+    );
+    let id = super::query_scalar(&sql)
+        .bind(job)
+        .bind(i32::try_from(batch_size).unwrap_or(i32::MAX))
+        .fetch_one(&mut *tx)
+        .await
+        .context("recording the run start")?;
     tx.commit().await.context("recording the run start")?;
     Ok(id)
 }

@@ -9,6 +9,7 @@ use sqlx::PgConnection;
 
 use super::{payment_state, Context, StoreError};
 use crate::config::{OutboxSettings, OutboxShape, Partition, PaymentTimes};
+use crate::key::{KeyKind, KeyType, PaymentKey, Walk};
 
 /// Figures about `payments` and the cursor.
 #[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
@@ -24,8 +25,13 @@ pub struct TableFigures {
     pub min_id: Option<i64>,
     /// See `min_id`.
     pub max_id: Option<i64>,
-    /// `reconciliation_cursor.last_id`; 0 when the job never ran.
+    /// `reconciliation_cursor.last_id`: the cursor's key when it is a whole
+    /// number (integer keys); 0 at the cycle's start, when the job never ran,
+    /// and for other key types.
     pub cursor_position: i64,
+    /// The cursor's key as text (any key type); `None` at the cycle's start
+    /// (tells an id 0 from the start).
+    pub cursor_key: Option<String>,
     /// When the current cycle started.
     pub cycle_started_at: Option<DateTime<Utc>>,
     /// When the previous cycle completed.
@@ -46,17 +52,51 @@ pub struct TableFigures {
 /// a transaction that commits below the highest seen id after the scan passed
 /// it: it counts once a batch reads it (the next batch, or the next cycle), and
 /// a deleted payment counts until the cursor passes its id. NULL for an empty
-/// table. `{head}` is the parameter holding
-/// [`payment_state::highest_seen`], bound as a value so that the planner
-/// reads the rows beyond it by primary key. `payments.created_at` is read as
+/// table. `head` are the parameters holding [`payment_state::highest_seen`]
+/// (key, `created_at`), bound as values so that the planner reads the rows
+/// beyond it by index ([`unseen`]). `payments.created_at` is read as
 /// `times` says (in `RECONCILER_TIMESTAMP_ZONE` when it has no time zone).
-pub fn lag_since(head: &str, times: &PaymentTimes) -> String {
+pub fn lag_since(key: &KeyType, head: (u8, u8), seen_any: bool, times: &PaymentTimes) -> String {
     format!(
         "least(
     (SELECT min(coalesce(last_reconciled_at, created_at)) FROM reconciliation_payment_state),
-    (SELECT min({}) FROM payments p WHERE p.id > {head}))",
-        times.created("p")
+    (SELECT min({}) FROM payments p WHERE {}))",
+        times.created("p"),
+        unseen(key, times, "p", head, seen_any)
     )
+}
+
+/// The payments never seen, `alias`'s rows beyond the last seen one (its key
+/// at `$head.0`, its `created_at` at `$head.1`; `seen_any` false: none
+/// seen yet, every row) in the
+/// walk's order: a primary-key range (integer keys) or a `created_at` range
+/// (a `(created_at, id)` walk). A key walk of uuid, text or numeric keys has
+/// no "beyond" (random keys): the rows without a state row, an anti-join
+/// over the table (docs/keys.md; `status` only). The bound is compared in
+/// `created_at`'s own type ([`PaymentTimes::created_bound`]), so an index on
+/// the column serves it.
+pub fn unseen(
+    key: &KeyType,
+    times: &PaymentTimes,
+    alias: &str,
+    (k, c): (u8, u8),
+    seen_any: bool,
+) -> String {
+    let head = key.cast(&format!("${k}"));
+    match (key.walk(), key.kind()) {
+        (Walk::Key | Walk::CreatedAt, _) if !seen_any && key.kind() == KeyKind::Integer => {
+            "TRUE".to_owned()
+        }
+        (Walk::CreatedAt, _) if !seen_any => "TRUE".to_owned(),
+        (Walk::Key, KeyKind::Integer) => format!("{alias}.id > {head}"),
+        (Walk::CreatedAt, _) => {
+            let bound = times.created_bound(&format!("${c}"));
+            format!("({alias}.created_at, {alias}.id) > ({bound}, {head})")
+        }
+        (Walk::Key, _) => format!(
+            "NOT EXISTS (SELECT 1 FROM reconciliation_payment_state u WHERE u.payment_id = {alias}.id)"
+        ),
+    }
 }
 
 /// [`lag_since`] within a partition (its value bound at `$param`): the state
@@ -66,7 +106,8 @@ pub fn lag_since(head: &str, times: &PaymentTimes) -> String {
 /// partition whose job is far behind makes the others' probes walk its rows
 /// first), and the never-seen rows beyond `head` of the partition.
 fn partition_lag_since(
-    head: &str,
+    key: &KeyType,
+    head: (u8, u8, bool),
     partition: &Partition,
     param: u8,
     times: &PaymentTimes,
@@ -79,7 +120,8 @@ fn partition_lag_since(
        JOIN payments p ON p.id = s.payment_id
       WHERE {cond}
       ORDER BY coalesce(s.last_reconciled_at, s.created_at) LIMIT 1),
-    (SELECT min({created}) FROM payments p WHERE p.id > {head} AND {cond}))"
+    (SELECT min({created}) FROM payments p WHERE {} AND {cond}))",
+        unseen(key, times, "p", (head.0, head.1), head.2)
     )
 }
 
@@ -119,23 +161,32 @@ pub async fn table_figures(
     conn: &mut PgConnection,
     job: &str,
     partition: Option<&Partition>,
+    key: &KeyType,
     times: &PaymentTimes,
 ) -> Result<TableFigures, StoreError> {
-    let head = payment_state::highest_seen(&mut *conn).await?;
+    let head = payment_state::highest_seen(&mut *conn, key).await?;
+    // Lowest and highest id: integer keys only (the cycle's progress).
+    let number = |f: &str, c: &str| match key.kind() {
+        KeyKind::Integer => format!("(SELECT {f}(p.id)::bigint FROM payments p WHERE {c})"),
+        _ => "NULL::bigint".to_owned(),
+    };
     let (lag, rows, ids) = match partition {
         None => (
-            lag_since("$2", times),
+            lag_since(key, (2, 3), head.is_some(), times),
             rows_sql(None),
-            "(SELECT min(id) FROM payments) AS min_id, (SELECT max(id) FROM payments) AS max_id"
-                .to_owned(),
+            format!(
+                "{} AS min_id, {} AS max_id",
+                number("min", "TRUE"),
+                number("max", "TRUE")
+            ),
         ),
         Some(p) => (
-            partition_lag_since("$2", p, 3, times),
-            rows_sql(Some((p, 3))),
+            partition_lag_since(key, (2, 3, head.is_some()), p, 4, times),
+            rows_sql(Some((p, 4))),
             format!(
-                "(SELECT min(p.id) FROM payments p WHERE {c}) AS min_id,
-                 (SELECT max(p.id) FROM payments p WHERE {c}) AS max_id",
-                c = p.condition("p", 3)
+                "{} AS min_id, {} AS max_id",
+                number("min", &p.condition("p", 4)),
+                number("max", &p.condition("p", 4))
             ),
         ),
     };
@@ -144,13 +195,18 @@ pub async fn table_figures(
                 {rows} AS rows_estimate,
                 {ids},
                 coalesce(c.last_id, 0) AS cursor_position,
+                {position} AS cursor_key,
                 c.cycle_started_at,
                 c.last_cycle_completed_at,
                 now() AS database_now
            FROM (SELECT 1) AS one
-           LEFT JOIN reconciliation_cursor c ON c.job = $1"
+           LEFT JOIN reconciliation_cursor c ON c.job = $1",
+        position = super::cursor::position_sql("c.")
     );
-    let query = super::query_as(&sql).bind(job).bind(head);
+    let query = super::query_as(&sql)
+        .bind(job)
+        .bind(head.as_ref().map(|h| &h.key))
+        .bind(head.as_ref().and_then(|h| h.created_at));
     match partition {
         Some(p) => query.bind(p.value.as_str()),
         None => query,
@@ -243,8 +299,13 @@ pub async fn open_findings_by_kind(
 /// as [`lag_since`]), with what a person needs to look into it.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
 pub struct LagHolder {
-    /// `payments.id`
-    pub payment_id: i64,
+    /// `payments.id` (its text, any key type).
+    #[serde(skip)]
+    pub payment_id: PaymentKey,
+    /// `payments.id` in JSON (`to_jsonb`): a number for integer and numeric
+    /// keys, as before issue 31, a string for uuid and text keys.
+    #[serde(rename = "payment_id")]
+    pub payment_id_json: serde_json::Value,
     /// The payment's order (text columns read as bytes: a stray byte shows
     /// as `\xNN`, [`crate::store::text`]).
     #[sqlx(try_from = "super::text::StoredText")]
@@ -269,6 +330,22 @@ pub struct LagHolder {
     pub repair_last_error: Option<String>,
 }
 
+/// The last error of the payment `p`'s pending repair command (the repair
+/// types at `$3`), from a reconciler-shaped outbox; NULL for `debezium`.
+fn repair_last_error(outbox: &OutboxSettings) -> String {
+    match outbox.shape {
+        OutboxShape::Reconciler => format!(
+            "(SELECT o.last_error FROM {} o
+                  WHERE o.aggregate_type = 'Payment' AND o.aggregate_id = p.id::text
+                    AND o.processed_at IS NULL AND o.last_error IS NOT NULL
+                    AND o.event_type = ANY($3)
+                  ORDER BY o.id DESC LIMIT 1)",
+            outbox.table.quoted()
+        ),
+        OutboxShape::Debezium => "NULL::text".to_owned(),
+    }
+}
+
 /// The payment holding the lag (see [`LagHolder`]), of the partition when
 /// one is set; `None` for an empty table (or partition). One lookup on the expression index
 /// `reconciliation_payment_state_lag`, and a primary-key range of the
@@ -284,26 +361,17 @@ pub async fn lag_holder(
     repair_types: &[&str],
     partition: Option<&Partition>,
     times: &PaymentTimes,
+    key: &KeyType,
 ) -> Result<Option<LagHolder>, StoreError> {
-    let head = payment_state::highest_seen(&mut *conn).await?;
-    let repair_last_error = match outbox.shape {
-        OutboxShape::Reconciler => format!(
-            "(SELECT o.last_error FROM {} o
-                  WHERE o.aggregate_type = 'Payment' AND o.aggregate_id = p.id::text
-                    AND o.processed_at IS NULL AND o.last_error IS NOT NULL
-                    AND o.event_type = ANY($2)
-                  ORDER BY o.id DESC LIMIT 1)",
-            outbox.table.quoted()
-        ),
-        OutboxShape::Debezium => "NULL::text".to_owned(),
-    };
+    let head = payment_state::highest_seen(&mut *conn, key).await?;
+    let repair_last_error = repair_last_error(outbox);
     // Within a partition (its value after the repair types): the state rows
     // joined to their payment, as [`partition_lag_since`] reads them.
     let param = match outbox.shape {
-        OutboxShape::Reconciler => 3,
-        OutboxShape::Debezium => 2,
+        OutboxShape::Reconciler => 4,
+        OutboxShape::Debezium => 3,
     };
-    let (seen, unseen) = match partition {
+    let (seen, in_partition) = match partition {
         None => (
             "SELECT payment_id, last_reconciled_at,
                     coalesce(last_reconciled_at, created_at) AS since
@@ -327,8 +395,10 @@ pub async fn lag_holder(
     };
     let (created, updated) = (times.created("p"), times.updated("p"));
     let created_q = times.created("q");
+    let beyond = unseen(key, times, "q", (1, 2), head.is_some());
     let sql = format!(
-        "SELECT p.id AS payment_id, convert_to((p.order_id)::text, 'SQL_ASCII') AS order_id,
+        "SELECT p.id::text AS payment_id, to_jsonb(p.id) AS payment_id_json,
+                convert_to((p.order_id)::text, 'SQL_ASCII') AS order_id,
                 convert_to((p.stripe_payment_intent_id)::text, 'SQL_ASCII') AS stripe_payment_intent_id,
                 convert_to((p.status)::text, 'SQL_ASCII') AS status,
                 {created} AS created_at, {updated} AS updated_at, h.last_reconciled_at,
@@ -338,15 +408,17 @@ pub async fn lag_holder(
                    (({seen})
                     UNION ALL
                     (SELECT q.id, NULL::timestamptz, {created_q} FROM payments q
-                      WHERE q.id > $1{unseen}
-                      ORDER BY 3 LIMIT 1)) AS candidates
+                      WHERE {beyond}{in_partition}
+                      ORDER BY q.created_at LIMIT 1)) AS candidates
                   ORDER BY since LIMIT 1) AS h
            JOIN payments p ON p.id = h.payment_id
            LEFT JOIN LATERAL (SELECT id, kind FROM reconciliation_findings
                                WHERE payment_id = p.id AND resolved_at IS NULL
                                ORDER BY id DESC LIMIT 1) AS f ON true"
     );
-    let query = super::query_as(&sql).bind(head);
+    let query = super::query_as(&sql)
+        .bind(head.as_ref().map(|h| &h.key))
+        .bind(head.as_ref().and_then(|h| h.created_at));
     let query = match outbox.shape {
         OutboxShape::Reconciler => query.bind(repair_types),
         OutboxShape::Debezium => query,

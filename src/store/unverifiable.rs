@@ -6,12 +6,13 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use super::{Context, StoreError};
+use crate::key::{KeyType, PaymentKey};
 
 /// A row that has failed in `cycles` consecutive cycles.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct Unverifiable {
     /// `payments.id`
-    pub payment_id: i64,
+    pub payment_id: PaymentKey,
     /// Consecutive cycles in which Stripe could not answer for it.
     pub cycles: i32,
     /// The last error.
@@ -29,28 +30,30 @@ pub struct Unverifiable {
 /// [`StoreError`] from the database.
 pub async fn record(
     conn: &mut PgConnection,
-    job: &str,
-    answered: &[i64],
-    failed: &[i64],
+    (job, key): (&str, &KeyType),
+    answered: &[PaymentKey],
+    failed: &[PaymentKey],
     errors: &[Option<String>],
 ) -> Result<Vec<Unverifiable>, StoreError> {
     if !answered.is_empty() {
-        super::query(
-            "DELETE FROM reconciliation_unverifiable WHERE job = $1 AND payment_id = ANY($2)",
-        )
-        .bind(job)
-        .bind(answered)
-        .execute(&mut *conn)
-        .await
-        .context("forgetting answered rows")?;
+        let sql = format!(
+            "DELETE FROM reconciliation_unverifiable WHERE job = $1 AND payment_id = ANY({})",
+            key.cast_array("$2")
+        );
+        super::query(&sql)
+            .bind(job)
+            .bind(answered)
+            .execute(&mut *conn)
+            .await
+            .context("forgetting answered rows")?;
     }
     if failed.is_empty() {
         return Ok(Vec::new());
     }
-    super::query_as(
+    let sql = format!(
         "INSERT INTO reconciliation_unverifiable AS u (job, payment_id, last_cycle, last_error)
          SELECT $1, v.payment_id, c.cycle_started_at, v.error
-           FROM unnest($2::bigint[], $3::text[]) AS v(payment_id, error)
+           FROM unnest({}, $3::text[]) AS v(payment_id, error)
            JOIN reconciliation_cursor c ON c.job = $1
           ORDER BY v.payment_id
          ON CONFLICT (job, payment_id) DO UPDATE
@@ -58,12 +61,14 @@ pub async fn record(
                 last_cycle = EXCLUDED.last_cycle,
                 last_failed_at = now(),
                 last_error = EXCLUDED.last_error
-         RETURNING payment_id, cycles, last_error, first_failed_at",
-    )
-    .bind(job)
-    .bind(failed)
-    .bind(errors)
-    .fetch_all(conn)
-    .await
-    .context("counting unverifiable rows")
+         RETURNING payment_id::text AS payment_id, cycles, last_error, first_failed_at",
+        key.cast_array("$2")
+    );
+    super::query_as(&sql)
+        .bind(job)
+        .bind(failed)
+        .bind(errors)
+        .fetch_all(conn)
+        .await
+        .context("counting unverifiable rows")
 }

@@ -46,7 +46,7 @@ async fn a_payment_moved_by_the_webhook_during_phase_2_gets_no_stale_finding(poo
         stripe_reconciler::repair::apply_payment_succeeded(
             &pool,
             &Default::default(),
-            id,
+            &id.into(),
             None,
             "webhook",
         )

@@ -225,16 +225,18 @@ async fn the_scans_row_locks_do_not_block_inserts_referencing_the_payment(pool: 
     // The scan's phase 3: the batch's payments locked, in its own transaction.
     let mut scan_conn = pool.acquire().await.unwrap();
     let mut scan_tx = scan_conn.begin().await.unwrap();
+    let key = stripe_reconciler::key::KeyType::default();
     let locked = payments::lock_unchanged(
         &mut scan_tx,
-        &[id],
+        &key,
+        &[id.into()],
         &[version],
         &[updated_at],
         &Default::default(),
     )
     .await
     .unwrap();
-    assert_eq!(locked, vec![id]);
+    assert_eq!(locked, vec![id.into()]);
 
     // The application, meanwhile, on another connection.
     let mut app = pool.acquire().await.unwrap();

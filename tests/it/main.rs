@@ -24,6 +24,7 @@
 //! - `gateway_batch`: what a batch does with each failure class
 //! - `isolation`: the tests' own Pushgateways load nothing from elsewhere
 //! - `least_privilege`: `sql/least_privilege.sql` is enough and no more
+//! - `keys`: any primary key (integer, smallint, uuid, text), ids ≤ 0, late commits (issue 31)
 //! - `list_mode`: `RECONCILER_READ_MODE=list` agrees with retrieve mode
 //! - `list_mode_faults`: list mode with a rejected key, a bad page, a moved cursor
 //! - `locks`: scan, repair workers and the application on the same rows
@@ -89,6 +90,7 @@ mod faults_batch;
 mod gateway;
 mod gateway_batch;
 mod isolation;
+mod keys;
 mod least_privilege;
 mod list_mode;
 mod list_mode_faults;

@@ -116,15 +116,18 @@ async fn the_lag_query_is_an_index_lookup(pool: PgPool) {
     .await
     .unwrap();
     let mut conn = pool.acquire().await.unwrap();
-    let head = stripe_reconciler::store::payment_state::highest_seen(&mut conn)
+    let key = stripe_reconciler::key::KeyType::default();
+    let head = stripe_reconciler::store::payment_state::highest_seen(&mut conn, &key)
         .await
+        .unwrap()
         .unwrap();
-    assert_eq!(head, 19900);
+    assert_eq!(head.key.as_i64(), Some(19900));
     let plan: Vec<String> = sqlx::query_scalar(&format!(
         "EXPLAIN SELECT now() - {}",
-        stripe_reconciler::store::stats::lag_since("$1", &Default::default())
+        stripe_reconciler::store::stats::lag_since(&key, (1, 2), true, &Default::default())
     ))
-    .bind(head)
+    .bind(&head.key)
+    .bind(head.created_at)
     .fetch_all(&mut *conn)
     .await
     .unwrap();

@@ -215,7 +215,7 @@ async fn a_dry_run_counts_only_the_findings_a_real_run_would_create(pool: PgPool
         &pool,
         &gateway(&stripe),
         &settings(200),
-        Mode::DryRun { after_id: 0 },
+        Mode::DryRun { after: None },
         None,
     )
     .await

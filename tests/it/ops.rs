@@ -253,12 +253,14 @@ async fn set_cursor(pool: &PgPool, last_id: i64) {
 async fn a_dry_run_counts_only_the_findings_a_real_run_would_create(pool: PgPool) {
     arrange::paid_with_pending(&pool, 12, &[3, 8]).await;
     let stripe = stripe_mirroring(&pool, "succeeded", Duration::ZERO).await;
-    // A real run records both drifts; then payment 8's finding is resolved by
-    // hand, so only its drift is new again.
+    // A real run records both drifts; then payment 8's finding is closed as
+    // `cleared` (as a verification in between would), so only its drift is
+    // new again. (A finding resolved by hand would stay closed: an
+    // acknowledgement, issue 30, tests/it/acknowledgements.rs.)
     let real = reconciler_output(&["run"], &env(&pool, &stripe.uri(), &[])).await;
     assert_eq!(real.status.code(), Some(0), "{}", stderr(&real));
     assert_eq!(summary(&real)["findings_created"], 2);
-    sqlx::query("UPDATE reconciliation_findings SET resolved_at = now(), resolution = 'manual' WHERE payment_id = 8")
+    sqlx::query("UPDATE reconciliation_findings SET resolved_at = now(), resolution = 'cleared' WHERE payment_id = 8")
         .execute(&pool)
         .await
         .unwrap();

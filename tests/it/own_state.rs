@@ -165,12 +165,14 @@ async fn reference_lag_since(pool: &PgPool) -> Option<DateTime<Utc>> {
 
 async fn lag_since(pool: &PgPool) -> Option<DateTime<Utc>> {
     let mut conn = pool.acquire().await.unwrap();
-    let head = payment_state::highest_seen(&mut conn).await.unwrap();
+    let key = stripe_reconciler::key::KeyType::default();
+    let head = payment_state::highest_seen(&mut conn, &key).await.unwrap();
     sqlx::query_scalar(&format!(
         "SELECT {}",
-        stats::lag_since("$1", &Default::default())
+        stats::lag_since(&key, (1, 2), head.is_some(), &Default::default())
     ))
-    .bind(head)
+    .bind(head.as_ref().map(|h| h.key.clone()))
+    .bind(head.as_ref().and_then(|h| h.created_at))
     .fetch_one(&mut *conn)
     .await
     .unwrap()
@@ -220,9 +222,15 @@ async fn the_lag_is_exact_for_a_fresh_a_partly_and_a_fully_scanned_table(pool: P
 
     // status reports the same lag (to the second: it reads now() once more).
     let mut conn = pool.acquire().await.unwrap();
-    let figures = stats::table_figures(&mut conn, SCAN_JOB, None, &Default::default())
-        .await
-        .unwrap();
+    let figures = stats::table_figures(
+        &mut conn,
+        SCAN_JOB,
+        None,
+        &Default::default(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
     let expected = (figures.database_now - full.unwrap()).num_milliseconds() as f64 / 1000.0;
     assert!((figures.lag_seconds - expected).abs() < 0.01, "{figures:?}");
 }

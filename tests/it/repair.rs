@@ -172,7 +172,7 @@ async fn the_webhook_wins_the_race(pool: PgPool) {
         &Default::default(),
         &Default::default(),
         RepairCommand::ApplyPaymentSucceeded,
-        id,
+        &id.into(),
         None,
         "webhook",
     )
@@ -351,7 +351,7 @@ async fn a_payment_that_moved_elsewhere_supersedes_the_finding(pool: PgPool) {
     stripe_reconciler::repair::apply_payment_canceled(
         &pool,
         &Default::default(),
-        id,
+        &id.into(),
         None,
         "webhook",
     )

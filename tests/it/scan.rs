@@ -249,7 +249,7 @@ async fn dry_run_writes_nothing_not_even_the_cursor(pool: PgPool) {
         &pool,
         &gateway(&stripe),
         &settings(200),
-        Mode::DryRun { after_id: 0 },
+        Mode::DryRun { after: None },
         None,
     )
     .await

@@ -158,6 +158,7 @@ async fn status_json_has_the_documented_shape(pool: PgPool) {
         keys,
         [
             "capacity",
+            "cursor_key",
             "cursor_position",
             "cycle_age_seconds",
             "cycle_last_completed_unix",

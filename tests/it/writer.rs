@@ -76,7 +76,7 @@ async fn a_refused_event_leaves_status_version_and_finding_unchanged(pool: PgPoo
     let e = apply_payment_succeeded(
         &pool,
         &Default::default(),
-        payment,
+        &payment.into(),
         Some(finding),
         "webhook",
     )

@@ -160,22 +160,36 @@ async fn the_writer_guards_on_every_word_of_pending(pool: PgPool) {
     let to_fail = insert_payment(&pool, "pi_C", "awaiting_payment", 3600).await;
 
     let done = stripe_reconciler::repair::apply_payment_succeeded(
-        &pool, &statuses, waiting, None, "webhook",
+        &pool,
+        &statuses,
+        &waiting.into(),
+        None,
+        "webhook",
     )
     .await
     .unwrap();
     assert!(done.changed);
     assert_eq!(status_of(&pool, waiting).await.0, "complete");
     let done = stripe_reconciler::repair::apply_payment_succeeded(
-        &pool, &statuses, expired, None, "webhook",
+        &pool,
+        &statuses,
+        &expired.into(),
+        None,
+        "webhook",
     )
     .await
     .unwrap();
     assert!(!done.changed, "expired is failed, not pending");
     assert_eq!(status_of(&pool, expired).await.0, "expired");
-    stripe_reconciler::repair::apply_payment_canceled(&pool, &statuses, to_fail, None, "webhook")
-        .await
-        .unwrap();
+    stripe_reconciler::repair::apply_payment_canceled(
+        &pool,
+        &statuses,
+        &to_fail.into(),
+        None,
+        "webhook",
+    )
+    .await
+    .unwrap();
     assert_eq!(
         status_of(&pool, to_fail).await.0,
         "canceled",

@@ -4,6 +4,7 @@
 
 use sqlx::PgConnection;
 
+use crate::key::{KeyType, PaymentKey};
 use crate::reconcile::Resolution;
 use crate::store::{query, query_as, query_scalar, Context, StoreError};
 
@@ -14,7 +15,8 @@ use crate::store::{query, query_as, query_scalar, Context, StoreError};
 /// [`StoreError`] from the database.
 pub async fn open_repairable(
     conn: &mut PgConnection,
-    payment_ids: &[i64],
+    key: &KeyType,
+    payment_ids: &[PaymentKey],
 ) -> Result<Vec<i64>, StoreError> {
     if payment_ids.is_empty() {
         return Ok(Vec::new());
@@ -23,15 +25,17 @@ pub async fn open_repairable(
         .iter()
         .map(|c| c.finding_kind().as_str().into_owned())
         .collect();
-    query_scalar(
+    let sql = format!(
         "SELECT id FROM reconciliation_findings
-          WHERE payment_id = ANY($1) AND resolved_at IS NULL AND kind = ANY($2)",
-    )
-    .bind(payment_ids)
-    .bind(kinds)
-    .fetch_all(conn)
-    .await
-    .context("looking up repairable findings")
+          WHERE payment_id = ANY({}) AND resolved_at IS NULL AND kind = ANY($2)",
+        key.cast_array("$1")
+    );
+    query_scalar(&sql)
+        .bind(payment_ids)
+        .bind(kinds)
+        .fetch_all(conn)
+        .await
+        .context("looking up repairable findings")
 }
 
 /// Which of these payments have an open finding of a blocking kind
@@ -41,20 +45,23 @@ pub async fn open_repairable(
 /// [`StoreError`] from the database.
 pub async fn blocked_payments(
     conn: &mut PgConnection,
-    payment_ids: &[i64],
-) -> Result<Vec<i64>, StoreError> {
+    key: &KeyType,
+    payment_ids: &[PaymentKey],
+) -> Result<Vec<PaymentKey>, StoreError> {
     if payment_ids.is_empty() {
         return Ok(Vec::new());
     }
-    query_scalar(
-        "SELECT DISTINCT payment_id FROM reconciliation_findings
-          WHERE payment_id = ANY($1) AND resolved_at IS NULL AND kind = ANY($2)",
-    )
-    .bind(payment_ids)
-    .bind(crate::reconcile::FindingKind::blocking_kinds())
-    .fetch_all(conn)
-    .await
-    .context("looking for findings that block repairs")
+    let sql = format!(
+        "SELECT DISTINCT payment_id::text FROM reconciliation_findings
+          WHERE payment_id = ANY({}) AND resolved_at IS NULL AND kind = ANY($2)",
+        key.cast_array("$1")
+    );
+    query_scalar(&sql)
+        .bind(payment_ids)
+        .bind(crate::reconcile::FindingKind::blocking_kinds())
+        .fetch_all(conn)
+        .await
+        .context("looking for findings that block repairs")
 }
 
 /// Resolves one open finding with `resolution` (e.g. [`Resolution::Repaired`]). Returns
@@ -84,7 +91,7 @@ pub async fn resolve(
 pub struct FindingForRepair {
     /// `payments.id` the finding is about; `None` for a finding about a
     /// PaymentIntent alone (never repairable).
-    pub payment_id: Option<i64>,
+    pub payment_id: Option<PaymentKey>,
     /// The kind's database string.
     pub kind: String,
     /// Not yet resolved.
@@ -101,7 +108,7 @@ pub async fn lock_for_repair(
     finding_id: i64,
 ) -> Result<Option<FindingForRepair>, StoreError> {
     query_as(
-        "SELECT payment_id, kind, resolved_at IS NULL AS open
+        "SELECT payment_id::text AS payment_id, kind, resolved_at IS NULL AS open
            FROM reconciliation_findings WHERE id = $1 FOR UPDATE",
     )
     .bind(finding_id)

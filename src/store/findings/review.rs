@@ -38,9 +38,11 @@ pub async fn resolve_manually(
 pub struct FindingView {
     /// `reconciliation_findings.id`
     pub id: i64,
-    /// `payments.id`; `None` for a finding about a PaymentIntent no payment
-    /// points at (`missing_locally`).
-    pub payment_id: Option<i64>,
+    /// `payments.id` in its JSON form (`to_jsonb`: a number for integer and
+    /// numeric keys, a string for uuid and text keys; docs/keys.md); `None`
+    /// for a finding about a PaymentIntent no payment points at
+    /// (`missing_locally`).
+    pub payment_id: Option<serde_json::Value>,
     /// The payment's order, for a person to look up (read as bytes: a stray
     /// byte shows as `\xNN`, [`crate::store::text`]).
     #[sqlx(try_from = "StoredText")]
@@ -84,6 +86,17 @@ pub struct FindingView {
 }
 
 impl FindingView {
+    /// The payment's key as text (`payments.id::text`), untrusted: escape it
+    /// before printing. `None` for a finding without payment.
+    pub fn payment_key(&self) -> Option<String> {
+        self.payment_id
+            .as_ref()
+            .and_then(crate::key::PaymentKey::from_json)
+            .map(|k| k.as_str().to_owned())
+    }
+}
+
+impl FindingView {
     /// What disagrees on this finding ([`crate::reconcile::differs`]).
     pub fn differs(&self) -> crate::reconcile::Differs {
         crate::reconcile::differs(
@@ -106,7 +119,8 @@ pub async fn list(
     limit: i64,
 ) -> Result<Vec<FindingView>, StoreError> {
     query_as(
-        "SELECT f.id, f.payment_id, convert_to((p.order_id)::text, 'SQL_ASCII') AS order_id,
+        "SELECT f.id, to_jsonb(f.payment_id) AS payment_id,
+                convert_to((p.order_id)::text, 'SQL_ASCII') AS order_id,
                 convert_to(coalesce(nullif((p.stripe_payment_intent_id)::text, ''), f.stripe_payment_intent_id)::text,
                            'SQL_ASCII') AS stripe_payment_intent_id,
                 f.checkout_session_id,

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use sqlx::PgConnection;
 
+use crate::key::{KeyType, PaymentKey, Position, Walk};
 use crate::reconcile::{fingerprint, Resolution};
 use crate::store::{query_as, query_scalar, Context, StoreError};
 
@@ -13,7 +14,7 @@ use crate::store::{query_as, query_scalar, Context, StoreError};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewFinding {
     /// `payments.id`
-    pub payment_id: i64,
+    pub payment_id: PaymentKey,
     /// The kind's database string (`missed_success`, `unexpected:a->b`, ...).
     pub kind: String,
     /// `payments.status` when detected.
@@ -46,7 +47,7 @@ pub struct NewFinding {
 /// `findings` that may be acknowledged: what it was resolved for.
 #[derive(sqlx::FromRow)]
 struct ResolvedByHand {
-    payment_id: i64,
+    payment_id: PaymentKey,
     kind: String,
     local_status: String,
     external_status: Option<String>,
@@ -60,27 +61,36 @@ struct ResolvedByHand {
 /// `reconciliation_findings (payment_id, kind)`.
 async fn acknowledged(
     conn: &mut PgConnection,
+    key: &KeyType,
     findings: &[NewFinding],
 ) -> Result<Vec<bool>, StoreError> {
     let asked: Vec<&NewFinding> = findings.iter().filter(|f| f.acknowledgeable).collect();
     if asked.is_empty() {
         return Ok(vec![false; findings.len()]);
     }
-    let resolved: Vec<ResolvedByHand> = query_as(
+    let sql = format!(
         "SELECT DISTINCT ON (r.payment_id, r.kind)
-                r.payment_id, r.kind, r.local_status, r.external_status, r.details
-           FROM unnest($1::bigint[], $2::text[]) AS v(payment_id, kind)
+                r.payment_id::text AS payment_id, r.kind, r.local_status, r.external_status,
+                r.details
+           FROM unnest({}, $2::text[]) AS v(payment_id, kind)
            JOIN reconciliation_findings r ON r.payment_id = v.payment_id AND r.kind = v.kind
           WHERE r.resolution = $3
           ORDER BY r.payment_id, r.kind, r.resolved_at DESC, r.id DESC",
-    )
-    .bind(asked.iter().map(|f| f.payment_id).collect::<Vec<i64>>())
-    .bind(asked.iter().map(|f| f.kind.as_str()).collect::<Vec<&str>>())
-    .bind(Resolution::Manual.as_str())
-    .fetch_all(conn)
-    .await
-    .context("reading the findings resolved by hand")?;
-    let by_key: HashMap<(i64, &str), Option<serde_json::Value>> = resolved
+        key.cast_array("$1")
+    );
+    let resolved: Vec<ResolvedByHand> = query_as(&sql)
+        .bind(
+            asked
+                .iter()
+                .map(|f| &f.payment_id)
+                .collect::<Vec<&PaymentKey>>(),
+        )
+        .bind(asked.iter().map(|f| f.kind.as_str()).collect::<Vec<&str>>())
+        .bind(Resolution::Manual.as_str())
+        .fetch_all(conn)
+        .await
+        .context("reading the findings resolved by hand")?;
+    let by_key: HashMap<(&PaymentKey, &str), Option<serde_json::Value>> = resolved
         .iter()
         .map(|r| {
             let print = fingerprint(
@@ -89,7 +99,7 @@ async fn acknowledged(
                 r.external_status.as_deref(),
                 r.details.as_ref(),
             );
-            ((r.payment_id, r.kind.as_str()), print)
+            ((&r.payment_id, r.kind.as_str()), print)
         })
         .collect();
     Ok(findings
@@ -97,7 +107,7 @@ async fn acknowledged(
         .map(|f| {
             f.acknowledgeable
                 && by_key
-                    .get(&(f.payment_id, f.kind.as_str()))
+                    .get(&(&f.payment_id, f.kind.as_str()))
                     .and_then(Option::as_ref)
                     .is_some_and(|was| {
                         fingerprint(
@@ -123,7 +133,12 @@ fn bind_findings<'q, O>(
     acknowledged: Vec<bool>,
 ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
     query
-        .bind(findings.iter().map(|f| f.payment_id).collect::<Vec<i64>>())
+        .bind(
+            findings
+                .iter()
+                .map(|f| &f.payment_id)
+                .collect::<Vec<&PaymentKey>>(),
+        )
         .bind(
             findings
                 .iter()
@@ -169,12 +184,16 @@ fn bind_findings<'q, O>(
         )
 }
 
-/// The unnested findings, `v`.
-const UNNEST_FINDINGS: &str =
-    "unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bool[], $7::text[],
+/// The unnested findings, `v`, the keys cast to the key columns' type.
+fn unnest_findings(key: &KeyType) -> String {
+    format!(
+        "unnest({}, $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bool[], $7::text[],
                    $8::text[], $9::text[])
                 AS v(payment_id, kind, local_status, external_status, details, acknowledged,
-                     stripe_account_id, checkout_session_id, stripe_payment_intent_id)";
+                     stripe_account_id, checkout_session_id, stripe_payment_intent_id)",
+        key.cast_array("$1")
+    )
+}
 
 /// A finding the upsert touched.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -182,7 +201,7 @@ pub struct CreatedFinding {
     /// `reconciliation_findings.id`
     pub id: i64,
     /// `payments.id`
-    pub payment_id: i64,
+    pub payment_id: PaymentKey,
     /// The kind's database string.
     pub kind: String,
     /// The row was inserted now (`false`: it was already open and only its
@@ -202,6 +221,7 @@ pub struct CreatedFinding {
 /// [`StoreError`] from the database.
 pub async fn upsert_open(
     conn: &mut PgConnection,
+    key: &KeyType,
     findings: &[NewFinding],
 ) -> Result<Vec<CreatedFinding>, StoreError> {
     if findings.is_empty() {
@@ -213,7 +233,7 @@ pub async fn upsert_open(
                  stripe_account_id, checkout_session_id, stripe_payment_intent_id)
          SELECT v.payment_id, v.kind, v.local_status, v.external_status, v.details, now(),
                 v.stripe_account_id, v.checkout_session_id, v.stripe_payment_intent_id
-           FROM {UNNEST_FINDINGS}
+           FROM {}
           WHERE NOT v.acknowledged
           ORDER BY v.payment_id
          ON CONFLICT (payment_id, kind) WHERE resolved_at IS NULL DO UPDATE
@@ -223,9 +243,10 @@ pub async fn upsert_open(
                 stripe_account_id = EXCLUDED.stripe_account_id,
                 checkout_session_id = EXCLUDED.checkout_session_id,
                 stripe_payment_intent_id = EXCLUDED.stripe_payment_intent_id
-         RETURNING id, payment_id, kind, (xmax = 0) AS created"
+         RETURNING id, payment_id::text AS payment_id, kind, (xmax = 0) AS created",
+        unnest_findings(key)
     );
-    let acknowledged = acknowledged(&mut *conn, findings).await?;
+    let acknowledged = acknowledged(&mut *conn, key, findings).await?;
     bind_findings(query_as(&sql), findings, acknowledged)
         .fetch_all(conn)
         .await
@@ -240,20 +261,22 @@ pub async fn upsert_open(
 /// [`StoreError`] from the database.
 pub async fn not_yet_open(
     conn: &mut PgConnection,
+    key: &KeyType,
     findings: &[NewFinding],
-) -> Result<Vec<(i64, String)>, StoreError> {
+) -> Result<Vec<(PaymentKey, String)>, StoreError> {
     if findings.is_empty() {
         return Ok(Vec::new());
     }
     let sql = format!(
-        "SELECT DISTINCT v.payment_id, v.kind
-           FROM {UNNEST_FINDINGS}
+        "SELECT DISTINCT v.payment_id::text, v.kind
+           FROM {}
           WHERE NOT EXISTS (SELECT 1 FROM reconciliation_findings f
                              WHERE f.payment_id = v.payment_id AND f.kind = v.kind
                                AND f.resolved_at IS NULL)
-            AND NOT v.acknowledged"
+            AND NOT v.acknowledged",
+        unnest_findings(key)
     );
-    let acknowledged = acknowledged(&mut *conn, findings).await?;
+    let acknowledged = acknowledged(&mut *conn, key, findings).await?;
     bind_findings(query_as(&sql), findings, acknowledged)
         .fetch_all(conn)
         .await
@@ -278,70 +301,90 @@ pub async fn not_yet_open(
 /// [`StoreError`] from the database.
 pub async fn resolve_stale(
     conn: &mut PgConnection,
-    payment_ids: &[i64],
+    key: &KeyType,
+    payment_ids: &[PaymentKey],
     current: &[Option<String>],
     with_status: &[bool],
 ) -> Result<Vec<i64>, StoreError> {
     if payment_ids.is_empty() {
         return Ok(Vec::new());
     }
-    query_scalar(
+    let sql = format!(
         "UPDATE reconciliation_findings f
             SET resolved_at = now(),
                 resolution = CASE WHEN v.kind IS NULL OR f.kind = $7 THEN $5::text
                                   ELSE $6::text END
-           FROM unnest($1::bigint[], $2::text[], $3::bool[]) AS v(payment_id, kind, with_status)
+           FROM unnest({}, $2::text[], $3::bool[]) AS v(payment_id, kind, with_status)
           WHERE f.payment_id = v.payment_id AND f.resolved_at IS NULL
             AND f.kind IS DISTINCT FROM v.kind
             AND (v.with_status OR NOT f.kind = ANY($4))
          RETURNING f.id",
-    )
-    .bind(payment_ids)
-    .bind(current)
-    .bind(with_status)
-    .bind(crate::reconcile::FindingKind::money_kinds())
-    .bind(Resolution::Cleared.as_str())
-    .bind(Resolution::Superseded.as_str())
-    .bind(
-        crate::reconcile::FindingKind::WriteRefused
-            .as_str()
-            .into_owned(),
-    )
-    .fetch_all(conn)
-    .await
-    .context("resolving findings the scan no longer sees")
+        key.cast_array("$1")
+    );
+    query_scalar(&sql)
+        .bind(payment_ids)
+        .bind(current)
+        .bind(with_status)
+        .bind(crate::reconcile::FindingKind::money_kinds())
+        .bind(Resolution::Cleared.as_str())
+        .bind(Resolution::Superseded.as_str())
+        .bind(
+            crate::reconcile::FindingKind::WriteRefused
+                .as_str()
+                .into_owned(),
+        )
+        .fetch_all(conn)
+        .await
+        .context("resolving findings the scan no longer sees")
 }
 
 /// Resolves as [`Resolution::PaymentDeleted`] the open findings about a
-/// payment that no longer exists in `payments`, among the ids in
-/// `(after_id, through_id]` (the range a batch's cursor walked; `None`: to
-/// the end of the table) and the ids of `also` (the batch's rows behind the
-/// cursor). Returns the ids of the findings resolved, so their repair
-/// commands are closed in the same transaction. The payment's id is a value
-/// here, never a foreign key: the application deletes its rows freely.
+/// payment that no longer exists in `payments`, among the keys in the walked
+/// range `(after, through]` (a batch's range; `None`: from the cycle's
+/// start, to the table's end) and the keys of `also` (the batch's rows
+/// behind the cursor). In a `(created_at, id)` walk findings hold no
+/// `created_at`, so every open finding is looked at (one primary-key probe
+/// each; open findings are few). Returns the ids of the findings resolved,
+/// so their repair commands are closed in the same transaction. The
+/// payment's key is a value here, never a foreign key: the application
+/// deletes its rows freely.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn resolve_deleted(
     conn: &mut PgConnection,
-    after_id: i64,
-    through_id: Option<i64>,
-    also: &[i64],
+    key: &KeyType,
+    (after, through): (Option<&Position>, Option<&Position>),
+    also: &[PaymentKey],
 ) -> Result<Vec<i64>, StoreError> {
-    query_scalar(
+    let range = match key.walk() {
+        Walk::CreatedAt => "TRUE".to_owned(),
+        Walk::Key => {
+            let mut parts = vec!["TRUE".to_owned()];
+            if after.is_some() {
+                parts.push(format!("f.payment_id > {}", key.cast("$1")));
+            }
+            if through.is_some() {
+                parts.push(format!("f.payment_id <= {}", key.cast("$2")));
+            }
+            parts.join(" AND ")
+        }
+    };
+    let sql = format!(
         "UPDATE reconciliation_findings f
             SET resolved_at = now(), resolution = $4
           WHERE f.resolved_at IS NULL AND f.payment_id IS NOT NULL
-            AND ((f.payment_id > $1 AND ($2::bigint IS NULL OR f.payment_id <= $2))
-                 OR f.payment_id = ANY($3))
+            AND (({range}) OR f.payment_id = ANY({}))
             AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = f.payment_id)
          RETURNING f.id",
-    )
-    .bind(after_id)
-    .bind(through_id)
-    .bind(also)
-    .bind(Resolution::PaymentDeleted.as_str())
-    .fetch_all(conn)
-    .await
-    .context("resolving the findings of deleted payments")
+        key.cast_array("$3")
+    );
+    query_scalar(&sql)
+        .bind(after.map(|p| &p.key))
+        .bind(through.map(|p| &p.key))
+        .bind(also)
+        .bind(Resolution::PaymentDeleted.as_str())
+        .fetch_all(conn)
+        .await
+        .context("resolving the findings of deleted payments")
 }

@@ -17,21 +17,23 @@ use super::*;
 /// [`StoreError`] from the database.
 pub async fn lock_unchanged(
     conn: &mut PgConnection,
-    ids: &[i64],
+    key: &KeyType,
+    ids: &[PaymentKey],
     versions: &[i64],
     updated_ats: &[DateTime<Utc>],
     times: &PaymentTimes,
-) -> Result<Vec<i64>, StoreError> {
+) -> Result<Vec<PaymentKey>, StoreError> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
     let sql = format!(
-        "SELECT p.id FROM payments AS p
-           JOIN unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) AS v(id, version, updated_at)
+        "SELECT p.id::text FROM payments AS p
+           JOIN unnest({}, $2::bigint[], $3::timestamptz[]) AS v(id, version, updated_at)
              ON p.id = v.id
           WHERE p.version = v.version AND {} = v.updated_at
           ORDER BY p.id
           FOR NO KEY UPDATE OF p",
+        key.cast_array("$1"),
         times.updated("p")
     );
     crate::store::query_scalar(&sql)
@@ -71,31 +73,36 @@ pub enum TransitionResult {
 /// [`StoreError`] from the database.
 pub(crate) async fn transition_status(
     conn: &mut PgConnection,
-    payment_id: i64,
+    key: &KeyType,
+    payment_id: &PaymentKey,
     from: &[String],
     to: &str,
 ) -> Result<TransitionResult, StoreError> {
-    let version: Option<i64> = crate::store::query_scalar(
+    let sql = format!(
         "UPDATE payments SET status = $3, version = version + 1, updated_at = now()
-          WHERE id = $1 AND status = ANY($2)
-          RETURNING version",
-    )
-    .bind(payment_id)
-    .bind(from)
-    .bind(to)
-    .fetch_optional(&mut *conn)
-    .await
-    .context("changing the payment status")?;
+          WHERE id = {} AND status = ANY($2)
+          RETURNING (version)::bigint",
+        key.cast("$1")
+    );
+    let version: Option<i64> = crate::store::query_scalar(&sql)
+        .bind(payment_id)
+        .bind(from)
+        .bind(to)
+        .fetch_optional(&mut *conn)
+        .await
+        .context("changing the payment status")?;
     if let Some(version) = version {
         return Ok(TransitionResult::Changed { version });
     }
-    let status: Option<Vec<u8>> = crate::store::query_scalar(
-        "SELECT convert_to(coalesce(status, '')::text, 'SQL_ASCII') FROM payments WHERE id = $1",
-    )
-    .bind(payment_id)
-    .fetch_optional(conn)
-    .await
-    .context("reading the payment status")?;
+    let sql = format!(
+        "SELECT convert_to(coalesce(status, '')::text, 'SQL_ASCII') FROM payments WHERE id = {}",
+        key.cast("$1")
+    );
+    let status: Option<Vec<u8>> = crate::store::query_scalar(&sql)
+        .bind(payment_id)
+        .fetch_optional(conn)
+        .await
+        .context("reading the payment status")?;
     Ok(status.map_or(TransitionResult::Missing, |status| {
         TransitionResult::AlreadyMoved {
             status: crate::store::text::decode(&status),
@@ -114,18 +121,21 @@ pub(crate) async fn transition_status(
 /// [`StoreError`] from the database.
 pub(crate) async fn fill_payment_intent(
     conn: &mut PgConnection,
-    payment_id: i64,
+    key: &KeyType,
+    payment_id: &PaymentKey,
     payment_intent: &str,
 ) -> Result<bool, StoreError> {
-    let filled = crate::store::query(
+    let sql = format!(
         "UPDATE payments SET stripe_payment_intent_id = $2, version = version + 1, updated_at = now()
-          WHERE id = $1 AND coalesce(stripe_payment_intent_id, '') = ''",
-    )
-    .bind(payment_id)
-    .bind(payment_intent)
-    .execute(conn)
-    .await
-    .context("filling the payment's PaymentIntent id")?;
+          WHERE id = {} AND coalesce(stripe_payment_intent_id, '') = ''",
+        key.cast("$1")
+    );
+    let filled = crate::store::query(&sql)
+        .bind(payment_id)
+        .bind(payment_intent)
+        .execute(conn)
+        .await
+        .context("filling the payment's PaymentIntent id")?;
     Ok(filled.rows_affected() == 1)
 }
 
@@ -139,9 +149,9 @@ pub(crate) async fn fill_payment_intent(
 pub async fn lock_for_finding(
     conn: &mut PgConnection,
     finding_id: i64,
-) -> Result<Option<i64>, StoreError> {
+) -> Result<Option<PaymentKey>, StoreError> {
     crate::store::query_scalar(
-        "SELECT p.id FROM payments p
+        "SELECT p.id::text FROM payments p
            JOIN reconciliation_findings f ON f.payment_id = p.id
           WHERE f.id = $1
             FOR NO KEY UPDATE OF p",
@@ -176,7 +186,8 @@ pub struct PaymentForRepair {
 /// [`StoreError`] from the database.
 pub async fn lock_for_repair(
     conn: &mut PgConnection,
-    payment_id: i64,
+    key: &KeyType,
+    payment_id: &PaymentKey,
     session_column: Option<&ColumnName>,
 ) -> Result<Option<PaymentForRepair>, StoreError> {
     let session = session_column.map_or_else(|| "NULL".to_owned(), |c| c.quoted());
@@ -184,7 +195,8 @@ pub async fn lock_for_repair(
         "SELECT convert_to(status::text, 'SQL_ASCII') AS status,
                 convert_to(stripe_payment_intent_id::text, 'SQL_ASCII') AS stripe_payment_intent_id,
                 convert_to(({session})::text, 'SQL_ASCII') AS checkout_session_id
-           FROM payments WHERE id = $1 FOR NO KEY UPDATE"
+           FROM payments WHERE id = {} FOR NO KEY UPDATE",
+        key.cast("$1")
     );
     crate::store::query_as(&sql)
         .bind(payment_id)

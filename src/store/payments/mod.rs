@@ -38,15 +38,17 @@ use crate::config::{
     AmountUnit, ColumnName, Partition, PartitionKind, PaymentTimes, SchemaSettings, StatusMap,
     TimeColumn,
 };
+use crate::key::{KeyType, PaymentKey, Walk};
 use crate::reconcile::{LocalAmount, LocalStatus};
+use crate::store::keys::{walk_compare, walk_order};
 
 /// One row of a batch, as phase 1 reads it. Text columns are optional: an
 /// application's own `payments` table may hold NULLs, which must become
 /// findings, not a batch that fails forever.
 #[derive(Debug, Clone)]
 pub struct PaymentRow {
-    /// `payments.id`
-    pub id: i64,
+    /// `payments.id`, as its canonical text (any key type, issue 31).
+    pub id: PaymentKey,
     /// `payments.stripe_payment_intent_id`, untrusted.
     pub stripe_payment_intent_id: Option<String>,
     /// `payments.status` mapped through `RECONCILER_LOCAL_STATUSES`; a word
@@ -76,6 +78,9 @@ pub struct PaymentRow {
     /// connected account's `acct_` id; `None` when not configured or NULL
     /// (empty, like NULL, means the platform's own account).
     pub stripe_account: Option<String>,
+    /// Read behind the cursor (a late commit, a row in the grace window when
+    /// the cursor passed): its `created_at` does not set list mode's window.
+    pub behind_cursor: bool,
     /// The Checkout Session column (`RECONCILER_CHECKOUT_SESSION_COLUMN`),
     /// untrusted; `None` when not configured or NULL. Read only when the
     /// PaymentIntent id is NULL or empty (issue 32).
@@ -89,7 +94,7 @@ pub struct PaymentRow {
 /// becomes `\xNN`, never a failed batch.
 #[derive(sqlx::FromRow)]
 struct RawRow {
-    id: i64,
+    id: PaymentKey,
     #[sqlx(try_from = "StoredText")]
     stripe_payment_intent_id: Option<String>,
     #[sqlx(try_from = "StoredText")]
@@ -131,6 +136,7 @@ impl RawRow {
             currency: self.currency,
             shares_payment_intent: self.shares_payment_intent,
             stripe_account: self.stripe_account,
+            behind_cursor: false,
             checkout_session_id: self.checkout_session_id,
         }
     }
@@ -159,6 +165,8 @@ pub struct MoneyColumns<'a> {
     /// How `created_at` and `updated_at` are read (`RECONCILER_TIMESTAMP_ZONE`
     /// for `timestamp without time zone` columns).
     pub times: &'a PaymentTimes,
+    /// `payments.id`'s type and walk (detected at start, docs/keys.md).
+    pub key: &'a KeyType,
 }
 
 impl<'a> MoneyColumns<'a> {
@@ -173,6 +181,7 @@ impl<'a> MoneyColumns<'a> {
             statuses: &settings.statuses,
             partition: settings.partition.as_ref(),
             times: &settings.times,
+            key: &settings.key,
         }
     }
 
@@ -188,26 +197,45 @@ impl<'a> MoneyColumns<'a> {
 }
 
 impl MoneyColumns<'_> {
-    /// The batch query (`$1` after id, `$2` grace seconds, `$3` limit, `$4`
-    /// the partition's value) or, with `behind`, the query of rows behind the
-    /// cursor never confirmed (`$4` job, `$5` ids left out, `$6` late-commit
-    /// id window, `$7` the partition's value). Column names enter the SQL
-    /// only as validated, double-quoted identifiers ([`ColumnName::quoted`]);
-    /// the partition's value only as a parameter.
-    fn batch_sql(&self, behind: bool) -> String {
+    /// The batch query: rows after the position (`$1` its key as text,
+    /// `$4` its `created_at`; `None`: from the cycle's start), `$2` grace
+    /// seconds, `$3` limit, `$5` the partition's value; in the walk's order
+    /// (`payments.id`, or `(created_at, id)`: docs/keys.md). Column names
+    /// enter the SQL only as validated, double-quoted identifiers
+    /// ([`ColumnName::quoted`]); the partition's value only as a parameter.
+    fn batch_sql(&self, from_start: bool) -> String {
+        let after = if from_start {
+            "TRUE".to_owned()
+        } else {
+            walk_compare(self.key, self.times, "p", ">", (1, 4))
+        };
         format!(
             "SELECT {}
                FROM payments p
-              WHERE {where_clause}{partition}
-              ORDER BY p.id
+              WHERE {after}{partition}
+              ORDER BY {order}
               LIMIT $3",
             self.row_columns(),
-            where_clause = if behind {
-                behind_cursor(self.times)
-            } else {
-                "p.id > $1".to_owned()
-            },
-            partition = self.partition_sql(if behind { 7 } else { 4 }),
+            partition = self.partition_sql(5),
+            order = walk_order(self.key, "p"),
+        )
+    }
+
+    /// The query of rows behind the cursor never confirmed (`$1` the
+    /// cursor's key, `$2` grace seconds, `$3` limit, `$4` job, `$5` keys left
+    /// out, `$6` the late-commit window's start as text, `$7` the cursor's
+    /// `created_at`, `$8` the partition's value): [`behind_cursor`].
+    fn behind_sql(&self) -> String {
+        format!(
+            "SELECT {}
+               FROM payments p
+              WHERE {}{partition}
+              ORDER BY {order}
+              LIMIT $3",
+            self.row_columns(),
+            behind_cursor(self.key, self.times),
+            partition = self.partition_sql(8),
+            order = walk_order(self.key, "p"),
         )
     }
 
@@ -231,8 +259,8 @@ impl MoneyColumns<'_> {
         );
         let (updated, created) = (self.times.updated("p"), self.times.created("p"));
         format!(
-            "p.id, {} AS stripe_payment_intent_id, {} AS status,
-             p.version, {updated} AS updated_at, {created} AS created_at,
+            "p.id::text AS id, {} AS stripe_payment_intent_id, {} AS status,
+             (p.version)::bigint AS version, {updated} AS updated_at, {created} AS created_at,
              {updated} > now() - make_interval(secs => $2) AS recently_changed,
              ({minor})::bigint AS amount, ({major})::text AS amount_major,
              {amount_null} AS amount_null,
@@ -261,32 +289,49 @@ pub(crate) fn partition_condition(partition: Option<&Partition>, alias: &str, pa
     })
 }
 
-/// Rows behind the cursor (`id <= $1`) never confirmed with Stripe, out of
-/// the grace window, and not already counted UNVERIFIABLE in this cycle (a
-/// row that keeps failing waits for the next cycle, governed by
-/// `persistently_unverifiable`, instead of being retried every batch). Two
-/// sources, both bounded: rows seen but never confirmed (one range lookup on
-/// the partial index `reconciliation_payment_state_unconfirmed`), and rows
-/// never seen at all with ids above `$6`, a window below the highest seen id (late
-/// commits near the head of the table: an anti-join on primary keys over a
-/// bounded id range). `updated_at` is read as `times` says.
-fn behind_cursor(times: &PaymentTimes) -> String {
+/// Rows behind the cursor (at or before it in the walk's order) never
+/// confirmed with Stripe, out of the grace window, and not already counted
+/// UNVERIFIABLE in this cycle (a row that keeps failing waits for the next
+/// cycle, governed by `persistently_unverifiable`, instead of being retried
+/// every batch). Two sources, both bounded: rows seen but never confirmed
+/// (the partial index `reconciliation_payment_state_unconfirmed`), and rows
+/// never seen at all (late commits near the head of the table: an anti-join
+/// over a bounded window, `$6`, below the highest seen id or `created_at`;
+/// a key walk of uuid, text or numeric keys has no such window, and its late
+/// commits are read by the next cycle: docs/keys.md, "No row skipped").
+/// `created_at` and `updated_at` are read as `times` says.
+fn behind_cursor(key: &KeyType, times: &PaymentTimes) -> String {
+    let never_seen = match (key.walk(), key.kind()) {
+        (Walk::CreatedAt, _) => format!(
+            "UNION ALL
+             SELECT q.id FROM payments q
+              WHERE {} AND q.created_at > {}
+                AND NOT EXISTS (SELECT 1 FROM reconciliation_payment_state s WHERE s.payment_id = q.id)",
+            walk_compare(key, times, "q", "<=", (1, 7)),
+            times.created_bound("($6)")
+        ),
+        (Walk::Key, crate::key::KeyKind::Integer) => format!(
+            "UNION ALL
+             SELECT q.id FROM payments q
+              WHERE q.id <= {} AND q.id > ($6)::bigint
+                AND NOT EXISTS (SELECT 1 FROM reconciliation_payment_state s WHERE s.payment_id = q.id)",
+            key.cast("$1")
+        ),
+        (Walk::Key, _) => String::new(),
+    };
     format!(
-        "p.id <= $1
+        "{at_or_before}
                 AND p.id IN (SELECT s.payment_id FROM reconciliation_payment_state s
-                              WHERE s.last_reconciled_at IS NULL AND s.payment_id <= $1
-                             UNION ALL
-                             SELECT q.id FROM payments q
-                              WHERE q.id <= $1
-                                AND q.id > $6
-                                AND NOT EXISTS (SELECT 1 FROM reconciliation_payment_state s
-                                                 WHERE s.payment_id = q.id))
-                AND {} <= now() - make_interval(secs => $2)
+                              WHERE s.last_reconciled_at IS NULL
+                             {never_seen})
+                AND {updated} <= now() - make_interval(secs => $2)
                 AND NOT EXISTS (SELECT 1 FROM reconciliation_unverifiable u
                                   JOIN reconciliation_cursor c ON c.job = u.job
                                  WHERE u.job = $4 AND u.payment_id = p.id
                                    AND u.last_cycle = c.cycle_started_at)
-                AND NOT (p.id = ANY($5))",
-        times.updated("p")
+                AND NOT (p.id = ANY({excluded}))",
+        at_or_before = walk_compare(key, times, "p", "<=", (1, 7)),
+        excluded = key.cast_array("$5"),
+        updated = times.updated("p"),
     )
 }

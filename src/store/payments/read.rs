@@ -1,7 +1,8 @@
-//! Reads of `payments`: the batch by id cursor, the rows behind the cursor
+//! Reads of `payments`: the batch after the cursor's position, the rows behind the cursor
 //! never confirmed, and the rows of PaymentIntents the events feed names.
 
 use super::*;
+use crate::key::Position;
 use crate::store::text::decode;
 
 /// How many ids below the highest seen id [`read_behind_cursor`] looks for
@@ -10,24 +11,32 @@ use crate::store::text::decode;
 /// that after taking its id is read by the next cycle's cursor.
 const LATE_COMMIT_IDS_PER_ROW: i64 = 100;
 
-/// Reads up to `limit` rows with `id > after_id` in id order, flagging those
-/// updated less than `grace` ago and those sharing their PaymentIntent id,
-/// with the configured money columns.
+/// In a `(created_at, id)` walk, how far below the highest seen
+/// `created_at` [`read_behind_cursor`] looks for rows never seen: a row
+/// committed later than that after its `created_at` (a backfill, an import)
+/// is read by the next cycle (docs/keys.md, "No row skipped").
+pub const LATE_COMMIT_WINDOW: Duration = Duration::from_secs(3600);
+
+/// Reads up to `limit` rows after `after` (`None`: from the start of the
+/// cycle) in the walk's order (docs/keys.md), flagging those updated less
+/// than `grace` ago and those sharing their PaymentIntent id, with the
+/// configured money columns.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn read_batch(
     conn: &mut PgConnection,
-    after_id: i64,
+    after: Option<&Position>,
     limit: u32,
     grace: Duration,
     columns: MoneyColumns<'_>,
 ) -> Result<Vec<PaymentRow>, StoreError> {
-    let sql = columns.batch_sql(false);
+    let sql = columns.batch_sql(after.is_none());
     let query = crate::store::query_as(&sql)
-        .bind(after_id)
+        .bind(after.map(|p| &p.key))
         .bind(grace.as_secs_f64())
-        .bind(i64::from(limit));
+        .bind(i64::from(limit))
+        .bind(after.and_then(|p| p.created_at));
     let rows: Vec<RawRow> = match columns.partition {
         Some(p) => query.bind(p.value.as_str()),
         None => query,
@@ -38,35 +47,37 @@ pub async fn read_batch(
     Ok(columns.map(rows))
 }
 
-/// Reads up to `limit` rows behind the cursor (`id <= cursor`) that were
-/// never confirmed with Stripe: committed after the cursor passed their id
-/// (sequence order is not commit order; found within
-/// `limit` × [`LATE_COMMIT_IDS_PER_ROW`] ids of the highest seen id), or in
-/// the grace window or UNVERIFIABLE when it passed. Rows counted UNVERIFIABLE in `job`'s current cycle are left out,
-/// and so are the ids of `excluded` (the rows of a batch still being read or
-/// committed, whose cursor move is not yet visible).
+/// Reads up to `limit` rows at or before the cursor `cursor` that were
+/// never confirmed with Stripe: committed after the cursor passed them
+/// (sequence order is not commit order; found within a window below the
+/// highest seen id, `limit` × [`LATE_COMMIT_IDS_PER_ROW`] ids, or
+/// `created_at`, [`LATE_COMMIT_WINDOW`]), or in the grace window or
+/// UNVERIFIABLE when it passed. Rows counted UNVERIFIABLE in `job`'s
+/// current cycle are left out, and so are the keys of `excluded` (the rows
+/// of a batch still being read or committed, whose cursor move is not yet
+/// visible).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn read_behind_cursor(
     conn: &mut PgConnection,
     job: &str,
-    cursor: i64,
+    cursor: &Position,
     limit: u32,
     grace: Duration,
     columns: MoneyColumns<'_>,
-    excluded: &[i64],
+    excluded: &[PaymentKey],
 ) -> Result<Vec<PaymentRow>, StoreError> {
-    let window_from = crate::store::payment_state::highest_seen(&mut *conn).await?
-        - i64::from(limit) * LATE_COMMIT_IDS_PER_ROW;
-    let sql = columns.batch_sql(true);
+    let window_from = late_commit_window(&mut *conn, columns.key, limit).await?;
+    let sql = columns.behind_sql();
     let query = crate::store::query_as(&sql)
-        .bind(cursor)
+        .bind(&cursor.key)
         .bind(grace.as_secs_f64())
         .bind(i64::from(limit))
         .bind(job)
         .bind(excluded)
-        .bind(window_from);
+        .bind(window_from)
+        .bind(cursor.created_at);
     let rows: Vec<RawRow> = match columns.partition {
         Some(p) => query.bind(p.value.as_str()),
         None => query,
@@ -75,6 +86,30 @@ pub async fn read_behind_cursor(
     .await
     .context("reading rows behind the cursor")?;
     Ok(columns.map(rows))
+}
+
+/// The start of the window [`read_behind_cursor`] looks for rows never seen
+/// in, as text: an id (integer keys walked by key) or a `created_at`
+/// (`(created_at, id)` walk); `None` when nothing was seen yet or the walk
+/// has no window.
+async fn late_commit_window(
+    conn: &mut PgConnection,
+    key: &KeyType,
+    limit: u32,
+) -> Result<Option<String>, StoreError> {
+    let head = crate::store::payment_state::highest_seen(&mut *conn, key).await?;
+    Ok(match (key.walk(), head) {
+        (Walk::CreatedAt, Some(head)) => head.created_at.map(|at| {
+            let window = chrono::Duration::from_std(LATE_COMMIT_WINDOW).unwrap_or_default();
+            (at - window).to_rfc3339()
+        }),
+        (Walk::Key, Some(head)) if key.kind() == crate::key::KeyKind::Integer => head
+            .key
+            .as_i64()
+            .map(|id| id.saturating_sub(i64::from(limit).saturating_mul(LATE_COMMIT_IDS_PER_ROW)))
+            .map(|id| id.to_string()),
+        _ => None,
+    })
 }
 
 /// A PaymentIntent id this job (its partition, when one is set) once verified with Stripe (its state row has
