@@ -24,6 +24,14 @@
 //! as it was, and records `charge.refunded` (or `charge.dispute.created`)
 //! with the Charge (or Dispute) object naming the PaymentIntent.
 //!
+//! Checkout Sessions (issue 32, `standin/sessions.rs`): `GET
+//! /v1/checkout/sessions/{id}` and `GET /v1/checkout/sessions` with their
+//! PaymentIntent expanded, and `POST /standin/checkout/sessions/{id}/{action}`
+//! (`complete`, `complete_unpaid`, `async_payment_succeeded`,
+//! `async_payment_failed`, `expire`), which records the `checkout.session.*`
+//! event. A table with a `stripe_checkout_session_id` column gets five
+//! session rows after the data set's (see `sessions::SEEDED`).
+//!
 //! ```text
 //! stripe_standin [--listen 127.0.0.1:12111] [--api-key sk_test_standin]
 //!                [--seed ROWS] [--latency-ms 0] [--events N]
@@ -63,6 +71,9 @@ use wiremock::matchers::{method, path_regex};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 const FIXTURE: &str = include_str!("../tests/fixtures/payment_intent.json");
+
+#[path = "standin/sessions.rs"]
+mod sessions;
 
 /// What Stripe knows about one id.
 #[derive(Clone)]
@@ -696,7 +707,13 @@ async fn main() -> anyhow::Result<()> {
     let mut known = HashMap::new();
     let anchor = chrono::Utc::now();
     if let Some(rows) = args.seed {
-        let expected = seed_database(rows, anchor, args.connect_account.as_deref()).await?;
+        let mut expected = seed_database(rows, anchor, args.connect_account.as_deref()).await?;
+        sessions::seed_database(
+            anchor.timestamp(),
+            args.connect_account.as_deref(),
+            &mut expected,
+        )
+        .await?;
         println!(
             "{}",
             serde_json::json!({"rows": rows, "expected_findings": expected})
@@ -732,6 +749,7 @@ async fn main() -> anyhow::Result<()> {
         .disable_request_recording()
         .start()
         .await;
+    let connected = args.connect_account.clone();
     let feed = std::sync::Arc::new(events::Feed::new(
         known_rows,
         args.connect_account,
@@ -759,6 +777,8 @@ async fn main() -> anyhow::Result<()> {
         latency,
         requests: AtomicU64::new(0),
     });
+    let seeded = sessions::Sessions::seeded(&standin, anchor.timestamp(), connected.as_deref());
+    sessions::mount(&server, Arc::clone(&standin), Arc::new(seeded)).await;
     mount_payment_intents(&server, standin).await;
     eprintln!("stripe stand-in listening on {}", server.uri());
     tokio::signal::ctrl_c().await?;
@@ -926,6 +946,22 @@ mod events {
                 .copied()
         }
 
+        /// Sets a PaymentIntent's status at "Stripe" without an event (a
+        /// Checkout Session's, issue 32), on `account` (`None`: the
+        /// platform's): retrieves then serve it like a moved one.
+        pub fn set_payment_intent(&self, pi: &str, status: &'static str, account: Option<&str>) {
+            self.moved
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(pi.to_owned(), status);
+            if let Some(a) = account {
+                self.created_on
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(pi.to_owned(), a.to_owned());
+            }
+        }
+
         /// What was done to this PaymentIntent's charge.
         pub fn money_of(&self, id: &str) -> Money {
             self.money
@@ -944,7 +980,17 @@ mod events {
         /// event of a connected account's PaymentIntent carries Stripe's
         /// `account` attribute and is served on that account's feed only.
         fn record_typed(&self, pi: &str, event_type: &str, created: i64, object: Value) {
-            let account = self.owner(pi);
+            self.record_on(self.owner(pi), event_type, created, object);
+        }
+
+        /// Records an event on `account`'s feed (`None`: the platform's).
+        pub fn record_on(
+            &self,
+            account: Option<String>,
+            event_type: &str,
+            created: i64,
+            object: Value,
+        ) {
             let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
             let n = events.len();
             let mut event = json!({
@@ -1171,7 +1217,7 @@ mod tests {
     use serde_json::Value;
     use wiremock::MockServer;
 
-    use super::{events, Args, Standin, FIXTURE};
+    use super::{events, sessions, Args, Standin, FIXTURE};
 
     const ACCOUNT: &str = "acct_1StandinTest";
     const REVOKED: &str = "acct_1StandinRevoked";
@@ -1203,7 +1249,10 @@ mod tests {
             latency: Duration::ZERO,
             requests: AtomicU64::new(0),
         };
-        super::mount_payment_intents(&server, Arc::new(standin)).await;
+        let standin = Arc::new(standin);
+        let seeded = sessions::Sessions::seeded(&standin, 1_700_000_000, Some(ACCOUNT));
+        sessions::mount(&server, Arc::clone(&standin), Arc::new(seeded)).await;
+        super::mount_payment_intents(&server, standin).await;
         server
     }
 
@@ -1348,6 +1397,203 @@ mod tests {
             .await;
             assert_eq!(status, 403, "{account}");
         }
+    }
+
+    /// The ids of a list's items, in its order.
+    fn ids(list: &Value) -> Vec<&str> {
+        list["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["id"].as_str().unwrap())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn sessions_are_served_with_their_payment_intent_on_their_account_only() {
+        let s = server().await;
+        let (status, cs) = call(
+            &s,
+            false,
+            "/v1/checkout/sessions/cs_test_DemoMissedCompleted?expand[]=payment_intent.latest_charge",
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{cs}");
+        assert_eq!(
+            (
+                &cs["object"],
+                &cs["mode"],
+                &cs["status"],
+                &cs["payment_status"]
+            ),
+            (
+                &Value::from("checkout.session"),
+                &Value::from("payment"),
+                &Value::from("complete"),
+                &Value::from("paid")
+            )
+        );
+        let pi = &cs["payment_intent"];
+        assert_eq!(pi["id"], "pi_DemoSessionMissed", "{cs}");
+        assert_eq!(pi["status"], "succeeded");
+        assert_eq!(
+            pi["latest_charge"]["payment_intent"],
+            "pi_DemoSessionMissed"
+        );
+        // Not expanded: the id; the async one's PaymentIntent is processing.
+        let (_, cs) = call(
+            &s,
+            false,
+            "/v1/checkout/sessions/cs_test_DemoMissedCompleted",
+            None,
+        )
+        .await;
+        assert_eq!(cs["payment_intent"], "pi_DemoSessionMissed");
+        let (_, cs) = call(
+            &s,
+            false,
+            "/v1/checkout/sessions/cs_test_DemoAsyncUnpaid?expand[]=payment_intent.latest_charge",
+            None,
+        )
+        .await;
+        assert_eq!(cs["payment_status"], "unpaid");
+        assert_eq!(cs["payment_intent"]["status"], "processing");
+        assert_eq!(
+            cs["payment_intent"]["payment_method_types"][0],
+            "sepa_debit"
+        );
+        // The connected account's session: only with its header.
+        let connected = "/v1/checkout/sessions/cs_test_DemoConnectedMissed";
+        let (status, body) = call(&s, false, connected, None).await;
+        assert_eq!(status, 404);
+        assert_eq!(body["error"]["code"], "resource_missing");
+        assert_eq!(call(&s, false, connected, Some(ACCOUNT)).await.0, 200);
+
+        // Lists: newest first, paged, each account its own sessions.
+        let (status, page) = call(
+            &s,
+            false,
+            "/v1/checkout/sessions?limit=2&expand[]=data.payment_intent.latest_charge",
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{page}");
+        assert_eq!(ids(&page), ["cs_test_DemoOpen", "cs_test_DemoExpired"]);
+        assert_eq!(page["has_more"], true);
+        let (_, rest) = call(
+            &s,
+            false,
+            "/v1/checkout/sessions?limit=2&starting_after=cs_test_DemoExpired&expand[]=data.payment_intent.latest_charge",
+            None,
+        )
+        .await;
+        assert_eq!(
+            ids(&rest),
+            ["cs_test_DemoAsyncUnpaid", "cs_test_DemoMissedCompleted"]
+        );
+        assert_eq!(rest["has_more"], false);
+        assert_eq!(rest["data"][1]["payment_intent"]["status"], "succeeded");
+        // Seeded session j was created at 1_700_000_000 - 3600 + j.
+        let window = "/v1/checkout/sessions?created[gte]=1699996402&created[lt]=1699996404";
+        let (_, window) = call(&s, false, window, None).await;
+        assert_eq!(
+            ids(&window),
+            ["cs_test_DemoExpired", "cs_test_DemoAsyncUnpaid"]
+        );
+        assert_eq!(window["data"][1]["payment_intent"], "pi_DemoSessionAsync");
+        let (_, on_account) = call(&s, false, "/v1/checkout/sessions", Some(ACCOUNT)).await;
+        assert_eq!(ids(&on_account), ["cs_test_DemoConnectedMissed"]);
+        let (status, _) = call(&s, false, "/v1/checkout/sessions", Some(REVOKED)).await;
+        assert_eq!(status, 403);
+    }
+
+    #[tokio::test]
+    async fn a_completed_sessions_event_is_on_its_accounts_feed_and_its_state_is_served() {
+        let s = server().await;
+        let post = |path: &'static str, account| {
+            let s = &s;
+            async move { call(s, true, path, account).await.0 }
+        };
+        assert_eq!(
+            post("/standin/checkout/sessions/cs_test_New/complete", None).await,
+            200
+        );
+        assert_eq!(
+            post(
+                "/standin/checkout/sessions/cs_test_NewConnected/complete_unpaid",
+                Some(ACCOUNT)
+            )
+            .await,
+            200
+        );
+        // Another account's session is not there to move.
+        assert_eq!(
+            post(
+                "/standin/checkout/sessions/cs_test_New/expire",
+                Some(ACCOUNT)
+            )
+            .await,
+            404
+        );
+        let types = "/v1/events?types[]=checkout.session.completed";
+        let (_, platform) = call(&s, false, types, None).await;
+        let events = platform["data"].as_array().unwrap();
+        assert_eq!(events.len(), 1, "{platform}");
+        let o = &events[0]["data"]["object"];
+        assert_eq!(
+            (
+                &o["id"],
+                &o["status"],
+                &o["payment_status"],
+                &o["payment_intent"]
+            ),
+            (
+                &Value::from("cs_test_New"),
+                &Value::from("complete"),
+                &Value::from("paid"),
+                &Value::from("pi_New")
+            )
+        );
+        assert!(events[0].get("account").is_none());
+        let (_, connected) = call(&s, false, types, Some(ACCOUNT)).await;
+        assert_eq!(connected["data"][0]["account"], ACCOUNT);
+        assert_eq!(
+            connected["data"][0]["data"]["object"]["payment_status"],
+            "unpaid"
+        );
+        // Another type is not listed under this one.
+        let (_, none) = call(
+            &s,
+            false,
+            "/v1/events?types[]=checkout.session.expired",
+            None,
+        )
+        .await;
+        assert_eq!(ids(&none), Vec::<&str>::new());
+        // The session and its PaymentIntent as the job then reads them.
+        let (_, cs) = call(
+            &s,
+            false,
+            "/v1/checkout/sessions/cs_test_New?expand[]=payment_intent.latest_charge",
+            None,
+        )
+        .await;
+        assert_eq!(cs["payment_intent"]["status"], "succeeded");
+        let (status, pi) = call(
+            &s,
+            false,
+            "/v1/payment_intents/pi_NewConnected",
+            Some(ACCOUNT),
+        )
+        .await;
+        assert_eq!((status, &pi["status"]), (200, &Value::from("processing")));
+        assert_eq!(
+            call(&s, false, "/v1/payment_intents/pi_NewConnected", None)
+                .await
+                .0,
+            404
+        );
     }
 
     #[test]

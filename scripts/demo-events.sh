@@ -7,7 +7,10 @@
 # charge.dispute.created). A Connect platform: every tenth row lives on a
 # connected account, and a webhook is missed there too (a pending row of the
 # account) along with money on the account with no order; those events are
-# on the account's own feed, read with its Stripe-Account header.
+# on the account's own feed, read with its Stripe-Account header. Checkout:
+# a row that holds its session id (cs_...) and no PaymentIntent yet, whose
+# checkout.session.completed never arrives, and a SEPA session that
+# completes unpaid (the application rightly waits: no finding).
 # `stripe-reconciler events` finds all six seconds later, long before the
 # cursor reaches the rows. Prints the time from each event to its finding.
 set -euo pipefail
@@ -31,7 +34,8 @@ psql "$DATABASE_URL" -q <<'SQL'
 CREATE TABLE payments (
     id                       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     order_id                 text        NOT NULL,
-    stripe_payment_intent_id text        NOT NULL,
+    stripe_payment_intent_id text,
+    stripe_checkout_session_id text,
     status                   text        NOT NULL CHECK (status IN ('pending', 'paid', 'failed')),
     version                  bigint      NOT NULL DEFAULT 0,
     stripe_account           text,
@@ -59,6 +63,9 @@ export RECONCILER_GRACE_SECONDS=$GRACE
 # Connect: reads of a row on the account carry its Stripe-Account header, and
 # the events job reads each active account's feed as well as the platform's.
 export RECONCILER_ACCOUNT_COLUMN=stripe_account
+# Checkout Sessions: a row without a PaymentIntent id is judged by the session
+# in this column, and the feed's checkout.session.* events re-read it.
+export RECONCILER_CHECKOUT_SESSION_COLUMN=stripe_checkout_session_id
 
 say "stripe-reconciler run: one batch of 1,000 rows (the scan's cursor stops at row 1,000)"
 RECONCILER_BATCH_SIZE=1000 RECONCILER_BATCHES_PER_RUN=1 "$bin" run >/dev/null 2>.demo/events-run.log
@@ -105,6 +112,20 @@ connected_feed=$(curl -fsS -H "Authorization: Bearer $STRIPE_API_KEY" -H "Stripe
 ! grep -q pi_DemoConnected <<<"$platform_feed" || die "the platform's events feed lists the connected account's events"
 grep -q pi_DemoConnectedMissed <<<"$connected_feed" || die "the connected account's events feed lacks its event"
 
+say "a new order paid through Checkout: its row holds the session and no PaymentIntent yet"
+session_rows=$(psql "$DATABASE_URL" -qAtc "INSERT INTO payments (order_id, stripe_payment_intent_id, stripe_checkout_session_id, status,
+                                                                 created_at, updated_at)
+                                          VALUES ('ord_session_missed', NULL, 'cs_test_DemoEventsCompleted', 'pending',
+                                                  now() - interval '1 minute', now() - interval '1 minute'),
+                                                 ('ord_session_async', NULL, 'cs_test_DemoEventsAsync', 'pending',
+                                                  now() - interval '1 minute', now() - interval '1 minute')
+                                          RETURNING id" | tr '\n' ' ')
+read -r session_row async_row <<<"$session_rows"
+curl -fsS -X POST "$STRIPE_API_BASE/standin/checkout/sessions/cs_test_DemoEventsCompleted/complete" >.demo/events-session.json
+say "Stripe: cs_test_DemoEventsCompleted completes, paid (pi_DemoEventsCompleted); checkout.session.completed never reaches the application (payments.id $session_row)"
+curl -fsS -X POST "$STRIPE_API_BASE/standin/checkout/sessions/cs_test_DemoEventsAsync/complete_unpaid" >/dev/null
+say "Stripe: cs_test_DemoEventsAsync completes unpaid (SEPA debit, its PaymentIntent processing); the application waits (payments.id $async_row)"
+
 sleep $((GRACE + 1))
 say "stripe-reconciler events"
 "$bin" events 2>.demo/events-events.log >.demo/events-summary.txt \
@@ -126,7 +147,8 @@ psql "$DATABASE_URL" -c "SELECT f.kind, coalesce(p.stripe_payment_intent_id, f.s
                                         ('pi_DemoRefunded', $(created .demo/events-refund.json)),
                                         ('pi_DemoDisputed', $(created .demo/events-dispute.json)),
                                         ('pi_DemoConnectedMissed', $(created .demo/events-connected-missed.json)),
-                                        ('pi_DemoConnectedNoOrder', $(created .demo/events-connected-orphan.json)))
+                                        ('pi_DemoConnectedNoOrder', $(created .demo/events-connected-orphan.json)),
+                                        ('pi_DemoEventsCompleted', $(created .demo/events-session.json)))
                                 AS e(pi, created) ON e.pi = coalesce(p.stripe_payment_intent_id, f.stripe_payment_intent_id)
                           ORDER BY f.id"
 kinds=$(psql "$DATABASE_URL" -Atc "SELECT string_agg(kind, ',' ORDER BY kind) FROM reconciliation_findings
@@ -167,6 +189,18 @@ connected_seconds=$(psql "$DATABASE_URL" -Atc "SELECT round(max(extract(epoch FR
                                                  ON e.pi = coalesce((SELECT stripe_payment_intent_id FROM payments WHERE id = f.payment_id),
                                                                     f.stripe_payment_intent_id)
                                               WHERE f.stripe_account_id = '$CONNECTED' AND f.resolved_at IS NULL")
+session=$(psql "$DATABASE_URL" -Atc "SELECT string_agg(kind || ' ' || checkout_session_id || ' ' || coalesce(stripe_payment_intent_id, '-'), ',')
+                                     FROM reconciliation_findings WHERE resolved_at IS NULL AND payment_id = $session_row")
+[ "$session" = "missed_success cs_test_DemoEventsCompleted pi_DemoEventsCompleted" ] \
+  || die "expected missed_success for the missed checkout.session.completed (payments.id $session_row), got '$session'"
+session_commands=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM outbox WHERE event_type = 'ApplyPaymentSucceeded'
+                                                AND payload->>'payment_id' = '$session_row'")
+[ "$session_commands" = 1 ] || die "expected one ApplyPaymentSucceeded command for payment $session_row, got $session_commands"
+async_findings=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM reconciliation_findings WHERE payment_id = $async_row")
+async_read=$(psql "$DATABASE_URL" -Atc "SELECT observed_external_status FROM reconciliation_payment_state WHERE payment_id = $async_row")
+[ "$async_findings" = 0 ] && [ "$async_read" = processing ] \
+  || die "the async unpaid session (payments.id $async_row): expected read as processing with no finding, got '$async_read' and $async_findings findings"
+say "missed checkout.session.completed (payments.id $session_row) caught by one events run; the async unpaid session was read (PaymentIntent processing) and not booked"
 say "connected account $CONNECTED: missed webhook (payments.id $connected_row) and money with no order caught from its own events feed ${connected_seconds}s after they happened at Stripe"
 say "refund and dispute caught by one events run ${money_seconds}s after they happened at Stripe (the scan would reach these rows only after the whole table)"
 cursor_now=$(psql "$DATABASE_URL" -Atc "SELECT last_id FROM reconciliation_cursor WHERE job = 'payments-vs-stripe'")
@@ -175,5 +209,10 @@ say "caught by events while the scan's cursor is at $cursor_now of $row rows: th
 say "stripe-reconciler repair (the missed success is applied; missing_locally waits for a person)"
 "$bin" repair 2>>.demo/events-events.log
 psql "$DATABASE_URL" -c "SELECT id, order_id, coalesce(stripe_account, 'platform') AS account, status, version
-                           FROM payments WHERE id IN ($row, $connected_row) ORDER BY id"
+                                , coalesce(stripe_payment_intent_id, '-') AS payment_intent
+                           FROM payments WHERE id IN ($row, $connected_row, $session_row, $async_row) ORDER BY id"
+repaired_session=$(psql "$DATABASE_URL" -Atc "SELECT status || ' ' || coalesce(stripe_payment_intent_id, '-') FROM payments
+                                              WHERE id IN ($session_row, $async_row) ORDER BY id" | tr '\n' ',')
+[ "$repaired_session" = "paid pi_DemoEventsCompleted,pending -," ] \
+  || die "after repair: expected the session's row paid with pi_DemoEventsCompleted and the async one pending, got '$repaired_session'"
 "$bin" findings list --open --kind missing_locally

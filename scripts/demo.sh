@@ -30,14 +30,17 @@ export RECONCILER_LOG_FORMAT=pretty
 
 # The application's own payments table, as many real ones are: amount and
 # currency columns, no UNIQUE constraint on the PaymentIntent id, and (a
-# Connect platform) the connected account of direct charges.
+# Connect platform) the connected account of direct charges. Checkout: a row
+# is created with its session id (cs_...) and gets its PaymentIntent id from
+# the checkout.session.completed webhook (NULL until then).
 CONNECTED=acct_1DemoConnected
-say "an application's payments table keyed by $KEY (amount_cents, currency, stripe_account, no UNIQUE on stripe_payment_intent_id)"
+say "an application's payments table keyed by $KEY (amount_cents, currency, stripe_account, stripe_checkout_session_id, no UNIQUE on stripe_payment_intent_id)"
 psql "$DATABASE_URL" -q <<SQL
 CREATE TABLE payments (
     id                       $ID_COLUMN,
     order_id                 text        NOT NULL,
-    stripe_payment_intent_id text        NOT NULL,
+    stripe_payment_intent_id text,
+    stripe_checkout_session_id text,
     status                   text        NOT NULL CHECK (status IN ('pending', 'paid', 'failed')),
     version                  bigint      NOT NULL DEFAULT 0,
     amount_cents             bigint,
@@ -51,7 +54,7 @@ SQL
 
 mkdir -p .demo
 port=$(free_port)
-say "seeding $ROWS payments (every tenth on connected account $CONNECTED) and starting the Stripe stand-in on 127.0.0.1:$port"
+say "seeding $ROWS payments (every tenth on connected account $CONNECTED) and 5 Checkout Session rows, and starting the Stripe stand-in on 127.0.0.1:$port"
 target/debug/examples/stripe_standin --listen "127.0.0.1:$port" --seed "$ROWS" \
   --connect-account "$CONNECTED" --api-key sk_test_standin >.demo/expected.json 2>.demo/standin.log &
 standin=$!
@@ -84,6 +87,9 @@ export RECONCILER_ABANDONED_AFTER_SECONDS=2592000
 # Connect: the stand-in serves the connected account's PaymentIntents only to
 # reads with its Stripe-Account header (404 without, like Stripe).
 export RECONCILER_ACCOUNT_COLUMN=stripe_account
+# Checkout Sessions (docs/checkout-sessions.md): a row without a PaymentIntent
+# id is judged by the session in this column.
+export RECONCILER_CHECKOUT_SESSION_COLUMN=stripe_checkout_session_id
 # Notifications (docs/review.md): a local receiver stands in for Slack's
 # incoming webhook; each run posts the new money findings to it once.
 notify_port=$(free_port)
@@ -122,6 +128,25 @@ else
   printf 'expected:\n%s\nactual:\n%s\n' "$expected" "$actual" >&2
   die "findings do not match the injected drift"
 fi
+
+say "Checkout Session rows (no PaymentIntent id yet): a missed checkout.session.completed, on the platform and on $CONNECTED, an async (SEPA) session complete but unpaid, an expired and an open session"
+session_rows="SELECT p.order_id, p.stripe_checkout_session_id AS checkout_session,
+                     coalesce(p.stripe_payment_intent_id, '-') AS payment_intent, p.status AS local,
+                     coalesce(s.observed_external_status, '-') AS stripe,
+                     coalesce((SELECT string_agg(f.kind, ',') FROM reconciliation_findings f
+                                WHERE f.payment_id = p.id AND f.resolved_at IS NULL), '-') AS finding
+                FROM payments p LEFT JOIN reconciliation_payment_state s ON s.payment_id = p.id
+               WHERE p.stripe_checkout_session_id IS NOT NULL ORDER BY p.created_at"
+psql "$DATABASE_URL" -c "$session_rows"
+sessions=$(psql "$DATABASE_URL" -Atc "SELECT string_agg(order_id || ' ' || local || ' ' || finding, ',' ORDER BY order_id)
+                                      FROM ($session_rows) r")
+want="ord_cs_async_unpaid pending -,ord_cs_connected_missed pending missed_success,ord_cs_expired pending missed_cancel,ord_cs_missed_completed pending missed_success,ord_cs_open pending -"
+[ "$sessions" = "$want" ] || die "Checkout Session rows: expected '$want', got '$sessions'"
+connected_session=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM reconciliation_findings
+                                               WHERE checkout_session_id = 'cs_test_DemoConnectedMissed'
+                                                 AND stripe_account_id = '$CONNECTED' AND resolved_at IS NULL")
+[ "$connected_session" = 1 ] || die "the connected account's missed checkout.session.completed was not recorded on $CONNECTED"
+say "the scan caught both missed checkout.session.completed (missed_success) and the expired session (missed_cancel); the async session, complete but unpaid, and the open one are in flight: no finding, no repair to paid"
 
 say "findings on connected account $CONNECTED (read with Stripe-Account: $CONNECTED)"
 psql "$DATABASE_URL" -c "SELECT kind, count(*) AS findings FROM reconciliation_findings
@@ -162,12 +187,19 @@ psql "$DATABASE_URL" -c "SELECT status, count(*) AS payments, sum(version) AS ve
 
 # The repairs just touched those rows; a grace of 0 s lets the second scan
 # verify them now instead of after RECONCILER_GRACE_SECONDS.
+say "Checkout Session rows after the repair: a completed session's row is paid and holds its PaymentIntent id; the async one is still pending"
+psql "$DATABASE_URL" -c "$session_rows"
+after=$(psql "$DATABASE_URL" -Atc "SELECT string_agg(order_id || ' ' || status || ' ' || coalesce(stripe_payment_intent_id, '-'), ',' ORDER BY order_id)
+                                   FROM payments WHERE stripe_checkout_session_id IS NOT NULL")
+want="ord_cs_async_unpaid pending -,ord_cs_connected_missed paid pi_DemoSessionConnected,ord_cs_expired failed -,ord_cs_missed_completed paid pi_DemoSessionMissed,ord_cs_open pending -"
+[ "$after" = "$want" ] || die "Checkout Session rows after repair: expected '$want', got '$after'"
+
 say "stripe-reconciler run (second scan)"
 RECONCILER_GRACE_SECONDS=0 "$bin" run 2>>.demo/run.log || die "the second run failed"
 verified=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM reconciliation_payment_state s
                                       JOIN reconciliation_findings f ON f.payment_id = s.payment_id AND f.resolution = 'repaired'
                                      WHERE s.last_reconciled_at > f.resolved_at
-                                       AND s.observed_external_status IN ('succeeded', 'canceled')")
+                                       AND s.observed_external_status IN ('succeeded', 'canceled', 'expired')")
 repaired=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM reconciliation_findings WHERE resolution = 'repaired'")
 still_open=$(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM reconciliation_findings WHERE resolved_at IS NULL
                                           AND kind IN ('missed_success', 'missed_cancel')")
