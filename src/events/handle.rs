@@ -255,7 +255,12 @@ async fn work(
 ) -> Result<Worked, EventsError> {
     let lease = lease_of(ctx, &summary.job)?;
     let sessions = sessions::look_up(ctx, &read.sessions, &progress.handled).await?;
-    let mut events = read.events.clone();
+    let mut events: Vec<PaymentIntentEvent> = read
+        .events
+        .iter()
+        .filter(|e| !sessions.payment_intents.contains(e.payment_intent.as_str()))
+        .cloned()
+        .collect();
     events.extend(sessions.as_payment_intents);
     let collapsed = plan::collapse(&events);
     let looked = look_up(ctx, &collapsed, progress).await?;
@@ -268,6 +273,7 @@ async fn work(
         .handled
         .extend(looked.plan.read_or_held(&looked.rows, &written.held));
     progress.handled.extend(sessions.handled);
+    progress.handled.extend(sessions.payment_intents);
     tally(summary, feed, &read, &looked, &answers, &written);
     Ok(Worked::Done)
 }

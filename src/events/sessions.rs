@@ -23,6 +23,12 @@ pub(super) struct SessionWork {
     /// The sessions of those rows: a later event of the run about one of
     /// them needs no second read.
     pub(super) handled: Vec<String>,
+    /// The PaymentIntents those sessions name: their rows hold no
+    /// PaymentIntent id yet, so a `payment_intent.*` event about one of
+    /// them (Stripe sends `payment_intent.succeeded` beside
+    /// `checkout.session.completed`) is judged through the session's read,
+    /// never as money no row names (`missing_locally`).
+    pub(super) payment_intents: HashSet<String>,
     /// The events of the other sessions, as events about their
     /// PaymentIntent ([`SessionEvent::as_payment_intent_event`]).
     pub(super) as_payment_intents: Vec<PaymentIntentEvent>,
@@ -72,10 +78,16 @@ pub(super) async fn look_up(
         .filter(|e| !by_row.contains(e.checkout_session.as_str()))
         .filter_map(|e| e.as_payment_intent_event())
         .collect();
+    let payment_intents = sessions
+        .iter()
+        .filter(|e| by_row.contains(e.checkout_session.as_str()))
+        .filter_map(|e| e.payment_intent.as_ref().map(|pi| pi.as_str().to_owned()))
+        .collect();
     let handled = by_row.iter().map(|s| (*s).to_owned()).collect();
     Ok(SessionWork {
         rows: judged,
         handled,
+        payment_intents,
         as_payment_intents,
     })
 }

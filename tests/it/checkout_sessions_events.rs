@@ -58,12 +58,21 @@ async fn a_missed_checkout_session_completed_is_found_by_one_events_run(pool: Pg
     arrange(None, "cs_test_EvSepa", "pi_EvSepa", "processing", "unpaid");
     // Paid, and no row names the session or its PaymentIntent.
     arrange(None, "cs_test_EvOrphan", "pi_EvOrphan", "succeeded", "paid");
+    // Stripe also sends `payment_intent.succeeded` for a paid session's
+    // PaymentIntent: its row holds no PaymentIntent id yet, so it is judged
+    // through the session, never as money no row names (`missing_locally`).
+    for (account, pi) in [(None, "pi_EvPlatform"), (Some(ACCT), "pi_EvConnect")] {
+        stripe.push_event(
+            account,
+            crate::support::events_feed::event(&format!("evt_s_{pi}"), pi, "succeeded", 890),
+        );
+    }
 
     let s = session_settings(ReadMode::List);
     let (summary, result) =
         run_events(&pool, &gateway(&stripe), &s, CancellationToken::new()).await;
     result.unwrap();
-    assert_eq!(summary.events_read, 4, "{summary:?}");
+    assert_eq!(summary.events_read, 6, "{summary:?}");
 
     type Found = (Option<i64>, String, Option<String>, Option<String>);
     let found: Vec<Found> = sqlx::query_as(
