@@ -5,7 +5,12 @@
 # scenario creates its own database (stripe_reconciler_bench_*), dropped at the
 # end. Prints a Markdown results table on stdout; progress goes to stderr.
 #
-#   scripts/bench.sh [--only 1,2,3,4] [--keep]
+#   scripts/bench.sh [--only 1,2,3,4,12,23,31] [--keep]
+#
+# Issue 31, list mode on bigint, random-uuid and text keys side by side
+# (BENCHMARKS.md, "Issue 31"); BENCH_KEY / BENCH_KEY_INDEX choose the tables:
+#   BENCH_K_ROWS=200000 BENCH_K_SLOW_ROWS=20000 scripts/bench.sh --only 31
+#   BENCH_KEY=uuid BENCH_KEY_INDEX=none BENCH_K_ROWS=50000 BENCH_K_SLOW_ROWS=0 scripts/bench.sh --only 31
 #
 # Smaller sizes for a quick look: BENCH_S1_ROWS, BENCH_S2_ROWS, BENCH_S3_ROWS,
 # BENCH_BASELINE_ROWS. The build goes to $CARGO_TARGET_DIR (default target/).

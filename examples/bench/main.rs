@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! bench --bin PATH/stripe-reconciler [--admin-url postgres://root@127.0.0.1:5432/postgres]
-//!       [--only 1,2,3,4,12,23] [--keep]
+//!       [--only 1,2,3,4,12,23,31] [--keep]
 //! ```
 //!
 //! Every scenario creates its own database (`stripe_reconciler_bench_*`,
@@ -33,7 +33,8 @@
 
 //!
 //! One file per scenario: `scenario_1`, `scenario_2` (with 2b and 4),
-//! `scenario_3`, `scenario_list` (issues 12 and 23); what they share is
+//! `scenario_3`, `scenario_list` (issues 12 and 23), `scenario_keys` (issue 31:
+//! bigint, uuid and text keys side by side); what they share is
 //! `common`, `standin`, `binary` and `seed_port`.
 
 mod binary;
@@ -41,6 +42,7 @@ mod common;
 mod scenario_1;
 mod scenario_2;
 mod scenario_3;
+mod scenario_keys;
 mod scenario_list;
 mod seed_port;
 mod standin;
@@ -51,6 +53,7 @@ use common::{parse_args, Databases, Line};
 use scenario_1::scenario_1;
 use scenario_2::{scenario_2, scenario_4_alone};
 use scenario_3::scenario_3;
+use scenario_keys::scenario_keys;
 use scenario_list::{scenario_auto, scenarios_list};
 
 fn print_table(lines: &[Line]) {
@@ -125,6 +128,12 @@ async fn main() -> anyhow::Result<()> {
     if args.only.contains(&23) {
         if let Err(e) = scenario_auto(&args, &mut dbs, &mut lines).await {
             eprintln!("issue-23 scenario failed: {e:#}");
+            result = Err(e);
+        }
+    }
+    if args.only.contains(&31) {
+        if let Err(e) = scenario_keys(&args, &mut dbs, &mut lines).await {
+            eprintln!("issue-31 scenario failed: {e:#}");
             result = Err(e);
         }
     }

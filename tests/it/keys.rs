@@ -6,6 +6,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::support::events_feed::event;
 use crate::support::stripe_fake::{StripeFake, LIST, RETRIEVE};
 use crate::support::*;
 use serde_json::Value;
@@ -13,6 +14,7 @@ use sqlx::PgPool;
 use stripe_reconciler::config::{
     ColumnName, JobSettings, OutboxSettings, Partition, PartitionKind, ReadMode, Sizing,
 };
+use stripe_reconciler::events::run_events;
 use stripe_reconciler::key::Walk;
 use stripe_reconciler::repair::{drain, RepairOptions};
 use stripe_reconciler::scan::{self, RunOptions, RunSummary};
@@ -581,4 +583,47 @@ async fn a_row_whose_key_or_created_at_changes_is_read_as_a_new_row(pool: PgPool
     .await
     .unwrap();
     assert!(moved, "the state row follows the new created_at");
+}
+
+/// The events job on a random-uuid table: a missed webhook (Stripe says
+/// succeeded, the row is still `pending`) surfaced through `GET /v1/events`
+/// is a `missed_success` finding for that uuid, and its repair command names
+/// the payment by the uuid as a string.
+#[sqlx::test(migrations = false)]
+async fn the_events_job_finds_a_missed_webhook_on_a_uuid_table(pool: PgPool) {
+    app_table(&pool, "uuid", "bigint", true).await;
+    migrate(&pool, &[]).await;
+    let stripe = StripeFake::start().await;
+    let missed = insert(&pool, "gen_random_uuid()", "pi_UEvents", "pending", 3600).await;
+    let in_sync = insert(&pool, "gen_random_uuid()", "pi_UInSync", "paid", 3600).await;
+    stripe.mirror(&pool, "succeeded").await;
+    stripe.push_event(None, event("evt_u1", "pi_UEvents", "succeeded", 120));
+    stripe.push_event(None, event("evt_u2", "pi_UInSync", "succeeded", 110));
+
+    let s = job(&pool, ReadMode::Retrieve, 50).await;
+    let (summary, result) =
+        run_events(&pool, &gateway(&stripe), &s, CancellationToken::new()).await;
+    result.unwrap();
+
+    assert_eq!(summary.events_read, 2, "{summary:?}");
+    assert_eq!(
+        open_findings(&pool).await,
+        BTreeSet::from([(missed.clone(), "missed_success".to_owned())]),
+        "only the missed webhook, by its uuid (not {in_sync})"
+    );
+    let commands = outbox(&pool).await;
+    assert_eq!(
+        commands.len(),
+        1,
+        "{:?}",
+        commands.iter().map(|c| &c.event_type).collect::<Vec<_>>()
+    );
+    assert_eq!(commands[0].event_type, "ApplyPaymentSucceeded");
+    assert_eq!(commands[0].aggregate_id, missed);
+    assert_eq!(
+        commands[0].payload["payment_id"],
+        Value::String(missed.clone()),
+        "{}",
+        commands[0].payload
+    );
 }
