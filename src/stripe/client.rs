@@ -212,29 +212,50 @@ impl StripeGateway {
         window: CreatedWindow,
         starting_after: Option<&PaymentIntentId>,
     ) -> Result<ListPage, GatewayError> {
-        let mut url = self.v1(&["payment_intents"]);
+        self.list_page(
+            (&["payment_intents"], "data.latest_charge"),
+            account,
+            window,
+            starting_after.map(PaymentIntentId::as_str),
+            parse_list_page,
+        )
+        .await
+    }
+
+    /// One page of a Stripe list endpoint (`path` under `/v1`, with
+    /// `expand[]=<expand>`) created in `window` on `account`, newest first,
+    /// [`LIST_PAGE_LIMIT`] objects after `starting_after`; the body capped at
+    /// [`MAX_LIST_BODY_BYTES`]. Shared by the PaymentIntents' and the
+    /// Checkout Sessions' lists.
+    ///
+    /// # Errors
+    /// As [`StripeGateway::list_payment_intents`]; a 404 on a list path says
+    /// nothing about an object, so it is [`GatewayError::Unavailable`]
+    /// ([`InvalidBody::NotFoundOnList`]).
+    pub(super) async fn list_page<T>(
+        &self,
+        (path, expand): (&[&str], &str),
+        account: Option<&AccountId>,
+        window: CreatedWindow,
+        starting_after: Option<&str>,
+        parse: impl Fn(&reqwest::header::HeaderMap, &[u8]) -> Result<T, Unavailable>,
+    ) -> Result<T, GatewayError> {
+        let mut url = self.v1(path);
         {
             let mut query = url.query_pairs_mut();
             query
                 .append_pair("created[gte]", &window.gte.to_string())
                 .append_pair("created[lte]", &window.lte.to_string())
                 .append_pair("limit", &LIST_PAGE_LIMIT.to_string())
-                .append_pair("expand[]", "data.latest_charge");
+                .append_pair("expand[]", expand);
             if let Some(after) = starting_after {
-                query.append_pair("starting_after", after.as_str());
+                query.append_pair("starting_after", after);
             }
         }
         match self
-            .request_capped(
-                Endpoint::List,
-                &url,
-                account,
-                MAX_LIST_BODY_BYTES,
-                parse_list_page,
-            )
+            .request_capped(Endpoint::List, &url, account, MAX_LIST_BODY_BYTES, parse)
             .await
         {
-            // A 404 on the list path says nothing about a PaymentIntent.
             Err(GatewayError::NotFound { request_id }) => Err(GatewayError::Unavailable {
                 attempts: 1,
                 cause: Unavailable::InvalidBody(InvalidBody::NotFoundOnList),

@@ -12,12 +12,11 @@ use reqwest::header::HeaderMap;
 use serde_json::Value;
 
 use super::account::AccountId;
-use super::client::{CreatedWindow, StripeGateway, LIST_PAGE_LIMIT};
+use super::client::{CreatedWindow, StripeGateway};
 use super::counting::Endpoint;
 use super::error::{GatewayError, InvalidBody, MalformedSession, Unavailable};
 use super::id::{CheckoutSessionId, PaymentIntentId};
 use super::parsing::{json_body, payment_intent_object};
-use super::transport::MAX_LIST_BODY_BYTES;
 use super::wire::is_status_word;
 use crate::reconcile::{
     CheckoutSessionFacts, SessionMode, SessionPaymentIntent, SessionPaymentStatus, SessionStatus,
@@ -78,35 +77,17 @@ impl StripeGateway {
         window: CreatedWindow,
         starting_after: Option<&CheckoutSessionId>,
     ) -> Result<SessionPage, GatewayError> {
-        let mut url = self.v1(&["checkout", "sessions"]);
-        {
-            let mut query = url.query_pairs_mut();
-            query
-                .append_pair("created[gte]", &window.gte.to_string())
-                .append_pair("created[lte]", &window.lte.to_string())
-                .append_pair("limit", &LIST_PAGE_LIMIT.to_string())
-                .append_pair("expand[]", "data.payment_intent.latest_charge");
-            if let Some(after) = starting_after {
-                query.append_pair("starting_after", after.as_str());
-            }
-        }
-        match self
-            .request_capped(
-                Endpoint::List,
-                &url,
-                account,
-                MAX_LIST_BODY_BYTES,
-                parse_session_page,
-            )
-            .await
-        {
-            Err(GatewayError::NotFound { request_id }) => Err(GatewayError::Unavailable {
-                attempts: 1,
-                cause: Unavailable::InvalidBody(InvalidBody::NotFoundOnList),
-                request_id,
-            }),
-            other => other,
-        }
+        self.list_page(
+            (
+                &["checkout", "sessions"],
+                "data.payment_intent.latest_charge",
+            ),
+            account,
+            window,
+            starting_after.map(CheckoutSessionId::as_str),
+            parse_session_page,
+        )
+        .await
     }
 }
 
