@@ -19,7 +19,7 @@ async fn reads_run_concurrently_but_never_more_than_max_in_flight(pool: PgPool) 
     insert_paid(&pool, 24).await;
     let latency = Duration::from_millis(200);
     let (stripe, arrivals) = recording_stripe(latency).await;
-    let s = support::JobSettings {
+    let s = support::Settings {
         stripe: support::StripeSettings {
             max_in_flight: 3,
             ..settings(200).stripe
@@ -27,9 +27,15 @@ async fn reads_run_concurrently_but_never_more_than_max_in_flight(pool: PgPool) 
         ..settings(200)
     };
 
-    run_batch(&pool, &gateway(&stripe), &s, Mode::Write, None)
-        .await
-        .unwrap();
+    run_batch(
+        &pool,
+        &gateway(&stripe),
+        &ScanGroups::of(&s),
+        Mode::Write,
+        None,
+    )
+    .await
+    .unwrap();
 
     let arrivals = arrivals.lock().unwrap().clone();
     assert_eq!(arrivals.len(), 24);

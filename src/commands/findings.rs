@@ -43,12 +43,7 @@ pub(super) async fn list(
 ) -> Result<(), CommandError> {
     let mode = DashboardMode::choose(
         dashboard,
-        settings
-            .job
-            .stripe
-            .api_key
-            .as_ref()
-            .map(|k| k.expose_secret()),
+        settings.stripe.api_key.as_ref().map(|k| k.expose_secret()),
     );
     let (_pool, mut conn) = super::connect(settings).await?;
     let mut conn = crate::store::begin(&mut *conn)
@@ -201,7 +196,7 @@ pub(super) async fn resolve(
     payments::lock_for_finding(&mut tx, id)
         .await
         .map_err(CommandError::Store)?;
-    if outbox::has_pending_repair(&mut tx, &settings.job.outbox, &types, id, MAX_ATTEMPTS)
+    if outbox::has_pending_repair(&mut tx, &settings.outbox, &types, id, MAX_ATTEMPTS)
         .await
         .map_err(CommandError::Store)?
     {
@@ -219,7 +214,7 @@ pub(super) async fn resolve(
     }
     let closed = outbox::close_for_findings(
         &mut tx,
-        &settings.job.outbox,
+        &settings.outbox,
         &types,
         &[id],
         "superseded by a manual resolution",

@@ -31,7 +31,7 @@ pub(super) async fn migrate(settings: &Settings, unique: bool) -> Result<(), Com
         preflight::checked(&mut tx, settings).await?;
     } else {
         // RECONCILER_TIMESTAMP_ZONE is known to the database (exit 78).
-        crate::store::payments::time_columns(&mut tx, &settings.job.schema.times)
+        crate::store::payments::time_columns(&mut tx, &settings.schema.times)
             .await
             .map_err(preflight::column_error)?;
     }
@@ -42,7 +42,7 @@ pub(super) async fn migrate(settings: &Settings, unique: bool) -> Result<(), Com
     drop(conn);
     // 2. The embedded migrations (0001 without its outbox section), in the
     //    zone `payments`' wall-clock timestamps are read in.
-    let upgrade = db::migrate_in(&pool, &settings.job.schema.times.zone).await?;
+    let upgrade = db::migrate_in(&pool, &settings.schema.times.zone).await?;
     for line in upgrade.lines() {
         println!("{line}");
     }
@@ -54,14 +54,14 @@ pub(super) async fn migrate(settings: &Settings, unique: bool) -> Result<(), Com
     // 2b. The reconciler's key columns hold payments.id's type (issue 31).
     keys(&mut conn).await?;
     // 3. The outbox: created only when absent; an existing one is left as it is.
-    let table = settings.job.outbox.table.display();
-    if outbox == OutboxState::Absent && settings.job.outbox.shape == OutboxShape::Reconciler {
+    let table = settings.outbox.table.display();
+    if outbox == OutboxState::Absent && settings.outbox.shape == OutboxShape::Reconciler {
         let mut tx = store::begin(&mut *conn)
             .await
             .context("opening a transaction")
             .map_err(store)?;
         store::lock_migrations(&mut tx).await.map_err(store)?;
-        outbox_shape::create(&mut tx, &settings.job.outbox)
+        outbox_shape::create(&mut tx, &settings.outbox)
             .await
             .map_err(store)?;
         tx.commit()
@@ -74,7 +74,7 @@ pub(super) async fn migrate(settings: &Settings, unique: bool) -> Result<(), Com
     } else {
         println!(
             "outbox {table} ({} shape) is {}: not altered",
-            settings.job.outbox.shape.as_str(),
+            settings.outbox.shape.as_str(),
             outbox
         );
     }
@@ -132,7 +132,7 @@ async fn partition_index(
         .context("opening a transaction")
         .map_err(store)?;
     let settings = preflight::checked(&mut tx, settings).await?;
-    let Some(partition) = &settings.job.schema.partition else {
+    let Some(partition) = &settings.schema.partition else {
         return Ok(());
     };
     let column = partition.column.as_str();

@@ -19,12 +19,7 @@ use crate::terminal::{account_or_platform, escape, shorten_or_dash, shown};
 fn mode(settings: &Settings, dashboard: Option<DashboardMode>) -> DashboardMode {
     DashboardMode::choose(
         dashboard,
-        settings
-            .job
-            .stripe
-            .api_key
-            .as_ref()
-            .map(|k| k.expose_secret()),
+        settings.stripe.api_key.as_ref().map(|k| k.expose_secret()),
     )
 }
 
@@ -417,7 +412,7 @@ pub(super) async fn resolve_file(
     }
     outbox::close_for_findings(
         &mut tx,
-        &settings.job.outbox,
+        &settings.outbox,
         &types,
         &ids,
         "superseded by a manual resolution",
@@ -457,7 +452,7 @@ async fn check_resolvable(
             Some(n) if !n.open => return Err(refuse("is already resolved".into())),
             Some(_) => {}
         }
-        if outbox::has_pending_repair(&mut *tx, &settings.job.outbox, &types, l.id, MAX_ATTEMPTS)
+        if outbox::has_pending_repair(&mut *tx, &settings.outbox, &types, l.id, MAX_ATTEMPTS)
             .await
             .map_err(CommandError::Store)?
         {

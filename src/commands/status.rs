@@ -8,6 +8,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use super::CommandError;
 use crate::capacity::{RunPlan, Shortfall};
 use crate::config::Settings;
+use crate::scan::ScanGroups;
 use crate::status::{self, Status};
 use crate::store::stats::LagHolder;
 use crate::store::Context;
@@ -21,14 +22,14 @@ pub(super) async fn status(settings: &Settings, json: bool) -> Result<(), Comman
         .await
         .context("opening a transaction")
         .map_err(CommandError::Store)?;
-    let st = status::read_planned(&mut conn, &settings.job)
+    let st = status::read_planned(&mut conn, &ScanGroups::of(settings), &settings.events)
         .await
         .map_err(CommandError::Store)?;
     if json {
         let line = serde_json::to_string_pretty(&st)?;
         println!("{line}");
     } else {
-        print!("{}", render(&st, settings.job.run.grace));
+        print!("{}", render(&st, settings.run.grace));
     }
     Ok(())
 }

@@ -8,7 +8,7 @@ use crate::support::stripe_fake::{StripeFake, LIST, RETRIEVE, SESSION_LIST, SESS
 use crate::support::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use stripe_reconciler::config::{ColumnName, JobSettings, ReadMode, Sizing};
+use stripe_reconciler::config::{ColumnName, ReadMode, Settings, Sizing};
 use stripe_reconciler::repair::{drain_with, RepairOptions, RepairReport};
 use stripe_reconciler::scan::{self, RunOptions, RunSummary};
 use tokio_util::sync::CancellationToken;
@@ -55,8 +55,8 @@ pub(super) async fn insert_session_row(
     .unwrap()
 }
 
-pub(super) fn session_settings(mode: ReadMode) -> JobSettings {
-    let mut s = JobSettings {
+pub(super) fn session_settings(mode: ReadMode) -> Settings {
+    let mut s = Settings {
         scan: ScanSettings {
             read_mode: mode,
             batches_per_run: Sizing::Fixed(20),
@@ -71,11 +71,11 @@ pub(super) fn session_settings(mode: ReadMode) -> JobSettings {
     s
 }
 
-pub(super) async fn run(pool: &PgPool, stripe: &StripeFake, s: &JobSettings) -> RunSummary {
+pub(super) async fn run(pool: &PgPool, stripe: &StripeFake, s: &Settings) -> RunSummary {
     let (summary, result) = scan::run(
         pool,
         &gateway(stripe),
-        s,
+        &ScanGroups::of(s),
         RunOptions::default(),
         CancellationToken::new(),
     )
@@ -84,7 +84,7 @@ pub(super) async fn run(pool: &PgPool, stripe: &StripeFake, s: &JobSettings) -> 
     summary
 }
 
-pub(super) async fn repair(pool: &PgPool, s: &JobSettings) -> RepairReport {
+pub(super) async fn repair(pool: &PgPool, s: &Settings) -> RepairReport {
     let options = RepairOptions {
         checkout_session_column: s.schema.checkout_session_column.clone(),
         ..RepairOptions::default()

@@ -10,7 +10,7 @@ use crate::support::stripe_fake::{no_access, StripeFake, LIST, RETRIEVE};
 use crate::support::*;
 use serde_json::Value;
 use sqlx::PgPool;
-use stripe_reconciler::config::{ColumnName, JobSettings, ReadMode, Sizing, StripeSettings};
+use stripe_reconciler::config::{ColumnName, ReadMode, Settings, Sizing, StripeSettings};
 use stripe_reconciler::scan::{self, RunOptions, RunSummary};
 use tokio_util::sync::CancellationToken;
 use wiremock::matchers::{method, path_regex, query_param};
@@ -50,8 +50,8 @@ async fn insert_on(
     id
 }
 
-fn connect_settings(mode: ReadMode) -> JobSettings {
-    let mut s = JobSettings {
+fn connect_settings(mode: ReadMode) -> Settings {
+    let mut s = Settings {
         scan: ScanSettings {
             read_mode: mode,
             batches_per_run: Sizing::Fixed(20),
@@ -64,11 +64,11 @@ fn connect_settings(mode: ReadMode) -> JobSettings {
     s
 }
 
-async fn run(pool: &PgPool, stripe: &MockServer, s: &JobSettings) -> RunSummary {
+async fn run(pool: &PgPool, stripe: &MockServer, s: &Settings) -> RunSummary {
     let (summary, result) = scan::run(
         pool,
         &gateway(stripe),
-        s,
+        &ScanGroups::of(s),
         RunOptions::default(),
         CancellationToken::new(),
     )
@@ -198,7 +198,7 @@ async fn a_revoked_account_leaves_its_rows_unverifiable_while_the_others_are_rec
     for mode in [ReadMode::Retrieve, ReadMode::List] {
         forget_findings(&pool).await;
         let reads_before = reads_on(&stripe, REVOKED);
-        let s = JobSettings {
+        let s = Settings {
             // One read at a time: the first refusal stops the reads of that account.
             stripe: StripeSettings {
                 max_in_flight: 1,

@@ -9,6 +9,7 @@ use crate::support::stripe_fake::{no_access, StripeFake, EVENTS};
 use crate::support::*;
 use sqlx::PgPool;
 use stripe_reconciler::config::ColumnName;
+use stripe_reconciler::events::EventsGroups;
 use stripe_reconciler::events::{run_events, EventsError, EventsSummary};
 use tokio_util::sync::CancellationToken;
 use wiremock::MockServer;
@@ -55,7 +56,7 @@ async fn kinds(pool: &PgPool) -> Vec<(Option<i64>, String, Option<String>)> {
         .collect()
 }
 
-fn connect_settings() -> JobSettings {
+fn connect_settings() -> Settings {
     let mut s = settings(200);
     s.schema.account_column =
         Some(ColumnName::parse("RECONCILER_ACCOUNT_COLUMN", "stripe_account").unwrap());
@@ -65,9 +66,15 @@ fn connect_settings() -> JobSettings {
 async fn events_once(
     pool: &PgPool,
     stripe: &MockServer,
-    s: &JobSettings,
+    s: &Settings,
 ) -> (EventsSummary, Result<(), EventsError>) {
-    run_events(pool, &gateway(stripe), s, CancellationToken::new()).await
+    run_events(
+        pool,
+        &gateway(stripe),
+        &EventsGroups::of(s),
+        CancellationToken::new(),
+    )
+    .await
 }
 
 /// `(payment_id, PaymentIntent, kind, account)` of every finding.

@@ -431,9 +431,15 @@ async fn hostile_payment_intent_ids_become_findings_without_a_request(pool: PgPo
     }
     let stripe = stripe_answering("succeeded", Duration::ZERO).await;
 
-    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
-        .await
-        .unwrap();
+    let report = run_batch(
+        &pool,
+        &gateway(&stripe),
+        &ScanGroups::of(&settings(200)),
+        Mode::Write,
+        None,
+    )
+    .await
+    .unwrap();
 
     assert_eq!(report.verdicts.get(Verdict::NeedsReview), ids.len() as u64);
     assert_eq!(

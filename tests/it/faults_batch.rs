@@ -23,9 +23,15 @@ async fn a_stripe_404_that_is_not_resource_missing_is_a_configuration_error(pool
         .mount(&stripe)
         .await;
 
-    let e = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
-        .await
-        .unwrap_err();
+    let e = run_batch(
+        &pool,
+        &gateway(&stripe),
+        &ScanGroups::of(&settings(200)),
+        Mode::Write,
+        None,
+    )
+    .await
+    .unwrap_err();
 
     assert!(matches!(e, RunError::StripeRejected(_)), "{e:?}");
     assert_eq!(e.exit_code(), 78);
@@ -39,7 +45,7 @@ async fn a_payment_moved_by_the_webhook_during_phase_2_gets_no_stale_finding(poo
     let gw = gateway(&stripe);
     let s = settings(200);
 
-    let batch = run_batch(&pool, &gw, &s, Mode::Write, None);
+    let batch = scan_with(&pool, &gw, &s);
     let webhook = async {
         // While the batch reads Stripe (its one answer takes 600 ms).
         wait::requests_seen(&stripe, 1).await;

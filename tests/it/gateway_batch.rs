@@ -22,9 +22,15 @@ async fn a_rejected_key_aborts_the_batch_and_writes_nothing(pool: PgPool) {
         .mount(&server)
         .await;
 
-    let e = run_batch(&pool, &gateway(&server), &settings(200), Mode::Write, None)
-        .await
-        .unwrap_err();
+    let e = run_batch(
+        &pool,
+        &gateway(&server),
+        &ScanGroups::of(&settings(200)),
+        Mode::Write,
+        None,
+    )
+    .await
+    .unwrap_err();
 
     assert!(matches!(e, RunError::StripeRejected(_)), "{e:?}");
     assert_eq!(e.exit_code(), 78);
@@ -55,9 +61,15 @@ async fn stripe_down_for_most_of_a_batch_abandons_it_without_moving_the_cursor(p
         .mount(&server)
         .await;
 
-    let e = run_batch(&pool, &gateway(&server), &settings(200), Mode::Write, None)
-        .await
-        .unwrap_err();
+    let e = run_batch(
+        &pool,
+        &gateway(&server),
+        &ScanGroups::of(&settings(200)),
+        Mode::Write,
+        None,
+    )
+    .await
+    .unwrap_err();
 
     assert!(
         matches!(
@@ -91,9 +103,15 @@ async fn occasional_failures_are_unverifiable_and_the_cursor_moves_on(pool: PgPo
         .mount(&server)
         .await;
 
-    let report = run_batch(&pool, &gateway(&server), &settings(200), Mode::Write, None)
-        .await
-        .unwrap();
+    let report = run_batch(
+        &pool,
+        &gateway(&server),
+        &ScanGroups::of(&settings(200)),
+        Mode::Write,
+        None,
+    )
+    .await
+    .unwrap();
 
     assert_eq!(
         report

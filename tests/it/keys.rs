@@ -12,9 +12,10 @@ use crate::support::*;
 use serde_json::Value;
 use sqlx::PgPool;
 use stripe_reconciler::config::{
-    ColumnName, JobSettings, OutboxSettings, Partition, PartitionKind, ReadMode, Sizing,
+    ColumnName, OutboxSettings, Partition, PartitionKind, ReadMode, Settings, Sizing,
 };
 use stripe_reconciler::events::run_events;
+use stripe_reconciler::events::EventsGroups;
 use stripe_reconciler::key::Walk;
 use stripe_reconciler::repair::{drain, RepairOptions};
 use stripe_reconciler::scan::{self, RunOptions, RunSummary};
@@ -79,7 +80,7 @@ async fn insert(pool: &PgPool, id: &str, pi: &str, status: &str, created_secs_ag
 }
 
 /// The job's settings with `payments.id`'s type detected, as `run` does.
-async fn job(pool: &PgPool, mode: ReadMode, batch_size: u32) -> JobSettings {
+async fn job(pool: &PgPool, mode: ReadMode, batch_size: u32) -> Settings {
     let mut conn = pool.acquire().await.unwrap();
     let key = keys::detect(&mut conn).await.unwrap().unwrap();
     let mut s = settings(batch_size);
@@ -89,11 +90,11 @@ async fn job(pool: &PgPool, mode: ReadMode, batch_size: u32) -> JobSettings {
     s
 }
 
-async fn run(pool: &PgPool, stripe: &StripeFake, s: &JobSettings) -> RunSummary {
+async fn run(pool: &PgPool, stripe: &StripeFake, s: &Settings) -> RunSummary {
     let (summary, result) = scan::run(
         pool,
         &gateway(stripe),
-        s,
+        &ScanGroups::of(s),
         RunOptions::default(),
         CancellationToken::new(),
     )
@@ -601,8 +602,13 @@ async fn the_events_job_finds_a_missed_webhook_on_a_uuid_table(pool: PgPool) {
     stripe.push_event(None, event("evt_u2", "pi_UInSync", "succeeded", 110));
 
     let s = job(&pool, ReadMode::Retrieve, 50).await;
-    let (summary, result) =
-        run_events(&pool, &gateway(&stripe), &s, CancellationToken::new()).await;
+    let (summary, result) = run_events(
+        &pool,
+        &gateway(&stripe),
+        &EventsGroups::of(&s),
+        CancellationToken::new(),
+    )
+    .await;
     result.unwrap();
 
     assert_eq!(summary.events_read, 2, "{summary:?}");

@@ -8,7 +8,7 @@ use crate::support::stripe_fake::LIST;
 use crate::support::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use stripe_reconciler::config::{JobSettings, ReadMode, Sizing};
+use stripe_reconciler::config::{ReadMode, Settings, Sizing};
 use stripe_reconciler::reconcile::Verdict;
 use stripe_reconciler::scan::{self, RunOptions};
 use tokio_util::sync::CancellationToken;
@@ -18,8 +18,8 @@ pub(super) fn an_hour_ago() -> i64 {
     chrono::Utc::now().timestamp() - 3600
 }
 
-pub(super) fn list_settings(batch_size: u32) -> JobSettings {
-    JobSettings {
+pub(super) fn list_settings(batch_size: u32) -> Settings {
+    Settings {
         scan: ScanSettings {
             read_mode: ReadMode::List,
             ..settings(batch_size).scan
@@ -78,7 +78,7 @@ async fn run_in(
 ) -> (Snapshot, usize, usize) {
     forget_everything_but_payments(pool).await;
     let (lists, retrieves) = (account.count("list"), account.count("retrieve"));
-    let s = JobSettings {
+    let s = Settings {
         scan: ScanSettings {
             read_mode: mode,
             batches_per_run: Sizing::Fixed(100),
@@ -89,7 +89,7 @@ async fn run_in(
     let (summary, result) = scan::run(
         pool,
         &gateway(server),
-        &s,
+        &ScanGroups::of(&s),
         RunOptions::default(),
         CancellationToken::new(),
     )
@@ -300,7 +300,7 @@ async fn a_window_crowded_with_foreign_payment_intents_stops_at_the_page_cap(poo
         account.add(&format!("pi_Other{i:05}"), "succeeded", t - 20 + i % 20);
     }
     let server = account.serve().await;
-    let s = JobSettings {
+    let s = Settings {
         scan: ScanSettings {
             list_max_pages: Sizing::Fixed(4),
             ..list_settings(100).scan

@@ -214,7 +214,7 @@ async fn a_dry_run_counts_only_the_findings_a_real_run_would_create(pool: PgPool
     let dry = run_batch(
         &pool,
         &gateway(&stripe),
-        &settings(200),
+        &ScanGroups::of(&settings(200)),
         Mode::DryRun { after: None },
         None,
     )

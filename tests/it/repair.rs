@@ -63,9 +63,15 @@ async fn findings_from_a_scan_are_repaired_once(pool: PgPool) {
     let cancel = insert_payment(&pool, "pi_Cancel", "pending", 3600).await;
     mount(&stripe, "pi_Success", ok("pi_Success", "succeeded")).await;
     mount(&stripe, "pi_Cancel", ok("pi_Cancel", "canceled")).await;
-    run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
-        .await
-        .unwrap();
+    run_batch(
+        &pool,
+        &gateway(&stripe),
+        &ScanGroups::of(&settings(200)),
+        Mode::Write,
+        None,
+    )
+    .await
+    .unwrap();
 
     let report = drain_all(&pool).await;
 
@@ -128,9 +134,15 @@ async fn findings_from_a_scan_are_repaired_once(pool: PgPool) {
         .await
         .unwrap();
     mount(&stripe, "pi_Cancel", ok("pi_Cancel", "canceled")).await;
-    let again = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
-        .await
-        .unwrap();
+    let again = run_batch(
+        &pool,
+        &gateway(&stripe),
+        &ScanGroups::of(&settings(200)),
+        Mode::Write,
+        None,
+    )
+    .await
+    .unwrap();
     assert_eq!(
         again
             .verdicts
@@ -145,9 +157,15 @@ async fn the_webhook_wins_the_race(pool: PgPool) {
     let stripe = MockServer::start().await;
     let id = insert_payment(&pool, "pi_Raced", "pending", 3600).await;
     mount(&stripe, "pi_Raced", ok("pi_Raced", "succeeded")).await;
-    run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
-        .await
-        .unwrap();
+    run_batch(
+        &pool,
+        &gateway(&stripe),
+        &ScanGroups::of(&settings(200)),
+        Mode::Write,
+        None,
+    )
+    .await
+    .unwrap();
     // The webhook handler's transaction holds the payment row while the
     // drain applies the repair command on the same row at the same time.
     let mut webhook_tx = pool.begin().await.unwrap();
