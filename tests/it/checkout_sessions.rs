@@ -107,17 +107,6 @@ pub(super) async fn open_findings(
     .unwrap()
 }
 
-async fn forget(pool: &PgPool) {
-    sqlx::raw_sql(
-        "TRUNCATE reconciliation_findings, outbox, reconciliation_cursor, reconciliation_runs,
-                  reconciliation_unverifiable RESTART IDENTITY CASCADE;
-         TRUNCATE reconciliation_payment_state",
-    )
-    .execute(pool)
-    .await
-    .unwrap();
-}
-
 /// A PaymentIntent of the fake in `status`, created `created`.
 pub(super) fn pi_at(id: &str, status: &str, created: i64) -> Value {
     let mut pi = payment_intent(id, status);
@@ -250,7 +239,7 @@ async fn every_session_state_gets_its_verdict_in_both_read_modes_with_the_right_
     let stripe = StripeFake::start().await;
     let expected = arrange_every_state(&pool, &stripe).await;
     for mode in [ReadMode::Retrieve, ReadMode::List] {
-        forget(&pool).await;
+        forget_scan_state(&pool).await;
         let before = stripe.seen().len();
         let summary = run(&pool, &stripe, &session_settings(mode)).await;
         assert!(summary.wrapped, "{mode:?}: {summary:?}");
@@ -442,7 +431,7 @@ async fn a_connected_accounts_session_is_read_with_its_account_in_both_modes(poo
         checkout_session("cs_test_Conn", "complete", "paid", Some("pi_Conn"), t0),
     );
     for mode in [ReadMode::Retrieve, ReadMode::List] {
-        forget(&pool).await;
+        forget_scan_state(&pool).await;
         let before = stripe.seen().len();
         run(&pool, &stripe, &session_settings(mode)).await;
         assert_eq!(

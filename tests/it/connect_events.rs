@@ -4,6 +4,7 @@
 //! answers a feed or a PaymentIntent only when the header matches (no
 //! header: the platform's).
 
+use crate::support::connected::add_account_column;
 use crate::support::events_feed::event;
 use crate::support::stripe_fake::{no_access, StripeFake, EVENTS};
 use crate::support::*;
@@ -20,13 +21,6 @@ const JOB: &str = "payments-vs-stripe-events";
 /// platform's), created an hour ago: Stripe's 404 on any other account.
 fn add_on(stripe: &StripeFake, account: Option<&str>, pi: &str, status: &str) {
     stripe.add(account, pi, status, chrono::Utc::now().timestamp() - 3600);
-}
-
-async fn add_account_column(pool: &PgPool) {
-    sqlx::query("ALTER TABLE payments ADD COLUMN stripe_account text")
-        .execute(pool)
-        .await
-        .unwrap();
 }
 
 /// A payment of `account` (in the `stripe_account` column), `updated_secs_ago`.

@@ -56,17 +56,6 @@ async fn snapshot(pool: &PgPool) -> Snapshot {
     (payments, findings(pool).await, outbox(pool).await, details)
 }
 
-async fn forget_everything_but_payments(pool: &PgPool) {
-    sqlx::raw_sql(
-        "TRUNCATE reconciliation_findings, outbox, reconciliation_cursor, reconciliation_runs,
-                  reconciliation_unverifiable RESTART IDENTITY CASCADE;
-         TRUNCATE reconciliation_payment_state",
-    )
-    .execute(pool)
-    .await
-    .unwrap();
-}
-
 /// Runs the job to the end of the table in `mode`; returns the snapshot and
 /// the requests per endpoint.
 async fn run_in(
@@ -76,7 +65,7 @@ async fn run_in(
     mode: ReadMode,
     batch_size: u32,
 ) -> (Snapshot, usize, usize) {
-    forget_everything_but_payments(pool).await;
+    forget_scan_state(pool).await;
     let (lists, retrieves) = (account.count("list"), account.count("retrieve"));
     let s = Settings {
         scan: ScanSettings {

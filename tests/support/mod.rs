@@ -4,7 +4,9 @@
 
 pub mod account;
 pub mod arrange;
+pub mod connected;
 pub mod events_feed;
+pub mod keyed;
 pub mod pgbouncer;
 pub mod pushgateway;
 pub mod secrets;

@@ -49,6 +49,20 @@ pub async fn rewind_cursor(pool: &PgPool) {
         .unwrap();
 }
 
+/// Forgets everything the reconciler wrote (findings, outbox, cursor, runs,
+/// unverifiable streaks, payment state), keeping `payments`: the next scan
+/// starts a first cycle over the same rows.
+pub async fn forget_scan_state(pool: &PgPool) {
+    sqlx::raw_sql(
+        "TRUNCATE reconciliation_findings, outbox, reconciliation_cursor, reconciliation_runs,
+                  reconciliation_unverifiable RESTART IDENTITY CASCADE;
+         TRUNCATE reconciliation_payment_state",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
 /// Drains the outbox with the default options, expected to succeed.
 pub async fn drain_all(pool: &PgPool) -> RepairReport {
     drain(pool, RepairOptions::default(), &CancellationToken::new())
