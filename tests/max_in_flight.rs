@@ -11,7 +11,6 @@ mod support;
 use std::time::Duration;
 
 use sqlx::PgPool;
-use stripe_reconciler::scan::{run_batch, Mode};
 use support::*;
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
@@ -27,15 +26,7 @@ async fn reads_run_concurrently_but_never_more_than_max_in_flight(pool: PgPool) 
         ..settings(200)
     };
 
-    run_batch(
-        &pool,
-        &gateway(&stripe),
-        &ScanGroups::of(&s),
-        Mode::Write,
-        None,
-    )
-    .await
-    .unwrap();
+    scan_with(&pool, &gateway(&stripe), &s).await.unwrap();
 
     let arrivals = arrivals.lock().unwrap().clone();
     assert_eq!(arrivals.len(), 24);

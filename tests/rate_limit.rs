@@ -10,7 +10,7 @@ mod support;
 use std::time::Duration;
 
 use sqlx::PgPool;
-use stripe_reconciler::scan::{run_batch, Mode};
+use stripe_reconciler::scan::{run_batch, Mode, ScanGroups};
 use support::*;
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]

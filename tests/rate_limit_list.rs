@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use stripe_reconciler::config::{ReadMode, Sizing};
-use stripe_reconciler::scan::{self, RunOptions};
+use stripe_reconciler::scan::{self, RunOptions, ScanGroups};
 use support::account::{insert_at, Account};
 use support::*;
 use tokio_util::sync::CancellationToken;

@@ -7,7 +7,7 @@
 use serde_json::Value;
 use sqlx::PgPool;
 use stripe_reconciler::config::Sizing;
-use stripe_reconciler::scan::{self, RunOptions};
+use stripe_reconciler::scan::{self, RunOptions, ScanGroups};
 use tokio_util::sync::CancellationToken;
 use wiremock::MockServer;
 

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use stripe_reconciler::config::{ColumnName, ReadMode, Settings, Sizing};
 use stripe_reconciler::repair::{drain_with, RepairOptions, RepairReport};
-use stripe_reconciler::scan::{self, RunOptions, RunSummary};
+use stripe_reconciler::scan::{self, RunOptions, RunSummary, ScanGroups};
 use tokio_util::sync::CancellationToken;
 
 pub(super) const ACCT: &str = "acct_1SessionsConnect";

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::support::*;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{run_batch, Mode, RunError};
+use stripe_reconciler::scan::RunError;
 use stripe_reconciler::stripe::StripeGateway;
 use wiremock::matchers::{method, path_regex};
 use wiremock::{Mock, MockServer, Request};
@@ -57,15 +57,7 @@ async fn the_cursor_reaches_rows_that_limit_200_starves(pool: PgPool) {
     let gw = gateway(&stripe);
     let mut remaining = Vec::new();
     for batch in 0..3 {
-        let report = run_batch(
-            &pool,
-            &gw,
-            &ScanGroups::of(&settings(200)),
-            Mode::Write,
-            None,
-        )
-        .await
-        .unwrap();
+        let report = scan_with(&pool, &gw, &settings(200)).await.unwrap();
         // The third reads the table's last 100 rows and ends the cycle.
         assert_eq!(report.wrapped, batch == 2);
         remaining.push(count(&pool, never).await);
@@ -108,15 +100,7 @@ async fn two_full_cycles_record_each_drift_once(pool: PgPool) {
     let mut wraps = 0;
     let mut batches = 0;
     while wraps < 2 {
-        let report = run_batch(
-            &pool,
-            &gw,
-            &ScanGroups::of(&settings(15)),
-            Mode::Write,
-            None,
-        )
-        .await
-        .unwrap();
+        let report = scan_with(&pool, &gw, &settings(15)).await.unwrap();
         wraps += usize::from(report.wrapped);
         batches += 1;
         assert!(batches < 100, "the cursor did not wrap twice");

@@ -8,7 +8,6 @@ use crate::support::pushgateway::{self, value};
 use crate::support::*;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{run_batch, Mode};
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -431,15 +430,9 @@ async fn hostile_payment_intent_ids_become_findings_without_a_request(pool: PgPo
     }
     let stripe = stripe_answering("succeeded", Duration::ZERO).await;
 
-    let report = run_batch(
-        &pool,
-        &gateway(&stripe),
-        &ScanGroups::of(&settings(200)),
-        Mode::Write,
-        None,
-    )
-    .await
-    .unwrap();
+    let report = scan_with(&pool, &gateway(&stripe), &settings(200))
+        .await
+        .unwrap();
 
     assert_eq!(report.verdicts.get(Verdict::NeedsReview), ids.len() as u64);
     assert_eq!(

@@ -8,7 +8,7 @@ use super::faults::nothing_written;
 use crate::support::*;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{run_batch, Mode, RunError};
+use stripe_reconciler::scan::RunError;
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -23,15 +23,9 @@ async fn a_stripe_404_that_is_not_resource_missing_is_a_configuration_error(pool
         .mount(&stripe)
         .await;
 
-    let e = run_batch(
-        &pool,
-        &gateway(&stripe),
-        &ScanGroups::of(&settings(200)),
-        Mode::Write,
-        None,
-    )
-    .await
-    .unwrap_err();
+    let e = scan_with(&pool, &gateway(&stripe), &settings(200))
+        .await
+        .unwrap_err();
 
     assert!(matches!(e, RunError::StripeRejected(_)), "{e:?}");
     assert_eq!(e.exit_code(), 78);

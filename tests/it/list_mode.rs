@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use stripe_reconciler::config::{ReadMode, Settings, Sizing};
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{self, RunOptions};
+use stripe_reconciler::scan::{self, RunOptions, ScanGroups};
 use tokio_util::sync::CancellationToken;
 
 /// An hour ago, as Stripe's `created` (Unix seconds).

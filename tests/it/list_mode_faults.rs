@@ -8,7 +8,7 @@ use crate::support::*;
 use sqlx::PgPool;
 use stripe_reconciler::config::{Settings, Sizing, StripeSettings};
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{self, run_batch, Mode, RunError, RunOptions};
+use stripe_reconciler::scan::{self, RunError, RunOptions, ScanGroups};
 use tokio_util::sync::CancellationToken;
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
@@ -23,15 +23,9 @@ async fn a_rejected_key_on_a_list_page_stops_the_batch_and_writes_nothing(pool: 
     account.fail_list(0, err(401, "invalid_request_error", "api_key_invalid"));
     let server = account.serve().await;
 
-    let e = run_batch(
-        &pool,
-        &gateway(&server),
-        &ScanGroups::of(&list_settings(100)),
-        Mode::Write,
-        None,
-    )
-    .await
-    .unwrap_err();
+    let e = scan_with(&pool, &gateway(&server), &list_settings(100))
+        .await
+        .unwrap_err();
 
     assert!(matches!(e, RunError::StripeRejected(_)), "{e:?}");
     assert_eq!(e.exit_code(), 78);

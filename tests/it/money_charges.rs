@@ -9,7 +9,7 @@ use crate::support::*;
 use serde_json::json;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{run_batch, Mode};
+use stripe_reconciler::scan::{run_batch, Mode, ScanGroups};
 use wiremock::{MockServer, ResponseTemplate};
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]

@@ -8,7 +8,7 @@ use serde_json::Value;
 use sqlx::PgPool;
 use stripe_reconciler::capacity::Shortfall;
 use stripe_reconciler::config::RunSettings;
-use stripe_reconciler::scan::{self, RunOptions};
+use stripe_reconciler::scan::{self, RunOptions, ScanGroups};
 use tokio_util::sync::CancellationToken;
 
 use crate::support::*;

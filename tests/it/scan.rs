@@ -7,7 +7,7 @@ use crate::support::*;
 use serde_json::json;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{run_batch, Mode};
+use stripe_reconciler::scan::{run_batch, Mode, ScanGroups};
 use wiremock::MockServer;
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
@@ -65,15 +65,9 @@ async fn every_verdict_path_writes_exactly_what_it_should(pool: PgPool) {
     )
     .await;
 
-    let report = run_batch(
-        &pool,
-        &gateway(&stripe),
-        &ScanGroups::of(&settings(200)),
-        Mode::Write,
-        None,
-    )
-    .await
-    .unwrap();
+    let report = scan_with(&pool, &gateway(&stripe), &settings(200))
+        .await
+        .unwrap();
 
     assert_eq!(report.scanned, 11);
     assert_eq!(report.verdicts.get(Verdict::InSync), 2);
@@ -203,15 +197,9 @@ async fn a_row_updated_a_minute_ago_is_in_flight_without_a_stripe_call(pool: PgP
     let id = insert_payment(&pool, "pi_JustChanged", "pending", 60).await;
     mount(&stripe, "pi_JustChanged", ok("pi_JustChanged", "succeeded")).await;
 
-    let report = run_batch(
-        &pool,
-        &gateway(&stripe),
-        &ScanGroups::of(&settings(200)),
-        Mode::Write,
-        None,
-    )
-    .await
-    .unwrap();
+    let report = scan_with(&pool, &gateway(&stripe), &settings(200))
+        .await
+        .unwrap();
 
     assert_eq!(report.verdicts.get(Verdict::InFlight), 1);
     assert!(
@@ -238,15 +226,9 @@ async fn a_verified_in_sync_row_clears_its_open_findings(pool: PgPool) {
         .unwrap();
     mount(&stripe, "pi_Healed", ok("pi_Healed", "succeeded")).await;
 
-    let report = run_batch(
-        &pool,
-        &gateway(&stripe),
-        &ScanGroups::of(&settings(200)),
-        Mode::Write,
-        None,
-    )
-    .await
-    .unwrap();
+    let report = scan_with(&pool, &gateway(&stripe), &settings(200))
+        .await
+        .unwrap();
 
     assert_eq!(report.findings_cleared, 1);
     let resolution: Option<String> = sqlx::query_scalar("SELECT resolution FROM reconciliation_findings WHERE payment_id = $1 AND resolved_at IS NOT NULL")
@@ -377,15 +359,7 @@ async fn set_based_phase_3_writes_what_the_design_notes_algorithm_writes(pool: P
     .await
     .unwrap();
     for _ in 0..2 {
-        run_batch(
-            &pool,
-            &gw,
-            &ScanGroups::of(&settings(200)),
-            Mode::Write,
-            None,
-        )
-        .await
-        .unwrap();
+        scan_with(&pool, &gw, &settings(200)).await.unwrap();
         sqlx::query("UPDATE reconciliation_cursor SET last_id = 0")
             .execute(&pool)
             .await

@@ -24,7 +24,6 @@ use serde_json::Value;
 use sqlx::PgPool;
 pub use steps::*;
 pub use stripe_reconciler::config::{ReadMode, ScanSettings, Settings, Sizing, StripeSettings};
-pub use stripe_reconciler::scan::ScanGroups;
 use stripe_reconciler::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
