@@ -1,7 +1,9 @@
 //! [`EventsGroups`]: the settings groups the events job works with.
 
-use crate::config::{EventsSettings, OutboxSettings, RunSettings, ScanSettings, SchemaSettings};
-use crate::config::{Settings, StripeSettings};
+use crate::config::{
+    EventsSettings, OutboxSettings, RunSettings, ScanSettings, SchemaSettings, Settings,
+    StripeSettings,
+};
 use crate::job::RunContext;
 use crate::read::ReadGroups;
 use crate::reconcile::Rules;

@@ -179,7 +179,8 @@ async fn open_feeds(
     });
     let accounts = connected_feeds(
         ctx.pool,
-        (ctx.settings.schema, ctx.settings.events),
+        ctx.settings.schema,
+        ctx.settings.events,
         job,
         listed_at,
         summary,
@@ -309,7 +310,8 @@ pub const MAX_ACCOUNTS_PER_RUN: usize = 10_000;
 /// that is not an `acct_` id is never sent: it is logged and skipped.
 async fn connected_feeds(
     pool: &PgPool,
-    (schema, events): (&SchemaSettings, &EventsSettings),
+    schema: &SchemaSettings,
+    events: &EventsSettings,
     job: &str,
     listed_at: DateTime<Utc>,
     summary: &mut EventsSummary,

@@ -1,7 +1,8 @@
 //! [`ScanGroups`]: the settings groups the scan works with.
 
-use crate::config::StripeSettings;
-use crate::config::{OutboxSettings, RunSettings, ScanSettings, SchemaSettings, Settings};
+use crate::config::{
+    OutboxSettings, RunSettings, ScanSettings, SchemaSettings, Settings, StripeSettings,
+};
 use crate::job::RunContext;
 use crate::read::ReadGroups;
 use crate::reconcile::Rules;
