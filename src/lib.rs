@@ -56,6 +56,7 @@ pub mod read;
 pub mod reconcile;
 pub mod record;
 pub mod repair;
+pub mod review;
 pub mod scan;
 pub mod shutdown;
 pub mod status;
