@@ -50,6 +50,7 @@ pub mod key;
 pub mod lease;
 pub mod lifecycle;
 pub mod metrics;
+pub mod migrate;
 pub mod notify;
 pub mod outcome;
 pub mod read;
