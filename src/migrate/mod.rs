@@ -9,6 +9,7 @@
 //! - `payment_intent_index`: the lookup index on `stripe_payment_intent_id`.
 //! - `duplicates`: the count of PaymentIntent ids several rows hold.
 //! - `partition_index`: the index on `payments (<partition column>, id)`.
+//! - `session_index`: which index would serve lookups by Checkout Session id.
 //! - `lock_timeout`: what to say when an index build did not get its lock.
 
 mod duplicates;
@@ -17,6 +18,7 @@ mod lock_timeout;
 mod outbox;
 mod partition_index;
 mod payment_intent_index;
+mod session_index;
 
 use sqlx::{PgConnection, PgPool};
 
@@ -62,7 +64,10 @@ pub async fn migrate(pool: &PgPool, settings: &Settings, unique: bool) -> Result
     // 4. The PaymentIntent id lookup index.
     payment_intent_index::ensure(&mut conn, unique).await?;
     // 5. The partition's `(column, id)` index, when a partition is set.
-    partition_index::ensure(&mut conn, settings).await
+    partition_index::ensure(&mut conn, settings).await?;
+    // 6. With a Checkout Session column: which index of yours serves the
+    //    events job's lookups by session id (never added here).
+    session_index::report(&mut conn, settings).await
 }
 
 /// Checks the schema before anything is created (the partition's column

@@ -50,6 +50,7 @@
 //! - `review_loop`: differs, the CSV round trip, history (`findings show`)
 //! - `review_view`: the BI view `reconciliation_review` and its read-only role
 //! - `resolve_file_lines`: `findings resolve --file` names the line an editor shows (CRLF, BOM, blank lines)
+//! - `session_index`: migrate names the index that would serve lookups by Checkout Session id
 //! - `scan`: one batch's verdict paths and its set-based phase 3
 //! - `schema_doc`: docs/schema.md names everything `migrate` creates
 //! - `stray_bytes`: a stray byte (a `SQL_ASCII` database) fails no batch nor listing; a NULL amount; a 1 MB order id
@@ -119,6 +120,7 @@ mod review_loop;
 mod review_view;
 mod scan;
 mod schema_doc;
+mod session_index;
 mod status;
 mod stops;
 mod stray_bytes;
