@@ -5,7 +5,8 @@
 //! PaymentIntent event, the status and metadata its embedded object showed.
 //! The embedded object is rendered in the API version the event was created
 //! with, not the pinned one, so only fields that are the same in every
-//! version are read (`id`, `object`, `status`, `metadata`, `payment_intent`);
+//! version are read (`id`, `object`, `status`, `payment_status`, `metadata`,
+//! `payment_intent`: `crate::stripe::wire`'s event model);
 //! the job re-reads the PaymentIntent before deciding anything.
 //!
 //! - `types`: [`EventType`] and [`EventObject`], and the `types[]` lists.

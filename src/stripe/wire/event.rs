@@ -35,7 +35,7 @@ struct WireEventData {
 }
 
 /// The version-stable fields of an event's `data.object`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Deserialize)]
 pub(crate) struct WireEventObject {
     /// The object's own id (`pi_...`, `cs_...`, `ch_...`).
     #[serde(default)]
