@@ -25,6 +25,7 @@
 //! - `isolation`: the tests' own Pushgateways load nothing from elsewhere
 //! - `least_privilege`: `sql/least_privilege.sql` is enough and no more
 //! - `keys`: any primary key (integer, smallint, uuid, text), ids ≤ 0, late commits (issue 31)
+//! - `keys_rails`: a Rails uuid table in a stated zone walked by `(created_at, id)`: once per cycle, exact drift, late commits
 //! - `list_mode`: `RECONCILER_READ_MODE=list` agrees with retrieve mode
 //! - `list_mode_faults`: list mode with a rejected key, a bad page, a moved cursor
 //! - `locks`: scan, repair workers and the application on the same rows
@@ -92,6 +93,7 @@ mod gateway;
 mod gateway_batch;
 mod isolation;
 mod keys;
+mod keys_rails;
 mod least_privilege;
 mod list_mode;
 mod list_mode_faults;
