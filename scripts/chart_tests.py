@@ -492,6 +492,13 @@ def test_misc(r, chart):
     connect = chart.render(sets=("existingSecret.name=creds", "config.accountColumn=stripe_account"))
     r.equal(connect.one("ConfigMap", RELEASE).get("data", {}).get("RECONCILER_ACCOUNT_COLUMN"), "stripe_account",
             "config.accountColumn sets RECONCILER_ACCOUNT_COLUMN (Connect)")
+    sessions = chart.render(sets=("existingSecret.name=creds", "config.checkoutSessionColumn=checkout_session_id"))
+    r.equal(sessions.one("ConfigMap", RELEASE).get("data", {}).get("RECONCILER_CHECKOUT_SESSION_COLUMN"),
+            "checkout_session_id", "config.checkoutSessionColumn sets RECONCILER_CHECKOUT_SESSION_COLUMN")
+    r.check("RECONCILER_CHECKOUT_SESSION_COLUMN" not in connect.one("ConfigMap", RELEASE).get("data", {}),
+            "no RECONCILER_CHECKOUT_SESSION_COLUMN by default (sessions not read)")
+    fails(r, chart, ("existingSecret.name=creds", "config.checkoutSessionColumn=cs;drop"), "schema",
+          "schema rejects a checkoutSessionColumn that is not a column name")
 
 
 def ordinary(docs):

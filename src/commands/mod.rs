@@ -5,11 +5,10 @@ mod events;
 mod findings;
 mod migrate;
 mod repair;
-mod review;
 mod run;
 mod status;
 
-use crate::cli::{Command, FindingsCommand};
+use crate::cli::Command;
 use crate::config::Settings;
 pub use crate::lifecycle::CommandError;
 use crate::store::StoreError;
@@ -42,49 +41,6 @@ pub async fn dispatch(command: Command, settings: Settings) -> Result<(), Comman
         Command::Events => events::events(&settings).await,
         Command::Repair => repair::repair(&settings).await,
         Command::Status { json } => status::status(&settings, json).await,
-        Command::Findings {
-            command:
-                FindingsCommand::List {
-                    kind,
-                    open,
-                    json,
-                    csv,
-                    limit,
-                    dashboard,
-                },
-        } => {
-            let query = findings::ListQuery {
-                kind: kind.as_deref(),
-                open,
-                limit,
-            };
-            if csv {
-                return review::list_csv(&settings, query, dashboard).await;
-            }
-            findings::list(&settings, query, json, dashboard).await
-        }
-        Command::Findings {
-            command: FindingsCommand::Show(args),
-        } => review::show(&settings, &args).await,
-        Command::Findings {
-            command:
-                FindingsCommand::Resolve {
-                    file: Some(file),
-                    by,
-                    dry_run,
-                    ..
-                },
-        } => review::resolve_file(&settings, &file, by.as_deref(), dry_run).await,
-        Command::Findings {
-            command: FindingsCommand::Resolve { id, note, by, .. },
-        } => {
-            // clap requires both without --file.
-            let (Some(id), Some(note)) = (id, note) else {
-                return Err(CommandError::Usage(
-                    "give ID --note NOTE, or --file PATH".into(),
-                ));
-            };
-            findings::resolve(&settings, id, &note, by.as_deref()).await
-        }
+        Command::Findings { command } => findings::findings(&settings, command).await,
     }
 }

@@ -5,6 +5,7 @@ use crate::db::DbError;
 use crate::events::EventsError;
 use crate::exit;
 use crate::outcome::RunError;
+use crate::review::ReviewError;
 use crate::store::StoreError;
 use crate::stripe::BuildError;
 
@@ -40,6 +41,10 @@ pub enum CommandError {
     /// The events run stopped early (exit code per [`EventsError::exit_code`]).
     #[error(transparent)]
     Events(#[from] EventsError),
+    /// `findings list|show|resolve` failed (exit code per
+    /// [`ReviewError::exit_code`]).
+    #[error(transparent)]
+    Review(#[from] ReviewError),
 }
 
 impl From<ConnectError> for CommandError {
@@ -72,6 +77,7 @@ impl CommandError {
             CommandError::Refused(_) => exit::REFUSED,
             CommandError::Scan(e) => e.exit_code(),
             CommandError::Events(e) => e.exit_code(),
+            CommandError::Review(e) => e.exit_code(),
         }
     }
 }

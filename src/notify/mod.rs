@@ -21,7 +21,7 @@ use crate::dashboard::DashboardMode;
 use crate::reconcile::money;
 use crate::store::findings::{self, FindingView};
 use crate::store::Context;
-use crate::terminal::escape;
+use crate::terminal::shown;
 
 /// The most findings one message lists; more wait for the next run.
 pub const MAX_PER_MESSAGE: i64 = 50;
@@ -135,10 +135,13 @@ async fn deliver(
 /// Slack's escaping of message text: `&`, `<` and `>` become entities, so
 /// stored text cannot mention (`<!channel>`) or forge a link (`<url|text>`)
 /// (Slack, "Formatting text for app surfaces", escaping). Controls and
-/// line breaks are escaped first ([`crate::terminal::escape`]): one finding
-/// is one line.
+/// line breaks are escaped first and a value over
+/// [`crate::terminal::SHOWN_CHARS`] characters is cut
+/// ([`crate::terminal::shown`]): one finding is one short line, so a 1 MB
+/// `order_id` cannot push the message past Slack's size limit (issue 30).
+/// The JSON format ([`json_body`]) carries the exact stored values.
 pub fn slack_escape(text: &str) -> String {
-    escape(text)
+    shown(text)
         .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -255,5 +258,14 @@ mod tests {
             slack_escape("<!channel> & <https://evil|click>\nnext"),
             "&lt;!channel&gt; &amp; &lt;https://evil|click&gt;\\nnext"
         );
+    }
+
+    #[test]
+    fn slack_text_cuts_a_huge_stored_value() {
+        let huge = format!("<{}", "o".repeat(1_048_575));
+        let text = slack_escape(&huge);
+        assert!(text.starts_with("&lt;ooo"));
+        assert!(text.ends_with("…(1048576 chars)"));
+        assert!(text.chars().count() < 250, "{} chars", text.chars().count());
     }
 }

@@ -320,6 +320,30 @@ pub async fn partition_index(
     .context("reading the indexes of payments")
 }
 
+/// A valid, non-partial index of `payments` whose first column is `column`
+/// (any index of the application's): its name, or `None`. `migrate` uses
+/// it to say which lookup index would help (the Checkout Session column).
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn leading_index(
+    conn: &mut PgConnection,
+    column: &ColumnName,
+) -> Result<Option<String>, StoreError> {
+    super::query_scalar(
+        "SELECT c.relname::text FROM pg_index i
+           JOIN pg_class c ON c.oid = i.indexrelid
+           JOIN pg_attribute a0 ON a0.attrelid = i.indrelid AND a0.attnum = i.indkey[0]
+          WHERE i.indrelid = 'payments'::regclass AND i.indisvalid
+            AND i.indpred IS NULL AND a0.attname = $1
+          ORDER BY c.relname LIMIT 1",
+    )
+    .bind(column.as_str())
+    .fetch_optional(conn)
+    .await
+    .context("reading the indexes of payments")
+}
+
 /// The statements that build the partition's index by hand (`psql`, as the
 /// table's owner), as [`build_by_hand`] does for the PaymentIntent index.
 pub fn partition_build_by_hand(column: &ColumnName) -> String {

@@ -5,7 +5,7 @@
 //!
 //! - [`account`]: [`AccountId`] (Connect, `Stripe-Account`) and the run's unreachable accounts.
 //! - [`client`]: [`StripeGateway`] and its reads (retrieve, probe, list).
-//! - [`events`]: the events feed (`GET /v1/events`).
+//! - [`events`]: the events feed (`GET /v1/events`): event types, pages, parsing.
 //! - `gateway`: [`StripeGateway`], the state a run's reads share.
 //! - `transport`: one GET: rate limit, retries, HTTP status mapping, body cap.
 //! - [`counting`]: requests per [`Endpoint`] (`stripe_requests{endpoint}`).
@@ -14,7 +14,8 @@
 //! - [`session`]: Checkout Sessions: retrieve and list (issue 32).
 //! - [`error`]: [`GatewayError`] and its causes.
 //! - [`id`]: [`PaymentIntentId`] and [`CheckoutSessionId`], validated before they go into a URL path.
-//! - `wire`: Stripe's JSON shapes, read leniently (private).
+//! - `wire`: Stripe's JSON shapes, read leniently (private): list pages, the
+//!   event envelope, PaymentIntent fields, the error body.
 
 pub mod account;
 pub mod client;

@@ -29,6 +29,7 @@
 //! - `keys_changes`: a late-committed row, a row whose key or `created_at` changes
 //! - `keys_connect`: a partition, a connected account and the events job on a uuid table
 //! - `keys_integers`: integer and smallint keys, ids ≤ 0 and near ±2^63
+//! - `keys_rails`: a Rails uuid table in a stated zone walked by `(created_at, id)`: once per cycle, exact drift, late commits
 //! - `list_mode`: `RECONCILER_READ_MODE=list` agrees with retrieve mode
 //! - `list_mode_faults`: list mode with a rejected key, a bad page, a moved cursor
 //! - `locks`: scan, repair workers and the application on the same rows
@@ -54,6 +55,7 @@
 //! - `review_loop`: differs, the CSV round trip, history (`findings show`)
 //! - `review_view`: the BI view `reconciliation_review` and its read-only role
 //! - `resolve_file_lines`: `findings resolve --file` names the line an editor shows (CRLF, BOM, blank lines)
+//! - `session_index`: migrate names the index that would serve lookups by Checkout Session id
 //! - `scan`: one batch's verdict paths and its set-based phase 3
 //! - `schema_doc`: docs/schema.md names everything `migrate` creates
 //! - `stray_bytes`: a stray byte (a `SQL_ASCII` database) fails no batch nor listing; a NULL amount; a 1 MB order id
@@ -99,6 +101,7 @@ mod keys;
 mod keys_changes;
 mod keys_connect;
 mod keys_integers;
+mod keys_rails;
 mod least_privilege;
 mod list_mode;
 mod list_mode_faults;
@@ -127,6 +130,7 @@ mod review_loop;
 mod review_view;
 mod scan;
 mod schema_doc;
+mod session_index;
 mod status;
 mod stops;
 mod stray_bytes;

@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use serde_json::{json, Value};
 
-use super::stripe_fake::Holdings;
+use super::stripe_fake::{collapse_charge, Holdings};
 
 /// Stripe's real Checkout Session example object (shared/stripe) as `id`,
 /// `status`, `payment_status`, naming PaymentIntent `pi` (or none), created
@@ -28,14 +28,6 @@ pub fn checkout_session(
     s["expires_at"] = json!(created + 86_400);
     s["url"] = Value::Null;
     s
-}
-
-/// `latest_charge` as Stripe sends it unexpanded: the charge's id.
-fn collapse_charge(mut pi: Value) -> Value {
-    if let Some(id) = pi["latest_charge"].get("id").cloned() {
-        pi["latest_charge"] = id;
-    }
-    pi
 }
 
 /// The session with its `payment_intent` expanded as `expand` asks

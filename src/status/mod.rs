@@ -1,5 +1,13 @@
 //! The job's state, as `status` prints it and the metrics push it: cursor and
 //! cycle, lag, open findings, outbox backlog, capacity.
+//!
+//! - `screen`: [`render`], the screen of `status` for people.
+//! - `lag_holder`: the screen's lines on the payment that holds the lag.
+
+mod lag_holder;
+mod screen;
+
+pub use screen::render;
 
 use std::collections::BTreeMap;
 

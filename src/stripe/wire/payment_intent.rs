@@ -1,49 +1,12 @@
-//! Stripe's JSON shapes, parsed leniently: only the fields the reconciler needs;
-//! unknown fields and nulls are ignored. These types never leave the gateway.
+//! A PaymentIntent object's fields, read leniently: amounts, words, status,
+//! metadata and the latest charge in every API version's shape.
 
 use std::collections::BTreeMap;
 
 use chrono::DateTime;
-use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::reconcile::{Charge, ChargeFacts, ExternalStatus, PaymentIntentFacts};
-
-/// Stripe's error envelope: `{"error": {"type", "code", "message", ...}}`.
-#[derive(Debug, Deserialize)]
-pub(crate) struct WireErrorEnvelope {
-    pub error: WireError,
-}
-
-#[derive(Debug, Deserialize)]
-pub(crate) struct WireError {
-    #[serde(rename = "type")]
-    pub kind: Option<String>,
-    pub code: Option<String>,
-    pub message: Option<String>,
-}
-
-impl WireError {
-    /// Stripe's answer to a path it does not know ("Unrecognized request
-    /// URL (GET: /v1/...)"): STRIPE_API_BASE has a wrong path.
-    pub fn is_unrecognized_url(&self) -> bool {
-        self.code.is_none()
-            && self
-                .message
-                .as_deref()
-                .is_some_and(|m| m.starts_with("Unrecognized request URL"))
-    }
-}
-
-impl WireErrorEnvelope {
-    /// Parses an error body; `None` when the body is not Stripe's envelope
-    /// (an HTML page from a proxy, an empty body, ...).
-    pub fn parse(body: &[u8]) -> Option<WireError> {
-        serde_json::from_slice::<WireErrorEnvelope>(body)
-            .ok()
-            .map(|e| e.error)
-    }
-}
 
 /// A non-negative integer field (amounts in minor units); `None` when absent,
 /// `null`, negative or not an integer.
@@ -75,25 +38,25 @@ pub(crate) fn is_status_word(s: &str) -> bool {
         && s.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
 }
 
-/// A PaymentIntent object's `status`, when it is a status word.
-pub(crate) fn status(object: &Value) -> Option<ExternalStatus> {
-    object
-        .get("status")
-        .and_then(Value::as_str)
-        .filter(|s| is_status_word(s))
-        .map(ExternalStatus::parse)
+/// A PaymentIntent's `status` text, when it is a status word.
+pub(crate) fn status_word(s: &str) -> Option<ExternalStatus> {
+    is_status_word(s).then(|| ExternalStatus::parse(s))
+}
+
+/// A `metadata` object's string values (others dropped).
+pub(crate) fn string_values(metadata: &Map<String, Value>) -> BTreeMap<String, String> {
+    metadata
+        .iter()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+        .collect()
 }
 
 /// A PaymentIntent object's `metadata`: its string values (others dropped).
-pub(crate) fn metadata(object: &Value) -> BTreeMap<String, String> {
+fn metadata(object: &Value) -> BTreeMap<String, String> {
     object
         .get("metadata")
         .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-                .collect()
-        })
+        .map(string_values)
         .unwrap_or_default()
 }
 

@@ -1,0 +1,41 @@
+//! `migrate`'s key step (issue 31): the reconciler's key columns hold
+//! `payments.id`'s type, and the walk the cycle will take is said.
+
+use crate::key::{KeyKind, Walk};
+use crate::lifecycle::preflight;
+use crate::lifecycle::CommandError;
+
+/// Aligns the reconciler's key columns with `payments.id`'s type and says
+/// how the cycle walks the table, naming the index of the application's
+/// that would keep list mode's batches dense when it is missing
+/// (docs/keys.md; `migrate` never adds it: the table is the application's).
+pub(super) async fn align(conn: &mut sqlx::PgConnection) -> Result<(), CommandError> {
+    let key = preflight::detect_key(&mut *conn).await?;
+    let changed = crate::store::keys::align(&mut *conn, &key)
+        .await
+        .map_err(CommandError::Store)?;
+    if !changed.is_empty() {
+        println!(
+            "payments.id is {}: the key column of {} now holds that type",
+            key.sql(),
+            changed.join(", ")
+        );
+    }
+    match (key.kind(), key.walk()) {
+        (_, Walk::CreatedAt) => println!(
+            "payments.id is {}: each cycle walks payments in (created_at, id) order on your index leading with created_at",
+            key.sql()
+        ),
+        (KeyKind::Uuid | KeyKind::Text, Walk::Key) => {
+            println!(
+                "payments.id is {}: each cycle walks payments in key order; random keys (uuid v4) scatter list mode's batches. \
+                 An index of yours on a NOT NULL created_at makes the cycle walk in (created_at, id) order instead, e.g. \
+                 CREATE INDEX CONCURRENTLY payments_created_at_id ON payments (created_at, id); migrate does not add it",
+                key.sql()
+            );
+            tracing::warn!(key = key.sql(), "payments has no index leading with a NOT NULL created_at: walking in key order");
+        }
+        _ => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,61 @@
+//! `migrate`'s Checkout Session step (issue 32): with
+//! `RECONCILER_CHECKOUT_SESSION_COLUMN` set, says whether an index of the
+//! application's serves the events job's lookups by session id, and which one
+//! would when none does. `migrate` never adds it (docs/checkout-sessions.md).
+
+use crate::config::Settings;
+use crate::lifecycle::preflight;
+use crate::lifecycle::CommandError;
+use crate::store::payment_index;
+use crate::store::{self, Context, StoreError};
+
+/// With `RECONCILER_CHECKOUT_SESSION_COLUMN` set: prints the index of
+/// `payments` leading with that column (kept), or the statement that would
+/// build one, and warns. Changes nothing.
+///
+/// # Errors
+/// [`CommandError`]: the column's checks (exit 78 naming the variable), or
+/// a database failure.
+pub(super) async fn report(
+    conn: &mut sqlx::PgConnection,
+    settings: &Settings,
+) -> Result<(), CommandError> {
+    let store = |e: StoreError| CommandError::Store(e);
+    let mut tx = store::begin(&mut *conn)
+        .await
+        .context("opening a transaction")
+        .map_err(store)?;
+    let settings = preflight::checked(&mut tx, settings).await?;
+    let Some(column) = &settings.schema.checkout_session_column else {
+        return Ok(());
+    };
+    let found = payment_index::leading_index(&mut tx, column)
+        .await
+        .map_err(store)?;
+    tx.commit()
+        .await
+        .context("closing a transaction")
+        .map_err(store)?;
+    let name = column.as_str();
+    match found {
+        Some(index) => println!("payments ({name}) has the index {index}: the events job looks Checkout Session rows up by it"),
+        None => {
+            println!(
+                "payments ({name}) has no index leading with it: the events job's lookups of Checkout Session rows read the whole table. \
+                 An index of yours would serve them, e.g. CREATE INDEX CONCURRENTLY {lower} ON payments ({quoted}); migrate does not add it",
+                lower = index_name(name),
+                quoted = column.quoted()
+            );
+            tracing::warn!(column = name, "payments has no index leading with the Checkout Session column");
+        }
+    }
+    Ok(())
+}
+
+/// `payments_<column>` lower-cased, cut to PostgreSQL's 63 bytes (a column
+/// name is a plain identifier: ASCII only).
+fn index_name(column: &str) -> String {
+    let mut name = format!("payments_{}", column.to_ascii_lowercase());
+    name.truncate(63);
+    name
+}

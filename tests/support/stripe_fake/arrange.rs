@@ -1,0 +1,151 @@
+//! What a test puts into the fake: PaymentIntents, Checkout Sessions,
+//! events, deletions, and the faults it answers instead.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use sqlx::PgPool;
+use wiremock::ResponseTemplate;
+
+use super::{key, no_access, StripeFake, EVENTS, LIST, RETRIEVE};
+use crate::support::payment_intent;
+
+impl StripeFake {
+    /// Every answer takes `latency`.
+    pub fn set_latency(&self, latency: Duration) -> &Self {
+        self.state().latency = latency;
+        self
+    }
+
+    /// A platform retrieve of any `pi_...` the fake does not hold answers
+    /// `status` (such PaymentIntents are never listed).
+    pub fn answer_any(&self, status: &'static str) -> &Self {
+        self.state().any_status = Some(status);
+        self
+    }
+
+    /// Adds a PaymentIntent in `status` created at `created` (Unix seconds)
+    /// on `account` (`None`: the platform).
+    pub fn add(&self, account: Option<&str>, id: &str, status: &str, created: i64) -> &Self {
+        let mut pi = payment_intent(id, status);
+        pi["created"] = Value::from(created);
+        self.add_object(account, pi)
+    }
+
+    /// Adds a PaymentIntent object as is (its `created` orders it); one with
+    /// the same id on the same account is replaced.
+    pub fn add_object(&self, account: Option<&str>, pi: Value) -> &Self {
+        let mut s = self.state();
+        let holdings = s.accounts.entry(key(account)).or_default();
+        holdings.pis.retain(|p| p["id"] != pi["id"]);
+        holdings.pis.push(pi);
+        holdings.sort();
+        self
+    }
+
+    /// Moves the platform's PaymentIntent `id` to `status`, as Stripe's
+    /// example object in that status (its `created` kept).
+    pub fn set_status(&self, id: &str, status: &str) -> &Self {
+        let created = self
+            .state()
+            .accounts
+            .get(&None)
+            .and_then(|h| h.pis.iter().find(|p| p["id"] == id))
+            .and_then(|p| p["created"].as_i64())
+            .unwrap_or_else(|| chrono::Utc::now().timestamp() - 3600);
+        self.add(None, id, status, created)
+    }
+
+    /// A deleted PaymentIntent of the platform: 404 `resource_missing`,
+    /// never listed.
+    pub fn delete(&self, id: &str) {
+        self.state()
+            .accounts
+            .entry(None)
+            .or_default()
+            .deleted
+            .push(id.to_owned());
+    }
+
+    /// Adds a Checkout Session object as is on `account` (`None`: the
+    /// platform); one with the same id on the same account is replaced. Its
+    /// `payment_intent` (an id) is expanded from the account's
+    /// PaymentIntents when a request asks ([`super::session_fake`]).
+    pub fn add_session(&self, account: Option<&str>, session: Value) -> &Self {
+        let mut s = self.state();
+        let holdings = s.accounts.entry(key(account)).or_default();
+        holdings.sessions.retain(|x| x["id"] != session["id"]);
+        holdings.sessions.push(session);
+        holdings.sort();
+        self
+    }
+
+    /// Adds an event to `account`'s feed (`None`: the platform's).
+    pub fn push_event(&self, account: Option<&str>, event: Value) -> &Self {
+        let mut s = self.state();
+        let holdings = s.accounts.entry(key(account)).or_default();
+        holdings.events.push(event);
+        holdings.sort();
+        self
+    }
+
+    /// The test expects list pages to fail (by a fault it mounted itself).
+    pub fn allow_failed_list_pages(&self) -> &Self {
+        self.state().list_failures_expected = true;
+        self
+    }
+
+    /// Every request made as `account` answers Stripe's 403 no-access.
+    pub fn refuse(&self, account: &str) -> &Self {
+        for endpoint in [RETRIEVE, LIST, EVENTS] {
+            self.answer_on(Some(account), endpoint, no_access(account));
+        }
+        self
+    }
+
+    /// Every `endpoint` request made as `account` answers `response`.
+    pub fn answer_on(
+        &self,
+        account: Option<&str>,
+        endpoint: &'static str,
+        response: ResponseTemplate,
+    ) -> &Self {
+        let mut s = self.state();
+        s.list_failures_expected |= endpoint == LIST;
+        s.overrides.push((key(account), endpoint, response));
+        self
+    }
+
+    /// The list request after `skip` more list requests answers `response`
+    /// instead (faults queue up in order).
+    pub fn fail_list(&self, skip: usize, response: ResponseTemplate) -> &Self {
+        let mut s = self.state();
+        s.list_failures_expected = true;
+        s.list_faults.push_back((skip, response));
+        self
+    }
+
+    /// Adds, on the platform, the PaymentIntent of every row of the test's
+    /// `payments` table not yet held, in `status`, created when its row was
+    /// (`created_at`): what list mode's windows look for.
+    pub async fn mirror(&self, pool: &PgPool, status: &str) -> &Self {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT stripe_payment_intent_id, floor(extract(epoch FROM created_at))::bigint
+               FROM payments WHERE stripe_payment_intent_id LIKE 'pi\\_%'",
+        )
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        for (id, created) in rows {
+            let held = self
+                .state()
+                .accounts
+                .get(&None)
+                .is_some_and(|h| h.pis.iter().any(|p| p["id"] == id.as_str()));
+            if !held {
+                self.add(None, &id, status, created);
+            }
+        }
+        self
+    }
+}

@@ -1,0 +1,67 @@
+//! What each Stripe account holds in the fake, and the state every
+//! request is answered from.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use serde_json::Value;
+use wiremock::ResponseTemplate;
+
+use super::Seen;
+
+/// What one Stripe account (the platform's or a connected one) holds.
+#[derive(Default)]
+pub(in crate::support) struct Holdings {
+    /// PaymentIntent objects, newest first.
+    pub(super) pis: Vec<Value>,
+    /// Deleted ids: 404 on retrieve, absent from lists.
+    pub(super) deleted: Vec<String>,
+    /// Events, newest first.
+    pub(super) events: Vec<Value>,
+    /// Checkout Sessions, newest first; `payment_intent` an id or null
+    /// (expanded from `pis` when asked: `super::session_fake`).
+    pub(in crate::support) sessions: Vec<Value>,
+}
+
+impl Holdings {
+    pub(super) fn sort(&mut self) {
+        self.pis.sort_by(|a, b| {
+            b["created"]
+                .as_i64()
+                .cmp(&a["created"].as_i64())
+                .then_with(|| b["id"].as_str().cmp(&a["id"].as_str()))
+        });
+        self.events
+            .sort_by_key(|e| std::cmp::Reverse(e["created"].as_i64().unwrap_or(0)));
+        self.sessions.sort_by(|a, b| {
+            b["created"]
+                .as_i64()
+                .cmp(&a["created"].as_i64())
+                .then_with(|| b["id"].as_str().cmp(&a["id"].as_str()))
+        });
+    }
+
+    /// The PaymentIntent `id`, if held and not deleted.
+    pub(in crate::support) fn pi(&self, id: &str) -> Option<&Value> {
+        self.pis
+            .iter()
+            .find(|p| p["id"] == id)
+            .filter(|_| !self.deleted.iter().any(|d| d == id))
+    }
+}
+
+#[derive(Default)]
+pub(super) struct State {
+    pub(super) accounts: HashMap<Option<String>, Holdings>,
+    /// A platform retrieve of an unknown `pi_...` answers this status
+    /// (the PaymentIntent is never listed: the fake does not know it).
+    pub(super) any_status: Option<&'static str>,
+    pub(super) latency: Duration,
+    /// `(account, endpoint, answer)`: answers instead of the holdings.
+    pub(super) overrides: Vec<(Option<String>, &'static str, ResponseTemplate)>,
+    /// Answers for the next list requests (after the first `skip`), in order.
+    pub(super) list_faults: VecDeque<(usize, ResponseTemplate)>,
+    pub(super) seen: Vec<Seen>,
+    /// The test made list pages fail on purpose (checked on drop).
+    pub(super) list_failures_expected: bool,
+}
