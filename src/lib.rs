@@ -12,12 +12,12 @@
 //! - [`capacity`]: PURE capacity arithmetic (B·R, G, cycle time) and the run plan of `auto`.
 //! - [`cli`]: the clap command line (subcommands of DESIGN.md's Interface).
 //! - [`commands`]: one thin adapter per subcommand: its arguments, the subject module's call, the exit code.
-//! - [`config`]: settings from the environment, secrets redacted.
+//! - [`config`]: settings from the environment, secrets redacted: [`config::Settings`], one public field per group; a job takes the groups it uses.
 //! - [`dashboard`]: PURE links to a PaymentIntent in the Stripe Dashboard (live or test).
 //! - [`db`]: the connection pool and the embedded migrations.
-//! - [`events`]: the events feed (`events`): missed webhooks and money with no order, a feed per connected account.
+//! - [`events`]: the events feed (`events`): missed webhooks and money with no order, a feed per connected account; its groups [`events::EventsGroups`].
 //! - [`exit`]: the process exit codes.
-//! - [`job`]: the job abstraction: [`job::RunContext`], the [`job::Job`] trait, and one run (lease, body, summary).
+//! - [`job`]: the job abstraction: [`job::RunContext`] (with the job's settings groups), the [`job::Job`] trait, and one run (lease, body, summary).
 //! - [`key`]: PURE the key of a `payments` row of any type (`PaymentKey`, `KeyType`, walk position; docs/keys.md).
 //! - [`lease`]: the run lease on the cursor or the events position: take, renew, give back.
 //! - [`lifecycle`]: a scheduled job's command: gateway, database, preflight, run, summary, push, exit code.
@@ -25,12 +25,12 @@
 //! - [`migrate`]: `migrate`'s steps: schema check, migrations, key columns, outbox, lookup and partition indexes.
 //! - [`notify`]: posts new findings a person must see to `RECONCILER_NOTIFY_URL` after `run` and `events`.
 //! - [`outcome`]: how a run ends: `RunOutcome` labels and the `RunError` that stopped it.
-//! - [`read`]: phase 2 for scan and events: Stripe reads, list mode, the outage rule, Connect accounts.
+//! - [`read`]: phase 2 for scan and events: Stripe reads, list mode, the outage rule, Connect accounts; its groups [`read::ReadGroups`].
 //! - [`reconcile`]: PURE classification: statuses, `Verdict`, `Decision`, `classify`, orphans.
 //! - [`record`]: phase 3's write path for scan and events: stamps, findings, repair commands.
 //! - [`repair`]: the canonical writer and the outbox worker.
 //! - [`review`]: the review loop of `findings`: list (table, JSON, CSV), show, resolve by hand (one or a file).
-//! - [`scan`]: batches over the cursor (phases 1 and 3), the run plan, and the scan's [`job::Job`].
+//! - [`scan`]: batches over the cursor (phases 1 and 3), the run plan, and the scan's [`job::Job`]; its groups [`scan::ScanGroups`].
 //! - [`shutdown`]: SIGTERM/SIGINT into a cancellation token.
 //! - [`status`]: the job's state for `status` and the metrics, and the `status` screen.
 //! - [`store`]: all SQL, by table (a directory per table whose SQL has several jobs).

@@ -11,7 +11,6 @@ mod support;
 use std::time::Duration;
 
 use sqlx::PgPool;
-use stripe_reconciler::scan::{run_batch, Mode};
 use support::*;
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
@@ -19,7 +18,7 @@ async fn reads_run_concurrently_but_never_more_than_max_in_flight(pool: PgPool) 
     insert_paid(&pool, 24).await;
     let latency = Duration::from_millis(200);
     let (stripe, arrivals) = recording_stripe(latency).await;
-    let s = support::JobSettings {
+    let s = support::Settings {
         stripe: support::StripeSettings {
             max_in_flight: 3,
             ..settings(200).stripe
@@ -27,9 +26,7 @@ async fn reads_run_concurrently_but_never_more_than_max_in_flight(pool: PgPool) 
         ..settings(200)
     };
 
-    run_batch(&pool, &gateway(&stripe), &s, Mode::Write, None)
-        .await
-        .unwrap();
+    scan_with(&pool, &gateway(&stripe), &s).await.unwrap();
 
     let arrivals = arrivals.lock().unwrap().clone();
     assert_eq!(arrivals.len(), 24);

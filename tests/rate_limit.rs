@@ -10,14 +10,14 @@ mod support;
 use std::time::Duration;
 
 use sqlx::PgPool;
-use stripe_reconciler::scan::{run_batch, Mode};
+use stripe_reconciler::scan::{run_batch, Mode, ScanGroups};
 use support::*;
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn one_rate_limit_is_shared_by_every_concurrent_read(pool: PgPool) {
     insert_paid(&pool, 25).await;
     let (stripe, arrivals) = recording_stripe(Duration::ZERO).await;
-    let s = support::JobSettings {
+    let s = support::Settings {
         stripe: support::StripeSettings {
             max_in_flight: 8,
             ..settings(200).stripe
@@ -28,7 +28,7 @@ async fn one_rate_limit_is_shared_by_every_concurrent_read(pool: PgPool) {
     run_batch(
         &pool,
         &gateway_with(&stripe, 10, Duration::from_secs(2)),
-        &s,
+        &ScanGroups::of(&s),
         Mode::Write,
         None,
     )

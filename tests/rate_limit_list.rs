@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use stripe_reconciler::config::{ReadMode, Sizing};
-use stripe_reconciler::scan::{self, RunOptions};
+use stripe_reconciler::scan::{self, RunOptions, ScanGroups};
 use support::account::{insert_at, Account};
 use support::*;
 use tokio_util::sync::CancellationToken;
@@ -37,7 +37,7 @@ async fn list_pages_and_overlapping_batches_share_the_rate_limit(pool: PgPool) {
         account.add(&pi, "succeeded", created);
     }
     let server = account.serve().await;
-    let s = JobSettings {
+    let s = Settings {
         scan: ScanSettings {
             batches_per_run: Sizing::Fixed(20),
             read_mode: ReadMode::List,
@@ -53,7 +53,7 @@ async fn list_pages_and_overlapping_batches_share_the_rate_limit(pool: PgPool) {
     let (summary, result) = scan::run(
         &pool,
         &gateway_with(&server, 10, Duration::from_secs(2)),
-        &s,
+        &ScanGroups::of(&s),
         RunOptions::default(),
         CancellationToken::new(),
     )

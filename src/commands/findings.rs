@@ -14,7 +14,7 @@ pub(super) async fn findings(
     settings: &Settings,
     command: FindingsCommand,
 ) -> Result<(), CommandError> {
-    let outbox = &settings.job.outbox;
+    let outbox = &settings.outbox;
     match command {
         FindingsCommand::List {
             kind,
@@ -65,6 +65,6 @@ pub(super) async fn findings(
 
 /// The Dashboard a link opens: `--dashboard`, else the key's mode.
 fn mode(settings: &Settings, dashboard: Option<DashboardMode>) -> DashboardMode {
-    let key = settings.job.stripe.api_key.as_ref();
+    let key = settings.stripe.api_key.as_ref();
     DashboardMode::choose(dashboard, key.map(|k| k.expose_secret()))
 }

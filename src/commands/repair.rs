@@ -21,7 +21,7 @@ pub(super) async fn repair(settings: &Settings) -> Result<(), CommandError> {
     // RECONCILER_TIMESTAMP_ZONE is known to the database (exit 78 otherwise).
     crate::lifecycle::preflight::checked(&mut conn, settings).await?;
     drop(conn);
-    let outbox = settings.job.outbox.clone();
+    let outbox = settings.outbox.clone();
     if !outbox.shape.drained_by_reconciler() {
         println!(
             "the outbox {} has the {} shape: the application's relay delivers its commands to the application's canonical writer; `repair` has nothing to drain",
@@ -33,11 +33,11 @@ pub(super) async fn repair(settings: &Settings) -> Result<(), CommandError> {
     }
     let options = RepairOptions {
         outbox,
-        checkout_session_column: settings.job.schema.checkout_session_column.clone(),
-        timestamp_zone: settings.job.schema.times.zone.clone(),
+        checkout_session_column: settings.schema.checkout_session_column.clone(),
+        timestamp_zone: settings.schema.times.zone.clone(),
         ..RepairOptions::default()
     };
-    let statuses = &settings.job.schema.statuses;
+    let statuses = &settings.schema.statuses;
     let report = drain_with(&pool, options, statuses, &token)
         .await
         .map_err(CommandError::Store)?;

@@ -3,6 +3,7 @@
 use super::CommandError;
 use crate::config::Settings;
 use crate::lifecycle::preflight;
+use crate::scan::ScanGroups;
 use crate::status;
 use crate::store::Context;
 
@@ -14,14 +15,14 @@ pub(super) async fn status(settings: &Settings, json: bool) -> Result<(), Comman
         .await
         .context("opening a transaction")
         .map_err(CommandError::Store)?;
-    let st = status::read_planned(&mut conn, &settings.job)
+    let st = status::read_planned(&mut conn, &ScanGroups::of(settings), &settings.events)
         .await
         .map_err(CommandError::Store)?;
     if json {
         let line = serde_json::to_string_pretty(&st)?;
         println!("{line}");
     } else {
-        print!("{}", status::render(&st, settings.job.run.grace));
+        print!("{}", status::render(&st, settings.run.grace));
     }
     Ok(())
 }

@@ -59,34 +59,23 @@ pub use timestamps::{PaymentTimes, TimeColumn, TimestampZone};
 
 use crate::reconcile::Rules;
 
-/// Everything the binary reads from its environment, validated.
+/// Everything the binary reads from its environment, validated: one public
+/// field per group. A job takes the groups it uses (e.g.
+/// [`crate::scan::ScanGroups`]), never the whole.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// `DATABASE_URL` and the pools it opens.
     pub database: DatabaseSettings,
     /// `PUSHGATEWAY_URL`; `None` disables the push.
     pub pushgateway_url: Option<Url>,
-    /// The job's tuning (`RECONCILER_*`).
-    pub job: JobSettings,
-    /// `RECONCILER_LOG_FORMAT`, default json.
-    pub log_format: LogFormat,
-    /// `RECONCILER_NOTIFY_*`; `None` when `RECONCILER_NOTIFY_URL` is unset.
-    pub notify: Option<NotifySettings>,
-}
-
-/// What a job's run works with: the run-wide `RECONCILER_*` variables (the
-/// job's name, grace, deadline, unverifiable cycles) and the groups (scan,
-/// Stripe, schema, rules, events, outbox).
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct JobSettings {
     /// The run-wide variables: `RECONCILER_JOB`, `RECONCILER_GRACE_SECONDS`,
     /// `RECONCILER_RUN_DEADLINE_SECONDS`, `RECONCILER_UNVERIFIABLE_CYCLES`.
     pub run: RunSettings,
     /// The scan's shape: batch and run sizes, the cycle `auto` plans for,
     /// the read mode and list reads (`RECONCILER_BATCH_SIZE`, …).
     pub scan: ScanSettings,
-    /// The Stripe group: `STRIPE_API_BASE` and the read budget
-    /// (`RECONCILER_RATE_LIMIT_RPS`, `RECONCILER_MAX_IN_FLIGHT`,
+    /// The Stripe group: `STRIPE_API_KEY`, `STRIPE_API_BASE` and the read
+    /// budget (`RECONCILER_RATE_LIMIT_RPS`, `RECONCILER_MAX_IN_FLIGHT`,
     /// `RECONCILER_HTTP_TIMEOUT_SECONDS`); it builds the gateway.
     pub stripe: StripeSettings,
     /// How the application's `payments` table is read: the money and
@@ -102,6 +91,10 @@ pub struct JobSettings {
     /// `RECONCILER_OUTBOX_TABLE` and `RECONCILER_OUTBOX_SHAPE`: where repair
     /// commands go and who delivers them (default `outbox`, `reconciler`).
     pub outbox: OutboxSettings,
+    /// `RECONCILER_LOG_FORMAT`, default json.
+    pub log_format: LogFormat,
+    /// `RECONCILER_NOTIFY_*`; `None` when `RECONCILER_NOTIFY_URL` is unset.
+    pub notify: Option<NotifySettings>,
 }
 
 impl Settings {
@@ -146,28 +139,26 @@ impl Settings {
         Ok(Settings {
             database,
             pushgateway_url: output.pushgateway_url,
-            job: JobSettings {
-                run,
-                scan,
-                stripe,
-                schema: SchemaSettings {
-                    amount_column: checks.amount_column,
-                    currency_column: checks.currency_column,
-                    account_column: checks.account_column,
-                    checkout_session_column: checks.checkout_session_column,
-                    amount_unit: vocabulary.amount_unit,
-                    statuses: vocabulary.statuses,
-                    partition,
-                    times: PaymentTimes {
-                        zone,
-                        ..PaymentTimes::default()
-                    },
-                    key: crate::key::KeyType::default(),
+            run,
+            scan,
+            stripe,
+            schema: SchemaSettings {
+                amount_column: checks.amount_column,
+                currency_column: checks.currency_column,
+                account_column: checks.account_column,
+                checkout_session_column: checks.checkout_session_column,
+                amount_unit: vocabulary.amount_unit,
+                statuses: vocabulary.statuses,
+                partition,
+                times: PaymentTimes {
+                    zone,
+                    ..PaymentTimes::default()
                 },
-                rules: checks.rules,
-                events,
-                outbox,
+                key: crate::key::KeyType::default(),
             },
+            rules: checks.rules,
+            events,
+            outbox,
             log_format: output.log_format,
             notify,
         })
@@ -197,14 +188,20 @@ mod tests {
     #[test]
     fn defaults_match_the_interface_table() {
         let s = Settings::from_vars(vars(&[DB])).unwrap();
-        assert_eq!(s.job, JobSettings::default());
-        let base = s.job.stripe.base().unwrap();
+        assert_eq!(s.run, RunSettings::default());
+        assert_eq!(s.scan, ScanSettings::default());
+        assert_eq!(s.stripe, StripeSettings::default());
+        assert_eq!(s.schema, SchemaSettings::default());
+        assert_eq!(s.rules, Rules::default());
+        assert_eq!(s.events, EventsSettings::default());
+        assert_eq!(s.outbox, OutboxSettings::default());
+        let base = s.stripe.base().unwrap();
         assert_eq!(base.as_str(), "https://api.stripe.com/");
         assert_eq!(base.as_str().trim_end_matches('/'), DEFAULT_STRIPE_API_BASE);
         assert!(s.pushgateway_url.is_none());
-        assert!(s.job.stripe.api_key.is_none());
+        assert!(s.stripe.api_key.is_none());
         assert_eq!(
-            s.job.stripe.require_key().unwrap_err().var(),
+            s.stripe.require_key().unwrap_err().var(),
             Some("STRIPE_API_KEY")
         );
         assert_eq!(s.log_format, LogFormat::Json);
@@ -258,87 +255,96 @@ mod tests {
         let column = |var, name| Some(ColumnName::parse(var, name).unwrap());
         let secs = Duration::from_secs;
         assert_eq!(
-            s.job,
-            JobSettings {
-                run: RunSettings {
-                    job: "shard-a".into(),
-                    grace: secs(13),
-                    run_deadline: Some(secs(17)),
-                    unverifiable_cycles: 21,
+            s.run,
+            RunSettings {
+                job: "shard-a".into(),
+                grace: secs(13),
+                run_deadline: Some(secs(17)),
+                unverifiable_cycles: 21,
+            }
+        );
+        assert_eq!(
+            s.scan,
+            ScanSettings {
+                batch_size: 11,
+                batches_per_run: Sizing::Fixed(12),
+                target_cycle: secs(3600),
+                schedule_interval: secs(300),
+                read_mode: ReadMode::Retrieve,
+                list_window_slack: secs(24),
+                list_max_pages: Sizing::Fixed(25),
+            }
+        );
+        assert_eq!(
+            s.stripe,
+            StripeSettings {
+                api_key: Some("sk_test_k".to_owned().into()),
+                api_base: Some(Url::parse("http://127.0.0.1:12111").unwrap()),
+                rate_limit_rps: 14,
+                max_in_flight: 15,
+                http_timeout: secs(16),
+            }
+        );
+        assert_eq!(
+            s.schema,
+            SchemaSettings {
+                amount_column: column("RECONCILER_AMOUNT_COLUMN", "amount_cents"),
+                currency_column: column("RECONCILER_CURRENCY_COLUMN", "currency"),
+                account_column: column("RECONCILER_ACCOUNT_COLUMN", "stripe_account"),
+                checkout_session_column: column(
+                    "RECONCILER_CHECKOUT_SESSION_COLUMN",
+                    "checkout_session"
+                ),
+                amount_unit: AmountUnit::Major,
+                statuses: StatusMap::parse(
+                    "pending=open;paid=complete;failed=canceled;refunded=refunded"
+                )
+                .unwrap(),
+                partition: Some(Partition {
+                    column: ColumnName::parse("RECONCILER_PARTITION_COLUMN", "legal_entity")
+                        .unwrap(),
+                    value: "eu'; --".into(),
+                    kind: PartitionKind::Unchecked,
+                }),
+                times: PaymentTimes {
+                    zone: TimestampZone::parse("Europe/Paris").unwrap(),
+                    ..PaymentTimes::default()
                 },
-                scan: ScanSettings {
-                    batch_size: 11,
-                    batches_per_run: Sizing::Fixed(12),
-                    target_cycle: secs(3600),
-                    schedule_interval: secs(300),
-                    read_mode: ReadMode::Retrieve,
-                    list_window_slack: secs(24),
-                    list_max_pages: Sizing::Fixed(25),
-                },
-                stripe: StripeSettings {
-                    api_key: Some("sk_test_k".to_owned().into()),
-                    api_base: Some(Url::parse("http://127.0.0.1:12111").unwrap()),
-                    rate_limit_rps: 14,
-                    max_in_flight: 15,
-                    http_timeout: secs(16),
-                },
-                schema: SchemaSettings {
-                    amount_column: column("RECONCILER_AMOUNT_COLUMN", "amount_cents"),
-                    currency_column: column("RECONCILER_CURRENCY_COLUMN", "currency"),
-                    account_column: column("RECONCILER_ACCOUNT_COLUMN", "stripe_account"),
-                    checkout_session_column: column(
-                        "RECONCILER_CHECKOUT_SESSION_COLUMN",
-                        "checkout_session"
-                    ),
-                    amount_unit: AmountUnit::Major,
-                    statuses: StatusMap::parse(
-                        "pending=open;paid=complete;failed=canceled;refunded=refunded"
-                    )
-                    .unwrap(),
-                    partition: Some(Partition {
-                        column: ColumnName::parse("RECONCILER_PARTITION_COLUMN", "legal_entity")
-                            .unwrap(),
-                        value: "eu'; --".into(),
-                        kind: PartitionKind::Unchecked,
-                    }),
-                    times: PaymentTimes {
-                        zone: TimestampZone::parse("Europe/Paris").unwrap(),
-                        ..PaymentTimes::default()
-                    },
-                    key: crate::key::KeyType::default(),
-                },
-                rules: Rules {
-                    auth_expiry_warn_seconds: 18,
-                    processing_max_seconds: 19,
-                    abandoned_after_seconds: Some(20),
-                },
-                events: EventsSettings {
-                    lookback: secs(22),
-                    max_pages: 23,
-                    orphan_metadata_key: Some("app".into()),
-                    account_active: secs(86_400),
-                },
-                outbox: OutboxSettings {
-                    table: OutboxTable::parse("app.commands").unwrap(),
-                    shape: OutboxShape::Debezium,
-                },
+                key: crate::key::KeyType::default(),
+            }
+        );
+        assert_eq!(
+            s.rules,
+            Rules {
+                auth_expiry_warn_seconds: 18,
+                processing_max_seconds: 19,
+                abandoned_after_seconds: Some(20),
+            }
+        );
+        assert_eq!(
+            s.events,
+            EventsSettings {
+                lookback: secs(22),
+                max_pages: 23,
+                orphan_metadata_key: Some("app".into()),
+                account_active: secs(86_400),
+            }
+        );
+        assert_eq!(
+            s.outbox,
+            OutboxSettings {
+                table: OutboxTable::parse("app.commands").unwrap(),
+                shape: OutboxShape::Debezium,
             }
         );
         assert_eq!(s.log_format, LogFormat::Pretty);
-        assert_eq!(
-            s.job.stripe.base().unwrap().as_str(),
-            "http://127.0.0.1:12111/"
-        );
+        assert_eq!(s.stripe.base().unwrap().as_str(), "http://127.0.0.1:12111/");
         assert_eq!(
             s.pushgateway_url.map(String::from).as_deref(),
             Some("http://pushgateway:9091/")
         );
         assert_eq!(
-            s.job
-                .stripe
-                .api_key
-                .as_ref()
-                .map(ExposeSecret::expose_secret),
+            s.stripe.api_key.as_ref().map(ExposeSecret::expose_secret),
             Some("sk_test_k")
         );
     }
@@ -351,14 +357,11 @@ mod tests {
             ("RECONCILER_LIST_MAX_PAGES", "auto"),
         ]))
         .unwrap();
-        assert_eq!(s.job.scan.batches_per_run, Sizing::Auto);
-        assert_eq!(
-            (s.job.scan.batch_size, s.job.scan.list_page_cap()),
-            (1_900, 22)
-        );
+        assert_eq!(s.scan.batches_per_run, Sizing::Auto);
+        assert_eq!((s.scan.batch_size, s.scan.list_page_cap()), (1_900, 22));
         let retrieve =
             Settings::from_vars(vars(&[DB, ("RECONCILER_READ_MODE", "retrieve")])).unwrap();
-        assert_eq!(retrieve.job.scan.batch_size, 200);
+        assert_eq!(retrieve.scan.batch_size, 200);
         let explicit = Settings::from_vars(vars(&[
             DB,
             ("RECONCILER_BATCH_SIZE", "500"),
@@ -366,13 +369,10 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(
-            (
-                explicit.job.scan.batch_size,
-                explicit.job.scan.list_page_cap()
-            ),
+            (explicit.scan.batch_size, explicit.scan.list_page_cap()),
             (500, 3)
         );
-        let mut small = explicit.job.scan.clone();
+        let mut small = explicit.scan.clone();
         small.list_max_pages = Sizing::Auto;
         assert_eq!(small.list_page_cap(), 10, "never fewer than 10 pages");
         small.batch_size = 5_000;
@@ -458,7 +458,7 @@ mod tests {
             "https://proxy.example.com/stripe",
         ] {
             let s = Settings::from_vars(vars(&[DB, ("STRIPE_API_BASE", base)])).unwrap();
-            let parsed = s.job.stripe.base().unwrap();
+            let parsed = s.stripe.base().unwrap();
             assert_eq!(parsed.as_str().trim_end_matches('/'), base);
         }
     }

@@ -137,7 +137,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            none.job.schema.partition, None,
+            none.schema.partition, None,
             "empty values (a chart's unset) are unset"
         );
         let e = settings(&[
@@ -158,7 +158,7 @@ mod tests {
         let e = settings(&pair).unwrap_err();
         assert_eq!(e.var(), Some("RECONCILER_JOB"), "{e}");
         let s = settings(&[pair[0], pair[1], ("RECONCILER_JOB", "payments-eu")]).unwrap();
-        let p = s.job.schema.partition.unwrap();
+        let p = s.schema.partition.unwrap();
         assert_eq!((p.column.as_str(), p.value.as_str()), ("entity", "eu"));
     }
 

@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::feed::SliceEvents;
+use super::groups::EventsContext;
 use super::orphans::{self, OrphanRead};
 use super::plan::{self, young, Plan, PlanRules, RowAction};
 use super::sessions;
 use super::slices::{Slice, SLICE_EVENTS};
 use super::summary::{EventsSummary, HOLD_BEYOND_GRACE};
 use super::EventsError;
-use crate::job::RunContext;
 use crate::lease::Lease;
 use crate::outcome::RunError;
 use crate::read::{observe_all, stripe_reachable, Observation};
@@ -87,14 +87,14 @@ pub fn held_limit(max_pages: u32) -> usize {
 /// When the held PaymentIntents' time is up: a third of
 /// `RECONCILER_RUN_DEADLINE_SECONDS` after the run's start (`None`: no
 /// deadline, only [`held_limit`] bounds them).
-fn held_until(ctx: &RunContext<'_>) -> Option<Instant> {
+fn held_until(ctx: &EventsContext<'_>) -> Option<Instant> {
     let share = ctx.settings.run.run_deadline? / HELD_SHARE_DIVISOR;
     ctx.clock.started().checked_add(share)
 }
 
 /// The events job's lease: [`crate::job::run_once`] takes it before the
 /// body, so a body without one was never given it to hold (a lost run).
-fn lease_of<'c>(ctx: &'c RunContext<'_>, job: &str) -> Result<&'c Lease, EventsError> {
+fn lease_of<'c>(ctx: &'c EventsContext<'_>, job: &str) -> Result<&'c Lease, EventsError> {
     ctx.lease.as_ref().ok_or_else(|| {
         EventsError::from(RunError::ConcurrentRun {
             job: job.to_owned(),
@@ -115,7 +115,7 @@ fn lease_of<'c>(ctx: &'c RunContext<'_>, job: &str) -> Result<&'c Lease, EventsE
 /// As [`slice`].
 #[tracing::instrument(name = "events.retries", skip_all)]
 pub async fn retries(
-    ctx: &RunContext<'_>,
+    ctx: &EventsContext<'_>,
     progress: &mut Progress,
     summary: &mut EventsSummary,
 ) -> Result<(), EventsError> {
@@ -198,7 +198,7 @@ struct Feed<'a> {
 /// slice is written), the scan's guards ([`RunError`]) otherwise.
 #[tracing::instrument(name = "events.slice", skip_all, fields(gte = slice.gte, lt = slice.lt, events = read.len()))]
 pub async fn slice(
-    ctx: &RunContext<'_>,
+    ctx: &EventsContext<'_>,
     account: Option<&AccountId>,
     slice: Slice,
     read: SliceEvents,
@@ -247,7 +247,7 @@ struct Written {
 /// One batch of events: look the rows up, ask Stripe with no transaction
 /// open, commit everything with the feed's position, count it.
 async fn work(
-    ctx: &RunContext<'_>,
+    ctx: &EventsContext<'_>,
     feed: Feed<'_>,
     read: SliceEvents,
     progress: &mut Progress,
@@ -281,7 +281,7 @@ async fn work(
 /// Phase 1: the rows, by index lookup, and the orphans already open; then
 /// the plan.
 async fn look_up<'e>(
-    ctx: &RunContext<'_>,
+    ctx: &EventsContext<'_>,
     collapsed: &'e [PaymentIntentEvent],
     progress: &Progress,
 ) -> Result<Looked<'e>, EventsError> {
@@ -291,7 +291,7 @@ async fn look_up<'e>(
         .filter(|e| !progress.handled.contains(e.payment_intent.as_str()))
         .collect();
     let mut ids: Vec<&str> = named.iter().map(|e| e.payment_intent.as_str()).collect();
-    let columns = MoneyColumns::of(&settings.schema);
+    let columns = MoneyColumns::of(settings.schema);
     let mut tx = crate::store::begin(ctx.pool)
         .await
         .context("opening the lookup")?;
@@ -343,7 +343,7 @@ async fn look_up<'e>(
 /// `session_rows` are the rows judged by their Checkout Session that the
 /// batch's session events name (issue 32), read beside the plan's.
 async fn ask_stripe(
-    ctx: &RunContext<'_>,
+    ctx: &EventsContext<'_>,
     lease: &Lease,
     feed: Feed<'_>,
     looked: &Looked<'_>,
@@ -394,7 +394,7 @@ async fn ask_stripe(
 /// the answers phase 2 got, so Stripe is not asked again. `answers` ends as
 /// the committed attempt left it.
 async fn write(
-    ctx: &RunContext<'_>,
+    ctx: &EventsContext<'_>,
     lease: &Lease,
     feed: Feed<'_>,
     read: &SliceEvents,
@@ -419,7 +419,7 @@ async fn write(
 /// to the slice's end, in one transaction; [`RunError::ConcurrentRun`]
 /// (nothing written) when the lease was lost.
 async fn write_once(
-    ctx: &RunContext<'_>,
+    ctx: &EventsContext<'_>,
     lease: &Lease,
     feed: Feed<'_>,
     read: &SliceEvents,
@@ -435,7 +435,7 @@ async fn write_once(
     let report = record_observations(
         &mut tx,
         crate::record::Target {
-            outbox: &settings.outbox,
+            outbox: settings.outbox,
             key: &settings.schema.key,
         },
         &settings.run.job,
@@ -579,16 +579,17 @@ fn tally(
 /// Rows (each on its own account, from its account column) and orphans (on
 /// the feed's `account`) read concurrently under the gateway's shared limiter.
 async fn read_all(
-    ctx: &RunContext<'_>,
+    ctx: &EventsContext<'_>,
     rows: Vec<PaymentRow>,
     account: Option<&AccountId>,
     orphans: &[PaymentIntentId],
     now: DateTime<Utc>,
 ) -> Result<(Vec<Observation>, Vec<OrphanRead>), RunError> {
-    let (pool, gateway, settings) = (ctx.pool, ctx.gateway, ctx.settings);
+    let (pool, gateway, settings) = (ctx.pool, ctx.gateway, &ctx.settings);
     let key = settings.events.orphan_metadata_key.as_deref();
+    let reads = settings.read();
     let (observed, orphans) = tokio::join!(
-        observe_all(pool, gateway, rows, settings, now),
+        observe_all(pool, gateway, rows, &reads, now),
         orphans::read(
             gateway,
             account,
@@ -643,7 +644,7 @@ fn hold_unanswered(
 /// Extends the lease to cover `reads` Stripe reads at the rate limit (twice
 /// over), before they start; [`RunError::ConcurrentRun`] when it was lost.
 async fn renew_for_reads(
-    ctx: &RunContext<'_>,
+    ctx: &EventsContext<'_>,
     lease: &Lease,
     reads: usize,
 ) -> Result<(), EventsError> {

@@ -7,6 +7,7 @@
 //! table size.
 //!
 //! - [`feed`]: the window from the stored position, and one slice's pages.
+//! - `groups`: [`EventsGroups`], the settings groups the events job works with.
 //! - [`handle`]: one slice: lookup, reads, one write transaction with its position.
 //! - [`orphans`]: succeeded PaymentIntents no row points at (`missing_locally`).
 //! - [`plan`]: PURE: which PaymentIntents and rows need a Stripe read.
@@ -16,6 +17,7 @@
 //! - [`summary`]: [`EventsSummary`], what one run did.
 
 pub mod feed;
+mod groups;
 pub mod handle;
 pub mod orphans;
 pub mod plan;
@@ -24,6 +26,7 @@ mod sessions;
 pub mod slices;
 pub mod summary;
 
+pub use groups::{EventsContext, EventsGroups};
 pub use plan::{collapse, plan, Plan, PlanRules, RowAction};
 pub use run::{run_events, EventsJob};
 pub use summary::{EventsSummary, HOLD_BEYOND_GRACE};

@@ -14,11 +14,12 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::feed::{self, PageBounds, SliceRead, Window};
+use super::groups::{EventsContext, EventsGroups};
 use super::handle::{self, Progress};
 use super::slices::{Slice, Slicer};
 use super::summary::EventsSummary;
 use super::{events_job, EventsError};
-use crate::config::{JobSettings, STRIPE_EVENTS_RETENTION};
+use crate::config::{EventsSettings, SchemaSettings, STRIPE_EVENTS_RETENTION};
 use crate::job::{run_once, Job, RunContext};
 use crate::lease::Lease;
 use crate::outcome::{RunError, RunOutcome};
@@ -33,10 +34,11 @@ use crate::stripe::{AccountId, StripeGateway};
 pub struct EventsJob;
 
 impl Job for EventsJob {
+    type Groups<'s> = EventsGroups<'s>;
     type Summary = EventsSummary;
     type Error = EventsError;
 
-    fn summary(&self, ctx: &RunContext<'_>) -> EventsSummary {
+    fn summary(&self, ctx: &RunContext<'_, Self::Groups<'_>>) -> EventsSummary {
         EventsSummary {
             job: events_job(&ctx.settings.run.job),
             ..EventsSummary::default()
@@ -45,12 +47,12 @@ impl Job for EventsJob {
 
     /// The lease for the listing: the slowest batch the settings allow, plus
     /// a second per page at the rate limit.
-    fn lease(&self, ctx: &RunContext<'_>) -> Option<Lease> {
+    fn lease(&self, ctx: &RunContext<'_, Self::Groups<'_>>) -> Option<Lease> {
         let settings = ctx.settings;
         let job = events_job(&settings.run.job);
         let mut lease = Lease::new(
-            &settings.scan,
-            &settings.stripe,
+            settings.scan,
+            settings.stripe,
             LeaseTable::EventsPosition,
             &job,
         );
@@ -61,7 +63,7 @@ impl Job for EventsJob {
 
     async fn refused(
         &mut self,
-        ctx: &RunContext<'_>,
+        ctx: &RunContext<'_, Self::Groups<'_>>,
         summary: &mut EventsSummary,
         error: &RunError,
     ) {
@@ -71,7 +73,7 @@ impl Job for EventsJob {
 
     async fn body(
         &mut self,
-        ctx: &RunContext<'_>,
+        ctx: &RunContext<'_, Self::Groups<'_>>,
         summary: &mut EventsSummary,
     ) -> Result<(), EventsError> {
         body(ctx, summary).await
@@ -79,7 +81,7 @@ impl Job for EventsJob {
 
     async fn finish(
         &mut self,
-        ctx: &RunContext<'_>,
+        ctx: &RunContext<'_, Self::Groups<'_>>,
         summary: &mut EventsSummary,
         result: &Result<(), EventsError>,
     ) {
@@ -98,16 +100,16 @@ impl Job for EventsJob {
 pub async fn run_events(
     pool: &PgPool,
     gateway: &StripeGateway,
-    settings: &JobSettings,
+    settings: &EventsGroups<'_>,
     shutdown: CancellationToken,
 ) -> (EventsSummary, Result<(), EventsError>) {
-    let mut ctx = RunContext::new(pool, gateway, settings, shutdown);
+    let mut ctx = RunContext::new(pool, gateway, *settings, shutdown);
     run_once(&mut ctx, &mut EventsJob).await
 }
 
 /// The run's work: the feeds from their positions, what earlier runs could
 /// not decide, then the slices.
-async fn body(ctx: &RunContext<'_>, summary: &mut EventsSummary) -> Result<(), EventsError> {
+async fn body(ctx: &EventsContext<'_>, summary: &mut EventsSummary) -> Result<(), EventsError> {
     let mut feeds = open_feeds(ctx, summary).await?;
     // What earlier runs could not decide, first (their reads come after
     // every event listed below, so the slices skip those PaymentIntents).
@@ -143,7 +145,7 @@ async fn body(ctx: &RunContext<'_>, summary: &mut EventsSummary) -> Result<(), E
 /// then the connected accounts' (`RECONCILER_ACCOUNT_COLUMN`), least
 /// recently read first. Sets the window start and any gap of the summary.
 async fn open_feeds(
-    ctx: &RunContext<'_>,
+    ctx: &EventsContext<'_>,
     summary: &mut EventsSummary,
 ) -> Result<VecDeque<FeedRun>, EventsError> {
     let job = &summary.job.clone();
@@ -175,7 +177,15 @@ async fn open_feeds(
         account: None,
         slicer: Slicer::new(start, listed_at).never_before(position.and_then(|p| p.covered_until)),
     });
-    let accounts = connected_feeds(ctx.pool, ctx.settings, job, listed_at, summary).await?;
+    let accounts = connected_feeds(
+        ctx.pool,
+        ctx.settings.schema,
+        ctx.settings.events,
+        job,
+        listed_at,
+        summary,
+    )
+    .await?;
     for (account, slicer) in accounts {
         feeds.push_back(FeedRun {
             account: Some(account),
@@ -186,7 +196,7 @@ async fn open_feeds(
 }
 
 /// When `RECONCILER_RUN_DEADLINE_SECONDS` passes (from the run's start).
-fn run_deadline(ctx: &RunContext<'_>) -> Option<Instant> {
+fn run_deadline(ctx: &EventsContext<'_>) -> Option<Instant> {
     ctx.settings
         .run
         .run_deadline
@@ -219,7 +229,7 @@ impl From<EventsError> for SliceFailure {
 /// Reads `slice` of `feed` and handles it (or cuts it smaller when
 /// crowded).
 async fn next_slice(
-    ctx: &RunContext<'_>,
+    ctx: &EventsContext<'_>,
     feed: &mut FeedRun,
     slice: Slice,
     progress: &mut Progress,
@@ -300,12 +310,13 @@ pub const MAX_ACCOUNTS_PER_RUN: usize = 10_000;
 /// that is not an `acct_` id is never sent: it is logged and skipped.
 async fn connected_feeds(
     pool: &PgPool,
-    settings: &JobSettings,
+    schema: &SchemaSettings,
+    events: &EventsSettings,
     job: &str,
     listed_at: DateTime<Utc>,
     summary: &mut EventsSummary,
 ) -> Result<Vec<(AccountId, Slicer)>, EventsError> {
-    let Some(column) = settings.schema.account_column.as_ref() else {
+    let Some(column) = schema.account_column.as_ref() else {
         return Ok(Vec::new());
     };
     let mut tx = crate::store::begin(pool)
@@ -314,10 +325,10 @@ async fn connected_feeds(
     let values = payments::active_accounts(
         &mut tx,
         column,
-        settings.events.account_active,
+        events.account_active,
         MAX_ACCOUNTS_PER_RUN,
-        settings.schema.partition.as_ref(),
-        &settings.schema.times,
+        schema.partition.as_ref(),
+        &schema.times,
     )
     .await?;
     if values.len() >= MAX_ACCOUNTS_PER_RUN {
@@ -350,7 +361,7 @@ async fn connected_feeds(
         let Window { start, gap_seconds } = feed::window(
             position.and_then(|p| p.covered_until),
             listed_at,
-            settings.events.lookback,
+            events.lookback,
             STRIPE_EVENTS_RETENTION,
         );
         if let Some(gap) = gap_seconds {

@@ -8,8 +8,8 @@
 
 use std::collections::HashSet;
 
+use super::groups::EventsContext;
 use super::EventsError;
-use crate::job::RunContext;
 use crate::read::session_of;
 use crate::store::payments::{self, MoneyColumns, PaymentRow};
 use crate::store::Context;
@@ -41,7 +41,7 @@ pub(super) struct SessionWork {
 /// # Errors
 /// [`EventsError`] from the database.
 pub(super) async fn look_up(
-    ctx: &RunContext<'_>,
+    ctx: &EventsContext<'_>,
     sessions: &[SessionEvent],
     handled: &HashSet<String>,
 ) -> Result<SessionWork, EventsError> {
@@ -53,7 +53,7 @@ pub(super) async fn look_up(
         .collect();
     let ids: Vec<&str> = newest.iter().map(|e| e.checkout_session.as_str()).collect();
     let settings = ctx.settings;
-    let columns = MoneyColumns::of(&settings.schema);
+    let columns = MoneyColumns::of(settings.schema);
     let found = if ids.is_empty() || columns.checkout_session.is_none() {
         Vec::new()
     } else {

@@ -5,7 +5,6 @@ use std::time::Instant;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::JobSettings;
 use crate::lease::Lease;
 use crate::stripe::StripeGateway;
 
@@ -35,15 +34,17 @@ impl Clock {
 }
 
 /// What one run works with: the database pool, the Stripe gateway (its rate
-/// limiter and request counts are the run's), the settings, the lease once
-/// taken, the shutdown signal and the clock.
-pub struct RunContext<'a> {
+/// limiter and request counts are the run's), the job's settings groups
+/// (`G`, e.g. [`crate::scan::ScanGroups`]), the lease once taken, the
+/// shutdown signal and the clock.
+pub struct RunContext<'a, G> {
     /// The database.
     pub pool: &'a PgPool,
     /// Stripe, shared by every read of the run.
     pub gateway: &'a StripeGateway,
-    /// The job's settings.
-    pub settings: &'a JobSettings,
+    /// The settings groups the job works with (references into
+    /// [`crate::config::Settings`]).
+    pub settings: G,
     /// The lease the run holds; `None` before it is taken and for a run that
     /// takes none (a dry run).
     pub lease: Option<Lease>,
@@ -53,12 +54,12 @@ pub struct RunContext<'a> {
     pub clock: Clock,
 }
 
-impl<'a> RunContext<'a> {
+impl<'a, G> RunContext<'a, G> {
     /// A context with no lease yet, its clock started now.
     pub fn new(
         pool: &'a PgPool,
         gateway: &'a StripeGateway,
-        settings: &'a JobSettings,
+        settings: G,
         shutdown: CancellationToken,
     ) -> Self {
         RunContext {

@@ -22,23 +22,26 @@ use crate::outcome::RunError;
 // The jobs run on the caller's task (never spawned): no `Send` bound is needed.
 #[allow(async_fn_in_trait)]
 pub trait Job {
+    /// The settings groups the run works with: references into
+    /// [`crate::config::Settings`] (e.g. [`crate::scan::ScanGroups`]).
+    type Groups<'s>;
     /// What the run reports (printed, logged, pushed).
     type Summary;
     /// Why a run stopped early; a refused lease is a [`RunError`].
     type Error: From<RunError>;
 
     /// The summary before anything ran (its job name set).
-    fn summary(&self, ctx: &RunContext<'_>) -> Self::Summary;
+    fn summary(&self, ctx: &RunContext<'_, Self::Groups<'_>>) -> Self::Summary;
 
     /// The lease the run holds (not taken yet), or `None` for a run that
     /// writes nothing (a dry run) and takes none.
-    fn lease(&self, ctx: &RunContext<'_>) -> Option<Lease>;
+    fn lease(&self, ctx: &RunContext<'_, Self::Groups<'_>>) -> Option<Lease>;
 
     /// The lease was not taken (held by another run, or the database
     /// failed): completes the summary with `error`.
     async fn refused(
         &mut self,
-        ctx: &RunContext<'_>,
+        ctx: &RunContext<'_, Self::Groups<'_>>,
         summary: &mut Self::Summary,
         error: &RunError,
     );
@@ -49,7 +52,7 @@ pub trait Job {
     /// [`Job::Error`]: what was committed before it stays committed.
     async fn body(
         &mut self,
-        ctx: &RunContext<'_>,
+        ctx: &RunContext<'_, Self::Groups<'_>>,
         summary: &mut Self::Summary,
     ) -> Result<(), Self::Error>;
 
@@ -57,7 +60,7 @@ pub trait Job {
     /// outcome from `result`, the duration from [`RunContext::clock`]).
     async fn finish(
         &mut self,
-        ctx: &RunContext<'_>,
+        ctx: &RunContext<'_, Self::Groups<'_>>,
         summary: &mut Self::Summary,
         result: &Result<(), Self::Error>,
     );
@@ -68,7 +71,7 @@ pub trait Job {
 /// the run, if any. [`RunContext::lease`] holds the lease taken (still set
 /// after it was given back, so [`Job::finish`] knows the run held one).
 pub async fn run_once<J: Job>(
-    ctx: &mut RunContext<'_>,
+    ctx: &mut RunContext<'_, J::Groups<'_>>,
     job: &mut J,
 ) -> (J::Summary, Result<(), J::Error>) {
     let mut summary = job.summary(ctx);

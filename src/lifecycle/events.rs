@@ -5,8 +5,8 @@
 use sqlx::PgPool;
 
 use super::Report;
-use crate::config::{JobSettings, LogFormat};
-use crate::events::{events_job, EventsJob, EventsSummary};
+use crate::config::{LogFormat, RunSettings, Settings};
+use crate::events::{events_job, EventsGroups, EventsJob, EventsSummary};
 use crate::job::{Clock, RunContext};
 use crate::metrics::{EventsMetrics, EventsState, RunMetrics};
 use crate::outcome::RunOutcome;
@@ -19,9 +19,13 @@ impl Report for EventsJob {
     // Rows are looked up by PaymentIntent, not read by the partition's index.
     const NEEDS_PARTITION_INDEX: bool = false;
 
-    fn database_down(&self, settings: &JobSettings, _clock: &Clock) -> EventsSummary {
+    fn groups(settings: &Settings) -> EventsGroups<'_> {
+        EventsGroups::of(settings)
+    }
+
+    fn database_down(&self, run: &RunSettings, _clock: &Clock) -> EventsSummary {
         EventsSummary {
-            job: events_job(&settings.run.job),
+            job: events_job(&run.job),
             outcome: RunOutcome::DatabaseError,
             ..EventsSummary::default()
         }
@@ -59,7 +63,7 @@ impl Report for EventsJob {
         print_summary(summary, format);
     }
 
-    async fn state(&self, ctx: &RunContext<'_>) -> Option<EventsState> {
+    async fn state(&self, ctx: &RunContext<'_, Self::Groups<'_>>) -> Option<EventsState> {
         let job = events_job(&ctx.settings.run.job);
         read_state(ctx.pool, &job, ctx.settings.events.account_active).await
     }

@@ -21,7 +21,7 @@ mod scan;
 
 pub use error::CommandError;
 
-use crate::config::{JobSettings, LogFormat, Settings};
+use crate::config::{LogFormat, RunSettings, Settings};
 use crate::job::{run_once, Clock, Job, RunContext};
 use crate::metrics::RunMetrics;
 use crate::outcome::RunOutcome;
@@ -39,11 +39,14 @@ pub trait Report: Job {
     /// every batch by it; the events job looks rows up by PaymentIntent).
     const NEEDS_PARTITION_INDEX: bool;
 
+    /// The job's settings groups of `settings`.
+    fn groups(settings: &Settings) -> Self::Groups<'_>;
+
     /// Warnings about the settings, before anything runs.
-    fn check(&self, _settings: &Settings) {}
+    fn check(&self, _groups: &Self::Groups<'_>) {}
 
     /// The summary of a run that could not reach the database.
-    fn database_down(&self, settings: &JobSettings, clock: &Clock) -> Self::Summary;
+    fn database_down(&self, run: &RunSettings, clock: &Clock) -> Self::Summary;
 
     /// The summary's Pushgateway group and its run's outcome.
     fn group(summary: &Self::Summary) -> (&str, RunOutcome);
@@ -62,7 +65,7 @@ pub trait Report: Job {
 
     /// The job's stored state after the run; `None` when it cannot be read
     /// (logged).
-    async fn state(&self, ctx: &RunContext<'_>) -> Option<Self::State>;
+    async fn state(&self, ctx: &RunContext<'_, Self::Groups<'_>>) -> Option<Self::State>;
 
     /// The figures to push (`None`: nothing is pushed, e.g. a dry run).
     ///
@@ -89,7 +92,7 @@ where
     J::Error: Into<CommandError>,
 {
     let gateway = stripe_gateway(settings)?;
-    job.check(settings);
+    job.check(&J::groups(settings));
     // Before the first await that can take long: a SIGTERM while connecting
     // must still end in a summary and a push, not a killed process.
     let shutdown = shutdown::on_signal();
@@ -97,7 +100,7 @@ where
     let pool = match settings.database.connect().await {
         Ok(pool) => pool,
         Err(e) => {
-            let summary = job.database_down(&settings.job, &clock);
+            let summary = job.database_down(&settings.run, &clock);
             publish::<J>(settings, &summary, &gateway, None).await;
             return Err(e.into());
         }
@@ -106,7 +109,7 @@ where
     let mut ctx = RunContext {
         pool: &pool,
         gateway: &gateway,
-        settings: &settings.job,
+        settings: J::groups(settings),
         lease: None,
         shutdown,
         clock,
@@ -130,8 +133,7 @@ where
 /// # Errors
 /// [`CommandError::Config`] without a key, [`CommandError::Http`].
 fn stripe_gateway(settings: &Settings) -> Result<StripeGateway, CommandError> {
-    let job = &settings.job;
-    Ok(job.stripe.gateway(job.run.run_deadline)?)
+    Ok(settings.stripe.gateway(settings.run.run_deadline)?)
 }
 
 /// Pushes the run's figures. A run that lost the lease to another run pushes

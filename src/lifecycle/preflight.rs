@@ -31,14 +31,14 @@ pub async fn check_schema(
     migrating: bool,
 ) -> Result<OutboxState, CommandError> {
     detect_key(&mut *conn).await?;
-    match outbox_shape::check(conn, &settings.job.outbox)
+    match outbox_shape::check(conn, &settings.outbox)
         .await
         .map_err(CommandError::Store)?
     {
         Ok(OutboxState::Absent) if !migrating => Err(ConfigError::Unusable {
             var: "RECONCILER_OUTBOX_TABLE",
             problem: Box::new(OutboxMismatch::NotMigrated {
-                table: settings.job.outbox.table.display(),
+                table: settings.outbox.table.display(),
             }),
         }
         .into()),
@@ -90,7 +90,7 @@ pub async fn check_columns(
         .map_err(CommandError::Store)?;
     check_schema(&mut conn, settings, false).await?;
     let settings = checked(&mut conn, settings).await?;
-    let misaligned = keys::misaligned(&mut conn, &settings.job.schema.key)
+    let misaligned = keys::misaligned(&mut conn, &settings.schema.key)
         .await
         .map_err(CommandError::Store)?;
     if !misaligned.is_empty() {
@@ -98,7 +98,7 @@ pub async fn check_columns(
             var: "DATABASE_URL",
             reason: format!(
                 "payments.id is {} but {} still key payments by another type: run `stripe-reconciler migrate` (it changes the reconciler's own tables only)",
-                settings.job.schema.key.sql(),
+                settings.schema.key.sql(),
                 misaligned.join(", ")
             ),
         }
@@ -107,7 +107,7 @@ pub async fn check_columns(
     if need_partition_index {
         require_index(&mut conn, &settings).await?;
     }
-    let columns = MoneyColumns::of(&settings.job.schema);
+    let columns = MoneyColumns::of(&settings.schema);
     if payment_index::payment_intent_index(&mut conn)
         .await
         .map_err(CommandError::Store)?
@@ -146,13 +146,13 @@ pub async fn checked(
     settings: &Settings,
 ) -> Result<Settings, CommandError> {
     let mut settings = settings.clone();
-    settings.job.schema.key = detect_key(&mut *conn).await?;
-    if let Some(partition) = settings.job.schema.partition.as_mut() {
+    settings.schema.key = detect_key(&mut *conn).await?;
+    if let Some(partition) = settings.schema.partition.as_mut() {
         partition.kind = payments::check_partition(conn, partition)
             .await
             .map_err(column_error)?;
     }
-    settings.job.schema.times = payments::time_columns(conn, &settings.job.schema.times)
+    settings.schema.times = payments::time_columns(conn, &settings.schema.times)
         .await
         .map_err(column_error)?;
     Ok(settings)
@@ -168,7 +168,7 @@ pub async fn require_index(
     conn: &mut PgConnection,
     settings: &Settings,
 ) -> Result<(), CommandError> {
-    let Some(partition) = &settings.job.schema.partition else {
+    let Some(partition) = &settings.schema.partition else {
         return Ok(());
     };
     if payment_index::partition_index(conn, &partition.column)

@@ -6,12 +6,12 @@ use std::time::Duration;
 use sqlx::PgPool;
 
 use super::Report;
-use crate::config::{JobSettings, LogFormat, Settings};
+use crate::config::{LogFormat, RunSettings, Settings};
 use crate::job::{Clock, RunContext};
 use crate::metrics::{RunMetrics, ScanMetrics};
 use crate::outcome::RunOutcome;
 use crate::reconcile::Verdict;
-use crate::scan::{RunSummary, ScanJob};
+use crate::scan::{RunSummary, ScanGroups, ScanJob};
 use crate::status::{self, Status};
 use crate::store::Context;
 use crate::stripe::StripeGateway;
@@ -23,18 +23,22 @@ impl Report for ScanJob {
     type State = Status;
     const NEEDS_PARTITION_INDEX: bool = true;
 
-    fn check(&self, settings: &Settings) {
-        if settings.job.stripe.rate_limit_rps > STRIPE_ENDPOINT_LIMIT_RPS {
+    fn groups(settings: &Settings) -> ScanGroups<'_> {
+        ScanGroups::of(settings)
+    }
+
+    fn check(&self, groups: &ScanGroups<'_>) {
+        if groups.stripe.rate_limit_rps > STRIPE_ENDPOINT_LIMIT_RPS {
             tracing::warn!(
-                rate_limit_rps = settings.job.stripe.rate_limit_rps,
+                rate_limit_rps = groups.stripe.rate_limit_rps,
                 "RECONCILER_RATE_LIMIT_RPS is above Stripe's {STRIPE_ENDPOINT_LIMIT_RPS}/s limit on this endpoint, which the application shares; use this only against a local stand-in"
             );
         }
     }
 
-    fn database_down(&self, settings: &JobSettings, clock: &Clock) -> RunSummary {
+    fn database_down(&self, run: &RunSettings, clock: &Clock) -> RunSummary {
         RunSummary {
-            job: settings.run.job.clone(),
+            job: run.job.clone(),
             dry_run: self.options.dry_run,
             outcome: RunOutcome::DatabaseError,
             duration_seconds: clock.elapsed_seconds(),
@@ -58,7 +62,7 @@ impl Report for ScanJob {
         print_summary(summary, format);
     }
 
-    async fn state(&self, ctx: &RunContext<'_>) -> Option<Status> {
+    async fn state(&self, ctx: &RunContext<'_, Self::Groups<'_>>) -> Option<Status> {
         // After a signal, the pod has its termination grace period (30 s by
         // default) for the state query and the push: keep both short.
         let timeout = if ctx.shutdown.is_cancelled() {
@@ -66,7 +70,7 @@ impl Report for ScanJob {
         } else {
             Duration::from_secs(30)
         };
-        read_status(ctx.pool, ctx.settings, timeout).await
+        read_status(ctx.pool, &ctx.settings, timeout).await
     }
 
     fn metrics(
@@ -95,10 +99,10 @@ impl Report for ScanJob {
     }
 }
 
-async fn read_status(pool: &PgPool, job: &JobSettings, timeout: Duration) -> Option<Status> {
+async fn read_status(pool: &PgPool, job: &ScanGroups<'_>, timeout: Duration) -> Option<Status> {
     let read = async {
         let mut conn = crate::store::begin(pool).await.context("connecting")?;
-        status::read_job(&mut conn, job).await
+        status::read_job(&mut conn, job.run, job.schema, job.outbox).await
     };
     match tokio::time::timeout(timeout, read).await {
         Ok(Ok(s)) => {

@@ -48,7 +48,7 @@ pub async fn migrate(pool: &PgPool, settings: &Settings, unique: bool) -> Result
     drop(conn);
     // 2. The embedded migrations (0001 without its outbox section), in the
     //    zone `payments`' wall-clock timestamps are read in.
-    let upgrade = crate::db::migrate_in(pool, &settings.job.schema.times.zone).await?;
+    let upgrade = crate::db::migrate_in(pool, &settings.schema.times.zone).await?;
     for line in upgrade.lines() {
         println!("{line}");
     }
@@ -60,7 +60,7 @@ pub async fn migrate(pool: &PgPool, settings: &Settings, unique: bool) -> Result
     // 2b. The reconciler's key columns hold payments.id's type (issue 31).
     keys::align(&mut conn).await?;
     // 3. The outbox: created only when absent; an existing one is left as it is.
-    outbox::create_if_absent(&mut conn, &settings.job.outbox, outbox).await?;
+    outbox::create_if_absent(&mut conn, &settings.outbox, outbox).await?;
     // 4. The PaymentIntent id lookup index.
     payment_intent_index::ensure(&mut conn, unique).await?;
     // 5. The partition's `(column, id)` index, when a partition is set.
@@ -87,7 +87,7 @@ async fn check_first(
         preflight::checked(&mut tx, settings).await?;
     } else {
         // RECONCILER_TIMESTAMP_ZONE is known to the database (exit 78).
-        store::payments::time_columns(&mut tx, &settings.job.schema.times)
+        store::payments::time_columns(&mut tx, &settings.schema.times)
             .await
             .map_err(preflight::column_error)?;
     }

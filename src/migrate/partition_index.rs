@@ -22,7 +22,7 @@ pub(super) async fn ensure(
         .context("opening a transaction")
         .map_err(store)?;
     let settings = preflight::checked(&mut tx, settings).await?;
-    let Some(partition) = &settings.job.schema.partition else {
+    let Some(partition) = &settings.schema.partition else {
         return Ok(());
     };
     let column = partition.column.as_str();

@@ -26,7 +26,7 @@ pub(super) async fn report(
         .context("opening a transaction")
         .map_err(store)?;
     let settings = preflight::checked(&mut tx, settings).await?;
-    let Some(column) = &settings.job.schema.checkout_session_column else {
+    let Some(column) = &settings.schema.checkout_session_column else {
         return Ok(());
     };
     let found = payment_index::leading_index(&mut tx, column)

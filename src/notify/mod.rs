@@ -59,12 +59,7 @@ pub async fn after_run(settings: &Settings, pool: &PgPool, group: &str) {
     };
     let mode = DashboardMode::choose(
         None,
-        settings
-            .job
-            .stripe
-            .api_key
-            .as_ref()
-            .map(|k| k.expose_secret()),
+        settings.stripe.api_key.as_ref().map(|k| k.expose_secret()),
     );
     let (sent, failures) = match tokio::time::timeout(BUDGET, deliver(notify, pool, group, mode))
         .await

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use sqlx::PgPool;
 use tokio::sync::OnceCell;
 
-use crate::config::JobSettings;
+use crate::config::SchemaSettings;
 use crate::store::payments::{self, PaymentRow};
 use crate::stripe::{AccountId, GatewayError, InvalidAccountId, PaymentIntentId, StripeGateway};
 
@@ -22,7 +22,7 @@ use crate::stripe::{AccountId, GatewayError, InvalidAccountId, PaymentIntentId, 
 /// account (no `Stripe-Account` header).
 pub type AccountKey = Option<AccountId>;
 
-/// The account of `row` under `settings`: always the platform when
+/// The account of `row` under `schema`: always the platform when
 /// `RECONCILER_ACCOUNT_COLUMN` is unset.
 ///
 /// # Errors
@@ -30,9 +30,9 @@ pub type AccountKey = Option<AccountId>;
 /// `acct_` id: the row is never sent to Stripe.
 pub fn account_of(
     row: &PaymentRow,
-    settings: &JobSettings,
+    schema: &SchemaSettings,
 ) -> Result<AccountKey, InvalidAccountId> {
-    if settings.schema.account_column.is_none() {
+    if schema.account_column.is_none() {
         return Ok(None);
     }
     AccountId::of_stored(row.stripe_account.as_deref())
@@ -98,17 +98,17 @@ impl Tally {
 pub(super) async fn check_key(
     pool: &PgPool,
     gateway: &StripeGateway,
-    settings: &JobSettings,
+    schema: &SchemaSettings,
     account: Option<&AccountId>,
 ) -> KeyCheck {
-    let known = match &settings.schema.account_column {
-        None => payments::a_verified_payment_intent(pool, settings.schema.partition.as_ref()).await,
+    let known = match &schema.account_column {
+        None => payments::a_verified_payment_intent(pool, schema.partition.as_ref()).await,
         Some(column) => {
             payments::a_verified_payment_intent_on(
                 pool,
                 column,
                 account.map(AccountId::as_str),
-                settings.schema.partition.as_ref(),
+                schema.partition.as_ref(),
             )
             .await
         }

@@ -6,7 +6,6 @@ use std::sync::atomic::Ordering;
 
 use chrono::{DateTime, Utc};
 
-use crate::config::JobSettings;
 use futures::{StreamExt, TryStreamExt};
 use sqlx::PgPool;
 use tokio::sync::{oneshot, Semaphore};
@@ -14,9 +13,10 @@ use tokio::sync::{oneshot, Semaphore};
 use super::accounts::{
     account_of, all_not_found_reason, check_key, round_robin, AccountKey, KeyCheck, Tally,
 };
+use super::groups::ReadGroups;
 use super::list::{list_accounts, ListShare, Listing, ToList};
 use super::row::Read;
-use crate::config::ReadMode;
+use crate::config::{ReadMode, SchemaSettings};
 use crate::outcome::RunError;
 use crate::reconcile::FindingKind;
 use crate::store::payments::PaymentRow;
@@ -64,7 +64,7 @@ pub async fn observe_all(
     pool: &PgPool,
     gateway: &StripeGateway,
     rows: Vec<PaymentRow>,
-    settings: &JobSettings,
+    settings: &ReadGroups<'_>,
     now: DateTime<Utc>,
 ) -> Result<Vec<Observation>, RunError> {
     let in_flight = Semaphore::new((settings.stripe.max_in_flight as usize).max(1));
@@ -176,7 +176,7 @@ pub async fn observe_batch(
     pool: &PgPool,
     gateway: &StripeGateway,
     rows: Vec<PaymentRow>,
-    settings: &JobSettings,
+    settings: &ReadGroups<'_>,
     now: DateTime<Utc>,
     pacing: Pacing<'_>,
 ) -> Result<Observed, RunError> {
@@ -185,8 +185,10 @@ pub async fn observe_batch(
         all_started,
     } = pacing;
     let all_started = std::sync::Mutex::new(all_started);
-    let accounts: Vec<Result<AccountKey, InvalidAccountId>> =
-        rows.iter().map(|r| account_of(r, settings)).collect();
+    let accounts: Vec<Result<AccountKey, InvalidAccountId>> = rows
+        .iter()
+        .map(|r| account_of(r, settings.schema))
+        .collect();
     let tallies: HashMap<AccountKey, Tally> = accounts
         .iter()
         .filter_map(|a| a.as_ref().ok().cloned())
@@ -196,7 +198,7 @@ pub async fn observe_batch(
         ReadMode::List => {
             let share = ListShare {
                 gateway,
-                settings,
+                scan: settings.scan,
                 in_flight,
                 all_started: &all_started,
             };
@@ -223,7 +225,8 @@ pub async fn observe_batch(
             let read = Read {
                 pool,
                 gateway,
-                settings,
+                schema: settings.schema,
+                rules: settings.rules,
                 now,
                 tallies,
                 in_flight,
@@ -240,7 +243,7 @@ pub async fn observe_batch(
     observed.sort_unstable_by_key(|(index, _)| *index);
     platform_key_fits(tallies)?;
     let mut observations: Vec<Observation> = observed.into_iter().map(|(_, o)| o).collect();
-    judge_connected(pool, gateway, settings, tallies, &mut observations).await;
+    judge_connected(pool, gateway, settings.schema, tallies, &mut observations).await;
     Ok(Observed {
         observations,
         pages: listed.pages,
@@ -257,7 +260,7 @@ pub async fn observe_batch(
 async fn judge_connected(
     pool: &PgPool,
     gateway: &StripeGateway,
-    settings: &JobSettings,
+    schema: &SchemaSettings,
     tallies: &HashMap<AccountKey, Tally>,
     observations: &mut [Observation],
 ) {
@@ -267,7 +270,7 @@ async fn judge_connected(
             continue;
         }
         let reads = tally.asked.load(Ordering::Relaxed);
-        let wrong = match check_key(pool, gateway, settings, Some(account)).await {
+        let wrong = match check_key(pool, gateway, schema, Some(account)).await {
             KeyCheck::Wrong => true,
             KeyCheck::Confirmed => false,
             KeyCheck::Unknown => reads >= WRONG_ACCOUNT_NOT_FOUND_READS,

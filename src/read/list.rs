@@ -20,7 +20,7 @@ use std::sync::Mutex;
 
 use tokio::sync::{oneshot, Semaphore};
 
-use crate::config::JobSettings;
+use crate::config::ScanSettings;
 use crate::outcome::RunError;
 use crate::reconcile::{CheckoutSessionFacts, PaymentIntentFacts};
 use crate::store::payments::PaymentRow;
@@ -249,14 +249,14 @@ pub fn sub_windows(times: &[i64], max_pages: usize) -> Vec<CreatedWindow> {
 }
 
 /// What a batch's list requests share with its other reads: the gateway,
-/// the settings, the in-flight permits (`RECONCILER_MAX_IN_FLIGHT` for the
+/// the scan's list settings, the in-flight permits (`RECONCILER_MAX_IN_FLIGHT` for the
 /// run) and the signal that every read of the batch has started.
 #[derive(Clone, Copy)]
 pub struct ListShare<'a> {
     /// The run's gateway.
     pub gateway: &'a StripeGateway,
-    /// The job's settings (window slack, page cap).
-    pub settings: &'a JobSettings,
+    /// `RECONCILER_LIST_WINDOW_SLACK_SECONDS` and the page cap.
+    pub scan: &'a ScanSettings,
     /// Every Stripe request holds one of these permits.
     pub in_flight: &'a Semaphore,
     /// Fired once every read of the batch has started.
@@ -282,7 +282,6 @@ pub async fn list_batch(
     rows: &[(&PaymentRow, &str)],
     page_cap: usize,
 ) -> Result<Listed, RunError> {
-    let settings = share.settings;
     let wanted: HashSet<&str> = rows.iter().map(|(_, id)| *id).collect();
     let core_rows: Vec<&(&PaymentRow, &str)> =
         rows.iter().filter(|(r, _)| !r.behind_cursor).collect();
@@ -321,7 +320,7 @@ pub async fn list_batch(
 
     // The slack rings, each only when it is worth its pages (and never after
     // a failed page: Stripe's lists are not answering).
-    let slack = i64::try_from(settings.scan.list_window_slack.as_secs()).unwrap_or(i64::MAX / 4);
+    let slack = i64::try_from(share.scan.list_window_slack.as_secs()).unwrap_or(i64::MAX / 4);
     if slack > 0 && failed.load(Ordering::Relaxed) == 0 {
         let unseen = {
             let found = found.lock().unwrap_or_else(|p| p.into_inner());
@@ -408,7 +407,7 @@ pub async fn list_accounts(share: ListShare<'_>, rows: &[ToList<'_>]) -> Result<
             None => groups.push((key, vec![(row, id)])),
         }
     }
-    let cap = share.settings.scan.list_page_cap() as usize;
+    let cap = share.scan.list_page_cap() as usize;
     let sizes: Vec<usize> = groups.iter().map(|(_, g)| g.len()).collect();
     let shares = page_shares(cap, &sizes);
     let listed_groups = groups.iter().zip(shares).filter(|(_, share)| *share > 0);

@@ -3,6 +3,7 @@
 //!
 //! - [`accounts`]: Connect: a row's Stripe account, the fair order across accounts, per-account checks.
 //! - [`detect`]: one observation per row (retrieve or list), the wrong-account check.
+//! - `groups`: [`ReadGroups`], the settings groups a read works with.
 //! - [`list`]: list mode: the batch's PaymentIntents and Checkout Sessions by `created` window pages.
 //! - `observation`: [`Observation`], one row's outcome of phase 2.
 //! - `row`: one row's read (a list page's item or a retrieve on its account) and verdict.
@@ -13,6 +14,7 @@
 
 pub mod accounts;
 pub mod detect;
+mod groups;
 pub mod list;
 mod observation;
 pub mod outage;
@@ -22,6 +24,7 @@ mod session_row;
 pub mod verdicts;
 
 pub use detect::{observe_all, observe_batch, Observation, Observed, Pacing, CONNECT_HINT};
+pub use groups::ReadGroups;
 pub use outage::{stripe_reachable, STRIPE_DOWN_MIN_READS};
 pub use session_key::session_of;
 pub use verdicts::VerdictCounts;

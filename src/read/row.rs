@@ -13,11 +13,11 @@ use super::accounts::{check_key, AccountKey, KeyCheck, Tally};
 use super::list::ListedFacts;
 use super::observation::{Observation, CONNECT_HINT, WRONG_ACCOUNT_NOT_FOUND_READS};
 use super::session_key::session_of;
-use crate::config::JobSettings;
+use crate::config::SchemaSettings;
 use crate::key::PaymentKey;
 use crate::outcome::RunError;
 use crate::reconcile::{
-    classify, Decision, FindingKind, LocalPayment, PaymentIntentFacts, Verdict,
+    classify, Decision, FindingKind, LocalPayment, PaymentIntentFacts, Rules, Verdict,
 };
 use crate::store::payments::PaymentRow;
 use crate::stripe::{GatewayError, InvalidAccountId, PaymentIntentId, StripeGateway};
@@ -27,7 +27,8 @@ use crate::stripe::{GatewayError, InvalidAccountId, PaymentIntentId, StripeGatew
 pub(super) struct Read<'a> {
     pub(super) pool: &'a PgPool,
     pub(super) gateway: &'a StripeGateway,
-    pub(super) settings: &'a JobSettings,
+    pub(super) schema: &'a SchemaSettings,
+    pub(super) rules: &'a Rules,
     pub(super) now: DateTime<Utc>,
     pub(super) tallies: &'a HashMap<AccountKey, Tally>,
     pub(super) in_flight: &'a Semaphore,
@@ -168,13 +169,13 @@ impl Read<'_> {
         {
             let key = tally
                 .key
-                .get_or_init(|| check_key(self.pool, self.gateway, self.settings, None))
+                .get_or_init(|| check_key(self.pool, self.gateway, self.schema, None))
                 .await;
             if *key == KeyCheck::Wrong {
                 return Err(RunError::StripeWrongAccount { not_found });
             }
         }
-        Ok(match self.settings.schema.account_column {
+        Ok(match self.schema.account_column {
             None => Decision::review_with(
                 FindingKind::MissingExternally,
                 serde_json::json!({ "hint": CONNECT_HINT }),
@@ -197,7 +198,7 @@ impl Read<'_> {
             currency: row.currency.clone(),
             shares_payment_intent: row.shares_payment_intent,
         };
-        seen.decision = classify(&local, &facts, &self.settings.rules, self.now);
+        seen.decision = classify(&local, &facts, self.rules, self.now);
         if seen.decision.verdict == Verdict::Unverifiable {
             // Stripe answered, but not enough to judge the money.
             let reason = seen

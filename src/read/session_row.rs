@@ -71,7 +71,7 @@ impl Read<'_> {
             currency: row.currency.clone(),
             shares_payment_intent: false,
         };
-        let judged = classify_session(&local, facts, &self.settings.rules, self.now);
+        let judged = classify_session(&local, facts, self.rules, self.now);
         seen.payment_intent = judged.payment_intent;
         seen.decision = judged.decision;
         seen.observed = judged.observed;

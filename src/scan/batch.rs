@@ -8,12 +8,12 @@ use chrono::Utc;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::JobSettings;
+use super::groups::ScanGroups;
 use crate::key::{PaymentKey, Position, Walk};
 use crate::lease::Lease;
 use crate::outcome::RunError;
 use crate::read::outage::check_stripe_reachable;
-use crate::read::{observe_batch, Observation, Pacing};
+use crate::read::{observe_batch, Observation, Pacing, ReadGroups};
 use crate::store::payments::{self, MoneyColumns, PaymentRow};
 use crate::store::{cursor, Context};
 use crate::stripe::StripeGateway;
@@ -85,7 +85,7 @@ pub(crate) struct ReadBatch {
 /// As [`run_batch`].
 pub(crate) async fn prepare(
     pool: &PgPool,
-    settings: &JobSettings,
+    settings: &ScanGroups<'_>,
     mode: &Mode,
     lease: Option<&Lease>,
     start: &Start,
@@ -108,7 +108,7 @@ pub(crate) async fn prepare(
 pub(crate) async fn read_stripe(
     pool: &PgPool,
     gateway: &StripeGateway,
-    settings: &JobSettings,
+    reads: &ReadGroups<'_>,
     prepared: Prepared,
     shutdown: &CancellationToken,
     pacing: Pacing<'_>,
@@ -131,7 +131,7 @@ pub(crate) async fn read_stripe(
     let observed = tokio::select! {
         biased;
         () = shutdown.cancelled() => return Err(RunError::Interrupted),
-        observed = observe_batch(pool, gateway, rows, settings, Utc::now(), pacing) => observed?,
+        observed = observe_batch(pool, gateway, rows, reads, Utc::now(), pacing) => observed?,
     };
     if shutdown.is_cancelled() {
         return Err(RunError::Interrupted);
@@ -163,7 +163,7 @@ type PhaseOne = (Option<Position>, Vec<PaymentRow>, Option<Position>, bool);
 /// knows it too).
 async fn read_phase(
     pool: &PgPool,
-    settings: &JobSettings,
+    settings: &ScanGroups<'_>,
     mode: &Mode,
     lease: Option<&Lease>,
     start: &Start,
@@ -188,7 +188,7 @@ async fn read_phase(
         }
         (Mode::DryRun { after }, Start::Cursor) => (after.clone(), &[]),
     };
-    let columns = MoneyColumns::of(&settings.schema);
+    let columns = MoneyColumns::of(settings.schema);
     let mut ahead = payments::read_batch(
         &mut tx,
         cursor_id.as_ref(),

@@ -7,8 +7,8 @@ use std::collections::HashSet;
 use sqlx::PgPool;
 
 use super::batch::{Mode, ReadBatch};
+use super::groups::ScanGroups;
 use super::report::BatchReport;
-use crate::config::JobSettings;
 use crate::key::{KeyType, PaymentKey, Position};
 use crate::lease::Lease;
 use crate::outcome::RunError;
@@ -25,7 +25,7 @@ use crate::store::{cursor, outbox, payment_state, retry, Context};
 /// As [`run_batch`].
 pub(crate) async fn commit(
     pool: &PgPool,
-    settings: &JobSettings,
+    settings: &ScanGroups<'_>,
     mode: &Mode,
     lease: Option<&Lease>,
     read: ReadBatch,
@@ -41,7 +41,7 @@ pub(crate) async fn commit(
         ..BatchReport::default()
     };
     let Some(last_id) = last_id else {
-        return wrap(pool, settings, mode, lease, report, cursor_id).await;
+        return wrap(pool, &settings.run.job, mode, lease, report, cursor_id).await;
     };
     report.scanned = observations.len() as u64;
     report.cursor_to = number(Some(&last_id));
@@ -103,7 +103,7 @@ async fn dry_run_counts(
 
 async fn wrap(
     pool: &PgPool,
-    settings: &JobSettings,
+    job: &str,
     mode: &Mode,
     lease: Option<&Lease>,
     mut report: BatchReport,
@@ -116,10 +116,10 @@ async fn wrap(
             .await
             .context("opening the wrap transaction")?;
         crate::lease::renew_held(&mut tx, lease).await?;
-        if !cursor::wrap(&mut tx, &settings.run.job, from.as_ref()).await? {
+        if !cursor::wrap(&mut tx, job, from.as_ref()).await? {
             tx.rollback().await.context("rolling back the lost wrap")?;
             return Err(RunError::ConcurrentRun {
-                job: settings.run.job.clone(),
+                job: job.to_owned(),
             });
         }
         tx.commit().await.context("committing the wrap")?;
@@ -134,7 +134,7 @@ async fn wrap(
 /// observations as the committed attempt left them.
 async fn write_retrying(
     pool: &PgPool,
-    settings: &JobSettings,
+    settings: &ScanGroups<'_>,
     lease: Option<&Lease>,
     range: (Option<&Position>, &Position, bool),
     observations: Vec<Observation>,
@@ -156,7 +156,7 @@ async fn write_retrying(
 /// cursor by compare-and-set, in one transaction.
 async fn write_phase(
     pool: &PgPool,
-    settings: &JobSettings,
+    settings: &ScanGroups<'_>,
     lease: Option<&Lease>,
     (cursor_id, last_id, reached_end): (Option<&Position>, &Position, bool),
     observations: &mut [Observation],

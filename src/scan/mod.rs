@@ -6,6 +6,7 @@
 //! - [`commit`]: phase 3: record, renew the lease, move the cursor; dry-run counts.
 //! - [`progress`]: PURE cycle progress and its estimate.
 //! - [`report`]: what a batch and a run did.
+//! - `groups`: [`ScanGroups`], the settings groups the scan works with.
 //! - `history`: the run's row in `reconciliation_runs`.
 //! - [`plan`]: how many batches a run starts (`auto` or a number).
 //! - `pipeline`: the batches of a run, overlapped so Stripe is never idle; [`RunOptions`].
@@ -15,6 +16,7 @@
 
 pub mod batch;
 pub mod commit;
+mod groups;
 mod history;
 mod one;
 mod pipeline;
@@ -29,6 +31,7 @@ pub use crate::outcome::RunError;
 pub use crate::read::{detect, list, stripe_reachable, VerdictCounts};
 pub use crate::record::record_observations;
 pub use batch::Mode;
+pub use groups::{ScanContext, ScanGroups};
 pub use one::{run_batch, run_batch_until};
 pub use pipeline::RunOptions;
 pub use report::{BatchReport, RunSummary};

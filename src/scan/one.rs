@@ -7,8 +7,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::batch::{prepare, read_stripe, Mode, Start};
 use super::commit::commit;
+use super::groups::ScanGroups;
 use super::report::BatchReport;
-use crate::config::JobSettings;
 use crate::lease::Lease;
 use crate::outcome::RunError;
 use crate::read::Pacing;
@@ -25,7 +25,7 @@ use crate::stripe::StripeGateway;
 pub async fn run_batch(
     pool: &PgPool,
     gateway: &StripeGateway,
-    settings: &JobSettings,
+    settings: &ScanGroups<'_>,
     mode: Mode,
     lease: Option<&Lease>,
 ) -> Result<BatchReport, RunError> {
@@ -50,7 +50,7 @@ pub async fn run_batch(
 pub async fn run_batch_until(
     pool: &PgPool,
     gateway: &StripeGateway,
-    settings: &JobSettings,
+    settings: &ScanGroups<'_>,
     mode: Mode,
     lease: Option<&Lease>,
     shutdown: &CancellationToken,
@@ -61,6 +61,6 @@ pub async fn run_batch_until(
         in_flight: &in_flight,
         all_started: None,
     };
-    let read = read_stripe(pool, gateway, settings, prepared, shutdown, pacing).await?;
+    let read = read_stripe(pool, gateway, &settings.read(), prepared, shutdown, pacing).await?;
     commit(pool, settings, &mode, lease, read).await
 }

@@ -12,11 +12,11 @@ use tokio::sync::{mpsc, Semaphore};
 
 use super::batch::{prepare, read_stripe, Mode};
 use super::commit::commit;
+use super::groups::ScanContext;
 use super::progress::{cycle_progress, CycleProgress, Pace, TableExtent};
 use super::report::{BatchReport, RunSummary};
 use super::schedule::{Plan, BATCHES_IN_PROGRESS};
-use crate::config::{JobSettings, ScanSettings};
-use crate::job::RunContext;
+use crate::config::{RunSettings, ScanSettings, SchemaSettings};
 use crate::outcome::RunError;
 use crate::read::Pacing;
 use crate::store::{cursor, stats, Context};
@@ -40,16 +40,17 @@ pub struct RunOptions {
 /// being read is abandoned without a write. Every Stripe request of the run
 /// holds one of `RECONCILER_MAX_IN_FLIGHT` permits.
 pub(super) async fn batches(
-    ctx: &RunContext<'_>,
+    ctx: &ScanContext<'_>,
     options: RunOptions,
     summary: &mut RunSummary,
 ) -> Result<(), RunError> {
-    let (pool, gateway, settings) = (ctx.pool, ctx.gateway, ctx.settings);
+    let (pool, gateway, settings) = (ctx.pool, ctx.gateway, &ctx.settings);
     let (lease, shutdown) = (ctx.lease.as_ref(), &ctx.shutdown);
     let mode = &start_mode(ctx, options, summary).await?;
     // Planned by `run` before the batches (`plan`); one batch without a plan.
     let planned_batches = summary.plan.map_or(1, |p| p.batches);
-    let table = table_extent(pool, settings).await;
+    let table = table_extent(pool, settings.run, settings.schema).await;
+    let read_groups = settings.read();
     let run_started = Instant::now();
     let in_flight = Semaphore::new((settings.stripe.max_in_flight as usize).max(1));
     // A batch holds a slot from its phase 1 to the end of its commit.
@@ -58,9 +59,10 @@ pub(super) async fn batches(
 
     let producer = async {
         let reads = futures::stream::unfold(Plan::new(), |mut plan| {
-            let (slots, in_flight) = (&slots, &in_flight);
+            let (slots, in_flight, read_groups) = (&slots, &in_flight, &read_groups);
             async move {
-                let start = plan.next_start(settings, planned_batches, shutdown, run_started)?;
+                let start =
+                    plan.next_start(settings.run, planned_batches, shutdown, run_started)?;
                 let Ok(slot) = slots.acquire().await else {
                     return None;
                 };
@@ -80,7 +82,7 @@ pub(super) async fn batches(
                             in_flight,
                             all_started: Some(all_started),
                         };
-                        read_stripe(pool, gateway, settings, prepared, shutdown, pacing)
+                        read_stripe(pool, gateway, read_groups, prepared, shutdown, pacing)
                             .map(move |r| r.map(|read| (read, slot)))
                             .boxed()
                     }
@@ -100,7 +102,7 @@ pub(super) async fn batches(
     };
 
     let consumer = async {
-        let mut progress = Progress::new(table, run_started, &settings.scan, planned_batches);
+        let mut progress = Progress::new(table, run_started, settings.scan, planned_batches);
         while let Some(read) = receiver.recv().await {
             let (read, slot) = read?;
             let report = commit(pool, settings, mode, lease, read).await?;
@@ -121,7 +123,7 @@ pub(super) async fn batches(
 /// Where the batches start: the persistent cursor, or for a dry run its
 /// stored position held in memory (also the summary's cursor).
 async fn start_mode(
-    ctx: &RunContext<'_>,
+    ctx: &ScanContext<'_>,
     options: RunOptions,
     summary: &mut RunSummary,
 ) -> Result<Mode, RunError> {
@@ -190,14 +192,14 @@ fn pace_of(batch_size: u32, planned: u32, done: u32) -> Pace {
 
 /// The table's size and id range for the progress line, read once per run;
 /// unknown (zeros) when it cannot be read, which only blanks the estimate.
-async fn table_extent(pool: &PgPool, settings: &JobSettings) -> TableExtent {
+async fn table_extent(pool: &PgPool, run: &RunSettings, schema: &SchemaSettings) -> TableExtent {
     let figures = match pool.acquire().await {
         Ok(mut conn) => stats::table_figures(
             &mut conn,
-            &settings.run.job,
-            settings.schema.partition.as_ref(),
-            &settings.schema.key,
-            &settings.schema.times,
+            &run.job,
+            schema.partition.as_ref(),
+            &schema.key,
+            &schema.times,
         )
         .await
         .ok(),

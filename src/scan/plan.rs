@@ -5,8 +5,9 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
+use super::groups::ScanGroups;
 use crate::capacity::{self, Pace, PlanInput, RunPlan};
-use crate::config::{JobSettings, ReadMode, Sizing};
+use crate::config::{ReadMode, RunSettings, ScanSettings, SchemaSettings, Sizing, StripeSettings};
 use crate::store::runs::{self, RunHistory};
 use crate::store::stats::{self, TableFigures};
 use crate::store::{Context, StoreError};
@@ -24,9 +25,32 @@ pub struct PlanFigures<'a> {
     pub history: &'a RunHistory,
 }
 
+/// What the plan follows: the run deadline (`run`), the batch size, read
+/// mode, cycle target and schedule (`scan`), the rate limit (`stripe`).
+#[derive(Debug, Clone, Copy)]
+pub struct PlanSettings<'a> {
+    /// `RECONCILER_RUN_DEADLINE_SECONDS`.
+    pub run: &'a RunSettings,
+    /// `RECONCILER_BATCH_SIZE`, `RECONCILER_BATCHES_PER_RUN`, the read mode,
+    /// `RECONCILER_TARGET_CYCLE_SECONDS`, `RECONCILER_SCHEDULE_INTERVAL_SECONDS`.
+    pub scan: &'a ScanSettings,
+    /// `RECONCILER_RATE_LIMIT_RPS`.
+    pub stripe: &'a StripeSettings,
+}
+
+impl<'a> From<&ScanGroups<'a>> for PlanSettings<'a> {
+    fn from(g: &ScanGroups<'a>) -> Self {
+        PlanSettings {
+            run: g.run,
+            scan: g.scan,
+            stripe: g.stripe,
+        }
+    }
+}
+
 /// The plan for `settings` from `figures` (PURE): the batches a run starts
 /// and the cycle they lead to.
-pub fn plan_for(settings: &JobSettings, figures: PlanFigures<'_>) -> RunPlan {
+pub fn plan_for(settings: PlanSettings<'_>, figures: PlanFigures<'_>) -> RunPlan {
     let input = plan_input(settings, figures);
     match settings.scan.batches_per_run {
         Sizing::Auto => capacity::plan(input),
@@ -35,7 +59,7 @@ pub fn plan_for(settings: &JobSettings, figures: PlanFigures<'_>) -> RunPlan {
 }
 
 /// The planning function's inputs (PURE).
-pub fn plan_input(settings: &JobSettings, figures: PlanFigures<'_>) -> PlanInput {
+pub fn plan_input(settings: PlanSettings<'_>, figures: PlanFigures<'_>) -> PlanInput {
     let (t, h) = (figures.table, figures.history);
     let rows_per_request = match settings.scan.read_mode {
         ReadMode::List => LIST_ROWS_PER_REQUEST,
@@ -104,45 +128,42 @@ fn elapsed(since: Option<DateTime<Utc>>, now: DateTime<Utc>) -> f64 {
 /// Reads the figures and plans this run. When they cannot be read the plan
 /// assumes an empty history and table (one batch for `auto`): the run's own
 /// first query reports the database error.
-pub(super) async fn plan_run(pool: &PgPool, settings: &JobSettings) -> RunPlan {
-    let figures = read_figures(pool, settings).await.unwrap_or_else(|e| {
-        tracing::warn!(error = %e, "cannot read the figures to plan the run");
-        (TableFigures::default(), RunHistory::default())
-    });
+pub(super) async fn plan_run(pool: &PgPool, settings: &ScanGroups<'_>) -> RunPlan {
+    let figures = read_figures(pool, settings.run, settings.schema)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot read the figures to plan the run");
+            (TableFigures::default(), RunHistory::default())
+        });
     let plan = plan_for(
-        settings,
+        settings.into(),
         PlanFigures {
             table: &figures.0,
             history: &figures.1,
         },
     );
-    log_plan(settings, &plan);
+    log_plan(settings.scan, &plan);
     plan
 }
 
 async fn read_figures(
     pool: &PgPool,
-    settings: &JobSettings,
+    run: &RunSettings,
+    schema: &SchemaSettings,
 ) -> Result<(TableFigures, RunHistory), StoreError> {
     let mut conn = pool.acquire().await.context("connecting")?;
-    let partition = settings.schema.partition.as_ref();
-    let table = stats::table_figures(
-        &mut conn,
-        &settings.run.job,
-        partition,
-        &settings.schema.key,
-        &settings.schema.times,
-    )
-    .await?;
-    let history = runs::history(&mut conn, &settings.run.job, partition).await?;
+    let partition = schema.partition.as_ref();
+    let table =
+        stats::table_figures(&mut conn, &run.job, partition, &schema.key, &schema.times).await?;
+    let history = runs::history(&mut conn, &run.job, partition).await?;
     Ok((table, history))
 }
 
-fn log_plan(settings: &JobSettings, p: &RunPlan) {
+fn log_plan(scan: &ScanSettings, p: &RunPlan) {
     let expected = p.expected_cycle_seconds.map(f64::round);
     match p.shortfall {
         None => tracing::info!(
-            batches_per_run = %settings.scan.batches_per_run.as_text(),
+            batches_per_run = %scan.batches_per_run.as_text(),
             planned_batches = p.batches,
             rows_per_run_needed = p.rows_per_run_needed.round(),
             rows_per_run_planned = p.rows_per_run_planned,
@@ -153,7 +174,7 @@ fn log_plan(settings: &JobSettings, p: &RunPlan) {
             "run planned"
         ),
         Some(why) => tracing::warn!(
-            batches_per_run = %settings.scan.batches_per_run.as_text(),
+            batches_per_run = %scan.batches_per_run.as_text(),
             planned_batches = p.batches,
             rows_per_run_needed = p.rows_per_run_needed.round(),
             rows_per_run_planned = p.rows_per_run_planned,
@@ -207,16 +228,23 @@ mod tests {
             table: &t,
             history: &h,
         };
-        let list = JobSettings::default();
-        assert_eq!(plan_input(&list, figures).pace.rows_per_second, 950.0);
-        let retrieve = JobSettings {
-            scan: crate::config::ScanSettings {
-                read_mode: ReadMode::Retrieve,
-                ..JobSettings::default().scan
-            },
-            ..JobSettings::default()
+        let (run, stripe) = (RunSettings::default(), StripeSettings::default());
+        let list_scan = ScanSettings::default();
+        let list = PlanSettings {
+            run: &run,
+            scan: &list_scan,
+            stripe: &stripe,
         };
-        let p = plan_input(&retrieve, figures).pace;
+        assert_eq!(plan_input(list, figures).pace.rows_per_second, 950.0);
+        let retrieve_scan = ScanSettings {
+            read_mode: ReadMode::Retrieve,
+            ..ScanSettings::default()
+        };
+        let retrieve = PlanSettings {
+            scan: &retrieve_scan,
+            ..list
+        };
+        let p = plan_input(retrieve, figures).pace;
         assert_eq!((p.rows_per_second, p.measured), (10.0, false));
         let measured = RunHistory {
             paced_rows: 9_000,
@@ -227,7 +255,7 @@ mod tests {
             table: &t,
             history: &measured,
         };
-        let p = plan_input(&list, figures).pace;
+        let p = plan_input(list, figures).pace;
         assert_eq!((p.rows_per_second, p.measured), (900.0, true));
     }
 }

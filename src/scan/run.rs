@@ -5,11 +5,11 @@
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+use super::groups::ScanGroups;
 use super::history::{finish_record, start_record};
 use super::pipeline::{batches, RunOptions};
 use super::plan::plan_run;
 use super::report::RunSummary;
-use crate::config::JobSettings;
 use crate::job::{run_once, Job, RunContext};
 use crate::lease::Lease;
 use crate::outcome::{RunError, RunOutcome};
@@ -39,10 +39,11 @@ impl ScanJob {
 }
 
 impl Job for ScanJob {
+    type Groups<'s> = ScanGroups<'s>;
     type Summary = RunSummary;
     type Error = RunError;
 
-    fn summary(&self, ctx: &RunContext<'_>) -> RunSummary {
+    fn summary(&self, ctx: &RunContext<'_, Self::Groups<'_>>) -> RunSummary {
         RunSummary {
             job: ctx.settings.run.job.clone(),
             dry_run: self.options.dry_run,
@@ -50,40 +51,46 @@ impl Job for ScanJob {
         }
     }
 
-    fn lease(&self, ctx: &RunContext<'_>) -> Option<Lease> {
+    fn lease(&self, ctx: &RunContext<'_, Self::Groups<'_>>) -> Option<Lease> {
         let s = ctx.settings;
         (!self.options.dry_run)
-            .then(|| Lease::new(&s.scan, &s.stripe, LeaseTable::Cursor, &s.run.job))
+            .then(|| Lease::new(s.scan, s.stripe, LeaseTable::Cursor, &s.run.job))
     }
 
-    async fn refused(&mut self, ctx: &RunContext<'_>, summary: &mut RunSummary, error: &RunError) {
+    async fn refused(
+        &mut self,
+        ctx: &RunContext<'_, Self::Groups<'_>>,
+        summary: &mut RunSummary,
+        error: &RunError,
+    ) {
         summary.outcome = error.outcome();
-        (summary.cursor_position, summary.cursor_key) = real_cursor(ctx.pool, ctx.settings).await;
+        (summary.cursor_position, summary.cursor_key) =
+            real_cursor(ctx.pool, &ctx.settings.run.job).await;
         summary.duration_seconds = ctx.clock.elapsed_seconds();
     }
 
     async fn body(
         &mut self,
-        ctx: &RunContext<'_>,
+        ctx: &RunContext<'_, Self::Groups<'_>>,
         summary: &mut RunSummary,
     ) -> Result<(), RunError> {
         self.requests_before = ctx.gateway.request_counts();
         if ctx.lease.is_some() {
             self.run_id = start_record(
                 ctx.pool,
-                &ctx.settings.run,
-                &ctx.settings.scan,
+                ctx.settings.run,
+                ctx.settings.scan,
                 &ctx.settings.schema.key,
             )
             .await;
         }
-        summary.plan = Some(plan_run(ctx.pool, ctx.settings).await);
+        summary.plan = Some(plan_run(ctx.pool, &ctx.settings).await);
         batches(ctx, self.options, summary).await
     }
 
     async fn finish(
         &mut self,
-        ctx: &RunContext<'_>,
+        ctx: &RunContext<'_, Self::Groups<'_>>,
         summary: &mut RunSummary,
         result: &Result<(), RunError>,
     ) {
@@ -91,7 +98,7 @@ impl Job for ScanJob {
             // The real cursor, whatever stopped the run: a failed batch leaves
             // it where the last committed one (or an earlier run) put it.
             (summary.cursor_position, summary.cursor_key) =
-                real_cursor(ctx.pool, ctx.settings).await;
+                real_cursor(ctx.pool, &ctx.settings.run.job).await;
         }
         summary.duration_seconds = ctx.clock.elapsed_seconds();
         summary.stripe_requests = ctx.gateway.request_counts().since(&self.requests_before);
@@ -113,25 +120,22 @@ impl Job for ScanJob {
 pub async fn run(
     pool: &PgPool,
     gateway: &StripeGateway,
-    settings: &JobSettings,
+    settings: &ScanGroups<'_>,
     options: RunOptions,
     shutdown: CancellationToken,
 ) -> (RunSummary, Result<(), RunError>) {
-    let mut ctx = RunContext::new(pool, gateway, settings, shutdown);
+    let mut ctx = RunContext::new(pool, gateway, *settings, shutdown);
     run_once(&mut ctx, &mut ScanJob::new(options)).await
 }
 
 /// The job's cursor as stored: its number (0 at the start or for a key
 /// that is not a whole number) and its key; `(None, None)` when it cannot be
 /// read.
-async fn real_cursor(
-    pool: &PgPool,
-    settings: &JobSettings,
-) -> (Option<i64>, Option<crate::key::PaymentKey>) {
+async fn real_cursor(pool: &PgPool, job: &str) -> (Option<i64>, Option<crate::key::PaymentKey>) {
     let Ok(mut conn) = pool.acquire().await else {
         return (None, None);
     };
-    match cursor::read(&mut conn, &settings.run.job).await {
+    match cursor::read(&mut conn, job).await {
         Ok(row) => {
             let position = row.and_then(|c| c.position);
             (

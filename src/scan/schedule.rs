@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::batch::{Prepared, Start};
-use crate::config::JobSettings;
+use crate::config::RunSettings;
 use crate::outcome::RunError;
 
 /// Batches between their phase 1 and the end of their commit, at most. Three,
@@ -63,7 +63,7 @@ impl Plan {
     /// `Some(Err(Interrupted))` on shutdown.
     pub(super) fn next_start(
         &mut self,
-        settings: &JobSettings,
+        run: &RunSettings,
         planned_batches: u32,
         shutdown: &CancellationToken,
         run_started: Instant,
@@ -75,11 +75,7 @@ impl Plan {
             self.done = true;
             return Some(Err(RunError::Interrupted));
         }
-        if settings
-            .run
-            .run_deadline
-            .is_some_and(|d| run_started.elapsed() >= d)
-        {
+        if run.run_deadline.is_some_and(|d| run_started.elapsed() >= d) {
             tracing::info!(
                 batches_started = self.started,
                 "run deadline reached; no new batch started"

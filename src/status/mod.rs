@@ -17,11 +17,13 @@ use sqlx::PgConnection;
 
 use crate::capacity::{self, Capacity, RunPlan};
 use crate::config::{
-    JobSettings, OutboxSettings, Partition, PaymentTimes, STRIPE_EVENTS_RETENTION,
+    EventsSettings, OutboxSettings, Partition, PaymentTimes, RunSettings, SchemaSettings,
+    STRIPE_EVENTS_RETENTION,
 };
 use crate::events::events_job;
 use crate::reconcile::RepairCommand;
 use crate::scan::plan::{plan_for, PlanFigures};
+use crate::scan::ScanGroups;
 use crate::store::stats::LagHolder;
 use crate::store::{events_position, runs, stats, StoreError};
 
@@ -135,75 +137,55 @@ pub async fn read(
     outbox: &OutboxSettings,
     partition: Option<&Partition>,
 ) -> Result<Status, StoreError> {
-    read_inner(conn, job, outbox, partition, None).await
+    let times = PaymentTimes::default();
+    read_figures(conn, job, outbox, partition, &times, None).await
 }
 
-/// [`read`] for a job's settings: its partition, its outbox, and its
-/// timestamps as detected at start (`RECONCILER_TIMESTAMP_ZONE`), without
-/// the plan of [`read_planned`].
+/// [`read`] for a job's settings: its name (`run`), its partition and its
+/// timestamps as detected at start (`schema`, `RECONCILER_TIMESTAMP_ZONE`)
+/// and its outbox, without the plan of [`read_planned`].
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn read_job(
     conn: &mut PgConnection,
-    settings: &JobSettings,
+    run: &RunSettings,
+    schema: &SchemaSettings,
+    outbox: &OutboxSettings,
 ) -> Result<Status, StoreError> {
-    let partition = settings.schema.partition.as_ref();
-    let times = &settings.schema.times;
-    read_figures(
-        conn,
-        &settings.run.job,
-        &settings.outbox,
-        partition,
-        times,
-        None,
-    )
-    .await
+    let partition = schema.partition.as_ref();
+    read_figures(conn, &run.job, outbox, partition, &schema.times, None).await
 }
 
-/// Reads the status of `settings.job` with the next run's plan.
+/// Reads the status of the scan's job (`scan`) with the next run's plan, and
+/// of its events job (`RECONCILER_EVENTS_ACCOUNT_ACTIVE_SECONDS` of `events`).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn read_planned(
     conn: &mut PgConnection,
-    settings: &JobSettings,
+    scan: &ScanGroups<'_>,
+    events: &EventsSettings,
 ) -> Result<Status, StoreError> {
-    let partition = settings.schema.partition.as_ref();
-    let times = &settings.schema.times;
-    read_figures(
-        conn,
-        &settings.run.job,
-        &settings.outbox,
-        partition,
-        times,
-        Some(settings),
-    )
-    .await
+    let partition = scan.schema.partition.as_ref();
+    let times = &scan.schema.times;
+    let planned = Some((scan, events));
+    read_figures(conn, &scan.run.job, scan.outbox, partition, times, planned).await
 }
 
-async fn read_inner(
-    conn: &mut PgConnection,
-    job: &str,
-    outbox: &OutboxSettings,
-    partition: Option<&Partition>,
-    settings: Option<&JobSettings>,
-) -> Result<Status, StoreError> {
-    let times = PaymentTimes::default();
-    read_figures(conn, job, outbox, partition, &times, settings).await
-}
-
+/// The figures of `job`; with `planned` (the scan's groups and the events
+/// group), the next run's plan and the detected key.
 async fn read_figures(
     conn: &mut PgConnection,
     job: &str,
     outbox: &OutboxSettings,
     partition: Option<&Partition>,
     times: &PaymentTimes,
-    settings: Option<&JobSettings>,
+    planned: Option<(&ScanGroups<'_>, &EventsSettings)>,
 ) -> Result<Status, StoreError> {
     let types = RepairCommand::EVENT_TYPES;
-    let key = match settings {
-        Some(s) => s.schema.key.clone(),
+    let key = match planned {
+        Some((s, _)) => s.schema.key.clone(),
         None => crate::store::keys::current(conn).await?,
     };
     let t = stats::table_figures(conn, job, partition, &key, times).await?;
@@ -211,15 +193,15 @@ async fn read_figures(
     let open_findings = stats::open_findings_by_kind(conn, partition).await?;
     let lag_held_by = stats::lag_holder(conn, outbox, &types, partition, times, &key).await?;
     let h = runs::history(conn, job, partition).await?;
-    let active = settings.map_or(STRIPE_EVENTS_RETENTION, |s| s.events.account_active);
+    let active = planned.map_or(STRIPE_EVENTS_RETENTION, |(_, e)| e.account_active);
     let events = events_position::figures(conn, &events_job(job), active)
         .await?
         .map(events_shown);
     let growth = h.growth();
     let now = t.database_now;
-    let plan = settings.map(|s| {
+    let plan = planned.map(|(s, _)| {
         plan_for(
-            s,
+            s.into(),
             PlanFigures {
                 table: &t,
                 history: &h,

@@ -8,7 +8,7 @@
 
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use stripe_reconciler::config::{ColumnName, JobSettings, StatusMap};
+use stripe_reconciler::config::{ColumnName, Settings, StatusMap};
 use stripe_reconciler::reconcile::Rules;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -217,7 +217,7 @@ fn cases() -> Vec<Case> {
 
 /// The scan's settings for the table: amount and currency columns, the
 /// `refunded` word, and `abandoned` on (7 days).
-fn ack_settings() -> JobSettings {
+fn ack_settings() -> Settings {
     let mut s = settings(200);
     s.schema.amount_column =
         Some(ColumnName::parse("RECONCILER_AMOUNT_COLUMN", "amount_cents").unwrap());
@@ -386,7 +386,7 @@ async fn a_persistent_failure_resolved_by_hand_is_reported_again(pool: PgPool) {
 }
 
 /// Runs batches until one wraps the cursor (one cycle).
-async fn one_cycle(pool: &PgPool, stripe: &MockServer, s: &JobSettings) {
+async fn one_cycle(pool: &PgPool, stripe: &MockServer, s: &Settings) {
     for _ in 0..50 {
         if scan(pool, stripe, s).await.wrapped {
             return;

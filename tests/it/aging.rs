@@ -7,7 +7,7 @@ use crate::support::*;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use stripe_reconciler::config::JobSettings;
+use stripe_reconciler::config::Settings;
 use stripe_reconciler::reconcile::{Rules, Verdict};
 use wiremock::MockServer;
 
@@ -39,8 +39,8 @@ fn rfc3339(ts: i64) -> String {
     DateTime::<Utc>::from_timestamp(ts, 0).unwrap().to_rfc3339()
 }
 
-fn with_abandoned_after(days: i64) -> JobSettings {
-    JobSettings {
+fn with_abandoned_after(days: i64) -> Settings {
+    Settings {
         rules: Rules {
             abandoned_after_seconds: Some(days * DAY),
             ..Rules::default()

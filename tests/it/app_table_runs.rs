@@ -7,7 +7,7 @@
 use serde_json::Value;
 use sqlx::PgPool;
 use stripe_reconciler::config::Sizing;
-use stripe_reconciler::scan::{self, RunOptions};
+use stripe_reconciler::scan::{self, RunOptions, ScanGroups};
 use tokio_util::sync::CancellationToken;
 use wiremock::MockServer;
 
@@ -122,7 +122,7 @@ async fn a_small_table_is_verified_again_by_every_run(pool: PgPool) {
         )
         .await;
     }
-    let s = stripe_reconciler::config::JobSettings {
+    let s = Settings {
         scan: ScanSettings {
             batches_per_run: Sizing::Fixed(1),
             ..settings(200).scan
@@ -134,7 +134,7 @@ async fn a_small_table_is_verified_again_by_every_run(pool: PgPool) {
         let (summary, result) = scan::run(
             &pool,
             &gateway(&stripe),
-            &s,
+            &ScanGroups::of(&s),
             RunOptions::default(),
             CancellationToken::new(),
         )
@@ -201,7 +201,7 @@ async fn a_small_partition_is_verified_again_by_every_run(pool: PgPool) {
         )
         .await;
     }
-    let mut s = stripe_reconciler::config::JobSettings {
+    let mut s = Settings {
         scan: ScanSettings {
             batches_per_run: Sizing::Fixed(1),
             ..settings(200).scan
@@ -218,7 +218,7 @@ async fn a_small_partition_is_verified_again_by_every_run(pool: PgPool) {
         let (summary, result) = scan::run(
             &pool,
             &gateway(&stripe),
-            &s,
+            &ScanGroups::of(&s),
             RunOptions::default(),
             CancellationToken::new(),
         )

@@ -8,9 +8,9 @@ use crate::support::stripe_fake::{StripeFake, LIST, RETRIEVE, SESSION_LIST, SESS
 use crate::support::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use stripe_reconciler::config::{ColumnName, JobSettings, ReadMode, Sizing};
+use stripe_reconciler::config::{ColumnName, ReadMode, Settings, Sizing};
 use stripe_reconciler::repair::{drain_with, RepairOptions, RepairReport};
-use stripe_reconciler::scan::{self, RunOptions, RunSummary};
+use stripe_reconciler::scan::{self, RunOptions, RunSummary, ScanGroups};
 use tokio_util::sync::CancellationToken;
 
 pub(super) const ACCT: &str = "acct_1SessionsConnect";
@@ -55,8 +55,8 @@ pub(super) async fn insert_session_row(
     .unwrap()
 }
 
-pub(super) fn session_settings(mode: ReadMode) -> JobSettings {
-    let mut s = JobSettings {
+pub(super) fn session_settings(mode: ReadMode) -> Settings {
+    let mut s = Settings {
         scan: ScanSettings {
             read_mode: mode,
             batches_per_run: Sizing::Fixed(20),
@@ -71,11 +71,11 @@ pub(super) fn session_settings(mode: ReadMode) -> JobSettings {
     s
 }
 
-pub(super) async fn run(pool: &PgPool, stripe: &StripeFake, s: &JobSettings) -> RunSummary {
+pub(super) async fn run(pool: &PgPool, stripe: &StripeFake, s: &Settings) -> RunSummary {
     let (summary, result) = scan::run(
         pool,
         &gateway(stripe),
-        s,
+        &ScanGroups::of(s),
         RunOptions::default(),
         CancellationToken::new(),
     )
@@ -84,7 +84,7 @@ pub(super) async fn run(pool: &PgPool, stripe: &StripeFake, s: &JobSettings) -> 
     summary
 }
 
-pub(super) async fn repair(pool: &PgPool, s: &JobSettings) -> RepairReport {
+pub(super) async fn repair(pool: &PgPool, s: &Settings) -> RepairReport {
     let options = RepairOptions {
         checkout_session_column: s.schema.checkout_session_column.clone(),
         ..RepairOptions::default()
@@ -105,17 +105,6 @@ pub(super) async fn open_findings(
     .fetch_all(pool)
     .await
     .unwrap()
-}
-
-async fn forget(pool: &PgPool) {
-    sqlx::raw_sql(
-        "TRUNCATE reconciliation_findings, outbox, reconciliation_cursor, reconciliation_runs,
-                  reconciliation_unverifiable RESTART IDENTITY CASCADE;
-         TRUNCATE reconciliation_payment_state",
-    )
-    .execute(pool)
-    .await
-    .unwrap();
 }
 
 /// A PaymentIntent of the fake in `status`, created `created`.
@@ -250,7 +239,7 @@ async fn every_session_state_gets_its_verdict_in_both_read_modes_with_the_right_
     let stripe = StripeFake::start().await;
     let expected = arrange_every_state(&pool, &stripe).await;
     for mode in [ReadMode::Retrieve, ReadMode::List] {
-        forget(&pool).await;
+        forget_scan_state(&pool).await;
         let before = stripe.seen().len();
         let summary = run(&pool, &stripe, &session_settings(mode)).await;
         assert!(summary.wrapped, "{mode:?}: {summary:?}");
@@ -442,7 +431,7 @@ async fn a_connected_accounts_session_is_read_with_its_account_in_both_modes(poo
         checkout_session("cs_test_Conn", "complete", "paid", Some("pi_Conn"), t0),
     );
     for mode in [ReadMode::Retrieve, ReadMode::List] {
-        forget(&pool).await;
+        forget_scan_state(&pool).await;
         let before = stripe.seen().len();
         run(&pool, &stripe, &session_settings(mode)).await;
         assert_eq!(

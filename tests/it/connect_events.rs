@@ -4,11 +4,13 @@
 //! answers a feed or a PaymentIntent only when the header matches (no
 //! header: the platform's).
 
+use crate::support::connected::add_account_column;
 use crate::support::events_feed::event;
 use crate::support::stripe_fake::{no_access, StripeFake, EVENTS};
 use crate::support::*;
 use sqlx::PgPool;
 use stripe_reconciler::config::ColumnName;
+use stripe_reconciler::events::EventsGroups;
 use stripe_reconciler::events::{run_events, EventsError, EventsSummary};
 use tokio_util::sync::CancellationToken;
 use wiremock::MockServer;
@@ -19,13 +21,6 @@ const JOB: &str = "payments-vs-stripe-events";
 /// platform's), created an hour ago: Stripe's 404 on any other account.
 fn add_on(stripe: &StripeFake, account: Option<&str>, pi: &str, status: &str) {
     stripe.add(account, pi, status, chrono::Utc::now().timestamp() - 3600);
-}
-
-async fn add_account_column(pool: &PgPool) {
-    sqlx::query("ALTER TABLE payments ADD COLUMN stripe_account text")
-        .execute(pool)
-        .await
-        .unwrap();
 }
 
 /// A payment of `account` (in the `stripe_account` column), `updated_secs_ago`.
@@ -55,7 +50,7 @@ async fn kinds(pool: &PgPool) -> Vec<(Option<i64>, String, Option<String>)> {
         .collect()
 }
 
-fn connect_settings() -> JobSettings {
+fn connect_settings() -> Settings {
     let mut s = settings(200);
     s.schema.account_column =
         Some(ColumnName::parse("RECONCILER_ACCOUNT_COLUMN", "stripe_account").unwrap());
@@ -65,9 +60,15 @@ fn connect_settings() -> JobSettings {
 async fn events_once(
     pool: &PgPool,
     stripe: &MockServer,
-    s: &JobSettings,
+    s: &Settings,
 ) -> (EventsSummary, Result<(), EventsError>) {
-    run_events(pool, &gateway(stripe), s, CancellationToken::new()).await
+    run_events(
+        pool,
+        &gateway(stripe),
+        &EventsGroups::of(s),
+        CancellationToken::new(),
+    )
+    .await
 }
 
 /// `(payment_id, PaymentIntent, kind, account)` of every finding.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::support::*;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{run_batch, Mode, RunError};
+use stripe_reconciler::scan::RunError;
 use stripe_reconciler::stripe::StripeGateway;
 use wiremock::matchers::{method, path_regex};
 use wiremock::{Mock, MockServer, Request};
@@ -57,9 +57,7 @@ async fn the_cursor_reaches_rows_that_limit_200_starves(pool: PgPool) {
     let gw = gateway(&stripe);
     let mut remaining = Vec::new();
     for batch in 0..3 {
-        let report = run_batch(&pool, &gw, &settings(200), Mode::Write, None)
-            .await
-            .unwrap();
+        let report = scan_with(&pool, &gw, &settings(200)).await.unwrap();
         // The third reads the table's last 100 rows and ends the cycle.
         assert_eq!(report.wrapped, batch == 2);
         remaining.push(count(&pool, never).await);
@@ -102,9 +100,7 @@ async fn two_full_cycles_record_each_drift_once(pool: PgPool) {
     let mut wraps = 0;
     let mut batches = 0;
     while wraps < 2 {
-        let report = run_batch(&pool, &gw, &settings(15), Mode::Write, None)
-            .await
-            .unwrap();
+        let report = scan_with(&pool, &gw, &settings(15)).await.unwrap();
         wraps += usize::from(report.wrapped);
         batches += 1;
         assert!(batches < 100, "the cursor did not wrap twice");
@@ -150,10 +146,7 @@ async fn two_runs_racing_on_one_cursor_commit_exactly_one_batch(pool: PgPool) {
     let (gw_a, gw_b) = (gateway(&says_succeeded), gateway(&says_processing));
     let s = settings(20);
 
-    let (a, b) = tokio::join!(
-        run_batch(&pool, &gw_a, &s, Mode::Write, None),
-        run_batch(&pool, &gw_b, &s, Mode::Write, None)
-    );
+    let (a, b) = tokio::join!(scan_with(&pool, &gw_a, &s), scan_with(&pool, &gw_b, &s));
 
     let (winner_status, won, lost) = match (a, b) {
         (Ok(r), Err(e)) => ("succeeded", r, e),
@@ -204,7 +197,7 @@ async fn two_runs_racing_on_one_cursor_commit_exactly_one_batch(pool: PgPool) {
 
 /// Runs batches until one reports `wrapped`; returns the batches run (the
 /// wrapping one included).
-async fn one_cycle(pool: &PgPool, gw: &StripeGateway, s: &JobSettings) -> u32 {
+async fn one_cycle(pool: &PgPool, gw: &StripeGateway, s: &Settings) -> u32 {
     for n in 1..=50 {
         if scan_with(pool, gw, s).await.unwrap().wrapped {
             return n;
@@ -246,7 +239,7 @@ async fn a_row_stripe_never_answers_for_gets_one_finding_after_three_cycles_and_
 
     // Cycle 1, retried three times before it completes: counts once (a
     // batch of one row, so it does not read the table's end).
-    let first_row = JobSettings {
+    let first_row = Settings {
         scan: ScanSettings {
             batch_size: 1,
             ..s.clone().scan

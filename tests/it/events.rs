@@ -8,8 +8,9 @@ use crate::support::*;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use sqlx::PgPool;
+use stripe_reconciler::events::EventsGroups;
 use stripe_reconciler::events::{run_events, EventsError, EventsSummary};
-use stripe_reconciler::scan::{run_batch, Mode, RunError};
+use stripe_reconciler::scan::RunError;
 use stripe_reconciler::store::events_position;
 use tokio_util::sync::CancellationToken;
 use wiremock::matchers::method;
@@ -32,9 +33,15 @@ pub(super) async fn retrieves(server: &MockServer, pi: &str) -> usize {
 pub(super) async fn events_once(
     pool: &PgPool,
     stripe: &MockServer,
-    s: &JobSettings,
+    s: &Settings,
 ) -> (EventsSummary, Result<(), EventsError>) {
-    run_events(pool, &gateway(stripe), s, CancellationToken::new()).await
+    run_events(
+        pool,
+        &gateway(stripe),
+        &EventsGroups::of(s),
+        CancellationToken::new(),
+    )
+    .await
 }
 
 pub(super) async fn covered_until(pool: &PgPool) -> Option<DateTime<Utc>> {
@@ -400,18 +407,16 @@ async fn events_and_the_scan_at_the_same_time_never_duplicate_a_finding_or_a_com
     let (scan, (_, events)) = wait::both_writing_at_once(
         &pool,
         first,
-        run_batch(&pool, &gw, &s, Mode::Write, None),
-        run_events(&pool, &gw, &s, CancellationToken::new()),
+        scan_with(&pool, &gw, &s),
+        run_events(&pool, &gw, &EventsGroups::of(&s), CancellationToken::new()),
     )
     .await;
     scan.unwrap();
     events.unwrap();
     // And again, both seeing the open findings (neither has a row to write
     // now, so there is no write to meet at).
-    let (scan, (_, events)) = tokio::join!(
-        run_batch(&pool, &gw, &s, Mode::Write, None),
-        events_once(&pool, &stripe, &s)
-    );
+    let (scan, (_, events)) =
+        tokio::join!(scan_with(&pool, &gw, &s), events_once(&pool, &stripe, &s));
     scan.unwrap();
     events.unwrap();
 

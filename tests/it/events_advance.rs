@@ -191,7 +191,7 @@ pub(super) async fn events_answering(r: impl Respond + 'static) -> MockServer {
 async fn bounded_run(
     pool: &PgPool,
     stripe: &MockServer,
-    s: &JobSettings,
+    s: &Settings,
 ) -> (
     stripe_reconciler::events::EventsSummary,
     Result<(), EventsError>,

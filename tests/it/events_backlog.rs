@@ -10,6 +10,7 @@ use crate::support::events_feed::*;
 use crate::support::*;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
+use stripe_reconciler::events::EventsGroups;
 use stripe_reconciler::events::{run_events, EventsError, EventsSummary};
 use stripe_reconciler::metrics::{EventsMetrics, EventsState};
 use stripe_reconciler::scan::RunError;
@@ -75,7 +76,7 @@ async fn stripe(feed: &Feed, reads: &Succeeded) -> MockServer {
     server
 }
 
-fn events_settings(max_pages: u32) -> JobSettings {
+fn events_settings(max_pages: u32) -> Settings {
     let mut s = settings(200);
     s.events.max_pages = max_pages;
     // The window starts a little before the burst, as a position would.
@@ -126,10 +127,10 @@ async fn out_of_step_with(pool: &PgPool, feed_created: &HashMap<String, i64>, t:
 async fn run(
     pool: &PgPool,
     server: &MockServer,
-    s: &JobSettings,
+    s: &Settings,
     token: CancellationToken,
 ) -> (EventsSummary, Result<(), EventsError>) {
-    run_events(pool, &gateway(server), s, token).await
+    run_events(pool, &gateway(server), &EventsGroups::of(s), token).await
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]

@@ -8,7 +8,6 @@ use crate::support::pushgateway::{self, value};
 use crate::support::*;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{run_batch, Mode};
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -431,7 +430,7 @@ async fn hostile_payment_intent_ids_become_findings_without_a_request(pool: PgPo
     }
     let stripe = stripe_answering("succeeded", Duration::ZERO).await;
 
-    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
+    let report = scan_with(&pool, &gateway(&stripe), &settings(200))
         .await
         .unwrap();
 

@@ -8,7 +8,7 @@ use super::faults::nothing_written;
 use crate::support::*;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{run_batch, Mode, RunError};
+use stripe_reconciler::scan::RunError;
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -23,7 +23,7 @@ async fn a_stripe_404_that_is_not_resource_missing_is_a_configuration_error(pool
         .mount(&stripe)
         .await;
 
-    let e = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
+    let e = scan_with(&pool, &gateway(&stripe), &settings(200))
         .await
         .unwrap_err();
 
@@ -39,7 +39,7 @@ async fn a_payment_moved_by_the_webhook_during_phase_2_gets_no_stale_finding(poo
     let gw = gateway(&stripe);
     let s = settings(200);
 
-    let batch = run_batch(&pool, &gw, &s, Mode::Write, None);
+    let batch = scan_with(&pool, &gw, &s);
     let webhook = async {
         // While the batch reads Stripe (its one answer takes 600 ms).
         wait::requests_seen(&stripe, 1).await;

@@ -6,7 +6,7 @@ use crate::support::*;
 use serde_json::json;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{run_batch, Mode, RunError};
+use stripe_reconciler::scan::RunError;
 use stripe_reconciler::stripe::GatewayError;
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -22,7 +22,7 @@ async fn a_rejected_key_aborts_the_batch_and_writes_nothing(pool: PgPool) {
         .mount(&server)
         .await;
 
-    let e = run_batch(&pool, &gateway(&server), &settings(200), Mode::Write, None)
+    let e = scan_with(&pool, &gateway(&server), &settings(200))
         .await
         .unwrap_err();
 
@@ -55,7 +55,7 @@ async fn stripe_down_for_most_of_a_batch_abandons_it_without_moving_the_cursor(p
         .mount(&server)
         .await;
 
-    let e = run_batch(&pool, &gateway(&server), &settings(200), Mode::Write, None)
+    let e = scan_with(&pool, &gateway(&server), &settings(200))
         .await
         .unwrap_err();
 
@@ -91,7 +91,7 @@ async fn occasional_failures_are_unverifiable_and_the_cursor_moves_on(pool: PgPo
         .mount(&server)
         .await;
 
-    let report = run_batch(&pool, &gateway(&server), &settings(200), Mode::Write, None)
+    let report = scan_with(&pool, &gateway(&server), &settings(200))
         .await
         .unwrap();
 

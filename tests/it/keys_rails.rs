@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 use sqlx::PgPool;
 
+use crate::support::keyed::open_findings;
 use crate::support::stripe_fake::StripeFake;
 use crate::support::*;
 
@@ -128,18 +129,6 @@ async fn run(env: &[(&str, String)]) -> Value {
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
     serde_json::from_str(stdout(&out).trim())
         .unwrap_or_else(|e| panic!("{e}: {}", all_output(&out)))
-}
-
-/// `(payment uuid, kind)` of every open finding.
-async fn open_findings(pool: &PgPool) -> BTreeSet<(String, String)> {
-    sqlx::query_as(
-        "SELECT payment_id::text, kind FROM reconciliation_findings WHERE resolved_at IS NULL",
-    )
-    .fetch_all(pool)
-    .await
-    .unwrap()
-    .into_iter()
-    .collect()
 }
 
 /// The uuids of the rows never confirmed with Stripe.

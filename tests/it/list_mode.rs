@@ -8,9 +8,9 @@ use crate::support::stripe_fake::LIST;
 use crate::support::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use stripe_reconciler::config::{JobSettings, ReadMode, Sizing};
+use stripe_reconciler::config::{ReadMode, Settings, Sizing};
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{self, RunOptions};
+use stripe_reconciler::scan::{self, RunOptions, ScanGroups};
 use tokio_util::sync::CancellationToken;
 
 /// An hour ago, as Stripe's `created` (Unix seconds).
@@ -18,8 +18,8 @@ pub(super) fn an_hour_ago() -> i64 {
     chrono::Utc::now().timestamp() - 3600
 }
 
-pub(super) fn list_settings(batch_size: u32) -> JobSettings {
-    JobSettings {
+pub(super) fn list_settings(batch_size: u32) -> Settings {
+    Settings {
         scan: ScanSettings {
             read_mode: ReadMode::List,
             ..settings(batch_size).scan
@@ -56,17 +56,6 @@ async fn snapshot(pool: &PgPool) -> Snapshot {
     (payments, findings(pool).await, outbox(pool).await, details)
 }
 
-async fn forget_everything_but_payments(pool: &PgPool) {
-    sqlx::raw_sql(
-        "TRUNCATE reconciliation_findings, outbox, reconciliation_cursor, reconciliation_runs,
-                  reconciliation_unverifiable RESTART IDENTITY CASCADE;
-         TRUNCATE reconciliation_payment_state",
-    )
-    .execute(pool)
-    .await
-    .unwrap();
-}
-
 /// Runs the job to the end of the table in `mode`; returns the snapshot and
 /// the requests per endpoint.
 async fn run_in(
@@ -76,9 +65,9 @@ async fn run_in(
     mode: ReadMode,
     batch_size: u32,
 ) -> (Snapshot, usize, usize) {
-    forget_everything_but_payments(pool).await;
+    forget_scan_state(pool).await;
     let (lists, retrieves) = (account.count("list"), account.count("retrieve"));
-    let s = JobSettings {
+    let s = Settings {
         scan: ScanSettings {
             read_mode: mode,
             batches_per_run: Sizing::Fixed(100),
@@ -89,7 +78,7 @@ async fn run_in(
     let (summary, result) = scan::run(
         pool,
         &gateway(server),
-        &s,
+        &ScanGroups::of(&s),
         RunOptions::default(),
         CancellationToken::new(),
     )
@@ -300,7 +289,7 @@ async fn a_window_crowded_with_foreign_payment_intents_stops_at_the_page_cap(poo
         account.add(&format!("pi_Other{i:05}"), "succeeded", t - 20 + i % 20);
     }
     let server = account.serve().await;
-    let s = JobSettings {
+    let s = Settings {
         scan: ScanSettings {
             list_max_pages: Sizing::Fixed(4),
             ..list_settings(100).scan

@@ -6,9 +6,9 @@ use super::list_mode::{an_hour_ago, list_settings};
 use crate::support::account::{insert_at, Account};
 use crate::support::*;
 use sqlx::PgPool;
-use stripe_reconciler::config::{JobSettings, Sizing, StripeSettings};
+use stripe_reconciler::config::{Settings, Sizing, StripeSettings};
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{self, run_batch, Mode, RunError, RunOptions};
+use stripe_reconciler::scan::{self, RunError, RunOptions, ScanGroups};
 use tokio_util::sync::CancellationToken;
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
@@ -23,15 +23,9 @@ async fn a_rejected_key_on_a_list_page_stops_the_batch_and_writes_nothing(pool: 
     account.fail_list(0, err(401, "invalid_request_error", "api_key_invalid"));
     let server = account.serve().await;
 
-    let e = run_batch(
-        &pool,
-        &gateway(&server),
-        &list_settings(100),
-        Mode::Write,
-        None,
-    )
-    .await
-    .unwrap_err();
+    let e = scan_with(&pool, &gateway(&server), &list_settings(100))
+        .await
+        .unwrap_err();
 
     assert!(matches!(e, RunError::StripeRejected(_)), "{e:?}");
     assert_eq!(e.exit_code(), 78);
@@ -78,7 +72,7 @@ async fn a_cursor_moved_during_overlapping_batches_rolls_back_and_stops(pool: Pg
     let server = account.serve().await;
     // Two requests a second: batch 2's page leaves half a second after batch
     // 1's, so batch 1 commits (and the cursor moves) long before batch 2 can.
-    let s = JobSettings {
+    let s = Settings {
         scan: ScanSettings {
             batches_per_run: Sizing::Fixed(10),
             ..list_settings(20).scan
@@ -107,7 +101,7 @@ async fn a_cursor_moved_during_overlapping_batches_rolls_back_and_stops(pool: Pg
     let (summary, result) = scan::run(
         &pool,
         &gateway_with(&server, 2, std::time::Duration::from_secs(2)),
-        &s,
+        &ScanGroups::of(&s),
         RunOptions::default(),
         CancellationToken::new(),
     )

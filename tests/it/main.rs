@@ -8,7 +8,8 @@
 //! - `aging`: authorization_expiring, stuck_processing, abandoned
 //! - `app_table`: `migrate` never locks or alters the application's `payments`; upgrades
 //! - `app_table_runs`: a payment the application deletes (`payment_deleted`); a short batch ends the cycle
-//! - `connect`: connected accounts (`Stripe-Account`), revoked and wrong accounts
+//! - `connect`: connected accounts (`Stripe-Account`), a revoked account, the account in `findings list`
+//! - `connect_faults`: an account every read 404s, a malformed account value, no or an unusable account column
 //! - `cursor`: the walk over the table, cycles, late commits, unverifiable streaks
 //! - `docs`: `docs/configuration.md` lists exactly the variables the code reads; every relative link and anchor in the docs resolves
 //! - `events`: the events feed and its position
@@ -24,7 +25,10 @@
 //! - `gateway_batch`: what a batch does with each failure class
 //! - `isolation`: the tests' own Pushgateways load nothing from elsewhere
 //! - `least_privilege`: `sql/least_privilege.sql` is enough and no more
-//! - `keys`: any primary key (integer, smallint, uuid, text), ids ≤ 0, late commits (issue 31)
+//! - `keys`: any primary key: uuid and text keys through migrate, both read modes, repair, review (issue 31)
+//! - `keys_changes`: a late-committed row, a row whose key or `created_at` changes
+//! - `keys_connect`: a partition, a connected account and the events job on a uuid table
+//! - `keys_integers`: integer and smallint keys, ids ≤ 0 and near ±2^63
 //! - `keys_rails`: a Rails uuid table in a stated zone walked by `(created_at, id)`: once per cycle, exact drift, late commits
 //! - `list_mode`: `RECONCILER_READ_MODE=list` agrees with retrieve mode
 //! - `list_mode_faults`: list mode with a rejected key, a bad page, a moved cursor
@@ -78,6 +82,7 @@ mod checkout_sessions;
 mod checkout_sessions_events;
 mod connect;
 mod connect_events;
+mod connect_faults;
 mod cursor;
 mod docs;
 mod events;
@@ -93,6 +98,9 @@ mod gateway;
 mod gateway_batch;
 mod isolation;
 mod keys;
+mod keys_changes;
+mod keys_connect;
+mod keys_integers;
 mod keys_rails;
 mod least_privilege;
 mod list_mode;

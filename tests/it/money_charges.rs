@@ -9,7 +9,7 @@ use crate::support::*;
 use serde_json::json;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{run_batch, Mode};
+use stripe_reconciler::scan::{run_batch, Mode, ScanGroups};
 use wiremock::{MockServer, ResponseTemplate};
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
@@ -214,7 +214,7 @@ async fn a_dry_run_counts_only_the_findings_a_real_run_would_create(pool: PgPool
     let dry = run_batch(
         &pool,
         &gateway(&stripe),
-        &settings(200),
+        &ScanGroups::of(&settings(200)),
         Mode::DryRun { after: None },
         None,
     )

@@ -7,7 +7,7 @@ use crate::support::arrange::{charge, clean, intent};
 use crate::support::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use stripe_reconciler::config::{ColumnName, JobSettings};
+use stripe_reconciler::config::{ColumnName, Settings};
 use stripe_reconciler::reconcile::Verdict;
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, Request};
@@ -36,7 +36,7 @@ pub(super) async fn set_money(
         .unwrap();
 }
 
-fn with_columns(amount: &str, currency: &str) -> JobSettings {
+fn with_columns(amount: &str, currency: &str) -> Settings {
     let mut s = settings(200);
     s.schema.amount_column = Some(ColumnName::parse("RECONCILER_AMOUNT_COLUMN", amount).unwrap());
     s.schema.currency_column =

@@ -8,7 +8,7 @@ use serde_json::Value;
 use sqlx::PgPool;
 use stripe_reconciler::capacity::Shortfall;
 use stripe_reconciler::config::RunSettings;
-use stripe_reconciler::scan::{self, RunOptions};
+use stripe_reconciler::scan::{self, RunOptions, ScanGroups};
 use tokio_util::sync::CancellationToken;
 
 use crate::support::*;
@@ -17,13 +17,13 @@ async fn run(
     pool: &PgPool,
     stripe: &wiremock::MockServer,
     rps: u32,
-    s: &JobSettings,
+    s: &Settings,
 ) -> scan::RunSummary {
     let gateway = gateway_with(stripe, rps, Duration::from_secs(2));
     let (summary, result) = scan::run(
         pool,
         &gateway,
-        s,
+        &ScanGroups::of(s),
         RunOptions::default(),
         CancellationToken::new(),
     )
@@ -36,7 +36,7 @@ async fn run(
 async fn auto_plans_no_more_than_fits_before_the_deadline(pool: PgPool) {
     insert_paid(&pool, 2_000).await;
     let stripe = stripe_answering("succeeded", Duration::from_millis(50)).await;
-    let s = JobSettings {
+    let s = Settings {
         scan: ScanSettings {
             batches_per_run: Sizing::Auto,
             // The whole table within one interval: far more than a run can read.
@@ -93,7 +93,7 @@ async fn a_number_means_that_many_batches_and_auto_sizes_for_the_target(pool: Pg
         &pool,
         &stripe,
         1000,
-        &JobSettings {
+        &Settings {
             scan: ScanSettings {
                 batches_per_run: Sizing::Fixed(3),
                 ..settings(10).scan
@@ -110,7 +110,7 @@ async fn a_number_means_that_many_batches_and_auto_sizes_for_the_target(pool: Pg
         &pool,
         &stripe,
         1000,
-        &JobSettings {
+        &Settings {
             scan: ScanSettings {
                 batches_per_run: Sizing::Auto,
                 ..settings(10).scan
@@ -126,7 +126,7 @@ async fn a_number_means_that_many_batches_and_auto_sizes_for_the_target(pool: Pg
     assert_eq!((auto.batches, auto.rows_scanned), (1, 10));
 
     // One hour for the 160 rows left: 6 runs of 32 rows, four batches.
-    let hour = JobSettings {
+    let hour = Settings {
         scan: ScanSettings {
             batches_per_run: Sizing::Auto,
             target_cycle: Duration::from_secs(3_600),

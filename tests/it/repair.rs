@@ -7,7 +7,6 @@ use sqlx::PgPool;
 use stripe_reconciler::reconcile::RepairCommand;
 use stripe_reconciler::repair::worker::MAX_ATTEMPTS;
 use stripe_reconciler::repair::{drain, RepairOptions, RepairReport};
-use stripe_reconciler::scan::{run_batch, Mode};
 use tokio_util::sync::CancellationToken;
 use wiremock::MockServer;
 
@@ -63,7 +62,7 @@ async fn findings_from_a_scan_are_repaired_once(pool: PgPool) {
     let cancel = insert_payment(&pool, "pi_Cancel", "pending", 3600).await;
     mount(&stripe, "pi_Success", ok("pi_Success", "succeeded")).await;
     mount(&stripe, "pi_Cancel", ok("pi_Cancel", "canceled")).await;
-    run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
+    scan_with(&pool, &gateway(&stripe), &settings(200))
         .await
         .unwrap();
 
@@ -128,7 +127,7 @@ async fn findings_from_a_scan_are_repaired_once(pool: PgPool) {
         .await
         .unwrap();
     mount(&stripe, "pi_Cancel", ok("pi_Cancel", "canceled")).await;
-    let again = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
+    let again = scan_with(&pool, &gateway(&stripe), &settings(200))
         .await
         .unwrap();
     assert_eq!(
@@ -145,7 +144,7 @@ async fn the_webhook_wins_the_race(pool: PgPool) {
     let stripe = MockServer::start().await;
     let id = insert_payment(&pool, "pi_Raced", "pending", 3600).await;
     mount(&stripe, "pi_Raced", ok("pi_Raced", "succeeded")).await;
-    run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
+    scan_with(&pool, &gateway(&stripe), &settings(200))
         .await
         .unwrap();
     // The webhook handler's transaction holds the payment row while the

@@ -7,7 +7,7 @@ use crate::support::*;
 use serde_json::json;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{run_batch, Mode};
+use stripe_reconciler::scan::{run_batch, Mode, ScanGroups};
 use wiremock::MockServer;
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
@@ -65,7 +65,7 @@ async fn every_verdict_path_writes_exactly_what_it_should(pool: PgPool) {
     )
     .await;
 
-    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
+    let report = scan_with(&pool, &gateway(&stripe), &settings(200))
         .await
         .unwrap();
 
@@ -197,7 +197,7 @@ async fn a_row_updated_a_minute_ago_is_in_flight_without_a_stripe_call(pool: PgP
     let id = insert_payment(&pool, "pi_JustChanged", "pending", 60).await;
     mount(&stripe, "pi_JustChanged", ok("pi_JustChanged", "succeeded")).await;
 
-    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
+    let report = scan_with(&pool, &gateway(&stripe), &settings(200))
         .await
         .unwrap();
 
@@ -226,7 +226,7 @@ async fn a_verified_in_sync_row_clears_its_open_findings(pool: PgPool) {
         .unwrap();
     mount(&stripe, "pi_Healed", ok("pi_Healed", "succeeded")).await;
 
-    let report = run_batch(&pool, &gateway(&stripe), &settings(200), Mode::Write, None)
+    let report = scan_with(&pool, &gateway(&stripe), &settings(200))
         .await
         .unwrap();
 
@@ -248,7 +248,7 @@ async fn dry_run_writes_nothing_not_even_the_cursor(pool: PgPool) {
     let report = run_batch(
         &pool,
         &gateway(&stripe),
-        &settings(200),
+        &ScanGroups::of(&settings(200)),
         Mode::DryRun { after: None },
         None,
     )
@@ -359,9 +359,7 @@ async fn set_based_phase_3_writes_what_the_design_notes_algorithm_writes(pool: P
     .await
     .unwrap();
     for _ in 0..2 {
-        run_batch(&pool, &gw, &settings(200), Mode::Write, None)
-            .await
-            .unwrap();
+        scan_with(&pool, &gw, &settings(200)).await.unwrap();
         sqlx::query("UPDATE reconciliation_cursor SET last_id = 0")
             .execute(&pool)
             .await

@@ -6,7 +6,7 @@
 use crate::support::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use stripe_reconciler::config::{AmountUnit, ColumnName, JobSettings, StatusMap};
+use stripe_reconciler::config::{AmountUnit, ColumnName, Settings, StatusMap};
 use stripe_reconciler::reconcile::Verdict;
 use stripe_reconciler::repair::{drain_with, RepairOptions};
 use tokio_util::sync::CancellationToken;
@@ -40,7 +40,7 @@ async fn application_schema(pool: &PgPool) {
     stripe_reconciler::MIGRATOR.run(pool).await.unwrap();
 }
 
-fn with_words() -> JobSettings {
+fn with_words() -> Settings {
     let mut s = settings(200);
     s.schema.statuses = StatusMap::parse(WORDS).unwrap();
     s
@@ -197,7 +197,7 @@ async fn the_writer_guards_on_every_word_of_pending(pool: PgPool) {
     );
 }
 
-fn major(mut settings: JobSettings) -> JobSettings {
+fn major(mut settings: Settings) -> Settings {
     settings.schema.amount_column =
         Some(ColumnName::parse("RECONCILER_AMOUNT_COLUMN", "total").unwrap());
     settings.schema.currency_column =

@@ -4,7 +4,9 @@
 
 pub mod account;
 pub mod arrange;
+pub mod connected;
 pub mod events_feed;
+pub mod keyed;
 pub mod pgbouncer;
 pub mod pushgateway;
 pub mod secrets;
@@ -21,7 +23,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use sqlx::PgPool;
 pub use steps::*;
-pub use stripe_reconciler::config::{JobSettings, ReadMode, ScanSettings, Sizing, StripeSettings};
+pub use stripe_reconciler::config::{ReadMode, ScanSettings, Settings, Sizing, StripeSettings};
 use stripe_reconciler::stripe::{GatewayConfig, RetryPolicy, StripeGateway};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
@@ -89,16 +91,27 @@ pub async fn mount(server: &MockServer, id: &str, response: ResponseTemplate) {
         .await;
 }
 
-/// Job settings for tests: no grace unless asked, fast everything.
-pub fn settings(batch_size: u32) -> JobSettings {
-    JobSettings {
+/// The settings of an environment with only `DATABASE_URL` (never
+/// connected to: the tests pass their own pool): every group at its default.
+pub fn default_settings() -> Settings {
+    Settings::from_vars([(
+        "DATABASE_URL".to_owned(),
+        "postgres://test@127.0.0.1/unused".to_owned(),
+    )])
+    .unwrap()
+}
+
+/// Settings for tests: no grace unless asked, fast everything.
+pub fn settings(batch_size: u32) -> Settings {
+    let defaults = default_settings();
+    Settings {
         scan: ScanSettings {
             batch_size,
             batches_per_run: Sizing::Fixed(10),
             // The tests written before list reads mock only the retrieve
             // endpoint; list-mode tests opt in with `list_settings`.
             read_mode: ReadMode::Retrieve,
-            ..JobSettings::default().scan
+            ..defaults.scan
         },
         stripe: StripeSettings {
             rate_limit_rps: 1000,
@@ -106,7 +119,7 @@ pub fn settings(batch_size: u32) -> JobSettings {
             http_timeout: Duration::from_secs(2),
             ..StripeSettings::default()
         },
-        ..JobSettings::default()
+        ..defaults
     }
 }
 

@@ -3,9 +3,9 @@
 
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use stripe_reconciler::config::JobSettings;
+use stripe_reconciler::config::Settings;
 use stripe_reconciler::repair::{drain, RepairOptions, RepairReport};
-use stripe_reconciler::scan::{run_batch, BatchReport, Mode, RunError};
+use stripe_reconciler::scan::{run_batch, BatchReport, Mode, RunError, ScanGroups};
 use stripe_reconciler::stripe::StripeGateway;
 use tokio_util::sync::CancellationToken;
 use wiremock::matchers::{method, path, query_param};
@@ -20,18 +20,18 @@ pub const SCAN_JOB: &str = "payments-vs-stripe";
 pub async fn scan_with(
     pool: &PgPool,
     gw: &StripeGateway,
-    s: &JobSettings,
+    s: &Settings,
 ) -> Result<BatchReport, RunError> {
-    run_batch(pool, gw, s, Mode::Write, None).await
+    run_batch(pool, gw, &ScanGroups::of(s), Mode::Write, None).await
 }
 
 /// One write-mode batch against the mock Stripe, expected to commit.
-pub async fn scan(pool: &PgPool, stripe: &MockServer, s: &JobSettings) -> BatchReport {
+pub async fn scan(pool: &PgPool, stripe: &MockServer, s: &Settings) -> BatchReport {
     scan_with(pool, &gateway(stripe), s).await.unwrap()
 }
 
 /// Scans the whole table again from the start.
-pub async fn rescan(pool: &PgPool, stripe: &MockServer, s: &JobSettings) -> BatchReport {
+pub async fn rescan(pool: &PgPool, stripe: &MockServer, s: &Settings) -> BatchReport {
     sqlx::query("UPDATE reconciliation_cursor SET last_id = 0")
         .execute(pool)
         .await
@@ -47,6 +47,20 @@ pub async fn rewind_cursor(pool: &PgPool) {
         .execute(pool)
         .await
         .unwrap();
+}
+
+/// Forgets everything the reconciler wrote (findings, outbox, cursor, runs,
+/// unverifiable streaks, payment state), keeping `payments`: the next scan
+/// starts a first cycle over the same rows.
+pub async fn forget_scan_state(pool: &PgPool) {
+    sqlx::raw_sql(
+        "TRUNCATE reconciliation_findings, outbox, reconciliation_cursor, reconciliation_runs,
+                  reconciliation_unverifiable RESTART IDENTITY CASCADE;
+         TRUNCATE reconciliation_payment_state",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
 }
 
 /// Drains the outbox with the default options, expected to succeed.

@@ -203,7 +203,7 @@ pub fn signal(child: &std::process::Child, sig: &str) {
 pub async fn scan_until_wrapped(
     pool: &PgPool,
     gw: &stripe_reconciler::stripe::StripeGateway,
-    s: &super::JobSettings,
+    s: &super::Settings,
 ) -> usize {
     for batches in 1..=1000 {
         if super::scan_with(pool, gw, s).await.unwrap().wrapped {

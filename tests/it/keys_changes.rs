@@ -1,0 +1,118 @@
+//! Rows that move under the walk (issue 31): a row committed late with an
+//! old `created_at` is verified by the next cycle; a row whose key or
+//! `created_at` changes is read as a new row.
+
+use std::collections::BTreeSet;
+
+use crate::support::keyed::*;
+use crate::support::stripe_fake::StripeFake;
+use crate::support::*;
+use sqlx::PgPool;
+use stripe_reconciler::config::ReadMode;
+#[sqlx::test(migrations = false)]
+async fn a_late_committed_row_with_an_old_created_at_is_verified_by_the_next_cycle(pool: PgPool) {
+    app_table(&pool, "uuid", "bigint", true).await;
+    migrate(&pool, &[]).await;
+    let stripe = StripeFake::start().await;
+    for i in 0..12 {
+        insert(
+            &pool,
+            "gen_random_uuid()",
+            &format!("pi_L{i:02}"),
+            "paid",
+            3600 - 60 * i,
+        )
+        .await;
+    }
+    stripe.mirror(&pool, "succeeded").await;
+    let mut s = job(&pool, ReadMode::Retrieve, 4).await;
+    s.scan.batches_per_run = Sizing::Fixed(1);
+    run(&pool, &stripe, &s).await; // rows 0..4 of the first cycle
+                                   // Committed now, created two days ago: behind the cursor, never seen.
+    let late = insert(&pool, "gen_random_uuid()", "pi_Late", "pending", 2 * 86400).await;
+    stripe.mirror(&pool, "succeeded").await;
+    let mut cycles = 0;
+    let mut runs = 0;
+    while cycles < 2 {
+        cycles += u32::from(run(&pool, &stripe, &s).await.wrapped);
+        runs += 1;
+        assert!(runs < 20, "the cycles end");
+    }
+    assert_eq!(unconfirmed(&pool).await, 0, "the late row was verified");
+    assert_eq!(
+        open_findings(&pool).await,
+        BTreeSet::from([(late, "missed_success".to_owned())])
+    );
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_row_whose_key_or_created_at_changes_is_read_as_a_new_row(pool: PgPool) {
+    app_table(&pool, "uuid", "bigint", true).await;
+    migrate(&pool, &[]).await;
+    let stripe = StripeFake::start().await;
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        ids.push(
+            insert(
+                &pool,
+                "gen_random_uuid()",
+                &format!("pi_C{i}"),
+                "paid",
+                3600 - 60 * i,
+            )
+            .await,
+        );
+    }
+    stripe.mirror(&pool, "succeeded").await;
+    let s = job(&pool, ReadMode::Retrieve, 4).await;
+    assert!(run(&pool, &stripe, &s).await.wrapped);
+    assert!(open_findings(&pool).await.is_empty());
+
+    // The application moves one row's created_at (now the newest) and
+    // drifts it; it gives another row a new key.
+    sqlx::query(
+        "UPDATE payments SET created_at = now() - interval '1 second', status = 'pending',
+                updated_at = now() - interval '1 hour'
+          WHERE id = $1::uuid",
+    )
+    .bind(&ids[0])
+    .execute(&pool)
+    .await
+    .unwrap();
+    let new_key: String = sqlx::query_scalar(
+        "UPDATE payments SET id = gen_random_uuid(), status = 'pending' WHERE id = $1::uuid
+         RETURNING id::text",
+    )
+    .bind(&ids[1])
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(run(&pool, &stripe, &s).await.wrapped, "the next cycle");
+    assert_eq!(
+        open_findings(&pool).await,
+        BTreeSet::from([
+            (ids[0].clone(), "missed_success".to_owned()),
+            (new_key, "missed_success".to_owned()),
+        ])
+    );
+    assert_eq!(unconfirmed(&pool).await, 0);
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM reconciliation_payment_state s
+              WHERE NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = s.payment_id)"
+        )
+        .await,
+        0,
+        "the old key's state is forgotten"
+    );
+    let moved: bool = sqlx::query_scalar(
+        "SELECT s.created_at = p.created_at FROM reconciliation_payment_state s
+           JOIN payments p ON p.id = s.payment_id WHERE p.id = $1::uuid",
+    )
+    .bind(&ids[0])
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(moved, "the state row follows the new created_at");
+}
