@@ -48,14 +48,33 @@ async fn rails_uuid_payments(pool: &PgPool) {
     .unwrap();
 }
 
-/// A row created `created_secs_ago` before the current minute (a Tokyo
-/// wall-clock time, so that rows given the same age share one `created_at`),
-/// updated two hours ago (out of the grace window); returns its uuid.
+/// The minute rows' ages count from: the Tokyo wall-clock minute of the
+/// first row the test process inserts, read once, so that rows given the
+/// same age share one `created_at` even when the inserts straddle a minute.
+static ANCHOR: std::sync::OnceLock<chrono::NaiveDateTime> = std::sync::OnceLock::new();
+
+async fn anchor(pool: &PgPool) -> chrono::NaiveDateTime {
+    if let Some(a) = ANCHOR.get() {
+        return *a;
+    }
+    let now: chrono::NaiveDateTime =
+        sqlx::query_scalar("SELECT date_trunc('minute', now() AT TIME ZONE $1)")
+            .bind(ZONE)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    *ANCHOR.get_or_init(|| now)
+}
+
+/// A row created `created_secs_ago` before [`anchor`]'s minute (a Tokyo
+/// wall-clock time), updated two hours ago (out of the grace window);
+/// returns its uuid.
 async fn row(pool: &PgPool, pi: &str, status: &str, created_secs_ago: i64) -> String {
+    let anchor = anchor(pool).await;
     sqlx::query_scalar(
         "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
          VALUES ('order-' || $1, $1, $2,
-                 date_trunc('minute', now() AT TIME ZONE $3) - make_interval(secs => $4),
+                 $5 - make_interval(secs => $4),
                  (now() AT TIME ZONE $3) - interval '2 hours')
          RETURNING id::text",
     )
@@ -63,6 +82,7 @@ async fn row(pool: &PgPool, pi: &str, status: &str, created_secs_ago: i64) -> St
     .bind(status)
     .bind(ZONE)
     .bind(created_secs_ago as f64)
+    .bind(anchor)
     .fetch_one(pool)
     .await
     .unwrap()
