@@ -142,7 +142,10 @@ async fn missed_success_missed_cancel_and_a_refund_are_found_through_events(pool
 async fn a_payment_intent_named_by_five_events_is_read_once(pool: PgPool) {
     let feed = Feed::default();
     let stripe = stripe_with(&feed).await;
-    insert_payment(&pool, "pi_Busy", "pending", 3600).await;
+    arrange::payment("pi_Busy")
+        .local("pending")
+        .insert(&pool, &stripe)
+        .await;
     for (i, status) in [
         "requires_action",
         "processing",
@@ -160,7 +163,6 @@ async fn a_payment_intent_named_by_five_events_is_read_once(pool: PgPool) {
             500 - i as i64 * 10,
         ));
     }
-    mount(&stripe, "pi_Busy", ok("pi_Busy", "succeeded")).await;
 
     let (summary, result) = events_once(&pool, &stripe, &settings(200)).await;
     result.unwrap();

@@ -101,7 +101,6 @@ pub fn payment(pi: &str) -> PaymentBuilder {
         stripe: "succeeded".to_owned(),
         refunded: 0,
         disputed: false,
-        body: None,
         updated_secs_ago: 3600,
         created: None,
         charged: (1099, "usd".to_owned()),
@@ -119,7 +118,6 @@ pub struct PaymentBuilder {
     stripe: String,
     refunded: i64,
     disputed: bool,
-    body: Option<Value>,
     updated_secs_ago: i64,
     created: Option<i64>,
     charged: (i64, String),
@@ -150,18 +148,6 @@ impl PaymentBuilder {
     /// The charge is disputed.
     pub fn disputed(mut self) -> Self {
         self.disputed = true;
-        self
-    }
-
-    /// Stripe answers this whole PaymentIntent object instead (for shapes
-    /// the other methods do not build); its `id` must be the builder's.
-    pub fn body(mut self, pi: Value) -> Self {
-        assert_eq!(
-            pi["id"],
-            self.pi.as_str(),
-            "the body of another PaymentIntent"
-        );
-        self.body = Some(pi);
         self
     }
 
@@ -209,9 +195,6 @@ impl PaymentBuilder {
 
     /// The PaymentIntent object Stripe answers.
     pub fn stripe_object(&self) -> Value {
-        if let Some(body) = &self.body {
-            return body.clone();
-        }
         let (amount, currency) = &self.charged;
         let latest = match &self.latest_charge {
             Some(given) => given.clone(),
