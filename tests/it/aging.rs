@@ -3,6 +3,7 @@
 //! `created` (Stripe's clock), recorded with a deadline, resolved when the
 //! PaymentIntent moves on; and their three variables.
 
+use crate::support::arrange::{self, PaymentBuilder};
 use crate::support::*;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
@@ -13,11 +14,12 @@ use wiremock::MockServer;
 
 const DAY: i64 = 24 * 3600;
 
-/// The fixture PaymentIntent in `status`, created `days` ago.
-fn aged(id: &str, status: &str, days: i64) -> Value {
-    let mut pi = payment_intent(id, status);
-    pi["created"] = json!(Utc::now().timestamp() - days * DAY);
-    pi
+/// A payment `local` here whose PaymentIntent is in `stripe`, created `days` ago.
+fn aged(pi: &str, local: &str, stripe: &str, days: i64) -> PaymentBuilder {
+    arrange::payment(pi)
+        .local(local)
+        .stripe(stripe)
+        .created_secs_ago(days * DAY)
 }
 
 /// A succeeded PaymentIntent with its captured, untouched charge.
@@ -66,28 +68,41 @@ async fn live_commands(pool: &PgPool, payment: i64) -> Vec<String> {
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn aging_findings_carry_a_deadline_and_clear_when_the_payment_intent_moves_on(pool: PgPool) {
     let stripe = MockServer::start().await;
-    let auth = insert_payment(&pool, "pi_HeldSixDays", "pending", 3600).await;
-    let fresh = insert_payment(&pool, "pi_HeldOneHour", "pending", 3600).await;
-    let sepa = insert_payment(&pool, "pi_SepaDebit", "pending", 3600).await;
-    let gone = insert_payment(&pool, "pi_CartLeft", "pending", 3600).await;
-    let shipped = insert_payment(&pool, "pi_ShippedEarly", "paid", 3600).await;
-
-    let mut held = aged("pi_HeldSixDays", "requires_capture", 6);
-    held["capture_method"] = json!("manual");
-    held["amount_capturable"] = json!(1099);
+    let manual = json!("manual");
+    let sepa_debit = json!(["sepa_debit"]);
+    let held = aged("pi_HeldSixDays", "pending", "requires_capture", 6)
+        .field("capture_method", manual.clone())
+        .field("amount_capturable", json!(1099))
+        .insert(&pool, &stripe)
+        .await;
     // The row is 30 days old (insert_payment) but its PaymentIntent is an
     // hour old: the clock is Stripe's `created`, not the row's.
-    let mut held_fresh = payment_intent("pi_HeldOneHour", "requires_capture");
-    held_fresh["capture_method"] = json!("manual");
-    let mut debit = aged("pi_SepaDebit", "processing", 15);
-    debit["payment_method_types"] = json!(["sepa_debit"]);
-    debit["processing"] = json!({"type": "sepa_debit"});
-    let left = aged("pi_CartLeft", "requires_payment_method", 20);
-    let mut early = aged("pi_ShippedEarly", "processing", 15);
-    early["payment_method_types"] = json!(["sepa_debit"]);
-    for pi in [&held, &held_fresh, &debit, &left, &early] {
-        mount_pi(&stripe, pi).await;
-    }
+    let held_fresh = arrange::payment("pi_HeldOneHour")
+        .local("pending")
+        .stripe("requires_capture")
+        .field("capture_method", manual)
+        .insert(&pool, &stripe)
+        .await;
+    let debit = aged("pi_SepaDebit", "pending", "processing", 15)
+        .field("payment_method_types", sepa_debit.clone())
+        .field("processing", json!({"type": "sepa_debit"}))
+        .insert(&pool, &stripe)
+        .await;
+    let left = aged("pi_CartLeft", "pending", "requires_payment_method", 20)
+        .insert(&pool, &stripe)
+        .await;
+    let early = aged("pi_ShippedEarly", "paid", "processing", 15)
+        .field("payment_method_types", sepa_debit)
+        .insert(&pool, &stripe)
+        .await;
+    let (auth, fresh, sepa, gone, shipped) = (held.id, held_fresh.id, debit.id, left.id, early.id);
+    let (held, held_fresh, debit, left, early) = (
+        held.object,
+        held_fresh.object,
+        debit.object,
+        left.object,
+        early.object,
+    );
     let settings = with_abandoned_after(7);
 
     let report = scan(&pool, &stripe, &settings).await;
@@ -210,14 +225,17 @@ async fn aging_findings_carry_a_deadline_and_clear_when_the_payment_intent_moves
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn abandoned_is_off_by_default(pool: PgPool) {
     let stripe = MockServer::start().await;
-    let payment = insert_payment(&pool, "pi_LongForgotten", "pending", 3600).await;
-    mount_pi(
-        &stripe,
-        &aged("pi_LongForgotten", "requires_payment_method", 200),
+    let p = aged(
+        "pi_LongForgotten",
+        "pending",
+        "requires_payment_method",
+        200,
     )
+    .insert(&pool, &stripe)
     .await;
+    let payment = p.id;
 
-    let report = scan(&pool, &stripe, &settings(200)).await;
+    let report = p.scan(&pool, &stripe).await;
 
     assert_eq!(report.verdicts.get(Verdict::InSync), 1);
     assert!(findings_of(&pool, payment).await.is_empty());
@@ -230,11 +248,12 @@ async fn abandoned_is_off_by_default(pool: PgPool) {
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn an_aging_finding_resolved_by_hand_stays_resolved_while_nothing_changes(pool: PgPool) {
     let stripe = MockServer::start().await;
-    let payment = insert_payment(&pool, "pi_SlowDebit", "pending", 3600).await;
-    let mut debit = aged("pi_SlowDebit", "processing", 15);
-    debit["payment_method_types"] = json!(["sepa_debit"]);
-    mount_pi(&stripe, &debit).await;
-    scan(&pool, &stripe, &settings(200)).await;
+    let p = aged("pi_SlowDebit", "pending", "processing", 15)
+        .field("payment_method_types", json!(["sepa_debit"]))
+        .insert(&pool, &stripe)
+        .await;
+    let payment = p.id;
+    p.scan(&pool, &stripe).await;
     let f = findings_of(&pool, payment).await;
     assert_eq!(f[0].kind, "stuck_processing");
     let mut conn = pool.acquire().await.unwrap();

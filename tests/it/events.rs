@@ -6,7 +6,6 @@ use crate::support::arrange;
 use crate::support::events_feed::*;
 use crate::support::*;
 use chrono::{DateTime, Utc};
-use serde_json::json;
 use sqlx::PgPool;
 use stripe_reconciler::events::EventsGroups;
 use stripe_reconciler::events::{run_events, EventsError, EventsSummary};
@@ -14,7 +13,7 @@ use stripe_reconciler::scan::RunError;
 use stripe_reconciler::store::events_position;
 use tokio_util::sync::CancellationToken;
 use wiremock::matchers::method;
-use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+use wiremock::{Mock, MockServer, Request};
 
 const JOB: &str = "payments-vs-stripe-events";
 
@@ -74,33 +73,25 @@ pub(super) async fn all_findings(pool: &PgPool) -> Vec<Finding> {
 async fn missed_success_missed_cancel_and_a_refund_are_found_through_events(pool: PgPool) {
     let feed = Feed::default();
     let stripe = stripe_with(&feed).await;
-    let success = insert_payment(&pool, "pi_MissedSuccess", "pending", 3600).await;
-    let cancel = insert_payment(&pool, "pi_MissedCancel", "pending", 3600).await;
-    let refunded = insert_payment(&pool, "pi_Refunded", "paid", 3600).await;
+    let success = arrange::payment("pi_MissedSuccess")
+        .local("pending")
+        .insert(&pool, &stripe)
+        .await
+        .id;
+    let cancel = arrange::payment("pi_MissedCancel")
+        .local("pending")
+        .stripe("canceled")
+        .insert(&pool, &stripe)
+        .await
+        .id;
+    let refunded = arrange::payment("pi_Refunded")
+        .refunded(500)
+        .insert(&pool, &stripe)
+        .await
+        .id;
     feed.push(event("evt_1", "pi_MissedSuccess", "succeeded", 120));
     feed.push(event("evt_2", "pi_MissedCancel", "canceled", 100));
     feed.push(event("evt_3", "pi_Refunded", "succeeded", 90));
-    mount(
-        &stripe,
-        "pi_MissedSuccess",
-        ok("pi_MissedSuccess", "succeeded"),
-    )
-    .await;
-    mount(
-        &stripe,
-        "pi_MissedCancel",
-        ok("pi_MissedCancel", "canceled"),
-    )
-    .await;
-    let mut pi = payment_intent("pi_Refunded", "succeeded");
-    pi["latest_charge"] = json!({"id": "ch_1", "object": "charge", "amount": 1099,
-        "amount_refunded": 500, "refunded": false, "disputed": false, "currency": "usd"});
-    mount(
-        &stripe,
-        "pi_Refunded",
-        ResponseTemplate::new(200).set_body_json(pi),
-    )
-    .await;
 
     let (summary, result) = events_once(&pool, &stripe, &settings(200)).await;
     result.unwrap();
@@ -151,7 +142,10 @@ async fn missed_success_missed_cancel_and_a_refund_are_found_through_events(pool
 async fn a_payment_intent_named_by_five_events_is_read_once(pool: PgPool) {
     let feed = Feed::default();
     let stripe = stripe_with(&feed).await;
-    insert_payment(&pool, "pi_Busy", "pending", 3600).await;
+    arrange::payment("pi_Busy")
+        .local("pending")
+        .insert(&pool, &stripe)
+        .await;
     for (i, status) in [
         "requires_action",
         "processing",
@@ -169,7 +163,6 @@ async fn a_payment_intent_named_by_five_events_is_read_once(pool: PgPool) {
             500 - i as i64 * 10,
         ));
     }
-    mount(&stripe, "pi_Busy", ok("pi_Busy", "succeeded")).await;
 
     let (summary, result) = events_once(&pool, &stripe, &settings(200)).await;
     result.unwrap();
@@ -243,16 +236,13 @@ async fn an_event_about_a_row_updated_within_the_grace_window_is_skipped_and_rea
 async fn a_crash_before_the_commit_reprocesses_the_same_window_without_duplicates(pool: PgPool) {
     let feed = Feed::default();
     let stripe = stripe_with(&feed).await;
-    insert_payment(&pool, "pi_MissedSuccess", "pending", 3600).await;
+    arrange::payment("pi_MissedSuccess")
+        .local("pending")
+        .insert(&pool, &stripe)
+        .await;
     feed.push(event("evt_1", "pi_MissedSuccess", "succeeded", 300));
     // Out of the grace window: a younger orphan might still get its row.
     feed.push(event("evt_2", "pi_Orphan", "succeeded", 900));
-    mount(
-        &stripe,
-        "pi_MissedSuccess",
-        ok("pi_MissedSuccess", "succeeded"),
-    )
-    .await;
     mount(&stripe, "pi_Orphan", ok("pi_Orphan", "succeeded")).await;
     // The first run dies at its commit: moving the position fails.
     sqlx::raw_sql(

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::events::{covered_until, events_once};
+use crate::support::arrange;
 use crate::support::events_feed::*;
 use crate::support::*;
 use chrono::Utc;
@@ -41,9 +42,12 @@ async fn a_slice_ending_before_the_stored_position_leaves_it_unchanged(pool: PgP
     set_position(&pool, ahead).await;
     let feed = Feed::default();
     let stripe = stripe_with(&feed).await;
-    let row = insert_payment(&pool, "pi_InWindow", "pending", 3600).await;
+    let row = arrange::payment("pi_InWindow")
+        .local("pending")
+        .insert(&pool, &stripe)
+        .await
+        .id;
     feed.push(event("evt_1", "pi_InWindow", "succeeded", 10));
-    mount(&stripe, "pi_InWindow", ok("pi_InWindow", "succeeded")).await;
 
     let (summary, result) = events_once(&pool, &stripe, &settings(200)).await;
     result.unwrap();

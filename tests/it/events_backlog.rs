@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::arrange;
 use crate::support::events_feed::*;
 use crate::support::*;
 use chrono::{DateTime, Utc};
@@ -339,7 +340,11 @@ async fn a_later_slices_event_about_a_payment_intent_not_read_earlier_is_not_ski
     .await;
     // A pending row confirmed processing after its first event; its
     // success webhook is missed.
-    let row = insert_payment(&pool, "pi_Row", "pending", 3600).await;
+    let row = arrange::payment("pi_Row")
+        .local("pending")
+        .insert(&pool, &server)
+        .await
+        .id;
     sqlx::query(
         "INSERT INTO reconciliation_payment_state
                 (payment_id, created_at, observed_external_status, last_reconciled_at)
@@ -351,7 +356,6 @@ async fn a_later_slices_event_about_a_payment_intent_not_read_earlier_is_not_ski
     .unwrap();
     feed.push(event("evt_r1", "pi_Row", "processing", 1950));
     feed.push(event("evt_r2", "pi_Row", "succeeded", 650));
-    mount(&server, "pi_Row", ok("pi_Row", "succeeded")).await;
 
     let (summary, result) = run(
         &pool,

@@ -3,6 +3,7 @@
 //! one held past grace plus an hour is left to the scan.
 
 use super::events::{all_findings, covered_until, events_once, retrieves};
+use crate::support::arrange;
 use crate::support::events_feed::*;
 use crate::support::*;
 use chrono::{DateTime, Utc};
@@ -178,9 +179,12 @@ async fn thousands_of_held_payment_intents_stripe_keeps_failing_leave_the_run_ti
         .mount(&stripe)
         .await;
     // Later, a missed success on the feed.
-    let missed = insert_payment(&pool, "pi_MissedLater", "pending", 3600).await;
+    let missed = arrange::payment("pi_MissedLater")
+        .local("pending")
+        .insert(&pool, &stripe)
+        .await
+        .id;
     feed.push(event("evt_missed", "pi_MissedLater", "succeeded", 120));
-    mount(&stripe, "pi_MissedLater", ok("pi_MissedLater", "succeeded")).await;
 
     let mut s = settings(200);
     s.run.run_deadline = Some(std::time::Duration::from_secs(3));

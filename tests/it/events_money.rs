@@ -3,12 +3,12 @@
 //! PaymentIntent counted, not an error.
 
 use super::events::{all_findings, covered_until, events_once, retrieves};
+use crate::support::arrange;
 use crate::support::events_feed::*;
 use crate::support::*;
 use chrono::Utc;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use wiremock::ResponseTemplate;
 
 /// A Stripe event, `secs_ago` old, whose object is a charge, refund or
 /// dispute (Stripe API reference shapes, trimmed to what names the money).
@@ -29,21 +29,20 @@ fn refund_object(charge: &str, pi: Value, amount: i64) -> Value {
            "transfer_reversal": null})
 }
 
-/// A PaymentIntent whose latest charge shows `amount_refunded` and `disputed`.
-fn charged_intent(pi: &str, amount_refunded: i64, disputed: bool) -> ResponseTemplate {
-    let mut body = payment_intent(pi, "succeeded");
-    body["latest_charge"]["amount_refunded"] = json!(amount_refunded);
-    body["latest_charge"]["refunded"] = json!(amount_refunded >= 1099);
-    body["latest_charge"]["disputed"] = json!(disputed);
-    ResponseTemplate::new(200).set_body_json(body)
-}
-
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_refund_and_a_dispute_on_paid_orders_are_found_by_one_events_run(pool: PgPool) {
     let feed = Feed::default();
     let stripe = stripe_with(&feed).await;
-    let refunded = insert_payment(&pool, "pi_Refunded", "paid", 3600).await;
-    let disputed = insert_payment(&pool, "pi_Disputed", "paid", 3600).await;
+    let refunded = arrange::payment("pi_Refunded")
+        .refunded(1099)
+        .insert(&pool, &stripe)
+        .await
+        .id;
+    let disputed = arrange::payment("pi_Disputed")
+        .disputed()
+        .insert(&pool, &stripe)
+        .await
+        .id;
     let mut charge = clean_charge("pi_Refunded");
     charge["amount_refunded"] = json!(1099);
     charge["refunded"] = json!(true);
@@ -65,18 +64,6 @@ async fn a_refund_and_a_dispute_on_paid_orders_are_found_by_one_events_run(pool:
                "reason": "fraudulent", "status": "needs_response"}),
         30,
     ));
-    mount(
-        &stripe,
-        "pi_Refunded",
-        charged_intent("pi_Refunded", 1099, false),
-    )
-    .await;
-    mount(
-        &stripe,
-        "pi_Disputed",
-        charged_intent("pi_Disputed", 0, true),
-    )
-    .await;
 
     let (summary, result) = events_once(&pool, &stripe, &settings(200)).await;
     result.unwrap();

@@ -3,7 +3,7 @@
 //! mismatches recorded as findings that block every repair of their payment,
 //! on a real PostgreSQL with Stripe faked by wiremock.
 
-use crate::support::arrange::{self, charge, clean, intent};
+use crate::support::arrange::{self, charge, intent};
 use crate::support::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -144,31 +144,21 @@ async fn latest_charge_is_read_in_every_shape_stripe_sends() {
 async fn refunds_disputes_and_duplicates_are_reported_and_never_repaired(pool: PgPool) {
     payments_without_unique(&pool).await;
     let stripe = MockServer::start().await;
-    let refunded = insert_payment(&pool, "pi_Refunded", "pending", 3600).await;
-    let disputed = insert_payment(&pool, "pi_Disputed", "pending", 3600).await;
-    let dup_a = insert_payment(&pool, "pi_Shared", "pending", 3600).await;
+    let pending = |pi: &str| arrange::payment(pi).local("pending");
+    let refunded = pending("pi_Refunded")
+        .refunded(1099)
+        .insert(&pool, &stripe)
+        .await
+        .id;
+    let disputed = pending("pi_Disputed")
+        .disputed()
+        .insert(&pool, &stripe)
+        .await
+        .id;
+    let dup_a = pending("pi_Shared").insert(&pool, &stripe).await.id;
+    // A second row holding the same PaymentIntent.
     let dup_b = insert_payment(&pool, "pi_Shared", "pending", 3600).await;
-    let clean_id = insert_payment(&pool, "pi_Clean", "pending", 3600).await;
-    mount_pi(
-        &stripe,
-        &intent(
-            "pi_Refunded",
-            "succeeded",
-            charge("ch_3Refunded", "pi_Refunded", 1099, 1099, false),
-        ),
-    )
-    .await;
-    mount_pi(
-        &stripe,
-        &intent(
-            "pi_Disputed",
-            "succeeded",
-            charge("ch_3Disputed", "pi_Disputed", 1099, 0, true),
-        ),
-    )
-    .await;
-    mount_pi(&stripe, &clean("pi_Shared")).await;
-    mount_pi(&stripe, &clean("pi_Clean")).await;
+    let clean_id = pending("pi_Clean").insert(&pool, &stripe).await.id;
 
     let report = scan(&pool, &stripe, &settings(200)).await;
 

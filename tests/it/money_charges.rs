@@ -4,24 +4,24 @@
 //! finding.
 
 use super::money::commands;
-use crate::support::arrange::{self, charge, clean, intent};
+use crate::support::arrange::{self, charge, clean};
 use crate::support::*;
 use serde_json::json;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
 use stripe_reconciler::scan::{run_batch, Mode, ScanGroups};
-use wiremock::{MockServer, ResponseTemplate};
+use wiremock::MockServer;
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn an_unexpanded_charge_is_unverifiable_never_repaired(pool: PgPool) {
     let stripe = MockServer::start().await;
-    let payment = insert_payment(&pool, "pi_Stripped", "pending", 3600).await;
     // A proxy that drops `expand[]`: the charge comes back as a bare id.
-    mount_pi(
-        &stripe,
-        &intent("pi_Stripped", "succeeded", json!("ch_3Stripped")),
-    )
-    .await;
+    let payment = arrange::payment("pi_Stripped")
+        .local("pending")
+        .latest_charge(json!("ch_3Stripped"))
+        .insert(&pool, &stripe)
+        .await
+        .id;
     let mut settings = settings(200);
     settings.run.unverifiable_cycles = 1;
 
@@ -56,7 +56,7 @@ async fn a_refunded_charge_without_disputed_is_refunded(pool: PgPool) {
     let mut trimmed = charge("ch_3Trimmed", "pi_Trimmed", 1099, 300, false);
     trimmed.as_object_mut().unwrap().remove("disputed");
     let p = arrange::payment("pi_Trimmed")
-        .body(intent("pi_Trimmed", "succeeded", trimmed))
+        .latest_charge(trimmed)
         .insert(&pool, &stripe)
         .await;
     let payment = p.id;
@@ -73,12 +73,16 @@ async fn a_refunded_charge_without_disputed_is_refunded(pool: PgPool) {
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_missed_success_waits_for_its_money_then_gets_its_repair(pool: PgPool) {
     let stripe = MockServer::start().await;
-    let payment = insert_payment(&pool, "pi_Unproven", "pending", 3600).await;
     let mut trimmed = charge("ch_3Unproven", "pi_Unproven", 1099, 0, false);
     trimmed.as_object_mut().unwrap().remove("disputed");
-    mount_pi(&stripe, &intent("pi_Unproven", "succeeded", trimmed)).await;
+    let p = arrange::payment("pi_Unproven")
+        .local("pending")
+        .latest_charge(trimmed)
+        .insert(&pool, &stripe)
+        .await;
+    let payment = p.id;
 
-    let report = scan(&pool, &stripe, &settings(200)).await;
+    let report = p.scan(&pool, &stripe).await;
 
     assert_eq!(report.commands_enqueued, 0);
     assert!(commands(&pool).await.is_empty(), "no repair while unproven");
@@ -160,22 +164,22 @@ async fn an_acknowledged_partial_refund_does_not_hide_the_payment_from_review(po
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_partial_capture_is_not_a_refund(pool: PgPool) {
     let stripe = MockServer::start().await;
-    let payment = insert_payment(&pool, "pi_PartCaptured", "pending", 3600).await;
     // Authorised $10.99 with manual capture, captured $8.00: Stripe releases
     // the other $2.99 as a refund of the uncaptured remainder (PaymentIntent
     // capture, `amount_to_capture`: "any additional amount is automatically
     // refunded"). The customer paid $8.00 and got nothing back.
-    let mut pi = intent(
-        "pi_PartCaptured",
-        "succeeded",
-        charge("ch_3Part", "pi_PartCaptured", 1099, 299, false),
-    );
-    pi["capture_method"] = json!("manual");
-    pi["amount_received"] = json!(800);
-    pi["latest_charge"]["amount_captured"] = json!(800);
-    mount_pi(&stripe, &pi).await;
+    let mut part = charge("ch_3Part", "pi_PartCaptured", 1099, 299, false);
+    part["amount_captured"] = json!(800);
+    let p = arrange::payment("pi_PartCaptured")
+        .local("pending")
+        .latest_charge(part)
+        .field("capture_method", json!("manual"))
+        .field("amount_received", json!(800))
+        .insert(&pool, &stripe)
+        .await;
+    let payment = p.id;
 
-    scan(&pool, &stripe, &settings(200)).await;
+    p.scan(&pool, &stripe).await;
 
     let f = findings_of(&pool, payment).await;
     assert_eq!(
@@ -188,17 +192,12 @@ async fn a_partial_capture_is_not_a_refund(pool: PgPool) {
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_dry_run_counts_only_the_findings_a_real_run_would_create(pool: PgPool) {
     let stripe = MockServer::start().await;
-    let payment = insert_payment(&pool, "pi_Acknowledged", "paid", 3600).await;
-    mount_pi(
-        &stripe,
-        &intent(
-            "pi_Acknowledged",
-            "succeeded",
-            charge("ch_3Ack", "pi_Acknowledged", 1099, 100, false),
-        ),
-    )
-    .await;
-    scan(&pool, &stripe, &settings(200)).await;
+    let p = arrange::payment("pi_Acknowledged")
+        .refunded(100)
+        .insert(&pool, &stripe)
+        .await;
+    let payment = p.id;
+    p.scan(&pool, &stripe).await;
     let refund = findings_of(&pool, payment).await;
     let mut conn = pool.acquire().await.unwrap();
     assert!(stripe_reconciler::store::findings::resolve_manually(
@@ -235,15 +234,11 @@ async fn a_dry_run_counts_only_the_findings_a_real_run_would_create(pool: PgPool
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_404_never_clears_a_money_finding(pool: PgPool) {
     let stripe = MockServer::start().await;
-    let payment = insert_payment(&pool, "pi_Disputed", "paid", 3600).await;
-    let mut disputed = payment_intent("pi_Disputed", "succeeded");
-    disputed["latest_charge"]["disputed"] = json!(true);
-    mount(
-        &stripe,
-        "pi_Disputed",
-        ResponseTemplate::new(200).set_body_json(disputed),
-    )
-    .await;
+    let payment = arrange::payment("pi_Disputed")
+        .disputed()
+        .insert(&pool, &stripe)
+        .await
+        .id;
     let gw = gateway(&stripe);
     scan_with(&pool, &gw, &settings(200)).await.unwrap();
     let open_disputes = "SELECT count(*) FROM reconciliation_findings

@@ -3,7 +3,7 @@
 //! never when not, and a column `payments` cannot provide exits 78.
 
 use super::money::{answer, commands};
-use crate::support::arrange::{charge, clean, intent};
+use crate::support::arrange::{self, clean};
 use crate::support::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -48,25 +48,28 @@ fn with_columns(amount: &str, currency: &str) -> Settings {
 async fn configured_amount_and_currency_columns_are_compared(pool: PgPool) {
     add_money_columns(&pool).await;
     let stripe = MockServer::start().await;
-    let yen = insert_payment(&pool, "pi_Yen", "pending", 3600).await;
-    let euro = insert_payment(&pool, "pi_Euro", "pending", 3600).await;
-    let upper = insert_payment(&pool, "pi_Upper", "pending", 3600).await;
-    let unknown = insert_payment(&pool, "pi_NoAmount", "pending", 3600).await;
-    set_money(&pool, yen, Some(1000), Some("JPY")).await;
-    set_money(&pool, euro, Some(1099), Some("eur")).await;
-    set_money(&pool, upper, Some(1099), Some("USD")).await;
-    set_money(&pool, unknown, None, None).await;
-    let mut jpy = intent("pi_Yen", "succeeded", Value::Null);
-    jpy["amount"] = json!(100_000);
-    jpy["amount_received"] = json!(100_000);
-    jpy["currency"] = json!("jpy");
-    let mut jpy_charge = charge("ch_3Yen", "pi_Yen", 100_000, 0, false);
-    jpy_charge["currency"] = json!("jpy");
-    jpy["latest_charge"] = jpy_charge;
-    mount_pi(&stripe, &jpy).await;
-    mount_pi(&stripe, &clean("pi_Euro")).await;
-    mount_pi(&stripe, &clean("pi_Upper")).await;
-    mount_pi(&stripe, &clean("pi_NoAmount")).await;
+    let pending = |pi: &str, amount: Value, currency: Value| {
+        arrange::payment(pi)
+            .local("pending")
+            .columns(json!({"amount_cents": amount, "currency": currency}))
+    };
+    let yen = pending("pi_Yen", json!(1000), json!("JPY"))
+        .charged(100_000, "jpy")
+        .insert(&pool, &stripe)
+        .await
+        .id;
+    let euro = pending("pi_Euro", json!(1099), json!("eur"))
+        .insert(&pool, &stripe)
+        .await
+        .id;
+    let upper = pending("pi_Upper", json!(1099), json!("USD"))
+        .insert(&pool, &stripe)
+        .await
+        .id;
+    let unknown = pending("pi_NoAmount", Value::Null, Value::Null)
+        .insert(&pool, &stripe)
+        .await
+        .id;
 
     let report = scan(&pool, &stripe, &with_columns("amount_cents", "currency")).await;
 
@@ -106,11 +109,14 @@ async fn configured_amount_and_currency_columns_are_compared(pool: PgPool) {
 async fn without_configured_columns_amounts_are_not_compared(pool: PgPool) {
     add_money_columns(&pool).await;
     let stripe = MockServer::start().await;
-    let payment = insert_payment(&pool, "pi_Unchecked", "pending", 3600).await;
-    set_money(&pool, payment, Some(5), Some("eur")).await;
-    mount_pi(&stripe, &clean("pi_Unchecked")).await;
+    let p = arrange::payment("pi_Unchecked")
+        .local("pending")
+        .columns(json!({"amount_cents": 5, "currency": "eur"}))
+        .insert(&pool, &stripe)
+        .await;
+    let payment = p.id;
 
-    let report = scan(&pool, &stripe, &settings(200)).await;
+    let report = p.scan(&pool, &stripe).await;
 
     assert_eq!(report.commands_enqueued, 1);
     let f = findings_of(&pool, payment).await;

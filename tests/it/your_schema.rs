@@ -3,8 +3,9 @@
 //! written, and amounts in major units (`RECONCILER_AMOUNT_UNIT=major`) in
 //! two-, zero- and three-decimal currencies.
 
+use crate::support::arrange;
 use crate::support::*;
-use serde_json::{json, Value};
+use serde_json::json;
 use sqlx::PgPool;
 use stripe_reconciler::config::{AmountUnit, ColumnName, Settings, StatusMap};
 use stripe_reconciler::reconcile::Verdict;
@@ -46,24 +47,6 @@ fn with_words() -> Settings {
     s
 }
 
-/// A PaymentIntent of `amount` minor units in `currency`, its latest charge
-/// captured whole with `refunded` of it refunded.
-fn intent(id: &str, status: &str, amount: i64, currency: &str, refunded: i64) -> Value {
-    let mut pi = payment_intent(id, status);
-    pi["amount"] = json!(amount);
-    pi["currency"] = json!(currency);
-    if status == "succeeded" {
-        let mut charge = clean_charge(id);
-        charge["amount"] = json!(amount);
-        charge["amount_captured"] = json!(amount);
-        charge["amount_refunded"] = json!(refunded);
-        charge["refunded"] = json!(refunded == amount);
-        charge["currency"] = json!(currency);
-        pi["latest_charge"] = charge;
-    }
-    pi
-}
-
 async fn kinds(pool: &PgPool, payment: i64) -> Vec<String> {
     findings_of(pool, payment)
         .await
@@ -92,8 +75,11 @@ async fn the_applications_status_words_are_read_and_written(pool: PgPool) {
     ];
     let mut ids = Vec::new();
     for (pi, word, external, refunded) in rows {
-        ids.push(insert_payment(&pool, pi, word, 3600).await);
-        mount_pi(&stripe, &intent(pi, external, 1099, "usd", refunded)).await;
+        let p = arrange::payment(pi)
+            .local(word)
+            .stripe(external)
+            .refunded(refunded);
+        ids.push(p.insert(&pool, &stripe).await.id);
     }
     let [waiting, complete, canceled, refunded, missed, no_refund, on_hold] = ids[..] else {
         unreachable!()
@@ -219,20 +205,11 @@ async fn major_unit_amounts_are_compared_with_each_currencys_exponent(pool: PgPo
     ];
     let mut ids = Vec::new();
     for (pi, total, currency, amount, stripe_currency) in rows {
-        let id = insert_payment(&pool, pi, "complete", 3600).await;
-        sqlx::query("UPDATE payments SET total = $2::numeric, currency = $3 WHERE id = $1")
-            .bind(id)
-            .bind(total)
-            .bind(currency)
-            .execute(&pool)
-            .await
-            .unwrap();
-        mount_pi(
-            &stripe,
-            &intent(pi, "succeeded", amount, stripe_currency, 0),
-        )
-        .await;
-        ids.push(id);
+        let p = arrange::payment(pi)
+            .local("complete")
+            .columns(json!({"total": total, "currency": currency}))
+            .charged(amount, stripe_currency);
+        ids.push(p.insert(&pool, &stripe).await.id);
     }
     let [usd, jpy, kwd, tenth, cents] = ids[..] else {
         unreachable!()
@@ -367,13 +344,12 @@ async fn a_malformed_status_map_or_unit_exits_78_naming_the_variable(pool: PgPoo
 async fn a_numeric_column_in_major_units_is_accepted_by_run(pool: PgPool) {
     application_schema(&pool).await;
     let stripe = MockServer::start().await;
-    let id = insert_payment(&pool, "pi_Major", "complete", 3600).await;
-    sqlx::query("UPDATE payments SET total = 10.99, currency = 'usd' WHERE id = $1")
-        .bind(id)
-        .execute(&pool)
+    let id = arrange::payment("pi_Major")
+        .local("complete")
+        .columns(json!({"total": 10.99, "currency": "usd"}))
+        .insert(&pool, &stripe)
         .await
-        .unwrap();
-    mount_pi(&stripe, &intent("pi_Major", "succeeded", 1099, "usd", 0)).await;
+        .id;
     let (code, text) = run(run_env(
         &pool,
         &stripe,

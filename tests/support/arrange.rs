@@ -101,8 +101,12 @@ pub fn payment(pi: &str) -> PaymentBuilder {
         stripe: "succeeded".to_owned(),
         refunded: 0,
         disputed: false,
-        body: None,
         updated_secs_ago: 3600,
+        created: None,
+        charged: (1099, "usd".to_owned()),
+        latest_charge: None,
+        fields: Vec::new(),
+        columns: json!({}),
     }
 }
 
@@ -114,8 +118,12 @@ pub struct PaymentBuilder {
     stripe: String,
     refunded: i64,
     disputed: bool,
-    body: Option<Value>,
     updated_secs_ago: i64,
+    created: Option<i64>,
+    charged: (i64, String),
+    latest_charge: Option<Value>,
+    fields: Vec<(String, Value)>,
+    columns: Value,
 }
 
 impl PaymentBuilder {
@@ -143,49 +151,114 @@ impl PaymentBuilder {
         self
     }
 
-    /// Stripe answers this whole PaymentIntent object instead (for shapes
-    /// the other methods do not build); its `id` must be the builder's.
-    pub fn body(mut self, pi: Value) -> Self {
-        assert_eq!(
-            pi["id"],
-            self.pi.as_str(),
-            "the body of another PaymentIntent"
-        );
-        self.body = Some(pi);
-        self
-    }
-
     /// `payments.updated_at` this many seconds ago.
     pub fn updated_secs_ago(mut self, secs: i64) -> Self {
         self.updated_secs_ago = secs;
         self
     }
 
-    /// The PaymentIntent object Stripe answers.
-    pub fn stripe_object(&self) -> Value {
-        if let Some(body) = &self.body {
-            return body.clone();
-        }
-        let latest = if self.stripe == "succeeded" {
-            charge(
-                &format!("ch_3{}", self.pi.trim_start_matches("pi_")),
-                &self.pi,
-                1099,
-                self.refunded,
-                self.disputed,
-            )
-        } else {
-            Value::Null
-        };
-        intent(&self.pi, &self.stripe, latest)
+    /// The PaymentIntent's `created` this many seconds ago (Stripe's clock
+    /// for the aging findings; an hour ago unless told), fixed when called.
+    pub fn created_secs_ago(mut self, secs: i64) -> Self {
+        self.created = Some(chrono::Utc::now().timestamp() - secs);
+        self
     }
 
-    /// Inserts the payment row and mounts its PaymentIntent on `stripe`.
+    /// The PaymentIntent and its charge are for `amount` minor units of
+    /// `currency` (lower case, as Stripe writes it) instead of 1099 usd.
+    pub fn charged(mut self, amount: i64, currency: &str) -> Self {
+        self.charged = (amount, currency.to_owned());
+        self
+    }
+
+    /// The PaymentIntent's `latest_charge` is `charge` as given (a bare id,
+    /// a charge missing a field) instead of the one the builder makes.
+    pub fn latest_charge(mut self, charge: Value) -> Self {
+        self.latest_charge = Some(charge);
+        self
+    }
+
+    /// The PaymentIntent's top-level `field` is `value` (e.g.
+    /// `capture_method`, `payment_method_types`).
+    pub fn field(mut self, field: &str, value: Value) -> Self {
+        self.fields.push((field.to_owned(), value));
+        self
+    }
+
+    /// The payment row's other columns, by name (`{"amount_cents": 1000,
+    /// "currency": "JPY"}`), converted to the columns' types by
+    /// PostgreSQL (`json_populate_record`); the columns must exist.
+    pub fn columns(mut self, values: Value) -> Self {
+        self.columns = values;
+        self
+    }
+
+    /// The PaymentIntent object Stripe answers.
+    pub fn stripe_object(&self) -> Value {
+        let (amount, currency) = &self.charged;
+        let latest = match &self.latest_charge {
+            Some(given) => given.clone(),
+            None if self.stripe == "succeeded" => {
+                let mut c = charge(
+                    &format!("ch_3{}", self.pi.trim_start_matches("pi_")),
+                    &self.pi,
+                    *amount,
+                    self.refunded,
+                    self.disputed,
+                );
+                c["currency"] = json!(currency);
+                c
+            }
+            None => Value::Null,
+        };
+        let mut pi = intent(&self.pi, &self.stripe, latest);
+        pi["amount"] = json!(amount);
+        pi["currency"] = json!(currency);
+        if self.stripe == "succeeded" {
+            pi["amount_received"] = json!(amount);
+        }
+        if let Some(created) = self.created {
+            pi["created"] = json!(created);
+        }
+        for (field, value) in &self.fields {
+            pi[field.as_str()] = value.clone();
+        }
+        pi
+    }
+
+    /// Inserts the payment row (and its other columns) and mounts its
+    /// PaymentIntent on `stripe`.
     pub async fn insert(self, pool: &PgPool, stripe: &MockServer) -> Arranged {
         let id = insert_payment(pool, &self.pi, &self.local, self.updated_secs_ago).await;
-        mount_pi(stripe, &self.stripe_object()).await;
-        Arranged { id, pi: self.pi }
+        set_columns(pool, id, &self.columns).await;
+        let object = self.stripe_object();
+        mount_pi(stripe, &object).await;
+        Arranged {
+            id,
+            pi: self.pi,
+            object,
+        }
     }
+}
+
+/// Sets the columns named in `values` (a JSON object) of payment `id`.
+async fn set_columns(pool: &PgPool, id: i64, values: &Value) {
+    let names: Vec<&String> = values.as_object().unwrap().keys().collect();
+    if names.is_empty() {
+        return;
+    }
+    let set: Vec<String> = names.iter().map(|n| format!("{n} = r.{n}")).collect();
+    sqlx::query(&format!(
+        "UPDATE payments p SET {}
+           FROM json_populate_record(NULL::payments, $2::json) r
+          WHERE p.id = $1",
+        set.join(", ")
+    ))
+    .bind(id)
+    .bind(values)
+    .execute(pool)
+    .await
+    .unwrap();
 }
 
 /// An arranged payment.
@@ -195,6 +268,8 @@ pub struct Arranged {
     pub id: i64,
     /// Its PaymentIntent id.
     pub pi: String,
+    /// The PaymentIntent object mounted for it.
+    pub object: Value,
 }
 
 impl Arranged {
