@@ -7,7 +7,7 @@ use super::CommandError;
 use crate::cli::FindingsCommand;
 use crate::config::Settings;
 use crate::dashboard::DashboardMode;
-use crate::review::{self, ListFormat, ListQuery};
+use crate::review::{self, ListFormat, ListQuery, ReviewError};
 
 /// Runs one `findings` subcommand.
 pub(super) async fn findings(
@@ -52,9 +52,9 @@ pub(super) async fn findings(
         FindingsCommand::Resolve { id, note, by, .. } => {
             // clap requires both without --file.
             let (Some(id), Some(note)) = (id, note) else {
-                return Err(CommandError::Usage(
-                    "give ID --note NOTE, or --file PATH".into(),
-                ));
+                return Err(
+                    ReviewError::Usage("give ID --note NOTE, or --file PATH".into()).into(),
+                );
             };
             let by = review::who_resolves(&note, by.as_deref())?;
             let (_pool, mut conn) = super::connect(settings).await?;
