@@ -103,7 +103,7 @@ fn lease_of<'c>(ctx: &'c EventsContext<'_>, job: &str) -> Result<&'c Lease, Even
 }
 
 /// Reads again the PaymentIntents earlier runs could not decide, within
-/// their share of the run ([`held_limit`], [`held_until`]): least recently
+/// their share of the run ([`held_limit`], `held_until`): least recently
 /// read first (oldest event among equals), [`HELD_PER_STEP`] at a time, each
 /// step committed like a slice without moving the position, after dropping
 /// those whose event is older than the hold limit (the scan covers their
@@ -112,7 +112,7 @@ fn lease_of<'c>(ctx: &'c EventsContext<'_>, job: &str) -> Result<&'c Lease, Even
 /// ever dropped for want of time.
 ///
 /// # Errors
-/// As [`slice`].
+/// As [`slice`](fn@slice).
 #[tracing::instrument(name = "events.retries", skip_all)]
 pub async fn retries(
     ctx: &EventsContext<'_>,

@@ -1,6 +1,6 @@
 //! [`StripeGateway`]: the reads the reconciler makes (retrieve, probe, list;
 //! the events feed is in [`super::events`]), over the transport of
-//! [`super::transport`], counted per [`Endpoint`] by [`super::counting`].
+//! `super::transport`, counted per [`Endpoint`] by [`super::counting`].
 
 use std::num::NonZeroU32;
 use std::sync::Mutex;
