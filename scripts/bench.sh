@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The benchmark of issue 6 (BENCHMARKS.md): builds the release binary and
-# examples/bench.rs, makes sure a local PostgreSQL answers, then runs the four
+# examples/bench/ (one file per scenario), makes sure a local PostgreSQL answers, then runs the four
 # scenarios against the real binary and an in-process Stripe stand-in. Each
 # scenario creates its own database (stripe_reconciler_bench_*), dropped at the
 # end. Prints a Markdown results table on stdout; progress goes to stderr.

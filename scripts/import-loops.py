@@ -1,6 +1,16 @@
 #!/usr/bin/env python3
 """Count import loops per folder of src/ (sibling modules that reach each other through
-`use crate::`/`use super::`/inline paths), resolving `pub use` re-exports of mod.rs files."""
+`use crate::`/`use super::`/inline paths), resolving `pub use` re-exports of mod.rs files.
+
+A folder's own code (its mod.rs, or lib.rs for src/) is a node among its children, named
+`(mod)`: a child that uses an item defined in mod.rs while mod.rs's code uses the child is a
+loop. A mod.rs's `pub use` lines are the folder's interface, not its code's imports: they are
+followed (an import of a re-exported name counts against the module that defines it) but give
+`(mod)` no edge.
+Two checks besides the loops per folder:
+- commands: no module of src/commands/ imports another (mod.rs may import them all);
+- back up: no cycle among the top-level modules of src/ (an import from inside a folder up
+  to a sibling of its parent that imports back down); these are the loops of "(src root)"."""
 import os, re, sys
 root = sys.argv[1] if len(sys.argv) > 1 else 'src'
 
@@ -79,10 +89,12 @@ for mp, f in files.items():
         for p in expand(m.group(2)):
             a = resolve(mp, p, is_mod)
             if a is None: continue
-            paths.append(a)
             if m.group(1) and p[-1] != '*':
                 reexports[(mp, p[-1])] = a
-    for m in re.finditer(r'\b((?:crate|super|self)(?:::\w+)+)', src):
+            if not (is_mod and m.group(1)):
+                paths.append(a)
+    uses = re.sub(r'\bpub(?:\([^)]*\))?\s+use\s+[^;]+;', '', src) if is_mod else src
+    for m in re.finditer(r'\b((?:crate|super|self)(?:::\w+)+)', uses):
         a = resolve(mp, m.group(1).split('::'), is_mod)
         if a: paths.append(a)
     imports[mp] = paths
@@ -100,6 +112,7 @@ def canon(a, depth=0):
         return tuple(a[:i]), a
     return tuple(a), a
 
+MOD = '(mod)'
 folders = sorted({mp[:-1] for mp in modules if mp} | {()})
 def sccs(nodes, edges):
     idx = {}; low = {}; st = []; on = set(); res = []; c = [0]
@@ -119,19 +132,20 @@ def sccs(nodes, edges):
         if v not in idx: sc(v)
     return [sorted(x) for x in res if len(x) > 1]
 
-total_loops = 0; total_pairs = 0
+total_loops = 0; total_pairs = 0; command_imports = 0
 lines = []
 for P in folders:
     children = sorted({mp[len(P)] for mp in modules if len(mp) > len(P) and mp[:len(P)] == P})
+    if P in modules: children.append(MOD)
     if len(children) < 2: continue
     edges = {}; why = {}
     for mp, paths in imports.items():
-        if len(mp) <= len(P) or mp[:len(P)] != P: continue
-        src_child = mp[len(P)]
+        if len(mp) < len(P) or mp[:len(P)] != P: continue
+        src_child = mp[len(P)] if len(mp) > len(P) else MOD
         for a in paths:
             m, full = canon(a)
-            if len(m) <= len(P) or m[:len(P)] != P: continue
-            dst = m[len(P)]
+            if len(m) < len(P) or m[:len(P)] != P: continue
+            dst = m[len(P)] if len(m) > len(P) else MOD
             if dst == src_child: continue
             edges.setdefault(src_child, set()).add(dst)
             why.setdefault((src_child, dst), set()).add(files[mp].replace(root + '/', '') + ' -> ' + '::'.join(m))
@@ -140,7 +154,7 @@ for P in folders:
     pairs = sorted({(a, b) for a in edges for b in edges[a] if a in edges.get(b, ()) and a < b})
     for comp in comps:
         total_loops += 1
-        lines.append(f'LOOP {name}: ' + ' , '.join(comp))
+        lines.append(('BACK UP (src root)' if not P else f'LOOP {name}') + ': ' + ' , '.join(comp))
         for a in comp:
             for b in sorted(edges.get(a, ())):
                 if b in comp:
@@ -148,5 +162,13 @@ for P in folders:
     total_pairs += len(pairs)
     for a, b in pairs:
         lines.append(f'  mutual pair {name}: {a} <-> {b}')
+    if P == ('commands',):
+        for a in sorted(edges):
+            for b in sorted(edges[a]):
+                if MOD not in (a, b):
+                    command_imports += 1
+                    lines.append(f'COMMAND IMPORTS COMMAND: {a} -> {b}   [' + '; '.join(sorted(why[(a, b)])) + ']')
 print('\n'.join(lines))
-print(f'TOTAL: {total_loops} loops (strongly connected groups of >1 sibling module), {total_pairs} mutual pairs')
+print(f'TOTAL: {total_loops + command_imports} loops ({total_loops} strongly connected groups of >1 sibling '
+      f'module, mod.rs counted as a sibling, back-up cycles among top-level modules included; '
+      f'{command_imports} command imports of another command), {total_pairs} mutual pairs')

@@ -157,7 +157,7 @@ fn rows_up<S: serde::Serializer>(value: &f64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_u64(whole_rows(*value))
 }
 
-/// [`rows_up`]'s rounding: not negative, not NaN, saturating.
+/// `rows_up`'s rounding: not negative, not NaN, saturating.
 pub fn whole_rows(value: f64) -> u64 {
     if !value.is_finite() || value <= 0.0 {
         return if value == f64::INFINITY { u64::MAX } else { 0 };

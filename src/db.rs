@@ -68,7 +68,7 @@ pub enum DbError {
 ///
 /// Nothing here locks the application's `payments` against its reads or
 /// writes: 0001 runs without the statements that did
-/// ([`APPLICATION_TABLE_EDITS`]), 0005 and 0007 are only recorded
+/// (`APPLICATION_TABLE_EDITS`), 0005 and 0007 are only recorded
 /// ([`RECORDED_ONLY`]), and then [`crate::upgrade::remove_legacy`] removes
 /// what earlier releases added (its report is returned; a step whose lock was
 /// not available is deferred, not waited for).

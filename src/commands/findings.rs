@@ -1,13 +1,10 @@
 //! `stripe-reconciler findings list|show|resolve`: the review queue
 //! ([`crate::review`]).
 
-use secrecy::ExposeSecret;
-
 use super::CommandError;
 use crate::cli::FindingsCommand;
 use crate::config::Settings;
-use crate::dashboard::DashboardMode;
-use crate::review::{self, ListFormat, ListQuery};
+use crate::review::{self, ListFormat, ListQuery, ReviewError};
 
 /// Runs one `findings` subcommand.
 pub(super) async fn findings(
@@ -30,12 +27,12 @@ pub(super) async fn findings(
                 limit,
             };
             let format = ListFormat::of_flags(csv, json);
-            let mode = mode(settings, dashboard);
+            let mode = settings.stripe.dashboard_mode(dashboard);
             let (_pool, mut conn) = super::connect(settings).await?;
             Ok(review::list(&mut conn, query, format, mode).await?)
         }
         FindingsCommand::Show(args) => {
-            let mode = mode(settings, args.dashboard);
+            let mode = settings.stripe.dashboard_mode(args.dashboard);
             let (_pool, mut conn) = super::connect(settings).await?;
             Ok(review::show(&mut conn, args.id, args.json, mode).await?)
         }
@@ -52,19 +49,13 @@ pub(super) async fn findings(
         FindingsCommand::Resolve { id, note, by, .. } => {
             // clap requires both without --file.
             let (Some(id), Some(note)) = (id, note) else {
-                return Err(CommandError::Usage(
-                    "give ID --note NOTE, or --file PATH".into(),
-                ));
+                return Err(
+                    ReviewError::Usage("give ID --note NOTE, or --file PATH".into()).into(),
+                );
             };
             let by = review::who_resolves(&note, by.as_deref())?;
             let (_pool, mut conn) = super::connect(settings).await?;
             Ok(review::resolve(&mut conn, outbox, id, &note, by).await?)
         }
     }
-}
-
-/// The Dashboard a link opens: `--dashboard`, else the key's mode.
-fn mode(settings: &Settings, dashboard: Option<DashboardMode>) -> DashboardMode {
-    let key = settings.stripe.api_key.as_ref();
-    DashboardMode::choose(dashboard, key.map(|k| k.expose_secret()))
 }

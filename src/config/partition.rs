@@ -57,11 +57,6 @@ impl Partition {
         };
         format!("{alias}.{} = ${param}{cast}", self.column.quoted())
     }
-
-    /// `column = value` for people and logs (the value Debug-quoted).
-    pub fn describe(&self) -> String {
-        format!("{} = {:?}", self.column.as_str(), self.value)
-    }
 }
 
 #[derive(Deserialize)]

@@ -23,7 +23,7 @@ pub const DEFAULT_LOCAL_STATUSES: &str = "pending=pending;paid=paid;failed=faile
 /// ANY($words)`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatusMap {
-    /// `(state, words)` in [`LocalStatus::CANONICAL`] order; a state left
+    /// `(state, words)` in [`LocalStatus::ALL`] order; a state left
     /// out of the variable (only `refunded` may be) has no words.
     states: Vec<(LocalStatus, Vec<String>)>,
 }
@@ -36,7 +36,7 @@ impl Default for StatusMap {
 
 impl StatusMap {
     fn identity() -> Self {
-        let states = LocalStatus::CANONICAL
+        let states = LocalStatus::ALL
             .into_iter()
             .map(|s| {
                 let words = match s {
@@ -59,7 +59,7 @@ impl StatusMap {
     /// `pending`, `paid` or `failed` missing.
     pub fn parse(raw: &str) -> Result<Self, ConfigError> {
         let bad = |reason: String| invalid(STATUSES_VAR, reason);
-        let mut states: Vec<(LocalStatus, Vec<String>)> = LocalStatus::CANONICAL
+        let mut states: Vec<(LocalStatus, Vec<String>)> = LocalStatus::ALL
             .into_iter()
             .map(|s| (s, Vec::new()))
             .collect();

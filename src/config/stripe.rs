@@ -11,6 +11,7 @@ use url::Url;
 
 use super::error::{invalid, ConfigError};
 use super::value;
+use crate::dashboard::DashboardMode;
 use crate::stripe::{BuildError, GatewayConfig, RetryPolicy, StripeGateway};
 
 /// Stripe's production API.
@@ -74,6 +75,13 @@ pub enum GatewaySetupError {
 }
 
 impl StripeSettings {
+    /// The Dashboard a finding's link opens: `explicit` (`--dashboard`) if
+    /// given, else the mode of `STRIPE_API_KEY`, else live
+    /// ([`DashboardMode::choose`]).
+    pub fn dashboard_mode(&self, explicit: Option<DashboardMode>) -> DashboardMode {
+        DashboardMode::choose(explicit, self.api_key.as_ref().map(|k| k.expose_secret()))
+    }
+
     /// The key, or the error the commands that call Stripe report when it
     /// is missing.
     ///

@@ -88,7 +88,7 @@ pub fn held_limit(max_pages: u32) -> usize {
 /// `RECONCILER_RUN_DEADLINE_SECONDS` after the run's start (`None`: no
 /// deadline, only [`held_limit`] bounds them).
 fn held_until(ctx: &EventsContext<'_>) -> Option<Instant> {
-    let share = ctx.settings.run.run_deadline? / HELD_SHARE_DIVISOR;
+    let share = ctx.settings.scan.run.run_deadline? / HELD_SHARE_DIVISOR;
     ctx.clock.started().checked_add(share)
 }
 
@@ -103,7 +103,7 @@ fn lease_of<'c>(ctx: &'c EventsContext<'_>, job: &str) -> Result<&'c Lease, Even
 }
 
 /// Reads again the PaymentIntents earlier runs could not decide, within
-/// their share of the run ([`held_limit`], [`held_until`]): least recently
+/// their share of the run ([`held_limit`], `held_until`): least recently
 /// read first (oldest event among equals), [`HELD_PER_STEP`] at a time, each
 /// step committed like a slice without moving the position, after dropping
 /// those whose event is older than the hold limit (the scan covers their
@@ -112,7 +112,7 @@ fn lease_of<'c>(ctx: &'c EventsContext<'_>, job: &str) -> Result<&'c Lease, Even
 /// ever dropped for want of time.
 ///
 /// # Errors
-/// As [`slice`].
+/// As [`slice`](fn@slice).
 #[tracing::instrument(name = "events.retries", skip_all)]
 pub async fn retries(
     ctx: &EventsContext<'_>,
@@ -129,7 +129,7 @@ pub async fn retries(
         let mut tx = crate::store::begin(ctx.pool)
             .await
             .context("starting a transaction")?;
-        let hold_limit = ctx.settings.run.grace + HOLD_BEYOND_GRACE;
+        let hold_limit = ctx.settings.scan.run.grace + HOLD_BEYOND_GRACE;
         let expired = events_retry::expire(&mut tx, &job, hold_limit).await?;
         for (pi, reason, attempts) in &expired {
             tracing::warn!(payment_intent = %pi, reason = %reason, attempts, "an event still undecided after grace + 1 h: no more events reads for this PaymentIntent; the scan covers its row");
@@ -291,11 +291,12 @@ async fn look_up<'e>(
         .filter(|e| !progress.handled.contains(e.payment_intent.as_str()))
         .collect();
     let mut ids: Vec<&str> = named.iter().map(|e| e.payment_intent.as_str()).collect();
-    let columns = MoneyColumns::of(settings.schema);
+    let columns = MoneyColumns::of(settings.scan.schema);
     let mut tx = crate::store::begin(ctx.pool)
         .await
         .context("opening the lookup")?;
-    let rows = payments::by_payment_intents(&mut tx, &ids, settings.run.grace, columns).await?;
+    let rows =
+        payments::by_payment_intents(&mut tx, &ids, settings.scan.run.grace, columns).await?;
     // A PaymentIntent whose row is another partition's: not this job's
     // to re-read, and not an orphan (it has a row).
     let elsewhere: HashSet<String> = payments::held_elsewhere(&mut tx, &ids, columns.partition)
@@ -323,8 +324,8 @@ async fn look_up<'e>(
     tx.commit().await.context("closing the lookup")?;
     let rules = PlanRules {
         now: Utc::now(),
-        grace: settings.run.grace,
-        hold_limit: settings.run.grace + HOLD_BEYOND_GRACE,
+        grace: settings.scan.run.grace,
+        hold_limit: settings.scan.run.grace + HOLD_BEYOND_GRACE,
         orphan_metadata_key: settings.events.orphan_metadata_key.clone(),
     };
     let plan = plan::plan(&named, &rows, &open_orphans, &rules);
@@ -435,13 +436,13 @@ async fn write_once(
     let report = record_observations(
         &mut tx,
         crate::record::Target {
-            outbox: settings.outbox,
-            key: &settings.schema.key,
+            outbox: settings.scan.outbox,
+            key: &settings.scan.schema.key,
         },
-        &settings.run.job,
-        settings.run.unverifiable_cycles,
+        &settings.scan.run.job,
+        settings.scan.run.unverifiable_cycles,
         observations,
-        &settings.schema.times,
+        &settings.scan.schema.times,
     )
     .await?;
     let (held, to_hold, settled) = holds(looked, orphan_reads, observations);
@@ -595,7 +596,7 @@ async fn read_all(
             account,
             orphans,
             key,
-            settings.stripe.max_in_flight
+            settings.scan.stripe.max_in_flight
         )
     );
     Ok((observed?, orphans?))
@@ -648,7 +649,7 @@ async fn renew_for_reads(
     lease: &Lease,
     reads: usize,
 ) -> Result<(), EventsError> {
-    let rps = ctx.settings.stripe.rate_limit_rps.max(1);
+    let rps = ctx.settings.scan.stripe.rate_limit_rps.max(1);
     let ttl = lease.ttl_seconds + 2.0 * reads as f64 / f64::from(rps);
     let mut tx = crate::store::begin(ctx.pool)
         .await

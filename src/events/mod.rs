@@ -10,7 +10,7 @@
 //! - `groups`: [`EventsGroups`], the settings groups the events job works with.
 //! - [`handle`]: one slice: lookup, reads, one write transaction with its position.
 //! - [`orphans`]: succeeded PaymentIntents no row points at (`missing_locally`).
-//! - [`plan`]: PURE: which PaymentIntents and rows need a Stripe read.
+//! - [`plan`](mod@plan): PURE: which PaymentIntents and rows need a Stripe read.
 //! - [`run`]: the events [`crate::job::Job`]: window, slices until done, cap, deadline or shutdown.
 //! - `sessions`: Checkout Session events: rows judged by their session, or their PaymentIntent's way (issue 32).
 //! - [`slices`]: PURE: the window cut into slices, oldest first.

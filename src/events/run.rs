@@ -40,7 +40,7 @@ impl Job for EventsJob {
 
     fn summary(&self, ctx: &RunContext<'_, Self::Groups<'_>>) -> EventsSummary {
         EventsSummary {
-            job: events_job(&ctx.settings.run.job),
+            job: events_job(&ctx.settings.scan.run.job),
             ..EventsSummary::default()
         }
     }
@@ -49,15 +49,15 @@ impl Job for EventsJob {
     /// a second per page at the rate limit.
     fn lease(&self, ctx: &RunContext<'_, Self::Groups<'_>>) -> Option<Lease> {
         let settings = ctx.settings;
-        let job = events_job(&settings.run.job);
+        let job = events_job(&settings.scan.run.job);
         let mut lease = Lease::new(
-            settings.scan,
-            settings.stripe,
+            settings.scan.scan,
+            settings.scan.stripe,
             LeaseTable::EventsPosition,
             &job,
         );
-        lease.ttl_seconds +=
-            f64::from(settings.events.max_pages) / f64::from(settings.stripe.rate_limit_rps.max(1));
+        lease.ttl_seconds += f64::from(settings.events.max_pages)
+            / f64::from(settings.scan.stripe.rate_limit_rps.max(1));
         Some(lease)
     }
 
@@ -96,7 +96,7 @@ impl Job for EventsJob {
 /// Runs the events job once ([`run_once`] of an [`EventsJob`]). Always
 /// returns the summary of what was committed, with the error that stopped
 /// the run, if any.
-#[tracing::instrument(name = "events", skip_all, fields(job = %settings.run.job))]
+#[tracing::instrument(name = "events", skip_all, fields(job = %settings.scan.run.job))]
 pub async fn run_events(
     pool: &PgPool,
     gateway: &StripeGateway,
@@ -179,7 +179,7 @@ async fn open_feeds(
     });
     let accounts = connected_feeds(
         ctx.pool,
-        ctx.settings.schema,
+        ctx.settings.scan.schema,
         ctx.settings.events,
         job,
         listed_at,
@@ -198,6 +198,7 @@ async fn open_feeds(
 /// When `RECONCILER_RUN_DEADLINE_SECONDS` passes (from the run's start).
 fn run_deadline(ctx: &EventsContext<'_>) -> Option<Instant> {
     ctx.settings
+        .scan
         .run
         .run_deadline
         .and_then(|d| ctx.clock.started().checked_add(d))

@@ -53,7 +53,7 @@ pub(super) async fn look_up(
         .collect();
     let ids: Vec<&str> = newest.iter().map(|e| e.checkout_session.as_str()).collect();
     let settings = ctx.settings;
-    let columns = MoneyColumns::of(settings.schema);
+    let columns = MoneyColumns::of(settings.scan.schema);
     let found = if ids.is_empty() || columns.checkout_session.is_none() {
         Vec::new()
     } else {
@@ -61,7 +61,7 @@ pub(super) async fn look_up(
             .await
             .context("opening the session lookup")?;
         let rows =
-            payments::by_checkout_sessions(&mut tx, &ids, settings.run.grace, columns).await?;
+            payments::by_checkout_sessions(&mut tx, &ids, settings.scan.run.grace, columns).await?;
         tx.commit().await.context("closing the session lookup")?;
         rows
     };

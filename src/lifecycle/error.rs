@@ -24,14 +24,6 @@ pub enum CommandError {
     /// A database failure outside a run (exit 1).
     #[error(transparent)]
     Store(StoreError),
-    /// The command line is wrong in a way clap cannot see, e.g. an empty
-    /// note (exit 2).
-    #[error("{0}")]
-    Usage(String),
-    /// The request was refused and nothing changed (exit 65), e.g. resolving
-    /// a finding that is already resolved.
-    #[error("{0}")]
-    Refused(String),
     /// The output could not be serialised (exit 1).
     #[error("cannot serialise the output")]
     Output(#[from] serde_json::Error),
@@ -41,8 +33,8 @@ pub enum CommandError {
     /// The events run stopped early (exit code per [`EventsError::exit_code`]).
     #[error(transparent)]
     Events(#[from] EventsError),
-    /// `findings list|show|resolve` failed (exit code per
-    /// [`ReviewError::exit_code`]).
+    /// `findings list|show|resolve` failed, its command line included
+    /// (exit code per [`ReviewError::exit_code`]).
     #[error(transparent)]
     Review(#[from] ReviewError),
 }
@@ -73,8 +65,6 @@ impl CommandError {
             | CommandError::Http(_)
             | CommandError::Store(_)
             | CommandError::Output(_) => exit::FAILURE,
-            CommandError::Usage(_) => exit::USAGE,
-            CommandError::Refused(_) => exit::REFUSED,
             CommandError::Scan(e) => e.exit_code(),
             CommandError::Events(e) => e.exit_code(),
             CommandError::Review(e) => e.exit_code(),

@@ -64,7 +64,7 @@ impl Report for EventsJob {
     }
 
     async fn state(&self, ctx: &RunContext<'_, Self::Groups<'_>>) -> Option<EventsState> {
-        let job = events_job(&ctx.settings.run.job);
+        let job = events_job(&ctx.settings.scan.run.job);
         read_state(ctx.pool, &job, ctx.settings.events.account_active).await
     }
 

@@ -121,7 +121,14 @@ where
     publish::<J>(settings, &summary, &gateway, state.as_ref()).await;
     if J::notifies(&summary) {
         let (group, _) = J::group(&summary);
-        crate::notify::after_run(settings, &pool, group).await;
+        crate::notify::after_run(
+            settings.notify.as_ref(),
+            settings.stripe.dashboard_mode(None),
+            settings.pushgateway_url.as_ref(),
+            &pool,
+            group,
+        )
+        .await;
     }
     pool.close().await;
     result.map_err(Into::into)

@@ -12,6 +12,7 @@
 //! - `session_index`: which index would serve lookups by Checkout Session id.
 //! - `lock_timeout`: what to say when an index build did not get its lock.
 
+mod column_index;
 mod duplicates;
 mod keys;
 mod lock_timeout;

@@ -2,12 +2,11 @@
 //! index on `payments (<column>, id)`, so the partition's batches are index
 //! range scans.
 
-use super::lock_timeout;
-use crate::config::Settings;
-use crate::lifecycle::preflight;
+use super::{column_index, lock_timeout};
+use crate::config::{ColumnName, Settings};
 use crate::lifecycle::CommandError;
 use crate::store::payment_index::{self as schema, IndexBuild};
-use crate::store::{self, Context, StoreError};
+use crate::store::StoreError;
 
 /// With `RECONCILER_PARTITION_COLUMN` set: checks the column (exit 78 naming
 /// the variable) and makes sure an index on `payments (<column>, id)` exists,
@@ -17,31 +16,23 @@ pub(super) async fn ensure(
     settings: &Settings,
 ) -> Result<(), CommandError> {
     let store = |e: StoreError| CommandError::Store(e);
-    let mut tx = store::begin(&mut *conn)
-        .await
-        .context("opening a transaction")
-        .map_err(store)?;
-    let settings = preflight::checked(&mut tx, settings).await?;
-    let Some(partition) = &settings.schema.partition else {
+    let pick: fn(&Settings) -> Option<&ColumnName> =
+        |s| s.schema.partition.as_ref().map(|p| &p.column);
+    let Some((partition_column, kept)) =
+        column_index::look_up(conn, settings, pick, schema::partition_index).await?
+    else {
         return Ok(());
     };
-    let column = partition.column.as_str();
-    let kept = schema::partition_index(&mut tx, &partition.column)
-        .await
-        .map_err(store)?;
-    tx.commit()
-        .await
-        .context("closing a transaction")
-        .map_err(store)?;
+    let column = partition_column.as_str();
     if let Some(name) = kept {
         println!("payments ({column}, id) has the index {name}: kept");
         return Ok(());
     }
     println!(
         "building the index {} on payments ({column}, id) CONCURRENTLY (the application keeps writing; on a large table this takes minutes)",
-        schema::partition_index_name(&partition.column)
+        schema::partition_index_name(&partition_column)
     );
-    let (built, name) = schema::create_partition_index(&mut *conn, &partition.column)
+    let (built, name) = schema::create_partition_index(&mut *conn, &partition_column)
         .await
         .map_err(store)?;
     if built == IndexBuild::LockTimeout {

@@ -3,11 +3,10 @@
 //! application's serves the events job's lookups by session id, and which one
 //! would when none does. `migrate` never adds it (docs/checkout-sessions.md).
 
-use crate::config::Settings;
-use crate::lifecycle::preflight;
+use super::column_index;
+use crate::config::{ColumnName, Settings};
 use crate::lifecycle::CommandError;
 use crate::store::payment_index;
-use crate::store::{self, Context, StoreError};
 
 /// With `RECONCILER_CHECKOUT_SESSION_COLUMN` set: prints the index of
 /// `payments` leading with that column (kept), or the statement that would
@@ -20,22 +19,12 @@ pub(super) async fn report(
     conn: &mut sqlx::PgConnection,
     settings: &Settings,
 ) -> Result<(), CommandError> {
-    let store = |e: StoreError| CommandError::Store(e);
-    let mut tx = store::begin(&mut *conn)
-        .await
-        .context("opening a transaction")
-        .map_err(store)?;
-    let settings = preflight::checked(&mut tx, settings).await?;
-    let Some(column) = &settings.schema.checkout_session_column else {
+    let pick: fn(&Settings) -> Option<&ColumnName> = |s| s.schema.checkout_session_column.as_ref();
+    let Some((column, found)) =
+        column_index::look_up(conn, settings, pick, payment_index::leading_index).await?
+    else {
         return Ok(());
     };
-    let found = payment_index::leading_index(&mut tx, column)
-        .await
-        .map_err(store)?;
-    tx.commit()
-        .await
-        .context("closing a transaction")
-        .map_err(store)?;
     let name = column.as_str();
     match found {
         Some(index) => println!("payments ({name}) has the index {index}: the events job looks Checkout Session rows up by it"),

@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use secrecy::ExposeSecret;
 use sqlx::PgPool;
+use url::Url;
 
-use crate::config::{NotifyFormat, NotifySettings, Settings};
+use crate::config::{NotifyFormat, NotifySettings};
 use crate::dashboard::DashboardMode;
 use crate::reconcile::money;
 use crate::store::findings::{self, FindingView};
@@ -52,15 +53,19 @@ pub enum NotifyError {
 
 /// THE entry point, called once at the end of `run` and of `events`: posts
 /// the new findings, if `RECONCILER_NOTIFY_URL` is set, and pushes
-/// `notify_sent` / `notify_failures` to `job=<group>-notify`. Never fails.
-pub async fn after_run(settings: &Settings, pool: &PgPool, group: &str) {
-    let Some(notify) = &settings.notify else {
+/// `notify_sent` / `notify_failures` to `job=<group>-notify` on
+/// `pushgateway` (`RECONCILER_PUSHGATEWAY_URL`, if set). Links open the
+/// Dashboard in `mode`. Never fails.
+pub async fn after_run(
+    notify: Option<&NotifySettings>,
+    mode: DashboardMode,
+    pushgateway: Option<&Url>,
+    pool: &PgPool,
+    group: &str,
+) {
+    let Some(notify) = notify else {
         return;
     };
-    let mode = DashboardMode::choose(
-        None,
-        settings.stripe.api_key.as_ref().map(|k| k.expose_secret()),
-    );
     let (sent, failures) = match tokio::time::timeout(BUDGET, deliver(notify, pool, group, mode))
         .await
     {
@@ -79,7 +84,7 @@ pub async fn after_run(settings: &Settings, pool: &PgPool, group: &str) {
             (0, 1)
         }
     };
-    push(settings, group, sent, failures).await;
+    push(pushgateway, group, sent, failures).await;
 }
 
 /// Claims, posts and commits; returns how many findings were posted.
@@ -158,15 +163,6 @@ pub fn amount(f: &FindingView) -> Option<String> {
         .map(|minor| money(minor, currency))
 }
 
-fn link(f: &FindingView, mode: DashboardMode) -> Option<String> {
-    crate::dashboard::finding_url(
-        f.stripe_account_id.as_deref(),
-        f.stripe_payment_intent_id.as_deref(),
-        f.checkout_session_id.as_deref(),
-        mode,
-    )
-}
-
 /// `{"text": …}`: a title, then one line per finding.
 pub fn slack_body(batch: &[&FindingView], group: &str, mode: DashboardMode) -> serde_json::Value {
     let mut text = format!(
@@ -186,7 +182,7 @@ pub fn slack_body(batch: &[&FindingView], group: &str, mode: DashboardMode) -> s
             slack_escape(&f.differs().phrase),
         ));
         // The link is built from a validated PaymentIntent id and account.
-        if let Some(url) = link(f, mode) {
+        if let Some(url) = f.dashboard_url(mode) {
             text.push_str(&format!(" · <{url}|Dashboard>"));
         }
     }
@@ -207,7 +203,7 @@ pub fn json_body(batch: &[&FindingView], group: &str, mode: DashboardMode) -> se
                 "stripe_account_id": f.stripe_account_id,
                 "amount": amount(f),
                 "differs": f.differs(),
-                "dashboard_url": link(f, mode),
+                "dashboard_url": f.dashboard_url(mode),
                 "detected_at": f.detected_at,
             })
         })
@@ -215,8 +211,8 @@ pub fn json_body(batch: &[&FindingView], group: &str, mode: DashboardMode) -> se
     serde_json::json!({ "source": "stripe-reconciler", "group": group, "findings": findings })
 }
 
-async fn push(settings: &Settings, group: &str, sent: u64, failures: u64) {
-    let Some(base) = settings.pushgateway_url.clone() else {
+async fn push(pushgateway: Option<&Url>, group: &str, sent: u64, failures: u64) {
+    let Some(base) = pushgateway.cloned() else {
         return;
     };
     let figures = match crate::metrics::NotifyMetrics::new() {

@@ -26,8 +26,10 @@ pub enum LocalStatus {
 }
 
 impl LocalStatus {
-    /// The four canonical states, in `RECONCILER_LOCAL_STATUSES` order.
-    pub const CANONICAL: [LocalStatus; 4] = [
+    /// Every named state (all but `Other`): the four canonical states the
+    /// application's status words map to, in `RECONCILER_LOCAL_STATUSES`
+    /// order.
+    pub const ALL: [LocalStatus; 4] = [
         LocalStatus::Pending,
         LocalStatus::Paid,
         LocalStatus::Failed,
@@ -35,7 +37,9 @@ impl LocalStatus {
     ];
 
     /// The three states [`LocalStatus::parse`] knows by name (the design
-    /// note's `payments.status` values), in its order.
+    /// note's `payments.status` values), in its order: a subset of
+    /// [`LocalStatus::ALL`] without `refunded`. The metric labels keep these
+    /// (`reconcile::labels`), so the label set stays what it has been.
     pub const PARSED: [LocalStatus; 3] =
         [LocalStatus::Pending, LocalStatus::Paid, LocalStatus::Failed];
 
@@ -54,7 +58,7 @@ impl LocalStatus {
     /// The canonical state called `name` (`pending`, `paid`, `failed`,
     /// `refunded`); `None` for any other name.
     pub fn canonical(name: &str) -> Option<Self> {
-        Self::CANONICAL.into_iter().find(|s| s.as_str() == name)
+        Self::ALL.into_iter().find(|s| s.as_str() == name)
     }
 
     /// The canonical state's name, or the raw word of `Other`.

@@ -9,7 +9,7 @@
 use crate::config::PaymentTimes;
 use sqlx::Connection;
 
-use super::Recorded;
+use super::set::{record_set, Failed, Recorded, Target};
 use crate::outcome::RunError;
 use crate::read::Observation;
 use crate::store::refusal::{sqlstate_and_message, FailureClass};
@@ -29,47 +29,7 @@ pub const TRANSIENT_RETRIES: u32 = 3;
 /// Sixteen: about two locked rows of a 200-row batch.
 pub const MAX_TIMEOUT_REFUSALS: u32 = 16;
 
-/// Which of phase 3's writes the database refused. The label is about the
-/// statement, not the table it writes, so it stays right wherever the
-/// reconciler keeps its stamps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Write {
-    /// Locking the payment row (`FOR NO KEY UPDATE`) before writing for it.
-    LockPayment,
-    /// The "verified" stamp (observed status, last confirmed).
-    Stamp,
-    /// Resolving or recording the row's findings.
-    Finding,
-    /// The row's UNVERIFIABLE streak.
-    Unverifiable,
-    /// Closing or enqueueing the row's repair commands.
-    Outbox,
-}
-
-impl Write {
-    /// The label in a `write_refused` finding's `details.write`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::LockPayment => "lock_payment",
-            Self::Stamp => "stamp",
-            Self::Finding => "finding",
-            Self::Unverifiable => "unverifiable",
-            Self::Outbox => "outbox",
-        }
-    }
-}
-
-/// A write of phase 3 that failed, and which one.
-#[derive(Debug)]
-pub(super) struct Failed {
-    pub write: Write,
-    pub error: StoreError,
-}
-
-/// Tags a store error with the write it came from.
-pub(super) fn at(write: Write) -> impl FnOnce(StoreError) -> Failed {
-    move |error| Failed { write, error }
-}
+pub use super::set::Write;
 
 /// One row whose write the database refused, alone under its savepoint.
 #[derive(Debug)]
@@ -101,7 +61,7 @@ enum Attempt {
 /// when a savepoint cannot be opened, released or rolled back.
 pub(super) async fn record_isolating(
     conn: &mut sqlx::PgConnection,
-    target: super::Target<'_>,
+    target: Target<'_>,
     job: &str,
     unverifiable_cycles: u32,
     observations: &mut [Observation],
@@ -168,7 +128,7 @@ pub(super) async fn record_isolating(
 /// so a rolled-back attempt leaves no trace in memory either.
 async fn attempt(
     conn: &mut sqlx::PgConnection,
-    target: super::Target<'_>,
+    target: Target<'_>,
     job: &str,
     unverifiable_cycles: u32,
     observations: &mut [Observation],
@@ -179,7 +139,7 @@ async fn attempt(
     loop {
         let mut subset: Vec<Observation> = part.iter().map(|&i| observations[i].clone()).collect();
         let mut savepoint = conn.begin().await.context("opening a savepoint")?;
-        match super::record_set(
+        match record_set(
             &mut savepoint,
             target,
             job,

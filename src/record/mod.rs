@@ -7,61 +7,27 @@
 //!   changed meanwhile, and the finding each records.
 //! - [`isolate`]: savepoints and bisection, so a row the database refuses
 //!   to write gets a `write_refused` finding instead of failing the batch.
+//! - `set`: phase 3's statements over one set of rows, and [`Target`] and
+//!   [`Recorded`], where they write and what they wrote.
 
 pub mod isolate;
 pub mod rows;
+mod set;
 
-use std::collections::{HashMap, HashSet};
-
-use crate::config::{OutboxSettings, PaymentTimes};
-use crate::key::{KeyType, PaymentKey};
+use crate::config::PaymentTimes;
+use crate::key::KeyType;
 use crate::outcome::RunError;
 use crate::read::Observation;
 use sqlx::Connection;
 
-use crate::reconcile::{Decision, FindingKind, RepairCommand};
-use crate::store::findings::{self, CreatedFinding, NewFinding};
-use crate::store::outbox::{self, RepairRow};
-use crate::store::payment_state;
+use crate::reconcile::{Decision, FindingKind};
+use crate::store::findings;
 use crate::store::refusal::FailureClass;
-use crate::store::unverifiable;
 use crate::store::{Context, StoreError};
-use isolate::{at, Failed, Refusal, Write};
+use isolate::Refusal;
 pub use rows::new_finding;
-use rows::{demote_changed_rows, writes_for};
-
-/// Where [`record_observations`] writes: the outbox of repair commands and
-/// `payments.id`'s type (the reconciler's key columns hold it, issue 31).
-#[derive(Debug, Clone, Copy)]
-pub struct Target<'a> {
-    /// `RECONCILER_OUTBOX_*`.
-    pub outbox: &'a OutboxSettings,
-    /// Detected at start (`SchemaSettings::key`).
-    pub key: &'a KeyType,
-}
-
-/// What [`record_observations`] wrote.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Recorded {
-    /// Findings newly opened.
-    pub findings_created: u64,
-    /// Open findings resolved because the read no longer sees them.
-    pub findings_cleared: u64,
-    /// Repair commands enqueued in the outbox.
-    pub commands_enqueued: u64,
-    /// Rows the database refused to write, each now with a `write_refused`
-    /// finding (counted in `findings_created` when it is new).
-    pub writes_refused: u64,
-}
-
-impl Recorded {
-    fn add(&mut self, other: &Recorded) {
-        self.findings_created += other.findings_created;
-        self.findings_cleared += other.findings_cleared;
-        self.commands_enqueued += other.commands_enqueued;
-        self.writes_refused += other.writes_refused;
-    }
-}
+use rows::writes_for;
+pub use set::{Recorded, Target};
 
 /// Records what phase 2 observed, inside the caller's transaction `tx`,
 /// the same for a scan batch and an events run: locks the
@@ -117,255 +83,6 @@ pub async fn record_observations(
     recorded.writes_refused = refused.len() as u64;
     recorded.findings_created += record_refusals(tx, target.key, &refused, observations).await?;
     Ok(recorded)
-}
-
-/// Phase 3's statements over one set of rows, each failure tagged with the
-/// write it came from so [`isolate`] can classify and label it. Payments
-/// first (in id order), then findings, then the outbox: the one lock order
-/// of every writer, so the scan and repair workers never deadlock.
-async fn record_set(
-    tx: &mut sqlx::PgConnection,
-    target: Target<'_>,
-    job: &str,
-    unverifiable_cycles: u32,
-    observations: &mut [Observation],
-    times: &PaymentTimes,
-) -> Result<Recorded, Failed> {
-    demote_changed_rows(tx, target.key, observations, times)
-        .await
-        .map_err(at(Write::LockPayment))?;
-    let observations: &[Observation] = observations;
-    let (answered_ids, findings_cleared) = stamp_and_clear(tx, target, observations, times).await?;
-    close_unproven(tx, target, observations).await?;
-    let touched = open_findings(
-        tx,
-        (job, target.key),
-        unverifiable_cycles,
-        observations,
-        &answered_ids,
-    )
-    .await?;
-    let findings_created = touched.iter().filter(|f| f.created).count() as u64;
-    let commands_enqueued = enqueue_commands(tx, target, &touched, observations).await?;
-    Ok(Recorded {
-        findings_created,
-        findings_cleared,
-        commands_enqueued,
-        writes_refused: 0,
-    })
-}
-
-/// Every row read gets its state row (so it is seen, and counts in the lag
-/// from `created_at` until confirmed); answered rows are confirmed. A
-/// finding the scan no longer sees is resolved, with its commands. Returns
-/// the answered rows' ids and the findings resolved.
-async fn stamp_and_clear(
-    tx: &mut sqlx::PgConnection,
-    target: Target<'_>,
-    observations: &[Observation],
-    times: &PaymentTimes,
-) -> Result<(Vec<PaymentKey>, u64), Failed> {
-    // Answered: rows Stripe answered definitively. A 404 or a malformed id is
-    // an answer too (its finding carries the problem), so those rows do not
-    // hold the reconciliation lag forever; UNVERIFIABLE rows never are.
-    let answered: Vec<&Observation> = observations.iter().filter(|o| is_answer(o)).collect();
-    let answered_ids: Vec<PaymentKey> = answered.iter().map(|o| o.payment_id.clone()).collect();
-    let current_kinds: Vec<Option<String>> = answered
-        .iter()
-        .map(|o| o.decision.kind.as_ref().map(|k| k.as_str().into_owned()))
-        .collect();
-    let all_ids: Vec<PaymentKey> = observations.iter().map(|o| o.payment_id.clone()).collect();
-    let confirmed: Vec<bool> = observations.iter().map(is_answer).collect();
-    let statuses: Vec<Option<String>> = observations
-        .iter()
-        .map(|o| o.observed.as_ref().map(|s| s.as_str().to_owned()))
-        .collect();
-    payment_state::record(tx, target.key, &all_ids, &confirmed, &statuses, times)
-        .await
-        .map_err(at(Write::Stamp))?;
-    let with_status: Vec<bool> = answered.iter().map(|o| o.observed.is_some()).collect();
-    let stale =
-        findings::resolve_stale(tx, target.key, &answered_ids, &current_kinds, &with_status)
-            .await
-            .map_err(at(Write::Finding))?;
-    outbox::close_for_findings(
-        tx,
-        target.outbox,
-        &RepairCommand::EVENT_TYPES,
-        &stale,
-        "finding resolved by a later scan",
-    )
-    .await
-    .map_err(at(Write::Outbox))?;
-    Ok((answered_ids, stale.len() as u64))
-}
-
-/// A repair is applied only while the newest read supports it: a row
-/// Stripe could not answer for now (or whose money could not be proven
-/// kept) has its pending repair command closed; the next read that proves
-/// the drift enqueues one again (`findings_without_command`).
-async fn close_unproven(
-    tx: &mut sqlx::PgConnection,
-    target: Target<'_>,
-    observations: &[Observation],
-) -> Result<(), Failed> {
-    let unproven: Vec<PaymentKey> = observations
-        .iter()
-        .filter(|o| o.unverifiable_read())
-        .map(|o| o.payment_id.clone())
-        .collect();
-    let held = findings::open_repairable(tx, target.key, &unproven)
-        .await
-        .map_err(at(Write::Finding))?;
-    outbox::close_for_findings(
-        tx,
-        target.outbox,
-        &RepairCommand::EVENT_TYPES,
-        &held,
-        "a later read could not confirm the drift with Stripe; enqueued again once one does",
-    )
-    .await
-    .map_err(at(Write::Outbox))?;
-    Ok(())
-}
-
-/// The findings the rows call for, opened once: each row's own, and
-/// `persistently_unverifiable` for rows Stripe could not answer for in
-/// `unverifiable_cycles` cycles (counted once per cycle). Returns every
-/// finding touched (new or already open).
-async fn open_findings(
-    tx: &mut sqlx::PgConnection,
-    (job, key): (&str, &KeyType),
-    unverifiable_cycles: u32,
-    observations: &[Observation],
-    answered_ids: &[PaymentKey],
-) -> Result<Vec<CreatedFinding>, Failed> {
-    let (failed_ids, errors): (Vec<PaymentKey>, Vec<Option<String>>) = observations
-        .iter()
-        .filter(|o| o.unverifiable_read())
-        .map(|o| (o.payment_id.clone(), o.error.clone()))
-        .unzip();
-    let failing = unverifiable::record(tx, (job, key), answered_ids, &failed_ids, &errors)
-        .await
-        .map_err(at(Write::Unverifiable))?;
-    let by_payment: HashMap<&PaymentKey, &Observation> =
-        observations.iter().map(|o| (&o.payment_id, o)).collect();
-    let mut new_findings: Vec<NewFinding> = observations.iter().filter_map(new_finding).collect();
-    new_findings.extend(
-        failing
-            .iter()
-            .filter(|u| u.cycles >= i32::try_from(unverifiable_cycles).unwrap_or(i32::MAX))
-            .filter_map(|u| {
-                let o = by_payment.get(&u.payment_id)?;
-                Some(NewFinding {
-                    payment_id: u.payment_id.clone(),
-                    kind: FindingKind::PersistentlyUnverifiable.as_str().into_owned(),
-                    local_status: o.local.as_str().to_owned(),
-                    external_status: None,
-                    details: Some(serde_json::json!({
-                        "last_error": u.last_error,
-                        "cycles": u.cycles,
-                        "failing_since": u.first_failed_at.to_rfc3339(),
-                    })),
-                    acknowledgeable: false,
-                    stripe_account_id: o.stripe_account.clone(),
-                    checkout_session_id: o.checkout_session.clone(),
-                    stripe_payment_intent_id: rows::session_payment_intent(o),
-                })
-            }),
-    );
-    findings::upsert_open(tx, key, &new_findings)
-        .await
-        .map_err(at(Write::Finding))
-}
-
-/// One live command per open repairable finding: enqueued when the finding
-/// is new, or again when its command was lost or skipped while a money
-/// finding blocked the payment; never for a payment that is blocked now.
-/// Returns the commands enqueued.
-async fn enqueue_commands(
-    tx: &mut sqlx::PgConnection,
-    target: Target<'_>,
-    touched: &[CreatedFinding],
-    observations: &[Observation],
-) -> Result<u64, Failed> {
-    let by_payment: HashMap<&PaymentKey, &Observation> =
-        observations.iter().map(|o| (&o.payment_id, o)).collect();
-    let repairable: Vec<(&CreatedFinding, RepairCommand, &Observation)> = touched
-        .iter()
-        .filter_map(|f| {
-            let o = by_payment.get(&f.payment_id)?;
-            let command = o.decision.command?;
-            (command.finding_kind().as_str() == f.kind).then_some((f, command, *o))
-        })
-        .collect();
-    let candidate_payments: Vec<PaymentKey> = repairable
-        .iter()
-        .map(|(f, ..)| f.payment_id.clone())
-        .collect();
-    let blocked: HashSet<PaymentKey> =
-        findings::blocked_payments(tx, target.key, &candidate_payments)
-            .await
-            .map_err(at(Write::Finding))?
-            .into_iter()
-            .collect();
-    let candidate_findings: Vec<i64> = repairable
-        .iter()
-        .filter(|(f, ..)| !blocked.contains(&f.payment_id))
-        .map(|(f, ..)| f.id)
-        .collect();
-    let without: HashSet<i64> = outbox::findings_without_command(
-        tx,
-        target.outbox,
-        &RepairCommand::EVENT_TYPES,
-        &candidate_findings,
-    )
-    .await
-    .map_err(at(Write::Outbox))?
-    .into_iter()
-    .collect();
-    let repairs: Vec<RepairRow> = repairable
-        .iter()
-        .filter(|(f, ..)| without.contains(&f.id))
-        .filter_map(|(f, command, o)| {
-            // A PaymentIntent row's command carries its id; a session row's
-            // its session, and the session's PaymentIntent when it has one
-            // (the writer fills it in; an expired session may have none).
-            let checkout_session_id = o.checkout_session.clone();
-            if checkout_session_id.is_none() && o.payment_intent.is_none() {
-                return None;
-            }
-            Some(RepairRow {
-                payment_id: f.payment_id.clone(),
-                finding_id: f.id,
-                command: command.as_str(),
-                expected_local_status: o.local.as_str().to_owned(),
-                stripe_payment_intent_id: o.payment_intent.clone(),
-                stripe_account_id: o.stripe_account.clone(),
-                checkout_session_id,
-            })
-        })
-        .collect();
-    outbox::enqueue_repairs(tx, target.outbox, target.key, &repairs)
-        .await
-        .map_err(at(Write::Outbox))
-}
-
-/// Stripe answered for this row definitively: a status, or a 404 / malformed
-/// id (whose finding carries the problem).
-fn is_answer(o: &Observation) -> bool {
-    o.observed.is_some() || definitive_without_status(o)
-}
-
-fn definitive_without_status(o: &Observation) -> bool {
-    matches!(
-        o.decision.kind,
-        Some(
-            FindingKind::MissingExternally
-                | FindingKind::InvalidPaymentIntentId
-                | FindingKind::InvalidCheckoutSessionId
-        )
-    )
 }
 
 /// The error of a batch whose every row was refused (see

@@ -1,7 +1,6 @@
 //! The CSV of `findings list --csv`: the JSON's flat fields, `differs`
 //! flattened, and an empty `note` to fill in for `resolve --file`.
 
-use super::link;
 use crate::dashboard::DashboardMode;
 use crate::store::findings::FindingView;
 
@@ -83,7 +82,7 @@ fn record(f: &FindingView, mode: DashboardMode) -> Vec<String> {
         f.seconds_to_deadline
             .map(|s| s.to_string())
             .unwrap_or_default(),
-        link(f, mode).unwrap_or_default(),
+        f.dashboard_url(mode).unwrap_or_default(),
         cell(Some(&d.field)),
         cell(d.local.as_deref()),
         cell(d.stripe.as_deref()),

@@ -3,7 +3,7 @@
 
 use sqlx::PgConnection;
 
-use super::{csv_export, link, table, ReviewError};
+use super::{csv_export, table, ReviewError};
 use crate::dashboard::DashboardMode;
 use crate::store::{findings, Context};
 
@@ -84,7 +84,7 @@ pub async fn list(
         for f in &rows {
             let line = serde_json::to_string(&ListedFinding {
                 finding: f,
-                dashboard_url: link(f, mode),
+                dashboard_url: f.dashboard_url(mode),
                 differs: f.differs(),
             })?;
             println!("{line}");
@@ -94,7 +94,7 @@ pub async fn list(
         }
         return Ok(());
     }
-    print!("{}", table::render(&rows, &|f| link(f, mode)));
+    print!("{}", table::render(&rows, &|f| f.dashboard_url(mode)));
     println!(
         "{}",
         cut.unwrap_or_else(|| format!("{} finding(s)", rows.len()))

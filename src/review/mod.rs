@@ -26,17 +26,3 @@ pub use file::{parse_file, read_file, FileError, FileLine};
 pub use list::{list, ListFormat, ListQuery};
 pub use resolve::{resolve, resolve_file, who_resolves};
 pub use show::show;
-
-use crate::dashboard::DashboardMode;
-use crate::store::findings::FindingView;
-
-/// The Dashboard link of a finding's PaymentIntent (or Checkout Session) in
-/// `mode`; `None` when no stored id is well formed.
-fn link(f: &FindingView, mode: DashboardMode) -> Option<String> {
-    crate::dashboard::finding_url(
-        f.stripe_account_id.as_deref(),
-        f.stripe_payment_intent_id.as_deref(),
-        f.checkout_session_id.as_deref(),
-        mode,
-    )
-}

@@ -3,7 +3,7 @@
 
 use sqlx::PgConnection;
 
-use super::{link, ReviewError};
+use super::ReviewError;
 use crate::dashboard::DashboardMode;
 use crate::store::findings::{self, FindingView, HistoryEntry};
 use crate::terminal::{account_or_platform, shorten_or_dash, shown};
@@ -38,14 +38,14 @@ pub async fn show(
     if json {
         let shown = Shown {
             finding: &f,
-            dashboard_url: link(&f, mode),
+            dashboard_url: f.dashboard_url(mode),
             differs: f.differs(),
             history: &history,
         };
         println!("{}", serde_json::to_string(&shown)?);
         return Ok(());
     }
-    print!("{}", render(&f, link(&f, mode).as_deref(), &history));
+    print!("{}", render(&f, f.dashboard_url(mode).as_deref(), &history));
     Ok(())
 }
 

@@ -82,7 +82,7 @@ pub(crate) struct ReadBatch {
 /// Phase 1 of a batch starting at `start`.
 ///
 /// # Errors
-/// As [`run_batch`].
+/// As [`run_batch`](crate::scan::run_batch).
 pub(crate) async fn prepare(
     pool: &PgPool,
     settings: &ScanGroups<'_>,
@@ -104,7 +104,7 @@ pub(crate) async fn prepare(
 /// `shutdown` fires.
 ///
 /// # Errors
-/// As [`run_batch_until`] (never `ConcurrentRun` or `Store` from here).
+/// As [`run_batch_until`](crate::scan::run_batch_until) (never `ConcurrentRun` or `Store` from here).
 pub(crate) async fn read_stripe(
     pool: &PgPool,
     gateway: &StripeGateway,

@@ -22,7 +22,7 @@ use crate::store::{cursor, outbox, payment_state, retry, Context};
 /// interrupted: it commits or rolls back as a whole.
 ///
 /// # Errors
-/// As [`run_batch`].
+/// As [`run_batch`](crate::scan::run_batch).
 pub(crate) async fn commit(
     pool: &PgPool,
     settings: &ScanGroups<'_>,

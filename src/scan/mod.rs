@@ -10,7 +10,7 @@
 //! - `history`: the run's row in `reconciliation_runs`.
 //! - [`plan`]: how many batches a run starts (`auto` or a number).
 //! - `pipeline`: the batches of a run, overlapped so Stripe is never idle; [`RunOptions`].
-//! - [`run`]: the scan as a [`crate::job::Job`]: history row, plan, batches, summary.
+//! - [`run`](mod@run): the scan as a [`crate::job::Job`]: history row, plan, batches, summary.
 //! - `one`: one batch on its own: phases 1, 2 and 3 in a row.
 //! - `schedule`: which batches a run starts, and where each starts.
 

@@ -38,14 +38,6 @@ pub struct CursorRow {
     pub last_cycle_completed_at: Option<DateTime<Utc>>,
 }
 
-impl CursorRow {
-    /// The position's key as a whole number (integer keys; `None` at the
-    /// start or for other keys): the cursor gauge.
-    pub fn position_number(&self) -> Option<i64> {
-        self.position.as_ref().and_then(|p| p.key.as_i64())
-    }
-}
-
 #[derive(sqlx::FromRow)]
 struct RawCursor {
     job: String,

@@ -1,6 +1,6 @@
 //! [`StripeGateway`]: the reads the reconciler makes (retrieve, probe, list;
 //! the events feed is in [`super::events`]), over the transport of
-//! [`super::transport`], counted per [`Endpoint`] by [`super::counting`].
+//! `super::transport`, counted per [`Endpoint`] by [`super::counting`].
 
 use std::num::NonZeroU32;
 use std::sync::Mutex;
@@ -181,30 +181,18 @@ impl StripeGateway {
             .await
     }
 
-    /// Lists the PaymentIntents created in `window`, newest first, with their
-    /// latest charge: `GET /v1/payment_intents?created[gte]&created[lte]
-    /// &limit=100&expand[]=data.latest_charge[&starting_after=..]`. Same rate
-    /// limit, retry rule and error mapping as [`StripeGateway::payment_intent`].
+    /// Lists the PaymentIntents of `account` (`Stripe-Account` header;
+    /// `None`: the platform's own account) created in `window`, newest first,
+    /// with their latest charge: `GET /v1/payment_intents?created[gte]
+    /// &created[lte]&limit=100&expand[]=data.latest_charge[&starting_after=..]`.
+    /// Same rate limit, retry rule and error mapping as
+    /// [`StripeGateway::payment_intent`].
     ///
     /// # Errors
-    /// - [`GatewayError::Rejected`] / [`GatewayError::Misconfigured`] as for a retrieve.
+    /// - [`GatewayError::Rejected`] / [`GatewayError::Misconfigured`] /
+    ///   [`GatewayError::AccountUnreachable`] as for a retrieve.
     /// - [`GatewayError::Unavailable`]: timeouts, 429, 5xx, or a body that is
     ///   not a Stripe list, after the retry budget.
-    pub async fn list_payment_intents(
-        &self,
-        window: CreatedWindow,
-        starting_after: Option<&PaymentIntentId>,
-    ) -> Result<ListPage, GatewayError> {
-        self.list_payment_intents_on(None, window, starting_after)
-            .await
-    }
-
-    /// [`StripeGateway::list_payment_intents`] of the connected `account`
-    /// (`Stripe-Account` header; `None`: the platform's own account).
-    ///
-    /// # Errors
-    /// As [`StripeGateway::list_payment_intents`], and
-    /// [`GatewayError::AccountUnreachable`] as for a retrieve.
     #[tracing::instrument(name = "stripe.list", level = "debug", skip_all, fields(gte = window.gte, lte = window.lte, stripe_account = account.map(AccountId::as_str), request_id = tracing::field::Empty, http_status = tracing::field::Empty))]
     pub async fn list_payment_intents_on(
         &self,
@@ -229,7 +217,7 @@ impl StripeGateway {
     /// Checkout Sessions' lists.
     ///
     /// # Errors
-    /// As [`StripeGateway::list_payment_intents`]; a 404 on a list path says
+    /// As [`StripeGateway::list_payment_intents_on`]; a 404 on a list path says
     /// nothing about an object, so it is [`GatewayError::Unavailable`]
     /// ([`InvalidBody::NotFoundOnList`]).
     pub(super) async fn list_page<T>(

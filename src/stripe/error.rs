@@ -170,7 +170,7 @@ pub enum MalformedSession {
 }
 
 /// Why a PaymentIntent JSON object (a retrieve's body or one item of a list
-/// page) is not usable. The checks are those of [`super::wire`]: `status` must
+/// page) is not usable. The checks are those of `super::wire`: `status` must
 /// be a short lowercase Stripe word; everything else is read leniently.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MalformedPaymentIntent {

@@ -106,6 +106,18 @@ impl FindingView {
             self.details.as_ref(),
         )
     }
+
+    /// The Dashboard link of this finding's PaymentIntent (or Checkout
+    /// Session) in `mode`, on its connected account if any; `None` when no
+    /// stored id is well formed ([`crate::dashboard::finding_url`]).
+    pub fn dashboard_url(&self, mode: crate::dashboard::DashboardMode) -> Option<String> {
+        crate::dashboard::finding_url(
+            self.stripe_account_id.as_deref(),
+            self.stripe_payment_intent_id.as_deref(),
+            self.checkout_session_id.as_deref(),
+            mode,
+        )
+    }
 }
 
 /// Lists findings, newest first, at most `limit` rows.

@@ -33,24 +33,9 @@ use parse::parse_page;
 pub const EVENTS_PAGE_LIMIT: u32 = 100;
 
 impl StripeGateway {
-    /// Reads one page of the events of [`EVENT_TYPES`] created at or after
-    /// `created_gte` (Unix seconds), newest first, older than `starting_after`
-    /// when given: `GET /v1/events?types[]=...&created[gte]=..&limit=100
-    /// [&starting_after=evt_...]`, under the shared rate limit and retry rule.
-    ///
-    /// # Errors
-    /// As [`StripeGateway::payment_intent_events_in`].
-    pub async fn payment_intent_events(
-        &self,
-        created_gte: i64,
-        starting_after: Option<&str>,
-    ) -> Result<EventPage, GatewayError> {
-        self.payment_intent_events_in(None, created_gte, None, starting_after)
-            .await
-    }
-
-    /// Reads one page of the events of `account` (a connected account, sent
-    /// as `Stripe-Account`; `None`: the platform's own feed) created in
+    /// Reads one page of the events of [`EVENT_TYPES`] of `account` (a
+    /// connected account, sent as `Stripe-Account`; `None`: the platform's
+    /// own feed) created in
     /// `[created_gte, created_lt)` (Unix seconds; no upper bound when
     /// `created_lt` is `None`), newest first, older than `starting_after` when
     /// given: `GET /v1/events?types[]=...&created[gte]=..[&created[lt]=..]
