@@ -52,7 +52,7 @@ pub(super) async fn migrate(settings: &Settings, unique: bool) -> Result<(), Com
     );
     let mut conn = pool.acquire().await.context("connecting").map_err(store)?;
     // 2b. The reconciler's key columns hold payments.id's type (issue 31).
-    keys(&mut conn).await?;
+    keys(&mut conn, settings).await?;
     // 3. The outbox: created only when absent; an existing one is left as it is.
     let table = settings.job.outbox.table.display();
     if outbox == OutboxState::Absent && settings.job.outbox.shape == OutboxShape::Reconciler {
@@ -88,7 +88,10 @@ pub(super) async fn migrate(settings: &Settings, unique: bool) -> Result<(), Com
 /// how the cycle walks the table, naming the index of the application's
 /// that would keep list mode's batches dense when it is missing
 /// (docs/keys.md; `migrate` never adds it: the table is the application's).
-async fn keys(conn: &mut sqlx::PgConnection) -> Result<(), CommandError> {
+/// When the state table's key column changes type (the first `migrate` on a
+/// uuid, text or numeric table), the existing payments are registered in it,
+/// as migration 0010 does for integer keys.
+async fn keys(conn: &mut sqlx::PgConnection, settings: &Settings) -> Result<(), CommandError> {
     let key = preflight::detect_key(&mut *conn).await?;
     let changed = crate::store::keys::align(&mut *conn, &key)
         .await
@@ -98,6 +101,18 @@ async fn keys(conn: &mut sqlx::PgConnection) -> Result<(), CommandError> {
             "payments.id is {}: the key column of {} now holds that type",
             key.sql(),
             changed.join(", ")
+        );
+    }
+    if changed.iter().any(|t| t == "reconciliation_payment_state") {
+        let times = crate::store::payments::time_columns(&mut *conn, &settings.job.schema.times)
+            .await
+            .map_err(preflight::column_error)?;
+        let registered = crate::store::payment_state::register_existing(&mut *conn, &times)
+            .await
+            .map_err(CommandError::Store)?;
+        tracing::info!(
+            registered,
+            "existing payments registered in the reconciler's state"
         );
     }
     match (key.kind(), key.walk()) {
