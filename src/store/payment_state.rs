@@ -141,23 +141,36 @@ pub async fn highest_seen(
     Ok(row.map(|(key, created_at)| Position { key, created_at }))
 }
 
-/// The earliest `created_at` of a state row never confirmed (`None`: there
-/// is none): one lookup on the partial index of unconfirmed rows in
-/// `(created_at, payment_id)` order (migration 0019). The rows behind the
-/// cursor bind it as a parameter, so the planner sees how few unconfirmed
-/// rows can lie behind the cursor.
+/// Where the earliest state row never confirmed lies in the walk's order,
+/// as text: its key (a key walk) or its `created_at` (a `(created_at, id)`
+/// walk); `None`: there is none. One lookup on a partial index of the
+/// unconfirmed rows (`..._unconfirmed`, `..._unconfirmed_created`, migration
+/// 0019). The rows behind the cursor bind it as a parameter, so the planner
+/// sees how few unconfirmed rows can lie behind the cursor, and the range
+/// it reads starts at the first live entry (entries of rows confirmed since
+/// the last vacuum are skipped once, not reread every batch).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn earliest_unconfirmed(
     conn: &mut PgConnection,
-) -> Result<Option<DateTime<Utc>>, StoreError> {
-    super::query_scalar(
-        "SELECT min(created_at) FROM reconciliation_payment_state WHERE last_reconciled_at IS NULL",
-    )
-    .fetch_one(conn)
-    .await
-    .context("reading the earliest unconfirmed payment")
+    key: &KeyType,
+) -> Result<Option<String>, StoreError> {
+    let sql = match key.walk() {
+        Walk::Key => {
+            "SELECT s.payment_id::text FROM reconciliation_payment_state s
+              WHERE s.last_reconciled_at IS NULL ORDER BY s.payment_id LIMIT 1"
+        }
+        Walk::CreatedAt => {
+            "SELECT to_char(s.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')
+               FROM reconciliation_payment_state s
+              WHERE s.last_reconciled_at IS NULL ORDER BY s.created_at LIMIT 1"
+        }
+    };
+    super::query_scalar(sql)
+        .fetch_optional(conn)
+        .await
+        .context("reading the earliest unconfirmed payment")
 }
 
 /// Registers up to `limit` payments beyond the last seen one in the walk's

@@ -224,8 +224,8 @@ impl MoneyColumns<'_> {
     /// The query of rows behind the cursor never confirmed (`$1` the
     /// cursor's key, `$2` grace seconds, `$3` limit, `$4` job, `$5` keys left
     /// out, `$6` the late-commit window's start as text, `$7` the cursor's
-    /// `created_at`, `$8` the earliest `created_at` of an unconfirmed state
-    /// row, `$9` the partition's value): [`behind_cursor`].
+    /// `created_at`, `$8` where the earliest unconfirmed state row lies, as
+    /// text, `$9` the partition's value): [`behind_cursor`].
     fn behind_sql(&self) -> String {
         format!(
             "SELECT {}
@@ -325,19 +325,22 @@ fn behind_cursor(key: &KeyType, times: &PaymentTimes) -> String {
         (Walk::Key, _) => String::new(),
     };
     // The unconfirmed state rows at or before the cursor by their own
-    // position: one range of a partial index (`..._unconfirmed`,
-    // `..._unconfirmed_created`, migration 0019) instead of every
-    // unconfirmed row of the table (all rows ahead of the cursor in a first
-    // cycle) probed in `payments` per batch.
+    // position, from the earliest unconfirmed one (`$8`): one narrow range of
+    // a partial index (`..._unconfirmed`, `..._unconfirmed_created`,
+    // migration 0019) instead of every unconfirmed row of the table (in a
+    // first cycle, every row ahead of the cursor) or every entry behind the
+    // cursor. `created_at BETWEEN` is implied by the row comparison but
+    // estimated as the narrow range it is (the row comparison alone is
+    // taken for half the table, and the state table was scanned whole).
     let seen_before = match key.walk() {
-        Walk::Key => format!("s.payment_id <= {}", key.cast("$1")),
-        // `created_at BETWEEN`: implied, but estimated as the narrow range it
-        // is (from the earliest unconfirmed row, `$8`, to the cursor), so the
-        // partial index is used; the row comparison alone is taken for half
-        // the table, and the state table was scanned whole every batch.
+        Walk::Key => format!(
+            "s.payment_id BETWEEN {} AND {}",
+            key.cast("$8"),
+            key.cast("$1")
+        ),
         Walk::CreatedAt => format!(
             "(s.created_at, s.payment_id) <= ($7::timestamptz, {})
-                                AND s.created_at BETWEEN $8::timestamptz AND $7::timestamptz",
+                                AND s.created_at BETWEEN ($8)::timestamptz AND $7::timestamptz",
             key.cast("$1")
         ),
     };

@@ -69,10 +69,8 @@ pub async fn read_behind_cursor(
     excluded: &[PaymentKey],
 ) -> Result<Vec<PaymentRow>, StoreError> {
     let window_from = late_commit_window(&mut *conn, columns.key, limit).await?;
-    let unconfirmed_from = match columns.key.walk() {
-        Walk::CreatedAt => crate::store::payment_state::earliest_unconfirmed(&mut *conn).await?,
-        Walk::Key => None,
-    };
+    let unconfirmed_from =
+        crate::store::payment_state::earliest_unconfirmed(&mut *conn, columns.key).await?;
     let sql = columns.behind_sql();
     let query = crate::store::query_as(&sql)
         .bind(&cursor.key)
