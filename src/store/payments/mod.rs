@@ -344,8 +344,20 @@ fn behind_cursor(key: &KeyType, times: &PaymentTimes) -> String {
             key.cast("$1")
         ),
     };
+    // A walk by key also bounds `p` from below (the earliest unconfirmed
+    // row, or the late-commit window's start when lower): the planner
+    // merge-joins on `payments`' primary key, which otherwise read every id
+    // from the table's first one to the unconfirmed rows (the batch still
+    // being committed lies there).
+    let from = match (key.walk(), key.kind()) {
+        (Walk::Key, crate::key::KeyKind::Integer) => {
+            format!(" AND p.id >= least({}, ($6)::bigint)", key.cast("$8"))
+        }
+        (Walk::Key, _) => format!(" AND p.id >= {}", key.cast("$8")),
+        (Walk::CreatedAt, _) => String::new(),
+    };
     format!(
-        "{at_or_before}
+        "{at_or_before}{from}
                 AND p.id IN (SELECT s.payment_id FROM reconciliation_payment_state s
                               WHERE s.last_reconciled_at IS NULL AND {seen_before}
                              {never_seen})
