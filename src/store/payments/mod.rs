@@ -329,7 +329,10 @@ fn behind_cursor(key: &KeyType, times: &PaymentTimes) -> String {
     // a partial index (`..._unconfirmed`, `..._unconfirmed_created`,
     // migration 0019) instead of every unconfirmed row of the table (in a
     // first cycle, every row ahead of the cursor) or every entry behind the
-    // cursor. `created_at BETWEEN` is implied by the row comparison but
+    // cursor. The keys left out (`$5`: the batch still being committed,
+    // unconfirmed and behind the cursor) are left out here already, before
+    // each would be probed in `payments` (random pages for uuid keys).
+    // `created_at BETWEEN` is implied by the row comparison but
     // estimated as the narrow range it is (the row comparison alone is
     // taken for half the table, and the state table was scanned whole).
     let seen_before = match key.walk() {
@@ -360,6 +363,7 @@ fn behind_cursor(key: &KeyType, times: &PaymentTimes) -> String {
         "{at_or_before}{from}
                 AND p.id IN (SELECT s.payment_id FROM reconciliation_payment_state s
                               WHERE s.last_reconciled_at IS NULL AND {seen_before}
+                                AND NOT (s.payment_id = ANY({excluded}))
                              {never_seen})
                 AND {updated} <= now() - make_interval(secs => $2)
                 AND NOT EXISTS (SELECT 1 FROM reconciliation_unverifiable u
