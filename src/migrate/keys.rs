@@ -1,6 +1,7 @@
 //! `migrate`'s key step (issue 31): the reconciler's key columns hold
 //! `payments.id`'s type, and the walk the cycle will take is said.
 
+use crate::config::Settings;
 use crate::key::{KeyKind, Walk};
 use crate::lifecycle::preflight;
 use crate::lifecycle::CommandError;
@@ -9,7 +10,13 @@ use crate::lifecycle::CommandError;
 /// how the cycle walks the table, naming the index of the application's
 /// that would keep list mode's batches dense when it is missing
 /// (docs/keys.md; `migrate` never adds it: the table is the application's).
-pub(super) async fn align(conn: &mut sqlx::PgConnection) -> Result<(), CommandError> {
+/// When the state table's key column changes type (the first `migrate` on a
+/// uuid, text or numeric table), the existing payments are registered in it,
+/// as migration 0010 does for integer keys.
+pub(super) async fn align(
+    conn: &mut sqlx::PgConnection,
+    settings: &Settings,
+) -> Result<(), CommandError> {
     let key = preflight::detect_key(&mut *conn).await?;
     let changed = crate::store::keys::align(&mut *conn, &key)
         .await
@@ -19,6 +26,18 @@ pub(super) async fn align(conn: &mut sqlx::PgConnection) -> Result<(), CommandEr
             "payments.id is {}: the key column of {} now holds that type",
             key.sql(),
             changed.join(", ")
+        );
+    }
+    if changed.iter().any(|t| t == "reconciliation_payment_state") {
+        let times = crate::store::payments::time_columns(&mut *conn, &settings.schema.times)
+            .await
+            .map_err(preflight::column_error)?;
+        let registered = crate::store::payment_state::register_existing(&mut *conn, &times)
+            .await
+            .map_err(CommandError::Store)?;
+        tracing::info!(
+            registered,
+            "existing payments registered in the reconciler's state"
         );
     }
     match (key.kind(), key.walk()) {

@@ -59,7 +59,7 @@ pub async fn migrate(pool: &PgPool, settings: &Settings, unique: bool) -> Result
     );
     let mut conn = pool.acquire().await.context("connecting").map_err(store)?;
     // 2b. The reconciler's key columns hold payments.id's type (issue 31).
-    keys::align(&mut conn).await?;
+    keys::align(&mut conn, settings).await?;
     // 3. The outbox: created only when absent; an existing one is left as it is.
     outbox::create_if_absent(&mut conn, &settings.outbox, outbox).await?;
     // 4. The PaymentIntent id lookup index.

@@ -184,7 +184,7 @@ async fn write_phase(
     // recorded: every state row this transaction writes is then taken in
     // ascending key order, like another partition's job on the same range.
     let through = (!reached_end).then_some(last_id);
-    payment_state::forget_deleted(&mut tx, key, cursor_id, through).await?;
+    let forgotten = payment_state::forget_deleted(&mut tx, key, cursor_id, through).await?;
     if partitioned {
         payment_state::register_range(&mut tx, key, cursor_id, through, times).await?;
     }
@@ -198,7 +198,8 @@ async fn write_phase(
     )
     .await?;
     payment_state::register_new(&mut tx, key, register_limit, times).await?;
-    let deleted = close_deleted(&mut tx, outbox, key, (cursor_id, through), observations).await?;
+    let range = (cursor_id, through);
+    let deleted = close_deleted(&mut tx, outbox, key, range, observations, forgotten).await?;
     report.findings_payment_deleted = deleted;
     report.findings_created = recorded.findings_created;
     report.findings_cleared = recorded.findings_cleared;
@@ -231,7 +232,8 @@ fn number(position: Option<&Position>) -> i64 {
 }
 
 /// Payments the application deleted in the walked range `(after, through]`
-/// (or between this batch's read and now): their open findings close as
+/// (or between this batch's read and now; `forgotten`: the keys whose state
+/// rows the batch forgot in that range): their open findings close as
 /// `payment_deleted`, their commands are skipped with that reason. Returns
 /// the findings resolved.
 async fn close_deleted(
@@ -240,9 +242,11 @@ async fn close_deleted(
     key: &KeyType,
     range: (Option<&Position>, Option<&Position>),
     observations: &[Observation],
+    forgotten: Vec<PaymentKey>,
 ) -> Result<u64, RunError> {
-    let batch_ids: Vec<PaymentKey> = observations.iter().map(|o| o.payment_id.clone()).collect();
-    let deleted = findings::resolve_deleted(&mut *tx, key, range, &batch_ids).await?;
+    let mut keys = forgotten;
+    keys.extend(observations.iter().map(|o| o.payment_id.clone()));
+    let deleted = findings::resolve_deleted(&mut *tx, key, range, &keys).await?;
     if !deleted.is_empty() {
         outbox::close_for_findings(
             tx,

@@ -69,6 +69,45 @@ pub async fn record(
     Ok(())
 }
 
+/// Registers every payment without a state row (`last_reconciled_at` NULL,
+/// `created_at` copied), in one statement without a statement timeout (a
+/// lock wait bounded to 10 s): what migration 0010 does for integer keys,
+/// for a table whose key columns [`super::keys::align`] has just given
+/// `payments.id`'s type (uuid, text, numeric), so that the first cycle
+/// updates state rows instead of inserting each row ahead of the walk
+/// ([`register_new`]) and updating it again. Returns the rows registered.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn register_existing(
+    conn: &mut PgConnection,
+    times: &PaymentTimes,
+) -> Result<u64, StoreError> {
+    let sql = format!(
+        "INSERT INTO reconciliation_payment_state (payment_id, created_at)
+         SELECT p.id, {} FROM payments p
+         ON CONFLICT (payment_id) DO NOTHING",
+        times.created("p")
+    );
+    let mut tx = super::begin_with(
+        &mut *conn,
+        super::Timeouts {
+            statement: "0",
+            lock: "10s",
+        },
+    )
+    .await
+    .context("opening a transaction")?;
+    let done = super::query(&sql)
+        .execute(&mut *tx)
+        .await
+        .context("registering the existing payments")?;
+    tx.commit()
+        .await
+        .context("committing the registered payments")?;
+    Ok(done.rows_affected())
+}
+
 /// The last seen payment in the walk's order: the highest key (a key walk)
 /// or the latest `created_at` with its highest key (a `(created_at, id)`
 /// walk); `None` when none. Callers bind it as a parameter (one index lookup
@@ -102,6 +141,38 @@ pub async fn highest_seen(
     Ok(row.map(|(key, created_at)| Position { key, created_at }))
 }
 
+/// Where the earliest state row never confirmed lies in the walk's order,
+/// as text: its key (a key walk) or its `created_at` (a `(created_at, id)`
+/// walk); `None`: there is none. One lookup on a partial index of the
+/// unconfirmed rows (`..._unconfirmed`, `..._unconfirmed_created`, migration
+/// 0019). The rows behind the cursor bind it as a parameter, so the planner
+/// sees how few unconfirmed rows can lie behind the cursor, and the range
+/// it reads starts at the first live entry (entries of rows confirmed since
+/// the last vacuum are skipped once, not reread every batch).
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn earliest_unconfirmed(
+    conn: &mut PgConnection,
+    key: &KeyType,
+) -> Result<Option<String>, StoreError> {
+    let sql = match key.walk() {
+        Walk::Key => {
+            "SELECT s.payment_id::text FROM reconciliation_payment_state s
+              WHERE s.last_reconciled_at IS NULL ORDER BY s.payment_id LIMIT 1"
+        }
+        Walk::CreatedAt => {
+            "SELECT to_char(s.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')
+               FROM reconciliation_payment_state s
+              WHERE s.last_reconciled_at IS NULL ORDER BY s.created_at LIMIT 1"
+        }
+    };
+    super::query_scalar(sql)
+        .fetch_optional(conn)
+        .await
+        .context("reading the earliest unconfirmed payment")
+}
+
 /// Registers up to `limit` payments beyond the last seen one in the walk's
 /// order (`last_reconciled_at` NULL, `created_at` copied), so that the rows
 /// the lag must read from `payments` itself stay the few inserted since the
@@ -112,7 +183,10 @@ pub async fn highest_seen(
 /// rows from `payments` (docs/keys.md). Returns the rows registered. Rows
 /// of an integer walk are inserted in id order, the one order every writer
 /// of this table takes (two partitions' jobs register the same ids at once;
-/// a race lost anyway is retried, [`super::retry`]).
+/// a race lost anyway is retried, [`super::retry`]). Rows beyond the head
+/// are probed one by one in the state table (`OFFSET 0` keeps the
+/// `NOT EXISTS` a per-row subplan: the planner, guessing a third of the
+/// table beyond the head, hashed the whole state table every batch).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -129,7 +203,7 @@ pub async fn register_new(
              SELECT p.id, {created} FROM payments p
               WHERE p.id > (SELECT coalesce(max(payment_id), -9223372036854775808)
                               FROM reconciliation_payment_state)
-                AND NOT EXISTS (SELECT 1 FROM reconciliation_payment_state s WHERE s.payment_id = p.id)
+                AND NOT EXISTS (SELECT 1 FROM reconciliation_payment_state s WHERE s.payment_id = p.id OFFSET 0)
               ORDER BY p.id
               LIMIT $1
              ON CONFLICT (payment_id) DO NOTHING"
@@ -138,7 +212,7 @@ pub async fn register_new(
             "INSERT INTO reconciliation_payment_state (payment_id, created_at)
              SELECT p.id, {created} FROM payments p
               WHERE p.created_at >= {}
-                AND NOT EXISTS (SELECT 1 FROM reconciliation_payment_state s WHERE s.payment_id = p.id)
+                AND NOT EXISTS (SELECT 1 FROM reconciliation_payment_state s WHERE s.payment_id = p.id OFFSET 0)
               ORDER BY p.created_at, p.id
               LIMIT $1
              ON CONFLICT (payment_id) DO NOTHING",
@@ -182,6 +256,19 @@ fn in_range(
     }
     if through {
         parts.push(compare("<=", 3, 4));
+    }
+    // Implied by the two row comparisons, but estimated as the narrow range
+    // it is: the planner takes two row comparisons for independent halves
+    // of the table (a quarter of it), and then hashes or JIT-compiles for
+    // what is a batch's span.
+    if after && through && key.walk() == Walk::CreatedAt {
+        let bound =
+            |c: &str| times.map_or_else(|| format!("{c}::timestamptz"), |t| t.created_bound(c));
+        parts.push(format!(
+            "{alias}.{created} BETWEEN {} AND {}",
+            bound("$2"),
+            bound("$4")
+        ));
     }
     parts.join(" AND ")
 }
@@ -242,7 +329,13 @@ fn bind_range<'q>(
 /// deleted payment is forgotten within a cycle and stops counting in the lag.
 /// (In a `(created_at, id)` walk the state row's own `created_at` places it:
 /// the ranges of a cycle cover the whole order, so every row is looked at
-/// once per cycle.) Returns the rows removed.
+/// once per cycle.) Returns the keys removed.
+///
+/// One primary-key probe of `payments` per state row of the range: the
+/// `OFFSET 0` keeps the `NOT EXISTS` a per-row subplan. As an anti-join the
+/// planner hashed the whole of `payments` for every batch (it overestimates
+/// a range of `(created_at, payment_id)` tenfold): a cost growing with the
+/// table, not the batch.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -251,11 +344,12 @@ pub async fn forget_deleted(
     key: &KeyType,
     after: Option<&Position>,
     through: Option<&Position>,
-) -> Result<u64, StoreError> {
+) -> Result<Vec<PaymentKey>, StoreError> {
     let sql = format!(
         "DELETE FROM reconciliation_payment_state s
           WHERE {}
-            AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = s.payment_id)",
+            AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = s.payment_id OFFSET 0)
+         RETURNING s.payment_id::text",
         in_range(
             key,
             ("s", "created_at", "payment_id"),
@@ -263,9 +357,12 @@ pub async fn forget_deleted(
             None
         )
     );
-    let done = bind_range(super::query(&sql), after, through)
-        .execute(conn)
+    super::query_scalar(&sql)
+        .bind(after.map(|p| &p.key))
+        .bind(after.and_then(|p| p.created_at))
+        .bind(through.map(|p| &p.key))
+        .bind(through.and_then(|p| p.created_at))
+        .fetch_all(conn)
         .await
-        .context("forgetting deleted payments")?;
-    Ok(done.rows_affected())
+        .context("forgetting deleted payments")
 }

@@ -1,6 +1,8 @@
 //! Rows that move under the walk (issue 31): a row committed late with an
 //! old `created_at` is verified by the next cycle; a row whose key or
-//! `created_at` changes is read as a new row.
+//! `created_at` changes is read as a new row; `migrate` registers a uuid
+//! table's existing rows, and a deleted payment's finding resolves when the
+//! walk passes its state row.
 
 use std::collections::BTreeSet;
 
@@ -115,4 +117,76 @@ async fn a_row_whose_key_or_created_at_changes_is_read_as_a_new_row(pool: PgPool
     .await
     .unwrap();
     assert!(moved, "the state row follows the new created_at");
+}
+
+#[sqlx::test(migrations = false)]
+async fn migrate_registers_a_uuid_tables_rows_and_a_deleted_payments_finding_resolves_when_the_walk_passes_it(
+    pool: PgPool,
+) {
+    app_table(&pool, "uuid", "bigint", true).await;
+    let mut drifted = Vec::new();
+    for i in 0..12 {
+        let status = if i % 5 == 2 { "pending" } else { "paid" };
+        let id = insert(
+            &pool,
+            "gen_random_uuid()",
+            &format!("pi_D{i:02}"),
+            status,
+            3600 - 60 * i,
+        )
+        .await;
+        if status == "pending" {
+            drifted.push(id);
+        }
+    }
+    migrate(&pool, &[]).await;
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM payments p JOIN reconciliation_payment_state s
+                ON s.payment_id = p.id AND s.created_at = p.created_at
+             WHERE s.last_reconciled_at IS NULL"
+        )
+        .await,
+        12,
+        "migrate registered every existing row, unconfirmed"
+    );
+    let stripe = StripeFake::start().await;
+    stripe.mirror(&pool, "succeeded").await;
+    let s = job(&pool, ReadMode::Retrieve, 4).await;
+    assert!(run(&pool, &stripe, &s).await.wrapped);
+    assert_eq!(drifted.len(), 2);
+    assert_eq!(
+        open_findings(&pool).await,
+        drifted
+            .iter()
+            .map(|id| (id.clone(), "missed_success".to_owned()))
+            .collect::<BTreeSet<_>>()
+    );
+
+    // The application deletes one drifted payment: the next cycle's walk
+    // passes its state row, forgets it and resolves its finding.
+    sqlx::query("DELETE FROM payments WHERE id = $1::uuid")
+        .bind(&drifted[0])
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert!(run(&pool, &stripe, &s).await.wrapped, "the next cycle");
+    assert_eq!(
+        open_findings(&pool).await,
+        BTreeSet::from([(drifted[1].clone(), "missed_success".to_owned())])
+    );
+    let resolution: Option<String> = sqlx::query_scalar(
+        "SELECT resolution FROM reconciliation_findings WHERE payment_id = $1::uuid",
+    )
+    .bind(&drifted[0])
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(resolution.as_deref(), Some("payment_deleted"));
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_payment_state").await,
+        11,
+        "the deleted payment's state row is forgotten"
+    );
 }

@@ -341,10 +341,15 @@ pub async fn resolve_stale(
 /// Resolves as [`Resolution::PaymentDeleted`] the open findings about a
 /// payment that no longer exists in `payments`, among the keys in the walked
 /// range `(after, through]` (a batch's range; `None`: from the cycle's
-/// start, to the table's end) and the keys of `also` (the batch's rows
-/// behind the cursor). In a `(created_at, id)` walk findings hold no
-/// `created_at`, so every open finding is looked at (one primary-key probe
-/// each; open findings are few). Returns the ids of the findings resolved,
+/// start, to the table's end) and the keys of `also` (the batch's rows,
+/// and the keys whose state rows the batch forgot in its range,
+/// [`crate::store::payment_state::forget_deleted`]). In a `(created_at, id)`
+/// walk findings hold no `created_at`: the range is the state rows the batch
+/// forgot (every payment with a finding has a state row, placed by its
+/// `created_at`), so each open finding is still looked at once per cycle,
+/// not once per batch. One primary-key probe of `payments` per finding
+/// (`OFFSET 0`: as an anti-join the planner hashed the whole of `payments`
+/// every batch). Returns the ids of the findings resolved,
 /// so their repair commands are closed in the same transaction. The
 /// payment's key is a value here, never a foreign key: the application
 /// deletes its rows freely.
@@ -358,7 +363,7 @@ pub async fn resolve_deleted(
     also: &[PaymentKey],
 ) -> Result<Vec<i64>, StoreError> {
     let range = match key.walk() {
-        Walk::CreatedAt => "TRUE".to_owned(),
+        Walk::CreatedAt => "FALSE".to_owned(),
         Walk::Key => {
             let mut parts = vec!["TRUE".to_owned()];
             if after.is_some() {
@@ -375,7 +380,7 @@ pub async fn resolve_deleted(
             SET resolved_at = now(), resolution = $4
           WHERE f.resolved_at IS NULL AND f.payment_id IS NOT NULL
             AND (({range}) OR f.payment_id = ANY({}))
-            AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = f.payment_id)
+            AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = f.payment_id OFFSET 0)
          RETURNING f.id",
         key.cast_array("$3")
     );

@@ -224,7 +224,8 @@ impl MoneyColumns<'_> {
     /// The query of rows behind the cursor never confirmed (`$1` the
     /// cursor's key, `$2` grace seconds, `$3` limit, `$4` job, `$5` keys left
     /// out, `$6` the late-commit window's start as text, `$7` the cursor's
-    /// `created_at`, `$8` the partition's value): [`behind_cursor`].
+    /// `created_at`, `$8` where the earliest unconfirmed state row lies, as
+    /// text, `$9` the partition's value): [`behind_cursor`].
     fn behind_sql(&self) -> String {
         format!(
             "SELECT {}
@@ -234,7 +235,7 @@ impl MoneyColumns<'_> {
               LIMIT $3",
             self.row_columns(),
             behind_cursor(self.key, self.times),
-            partition = self.partition_sql(8),
+            partition = self.partition_sql(9),
             order = walk_order(self.key, "p"),
         )
     }
@@ -299,6 +300,10 @@ pub(crate) fn partition_condition(partition: Option<&Partition>, alias: &str, pa
 /// over a bounded window, `$6`, below the highest seen id or `created_at`;
 /// a key walk of uuid, text or numeric keys has no such window, and its late
 /// commits are read by the next cycle: docs/keys.md, "No row skipped").
+/// A seen row is placed by its state row (in a `(created_at, id)` walk, the
+/// `created_at` copied when it was seen): a row whose `created_at` moved
+/// from ahead of the cursor to behind it is read by the next cycle, as
+/// docs/keys.md says for any row whose position changes.
 /// `created_at` and `updated_at` are read as `times` says.
 fn behind_cursor(key: &KeyType, times: &PaymentTimes) -> String {
     let never_seen = match (key.walk(), key.kind()) {
@@ -306,7 +311,7 @@ fn behind_cursor(key: &KeyType, times: &PaymentTimes) -> String {
             "UNION ALL
              SELECT q.id FROM payments q
               WHERE {} AND q.created_at > {}
-                AND NOT EXISTS (SELECT 1 FROM reconciliation_payment_state s WHERE s.payment_id = q.id)",
+                AND NOT EXISTS (SELECT 1 FROM reconciliation_payment_state s WHERE s.payment_id = q.id OFFSET 0)",
             walk_compare(key, times, "q", "<=", (1, 7)),
             times.created_bound("($6)")
         ),
@@ -314,15 +319,51 @@ fn behind_cursor(key: &KeyType, times: &PaymentTimes) -> String {
             "UNION ALL
              SELECT q.id FROM payments q
               WHERE q.id <= {} AND q.id > ($6)::bigint
-                AND NOT EXISTS (SELECT 1 FROM reconciliation_payment_state s WHERE s.payment_id = q.id)",
+                AND NOT EXISTS (SELECT 1 FROM reconciliation_payment_state s WHERE s.payment_id = q.id OFFSET 0)",
             key.cast("$1")
         ),
         (Walk::Key, _) => String::new(),
     };
+    // The unconfirmed state rows at or before the cursor by their own
+    // position, from the earliest unconfirmed one (`$8`): one narrow range of
+    // a partial index (`..._unconfirmed`, `..._unconfirmed_created`,
+    // migration 0019) instead of every unconfirmed row of the table (in a
+    // first cycle, every row ahead of the cursor) or every entry behind the
+    // cursor. The keys left out (`$5`: the batch still being committed,
+    // unconfirmed and behind the cursor) are left out here already, before
+    // each would be probed in `payments` (random pages for uuid keys).
+    // `created_at BETWEEN` is implied by the row comparison but
+    // estimated as the narrow range it is (the row comparison alone is
+    // taken for half the table, and the state table was scanned whole).
+    let seen_before = match key.walk() {
+        Walk::Key => format!(
+            "s.payment_id BETWEEN {} AND {}",
+            key.cast("$8"),
+            key.cast("$1")
+        ),
+        Walk::CreatedAt => format!(
+            "(s.created_at, s.payment_id) <= ($7::timestamptz, {})
+                                AND s.created_at BETWEEN ($8)::timestamptz AND $7::timestamptz",
+            key.cast("$1")
+        ),
+    };
+    // A walk by key also bounds `p` from below (the earliest unconfirmed
+    // row, or the late-commit window's start when lower): the planner
+    // merge-joins on `payments`' primary key, which otherwise read every id
+    // from the table's first one to the unconfirmed rows (the batch still
+    // being committed lies there).
+    let from = match (key.walk(), key.kind()) {
+        (Walk::Key, crate::key::KeyKind::Integer) => {
+            format!(" AND p.id >= least({}, ($6)::bigint)", key.cast("$8"))
+        }
+        (Walk::Key, _) => format!(" AND p.id >= {}", key.cast("$8")),
+        (Walk::CreatedAt, _) => String::new(),
+    };
     format!(
-        "{at_or_before}
+        "{at_or_before}{from}
                 AND p.id IN (SELECT s.payment_id FROM reconciliation_payment_state s
-                              WHERE s.last_reconciled_at IS NULL
+                              WHERE s.last_reconciled_at IS NULL AND {seen_before}
+                                AND NOT (s.payment_id = ANY({excluded}))
                              {never_seen})
                 AND {updated} <= now() - make_interval(secs => $2)
                 AND NOT EXISTS (SELECT 1 FROM reconciliation_unverifiable u

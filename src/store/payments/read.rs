@@ -69,6 +69,8 @@ pub async fn read_behind_cursor(
     excluded: &[PaymentKey],
 ) -> Result<Vec<PaymentRow>, StoreError> {
     let window_from = late_commit_window(&mut *conn, columns.key, limit).await?;
+    let unconfirmed_from =
+        crate::store::payment_state::earliest_unconfirmed(&mut *conn, columns.key).await?;
     let sql = columns.behind_sql();
     let query = crate::store::query_as(&sql)
         .bind(&cursor.key)
@@ -77,7 +79,8 @@ pub async fn read_behind_cursor(
         .bind(job)
         .bind(excluded)
         .bind(window_from)
-        .bind(cursor.created_at);
+        .bind(cursor.created_at)
+        .bind(unconfirmed_from);
     let rows: Vec<RawRow> = match columns.partition {
         Some(p) => query.bind(p.value.as_str()),
         None => query,
