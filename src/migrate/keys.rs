@@ -28,7 +28,15 @@ pub(super) async fn align(
             changed.join(", ")
         );
     }
-    if changed.iter().any(|t| t == "reconciliation_payment_state") {
+    // Registered when the state table's key column has just changed type,
+    // or when an earlier migrate changed it and its registration (one
+    // statement: all or nothing) did not finish: the state table is empty
+    // beside a non-empty `payments`.
+    let unregistered = key.kind() != KeyKind::Integer
+        && crate::store::payment_state::empty_beside_payments(&mut *conn)
+            .await
+            .map_err(CommandError::Store)?;
+    if unregistered || changed.iter().any(|t| t == "reconciliation_payment_state") {
         let times = crate::store::payments::time_columns(&mut *conn, &settings.schema.times)
             .await
             .map_err(preflight::column_error)?;

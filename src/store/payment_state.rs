@@ -108,6 +108,22 @@ pub async fn register_existing(
     Ok(done.rows_affected())
 }
 
+/// Whether the state table holds no row while `payments` holds some: what
+/// an interrupted [`register_existing`] leaves on a first install (two
+/// one-row lookups).
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn empty_beside_payments(conn: &mut PgConnection) -> Result<bool, StoreError> {
+    super::query_scalar(
+        "SELECT NOT EXISTS (SELECT 1 FROM reconciliation_payment_state)
+            AND EXISTS (SELECT 1 FROM payments)",
+    )
+    .fetch_one(conn)
+    .await
+    .context("looking for unregistered payments")
+}
+
 /// The last seen payment in the walk's order: the highest key (a key walk)
 /// or the latest `created_at` with its highest key (a `(created_at, id)`
 /// walk); `None` when none. Callers bind it as a parameter (one index lookup

@@ -190,3 +190,97 @@ async fn migrate_registers_a_uuid_tables_rows_and_a_deleted_payments_finding_res
         "the deleted payment's state row is forgotten"
     );
 }
+
+/// In a `(created_at, id)` walk a payment can hold a finding and no state
+/// row (a `write_refused` row read behind the cursor: nothing but the
+/// finding is written for it). When the application deletes it, the batch
+/// that ends the next cycle still resolves its finding as `payment_deleted`.
+#[sqlx::test(migrations = false)]
+async fn a_deleted_payments_finding_without_a_state_row_resolves_at_the_end_of_the_cycle(
+    pool: PgPool,
+) {
+    app_table(&pool, "uuid", "bigint", true).await;
+    for i in 0..8 {
+        insert(
+            &pool,
+            "gen_random_uuid()",
+            &format!("pi_W{i:02}"),
+            "paid",
+            3600 - 60 * i,
+        )
+        .await;
+    }
+    migrate(&pool, &[]).await;
+    let stripe = StripeFake::start().await;
+    stripe.mirror(&pool, "succeeded").await;
+    let s = job(&pool, ReadMode::Retrieve, 3).await;
+    assert!(run(&pool, &stripe, &s).await.wrapped);
+    assert!(open_findings(&pool).await.is_empty());
+
+    // The refused row: a finding, no state row; then the application deletes it.
+    let refused: String = sqlx::query_scalar(
+        "SELECT id::text FROM payments WHERE stripe_payment_intent_id = 'pi_W03'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO reconciliation_findings (payment_id, kind, local_status)
+         VALUES ($1::uuid, 'write_refused', 'paid')",
+    )
+    .bind(&refused)
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("DELETE FROM reconciliation_payment_state WHERE payment_id = $1::uuid")
+        .bind(&refused)
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM payments WHERE id = $1::uuid")
+        .bind(&refused)
+        .execute(&pool)
+        .await
+        .unwrap();
+
+    assert!(run(&pool, &stripe, &s).await.wrapped, "the next cycle");
+    let resolution: Option<String> = sqlx::query_scalar(
+        "SELECT resolution FROM reconciliation_findings WHERE payment_id = $1::uuid",
+    )
+    .bind(&refused)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(resolution.as_deref(), Some("payment_deleted"));
+}
+
+/// `migrate`'s registration of a uuid table's rows is one statement: when
+/// it did not finish (the state table is empty beside a non-empty
+/// `payments`), the next `migrate` registers them.
+#[sqlx::test(migrations = false)]
+async fn migrate_registers_again_when_an_earlier_registration_did_not_finish(pool: PgPool) {
+    app_table(&pool, "uuid", "bigint", true).await;
+    for i in 0..5 {
+        insert(
+            &pool,
+            "gen_random_uuid()",
+            &format!("pi_R{i:02}"),
+            "paid",
+            600 - 60 * i,
+        )
+        .await;
+    }
+    migrate(&pool, &[]).await;
+    let state = "SELECT count(*) FROM reconciliation_payment_state";
+    assert_eq!(count(&pool, state).await, 5);
+    sqlx::query("DELETE FROM reconciliation_payment_state")
+        .execute(&pool)
+        .await
+        .unwrap();
+    migrate(&pool, &[]).await;
+    assert_eq!(
+        count(&pool, state).await,
+        5,
+        "registered by the second migrate"
+    );
+}

@@ -345,9 +345,11 @@ pub async fn resolve_stale(
 /// and the keys whose state rows the batch forgot in its range,
 /// [`crate::store::payment_state::forget_deleted`]). In a `(created_at, id)`
 /// walk findings hold no `created_at`: the range is the state rows the batch
-/// forgot (every payment with a finding has a state row, placed by its
-/// `created_at`), so each open finding is still looked at once per cycle,
-/// not once per batch. One primary-key probe of `payments` per finding
+/// forgot, and, on the batch that ends the cycle (`through` `None`), every
+/// open finding: a payment can hold a finding and no state row (a
+/// `write_refused` row read behind the cursor, deleted before it was ever
+/// recorded), so each open finding is still looked at once per cycle, not
+/// once per batch. One primary-key probe of `payments` per finding
 /// (`OFFSET 0`: as an anti-join the planner hashed the whole of `payments`
 /// every batch). Returns the ids of the findings resolved,
 /// so their repair commands are closed in the same transaction. The
@@ -363,6 +365,7 @@ pub async fn resolve_deleted(
     also: &[PaymentKey],
 ) -> Result<Vec<i64>, StoreError> {
     let range = match key.walk() {
+        Walk::CreatedAt if through.is_none() => "TRUE".to_owned(),
         Walk::CreatedAt => "FALSE".to_owned(),
         Walk::Key => {
             let mut parts = vec!["TRUE".to_owned()];
