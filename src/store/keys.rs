@@ -92,8 +92,11 @@ pub async fn current(conn: &mut PgConnection) -> Result<KeyType, StoreError> {
 }
 
 /// The key columns of the reconciler's tables whose type is not
-/// [`KeyType::stored`] (e.g. still `bigint` on a uuid-keyed table): what
-/// [`align`] changes. Empty when they match or the tables do not exist yet.
+/// [`KeyType::stored`] (e.g. still `bigint` on a uuid-keyed table), or, for
+/// a text key, whose collation is not `payments.id`'s (a column declared
+/// `COLLATE "und-x-icu"` in a `C` database orders keys differently, and
+/// every range on our tables must order as the walk does): what [`align`]
+/// changes. Empty when they match or the tables do not exist yet.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -104,7 +107,12 @@ pub async fn misaligned(conn: &mut PgConnection, key: &KeyType) -> Result<Vec<St
                                         to_regclass('reconciliation_payment_state'),
                                         to_regclass('reconciliation_unverifiable')])
             AND a.attname = 'payment_id' AND NOT a.attisdropped
-            AND format_type(a.atttypid, NULL) <> $1
+            AND (format_type(a.atttypid, NULL) <> $1
+                 OR (format_type(a.atttypid, NULL) = 'text'
+                     AND a.attcollation IS DISTINCT FROM (
+                         SELECT i.attcollation FROM pg_attribute i
+                          WHERE i.attrelid = to_regclass('payments') AND i.attname = 'id'
+                            AND NOT i.attisdropped)))
           ORDER BY 1",
     )
     .bind(key.stored())
@@ -162,11 +170,18 @@ pub async fn align(conn: &mut PgConnection, key: &KeyType) -> Result<Vec<String>
         return Ok(tables);
     }
     let stored = key.stored();
+    let collate = match key.kind() {
+        crate::key::KeyKind::Text => id_collation(&mut *conn)
+            .await?
+            .map(|c| format!(" COLLATE {c}"))
+            .unwrap_or_default(),
+        _ => String::new(),
+    };
     let alters: String = tables
         .iter()
         .map(|t| {
             format!(
-                "ALTER TABLE {t} ALTER COLUMN payment_id TYPE {stored} USING payment_id::text::{stored};\n"
+                "ALTER TABLE {t} ALTER COLUMN payment_id TYPE {stored}{collate} USING payment_id::text::{stored};\n"
             )
         })
         .collect();
@@ -213,6 +228,26 @@ pub async fn align(conn: &mut PgConnection, key: &KeyType) -> Result<Vec<String>
         .await
         .context("committing the key columns' type")?;
     Ok(tables)
+}
+
+/// `payments.id`'s collation as a qualified, quoted name from the catalog
+/// (`"pg_catalog"."C"`), `None` for a type without one.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+async fn id_collation(conn: &mut PgConnection) -> Result<Option<String>, StoreError> {
+    let found: Option<Option<String>> = super::query_scalar(
+        "SELECT quote_ident(n.nspname) || '.' || quote_ident(c.collname)
+           FROM pg_attribute a
+           JOIN pg_collation c ON c.oid = a.attcollation
+           JOIN pg_namespace n ON n.oid = c.collnamespace
+          WHERE a.attrelid = to_regclass('payments') AND a.attname = 'id'
+            AND NOT a.attisdropped",
+    )
+    .fetch_optional(conn)
+    .await
+    .context("reading the collation of payments.id")?;
+    Ok(found.flatten())
 }
 
 /// Where the walk's SQL compares `payments p` with a position: the columns

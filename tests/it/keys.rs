@@ -182,3 +182,59 @@ async fn a_text_keyed_table_without_a_created_at_index_walks_by_key(pool: PgPool
     assert_eq!(found[0].row.id.as_str(), drift.first().unwrap().0);
     assert!(found[0].last_reconciled_at.is_some());
 }
+
+/// A text key declared with its own collation (`und-x-icu` in a `C.UTF-8` or
+/// `C` database orders `a < B < C`, the database `B < C < a`): `migrate`
+/// gives the reconciler's key columns that collation, so every range on our
+/// tables orders as the walk does (a second `migrate` changes nothing); a
+/// cycle then finds exactly the drift.
+#[sqlx::test(migrations = false)]
+async fn a_text_key_with_its_own_collation_is_stored_in_that_collation(pool: PgPool) {
+    app_table(&pool, "text COLLATE \"und-x-icu\"", "integer", false).await;
+    migrate(&pool, &[]).await;
+    let collations: Vec<(String, String)> = sqlx::query_as(
+        "SELECT c.relname::text, coalesce(co.collname::text, '-')
+           FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+           LEFT JOIN pg_collation co ON co.oid = a.attcollation
+          WHERE a.attname = 'payment_id' AND c.relname IN
+                ('reconciliation_findings', 'reconciliation_payment_state', 'reconciliation_unverifiable')
+          ORDER BY 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        collations,
+        [
+            ("reconciliation_findings".to_owned(), "und-x-icu".to_owned()),
+            (
+                "reconciliation_payment_state".to_owned(),
+                "und-x-icu".to_owned()
+            ),
+            (
+                "reconciliation_unverifiable".to_owned(),
+                "und-x-icu".to_owned()
+            ),
+        ]
+    );
+    let again = migrate(&pool, &[]).await;
+    assert!(
+        !again.contains("now holds that type"),
+        "aligned once: {again}"
+    );
+
+    let stripe = StripeFake::start().await;
+    let mut drift = BTreeSet::new();
+    for (i, key) in ["a", "B", "c", "D", "e", "F"].iter().enumerate() {
+        let status = if i % 2 == 0 { "pending" } else { "paid" };
+        let id = insert(&pool, &format!("'{key}'"), &format!("pi_K{i}"), status, 60).await;
+        if status == "pending" {
+            drift.insert((id, "missed_success".to_owned()));
+        }
+    }
+    stripe.mirror(&pool, "succeeded").await;
+    let s = job(&pool, ReadMode::Retrieve, 2).await;
+    assert!(run(&pool, &stripe, &s).await.wrapped);
+    assert_eq!(open_findings(&pool).await, drift);
+    assert_eq!(unconfirmed(&pool).await, 0);
+}
