@@ -97,7 +97,7 @@ pub async fn check_columns(
         return Err(ConfigError::Invalid {
             var: "DATABASE_URL",
             reason: format!(
-                "payments.id is {} but {} still key payments by another type: run `stripe-reconciler migrate` (it changes the reconciler's own tables only)",
+                "payments.id is {} but {} still key payments by another type or collation: run `stripe-reconciler migrate` (it changes the reconciler's own tables only)",
                 settings.schema.key.sql(),
                 misaligned.join(", ")
             ),
