@@ -203,10 +203,7 @@ impl Read<'_> {
             // Stripe answered, but not enough to judge the money.
             let reason = seen
                 .decision
-                .details
-                .as_ref()
-                .and_then(|d| d.get("reason"))
-                .and_then(|r| r.as_str())
+                .unverifiable_reason()
                 .unwrap_or("incomplete PaymentIntent")
                 .to_owned();
             tracing::warn!(payment_id = %row.id, payment_intent = %id, %reason, "PaymentIntent unverifiable");

@@ -78,10 +78,7 @@ impl Read<'_> {
         if seen.decision.verdict == Verdict::Unverifiable {
             let reason = seen
                 .decision
-                .details
-                .as_ref()
-                .and_then(|d| d.get("reason"))
-                .and_then(|r| r.as_str())
+                .unverifiable_reason()
                 .unwrap_or("incomplete Checkout Session")
                 .to_owned();
             tracing::warn!(payment_id = %row.id, checkout_session = seen.checkout_session.as_deref(), %reason, "Checkout Session unverifiable");

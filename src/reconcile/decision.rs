@@ -120,6 +120,15 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// Why an UNVERIFIABLE decision could not be proven: `details.reason`,
+    /// or `None` for any other decision or one without a reason.
+    pub fn unverifiable_reason(&self) -> Option<&str> {
+        if self.verdict != Verdict::Unverifiable {
+            return None;
+        }
+        self.details.as_ref()?.get("reason")?.as_str()
+    }
+
     /// A decision without a finding.
     pub const fn plain(verdict: Verdict) -> Self {
         Decision {
