@@ -3,14 +3,15 @@
 //! then by its PaymentIntent, in both read modes, against the shared fake
 //! Stripe; the repair that fills the PaymentIntent id.
 
+use crate::support::connected::connect_settings;
+use crate::support::keyed::run;
 use crate::support::session_fake::checkout_session;
 use crate::support::stripe_fake::{StripeFake, LIST, RETRIEVE, SESSION_LIST, SESSION_RETRIEVE};
 use crate::support::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use stripe_reconciler::config::{ColumnName, ReadMode, Settings, Sizing};
+use stripe_reconciler::config::{ColumnName, ReadMode, Settings};
 use stripe_reconciler::repair::{drain_with, RepairOptions, RepairReport};
-use stripe_reconciler::scan::{self, RunOptions, RunSummary, ScanGroups};
 use tokio_util::sync::CancellationToken;
 
 pub(super) const ACCT: &str = "acct_1SessionsConnect";
@@ -55,33 +56,13 @@ pub(super) async fn insert_session_row(
     .unwrap()
 }
 
+/// The Connect test settings ([`connect_settings`]) with
+/// `RECONCILER_CHECKOUT_SESSION_COLUMN=checkout_session`.
 pub(super) fn session_settings(mode: ReadMode) -> Settings {
-    let mut s = Settings {
-        scan: ScanSettings {
-            read_mode: mode,
-            batches_per_run: Sizing::Fixed(20),
-            ..settings(100).scan
-        },
-        ..settings(100)
-    };
+    let mut s = connect_settings(mode);
     s.schema.checkout_session_column =
         Some(ColumnName::parse("RECONCILER_CHECKOUT_SESSION_COLUMN", "checkout_session").unwrap());
-    s.schema.account_column =
-        Some(ColumnName::parse("RECONCILER_ACCOUNT_COLUMN", "stripe_account").unwrap());
     s
-}
-
-pub(super) async fn run(pool: &PgPool, stripe: &StripeFake, s: &Settings) -> RunSummary {
-    let (summary, result) = scan::run(
-        pool,
-        &gateway(stripe),
-        &ScanGroups::of(s),
-        RunOptions::default(),
-        CancellationToken::new(),
-    )
-    .await;
-    result.unwrap();
-    summary
 }
 
 pub(super) async fn repair(pool: &PgPool, s: &Settings) -> RepairReport {
