@@ -433,18 +433,7 @@ async fn write_once(
     let mut tx = crate::store::begin(ctx.pool)
         .await
         .context("opening the write transaction")?;
-    let report = record_observations(
-        &mut tx,
-        crate::record::Target {
-            outbox: settings.scan.outbox,
-            key: &settings.scan.schema.key,
-        },
-        &settings.scan.run.job,
-        settings.scan.run.unverifiable_cycles,
-        observations,
-        &settings.scan.schema.times,
-    )
-    .await?;
+    let report = record_observations(&mut tx, settings.scan.record_target(), observations).await?;
     let (held, to_hold, settled) = holds(looked, orphan_reads, observations);
     events_retry::hold(&mut tx, job, feed.account, &to_hold).await?;
     events_retry::settle(&mut tx, job, &settled).await?;

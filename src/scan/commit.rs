@@ -163,7 +163,6 @@ async fn write_phase(
     report: &mut BatchReport,
 ) -> Result<(), RunError> {
     let (outbox, job) = (&settings.outbox, settings.run.job.as_str());
-    let unverifiable_cycles = settings.run.unverifiable_cycles;
     let (register_limit, partitioned) = (
         settings.scan.batch_size,
         settings.schema.partition.is_some(),
@@ -188,15 +187,7 @@ async fn write_phase(
     if partitioned {
         payment_state::register_range(&mut tx, key, cursor_id, through, times).await?;
     }
-    let recorded = record_observations(
-        &mut tx,
-        crate::record::Target { outbox, key },
-        job,
-        unverifiable_cycles,
-        observations,
-        times,
-    )
-    .await?;
+    let recorded = record_observations(&mut tx, settings.record_target(), observations).await?;
     payment_state::register_new(&mut tx, key, register_limit, times).await?;
     let range = (cursor_id, through);
     let deleted = close_deleted(&mut tx, outbox, key, range, observations, forgotten).await?;
