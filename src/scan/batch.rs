@@ -11,7 +11,7 @@ use crate::key::{PaymentKey, Position, Walk};
 use crate::outcome::RunError;
 use crate::read::outage::check_stripe_reachable;
 use crate::read::{observe_batch, Observation, Pacing};
-use crate::store::payments::{self, MoneyColumns, PaymentRow};
+use crate::store::payments::{self, Behind, MoneyColumns, PaymentRow};
 use crate::store::{cursor, Context};
 
 /// Where the batch starts and whether it may write.
@@ -214,16 +214,17 @@ async fn read_behind(
     behind: &Position,
     pending: &[PaymentKey],
 ) -> Result<Vec<PaymentRow>, RunError> {
-    let mut rows = payments::read_behind_cursor(
-        tx,
+    let wanted = Behind {
+        cursor: behind,
+        limit: behind_cursor_limit(settings.scan.batch_size),
+        excluded: pending,
+    };
+    let (job, grace, columns) = (
         &settings.run.job,
-        behind,
-        behind_cursor_limit(settings.scan.batch_size),
         settings.run.grace,
         MoneyColumns::of(settings.schema),
-        pending,
-    )
-    .await?;
+    );
+    let mut rows = payments::read_behind_cursor(tx, job, wanted, grace, columns).await?;
     for row in &mut rows {
         row.behind_cursor = true;
     }

@@ -24,7 +24,7 @@ pub use locks::{
 };
 pub use read::{
     a_verified_payment_intent, a_verified_payment_intent_on, active_accounts, by_checkout_sessions,
-    by_payment_intents, held_elsewhere, read_batch, read_behind_cursor, PaymentByIntent,
+    by_payment_intents, held_elsewhere, read_batch, read_behind_cursor, Behind, PaymentByIntent,
 };
 
 use std::time::Duration;
