@@ -299,28 +299,35 @@ async fn enqueue_commands(
     let repairs: Vec<RepairRow> = repairable
         .iter()
         .filter(|(f, ..)| without.contains(&f.id))
-        .filter_map(|(f, command, o)| {
-            // A PaymentIntent row's command carries its id; a session row's
-            // its session, and the session's PaymentIntent when it has one
-            // (the writer fills it in; an expired session may have none).
-            let checkout_session_id = o.checkout_session.clone();
-            if checkout_session_id.is_none() && o.payment_intent.is_none() {
-                return None;
-            }
-            Some(RepairRow {
-                payment_id: f.payment_id.clone(),
-                finding_id: f.id,
-                command: command.as_str(),
-                expected_local_status: o.local.as_str().to_owned(),
-                stripe_payment_intent_id: o.payment_intent.clone(),
-                stripe_account_id: o.stripe_account.clone(),
-                checkout_session_id,
-            })
-        })
+        .filter_map(|(f, command, o)| repair_row(f, *command, o))
         .collect();
     outbox::enqueue_repairs(tx, target.outbox, target.key, &repairs)
         .await
         .map_err(at(Write::Outbox))
+}
+
+/// The outbox row of `finding`'s `command`. A PaymentIntent row's command
+/// carries its id; a session row's its session, and the session's
+/// PaymentIntent when it has one (the writer fills it in; an expired session
+/// may have none); `None` for a row with neither.
+fn repair_row(
+    finding: &CreatedFinding,
+    command: RepairCommand,
+    o: &Observation,
+) -> Option<RepairRow> {
+    let checkout_session_id = o.checkout_session.clone();
+    if checkout_session_id.is_none() && o.payment_intent.is_none() {
+        return None;
+    }
+    Some(RepairRow {
+        payment_id: finding.payment_id.clone(),
+        finding_id: finding.id,
+        command: command.as_str(),
+        expected_local_status: o.local.as_str().to_owned(),
+        stripe_payment_intent_id: o.payment_intent.clone(),
+        stripe_account_id: o.stripe_account.clone(),
+        checkout_session_id,
+    })
 }
 
 /// Stripe answered for this row definitively: a status, or a 404 / malformed
