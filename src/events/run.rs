@@ -1,7 +1,7 @@
 //! The events job as a [`Job`]: the lease on its position row, then the
 //! window from the stored position worked through in slices, oldest first
 //! ([`super::slices`]), each committed with the position it reached
-//! ([`super::batch`]), until the window is covered,
+//! (`batch`), until the window is covered,
 //! `RECONCILER_EVENTS_MAX_PAGES` pages were read, the run deadline passed or
 //! a shutdown came. Whatever stops the run, the slices before it stay
 //! committed and the next run continues from there.
