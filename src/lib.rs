@@ -25,6 +25,7 @@
 //! - [`migrate`]: `migrate`'s steps: schema check, migrations, key columns, outbox, lookup and partition indexes.
 //! - [`notify`]: posts new findings a person must see to `RECONCILER_NOTIFY_URL` after `run` and `events`.
 //! - [`outcome`]: how a run ends: `RunOutcome` labels and the `RunError` that stopped it.
+//! - [`preflight`]: the start-up checks of the schema and settings (exit 78 naming what to fix).
 //! - [`read`]: phase 2 for scan and events: Stripe reads, list mode, the outage rule, Connect accounts; its groups [`read::ReadGroups`].
 //! - [`reconcile`]: PURE classification: statuses, `Verdict`, `Decision`, `classify`, orphans.
 //! - [`record`]: phase 3's write path for scan and events: stamps, findings, repair commands.
@@ -55,6 +56,7 @@ pub mod metrics;
 pub mod migrate;
 pub mod notify;
 pub mod outcome;
+pub mod preflight;
 pub mod read;
 pub mod reconcile;
 pub mod record;

@@ -17,9 +17,9 @@ pub(super) async fn repair(settings: &Settings) -> Result<(), CommandError> {
         .await
         .context("connecting")
         .map_err(CommandError::Store)?;
-    crate::lifecycle::preflight::check_schema(&mut conn, settings, false).await?;
+    crate::preflight::check_schema(&mut conn, settings, false).await?;
     // RECONCILER_TIMESTAMP_ZONE is known to the database (exit 78 otherwise).
-    crate::lifecycle::preflight::checked(&mut conn, settings).await?;
+    crate::preflight::checked(&mut conn, settings).await?;
     drop(conn);
     let outbox = settings.outbox.clone();
     if !outbox.shape.drained_by_reconciler() {

@@ -2,7 +2,7 @@
 
 use super::CommandError;
 use crate::config::Settings;
-use crate::lifecycle::preflight;
+use crate::preflight;
 use crate::scan::ScanGroups;
 use crate::status;
 use crate::store::Context;

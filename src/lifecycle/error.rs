@@ -4,7 +4,9 @@ use crate::config::{ConfigError, ConnectError, GatewaySetupError};
 use crate::db::DbError;
 use crate::events::EventsError;
 use crate::exit;
+use crate::migrate::MigrateError;
 use crate::outcome::RunError;
+use crate::preflight::PreflightError;
 use crate::review::ReviewError;
 use crate::store::StoreError;
 use crate::stripe::BuildError;
@@ -52,6 +54,29 @@ impl From<GatewaySetupError> for CommandError {
         match e {
             GatewaySetupError::Config(e) => CommandError::Config(e),
             GatewaySetupError::Http(e) => CommandError::Http(e),
+        }
+    }
+}
+
+impl From<PreflightError> for CommandError {
+    /// A setting or the schema does not fit (exit 78), or the database
+    /// failed (exit 1).
+    fn from(e: PreflightError) -> Self {
+        match e {
+            PreflightError::Config(e) => CommandError::Config(e),
+            PreflightError::Store(e) => CommandError::Store(e),
+        }
+    }
+}
+
+impl From<MigrateError> for CommandError {
+    /// `migrate`'s error at the command's edge: the same exit codes
+    /// ([`MigrateError::exit_code`]).
+    fn from(e: MigrateError) -> Self {
+        match e {
+            MigrateError::Preflight(e) => e.into(),
+            MigrateError::Db(e) => CommandError::Db(e),
+            MigrateError::Store(e) => CommandError::Store(e),
         }
     }
 }

@@ -15,7 +15,6 @@
 
 mod error;
 mod events;
-pub mod preflight;
 mod push;
 mod scan;
 
@@ -25,6 +24,7 @@ use crate::config::{LogFormat, RunSettings, Settings};
 use crate::job::{run_once, Clock, Job, RunContext};
 use crate::metrics::RunMetrics;
 use crate::outcome::RunOutcome;
+use crate::preflight;
 use crate::shutdown;
 use crate::stripe::StripeGateway;
 

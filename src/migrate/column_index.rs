@@ -4,9 +4,9 @@
 
 use sqlx::PgConnection;
 
+use super::MigrateError;
 use crate::config::{ColumnName, Settings};
-use crate::lifecycle::preflight;
-use crate::lifecycle::CommandError;
+use crate::preflight;
 use crate::store::{self, Context, StoreError};
 
 /// Checks `settings` against the table ([`preflight::checked`]), takes the
@@ -16,18 +16,18 @@ use crate::store::{self, Context, StoreError};
 /// index `look` found, if any.
 ///
 /// # Errors
-/// [`CommandError`]: the settings' checks (exit 78 naming the variable), or
+/// [`MigrateError`]: the settings' checks (exit 78 naming the variable), or
 /// a database failure.
 pub(super) async fn look_up<L>(
     conn: &mut PgConnection,
     settings: &Settings,
     pick: fn(&Settings) -> Option<&ColumnName>,
     look: L,
-) -> Result<Option<(ColumnName, Option<String>)>, CommandError>
+) -> Result<Option<(ColumnName, Option<String>)>, MigrateError>
 where
     L: AsyncFn(&mut PgConnection, &ColumnName) -> Result<Option<String>, StoreError>,
 {
-    let store = |e: StoreError| CommandError::Store(e);
+    let store = |e: StoreError| MigrateError::Store(e);
     let mut tx = store::begin(&mut *conn)
         .await
         .context("opening a transaction")

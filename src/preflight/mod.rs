@@ -8,7 +8,6 @@
 
 use sqlx::{PgConnection, PgPool};
 
-use super::CommandError;
 use crate::config::{ConfigError, Settings};
 use crate::store::keys;
 use crate::store::outbox_shape::{self, OutboxMismatch, OutboxState};
@@ -16,24 +15,28 @@ use crate::store::payment_index::{self, PaymentIntentIndex};
 use crate::store::payments::{self, ColumnError, MoneyColumns};
 use crate::store::Context;
 
+mod error;
+
+pub use error::PreflightError;
+
 /// Checks what `migrate`, `run` and `repair` need of the user's schema before
-/// anything is written (DESIGN.md, Turn 3): `payments.id` has a key type
+/// anything is written (docs/schema.md): `payments.id` has a key type
 /// ([`detect_key`]), and
 /// the outbox `RECONCILER_OUTBOX_TABLE` names is absent (reconciler shape) or
 /// has the configured shape. Only `migrating` accepts an absent outbox.
 ///
 /// # Errors
-/// [`CommandError::Config`] (exit 78) with one sentence naming what does not
-/// fit and the ways out; [`CommandError::Store`] from the database.
+/// [`PreflightError::Config`] (exit 78) with one sentence naming what does not
+/// fit and the ways out; [`PreflightError::Store`] from the database.
 pub async fn check_schema(
     conn: &mut sqlx::PgConnection,
     settings: &Settings,
     migrating: bool,
-) -> Result<OutboxState, CommandError> {
+) -> Result<OutboxState, PreflightError> {
     detect_key(&mut *conn).await?;
     match outbox_shape::check(conn, &settings.outbox)
         .await
-        .map_err(CommandError::Store)?
+        .map_err(PreflightError::Store)?
     {
         Ok(OutboxState::Absent) if !migrating => Err(ConfigError::Unusable {
             var: "RECONCILER_OUTBOX_TABLE",
@@ -51,15 +54,15 @@ pub async fn check_schema(
     }
 }
 
-/// `payments.id`'s type (issue 31, docs/keys.md): one of the key types the
+/// `payments.id`'s type (docs/keys.md): one of the key types the
 /// reconciler walks, or exit 78 naming it.
 ///
 /// # Errors
-/// [`CommandError::Config`] for an unsupported type; [`CommandError::Store`].
-pub async fn detect_key(conn: &mut PgConnection) -> Result<crate::key::KeyType, CommandError> {
+/// [`PreflightError::Config`] for an unsupported type; [`PreflightError::Store`].
+pub async fn detect_key(conn: &mut PgConnection) -> Result<crate::key::KeyType, PreflightError> {
     keys::detect(conn)
         .await
-        .map_err(CommandError::Store)?
+        .map_err(PreflightError::Store)?
         .map_err(|e| {
             ConfigError::Unusable {
                 var: "DATABASE_URL",
@@ -82,17 +85,17 @@ pub async fn check_columns(
     pool: &PgPool,
     settings: &Settings,
     need_partition_index: bool,
-) -> Result<Settings, CommandError> {
+) -> Result<Settings, PreflightError> {
     let mut conn = pool
         .acquire()
         .await
         .context("connecting")
-        .map_err(CommandError::Store)?;
+        .map_err(PreflightError::Store)?;
     check_schema(&mut conn, settings, false).await?;
     let settings = checked(&mut conn, settings).await?;
     let misaligned = keys::misaligned(&mut conn, &settings.schema.key)
         .await
-        .map_err(CommandError::Store)?;
+        .map_err(PreflightError::Store)?;
     if !misaligned.is_empty() {
         return Err(ConfigError::Invalid {
             var: "DATABASE_URL",
@@ -110,7 +113,7 @@ pub async fn check_columns(
     let columns = MoneyColumns::of(&settings.schema);
     if payment_index::payment_intent_index(&mut conn)
         .await
-        .map_err(CommandError::Store)?
+        .map_err(PreflightError::Store)?
         == PaymentIntentIndex::Missing
     {
         // Said exactly, so a `migrate` that could not build it (a role's
@@ -138,13 +141,13 @@ pub async fn check_columns(
 /// which the database must know). A clone.
 ///
 /// # Errors
-/// [`CommandError::Config`] (exit 78) naming `RECONCILER_PARTITION_COLUMN`,
+/// [`PreflightError::Config`] (exit 78) naming `RECONCILER_PARTITION_COLUMN`,
 /// `RECONCILER_PARTITION_VALUE` or `RECONCILER_TIMESTAMP_ZONE`;
-/// [`CommandError::Store`] from the database.
+/// [`PreflightError::Store`] from the database.
 pub async fn checked(
     conn: &mut PgConnection,
     settings: &Settings,
-) -> Result<Settings, CommandError> {
+) -> Result<Settings, PreflightError> {
     let mut settings = settings.clone();
     settings.schema.key = detect_key(&mut *conn).await?;
     if let Some(partition) = settings.schema.partition.as_mut() {
@@ -163,17 +166,17 @@ pub async fn checked(
 /// scan per batch (`migrate` adds one).
 ///
 /// # Errors
-/// [`CommandError::Config`] (exit 78) naming `RECONCILER_PARTITION_COLUMN`.
+/// [`PreflightError::Config`] (exit 78) naming `RECONCILER_PARTITION_COLUMN`.
 pub async fn require_index(
     conn: &mut PgConnection,
     settings: &Settings,
-) -> Result<(), CommandError> {
+) -> Result<(), PreflightError> {
     let Some(partition) = &settings.schema.partition else {
         return Ok(());
     };
     if payment_index::partition_index(conn, &partition.column)
         .await
-        .map_err(CommandError::Store)?
+        .map_err(PreflightError::Store)?
         .is_none()
     {
         return Err(ConfigError::Invalid {
@@ -191,9 +194,9 @@ pub async fn require_index(
 
 /// A [`ColumnError`] as the command's error: exit 78 naming the variable,
 /// or the database's failure.
-pub fn column_error(e: ColumnError) -> CommandError {
+pub fn column_error(e: ColumnError) -> PreflightError {
     match e {
-        ColumnError::Store(e) => CommandError::Store(e),
+        ColumnError::Store(e) => PreflightError::Store(e),
         e @ (ColumnError::Missing { var, .. }
         | ColumnError::WrongType { var, .. }
         | ColumnError::BadValue { var, .. }) => ConfigError::Unusable {
