@@ -1,7 +1,7 @@
 //! [`EventsGroups`]: the settings groups the events job works with.
 
 use crate::config::{EventsSettings, Settings};
-use crate::job::RunContext;
+use crate::lifecycle::RunContext;
 use crate::read::ReadGroups;
 use crate::scan::ScanGroups;
 

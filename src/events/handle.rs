@@ -92,7 +92,7 @@ fn held_until(ctx: &EventsContext<'_>) -> Option<Instant> {
     ctx.clock.started().checked_add(share)
 }
 
-/// The events job's lease: [`crate::job::run_once`] takes it before the
+/// The events job's lease: [`crate::lifecycle::run_once`] takes it before the
 /// body, so a body without one was never given it to hold (a lost run).
 fn lease_of<'c>(ctx: &'c EventsContext<'_>, job: &str) -> Result<&'c Lease, EventsError> {
     ctx.lease.as_ref().ok_or_else(|| {

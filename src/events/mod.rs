@@ -11,7 +11,9 @@
 //! - [`handle`]: one slice: lookup, reads, one write transaction with its position.
 //! - [`orphans`]: succeeded PaymentIntents no row points at (`missing_locally`).
 //! - [`plan`](mod@plan): PURE: which PaymentIntents and rows need a Stripe read.
-//! - [`run`]: the events [`crate::job::Job`]: window, slices until done, cap, deadline or shutdown.
+//! - `job`: the events [`crate::lifecycle::Job`]: lease, summary, state and figures.
+//! - `print`: the summary printed.
+//! - [`run`]: the run's work: window, slices until done, cap, deadline or shutdown.
 //! - `sessions`: Checkout Session events: rows judged by their session, or their PaymentIntent's way (issue 32).
 //! - [`slices`]: PURE: the window cut into slices, oldest first.
 //! - [`summary`]: [`EventsSummary`], what one run did.
@@ -19,16 +21,18 @@
 pub mod feed;
 mod groups;
 pub mod handle;
+mod job;
 pub mod orphans;
 pub mod plan;
+mod print;
 pub mod run;
 mod sessions;
 pub mod slices;
 pub mod summary;
 
 pub use groups::{EventsContext, EventsGroups};
+pub use job::{figures, EventsJob};
 pub use plan::{collapse, plan, Plan, PlanRules, RowAction};
-pub use run::{run_events, EventsJob};
 pub use summary::{EventsSummary, HOLD_BEYOND_GRACE};
 
 use crate::exit;

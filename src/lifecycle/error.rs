@@ -1,8 +1,8 @@
-//! [`CommandError`]: why a subcommand failed, and its exit code.
+//! [`CommandError`]: why a subcommand failed, and its exit code; [`Failure`],
+//! what a job's error tells the command (README.md, "Exit codes").
 
 use crate::config::{ConfigError, ConnectError, GatewaySetupError};
 use crate::db::DbError;
-use crate::events::EventsError;
 use crate::exit;
 use crate::migrate::MigrateError;
 use crate::outcome::RunError;
@@ -29,12 +29,9 @@ pub enum CommandError {
     /// The output could not be serialised (exit 1).
     #[error("cannot serialise the output")]
     Output(#[from] serde_json::Error),
-    /// The run stopped early (exit code per [`RunError::exit_code`]).
+    /// A job's run stopped early (exit code per [`Failure::exit_code`]).
     #[error(transparent)]
-    Scan(#[from] RunError),
-    /// The events run stopped early (exit code per [`EventsError::exit_code`]).
-    #[error(transparent)]
-    Events(#[from] EventsError),
+    Job(#[from] JobFailure),
     /// `findings list|show|resolve` failed, its command line included
     /// (exit code per [`ReviewError::exit_code`]).
     #[error(transparent)]
@@ -82,7 +79,7 @@ impl From<MigrateError> for CommandError {
 }
 
 impl CommandError {
-    /// The process exit code (DESIGN.md, Interface).
+    /// The process exit code (README.md, "Exit codes").
     pub fn exit_code(&self) -> u8 {
         match self {
             CommandError::Config(_) => exit::CONFIG,
@@ -90,9 +87,45 @@ impl CommandError {
             | CommandError::Http(_)
             | CommandError::Store(_)
             | CommandError::Output(_) => exit::FAILURE,
-            CommandError::Scan(e) => e.exit_code(),
-            CommandError::Events(e) => e.exit_code(),
+            CommandError::Job(e) => e.0.exit_code(),
             CommandError::Review(e) => e.exit_code(),
         }
+    }
+}
+
+/// A job's error as the command sees it: its message and causes, and the
+/// exit code it maps to.
+pub trait Failure: std::error::Error + Send + Sync + 'static {
+    /// The process exit code (README.md, "Exit codes").
+    fn exit_code(&self) -> u8;
+}
+
+impl Failure for RunError {
+    fn exit_code(&self) -> u8 {
+        RunError::exit_code(self)
+    }
+}
+
+/// The error that stopped a job's run, whatever the job: it reads as the
+/// job's own error (same message, same causes).
+#[derive(Debug)]
+pub struct JobFailure(Box<dyn Failure>);
+
+impl JobFailure {
+    /// `error` as the command's failure.
+    pub fn new(error: impl Failure) -> Self {
+        JobFailure(Box::new(error))
+    }
+}
+
+impl std::fmt::Display for JobFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for JobFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
     }
 }

@@ -135,6 +135,26 @@ pub async fn check_columns(
     Ok(settings)
 }
 
+/// What a job that does not read `payments` row by row (`repair`) needs:
+/// [`check_schema`] (the outbox must exist) and [`checked`] (the time zone
+/// is known to the database). Returns the checked settings.
+///
+/// # Errors
+/// [`PreflightError::Config`] (exit 78) naming what to fix;
+/// [`PreflightError::Store`] from the database.
+pub async fn check_schema_only(
+    pool: &PgPool,
+    settings: &Settings,
+) -> Result<Settings, PreflightError> {
+    let mut conn = pool
+        .acquire()
+        .await
+        .context("connecting")
+        .map_err(PreflightError::Store)?;
+    check_schema(&mut conn, settings, false).await?;
+    checked(&mut conn, settings).await
+}
+
 /// `settings` with the partition's kind fixed from the catalogue, and the
 /// types of `payments.created_at` / `updated_at` with them (a
 /// `timestamp without time zone` is read in `RECONCILER_TIMESTAMP_ZONE`,

@@ -3,7 +3,7 @@
 use crate::config::{
     OutboxSettings, RunSettings, ScanSettings, SchemaSettings, Settings, StripeSettings,
 };
-use crate::job::RunContext;
+use crate::lifecycle::RunContext;
 use crate::read::ReadGroups;
 use crate::reconcile::Rules;
 

@@ -7,8 +7,7 @@
 use serde_json::Value;
 use sqlx::PgPool;
 use stripe_reconciler::config::Sizing;
-use stripe_reconciler::scan::{self, RunOptions, ScanGroups};
-use tokio_util::sync::CancellationToken;
+use stripe_reconciler::scan::ScanJob;
 use wiremock::MockServer;
 
 use crate::support::*;
@@ -131,14 +130,7 @@ async fn a_small_table_is_verified_again_by_every_run(pool: PgPool) {
     };
     let mut completed = Vec::new();
     for run in 1..=3 {
-        let (summary, result) = scan::run(
-            &pool,
-            &gateway(&stripe),
-            &ScanGroups::of(&s),
-            RunOptions::default(),
-            CancellationToken::new(),
-        )
-        .await;
+        let (summary, result) = run_job(&pool, &gateway(&stripe), &s, ScanJob::default()).await;
         result.unwrap();
         assert_eq!(
             (summary.batches, summary.rows_scanned, summary.wrapped),
@@ -215,14 +207,7 @@ async fn a_small_partition_is_verified_again_by_every_run(pool: PgPool) {
         kind: PartitionKind::Text,
     });
     for run in 1..=3 {
-        let (summary, result) = scan::run(
-            &pool,
-            &gateway(&stripe),
-            &ScanGroups::of(&s),
-            RunOptions::default(),
-            CancellationToken::new(),
-        )
-        .await;
+        let (summary, result) = run_job(&pool, &gateway(&stripe), &s, ScanJob::default()).await;
         result.unwrap();
         assert_eq!(
             (summary.batches, summary.rows_scanned, summary.wrapped),

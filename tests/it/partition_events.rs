@@ -8,9 +8,7 @@ use crate::support::*;
 use serde_json::json;
 use sqlx::PgPool;
 use stripe_reconciler::config::{ColumnName, Partition, PartitionKind};
-use stripe_reconciler::events::run_events;
-use stripe_reconciler::events::EventsGroups;
-use tokio_util::sync::CancellationToken;
+use stripe_reconciler::events::EventsJob;
 use wiremock::ResponseTemplate;
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
@@ -41,13 +39,7 @@ async fn an_event_about_another_partitions_row_is_neither_read_nor_an_orphan(poo
         kind: PartitionKind::Text,
     });
 
-    let (summary, result) = run_events(
-        &pool,
-        &gateway(&stripe),
-        &EventsGroups::of(&s),
-        CancellationToken::new(),
-    )
-    .await;
+    let (summary, result) = run_job(&pool, &gateway(&stripe), &s, EventsJob).await;
     result.unwrap();
     let retrieved: Vec<String> = stripe
         .received_requests()
