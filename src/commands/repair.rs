@@ -10,5 +10,5 @@ use crate::repair::RepairJob;
 /// line). A `debezium`-shaped outbox is the application's relay's to deliver:
 /// `repair` says so and exits 0 without touching it.
 pub(super) async fn repair(settings: &Settings) -> Result<(), CommandError> {
-    lifecycle::run(settings, RepairJob).await
+    Ok(lifecycle::run(settings, RepairJob).await?)
 }

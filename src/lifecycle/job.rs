@@ -65,7 +65,7 @@ pub trait Job {
     /// What the lifecycle checks before the run.
     const SPEC: JobSpec;
     /// The settings groups the run works with: references into
-    /// [`Settings`] (e.g. [`crate::scan::ScanGroups`]).
+    /// [`Settings`] (e.g. the scan's `ScanGroups`).
     type Groups<'s>: Copy;
     /// What the run reads Stripe through ([`crate::stripe::StripeGateway`]
     /// or [`super::NoGateway`]).

@@ -9,7 +9,7 @@
 //! job").
 //!
 //! - `context`: [`RunContext`], the run's [`Clock`], and the [`Gateway`] a job reads Stripe through.
-//! - `error`: [`CommandError`], why a subcommand failed, and its exit code; [`Failure`].
+//! - `error`: [`LifecycleError`], why a job's command stopped, and its exit code; [`Failure`].
 //! - `job`: the [`Job`] trait, its [`JobSpec`], and [`run_once`].
 //! - `push`: the push of a run's figures, decided the same way for every job.
 
@@ -19,7 +19,7 @@ mod job;
 mod push;
 
 pub use context::{Clock, Gateway, NoGateway, RunContext};
-pub use error::{CommandError, Failure, JobFailure};
+pub use error::{Failure, JobFailure, LifecycleError};
 pub use job::{run_once, Checks, Job, JobContext, JobSpec, Reported};
 
 use crate::config::Settings;
@@ -32,9 +32,10 @@ use crate::shutdown;
 /// error decides the exit code.
 ///
 /// # Errors
-/// [`CommandError`]: a setting (exit 78), the database or the HTTP client
-/// (exit 1), or the job's own error ([`CommandError::Job`]).
-pub async fn run<J: Job>(settings: &Settings, mut job: J) -> Result<(), CommandError> {
+/// [`LifecycleError`]: a setting (exit 78), the database or the HTTP client
+/// (exit 1), the start-up checks, or the job's own error
+/// ([`LifecycleError::Job`]).
+pub async fn run<J: Job>(settings: &Settings, mut job: J) -> Result<(), LifecycleError> {
     let gateway = J::Gateway::build(settings)?;
     job.check(&J::groups(settings));
     // Before the first await that can take long: a SIGTERM while connecting
