@@ -17,6 +17,7 @@
 //! - [`db`]: the connection pool and the embedded migrations.
 //! - [`events`]: the events feed (`events`): missed webhooks and money with no order, a feed per connected account; its groups [`events::EventsGroups`].
 //! - [`exit`]: the process exit codes.
+//! - [`facts`]: what the start-up checks learned from the database ([`facts::TableFacts`]: key type, time columns, partition kind), apart from the settings.
 //! - [`key`]: PURE the key of a `payments` row of any type (`PaymentKey`, `KeyType`, walk position; docs/keys.md).
 //! - [`lease`]: the run lease on the cursor or the events position: take, renew, give back.
 //! - [`lifecycle`]: the job abstraction and a scheduled job's command: [`lifecycle::Job`], [`lifecycle::RunContext`], one run (lease, body, summary), then summary, push, exit code; it knows no job.
@@ -47,6 +48,7 @@ pub mod dashboard;
 pub mod db;
 pub mod events;
 pub mod exit;
+pub mod facts;
 pub mod key;
 pub mod lease;
 pub mod lifecycle;

@@ -15,13 +15,12 @@ use crate::store::Context;
 /// Prints the job's state: a screen for people, or one JSON object.
 pub(super) async fn status(settings: &Settings, json: bool) -> Result<(), CommandError> {
     let (_pool, mut conn) = super::connect(settings).await?;
-    let checked = preflight::checked(&mut conn, settings).await?;
-    let settings = &checked;
+    let facts = preflight::checked(&mut conn, settings).await?;
     let mut conn = crate::store::begin(&mut *conn)
         .await
         .context("opening a transaction")
         .map_err(CommandError::Store)?;
-    let scan = ScanGroups::of(settings);
+    let scan = ScanGroups::of(settings, &facts);
     let plan = |table: &TableFigures, history: &RunHistory| {
         plan_for((&scan).into(), PlanFigures { table, history })
     };
@@ -30,9 +29,9 @@ pub(super) async fn status(settings: &Settings, json: bool) -> Result<(), Comman
         job: &settings.run.job,
         events_job: Some(&events),
         outbox: &settings.outbox,
-        partition: settings.schema.partition.as_ref(),
-        times: &settings.schema.times,
-        key: Some(&settings.schema.key),
+        partition: facts.partition.as_ref(),
+        times: &facts.times,
+        key: Some(&facts.key),
         account_active: settings.events.account_active,
         plan: Some(&plan),
     };

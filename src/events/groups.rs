@@ -1,6 +1,7 @@
 //! [`EventsGroups`]: the settings groups the events job works with.
 
 use crate::config::{EventsSettings, Settings};
+use crate::facts::TableFacts;
 use crate::lifecycle::RunContext;
 use crate::read::ReadGroups;
 use crate::scan::ScanGroups;
@@ -22,10 +23,11 @@ pub struct EventsGroups<'a> {
 }
 
 impl<'a> EventsGroups<'a> {
-    /// The events job's groups of `settings`.
-    pub fn of(settings: &'a Settings) -> Self {
+    /// The events job's groups of `settings`, with the `facts` the
+    /// start-up checks learned ([`crate::preflight::checked`]).
+    pub fn of(settings: &'a Settings, facts: &'a TableFacts) -> Self {
         EventsGroups {
-            scan: ScanGroups::of(settings),
+            scan: ScanGroups::of(settings, facts),
             events: &settings.events,
         }
     }

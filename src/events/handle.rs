@@ -291,7 +291,7 @@ async fn look_up<'e>(
         .filter(|e| !progress.handled.contains(e.payment_intent.as_str()))
         .collect();
     let mut ids: Vec<&str> = named.iter().map(|e| e.payment_intent.as_str()).collect();
-    let columns = MoneyColumns::of(settings.scan.schema);
+    let columns = MoneyColumns::of(settings.scan.schema, settings.scan.facts);
     let mut tx = crate::store::begin(ctx.pool)
         .await
         .context("opening the lookup")?;
@@ -437,12 +437,12 @@ async fn write_once(
         &mut tx,
         crate::record::Target {
             outbox: settings.scan.outbox,
-            key: &settings.scan.schema.key,
+            key: &settings.scan.facts.key,
         },
         &settings.scan.run.job,
         settings.scan.run.unverifiable_cycles,
         observations,
-        &settings.scan.schema.times,
+        &settings.scan.facts.times,
     )
     .await?;
     let (held, to_hold, settled) = holds(looked, orphan_reads, observations);

@@ -10,6 +10,7 @@ use super::print::print_summary;
 use super::summary::EventsSummary;
 use super::{events_job, run, EventsError};
 use crate::config::{LogFormat, RunSettings, Settings};
+use crate::facts::TableFacts;
 use crate::lease::Lease;
 use crate::lifecycle::{Checks, Clock, Failure, Job, JobContext, JobSpec, Reported};
 use crate::metrics::{EventsFigures, EventsMetrics, EventsState, RunMetrics};
@@ -41,8 +42,8 @@ impl Job for EventsJob {
     type Error = EventsError;
     type State = EventsState;
 
-    fn groups(settings: &Settings) -> EventsGroups<'_> {
-        EventsGroups::of(settings)
+    fn groups<'s>(settings: &'s Settings, facts: &'s TableFacts) -> EventsGroups<'s> {
+        EventsGroups::of(settings, facts)
     }
 
     fn summary(&self, ctx: &JobContext<'_, '_, Self>) -> EventsSummary {

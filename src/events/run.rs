@@ -18,7 +18,8 @@ use super::handle::{self, Progress};
 use super::slices::{Slice, Slicer};
 use super::summary::EventsSummary;
 use super::EventsError;
-use crate::config::{EventsSettings, SchemaSettings, STRIPE_EVENTS_RETENTION};
+use crate::config::{EventsSettings, STRIPE_EVENTS_RETENTION};
+use crate::scan::ScanGroups;
 use crate::store::events_position::{self, EventsPosition};
 use crate::store::payments;
 use crate::store::Context;
@@ -99,7 +100,7 @@ async fn open_feeds(
     });
     let accounts = connected_feeds(
         ctx.pool,
-        ctx.settings.scan.schema,
+        &ctx.settings.scan,
         ctx.settings.events,
         job,
         listed_at,
@@ -231,13 +232,13 @@ pub const MAX_ACCOUNTS_PER_RUN: usize = 10_000;
 /// that is not an `acct_` id is never sent: it is logged and skipped.
 async fn connected_feeds(
     pool: &PgPool,
-    schema: &SchemaSettings,
+    scan: &ScanGroups<'_>,
     events: &EventsSettings,
     job: &str,
     listed_at: DateTime<Utc>,
     summary: &mut EventsSummary,
 ) -> Result<Vec<(AccountId, Slicer)>, EventsError> {
-    let Some(column) = schema.account_column.as_ref() else {
+    let Some(column) = scan.schema.account_column.as_ref() else {
         return Ok(Vec::new());
     };
     let mut tx = crate::store::begin(pool)
@@ -248,8 +249,8 @@ async fn connected_feeds(
         column,
         events.account_active,
         MAX_ACCOUNTS_PER_RUN,
-        schema.partition.as_ref(),
-        &schema.times,
+        scan.facts.partition.as_ref(),
+        &scan.facts.times,
     )
     .await?;
     if values.len() >= MAX_ACCOUNTS_PER_RUN {

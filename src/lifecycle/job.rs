@@ -7,6 +7,7 @@
 use super::context::{Clock, Gateway, RunContext};
 use super::error::Failure;
 use crate::config::{LogFormat, RunSettings, Settings};
+use crate::facts::TableFacts;
 use crate::lease::Lease;
 use crate::metrics::RunMetrics;
 use crate::outcome::{RunError, RunOutcome};
@@ -77,11 +78,12 @@ pub trait Job {
     /// The job's stored state, read after the run for the push.
     type State;
 
-    /// The job's settings groups of `settings`.
-    fn groups(settings: &Settings) -> Self::Groups<'_>;
+    /// The job's settings groups of `settings`, with what the start-up
+    /// checks learned of the database (`facts`).
+    fn groups<'s>(settings: &'s Settings, facts: &'s TableFacts) -> Self::Groups<'s>;
 
     /// Warnings about the settings, before anything runs.
-    fn check(&self, _groups: &Self::Groups<'_>) {}
+    fn check(&self, _settings: &Settings) {}
 
     /// The summary before anything ran (its job name set).
     fn summary(&self, ctx: &JobContext<'_, '_, Self>) -> Self::Summary;

@@ -37,7 +37,7 @@ use crate::shutdown;
 /// ([`LifecycleError::Job`]).
 pub async fn run<J: Job>(settings: &Settings, mut job: J) -> Result<(), LifecycleError> {
     let gateway = J::Gateway::build(settings)?;
-    job.check(&J::groups(settings));
+    job.check(settings);
     // Before the first await that can take long: a SIGTERM while connecting
     // must still end in a summary and a push, not a killed process.
     let shutdown = shutdown::on_signal();
@@ -50,7 +50,7 @@ pub async fn run<J: Job>(settings: &Settings, mut job: J) -> Result<(), Lifecycl
             return Err(e.into());
         }
     };
-    let settings = &match J::SPEC.checks {
+    let facts = match J::SPEC.checks {
         Checks::Schema => preflight::check_schema_only(&pool, settings).await?,
         Checks::Reads { partition_index } => {
             preflight::check_columns(&pool, settings, partition_index).await?
@@ -59,7 +59,7 @@ pub async fn run<J: Job>(settings: &Settings, mut job: J) -> Result<(), Lifecycl
     let mut ctx = RunContext {
         pool: &pool,
         gateway: &gateway,
-        settings: J::groups(settings),
+        settings: J::groups(settings, &facts),
         lease: None,
         shutdown,
         clock,

@@ -10,7 +10,7 @@ use crate::preflight;
 use crate::store::{self, Context, StoreError};
 
 /// Checks `settings` against the table ([`preflight::checked`]), takes the
-/// column `pick` names in the checked settings and runs `look` on it, in one
+/// column `pick` names in the settings and runs `look` on it, in one
 /// transaction committed before returning. `None` when `pick` names no
 /// column (the step has nothing to do); else the column and the name of the
 /// index `look` found, if any.
@@ -32,8 +32,9 @@ where
         .await
         .context("opening a transaction")
         .map_err(store)?;
-    let settings = preflight::checked(&mut tx, settings).await?;
-    let Some(column) = pick(&settings) else {
+    // The settings fit the table (exit 78 naming the variable otherwise).
+    preflight::checked(&mut tx, settings).await?;
+    let Some(column) = pick(settings) else {
         return Ok(None);
     };
     let found = look(&mut tx, column).await.map_err(store)?;

@@ -37,9 +37,10 @@ pub(super) async fn align(
             .await
             .map_err(MigrateError::Store)?;
     if unregistered || changed.iter().any(|t| t == "reconciliation_payment_state") {
-        let times = crate::store::payments::time_columns(&mut *conn, &settings.schema.times)
-            .await
-            .map_err(preflight::column_error)?;
+        let times =
+            crate::store::payments::time_columns(&mut *conn, &settings.schema.timestamp_zone)
+                .await
+                .map_err(preflight::column_error)?;
         let registered = crate::store::payment_state::register_existing(&mut *conn, &times)
             .await
             .map_err(MigrateError::Store)?;

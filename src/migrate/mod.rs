@@ -52,7 +52,7 @@ pub async fn migrate(pool: &PgPool, settings: &Settings, unique: bool) -> Result
     drop(conn);
     // 2. The embedded migrations (0001 without its outbox section), in the
     //    zone `payments`' wall-clock timestamps are read in.
-    let upgrade = crate::db::migrate_in(pool, &settings.schema.times.zone).await?;
+    let upgrade = crate::db::migrate_in(pool, &settings.schema.timestamp_zone).await?;
     for line in upgrade.lines() {
         println!("{line}");
     }
@@ -91,7 +91,7 @@ async fn check_first(
         preflight::checked(&mut tx, settings).await?;
     } else {
         // RECONCILER_TIMESTAMP_ZONE is known to the database (exit 78).
-        store::payments::time_columns(&mut tx, &settings.schema.times)
+        store::payments::time_columns(&mut tx, &settings.schema.timestamp_zone)
             .await
             .map_err(preflight::column_error)?;
     }

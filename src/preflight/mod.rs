@@ -9,6 +9,7 @@
 use sqlx::{PgConnection, PgPool};
 
 use crate::config::{ConfigError, Settings};
+use crate::facts::TableFacts;
 use crate::store::keys;
 use crate::store::outbox_shape::{self, OutboxMismatch, OutboxState};
 use crate::store::payment_index::{self, PaymentIntentIndex};
@@ -77,23 +78,22 @@ pub async fn detect_key(conn: &mut PgConnection) -> Result<crate::key::KeyType, 
 /// the table), `RECONCILER_AMOUNT_COLUMN` / `RECONCILER_CURRENCY_COLUMN` /
 /// `RECONCILER_ACCOUNT_COLUMN` naming columns of `payments` with usable
 /// types, and the partition's column (with its index). Exit 78 naming what to
-/// fix. Returns the settings with the partition's kind fixed
-/// ([`checked`]). `need_partition_index`: `run` reads
+/// fix. Returns what the checks learned ([`checked`]). `need_partition_index`: `run` reads
 /// every batch by the partition's index; `events` looks rows up by
 /// PaymentIntent and does not need it.
 pub async fn check_columns(
     pool: &PgPool,
     settings: &Settings,
     need_partition_index: bool,
-) -> Result<Settings, PreflightError> {
+) -> Result<TableFacts, PreflightError> {
     let mut conn = pool
         .acquire()
         .await
         .context("connecting")
         .map_err(PreflightError::Store)?;
     check_schema(&mut conn, settings, false).await?;
-    let settings = checked(&mut conn, settings).await?;
-    let misaligned = keys::misaligned(&mut conn, &settings.schema.key)
+    let facts = checked(&mut conn, settings).await?;
+    let misaligned = keys::misaligned(&mut conn, &facts.key)
         .await
         .map_err(PreflightError::Store)?;
     if !misaligned.is_empty() {
@@ -101,16 +101,16 @@ pub async fn check_columns(
             var: "DATABASE_URL",
             reason: format!(
                 "payments.id is {} but {} still key payments by another type or collation: run `stripe-reconciler migrate` (it changes the reconciler's own tables only)",
-                settings.schema.key.sql(),
+                facts.key.sql(),
                 misaligned.join(", ")
             ),
         }
         .into());
     }
     if need_partition_index {
-        require_index(&mut conn, &settings).await?;
+        require_index(&mut conn, settings).await?;
     }
-    let columns = MoneyColumns::of(&settings.schema);
+    let columns = MoneyColumns::of(&settings.schema, &facts);
     if payment_index::payment_intent_index(&mut conn)
         .await
         .map_err(PreflightError::Store)?
@@ -132,12 +132,12 @@ pub async fn check_columns(
             .await
             .map_err(column_error)?;
     }
-    Ok(settings)
+    Ok(facts)
 }
 
 /// What a job that does not read `payments` row by row (`repair`) needs:
 /// [`check_schema`] (the outbox must exist) and [`checked`] (the time zone
-/// is known to the database). Returns the checked settings.
+/// is known to the database). Returns what the checks learned.
 ///
 /// # Errors
 /// [`PreflightError::Config`] (exit 78) naming what to fix;
@@ -145,7 +145,7 @@ pub async fn check_columns(
 pub async fn check_schema_only(
     pool: &PgPool,
     settings: &Settings,
-) -> Result<Settings, PreflightError> {
+) -> Result<TableFacts, PreflightError> {
     let mut conn = pool
         .acquire()
         .await
@@ -155,10 +155,12 @@ pub async fn check_schema_only(
     checked(&mut conn, settings).await
 }
 
-/// `settings` with the partition's kind fixed from the catalogue, and the
-/// types of `payments.created_at` / `updated_at` with them (a
-/// `timestamp without time zone` is read in `RECONCILER_TIMESTAMP_ZONE`,
-/// which the database must know). A clone.
+/// What the database says about `payments` for `settings` (the detection
+/// every command that reads `payments` runs, and the tests with it):
+/// `payments.id`'s key type, the partition's kind from the catalogue, and
+/// the types of `payments.created_at` / `updated_at` (a `timestamp without
+/// time zone` is read in `RECONCILER_TIMESTAMP_ZONE`, which the database
+/// must know).
 ///
 /// # Errors
 /// [`PreflightError::Config`] (exit 78) naming `RECONCILER_PARTITION_COLUMN`,
@@ -167,18 +169,22 @@ pub async fn check_schema_only(
 pub async fn checked(
     conn: &mut PgConnection,
     settings: &Settings,
-) -> Result<Settings, PreflightError> {
-    let mut settings = settings.clone();
-    settings.schema.key = detect_key(&mut *conn).await?;
-    if let Some(partition) = settings.schema.partition.as_mut() {
-        partition.kind = payments::check_partition(conn, partition)
-            .await
-            .map_err(column_error)?;
-    }
-    settings.schema.times = payments::time_columns(conn, &settings.schema.times)
+) -> Result<TableFacts, PreflightError> {
+    let key = detect_key(&mut *conn).await?;
+    let partition = match &settings.schema.partition {
+        Some(partition) => Some(
+            partition.with_kind(
+                payments::check_partition(conn, partition)
+                    .await
+                    .map_err(column_error)?,
+            ),
+        ),
+        None => None,
+    };
+    let times = payments::time_columns(conn, &settings.schema.timestamp_zone)
         .await
         .map_err(column_error)?;
-    Ok(settings)
+    Ok(TableFacts::new(key, times, partition))
 }
 
 /// What `run` needs beyond [`checked`]: an index whose first column is the

@@ -16,7 +16,7 @@ use super::accounts::{
 use super::groups::ReadGroups;
 use super::list::{list_accounts, ListShare, Listing, ToList};
 use super::row::Read;
-use crate::config::{ReadMode, SchemaSettings};
+use crate::config::ReadMode;
 use crate::outcome::RunError;
 use crate::reconcile::FindingKind;
 use crate::store::payments::PaymentRow;
@@ -226,6 +226,7 @@ pub async fn observe_batch(
                 pool,
                 gateway,
                 schema: settings.schema,
+                partition: settings.facts.partition.as_ref(),
                 rules: settings.rules,
                 now,
                 tallies,
@@ -243,7 +244,7 @@ pub async fn observe_batch(
     observed.sort_unstable_by_key(|(index, _)| *index);
     platform_key_fits(tallies)?;
     let mut observations: Vec<Observation> = observed.into_iter().map(|(_, o)| o).collect();
-    judge_connected(pool, gateway, settings.schema, tallies, &mut observations).await;
+    judge_connected(pool, gateway, settings, tallies, &mut observations).await;
     Ok(Observed {
         observations,
         pages: listed.pages,
@@ -260,7 +261,7 @@ pub async fn observe_batch(
 async fn judge_connected(
     pool: &PgPool,
     gateway: &StripeGateway,
-    schema: &SchemaSettings,
+    settings: &ReadGroups<'_>,
     tallies: &HashMap<AccountKey, Tally>,
     observations: &mut [Observation],
 ) {
@@ -270,7 +271,11 @@ async fn judge_connected(
             continue;
         }
         let reads = tally.asked.load(Ordering::Relaxed);
-        let wrong = match check_key(pool, gateway, schema, Some(account)).await {
+        let at = (
+            settings.schema.account_column.as_ref(),
+            settings.facts.partition.as_ref(),
+        );
+        let wrong = match check_key(pool, gateway, at, Some(account)).await {
             KeyCheck::Wrong => true,
             KeyCheck::Confirmed => false,
             KeyCheck::Unknown => reads >= WRONG_ACCOUNT_NOT_FOUND_READS,

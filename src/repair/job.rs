@@ -6,6 +6,7 @@
 
 use super::worker::{drain_with, RepairOptions, RepairReport};
 use crate::config::{LogFormat, OutboxSettings, RunSettings, SchemaSettings, Settings};
+use crate::facts::TableFacts;
 use crate::lease::Lease;
 use crate::lifecycle::{Checks, Clock, Job, JobContext, JobSpec, NoGateway, Reported};
 use crate::metrics::RunMetrics;
@@ -46,7 +47,7 @@ impl Job for RepairJob {
     type Error = RunError;
     type State = ();
 
-    fn groups(settings: &Settings) -> RepairGroups<'_> {
+    fn groups<'s>(settings: &'s Settings, _facts: &'s TableFacts) -> RepairGroups<'s> {
         RepairGroups {
             outbox: &settings.outbox,
             schema: &settings.schema,
@@ -95,7 +96,7 @@ impl Job for RepairJob {
         let options = RepairOptions {
             outbox: outbox.clone(),
             checkout_session_column: schema.checkout_session_column.clone(),
-            timestamp_zone: schema.times.zone.clone(),
+            timestamp_zone: schema.timestamp_zone.clone(),
             ..RepairOptions::default()
         };
         let report = drain_with(ctx.pool, options, &schema.statuses, &ctx.shutdown).await?;

@@ -188,7 +188,7 @@ async fn read_phase(
         }
         (Mode::DryRun { after }, Start::Cursor) => (after.clone(), &[]),
     };
-    let columns = MoneyColumns::of(settings.schema);
+    let columns = MoneyColumns::of(settings.schema, settings.facts);
     let mut ahead = payments::read_batch(
         &mut tx,
         cursor_id.as_ref(),
@@ -201,7 +201,7 @@ async fn read_phase(
     ahead.truncate(settings.scan.batch_size as usize);
     let last_id = ahead.last().map(|r| Position {
         key: r.id.clone(),
-        created_at: (settings.schema.key.walk() == Walk::CreatedAt).then_some(r.created_at),
+        created_at: (settings.facts.key.walk() == Walk::CreatedAt).then_some(r.created_at),
     });
     let mut rows = Vec::with_capacity(ahead.len());
     let behind = cursor_id

@@ -59,7 +59,7 @@ pub(crate) async fn commit(
     // 3. Record and advance, in one transaction.
     match mode {
         Mode::DryRun { .. } => {
-            dry_run_counts(pool, &settings.schema.key, &observations, &mut report).await?
+            dry_run_counts(pool, &settings.facts.key, &observations, &mut report).await?
         }
         Mode::Write => {
             let range = (cursor_id.as_ref(), &last_id, reached_end);
@@ -164,11 +164,9 @@ async fn write_phase(
 ) -> Result<(), RunError> {
     let (outbox, job) = (&settings.outbox, settings.run.job.as_str());
     let unverifiable_cycles = settings.run.unverifiable_cycles;
-    let (register_limit, partitioned) = (
-        settings.scan.batch_size,
-        settings.schema.partition.is_some(),
-    );
-    let times = &settings.schema.times;
+    let (register_limit, partitioned) =
+        (settings.scan.batch_size, settings.facts.partition.is_some());
+    let times = &settings.facts.times;
     let mut tx = crate::store::begin(pool)
         .await
         .context("opening the write transaction")?;
@@ -178,7 +176,7 @@ async fn write_phase(
     // A partition's batch read only its rows of the range: the other
     // partitions' rows in it are registered too, or they would be below the
     // highest seen id without a state row, invisible to their job's lag.
-    let key = &settings.schema.key;
+    let key = &settings.facts.key;
     // At the end of the table the walked range runs to its end. The range is
     // registered first, in key order, before the batch's own rows are
     // recorded: every state row this transaction writes is then taken in

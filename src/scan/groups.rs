@@ -3,6 +3,7 @@
 use crate::config::{
     OutboxSettings, RunSettings, ScanSettings, SchemaSettings, Settings, StripeSettings,
 };
+use crate::facts::TableFacts;
 use crate::lifecycle::RunContext;
 use crate::read::ReadGroups;
 use crate::reconcile::Rules;
@@ -23,17 +24,22 @@ pub struct ScanGroups<'a> {
     /// The read budget (rate limit, in flight, timeout): the plan and the
     /// lease are sized by it.
     pub stripe: &'a StripeSettings,
-    /// How `payments` is read (columns, unit, statuses, partition, key, times).
+    /// How `payments` is read (columns, unit, statuses, the partition and
+    /// time zone as set).
     pub schema: &'a SchemaSettings,
     /// The aging thresholds.
     pub rules: &'a Rules,
     /// Where repair commands go.
     pub outbox: &'a OutboxSettings,
+    /// What the start-up checks learned of `payments`: key type, time
+    /// columns, partition kind.
+    pub facts: &'a TableFacts,
 }
 
 impl<'a> ScanGroups<'a> {
-    /// The scan's groups of `settings`.
-    pub fn of(settings: &'a Settings) -> Self {
+    /// The scan's groups of `settings`, with the `facts` the start-up
+    /// checks learned ([`crate::preflight::checked`]).
+    pub fn of(settings: &'a Settings, facts: &'a TableFacts) -> Self {
         ScanGroups {
             run: &settings.run,
             scan: &settings.scan,
@@ -41,6 +47,7 @@ impl<'a> ScanGroups<'a> {
             schema: &settings.schema,
             rules: &settings.rules,
             outbox: &settings.outbox,
+            facts,
         }
     }
 
@@ -51,6 +58,7 @@ impl<'a> ScanGroups<'a> {
             stripe: self.stripe,
             schema: self.schema,
             rules: self.rules,
+            facts: self.facts,
         }
     }
 }

@@ -16,6 +16,7 @@ use super::plan::plan_run;
 use super::print::{log_summary, print_summary};
 use super::report::RunSummary;
 use crate::config::{LogFormat, RunSettings, Settings, STRIPE_EVENTS_RETENTION};
+use crate::facts::TableFacts;
 use crate::lease::Lease;
 use crate::lifecycle::{Checks, Clock, Job, JobContext, JobSpec, Reported};
 use crate::metrics::{RunMetrics, ScanFigures, ScanMetrics};
@@ -63,14 +64,14 @@ impl Job for ScanJob {
     type Error = RunError;
     type State = Status;
 
-    fn groups(settings: &Settings) -> ScanGroups<'_> {
-        ScanGroups::of(settings)
+    fn groups<'s>(settings: &'s Settings, facts: &'s TableFacts) -> ScanGroups<'s> {
+        ScanGroups::of(settings, facts)
     }
 
-    fn check(&self, groups: &ScanGroups<'_>) {
-        if groups.stripe.rate_limit_rps > STRIPE_ENDPOINT_LIMIT_RPS {
+    fn check(&self, settings: &Settings) {
+        if settings.stripe.rate_limit_rps > STRIPE_ENDPOINT_LIMIT_RPS {
             tracing::warn!(
-                rate_limit_rps = groups.stripe.rate_limit_rps,
+                rate_limit_rps = settings.stripe.rate_limit_rps,
                 "RECONCILER_RATE_LIMIT_RPS is above Stripe's {STRIPE_ENDPOINT_LIMIT_RPS}/s limit on this endpoint, which the application shares; use this only against a local stand-in"
             );
         }
@@ -123,7 +124,7 @@ impl Job for ScanJob {
                 ctx.pool,
                 ctx.settings.run,
                 ctx.settings.scan,
-                &ctx.settings.schema.key,
+                &ctx.settings.facts.key,
             )
             .await;
         }
@@ -238,8 +239,8 @@ async fn read_status(pool: &PgPool, job: &ScanGroups<'_>, timeout: Duration) -> 
         job: &job.run.job,
         events_job: None,
         outbox: job.outbox,
-        partition: job.schema.partition.as_ref(),
-        times: &job.schema.times,
+        partition: job.facts.partition.as_ref(),
+        times: &job.facts.times,
         key: None,
         account_active: STRIPE_EVENTS_RETENTION,
         plan: None,

@@ -16,7 +16,8 @@ use super::groups::ScanContext;
 use super::progress::{cycle_progress, CycleProgress, Pace, TableExtent};
 use super::report::{BatchReport, RunSummary};
 use super::schedule::{Plan, BATCHES_IN_PROGRESS};
-use crate::config::{RunSettings, ScanSettings, SchemaSettings};
+use crate::config::{RunSettings, ScanSettings};
+use crate::facts::TableFacts;
 use crate::outcome::RunError;
 use crate::read::Pacing;
 use crate::store::{cursor, stats, Context};
@@ -49,7 +50,7 @@ pub(super) async fn batches(
     let mode = &start_mode(ctx, options, summary).await?;
     // Planned by `run` before the batches (`plan`); one batch without a plan.
     let planned_batches = summary.plan.map_or(1, |p| p.batches);
-    let table = table_extent(pool, settings.run, settings.schema).await;
+    let table = table_extent(pool, settings.run, settings.facts).await;
     let read_groups = settings.read();
     let run_started = Instant::now();
     let in_flight = Semaphore::new((settings.stripe.max_in_flight as usize).max(1));
@@ -192,14 +193,14 @@ fn pace_of(batch_size: u32, planned: u32, done: u32) -> Pace {
 
 /// The table's size and id range for the progress line, read once per run;
 /// unknown (zeros) when it cannot be read, which only blanks the estimate.
-async fn table_extent(pool: &PgPool, run: &RunSettings, schema: &SchemaSettings) -> TableExtent {
+async fn table_extent(pool: &PgPool, run: &RunSettings, facts: &TableFacts) -> TableExtent {
     let figures = match pool.acquire().await {
         Ok(mut conn) => stats::table_figures(
             &mut conn,
             &run.job,
-            schema.partition.as_ref(),
-            &schema.key,
-            &schema.times,
+            facts.partition.as_ref(),
+            &facts.key,
+            &facts.times,
         )
         .await
         .ok(),

@@ -170,7 +170,7 @@ async fn a_small_table_is_verified_again_by_every_run(pool: PgPool) {
 /// batch per run; every run reads its 10 rows and ends its cycle.
 #[sqlx::test(migrations = false)]
 async fn a_small_partition_is_verified_again_by_every_run(pool: PgPool) {
-    use stripe_reconciler::config::{ColumnName, Partition, PartitionKind};
+    use stripe_reconciler::config::{ColumnName, PartitionSetting};
     let out = reconciler_output(&["migrate"], &[("DATABASE_URL", database_url(&pool))]).await;
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
     sqlx::raw_sql("ALTER TABLE payments ADD COLUMN legal_entity text")
@@ -201,10 +201,9 @@ async fn a_small_partition_is_verified_again_by_every_run(pool: PgPool) {
         ..settings(200)
     };
     s.run.job = "payments-eu".into();
-    s.schema.partition = Some(Partition {
+    s.schema.partition = Some(PartitionSetting {
         column: ColumnName::parse("RECONCILER_PARTITION_COLUMN", "legal_entity").unwrap(),
         value: "eu".into(),
-        kind: PartitionKind::Text,
     });
     for run in 1..=3 {
         let (summary, result) = run_job(&pool, &gateway(&stripe), &s, ScanJob::default()).await;

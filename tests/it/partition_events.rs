@@ -7,7 +7,7 @@ use crate::support::events_feed::*;
 use crate::support::*;
 use serde_json::json;
 use sqlx::PgPool;
-use stripe_reconciler::config::{ColumnName, Partition, PartitionKind};
+use stripe_reconciler::config::{ColumnName, PartitionSetting};
 use stripe_reconciler::events::EventsJob;
 use wiremock::ResponseTemplate;
 
@@ -33,10 +33,9 @@ async fn an_event_about_another_partitions_row_is_neither_read_nor_an_orphan(poo
     }
     let mut s = settings(200);
     s.run.job = "payments-eu".into();
-    s.schema.partition = Some(Partition {
+    s.schema.partition = Some(PartitionSetting {
         column: ColumnName::parse("RECONCILER_PARTITION_COLUMN", "legal_entity").unwrap(),
         value: "eu".into(),
-        kind: PartitionKind::Text,
     });
 
     let (summary, result) = run_job(&pool, &gateway(&stripe), &s, EventsJob).await;

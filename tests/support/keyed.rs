@@ -8,7 +8,6 @@ use std::collections::BTreeSet;
 use sqlx::PgPool;
 use stripe_reconciler::config::{ReadMode, Settings, Sizing};
 use stripe_reconciler::scan::{RunSummary, ScanJob};
-use stripe_reconciler::store::keys;
 
 use super::stripe_fake::StripeFake;
 use super::{all_output, count, database_url, gateway, reconciler_output, run_job, settings};
@@ -76,14 +75,12 @@ pub async fn insert(
     .unwrap()
 }
 
-/// The job's settings with `payments.id`'s type detected, as `run` does.
-pub async fn job(pool: &PgPool, mode: ReadMode, batch_size: u32) -> Settings {
-    let mut conn = pool.acquire().await.unwrap();
-    let key = keys::detect(&mut conn).await.unwrap().unwrap();
+/// The job's settings (`payments.id`'s type is detected with the other
+/// facts of the table when a job runs, [`super::facts`]).
+pub async fn job(_pool: &PgPool, mode: ReadMode, batch_size: u32) -> Settings {
     let mut s = settings(batch_size);
     s.scan.read_mode = mode;
     s.scan.batches_per_run = Sizing::Fixed(100);
-    s.schema.key = key;
     s
 }
 

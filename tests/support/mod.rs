@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[allow(unused_imports)] // Not every test binary runs a job with a signal.
-pub use jobs::{run_job, run_job_until};
+pub use jobs::{facts, run_job, run_job_until};
 use serde_json::Value;
 use sqlx::PgPool;
 pub use steps::*;
