@@ -99,3 +99,43 @@ impl std::error::Error for JobFailure {
         self.0.source()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreError;
+
+    /// Every message of `e`'s chain, as `main` reports it.
+    fn chain(e: &dyn std::error::Error) -> Vec<String> {
+        std::iter::successors(Some(e), |e| e.source())
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    /// The job errors compared: with a cause, with fields, a config fault.
+    fn job_error(which: usize) -> RunError {
+        match which {
+            0 => RunError::Store(StoreError {
+                action: "reading the batch",
+                source: sqlx::Error::PoolTimedOut,
+            }),
+            1 => RunError::LeaseHeld {
+                job: "payments-vs-stripe".into(),
+                owner: "host:1:abc".into(),
+                expires_at: None,
+            },
+            _ => RunError::StripeWrongAccount { not_found: 20 },
+        }
+    }
+
+    #[test]
+    fn a_job_failure_reads_as_the_jobs_own_error_with_its_exit_code() {
+        for which in 0..3 {
+            let own = job_error(which);
+            let failure = LifecycleError::from(JobFailure::new(job_error(which)));
+            assert_eq!(chain(&failure), chain(&own));
+            assert_eq!(failure.exit_code(), own.exit_code());
+        }
+        assert_eq!(chain(&job_error(0)).len(), 2, "the cause is kept");
+    }
+}
