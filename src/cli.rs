@@ -1,4 +1,4 @@
-//! The command line (DESIGN.md, Interface). Settings come from the
+//! The command line (README.md, "Commands"). Settings come from the
 //! environment, not from flags.
 
 use clap::{Parser, Subcommand};
