@@ -1,4 +1,5 @@
-//! The command line (README.md, "Commands"). Settings come from the
+//! The command line (its subcommands are a contract: docs/design.md,
+//! "Invariants"; every flag: docs/scan.md, "Commands"). Settings come from the
 //! environment, not from flags.
 
 use clap::{Parser, Subcommand};
@@ -58,7 +59,10 @@ impl Command {
     /// its failure is logged as a JSON line for the log collector, not
     /// printed for a person (docs/layout.md, "Adding a job").
     pub fn is_scheduled(&self) -> bool {
-        matches!(self, Command::Run { .. } | Command::Events | Command::Repair)
+        matches!(
+            self,
+            Command::Run { .. } | Command::Events | Command::Repair
+        )
     }
 }
 
