@@ -72,7 +72,7 @@ pub enum CommandError {
     /// The output could not be serialised (exit 1).
     #[error("cannot serialise the output")]
     Output(#[from] serde_json::Error),
-    /// A job's run stopped early (exit code per [`Failure::exit_code`]).
+    /// A job's run stopped early (exit code per [`crate::lifecycle::Failure::exit_code`]).
     #[error(transparent)]
     Job(#[from] JobFailure),
     /// `findings list|show|resolve` failed, its command line included
