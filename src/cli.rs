@@ -54,6 +54,18 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// Whether this is a scheduled job's command (a CronJob of the chart):
+    /// its failure is logged as a JSON line for the log collector, not
+    /// printed for a person (docs/layout.md, "Adding a job").
+    pub fn is_scheduled(&self) -> bool {
+        matches!(
+            self,
+            Command::Run { .. } | Command::Events | Command::Repair
+        )
+    }
+}
+
 /// `findings` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum FindingsCommand {

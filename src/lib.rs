@@ -17,20 +17,21 @@
 //! - [`db`]: the connection pool and the embedded migrations.
 //! - [`events`]: the events feed (`events`): missed webhooks and money with no order, a feed per connected account; its groups [`events::EventsGroups`].
 //! - [`exit`]: the process exit codes.
-//! - [`job`]: the job abstraction: [`job::RunContext`] (with the job's settings groups), the [`job::Job`] trait, and one run (lease, body, summary).
+//! - [`facts`]: what the start-up checks learned from the database ([`facts::TableFacts`]: key type, time columns, partition kind), apart from the settings.
 //! - [`key`]: PURE the key of a `payments` row of any type (`PaymentKey`, `KeyType`, walk position; docs/keys.md).
 //! - [`lease`]: the run lease on the cursor or the events position: take, renew, give back.
-//! - [`lifecycle`]: a scheduled job's command: gateway, database, preflight, run, summary, push, exit code.
+//! - [`lifecycle`]: the job abstraction and a scheduled job's command: [`lifecycle::Job`], [`lifecycle::RunContext`], one run (lease, body, summary), then summary, push, exit code; it knows no job.
 //! - [`metrics`]: the run's gauges and the push to the Pushgateway.
 //! - [`migrate`]: `migrate`'s steps: schema check, migrations, key columns, outbox, lookup and partition indexes.
 //! - [`notify`]: posts new findings a person must see to `RECONCILER_NOTIFY_URL` after `run` and `events`.
 //! - [`outcome`]: how a run ends: `RunOutcome` labels and the `RunError` that stopped it.
+//! - [`preflight`]: the start-up checks of the schema and settings (exit 78 naming what to fix).
 //! - [`read`]: phase 2 for scan and events: Stripe reads, list mode, the outage rule, Connect accounts; its groups [`read::ReadGroups`].
 //! - [`reconcile`]: PURE classification: statuses, `Verdict`, `Decision`, `classify`, orphans.
 //! - [`record`]: phase 3's write path for scan and events: stamps, findings, repair commands.
-//! - [`repair`]: the canonical writer and the outbox worker.
+//! - [`repair`]: the canonical writer, the outbox worker, and `repair`'s [`lifecycle::Job`].
 //! - [`review`]: the review loop of `findings`: list (table, JSON, CSV), show, resolve by hand (one or a file).
-//! - [`scan`]: batches over the cursor (phases 1 and 3), the run plan, and the scan's [`job::Job`]; its groups [`scan::ScanGroups`].
+//! - [`scan`]: batches over the cursor (phases 1 and 3), the run plan, and the scan's [`lifecycle::Job`]; its groups [`scan::ScanGroups`].
 //! - [`shutdown`]: SIGTERM/SIGINT into a cancellation token.
 //! - [`status`]: the job's state for `status` and the metrics, and the `status` screen.
 //! - [`store`]: all SQL, by table (a directory per table whose SQL has several jobs).
@@ -47,7 +48,7 @@ pub mod dashboard;
 pub mod db;
 pub mod events;
 pub mod exit;
-pub mod job;
+pub mod facts;
 pub mod key;
 pub mod lease;
 pub mod lifecycle;
@@ -55,6 +56,7 @@ pub mod metrics;
 pub mod migrate;
 pub mod notify;
 pub mod outcome;
+pub mod preflight;
 pub mod read;
 pub mod reconcile;
 pub mod record;

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use stripe_reconciler::cli::{Cli, Command};
+use stripe_reconciler::cli::Cli;
 use stripe_reconciler::config::Settings;
 use stripe_reconciler::terminal::escape;
 use stripe_reconciler::{commands, exit, telemetry};
@@ -34,10 +34,7 @@ fn main() -> ExitCode {
     // The CronJobs' commands log their failure as a JSON line for the log
     // collector; a person typing a command (or a configuration error, which a
     // person must fix) gets one readable line.
-    let scheduled = matches!(
-        cli.command,
-        Command::Run { .. } | Command::Events | Command::Repair
-    );
+    let scheduled = cli.command.is_scheduled();
     match runtime.block_on(commands::dispatch(cli.command, settings)) {
         Ok(()) => ExitCode::from(exit::SUCCESS),
         Err(e) => {

@@ -25,10 +25,11 @@ async fn one_rate_limit_is_shared_by_every_concurrent_read(pool: PgPool) {
         ..settings(200)
     };
 
+    let facts = facts(&pool, &s).await;
     run_batch(
         &pool,
         &gateway_with(&stripe, 10, Duration::from_secs(2)),
-        &ScanGroups::of(&s),
+        &ScanGroups::of(&s, &facts),
         Mode::Write,
         None,
     )

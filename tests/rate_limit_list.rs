@@ -12,10 +12,9 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use stripe_reconciler::config::{ReadMode, Sizing};
-use stripe_reconciler::scan::{self, RunOptions, ScanGroups};
+use stripe_reconciler::scan::ScanJob;
 use support::account::{insert_at, Account};
 use support::*;
-use tokio_util::sync::CancellationToken;
 
 /// List pages, fallback retrieves and overlapping batches all share the one
 /// rate limit: never more than RECONCILER_RATE_LIMIT_RPS requests in any
@@ -50,12 +49,11 @@ async fn list_pages_and_overlapping_batches_share_the_rate_limit(pool: PgPool) {
         ..settings(20)
     };
 
-    let (summary, result) = scan::run(
+    let (summary, result) = run_job(
         &pool,
         &gateway_with(&server, 10, Duration::from_secs(2)),
-        &ScanGroups::of(&s),
-        RunOptions::default(),
-        CancellationToken::new(),
+        &s,
+        ScanJob::default(),
     )
     .await;
 

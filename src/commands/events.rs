@@ -12,5 +12,5 @@ use crate::lifecycle;
 /// what to fix): the outbox, the PaymentIntent index, the configured columns
 /// (amount, currency, account) and the partition (without its index).
 pub(super) async fn events(settings: &Settings) -> Result<(), CommandError> {
-    lifecycle::run(settings, EventsJob).await
+    Ok(lifecycle::run(settings, EventsJob).await?)
 }

@@ -9,5 +9,5 @@ use crate::migrate;
 /// `--unique-payment-intent-index`.
 pub(super) async fn migrate(settings: &Settings, unique: bool) -> Result<(), CommandError> {
     let pool = settings.database.connect_for_migrations().await?;
-    migrate::migrate(&pool, settings, unique).await
+    Ok(migrate::migrate(&pool, settings, unique).await?)
 }

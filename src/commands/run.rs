@@ -9,5 +9,5 @@ use crate::scan::{RunOptions, ScanJob};
 /// Scans, prints the summary on stdout, logs it, pushes the figures (also for
 /// a failed run; not for a dry run), and returns the run's error.
 pub(super) async fn run(settings: &Settings, dry_run: bool) -> Result<(), CommandError> {
-    lifecycle::run(settings, ScanJob::new(RunOptions { dry_run })).await
+    Ok(lifecycle::run(settings, ScanJob::new(RunOptions { dry_run })).await?)
 }

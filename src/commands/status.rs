@@ -1,21 +1,41 @@
-//! `stripe-reconciler status [--json]`: the job's state ([`crate::status`]).
+//! `stripe-reconciler status [--json]`: the job's state ([`crate::status`]),
+//! with the scan's next run planned and the events job's figures.
 
 use super::CommandError;
 use crate::config::Settings;
-use crate::lifecycle::preflight;
+use crate::events::events_job;
+use crate::preflight;
+use crate::scan::plan::{plan_for, PlanFigures};
 use crate::scan::ScanGroups;
-use crate::status;
+use crate::status::{self, StatusQuery};
+use crate::store::runs::RunHistory;
+use crate::store::stats::TableFigures;
 use crate::store::Context;
 
 /// Prints the job's state: a screen for people, or one JSON object.
 pub(super) async fn status(settings: &Settings, json: bool) -> Result<(), CommandError> {
     let (_pool, mut conn) = super::connect(settings).await?;
-    let settings = &preflight::checked(&mut conn, settings).await?;
+    let facts = preflight::checked(&mut conn, settings).await?;
     let mut conn = crate::store::begin(&mut *conn)
         .await
         .context("opening a transaction")
         .map_err(CommandError::Store)?;
-    let st = status::read_planned(&mut conn, &ScanGroups::of(settings), &settings.events)
+    let scan = ScanGroups::of(settings, &facts);
+    let plan = |table: &TableFigures, history: &RunHistory| {
+        plan_for((&scan).into(), PlanFigures { table, history })
+    };
+    let events = events_job(&settings.run.job);
+    let query = StatusQuery {
+        job: &settings.run.job,
+        events_job: Some(&events),
+        outbox: &settings.outbox,
+        partition: facts.partition.as_ref(),
+        times: &facts.times,
+        key: Some(&facts.key),
+        account_active: settings.events.account_active,
+        plan: Some(&plan),
+    };
+    let st = status::read_query(&mut conn, &query)
         .await
         .map_err(CommandError::Store)?;
     if json {

@@ -48,7 +48,7 @@ pub use events::{EventsSettings, STRIPE_EVENTS_RETENTION};
 pub use notify::{NotifyFormat, NotifyKinds, NotifySettings};
 pub use outbox::{OutboxSettings, OutboxShape, OutboxTable};
 pub use output::LogFormat;
-pub use partition::{Partition, PartitionKind};
+pub use partition::{Partition, PartitionKind, PartitionSetting};
 pub use rules::ColumnName;
 pub use run::RunSettings;
 pub use scan::{ReadMode, ScanSettings, Sizing, LIST_BATCH_SIZE, RETRIEVE_BATCH_SIZE};
@@ -150,11 +150,7 @@ impl Settings {
                 amount_unit: vocabulary.amount_unit,
                 statuses: vocabulary.statuses,
                 partition,
-                times: PaymentTimes {
-                    zone,
-                    ..PaymentTimes::default()
-                },
-                key: crate::key::KeyType::default(),
+                timestamp_zone: zone,
             },
             rules: checks.rules,
             events,
@@ -300,17 +296,12 @@ mod tests {
                     "pending=open;paid=complete;failed=canceled;refunded=refunded"
                 )
                 .unwrap(),
-                partition: Some(Partition {
+                partition: Some(PartitionSetting {
                     column: ColumnName::parse("RECONCILER_PARTITION_COLUMN", "legal_entity")
                         .unwrap(),
                     value: "eu'; --".into(),
-                    kind: PartitionKind::Unchecked,
                 }),
-                times: PaymentTimes {
-                    zone: TimestampZone::parse("Europe/Paris").unwrap(),
-                    ..PaymentTimes::default()
-                },
-                key: crate::key::KeyType::default(),
+                timestamp_zone: TimestampZone::parse("Europe/Paris").unwrap(),
             }
         );
         assert_eq!(

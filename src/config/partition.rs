@@ -17,13 +17,10 @@ const MAX_VALUE_BYTES: usize = 1_000;
 /// How the value is compared with the column, as the catalogue says at start
 /// (`store::payments::check_partition`): the value is always a bound
 /// parameter, cast in SQL to the column's kind so that the index on
-/// `(column, id)` is usable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// `(column, id)` is usable. Known only after the start-up checks
+/// ([`crate::facts::TableFacts`]), never from the environment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PartitionKind {
-    /// Not checked against the catalogue yet: compared as text (every
-    /// command that reads `payments` checks first, which fixes the kind).
-    #[default]
-    Unchecked,
     /// `text` or `character varying`: compared as text.
     Text,
     /// `smallint`, `integer` or `bigint`: the value is a whole number,
@@ -31,9 +28,31 @@ pub enum PartitionKind {
     Integer,
 }
 
-/// `RECONCILER_PARTITION_COLUMN` = `RECONCILER_PARTITION_VALUE`: the rows of
-/// `payments` this job owns. Rows whose column is NULL belong to no
-/// partition.
+/// `RECONCILER_PARTITION_COLUMN` = `RECONCILER_PARTITION_VALUE` as the
+/// environment gives them; the start-up checks make a [`Partition`] of it
+/// with the column's [`PartitionKind`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionSetting {
+    /// `RECONCILER_PARTITION_COLUMN`, a validated identifier.
+    pub column: ColumnName,
+    /// `RECONCILER_PARTITION_VALUE`, exactly as given.
+    pub value: String,
+}
+
+impl PartitionSetting {
+    /// The partition checked against the catalogue: compared as `kind`.
+    pub fn with_kind(&self, kind: PartitionKind) -> Partition {
+        Partition {
+            column: self.column.clone(),
+            value: self.value.clone(),
+            kind,
+        }
+    }
+}
+
+/// The rows of `payments` this job owns, checked against the catalogue:
+/// `RECONCILER_PARTITION_COLUMN` = `RECONCILER_PARTITION_VALUE`, compared as
+/// the column's kind. Rows whose column is NULL belong to no partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Partition {
     /// `RECONCILER_PARTITION_COLUMN`, a validated identifier (double-quoted
@@ -53,7 +72,7 @@ impl Partition {
     pub fn condition(&self, alias: &str, param: u8) -> String {
         let cast = match self.kind {
             PartitionKind::Integer => "::bigint",
-            PartitionKind::Text | PartitionKind::Unchecked => "::text",
+            PartitionKind::Text => "::text",
         };
         format!("{alias}.{} = ${param}{cast}", self.column.quoted())
     }
@@ -69,7 +88,7 @@ struct PartitionVars {
 ///
 /// # Errors
 /// [`ConfigError`] naming the variable that is missing or malformed.
-pub(super) fn parse<I>(vars: I) -> Result<Option<Partition>, ConfigError>
+pub(super) fn parse<I>(vars: I) -> Result<Option<PartitionSetting>, ConfigError>
 where
     I: IntoIterator<Item = (String, String)>,
 {
@@ -93,10 +112,9 @@ where
                     format!("longer than {MAX_VALUE_BYTES} bytes"),
                 ));
             }
-            Ok(Some(Partition {
+            Ok(Some(PartitionSetting {
                 column: ColumnName::parse(COLUMN_VAR, &column)?,
                 value,
-                kind: PartitionKind::Unchecked,
             }))
         }
     }

@@ -3,8 +3,7 @@
 //! words, the partition and how its timestamps are read. Parsed by the `rules`, `statuses` and
 //! `partition` groups; `store::payments` reads by it.
 
-use super::{AmountUnit, ColumnName, Partition, PaymentTimes, StatusMap};
-use crate::key::KeyType;
+use super::{AmountUnit, ColumnName, PartitionSetting, StatusMap, TimestampZone};
 
 /// The shape of the application's `payments` table as configured.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -36,13 +35,13 @@ pub struct SchemaSettings {
     /// `RECONCILER_PARTITION_COLUMN` and `RECONCILER_PARTITION_VALUE`: the
     /// rows of `payments` this job owns (default unset: every row). Needs a
     /// `RECONCILER_JOB` of its own (the default name is refused).
-    pub partition: Option<Partition>,
-    /// `RECONCILER_TIMESTAMP_ZONE` and the types of `payments.created_at`
-    /// and `updated_at` (detected at start: a `timestamp without time zone`
-    /// is read in the zone, default `UTC`).
-    pub times: PaymentTimes,
-    /// `payments.id`'s type and how the cycle walks it: not a variable,
-    /// detected from the catalog at start (`lifecycle::preflight::checked`,
-    /// docs/keys.md). Default `bigint`, walked in key order.
-    pub key: KeyType,
+    /// The column's kind is a fact of the database
+    /// ([`crate::facts::TableFacts::partition`]).
+    pub partition: Option<PartitionSetting>,
+    /// `RECONCILER_TIMESTAMP_ZONE` (default `UTC`): the zone a `timestamp
+    /// without time zone` column is read in. The columns' types are facts
+    /// of the database ([`crate::facts::TableFacts::times`]), like
+    /// `payments.id`'s type ([`crate::facts::TableFacts::key`];
+    /// docs/keys.md).
+    pub timestamp_zone: TimestampZone,
 }

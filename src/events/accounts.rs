@@ -44,8 +44,8 @@ pub(super) async fn connected_feeds(
         column,
         events.account_active,
         MAX_ACCOUNTS_PER_RUN,
-        schema.partition.as_ref(),
-        &schema.times,
+        ctx.settings.scan.facts.partition.as_ref(),
+        &ctx.settings.scan.facts.times,
     )
     .await?;
     let accounts = parse_accounts(&values);

@@ -3,8 +3,9 @@
 
 use super::{events_job, EventsError};
 use crate::config::{EventsSettings, Settings};
-use crate::job::RunContext;
+use crate::facts::TableFacts;
 use crate::lease::Lease;
+use crate::lifecycle::RunContext;
 use crate::outcome::RunError;
 use crate::read::ReadGroups;
 use crate::scan::ScanGroups;
@@ -26,10 +27,11 @@ pub struct EventsGroups<'a> {
 }
 
 impl<'a> EventsGroups<'a> {
-    /// The events job's groups of `settings`.
-    pub fn of(settings: &'a Settings) -> Self {
+    /// The events job's groups of `settings`, with the `facts` the
+    /// start-up checks learned ([`crate::preflight::checked`]).
+    pub fn of(settings: &'a Settings, facts: &'a TableFacts) -> Self {
         EventsGroups {
-            scan: ScanGroups::of(settings),
+            scan: ScanGroups::of(settings, facts),
             events: &settings.events,
         }
     }

@@ -45,7 +45,7 @@ pub(super) async fn look_up<'e>(
         .filter(|e| !handled.contains(e.payment_intent.as_str()))
         .collect();
     let mut ids: Vec<&str> = named.iter().map(|e| e.payment_intent.as_str()).collect();
-    let columns = MoneyColumns::of(settings.scan.schema);
+    let columns = MoneyColumns::of(settings.scan.schema, settings.scan.facts);
     let mut tx = crate::store::begin(ctx.pool)
         .await
         .context("opening the lookup")?;

@@ -10,7 +10,9 @@
 //! - [`feed`]: the window from the stored position, and one slice's pages.
 //! - [`slices`]: PURE: the window cut into slices, oldest first.
 //! - [`accounts`]: the connected accounts' feeds, each from its own position.
-//! - [`run`]: the events [`crate::job::Job`]: window, slices until done, cap, deadline or shutdown.
+//! - [`run`]: the run's work: window, slices until done, cap, deadline or shutdown.
+//! - `job`: the events [`crate::lifecycle::Job`]: lease, summary, state and figures.
+//! - `print`: the summary printed.
 //!
 //! One batch of events (a slice, or held PaymentIntents read again):
 //! - `batch`: the batch's phases in a row, and what it adds to the summary.
@@ -36,9 +38,11 @@ mod batch;
 pub mod feed;
 mod groups;
 pub mod held;
+mod job;
 mod lookup;
 pub mod orphans;
 pub mod plan;
+mod print;
 mod retries;
 pub mod run;
 mod sessions;
@@ -48,8 +52,8 @@ pub mod summary;
 mod write;
 
 pub use groups::{EventsContext, EventsGroups};
+pub use job::{figures, EventsJob};
 pub use plan::{collapse, plan, Plan, PlanRules, RowAction};
-pub use run::{run_events, EventsJob};
 pub use summary::{EventsSummary, HOLD_BEYOND_GRACE};
 
 use crate::exit;

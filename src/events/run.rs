@@ -1,5 +1,5 @@
-//! The events job as a [`Job`]: the lease on its position row, then the
-//! window from the stored position worked through in slices, oldest first
+//! The events job's run, with the lease on its position row taken
+//! (`job`): the window from the stored position worked through in slices, oldest first
 //! ([`super::slices`]), each committed with the position it reached
 //! (`batch`), until the window is covered,
 //! `RECONCILER_EVENTS_MAX_PAGES` pages were read, the run deadline passed or
@@ -10,107 +10,26 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use chrono::Utc;
-use sqlx::PgPool;
-use tokio_util::sync::CancellationToken;
 
 use super::accounts::connected_feeds;
 use super::batch::{self, Progress};
 use super::feed::{self, PageBounds, SliceRead, Window};
-use super::groups::{EventsContext, EventsGroups};
+use super::groups::EventsContext;
 use super::retries;
 use super::slices::{Slice, Slicer};
 use super::summary::EventsSummary;
-use super::{events_job, EventsError};
+use super::EventsError;
 use crate::config::STRIPE_EVENTS_RETENTION;
-use crate::job::{run_once, Job, RunContext};
-use crate::lease::Lease;
-use crate::outcome::{RunError, RunOutcome};
 use crate::store::events_position;
-use crate::store::lease::LeaseTable;
 use crate::store::Context;
-use crate::stripe::{AccountId, StripeGateway};
-
-/// The events job of `stripe-reconciler events`.
-#[derive(Debug, Default)]
-pub struct EventsJob;
-
-impl Job for EventsJob {
-    type Groups<'s> = EventsGroups<'s>;
-    type Summary = EventsSummary;
-    type Error = EventsError;
-
-    fn summary(&self, ctx: &RunContext<'_, Self::Groups<'_>>) -> EventsSummary {
-        EventsSummary {
-            job: events_job(&ctx.settings.scan.run.job),
-            ..EventsSummary::default()
-        }
-    }
-
-    /// The lease for the listing: the slowest batch the settings allow, plus
-    /// a second per page at the rate limit.
-    fn lease(&self, ctx: &RunContext<'_, Self::Groups<'_>>) -> Option<Lease> {
-        let settings = ctx.settings;
-        let job = events_job(&settings.scan.run.job);
-        let mut lease = Lease::new(
-            settings.scan.scan,
-            settings.scan.stripe,
-            LeaseTable::EventsPosition,
-            &job,
-        );
-        lease.ttl_seconds += f64::from(settings.events.max_pages)
-            / f64::from(settings.scan.stripe.rate_limit_rps.max(1));
-        Some(lease)
-    }
-
-    async fn refused(
-        &mut self,
-        ctx: &RunContext<'_, Self::Groups<'_>>,
-        summary: &mut EventsSummary,
-        error: &RunError,
-    ) {
-        summary.duration_seconds = ctx.clock.elapsed_seconds();
-        summary.outcome = error.outcome();
-    }
-
-    async fn body(
-        &mut self,
-        ctx: &RunContext<'_, Self::Groups<'_>>,
-        summary: &mut EventsSummary,
-    ) -> Result<(), EventsError> {
-        body(ctx, summary).await
-    }
-
-    async fn finish(
-        &mut self,
-        ctx: &RunContext<'_, Self::Groups<'_>>,
-        summary: &mut EventsSummary,
-        result: &Result<(), EventsError>,
-    ) {
-        summary.duration_seconds = ctx.clock.elapsed_seconds();
-        summary.outcome = match result {
-            Ok(()) => RunOutcome::Completed,
-            Err(e) => e.outcome(),
-        };
-    }
-}
-
-/// Runs the events job once ([`run_once`] of an [`EventsJob`]). Always
-/// returns the summary of what was committed, with the error that stopped
-/// the run, if any.
-#[tracing::instrument(name = "events", skip_all, fields(job = %settings.scan.run.job))]
-pub async fn run_events(
-    pool: &PgPool,
-    gateway: &StripeGateway,
-    settings: &EventsGroups<'_>,
-    shutdown: CancellationToken,
-) -> (EventsSummary, Result<(), EventsError>) {
-    let mut ctx = RunContext::new(pool, gateway, *settings, shutdown);
-    run_once(&mut ctx, &mut EventsJob).await
-}
+use crate::stripe::AccountId;
 
 /// The run's work: the feeds from their positions, what earlier runs could
 /// not decide, then the slices.
-async fn body(ctx: &EventsContext<'_>, summary: &mut EventsSummary) -> Result<(), EventsError> {
+pub(super) async fn body(
+    ctx: &EventsContext<'_>,
+    summary: &mut EventsSummary,
+) -> Result<(), EventsError> {
     let mut feeds = open_feeds(ctx, summary).await?;
     // What earlier runs could not decide, first (their reads come after
     // every event listed below, so the slices skip those PaymentIntents).

@@ -53,7 +53,7 @@ pub(super) async fn look_up(
         .collect();
     let ids: Vec<&str> = newest.iter().map(|e| e.checkout_session.as_str()).collect();
     let settings = ctx.settings;
-    let columns = MoneyColumns::of(settings.scan.schema);
+    let columns = MoneyColumns::of(settings.scan.schema, settings.scan.facts);
     let found = if ids.is_empty() || columns.checkout_session.is_none() {
         Vec::new()
     } else {

@@ -1,12 +1,51 @@
 //! The events job's figures, pushed to `job=<RECONCILER_JOB>-events`
-//! (DESIGN.md, Reads: events).
+//! (docs/events.md), from the [`EventsFigures`] the events job fills.
 
 use chrono::{DateTime, Utc};
 use prometheus::Registry;
 
 use super::gauge::{Figure, Labelled};
-use crate::events::EventsSummary;
+use crate::outcome::RunOutcome;
 use crate::stripe::RequestCounts;
+
+/// What an events run pushes, filled by the events job from its summary.
+#[derive(Debug, Clone, Default)]
+pub struct EventsFigures {
+    /// Wall time of the run, in seconds.
+    pub duration_seconds: f64,
+    /// How the run ended.
+    pub outcome: RunOutcome,
+    /// PaymentIntent events read.
+    pub events_read: u64,
+    /// Event list pages read.
+    pub pages: u32,
+    /// Distinct PaymentIntents handled.
+    pub payment_intents: u64,
+    /// PaymentIntents re-read from Stripe.
+    pub payment_intents_retrieved: u64,
+    /// Rows confirmed after their event, not re-read.
+    pub rows_confirmed: u64,
+    /// Findings newly recorded (`missing_locally` included).
+    pub findings_created: u64,
+    /// `missing_locally` findings newly recorded.
+    pub missing_locally_created: u64,
+    /// Repair commands enqueued.
+    pub commands_enqueued: u64,
+    /// Whether `RECONCILER_EVENTS_MAX_PAGES` stopped the run.
+    pub truncated: bool,
+    /// Connected accounts whose feed could not be read.
+    pub accounts_unreachable: u64,
+    /// Events whose object names no PaymentIntent.
+    pub events_without_payment_intent: u64,
+    /// Feeds whose list did not advance.
+    pub feeds_not_advancing: u64,
+    /// Whether the held PaymentIntents used up their share of the run.
+    pub held_share_reached: bool,
+    /// Seconds of events never read (position older than Stripe keeps).
+    pub gap_seconds: Option<f64>,
+    /// Stripe requests the run sent, per endpoint.
+    pub stripe_requests: RequestCounts,
+}
 
 /// The events job's stored state, for its gauges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -177,13 +216,7 @@ impl EventsGauges {
 
     /// An events run's figures and, when it could be read, the job's state;
     /// `now_unix` is the end of the run.
-    pub(super) fn observe(
-        &self,
-        s: &EventsSummary,
-        requests: &RequestCounts,
-        state: Option<&EventsState>,
-        now_unix: f64,
-    ) {
+    pub(super) fn observe(&self, s: &EventsFigures, state: Option<&EventsState>, now_unix: f64) {
         self.read.set(s.events_read as f64);
         self.pages.set(f64::from(s.pages));
         self.payment_intents_checked.set(s.payment_intents as f64);
@@ -205,7 +238,7 @@ impl EventsGauges {
             self.held.set(st.held as f64);
         }
         self.gap.set(s.gap_seconds.unwrap_or(0.0));
-        for (endpoint, n) in requests.by_endpoint() {
+        for (endpoint, n) in s.stripe_requests.by_endpoint() {
             self.stripe_requests.set(endpoint, n as f64);
         }
         if let Some(st) = state {

@@ -6,7 +6,7 @@
 
 use prometheus::{GaugeVec, Opts, Registry};
 
-/// Every metric's name starts with `stripe_reconciler_` (DESIGN.md, Interface).
+/// Every metric's name starts with `stripe_reconciler_` (docs/operations.md, "Metrics").
 const NAMESPACE: &str = "stripe_reconciler";
 
 fn register(

@@ -1,4 +1,4 @@
-//! The run's figures as Prometheus gauges (DESIGN.md, Metrics and Interface),
+//! The run's figures as Prometheus gauges (docs/operations.md, "Metrics"),
 //! encoded with the text format and pushed to the Pushgateway. Each push
 //! replaces the previous run's group `job=<RECONCILER_JOB>` (the events job's:
 //! `job=<RECONCILER_JOB>-events`).
@@ -26,15 +26,13 @@ mod status;
 
 use prometheus::{Encoder, Registry, TextEncoder};
 
-pub use events::EventsState;
+pub use events::{EventsFigures, EventsState};
 pub use notify::NotifyMetrics;
 pub use push::{PushError, PushMethod, Pusher, PUSH_TIMEOUT};
+pub use scan::ScanFigures;
 
 use crate::capacity::RunPlan;
-use crate::events::EventsSummary;
-use crate::scan::RunSummary;
 use crate::status::Status;
-use crate::stripe::RequestCounts;
 
 /// The figures of one push: a private registry and the gauges every run
 /// pushes. Built through [`ScanMetrics`] or [`EventsMetrics`].
@@ -89,7 +87,7 @@ impl ScanMetrics {
     }
 
     /// Records a run's figures; `now_unix` is the end of the run.
-    pub fn observe_run(&mut self, s: &RunSummary, now_unix: f64) {
+    pub fn observe_run(&mut self, s: &ScanFigures, now_unix: f64) {
         self.figures
             .run
             .observe(s.duration_seconds, now_unix, s.outcome);
@@ -154,12 +152,11 @@ impl EventsMetrics {
     /// names (the group `job=..-events` tells them apart).
     pub fn observe_events(
         &mut self,
-        s: &EventsSummary,
-        requests: &RequestCounts,
+        s: &EventsFigures,
         state: Option<&EventsState>,
         now_unix: f64,
     ) {
-        self.events.observe(s, requests, state, now_unix);
+        self.events.observe(s, state, now_unix);
         self.figures
             .run
             .observe(s.duration_seconds, now_unix, s.outcome);

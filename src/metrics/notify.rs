@@ -1,4 +1,4 @@
-//! The notification figures (issue 33), pushed to `job=<group>-notify` after
+//! The notification figures (docs/review.md), pushed to `job=<group>-notify` after
 //! each `run` and `events` when `RECONCILER_NOTIFY_URL` is set.
 
 use super::gauge::Figure;

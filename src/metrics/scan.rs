@@ -1,16 +1,48 @@
-//! The scan run's own figures (DESIGN.md, Metrics: per run).
+//! The scan run's own figures (docs/operations.md, "Metrics"), from the
+//! [`ScanFigures`] the scan job fills.
 
 use prometheus::Registry;
 
 use super::gauge::{Figure, Labelled};
+use crate::capacity::RunPlan;
+use crate::outcome::RunOutcome;
 use crate::reconcile::Verdict;
-use crate::scan::RunSummary;
+use crate::stripe::RequestCounts;
+
+/// What a scan run pushes, filled by the scan job from its summary.
+#[derive(Debug, Clone, Default)]
+pub struct ScanFigures {
+    /// Wall time of the run, in seconds.
+    pub duration_seconds: f64,
+    /// How the run ended.
+    pub outcome: RunOutcome,
+    /// Rows read from `payments`.
+    pub rows_scanned: u64,
+    /// Batches committed (a wrap counts as one).
+    pub batches: u64,
+    /// Findings newly recorded.
+    pub findings_created: u64,
+    /// Repair commands enqueued.
+    pub commands_enqueued: u64,
+    /// Whether the run reached the end of the table.
+    pub wrapped: bool,
+    /// Rows per verdict, every verdict listed.
+    pub verdicts: Vec<(Verdict, u64)>,
+    /// Stripe requests the run sent, per endpoint.
+    pub stripe_requests: RequestCounts,
+    /// Connected accounts the run could not read.
+    pub accounts_unreachable: u64,
+    /// The cursor as the run left it (`payments.id`), when it was read.
+    pub cursor_position: Option<i64>,
+    /// The run's plan, when it was made.
+    pub plan: Option<RunPlan>,
+}
 
 /// `rows_scanned`, `batches`, `findings_created`, `commands_enqueued`,
 /// `wrapped`, `verdicts{verdict}`, `stripe_requests{endpoint}`, and the
 /// run's plan: `planned_batches`, `target_cycle_seconds`, and
-/// `stripe_accounts_unreachable` (DESIGN.md, "Turn 3 contract"; no
-/// per-account label: the accounts are in the log and the findings).
+/// `stripe_accounts_unreachable` (no per-account label: the accounts are in
+/// the log and the findings; docs/connect.md).
 pub(super) struct ScanGauges {
     planned_batches: Figure,
     target_cycle: Figure,
@@ -82,7 +114,7 @@ impl ScanGauges {
         })
     }
 
-    pub(super) fn observe(&self, s: &RunSummary) {
+    pub(super) fn observe(&self, s: &ScanFigures) {
         if let Some(p) = &s.plan {
             self.planned_batches.set(f64::from(p.batches));
             self.target_cycle.set(p.target_cycle_seconds);
@@ -92,13 +124,12 @@ impl ScanGauges {
         self.findings_created.set(s.findings_created as f64);
         self.commands_enqueued.set(s.commands_enqueued as f64);
         self.wrapped.set(f64::from(u8::from(s.wrapped)));
-        for v in Verdict::ALL {
-            self.verdicts.set(v.as_str(), s.verdicts.get(v) as f64);
+        for (v, rows) in &s.verdicts {
+            self.verdicts.set(v.as_str(), *rows as f64);
         }
         for (endpoint, n) in s.stripe_requests.by_endpoint() {
             self.stripe_requests.set(endpoint, n as f64);
         }
-        self.accounts_unreachable
-            .set(s.stripe_accounts_unreachable as f64);
+        self.accounts_unreachable.set(s.accounts_unreachable as f64);
     }
 }

@@ -1,4 +1,4 @@
-//! The job's state as gauges (DESIGN.md, Metrics: state), from [`Status`].
+//! The job's state as gauges (docs/operations.md, "Metrics"), from [`Status`].
 
 use prometheus::Registry;
 
@@ -91,7 +91,7 @@ impl StatusGauges {
         self.cursor_position.set(position as f64);
     }
 
-    /// The run's plan against the measured capacity (issue 23): a plan that
+    /// The run's plan against the measured capacity (docs/operations.md, "Sizing (`auto`)"): a plan that
     /// cannot meet the target pulls `capacity_ratio` below 1 (its planned
     /// over needed rows), so the capacity alert fires; its expected cycle
     /// stands in while the history has none.

@@ -1,7 +1,7 @@
 //! `migrate`'s count of the PaymentIntent ids several rows of `payments`
 //! hold (each such row is reported as `duplicate_payment_intent`).
 
-use crate::lifecycle::CommandError;
+use super::MigrateError;
 use crate::store::payment_index as schema;
 
 /// Prints (and logs) how many PaymentIntent ids several rows of `payments`
@@ -13,7 +13,7 @@ use crate::store::payment_index as schema;
 pub(super) async fn report(
     conn: &mut sqlx::PgConnection,
     indexed: bool,
-) -> Result<i64, CommandError> {
+) -> Result<i64, MigrateError> {
     let (ids, rows) = if indexed {
         println!(
             "counting duplicate PaymentIntent ids along the index, {} rows per step",
@@ -24,7 +24,7 @@ pub(super) async fn report(
         while !count.done {
             schema::count_duplicates_step(&mut *conn, &mut count)
                 .await
-                .map_err(CommandError::Store)?;
+                .map_err(MigrateError::Store)?;
             steps += 1;
             tracing::debug!(
                 rows_read = count.rows_read,
@@ -42,7 +42,7 @@ pub(super) async fn report(
         println!("counting duplicate PaymentIntent ids (one scan of payments: no index orders the column yet)");
         schema::count_duplicates(&mut *conn)
             .await
-            .map_err(CommandError::Store)?
+            .map_err(MigrateError::Store)?
     };
     if ids > 0 {
         println!(

@@ -1,10 +1,10 @@
 //! `migrate`'s key step (issue 31): the reconciler's key columns hold
 //! `payments.id`'s type, and the walk the cycle will take is said.
 
+use super::MigrateError;
 use crate::config::Settings;
 use crate::key::{KeyKind, Walk};
-use crate::lifecycle::preflight;
-use crate::lifecycle::CommandError;
+use crate::preflight;
 
 /// Aligns the reconciler's key columns with `payments.id`'s type and says
 /// how the cycle walks the table, naming the index of the application's
@@ -16,11 +16,11 @@ use crate::lifecycle::CommandError;
 pub(super) async fn align(
     conn: &mut sqlx::PgConnection,
     settings: &Settings,
-) -> Result<(), CommandError> {
+) -> Result<(), MigrateError> {
     let key = preflight::detect_key(&mut *conn).await?;
     let changed = crate::store::keys::align(&mut *conn, &key)
         .await
-        .map_err(CommandError::Store)?;
+        .map_err(MigrateError::Store)?;
     if !changed.is_empty() {
         println!(
             "payments.id is {}: the key column of {} now holds that type",
@@ -35,14 +35,15 @@ pub(super) async fn align(
     let unregistered = key.kind() != KeyKind::Integer
         && crate::store::payment_state::empty_beside_payments(&mut *conn)
             .await
-            .map_err(CommandError::Store)?;
+            .map_err(MigrateError::Store)?;
     if unregistered || changed.iter().any(|t| t == "reconciliation_payment_state") {
-        let times = crate::store::payments::time_columns(&mut *conn, &settings.schema.times)
-            .await
-            .map_err(preflight::column_error)?;
+        let times =
+            crate::store::payments::time_columns(&mut *conn, &settings.schema.timestamp_zone)
+                .await
+                .map_err(preflight::column_error)?;
         let registered = crate::store::payment_state::register_existing(&mut *conn, &times)
             .await
-            .map_err(CommandError::Store)?;
+            .map_err(MigrateError::Store)?;
         tracing::info!(
             registered,
             "existing payments registered in the reconciler's state"

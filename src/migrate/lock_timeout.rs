@@ -1,7 +1,7 @@
 //! What `migrate` says when a `CREATE INDEX CONCURRENTLY` on the
 //! application's table did not get its lock in time.
 
-use crate::lifecycle::CommandError;
+use super::MigrateError;
 use crate::store::payment_index as schema;
 
 /// The line `migrate` prints when a `CREATE INDEX CONCURRENTLY` on the
@@ -13,10 +13,10 @@ pub(super) async fn line(
     conn: &mut sqlx::PgConnection,
     index: &str,
     on: &str,
-) -> Result<String, CommandError> {
+) -> Result<String, MigrateError> {
     let left = schema::invalid_indexes_named_in(&mut *conn, index)
         .await
-        .map_err(CommandError::Store)?
+        .map_err(MigrateError::Store)?
         .iter()
         .any(|name| name == index);
     let timeout = crate::store::legacy::INDEX_LOCK_TIMEOUT;

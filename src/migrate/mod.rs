@@ -10,10 +10,12 @@
 //! - `duplicates`: the count of PaymentIntent ids several rows hold.
 //! - `partition_index`: the index on `payments (<partition column>, id)`.
 //! - `session_index`: which index would serve lookups by Checkout Session id.
+//! - `error`: [`MigrateError`], why `migrate` stopped, and its exit code.
 //! - `lock_timeout`: what to say when an index build did not get its lock.
 
 mod column_index;
 mod duplicates;
+mod error;
 mod keys;
 mod lock_timeout;
 mod outbox;
@@ -24,11 +26,12 @@ mod session_index;
 use sqlx::{PgConnection, PgPool};
 
 use crate::config::Settings;
-use crate::lifecycle::preflight::{self, check_schema};
-use crate::lifecycle::CommandError;
+use crate::preflight::{self, check_schema};
 use crate::store::outbox_shape::OutboxState;
 use crate::store::payment_index as schema;
 use crate::store::{self, Context, StoreError};
+
+pub use error::MigrateError;
 
 /// Checks the schema, applies the embedded migrations, creates the outbox
 /// when it is absent, then makes sure duplicate PaymentIntent ids are found
@@ -39,17 +42,17 @@ use crate::store::{self, Context, StoreError};
 /// (one connection).
 ///
 /// # Errors
-/// [`CommandError`]: exit 78 naming what to fix in the schema or settings,
+/// [`MigrateError`]: exit 78 naming what to fix in the schema or settings,
 /// else a database failure.
-pub async fn migrate(pool: &PgPool, settings: &Settings, unique: bool) -> Result<(), CommandError> {
-    let store = |e: StoreError| CommandError::Store(e);
+pub async fn migrate(pool: &PgPool, settings: &Settings, unique: bool) -> Result<(), MigrateError> {
+    let store = |e: StoreError| MigrateError::Store(e);
     let mut conn = pool.acquire().await.context("connecting").map_err(store)?;
     // 1. Nothing is created for a schema the reconciler cannot work with.
     let outbox = check_first(&mut conn, settings).await?;
     drop(conn);
     // 2. The embedded migrations (0001 without its outbox section), in the
     //    zone `payments`' wall-clock timestamps are read in.
-    let upgrade = crate::db::migrate_in(pool, &settings.schema.times.zone).await?;
+    let upgrade = crate::db::migrate_in(pool, &settings.schema.timestamp_zone).await?;
     for line in upgrade.lines() {
         println!("{line}");
     }
@@ -77,8 +80,8 @@ pub async fn migrate(pool: &PgPool, settings: &Settings, unique: bool) -> Result
 async fn check_first(
     conn: &mut PgConnection,
     settings: &Settings,
-) -> Result<OutboxState, CommandError> {
-    let store = |e: StoreError| CommandError::Store(e);
+) -> Result<OutboxState, MigrateError> {
+    let store = |e: StoreError| MigrateError::Store(e);
     let mut tx = store::begin(&mut *conn)
         .await
         .context("opening a transaction")
@@ -88,7 +91,7 @@ async fn check_first(
         preflight::checked(&mut tx, settings).await?;
     } else {
         // RECONCILER_TIMESTAMP_ZONE is known to the database (exit 78).
-        store::payments::time_columns(&mut tx, &settings.schema.times)
+        store::payments::time_columns(&mut tx, &settings.schema.timestamp_zone)
             .await
             .map_err(preflight::column_error)?;
     }

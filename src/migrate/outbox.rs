@@ -3,8 +3,8 @@
 
 use sqlx::PgConnection;
 
+use super::MigrateError;
 use crate::config::{OutboxSettings, OutboxShape};
-use crate::lifecycle::CommandError;
 use crate::store::outbox_shape::{self, OutboxState};
 use crate::store::{self, Context, StoreError};
 
@@ -12,13 +12,13 @@ use crate::store::{self, Context, StoreError};
 /// the shape is `reconciler`; says on stdout what was done or kept.
 ///
 /// # Errors
-/// [`CommandError::Store`] when the outbox cannot be created.
+/// [`MigrateError::Store`] when the outbox cannot be created.
 pub(super) async fn create_if_absent(
     conn: &mut PgConnection,
     settings: &OutboxSettings,
     state: OutboxState,
-) -> Result<(), CommandError> {
-    let store = |e: StoreError| CommandError::Store(e);
+) -> Result<(), MigrateError> {
+    let store = |e: StoreError| MigrateError::Store(e);
     let table = settings.table.display();
     if state == OutboxState::Absent && settings.shape == OutboxShape::Reconciler {
         let mut tx = store::begin(&mut *conn)

@@ -2,9 +2,9 @@
 //! index on `payments (<column>, id)`, so the partition's batches are index
 //! range scans.
 
+use super::MigrateError;
 use super::{column_index, lock_timeout};
 use crate::config::{ColumnName, Settings};
-use crate::lifecycle::CommandError;
 use crate::store::payment_index::{self as schema, IndexBuild};
 use crate::store::StoreError;
 
@@ -14,8 +14,8 @@ use crate::store::StoreError;
 pub(super) async fn ensure(
     conn: &mut sqlx::PgConnection,
     settings: &Settings,
-) -> Result<(), CommandError> {
-    let store = |e: StoreError| CommandError::Store(e);
+) -> Result<(), MigrateError> {
+    let store = |e: StoreError| MigrateError::Store(e);
     let pick: fn(&Settings) -> Option<&ColumnName> =
         |s| s.schema.partition.as_ref().map(|p| &p.column);
     let Some((partition_column, kept)) =

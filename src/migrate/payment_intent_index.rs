@@ -4,8 +4,8 @@
 
 use sqlx::PgConnection;
 
+use super::MigrateError;
 use super::{duplicates, lock_timeout};
-use crate::lifecycle::CommandError;
 use crate::store::payment_index::{self as schema, IndexBuild, PaymentIntentIndex};
 use crate::store::{self, Context, StoreError};
 
@@ -15,9 +15,9 @@ use crate::store::{self, Context, StoreError};
 /// UNIQUE index when asked for (`unique`) and possible.
 ///
 /// # Errors
-/// [`CommandError::Store`] when the index cannot be read or built.
-pub(super) async fn ensure(conn: &mut PgConnection, unique: bool) -> Result<(), CommandError> {
-    let store = |e: StoreError| CommandError::Store(e);
+/// [`MigrateError::Store`] when the index cannot be read or built.
+pub(super) async fn ensure(conn: &mut PgConnection, unique: bool) -> Result<(), MigrateError> {
+    let store = |e: StoreError| MigrateError::Store(e);
     let mut tx = store::begin(&mut *conn)
         .await
         .context("opening a transaction")
@@ -68,7 +68,7 @@ pub(super) async fn ensure(conn: &mut PgConnection, unique: bool) -> Result<(), 
 /// column without duplicates), free of the role's statement timeout, its
 /// lock wait bounded, saying so first and what was added after; `false`
 /// when its lock was not granted (reported, with what to run).
-async fn build(conn: &mut PgConnection, unique: bool) -> Result<bool, CommandError> {
+async fn build(conn: &mut PgConnection, unique: bool) -> Result<bool, MigrateError> {
     let name = if unique {
         schema::UNIQUE_INDEX
     } else {
@@ -79,7 +79,7 @@ async fn build(conn: &mut PgConnection, unique: bool) -> Result<bool, CommandErr
     );
     let built = schema::create_payment_intent_index(&mut *conn, unique)
         .await
-        .map_err(CommandError::Store)?;
+        .map_err(MigrateError::Store)?;
     if built == IndexBuild::LockTimeout {
         let on = "payments (stripe_payment_intent_id)";
         println!("{}", lock_timeout::line(&mut *conn, name, on).await?);

@@ -4,8 +4,8 @@
 //! would when none does. `migrate` never adds it (docs/checkout-sessions.md).
 
 use super::column_index;
+use super::MigrateError;
 use crate::config::{ColumnName, Settings};
-use crate::lifecycle::CommandError;
 use crate::store::payment_index;
 
 /// With `RECONCILER_CHECKOUT_SESSION_COLUMN` set: prints the index of
@@ -13,12 +13,12 @@ use crate::store::payment_index;
 /// build one, and warns. Changes nothing.
 ///
 /// # Errors
-/// [`CommandError`]: the column's checks (exit 78 naming the variable), or
+/// [`MigrateError`]: the column's checks (exit 78 naming the variable), or
 /// a database failure.
 pub(super) async fn report(
     conn: &mut sqlx::PgConnection,
     settings: &Settings,
-) -> Result<(), CommandError> {
+) -> Result<(), MigrateError> {
     let pick: fn(&Settings) -> Option<&ColumnName> = |s| s.schema.checkout_session_column.as_ref();
     let Some((column, found)) =
         column_index::look_up(conn, settings, pick, payment_index::leading_index).await?

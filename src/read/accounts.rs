@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use sqlx::PgPool;
 use tokio::sync::OnceCell;
 
-use crate::config::SchemaSettings;
+use crate::config::{ColumnName, Partition, SchemaSettings};
 use crate::store::payments::{self, PaymentRow};
 use crate::stripe::{AccountId, GatewayError, InvalidAccountId, PaymentIntentId, StripeGateway};
 
@@ -98,17 +98,17 @@ impl Tally {
 pub(super) async fn check_key(
     pool: &PgPool,
     gateway: &StripeGateway,
-    schema: &SchemaSettings,
+    (account_column, partition): (Option<&ColumnName>, Option<&Partition>),
     account: Option<&AccountId>,
 ) -> KeyCheck {
-    let known = match &schema.account_column {
-        None => payments::a_verified_payment_intent(pool, schema.partition.as_ref()).await,
+    let known = match account_column {
+        None => payments::a_verified_payment_intent(pool, partition).await,
         Some(column) => {
             payments::a_verified_payment_intent_on(
                 pool,
                 column,
                 account.map(AccountId::as_str),
-                schema.partition.as_ref(),
+                partition,
             )
             .await
         }

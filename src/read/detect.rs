@@ -200,6 +200,7 @@ pub async fn observe_batch(
         pool,
         gateway,
         schema: settings.schema,
+        partition: settings.facts.partition.as_ref(),
         rules: settings.rules,
         now,
         tallies,
@@ -223,7 +224,7 @@ pub async fn observe_batch(
     observed.sort_unstable_by_key(|(index, _)| *index);
     platform_key_fits(tallies)?;
     let mut observations: Vec<Observation> = observed.into_iter().map(|(_, o)| o).collect();
-    judge_connected(pool, gateway, settings.schema, tallies, &mut observations).await;
+    judge_connected(pool, gateway, settings, tallies, &mut observations).await;
     Ok(Observed {
         observations,
         pages: listed.pages,
@@ -279,7 +280,7 @@ fn accounts_of(rows: &[PaymentRow], schema: &SchemaSettings) -> RowAccounts {
 async fn judge_connected(
     pool: &PgPool,
     gateway: &StripeGateway,
-    schema: &SchemaSettings,
+    settings: &ReadGroups<'_>,
     tallies: &HashMap<AccountKey, Tally>,
     observations: &mut [Observation],
 ) {
@@ -289,7 +290,11 @@ async fn judge_connected(
             continue;
         }
         let reads = tally.asked.load(Ordering::Relaxed);
-        let wrong = match check_key(pool, gateway, schema, Some(account)).await {
+        let at = (
+            settings.schema.account_column.as_ref(),
+            settings.facts.partition.as_ref(),
+        );
+        let wrong = match check_key(pool, gateway, at, Some(account)).await {
             KeyCheck::Wrong => true,
             KeyCheck::Confirmed => false,
             KeyCheck::Unknown => reads >= WRONG_ACCOUNT_NOT_FOUND_READS,

@@ -1,12 +1,14 @@
 //! [`ReadGroups`]: the settings groups a read of Stripe works with.
 
 use crate::config::{ScanSettings, SchemaSettings, StripeSettings};
+use crate::facts::TableFacts;
 use crate::reconcile::Rules;
 
 /// What reading rows' Stripe objects and judging them works with, as
 /// references into [`crate::config::Settings`]: the read mode and list reads
 /// (`scan`), the in-flight budget (`stripe`), the account column and the
-/// partition (`schema`), the aging thresholds (`rules`).
+/// partition (`schema`, and its kind in `facts`), the aging thresholds
+/// (`rules`).
 #[derive(Debug, Clone, Copy)]
 pub struct ReadGroups<'a> {
     /// `RECONCILER_READ_MODE`, `RECONCILER_LIST_WINDOW_SLACK_SECONDS`,
@@ -18,4 +20,6 @@ pub struct ReadGroups<'a> {
     pub schema: &'a SchemaSettings,
     /// The aging thresholds the verdicts use.
     pub rules: &'a Rules,
+    /// What the start-up checks learned of `payments` (the partition's kind).
+    pub facts: &'a TableFacts,
 }

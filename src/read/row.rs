@@ -13,7 +13,7 @@ use super::accounts::{check_key, AccountKey, KeyCheck, Tally};
 use super::list::ListedFacts;
 use super::observation::{Observation, CONNECT_HINT, WRONG_ACCOUNT_NOT_FOUND_READS};
 use super::session_key::session_of;
-use crate::config::SchemaSettings;
+use crate::config::{Partition, SchemaSettings};
 use crate::key::PaymentKey;
 use crate::outcome::RunError;
 use crate::reconcile::{
@@ -28,6 +28,7 @@ pub(super) struct Read<'a> {
     pub(super) pool: &'a PgPool,
     pub(super) gateway: &'a StripeGateway,
     pub(super) schema: &'a SchemaSettings,
+    pub(super) partition: Option<&'a Partition>,
     pub(super) rules: &'a Rules,
     pub(super) now: DateTime<Utc>,
     pub(super) tallies: &'a HashMap<AccountKey, Tally>,
@@ -169,7 +170,10 @@ impl Read<'_> {
         {
             let key = tally
                 .key
-                .get_or_init(|| check_key(self.pool, self.gateway, self.schema, None))
+                .get_or_init(|| {
+                    let at = (self.schema.account_column.as_ref(), self.partition);
+                    check_key(self.pool, self.gateway, at, None)
+                })
                 .await;
             if *key == KeyCheck::Wrong {
                 return Err(RunError::StripeWrongAccount { not_found });

@@ -95,7 +95,7 @@ pub(crate) async fn prepare(
         .await
         .context("opening the read transaction")?;
     let (cursor_from, pending) = cursor_start(&mut tx, ctx, mode, start).await?;
-    let columns = MoneyColumns::of(settings.schema);
+    let columns = MoneyColumns::of(settings.schema, settings.facts);
     let batch_size = settings.scan.batch_size;
     let mut ahead = payments::read_batch(
         &mut tx,
@@ -109,7 +109,7 @@ pub(crate) async fn prepare(
     ahead.truncate(batch_size as usize);
     let last_id = ahead.last().map(|r| Position {
         key: r.id.clone(),
-        created_at: (settings.schema.key.walk() == Walk::CreatedAt).then_some(r.created_at),
+        created_at: (settings.facts.key.walk() == Walk::CreatedAt).then_some(r.created_at),
     });
     let behind = cursor_from
         .as_ref()
@@ -222,7 +222,7 @@ async fn read_behind(
     let (job, grace, columns) = (
         &settings.run.job,
         settings.run.grace,
-        MoneyColumns::of(settings.schema),
+        MoneyColumns::of(settings.schema, settings.facts),
     );
     let mut rows = payments::read_behind_cursor(tx, job, wanted, grace, columns).await?;
     for row in &mut rows {

@@ -56,7 +56,7 @@ pub(crate) async fn commit(
     // 3. Record and advance, in one transaction.
     match mode {
         Mode::DryRun { .. } => {
-            let key = &ctx.settings.schema.key;
+            let key = &ctx.settings.facts.key;
             dry_run_counts(ctx.pool, key, &observations, &mut report).await?
         }
         Mode::Write => {
@@ -165,12 +165,12 @@ async fn write_phase(
     let through = (!reached_end).then_some(last_id);
     let forgotten = own_state_before(&mut tx, settings, (cursor_id, through)).await?;
     let recorded = record_observations(&mut tx, settings.record_target(), observations).await?;
-    let key = &settings.schema.key;
+    let key = &settings.facts.key;
     payment_state::register_new(
         &mut tx,
         key,
         settings.scan.batch_size,
-        &settings.schema.times,
+        &settings.facts.times,
     )
     .await?;
     let range = (cursor_id, through);
@@ -214,7 +214,7 @@ async fn own_state_before(
     settings: &ScanGroups<'_>,
     (after, through): (Option<&Position>, Option<&Position>),
 ) -> Result<Vec<PaymentKey>, RunError> {
-    let (key, times) = (&settings.schema.key, &settings.schema.times);
+    let (key, times) = (&settings.facts.key, &settings.facts.times);
     let forgotten = payment_state::forget_deleted(&mut *tx, key, after, through).await?;
     if settings.schema.partition.is_some() {
         payment_state::register_range(&mut *tx, key, after, through, times).await?;

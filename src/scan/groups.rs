@@ -3,7 +3,8 @@
 use crate::config::{
     OutboxSettings, RunSettings, ScanSettings, SchemaSettings, Settings, StripeSettings,
 };
-use crate::job::RunContext;
+use crate::facts::TableFacts;
+use crate::lifecycle::RunContext;
 use crate::read::ReadGroups;
 use crate::reconcile::Rules;
 use crate::record::Target;
@@ -24,17 +25,22 @@ pub struct ScanGroups<'a> {
     /// The read budget (rate limit, in flight, timeout): the plan and the
     /// lease are sized by it.
     pub stripe: &'a StripeSettings,
-    /// How `payments` is read (columns, unit, statuses, partition, key, times).
+    /// How `payments` is read (columns, unit, statuses, the partition and
+    /// time zone as set).
     pub schema: &'a SchemaSettings,
     /// The aging thresholds.
     pub rules: &'a Rules,
     /// Where repair commands go.
     pub outbox: &'a OutboxSettings,
+    /// What the start-up checks learned of `payments`: key type, time
+    /// columns, partition kind.
+    pub facts: &'a TableFacts,
 }
 
 impl<'a> ScanGroups<'a> {
-    /// The scan's groups of `settings`.
-    pub fn of(settings: &'a Settings) -> Self {
+    /// The scan's groups of `settings`, with the `facts` the start-up
+    /// checks learned ([`crate::preflight::checked`]).
+    pub fn of(settings: &'a Settings, facts: &'a TableFacts) -> Self {
         ScanGroups {
             run: &settings.run,
             scan: &settings.scan,
@@ -42,6 +48,7 @@ impl<'a> ScanGroups<'a> {
             schema: &settings.schema,
             rules: &settings.rules,
             outbox: &settings.outbox,
+            facts,
         }
     }
 
@@ -51,10 +58,10 @@ impl<'a> ScanGroups<'a> {
     pub fn record_target(&self) -> Target<'a> {
         Target {
             outbox: self.outbox,
-            key: &self.schema.key,
+            key: &self.facts.key,
             job: &self.run.job,
             unverifiable_cycles: self.run.unverifiable_cycles,
-            times: &self.schema.times,
+            times: &self.facts.times,
         }
     }
 
@@ -65,6 +72,7 @@ impl<'a> ScanGroups<'a> {
             stripe: self.stripe,
             schema: self.schema,
             rules: self.rules,
+            facts: self.facts,
         }
     }
 }

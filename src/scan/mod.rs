@@ -10,7 +10,8 @@
 //! - `history`: the run's row in `reconciliation_runs`.
 //! - [`plan`]: how many batches a run starts (`auto` or a number).
 //! - `pipeline`: the batches of a run, overlapped so Stripe is never idle; [`RunOptions`].
-//! - [`run`](mod@run): the scan as a [`crate::job::Job`]: history row, plan, batches, summary.
+//! - `job`: the scan as a [`crate::lifecycle::Job`]: history row, plan, batches, summary, state and figures.
+//! - `print`: the summary logged and printed.
 //! - `one`: one batch on its own: phases 1, 2 and 3 in a row.
 //! - `schedule`: which batches a run starts, and where each starts.
 
@@ -18,12 +19,13 @@ pub mod batch;
 pub mod commit;
 mod groups;
 mod history;
+mod job;
 mod one;
 mod pipeline;
 pub mod plan;
+mod print;
 pub mod progress;
 pub mod report;
-pub mod run;
 mod schedule;
 
 pub use crate::lease::Lease;
@@ -32,7 +34,7 @@ pub use crate::read::{detect, list, stripe_reachable, VerdictCounts};
 pub use crate::record::record_observations;
 pub use batch::Mode;
 pub use groups::{ScanContext, ScanGroups};
+pub use job::{figures, ScanJob};
 pub use one::{run_batch, run_batch_until};
 pub use pipeline::RunOptions;
 pub use report::{BatchReport, RunSummary};
-pub use run::{run, ScanJob};

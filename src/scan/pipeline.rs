@@ -223,14 +223,14 @@ fn pace_of(batch_size: u32, planned: u32, done: u32) -> Pace {
 /// The table's size and id range for the progress line, read once per run;
 /// unknown (zeros) when it cannot be read, which only blanks the estimate.
 async fn table_extent(ctx: &ScanContext<'_>) -> TableExtent {
-    let (run, schema) = (ctx.settings.run, ctx.settings.schema);
+    let (run, facts) = (ctx.settings.run, ctx.settings.facts);
     let figures = match ctx.pool.acquire().await {
         Ok(mut conn) => stats::table_figures(
             &mut conn,
             &run.job,
-            schema.partition.as_ref(),
-            &schema.key,
-            &schema.times,
+            facts.partition.as_ref(),
+            &facts.key,
+            &facts.times,
         )
         .await
         .ok(),

@@ -7,7 +7,8 @@ use sqlx::PgPool;
 
 use super::groups::ScanGroups;
 use crate::capacity::{self, Pace, PlanInput, RunPlan};
-use crate::config::{ReadMode, RunSettings, ScanSettings, SchemaSettings, Sizing, StripeSettings};
+use crate::config::{ReadMode, RunSettings, ScanSettings, Sizing, StripeSettings};
+use crate::facts::TableFacts;
 use crate::store::runs::{self, RunHistory};
 use crate::store::stats::{self, TableFigures};
 use crate::store::{Context, StoreError};
@@ -129,7 +130,7 @@ fn elapsed(since: Option<DateTime<Utc>>, now: DateTime<Utc>) -> f64 {
 /// assumes an empty history and table (one batch for `auto`): the run's own
 /// first query reports the database error.
 pub(super) async fn plan_run(pool: &PgPool, settings: &ScanGroups<'_>) -> RunPlan {
-    let figures = read_figures(pool, settings.run, settings.schema)
+    let figures = read_figures(pool, settings.run, settings.facts)
         .await
         .unwrap_or_else(|e| {
             tracing::warn!(error = %e, "cannot read the figures to plan the run");
@@ -149,12 +150,12 @@ pub(super) async fn plan_run(pool: &PgPool, settings: &ScanGroups<'_>) -> RunPla
 async fn read_figures(
     pool: &PgPool,
     run: &RunSettings,
-    schema: &SchemaSettings,
+    facts: &TableFacts,
 ) -> Result<(TableFigures, RunHistory), StoreError> {
     let mut conn = pool.acquire().await.context("connecting")?;
-    let partition = schema.partition.as_ref();
+    let partition = facts.partition.as_ref();
     let table =
-        stats::table_figures(&mut conn, &run.job, partition, &schema.key, &schema.times).await?;
+        stats::table_figures(&mut conn, &run.job, partition, &facts.key, &facts.times).await?;
     let history = runs::history(&mut conn, &run.job, partition).await?;
     Ok((table, history))
 }

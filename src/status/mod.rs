@@ -10,21 +10,18 @@ mod screen;
 pub use screen::render;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgConnection;
 
 use crate::capacity::{self, Capacity, RunPlan};
-use crate::config::{
-    EventsSettings, OutboxSettings, Partition, PaymentTimes, RunSettings, SchemaSettings,
-    STRIPE_EVENTS_RETENTION,
-};
-use crate::events::events_job;
+use crate::config::{OutboxSettings, Partition, PaymentTimes, STRIPE_EVENTS_RETENTION};
+use crate::key::KeyType;
 use crate::reconcile::RepairCommand;
-use crate::scan::plan::{plan_for, PlanFigures};
-use crate::scan::ScanGroups;
-use crate::store::stats::LagHolder;
+use crate::store::runs::RunHistory;
+use crate::store::stats::{LagHolder, TableFigures};
 use crate::store::{events_position, runs, stats, StoreError};
 
 /// Everything `status` shows; `status --json` prints it as one object whose
@@ -45,7 +42,7 @@ pub struct Status {
     pub rows: f64,
     /// Cursor position (`payments.id`).
     pub cursor_position: i64,
-    /// The cursor's key as text, any key type (issue 31); `None` (JSON
+    /// The cursor's key as text, any key type (docs/keys.md); `None` (JSON
     /// `null`) at the cycle's start.
     pub cursor_key: Option<String>,
     /// Share of the id range behind the cursor, 0 to 100.
@@ -73,7 +70,7 @@ pub struct Status {
     /// The payment that holds the lag, so an operator knows where to look;
     /// `None` for an empty table.
     pub lag_held_by: Option<LagHolder>,
-    /// What the next run plans (issue 23): batches, rows per run needed, the
+    /// What the next run plans (docs/operations.md, "Sizing (`auto`)"): batches, rows per run needed, the
     /// pace (rows per second, measured or estimated), the expected cycle
     /// against the target; `None` when read without the settings.
     pub plan: Option<RunPlan>,
@@ -135,67 +132,82 @@ fn as_integer<S: serde::Serializer>(value: &f64, s: S) -> Result<S::Ok, S::Error
     s.serialize_i64(value.round() as i64)
 }
 
-/// Reads the status of `job` (within `partition`, when one is set: every
-/// figure about `payments` counts only its rows); the outbox figures come
-/// from `outbox` (`RECONCILER_OUTBOX_TABLE`, `RECONCILER_OUTBOX_SHAPE`).
+/// The next run's plan from the table's figures and the run history.
+pub type PlanOf<'a> = dyn Fn(&TableFigures, &RunHistory) -> RunPlan + 'a;
+
+/// What a status is read for, filled by the job that reads it (the scan's
+/// job and its events job, or the `status` command): names, groups and the
+/// plan, never a job's own type.
+#[derive(Clone, Copy)]
+pub struct StatusQuery<'a> {
+    /// `RECONCILER_JOB`: the cursor, the run history.
+    pub job: &'a str,
+    /// The events job's name (`<RECONCILER_JOB>-events`): its position;
+    /// `None`: the events job's figures are not read.
+    pub events_job: Option<&'a str>,
+    /// `RECONCILER_OUTBOX_TABLE` and `RECONCILER_OUTBOX_SHAPE`.
+    pub outbox: &'a OutboxSettings,
+    /// The partition every figure about `payments` counts within.
+    pub partition: Option<&'a Partition>,
+    /// How `payments`' timestamps are read.
+    pub times: &'a PaymentTimes,
+    /// `payments.id`'s type as detected at start; `None`: read from the
+    /// catalogue.
+    pub key: Option<&'a KeyType>,
+    /// `RECONCILER_EVENTS_ACCOUNT_ACTIVE_SECONDS`: which connected
+    /// accounts' feeds count.
+    pub account_active: Duration,
+    /// The next run's plan from the table and the history (`None`: no plan).
+    pub plan: Option<&'a PlanOf<'a>>,
+}
+
+/// Reads the status of `job` and of its events job `events_job` (within
+/// `partition`, when one is set: every figure about `payments` counts only
+/// its rows); the outbox figures come from `outbox`
+/// (`RECONCILER_OUTBOX_TABLE`, `RECONCILER_OUTBOX_SHAPE`). No plan; the key
+/// type read from the catalogue.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn read(
     conn: &mut PgConnection,
     job: &str,
+    events_job: Option<&str>,
     outbox: &OutboxSettings,
     partition: Option<&Partition>,
 ) -> Result<Status, StoreError> {
     let times = PaymentTimes::default();
-    read_figures(conn, job, outbox, partition, &times, None).await
+    let query = StatusQuery {
+        job,
+        events_job,
+        outbox,
+        partition,
+        times: &times,
+        key: None,
+        account_active: STRIPE_EVENTS_RETENTION,
+        plan: None,
+    };
+    read_query(conn, &query).await
 }
 
-/// [`read`] for a job's settings: its name (`run`), its partition and its
-/// timestamps as detected at start (`schema`, `RECONCILER_TIMESTAMP_ZONE`)
-/// and its outbox, without the plan of [`read_planned`].
+/// Reads the status `query` asks for.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn read_job(
+pub async fn read_query(
     conn: &mut PgConnection,
-    run: &RunSettings,
-    schema: &SchemaSettings,
-    outbox: &OutboxSettings,
+    query: &StatusQuery<'_>,
 ) -> Result<Status, StoreError> {
-    let partition = schema.partition.as_ref();
-    read_figures(conn, &run.job, outbox, partition, &schema.times, None).await
-}
-
-/// Reads the status of the scan's job (`scan`) with the next run's plan, and
-/// of its events job (`RECONCILER_EVENTS_ACCOUNT_ACTIVE_SECONDS` of `events`).
-///
-/// # Errors
-/// [`StoreError`] from the database.
-pub async fn read_planned(
-    conn: &mut PgConnection,
-    scan: &ScanGroups<'_>,
-    events: &EventsSettings,
-) -> Result<Status, StoreError> {
-    let partition = scan.schema.partition.as_ref();
-    let times = &scan.schema.times;
-    let planned = Some((scan, events));
-    read_figures(conn, &scan.run.job, scan.outbox, partition, times, planned).await
-}
-
-/// The figures of `job`; with `planned` (the scan's groups and the events
-/// group), the next run's plan and the detected key.
-async fn read_figures(
-    conn: &mut PgConnection,
-    job: &str,
-    outbox: &OutboxSettings,
-    partition: Option<&Partition>,
-    times: &PaymentTimes,
-    planned: Option<(&ScanGroups<'_>, &EventsSettings)>,
-) -> Result<Status, StoreError> {
+    let StatusQuery {
+        job,
+        outbox,
+        partition,
+        times,
+        ..
+    } = *query;
     let types = RepairCommand::EVENT_TYPES;
-    let key = match planned {
-        Some((s, _)) => s.schema.key.clone(),
+    let key = match query.key {
+        Some(key) => key.clone(),
         None => crate::store::keys::current(conn).await?,
     };
     let t = stats::table_figures(conn, job, partition, &key, times).await?;
@@ -203,18 +215,16 @@ async fn read_figures(
     let open_findings = stats::open_findings_by_kind(conn, partition).await?;
     let lag_held_by = stats::lag_holder(conn, outbox, &types, partition, times, &key).await?;
     let h = runs::history(conn, job, partition).await?;
-    let active = planned.map_or(STRIPE_EVENTS_RETENTION, |(_, e)| e.account_active);
-    let events = events_position::figures(conn, &events_job(job), active)
-        .await?
-        .map(events_shown);
+    let events = match query.events_job {
+        Some(events_job) => events_position::figures(conn, events_job, query.account_active)
+            .await?
+            .map(events_shown),
+        None => None,
+    };
     let growth = h.growth();
     let now = t.database_now;
     let (cycle_progress_percent, cycle_age_seconds, cycle_last_completed_unix) = cycle_of(&t);
-    let figures = PlanFigures {
-        table: &t,
-        history: &h,
-    };
-    let plan = planned.map(|(s, _)| plan_for(s.into(), figures));
+    let plan = query.plan.map(|plan| plan(&t, &h));
     Ok(Status {
         plan,
         job: job.to_owned(),
@@ -279,7 +289,7 @@ fn events_shown(f: events_position::EventsFigures) -> EventsShown {
 fn progress(min_id: Option<i64>, max_id: Option<i64>, cursor: i64) -> f64 {
     match (min_id, max_id) {
         (Some(lo), Some(hi)) if hi > lo && cursor >= lo => {
-            // In f64: ids may span the whole bigint range (issue 31).
+            // In f64: ids may span the whole bigint range (docs/keys.md).
             let (lo, hi, cursor) = (lo as f64, hi as f64, cursor as f64);
             ((cursor - lo + 1.0) / (hi - lo + 1.0) * 100.0).min(100.0)
         }

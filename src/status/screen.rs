@@ -1,5 +1,5 @@
 //! The screen of `status` for people: one escaped line per figure
-//! ([`crate::terminal`]; issue 21).
+//! ([`crate::terminal`]; docs/operations.md).
 
 use std::time::Duration;
 
@@ -27,7 +27,7 @@ fn when(unix: Option<f64>, now: DateTime<Utc>) -> String {
 
 /// The human-readable screen. `grace` is `RECONCILER_GRACE_SECONDS`, to tell
 /// why a recently changed payment is not confirmed yet. Every line is
-/// escaped ([`crate::terminal`]; issue 21): the lag holder's order and
+/// escaped ([`crate::terminal`]; docs/operations.md): the lag holder's order and
 /// PaymentIntent ids, its repair's last error and the finding kinds are
 /// stored text.
 pub fn render(st: &Status, grace: Duration) -> String {

@@ -7,8 +7,7 @@
 use serde_json::Value;
 use sqlx::PgPool;
 use stripe_reconciler::config::Sizing;
-use stripe_reconciler::scan::{self, RunOptions, ScanGroups};
-use tokio_util::sync::CancellationToken;
+use stripe_reconciler::scan::ScanJob;
 use wiremock::MockServer;
 
 use crate::support::*;
@@ -131,14 +130,7 @@ async fn a_small_table_is_verified_again_by_every_run(pool: PgPool) {
     };
     let mut completed = Vec::new();
     for run in 1..=3 {
-        let (summary, result) = scan::run(
-            &pool,
-            &gateway(&stripe),
-            &ScanGroups::of(&s),
-            RunOptions::default(),
-            CancellationToken::new(),
-        )
-        .await;
+        let (summary, result) = run_job(&pool, &gateway(&stripe), &s, ScanJob::default()).await;
         result.unwrap();
         assert_eq!(
             (summary.batches, summary.rows_scanned, summary.wrapped),
@@ -178,7 +170,7 @@ async fn a_small_table_is_verified_again_by_every_run(pool: PgPool) {
 /// batch per run; every run reads its 10 rows and ends its cycle.
 #[sqlx::test(migrations = false)]
 async fn a_small_partition_is_verified_again_by_every_run(pool: PgPool) {
-    use stripe_reconciler::config::{ColumnName, Partition, PartitionKind};
+    use stripe_reconciler::config::{ColumnName, PartitionSetting};
     let out = reconciler_output(&["migrate"], &[("DATABASE_URL", database_url(&pool))]).await;
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
     sqlx::raw_sql("ALTER TABLE payments ADD COLUMN legal_entity text")
@@ -209,20 +201,12 @@ async fn a_small_partition_is_verified_again_by_every_run(pool: PgPool) {
         ..settings(200)
     };
     s.run.job = "payments-eu".into();
-    s.schema.partition = Some(Partition {
+    s.schema.partition = Some(PartitionSetting {
         column: ColumnName::parse("RECONCILER_PARTITION_COLUMN", "legal_entity").unwrap(),
         value: "eu".into(),
-        kind: PartitionKind::Text,
     });
     for run in 1..=3 {
-        let (summary, result) = scan::run(
-            &pool,
-            &gateway(&stripe),
-            &ScanGroups::of(&s),
-            RunOptions::default(),
-            CancellationToken::new(),
-        )
-        .await;
+        let (summary, result) = run_job(&pool, &gateway(&stripe), &s, ScanJob::default()).await;
         result.unwrap();
         assert_eq!(
             (summary.batches, summary.rows_scanned, summary.wrapped),

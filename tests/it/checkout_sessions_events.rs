@@ -13,9 +13,7 @@ use crate::support::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use stripe_reconciler::config::ReadMode;
-use stripe_reconciler::events::run_events;
-use stripe_reconciler::events::EventsGroups;
-use tokio_util::sync::CancellationToken;
+use stripe_reconciler::events::EventsJob;
 
 /// A `checkout.session.*` event carrying `session`, 15 minutes old (past
 /// the grace window).
@@ -71,13 +69,7 @@ async fn a_missed_checkout_session_completed_is_found_by_one_events_run(pool: Pg
     }
 
     let s = session_settings(ReadMode::List);
-    let (summary, result) = run_events(
-        &pool,
-        &gateway(&stripe),
-        &EventsGroups::of(&s),
-        CancellationToken::new(),
-    )
-    .await;
+    let (summary, result) = run_job(&pool, &gateway(&stripe), &s, EventsJob).await;
     result.unwrap();
     assert_eq!(summary.events_read, 6, "{summary:?}");
 

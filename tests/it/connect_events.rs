@@ -10,9 +10,7 @@ use crate::support::stripe_fake::{no_access, StripeFake, EVENTS};
 use crate::support::*;
 use sqlx::PgPool;
 use stripe_reconciler::config::ColumnName;
-use stripe_reconciler::events::EventsGroups;
-use stripe_reconciler::events::{run_events, EventsError, EventsSummary};
-use tokio_util::sync::CancellationToken;
+use stripe_reconciler::events::{EventsError, EventsJob, EventsSummary};
 use wiremock::MockServer;
 
 const JOB: &str = "payments-vs-stripe-events";
@@ -62,13 +60,7 @@ async fn events_once(
     stripe: &MockServer,
     s: &Settings,
 ) -> (EventsSummary, Result<(), EventsError>) {
-    run_events(
-        pool,
-        &gateway(stripe),
-        &EventsGroups::of(s),
-        CancellationToken::new(),
-    )
-    .await
+    run_job(pool, &gateway(stripe), s, EventsJob).await
 }
 
 /// `(payment_id, PaymentIntent, kind, account)` of every finding.
@@ -198,7 +190,11 @@ async fn a_busy_account_cannot_starve_a_quiet_one_and_a_revoked_one_is_skipped(p
     assert_eq!((summary.accounts, summary.accounts_unreachable), (3, 1));
     // The events push carries the count, with no per-account label.
     let mut metrics = stripe_reconciler::metrics::EventsMetrics::new().unwrap();
-    metrics.observe_events(&summary, &gateway(&stripe).request_counts(), None, 0.0);
+    metrics.observe_events(
+        &stripe_reconciler::events::figures(&summary, gateway(&stripe).request_counts()),
+        None,
+        0.0,
+    );
     let text = metrics.figures().encode().unwrap();
     assert!(
         text.lines()

@@ -7,11 +7,9 @@ use crate::support::events_feed::*;
 use crate::support::*;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
-use stripe_reconciler::events::EventsGroups;
-use stripe_reconciler::events::{run_events, EventsError, EventsSummary};
+use stripe_reconciler::events::{EventsError, EventsJob, EventsSummary};
 use stripe_reconciler::scan::RunError;
 use stripe_reconciler::store::events_position;
-use tokio_util::sync::CancellationToken;
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, Request};
 
@@ -34,13 +32,7 @@ pub(super) async fn events_once(
     stripe: &MockServer,
     s: &Settings,
 ) -> (EventsSummary, Result<(), EventsError>) {
-    run_events(
-        pool,
-        &gateway(stripe),
-        &EventsGroups::of(s),
-        CancellationToken::new(),
-    )
-    .await
+    run_job(pool, &gateway(stripe), s, EventsJob).await
 }
 
 pub(super) async fn covered_until(pool: &PgPool) -> Option<DateTime<Utc>> {
@@ -398,7 +390,7 @@ async fn events_and_the_scan_at_the_same_time_never_duplicate_a_finding_or_a_com
         &pool,
         first,
         scan_with(&pool, &gw, &s),
-        run_events(&pool, &gw, &EventsGroups::of(&s), CancellationToken::new()),
+        run_job(&pool, &gw, &s, EventsJob),
     )
     .await;
     scan.unwrap();

@@ -11,8 +11,7 @@ use crate::support::events_feed::*;
 use crate::support::*;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
-use stripe_reconciler::events::EventsGroups;
-use stripe_reconciler::events::{run_events, EventsError, EventsSummary};
+use stripe_reconciler::events::{EventsError, EventsJob, EventsSummary};
 use stripe_reconciler::metrics::{EventsMetrics, EventsState};
 use stripe_reconciler::scan::RunError;
 use stripe_reconciler::store::events_position;
@@ -131,7 +130,7 @@ async fn run(
     s: &Settings,
     token: CancellationToken,
 ) -> (EventsSummary, Result<(), EventsError>) {
-    run_events(pool, &gateway(server), &EventsGroups::of(s), token).await
+    run_job_until(pool, &gateway(server), s, EventsJob, token).await
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
@@ -298,7 +297,11 @@ async fn lag_seconds(pool: &PgPool, server: &MockServer, s: &EventsSummary) -> f
     };
     let mut metrics = EventsMetrics::new().unwrap();
     let now = Utc::now().timestamp_millis() as f64 / 1000.0;
-    metrics.observe_events(s, &gateway(server).request_counts(), Some(&state), now);
+    metrics.observe_events(
+        &stripe_reconciler::events::figures(s, gateway(server).request_counts()),
+        Some(&state),
+        now,
+    );
     let text = metrics.figures().encode().unwrap();
     text.lines()
         .find_map(|l| l.strip_prefix("stripe_reconciler_events_lag_seconds "))

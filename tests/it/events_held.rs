@@ -59,9 +59,15 @@ async fn a_payment_intent_stripe_keeps_failing_for_waits_alone_while_the_positio
     // `status` says what waits, and the lag is the position's, not the held event's.
     let s = settings(200);
     let mut conn = pool.acquire().await.unwrap();
-    let st = stripe_reconciler::status::read(&mut conn, &s.run.job, &s.outbox, None)
-        .await
-        .unwrap();
+    let st = stripe_reconciler::status::read(
+        &mut conn,
+        &s.run.job,
+        Some(&stripe_reconciler::events::events_job(&s.run.job)),
+        &s.outbox,
+        None,
+    )
+    .await
+    .unwrap();
     drop(conn);
     let ev = st.events.expect("the events job ran");
     assert_eq!(ev.payment_intents_held, 1);

@@ -117,7 +117,11 @@ async fn a_refund_of_a_charge_without_a_payment_intent_is_counted_not_an_error(p
     );
     assert_eq!(summary.events_skipped, 0, "counted, not called unreadable");
     let mut metrics = stripe_reconciler::metrics::EventsMetrics::new().unwrap();
-    metrics.observe_events(&summary, &gateway(&stripe).request_counts(), None, 0.0);
+    metrics.observe_events(
+        &stripe_reconciler::events::figures(&summary, gateway(&stripe).request_counts()),
+        None,
+        0.0,
+    );
     let text = metrics.figures().encode().unwrap();
     assert!(
         text.lines()

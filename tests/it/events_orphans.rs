@@ -57,6 +57,7 @@ async fn a_succeeded_payment_intent_without_a_row_is_missing_locally_once(pool: 
     let st = stripe_reconciler::status::read(
         &mut conn,
         "payments-vs-stripe",
+        Some(&stripe_reconciler::events::events_job("payments-vs-stripe")),
         &stripe_reconciler::config::OutboxSettings::default(),
         None,
     )

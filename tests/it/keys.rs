@@ -37,7 +37,7 @@ async fn a_uuid_table_goes_through_migrate_both_read_modes_repair_and_review(poo
 
     // Retrieve mode.
     let s = job(&pool, ReadMode::Retrieve, 7).await;
-    assert_eq!(s.schema.key.walk(), Walk::CreatedAt);
+    assert_eq!(facts(&pool, &s).await.key.walk(), Walk::CreatedAt);
     let summary = run(&pool, &stripe, &s).await;
     assert!(summary.wrapped, "{summary:?}");
     assert_eq!(summary.rows_scanned, 60);
@@ -161,20 +161,21 @@ async fn a_text_keyed_table_without_a_created_at_index_walks_by_key(pool: PgPool
     for mode in [ReadMode::Retrieve, ReadMode::List] {
         forget_scan_state(&pool).await;
         let s = job(&pool, mode, 5).await;
-        assert_eq!(s.schema.key.walk(), Walk::Key);
+        assert_eq!(facts(&pool, &s).await.key.walk(), Walk::Key);
         let summary = run(&pool, &stripe, &s).await;
         assert_eq!(summary.rows_scanned, 12, "{mode:?}");
         assert_eq!(open_findings(&pool).await, drift, "{mode:?}");
         assert_eq!(unconfirmed(&pool).await, 0, "{mode:?}");
     }
     // The events feed's look-up by PaymentIntent finds the row by its key.
-    let mut conn = pool.acquire().await.unwrap();
     let s = job(&pool, ReadMode::Retrieve, 5).await;
+    let facts = facts(&pool, &s).await;
+    let mut conn = pool.acquire().await.unwrap();
     let found = stripe_reconciler::store::payments::by_payment_intents(
         &mut conn,
         &["pi_T5"],
         s.run.grace,
-        stripe_reconciler::store::payments::MoneyColumns::of(&s.schema),
+        stripe_reconciler::store::payments::MoneyColumns::of(&s.schema, &facts),
     )
     .await
     .unwrap();

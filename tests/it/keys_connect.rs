@@ -10,9 +10,8 @@ use crate::support::stripe_fake::{StripeFake, RETRIEVE};
 use crate::support::*;
 use serde_json::Value;
 use sqlx::PgPool;
-use stripe_reconciler::config::{ColumnName, Partition, PartitionKind, ReadMode};
-use stripe_reconciler::events::{run_events, EventsGroups};
-use tokio_util::sync::CancellationToken;
+use stripe_reconciler::config::{ColumnName, PartitionSetting, ReadMode};
+use stripe_reconciler::events::EventsJob;
 #[sqlx::test(migrations = false)]
 async fn a_partition_and_a_connected_account_on_a_uuid_table(pool: PgPool) {
     app_table(&pool, "uuid", "bigint", true).await;
@@ -57,10 +56,9 @@ async fn a_partition_and_a_connected_account_on_a_uuid_table(pool: PgPool) {
     s.run.job = "payments-eu".to_owned();
     s.schema.account_column =
         Some(ColumnName::parse("RECONCILER_ACCOUNT_COLUMN", "stripe_account").unwrap());
-    s.schema.partition = Some(Partition {
+    s.schema.partition = Some(PartitionSetting {
         column: ColumnName::parse("RECONCILER_PARTITION_COLUMN", "legal_entity").unwrap(),
         value: "eu".to_owned(),
-        kind: PartitionKind::Text,
     });
     let summary = run(&pool, &stripe, &s).await;
     assert_eq!(summary.rows_scanned, 6, "the eu rows only");
@@ -96,13 +94,7 @@ async fn the_events_job_finds_a_missed_webhook_on_a_uuid_table(pool: PgPool) {
     stripe.push_event(None, event("evt_u2", "pi_UInSync", "succeeded", 110));
 
     let s = job(&pool, ReadMode::Retrieve, 50).await;
-    let (summary, result) = run_events(
-        &pool,
-        &gateway(&stripe),
-        &EventsGroups::of(&s),
-        CancellationToken::new(),
-    )
-    .await;
+    let (summary, result) = run_job(&pool, &gateway(&stripe), &s, EventsJob).await;
     result.unwrap();
 
     assert_eq!(summary.events_read, 2, "{summary:?}");

@@ -10,8 +10,7 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use stripe_reconciler::config::{ReadMode, Settings, Sizing};
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{self, RunOptions, ScanGroups};
-use tokio_util::sync::CancellationToken;
+use stripe_reconciler::scan::ScanJob;
 
 /// An hour ago, as Stripe's `created` (Unix seconds).
 pub(super) fn an_hour_ago() -> i64 {
@@ -75,14 +74,7 @@ async fn run_in(
         },
         ..settings(batch_size)
     };
-    let (summary, result) = scan::run(
-        pool,
-        &gateway(server),
-        &ScanGroups::of(&s),
-        RunOptions::default(),
-        CancellationToken::new(),
-    )
-    .await;
+    let (summary, result) = run_job(pool, &gateway(server), &s, ScanJob::default()).await;
     result.unwrap();
     assert!(summary.wrapped, "{summary:?}");
     assert_eq!(

@@ -8,8 +8,7 @@ use crate::support::*;
 use sqlx::PgPool;
 use stripe_reconciler::config::{Settings, Sizing, StripeSettings};
 use stripe_reconciler::reconcile::Verdict;
-use stripe_reconciler::scan::{self, RunError, RunOptions, ScanGroups};
-use tokio_util::sync::CancellationToken;
+use stripe_reconciler::scan::{RunError, ScanJob};
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_rejected_key_on_a_list_page_stops_the_batch_and_writes_nothing(pool: PgPool) {
@@ -98,12 +97,11 @@ async fn a_cursor_moved_during_overlapping_batches_rolls_back_and_stops(pool: Pg
         })
     };
 
-    let (summary, result) = scan::run(
+    let (summary, result) = run_job(
         &pool,
         &gateway_with(&server, 2, std::time::Duration::from_secs(2)),
-        &ScanGroups::of(&s),
-        RunOptions::default(),
-        CancellationToken::new(),
+        &s,
+        ScanJob::default(),
     )
     .await;
     intruder.await.unwrap();

@@ -210,10 +210,12 @@ async fn a_dry_run_counts_only_the_findings_a_real_run_would_create(pool: PgPool
     .unwrap());
     drop(conn);
 
+    let s = settings(200);
+    let facts = facts(&pool, &s).await;
     let dry = run_batch(
         &pool,
         &gateway(&stripe),
-        &ScanGroups::of(&settings(200)),
+        &ScanGroups::of(&s, &facts),
         Mode::DryRun { after: None },
         None,
     )

@@ -7,10 +7,8 @@ use crate::support::events_feed::*;
 use crate::support::*;
 use serde_json::json;
 use sqlx::PgPool;
-use stripe_reconciler::config::{ColumnName, Partition, PartitionKind};
-use stripe_reconciler::events::run_events;
-use stripe_reconciler::events::EventsGroups;
-use tokio_util::sync::CancellationToken;
+use stripe_reconciler::config::{ColumnName, PartitionSetting};
+use stripe_reconciler::events::EventsJob;
 use wiremock::ResponseTemplate;
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
@@ -35,19 +33,12 @@ async fn an_event_about_another_partitions_row_is_neither_read_nor_an_orphan(poo
     }
     let mut s = settings(200);
     s.run.job = "payments-eu".into();
-    s.schema.partition = Some(Partition {
+    s.schema.partition = Some(PartitionSetting {
         column: ColumnName::parse("RECONCILER_PARTITION_COLUMN", "legal_entity").unwrap(),
         value: "eu".into(),
-        kind: PartitionKind::Text,
     });
 
-    let (summary, result) = run_events(
-        &pool,
-        &gateway(&stripe),
-        &EventsGroups::of(&s),
-        CancellationToken::new(),
-    )
-    .await;
+    let (summary, result) = run_job(&pool, &gateway(&stripe), &s, EventsJob).await;
     result.unwrap();
     let retrieved: Vec<String> = stripe
         .received_requests()

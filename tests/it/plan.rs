@@ -8,8 +8,7 @@ use serde_json::Value;
 use sqlx::PgPool;
 use stripe_reconciler::capacity::Shortfall;
 use stripe_reconciler::config::RunSettings;
-use stripe_reconciler::scan::{self, RunOptions, ScanGroups};
-use tokio_util::sync::CancellationToken;
+use stripe_reconciler::scan::ScanJob;
 
 use crate::support::*;
 
@@ -18,16 +17,9 @@ async fn run(
     stripe: &wiremock::MockServer,
     rps: u32,
     s: &Settings,
-) -> scan::RunSummary {
+) -> stripe_reconciler::scan::RunSummary {
     let gateway = gateway_with(stripe, rps, Duration::from_secs(2));
-    let (summary, result) = scan::run(
-        pool,
-        &gateway,
-        &ScanGroups::of(s),
-        RunOptions::default(),
-        CancellationToken::new(),
-    )
-    .await;
+    let (summary, result) = run_job(pool, &gateway, s, ScanJob::default()).await;
     result.unwrap();
     summary
 }

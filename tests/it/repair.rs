@@ -497,3 +497,19 @@ async fn a_pending_repair_waits_while_stripe_cannot_confirm_the_drift(pool: PgPo
         1
     );
 }
+
+/// `repair` reads nothing from Stripe: it runs through the same lifecycle as
+/// the scheduled jobs with no gateway, so no `STRIPE_API_KEY` is asked for
+/// (docs/layout.md, "Adding a job").
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn repair_drains_without_a_stripe_key(pool: PgPool) {
+    let id = insert_payment(&pool, "pi_NoKey", "pending", 3600).await;
+    enqueue_repair(&pool, id, "missed_success", "ApplyPaymentSucceeded").await;
+
+    let out = reconciler_output(&["repair"], &[("DATABASE_URL", database_url(&pool))]).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["applied"], 1, "{report}");
+    assert_eq!(status_of(&pool, id).await.0, "paid");
+}

@@ -245,10 +245,12 @@ async fn dry_run_writes_nothing_not_even_the_cursor(pool: PgPool) {
     insert_payment(&pool, "pi_Drift", "pending", 3600).await;
     mount(&stripe, "pi_Drift", ok("pi_Drift", "succeeded")).await;
 
+    let s = settings(200);
+    let facts = facts(&pool, &s).await;
     let report = run_batch(
         &pool,
         &gateway(&stripe),
-        &ScanGroups::of(&settings(200)),
+        &ScanGroups::of(&s, &facts),
         Mode::DryRun { after: None },
         None,
     )

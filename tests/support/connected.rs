@@ -4,12 +4,11 @@
 
 use sqlx::PgPool;
 use stripe_reconciler::config::{ColumnName, ReadMode, ScanSettings, Settings, Sizing};
-use stripe_reconciler::scan::{self, RunOptions, RunSummary, ScanGroups};
-use tokio_util::sync::CancellationToken;
+use stripe_reconciler::scan::{RunSummary, ScanJob};
 use wiremock::MockServer;
 
 use super::account::insert_at;
-use super::{gateway, settings};
+use super::{gateway, run_job, settings};
 
 /// Now minus an hour, in Unix seconds.
 pub fn an_hour_ago() -> i64 {
@@ -60,14 +59,7 @@ pub fn connect_settings(mode: ReadMode) -> Settings {
 
 /// One `run` of the scan, expected to succeed and to end the cycle.
 pub async fn run(pool: &PgPool, stripe: &MockServer, s: &Settings) -> RunSummary {
-    let (summary, result) = scan::run(
-        pool,
-        &gateway(stripe),
-        &ScanGroups::of(s),
-        RunOptions::default(),
-        CancellationToken::new(),
-    )
-    .await;
+    let (summary, result) = run_job(pool, &gateway(stripe), s, ScanJob::default()).await;
     result.unwrap();
     assert!(summary.wrapped, "{summary:?}");
     summary

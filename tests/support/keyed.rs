@@ -7,12 +7,10 @@ use std::collections::BTreeSet;
 
 use sqlx::PgPool;
 use stripe_reconciler::config::{ReadMode, Settings, Sizing};
-use stripe_reconciler::scan::{self, RunOptions, RunSummary, ScanGroups};
-use stripe_reconciler::store::keys;
-use tokio_util::sync::CancellationToken;
+use stripe_reconciler::scan::{RunSummary, ScanJob};
 
 use super::stripe_fake::StripeFake;
-use super::{all_output, count, database_url, gateway, reconciler_output, settings};
+use super::{all_output, count, database_url, gateway, reconciler_output, run_job, settings};
 
 /// The application's own `payments`, keyed by `id_type`, with a `version`
 /// of `version_type`, a `legal_entity` and a connected account column, and
@@ -77,27 +75,18 @@ pub async fn insert(
     .unwrap()
 }
 
-/// The job's settings with `payments.id`'s type detected, as `run` does.
-pub async fn job(pool: &PgPool, mode: ReadMode, batch_size: u32) -> Settings {
-    let mut conn = pool.acquire().await.unwrap();
-    let key = keys::detect(&mut conn).await.unwrap().unwrap();
+/// The job's settings (`payments.id`'s type is detected with the other
+/// facts of the table when a job runs, [`super::facts`]).
+pub async fn job(_pool: &PgPool, mode: ReadMode, batch_size: u32) -> Settings {
     let mut s = settings(batch_size);
     s.scan.read_mode = mode;
     s.scan.batches_per_run = Sizing::Fixed(100);
-    s.schema.key = key;
     s
 }
 
 /// One `run` of the scan through `stripe`, expected to succeed.
 pub async fn run(pool: &PgPool, stripe: &StripeFake, s: &Settings) -> RunSummary {
-    let (summary, result) = scan::run(
-        pool,
-        &gateway(stripe),
-        &ScanGroups::of(s),
-        RunOptions::default(),
-        CancellationToken::new(),
-    )
-    .await;
+    let (summary, result) = run_job(pool, &gateway(stripe), s, ScanJob::default()).await;
     result.unwrap();
     summary
 }

@@ -6,6 +6,7 @@ pub mod account;
 pub mod arrange;
 pub mod connected;
 pub mod events_feed;
+mod jobs;
 pub mod keyed;
 pub mod pgbouncer;
 pub mod pushgateway;
@@ -20,6 +21,8 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+#[allow(unused_imports)] // Not every test binary runs a job with a signal.
+pub use jobs::{facts, run_job, run_job_until};
 use serde_json::Value;
 use sqlx::PgPool;
 pub use steps::*;

@@ -22,7 +22,8 @@ pub async fn scan_with(
     gw: &StripeGateway,
     s: &Settings,
 ) -> Result<BatchReport, RunError> {
-    run_batch(pool, gw, &ScanGroups::of(s), Mode::Write, None).await
+    let facts = super::facts(pool, s).await;
+    run_batch(pool, gw, &ScanGroups::of(s, &facts), Mode::Write, None).await
 }
 
 /// One write-mode batch against the mock Stripe, expected to commit.

@@ -69,7 +69,7 @@ async fn column_type(conn: &mut PgConnection, column: &str) -> Result<Option<Str
 /// `BadValue` names `RECONCILER_PARTITION_VALUE` (exit 78).
 pub async fn check_partition(
     conn: &mut PgConnection,
-    partition: &Partition,
+    partition: &PartitionSetting,
 ) -> Result<PartitionKind, ColumnError> {
     const VAR: &str = "RECONCILER_PARTITION_COLUMN";
     let column = partition.column.as_str();
@@ -99,10 +99,10 @@ pub async fn check_partition(
 
 /// Detects how `payments.created_at` and `updated_at` are read
 /// (docs/operations.md, "Rails timestamps"):
-/// `timestamp without time zone` is a wall-clock time in `times.zone`
+/// `timestamp without time zone` is a wall-clock time in `zone`
 /// (`RECONCILER_TIMESTAMP_ZONE`), any other type is read as it is. The zone
 /// is checked by the database first (`pg_timezone_names` and POSIX offsets:
-/// whatever `AT TIME ZONE` accepts). Returns `times` with the types set; an
+/// whatever `AT TIME ZONE` accepts). Returns the zone with the types; an
 /// absent table (before `migrate` creates the demo's) keeps the defaults.
 ///
 /// # Errors
@@ -110,8 +110,12 @@ pub async fn check_partition(
 /// database does not know the zone; [`ColumnError::Store`] otherwise.
 pub async fn time_columns(
     conn: &mut PgConnection,
-    times: &PaymentTimes,
+    zone: &TimestampZone,
 ) -> Result<PaymentTimes, ColumnError> {
+    let times = &PaymentTimes {
+        zone: zone.clone(),
+        ..PaymentTimes::default()
+    };
     let mut tx = crate::store::begin(&mut *conn)
         .await
         .context("opening a transaction")?;

@@ -35,9 +35,10 @@ use sqlx::PgConnection;
 use super::text::{bytes_sql, StoredText};
 use super::{Context, StoreError};
 use crate::config::{
-    AmountUnit, ColumnName, Partition, PartitionKind, PaymentTimes, SchemaSettings, StatusMap,
-    TimeColumn,
+    AmountUnit, ColumnName, Partition, PartitionKind, PartitionSetting, PaymentTimes,
+    SchemaSettings, StatusMap, TimeColumn, TimestampZone,
 };
+use crate::facts::TableFacts;
 use crate::key::{KeyType, PaymentKey, Walk};
 use crate::reconcile::{LocalAmount, LocalStatus};
 use crate::store::keys::{walk_compare, walk_order};
@@ -170,8 +171,9 @@ pub struct MoneyColumns<'a> {
 }
 
 impl<'a> MoneyColumns<'a> {
-    /// The columns, unit, words and partition of the schema group.
-    pub fn of(settings: &'a SchemaSettings) -> Self {
+    /// The columns, unit and words of the schema group, with the partition,
+    /// the time columns and the key type the start-up checks found.
+    pub fn of(settings: &'a SchemaSettings, facts: &'a TableFacts) -> Self {
         MoneyColumns {
             amount: settings.amount_column.as_ref(),
             currency: settings.currency_column.as_ref(),
@@ -179,9 +181,9 @@ impl<'a> MoneyColumns<'a> {
             checkout_session: settings.checkout_session_column.as_ref(),
             unit: settings.amount_unit,
             statuses: &settings.statuses,
-            partition: settings.partition.as_ref(),
-            times: &settings.times,
-            key: &settings.key,
+            partition: facts.partition.as_ref(),
+            times: &facts.times,
+            key: &facts.key,
         }
     }
 

@@ -8,32 +8,36 @@
 
 use sqlx::{PgConnection, PgPool};
 
-use super::CommandError;
 use crate::config::{ConfigError, Settings};
+use crate::facts::TableFacts;
 use crate::store::keys;
 use crate::store::outbox_shape::{self, OutboxMismatch, OutboxState};
 use crate::store::payment_index::{self, PaymentIntentIndex};
 use crate::store::payments::{self, ColumnError, MoneyColumns};
 use crate::store::Context;
 
+mod error;
+
+pub use error::PreflightError;
+
 /// Checks what `migrate`, `run` and `repair` need of the user's schema before
-/// anything is written (DESIGN.md, Turn 3): `payments.id` has a key type
+/// anything is written (docs/schema.md): `payments.id` has a key type
 /// ([`detect_key`]), and
 /// the outbox `RECONCILER_OUTBOX_TABLE` names is absent (reconciler shape) or
 /// has the configured shape. Only `migrating` accepts an absent outbox.
 ///
 /// # Errors
-/// [`CommandError::Config`] (exit 78) with one sentence naming what does not
-/// fit and the ways out; [`CommandError::Store`] from the database.
+/// [`PreflightError::Config`] (exit 78) with one sentence naming what does not
+/// fit and the ways out; [`PreflightError::Store`] from the database.
 pub async fn check_schema(
     conn: &mut sqlx::PgConnection,
     settings: &Settings,
     migrating: bool,
-) -> Result<OutboxState, CommandError> {
+) -> Result<OutboxState, PreflightError> {
     detect_key(&mut *conn).await?;
     match outbox_shape::check(conn, &settings.outbox)
         .await
-        .map_err(CommandError::Store)?
+        .map_err(PreflightError::Store)?
     {
         Ok(OutboxState::Absent) if !migrating => Err(ConfigError::Unusable {
             var: "RECONCILER_OUTBOX_TABLE",
@@ -51,15 +55,15 @@ pub async fn check_schema(
     }
 }
 
-/// `payments.id`'s type (issue 31, docs/keys.md): one of the key types the
+/// `payments.id`'s type (docs/keys.md): one of the key types the
 /// reconciler walks, or exit 78 naming it.
 ///
 /// # Errors
-/// [`CommandError::Config`] for an unsupported type; [`CommandError::Store`].
-pub async fn detect_key(conn: &mut PgConnection) -> Result<crate::key::KeyType, CommandError> {
+/// [`PreflightError::Config`] for an unsupported type; [`PreflightError::Store`].
+pub async fn detect_key(conn: &mut PgConnection) -> Result<crate::key::KeyType, PreflightError> {
     keys::detect(conn)
         .await
-        .map_err(CommandError::Store)?
+        .map_err(PreflightError::Store)?
         .map_err(|e| {
             ConfigError::Unusable {
                 var: "DATABASE_URL",
@@ -74,43 +78,42 @@ pub async fn detect_key(conn: &mut PgConnection) -> Result<crate::key::KeyType, 
 /// the table), `RECONCILER_AMOUNT_COLUMN` / `RECONCILER_CURRENCY_COLUMN` /
 /// `RECONCILER_ACCOUNT_COLUMN` naming columns of `payments` with usable
 /// types, and the partition's column (with its index). Exit 78 naming what to
-/// fix. Returns the settings with the partition's kind fixed
-/// ([`checked`]). `need_partition_index`: `run` reads
+/// fix. Returns what the checks learned ([`checked`]). `need_partition_index`: `run` reads
 /// every batch by the partition's index; `events` looks rows up by
 /// PaymentIntent and does not need it.
 pub async fn check_columns(
     pool: &PgPool,
     settings: &Settings,
     need_partition_index: bool,
-) -> Result<Settings, CommandError> {
+) -> Result<TableFacts, PreflightError> {
     let mut conn = pool
         .acquire()
         .await
         .context("connecting")
-        .map_err(CommandError::Store)?;
+        .map_err(PreflightError::Store)?;
     check_schema(&mut conn, settings, false).await?;
-    let settings = checked(&mut conn, settings).await?;
-    let misaligned = keys::misaligned(&mut conn, &settings.schema.key)
+    let facts = checked(&mut conn, settings).await?;
+    let misaligned = keys::misaligned(&mut conn, &facts.key)
         .await
-        .map_err(CommandError::Store)?;
+        .map_err(PreflightError::Store)?;
     if !misaligned.is_empty() {
         return Err(ConfigError::Invalid {
             var: "DATABASE_URL",
             reason: format!(
                 "payments.id is {} but {} still key payments by another type or collation: run `stripe-reconciler migrate` (it changes the reconciler's own tables only)",
-                settings.schema.key.sql(),
+                facts.key.sql(),
                 misaligned.join(", ")
             ),
         }
         .into());
     }
     if need_partition_index {
-        require_index(&mut conn, &settings).await?;
+        require_index(&mut conn, settings).await?;
     }
-    let columns = MoneyColumns::of(&settings.schema);
+    let columns = MoneyColumns::of(&settings.schema, &facts);
     if payment_index::payment_intent_index(&mut conn)
         .await
-        .map_err(CommandError::Store)?
+        .map_err(PreflightError::Store)?
         == PaymentIntentIndex::Missing
     {
         // Said exactly, so a `migrate` that could not build it (a role's
@@ -129,33 +132,59 @@ pub async fn check_columns(
             .await
             .map_err(column_error)?;
     }
-    Ok(settings)
+    Ok(facts)
 }
 
-/// `settings` with the partition's kind fixed from the catalogue, and the
-/// types of `payments.created_at` / `updated_at` with them (a
-/// `timestamp without time zone` is read in `RECONCILER_TIMESTAMP_ZONE`,
-/// which the database must know). A clone.
+/// What a job that does not read `payments` row by row (`repair`) needs:
+/// [`check_schema`] (the outbox must exist) and [`checked`] (the time zone
+/// is known to the database). Returns what the checks learned.
 ///
 /// # Errors
-/// [`CommandError::Config`] (exit 78) naming `RECONCILER_PARTITION_COLUMN`,
+/// [`PreflightError::Config`] (exit 78) naming what to fix;
+/// [`PreflightError::Store`] from the database.
+pub async fn check_schema_only(
+    pool: &PgPool,
+    settings: &Settings,
+) -> Result<TableFacts, PreflightError> {
+    let mut conn = pool
+        .acquire()
+        .await
+        .context("connecting")
+        .map_err(PreflightError::Store)?;
+    check_schema(&mut conn, settings, false).await?;
+    checked(&mut conn, settings).await
+}
+
+/// What the database says about `payments` for `settings` (the detection
+/// every command that reads `payments` runs, and the tests with it):
+/// `payments.id`'s key type, the partition's kind from the catalogue, and
+/// the types of `payments.created_at` / `updated_at` (a `timestamp without
+/// time zone` is read in `RECONCILER_TIMESTAMP_ZONE`, which the database
+/// must know).
+///
+/// # Errors
+/// [`PreflightError::Config`] (exit 78) naming `RECONCILER_PARTITION_COLUMN`,
 /// `RECONCILER_PARTITION_VALUE` or `RECONCILER_TIMESTAMP_ZONE`;
-/// [`CommandError::Store`] from the database.
+/// [`PreflightError::Store`] from the database.
 pub async fn checked(
     conn: &mut PgConnection,
     settings: &Settings,
-) -> Result<Settings, CommandError> {
-    let mut settings = settings.clone();
-    settings.schema.key = detect_key(&mut *conn).await?;
-    if let Some(partition) = settings.schema.partition.as_mut() {
-        partition.kind = payments::check_partition(conn, partition)
-            .await
-            .map_err(column_error)?;
-    }
-    settings.schema.times = payments::time_columns(conn, &settings.schema.times)
+) -> Result<TableFacts, PreflightError> {
+    let key = detect_key(&mut *conn).await?;
+    let partition = match &settings.schema.partition {
+        Some(partition) => Some(
+            partition.with_kind(
+                payments::check_partition(conn, partition)
+                    .await
+                    .map_err(column_error)?,
+            ),
+        ),
+        None => None,
+    };
+    let times = payments::time_columns(conn, &settings.schema.timestamp_zone)
         .await
         .map_err(column_error)?;
-    Ok(settings)
+    Ok(TableFacts::new(key, times, partition))
 }
 
 /// What `run` needs beyond [`checked`]: an index whose first column is the
@@ -163,17 +192,17 @@ pub async fn checked(
 /// scan per batch (`migrate` adds one).
 ///
 /// # Errors
-/// [`CommandError::Config`] (exit 78) naming `RECONCILER_PARTITION_COLUMN`.
+/// [`PreflightError::Config`] (exit 78) naming `RECONCILER_PARTITION_COLUMN`.
 pub async fn require_index(
     conn: &mut PgConnection,
     settings: &Settings,
-) -> Result<(), CommandError> {
+) -> Result<(), PreflightError> {
     let Some(partition) = &settings.schema.partition else {
         return Ok(());
     };
     if payment_index::partition_index(conn, &partition.column)
         .await
-        .map_err(CommandError::Store)?
+        .map_err(PreflightError::Store)?
         .is_none()
     {
         return Err(ConfigError::Invalid {
@@ -191,9 +220,9 @@ pub async fn require_index(
 
 /// A [`ColumnError`] as the command's error: exit 78 naming the variable,
 /// or the database's failure.
-pub fn column_error(e: ColumnError) -> CommandError {
+pub fn column_error(e: ColumnError) -> PreflightError {
     match e {
-        ColumnError::Store(e) => CommandError::Store(e),
+        ColumnError::Store(e) => PreflightError::Store(e),
         e @ (ColumnError::Missing { var, .. }
         | ColumnError::WrongType { var, .. }
         | ColumnError::BadValue { var, .. }) => ConfigError::Unusable {
