@@ -231,7 +231,10 @@ async fn a_scans_own_findings_are_notified_as_configured(pool: PgPool) {
         ("STRIPE_API_BASE", stripe.uri()),
         ("RECONCILER_NOTIFY_URL", format!("{}{HOOK}", receiver.uri())),
         ("RECONCILER_NOTIFY_FORMAT", "json".to_owned()),
-        ("RECONCILER_NOTIFY_KINDS", "refunded,missed_success".to_owned()),
+        (
+            "RECONCILER_NOTIFY_KINDS",
+            "refunded,missed_success".to_owned(),
+        ),
     ];
     let out = reconciler_output(&["run"], &env).await;
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));

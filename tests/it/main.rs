@@ -22,6 +22,7 @@
 //! - `events_binary`: the events job through the binary: exit codes, SIGTERM, deadline, Pushgateway
 //! - `events_backlog`: a backlog worked off in slices over several runs
 //! - `faults`: the fault suite (signals, killed connections, Stripe down or wrong)
+//! - `forced_faults`: a trigger forces a deadlock or a serialization failure once in phase 3; the binary retries and logs it
 //! - `faults_batch`: faults on one batch in process (a wrong 404, a webhook mid-batch)
 //! - `gateway`: each Stripe failure class, one request at a time
 //! - `gateway_batch`: what a batch does with each failure class
@@ -99,6 +100,7 @@ mod events_money;
 mod events_orphans;
 mod faults;
 mod faults_batch;
+mod forced_faults;
 mod gateway;
 mod gateway_batch;
 mod isolation;
