@@ -261,10 +261,13 @@ async fn migrate_and_run_work_under_a_roles_statement_timeout(pool: PgPool) {
     .await
     .unwrap();
     let role = SlowRole::create(&pool, "200ms").await;
-    // The timeout bites: as the role, with its default, `migrate`'s count
-    // of duplicate PaymentIntent ids (store::payment_index, the same
-    // statement) and the index build are cancelled (57014, query_canceled).
-    // Below, `migrate` runs both under its own timeouts and succeeds.
+    // The timeout bites: as the role, with its default, a count of the
+    // duplicate PaymentIntent ids in one scan (the statement
+    // store::payment_index runs when no index orders the column) and the
+    // index build are cancelled (57014, query_canceled). Below, `migrate`
+    // builds the index with the session's timeout lifted
+    // (store::legacy::concurrently), then counts in bounded steps along it,
+    // and succeeds.
     let mut as_role = sqlx::PgConnection::connect(&role.url()).await.unwrap();
     for targeted in [
         "SELECT count(*), coalesce(sum(n), 0)::bigint FROM (
