@@ -260,3 +260,71 @@ async fn a_scans_own_findings_are_notified_as_configured(pool: PgPool) {
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
     assert_eq!(posted(&receiver).await.len(), 1, "nothing new to post");
 }
+
+/// `RECONCILER_GRACE_SECONDS` through `run`: a row updated 20 minutes ago
+/// is left alone (in flight, not read) with an hour of grace, and found
+/// with a minute of grace.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn run_reads_the_grace_window_from_the_environment(pool: PgPool) {
+    let row = insert_payment(&pool, "pi_Grace", "pending", 1200).await;
+    let stripe = StripeFake::start().await;
+    stripe.mirror(&pool, "succeeded").await;
+    let env = |grace: &str| {
+        vec![
+            ("DATABASE_URL", database_url(&pool)),
+            ("STRIPE_API_KEY", API_KEY.to_owned()),
+            ("STRIPE_API_BASE", stripe.uri()),
+            ("RECONCILER_GRACE_SECONDS", grace.to_owned()),
+        ]
+    };
+    let out = reconciler_output(&["run"], &env("3600")).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    assert!(findings_of(&pool, row).await.is_empty());
+    assert!(stripe.seen().is_empty(), "{:?}", stripe.seen());
+    let out = reconciler_output(&["run"], &env("60")).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    let kinds: Vec<String> = findings_of(&pool, row)
+        .await
+        .into_iter()
+        .map(|f| f.kind)
+        .collect();
+    assert_eq!(kinds, ["missed_success"]);
+}
+
+/// `RECONCILER_EVENTS_LOOKBACK_SECONDS` and `RECONCILER_ORPHAN_METADATA_KEY`
+/// through `events`: of three succeeded PaymentIntents no row names, only
+/// the one inside the hour looked back over whose metadata has the key is
+/// `missing_locally`.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn events_reads_its_lookback_and_orphan_key_from_the_environment(pool: PgPool) {
+    let stripe = StripeFake::start().await;
+    let mut no_key = crate::support::events_feed::event("evt_NoKey", "pi_NoKey", "succeeded", 900);
+    no_key["data"]["object"]["metadata"] = json!({});
+    for e in [
+        crate::support::events_feed::event("evt_Keyed", "pi_Keyed", "succeeded", 900),
+        no_key,
+        crate::support::events_feed::event("evt_Old", "pi_Old", "succeeded", 2 * 3600),
+    ] {
+        stripe.add_object(None, e["data"]["object"].clone());
+        stripe.push_event(None, e);
+    }
+    let env = vec![
+        ("DATABASE_URL", database_url(&pool)),
+        ("STRIPE_API_KEY", API_KEY.to_owned()),
+        ("STRIPE_API_BASE", stripe.uri()),
+        ("RECONCILER_EVENTS_LOOKBACK_SECONDS", "3600".to_owned()),
+        ("RECONCILER_ORPHAN_METADATA_KEY", "shop_order".to_owned()),
+    ];
+    let out = reconciler_output(&["events"], &env).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    let orphans: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT kind, stripe_payment_intent_id FROM reconciliation_findings ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        orphans,
+        [("missing_locally".to_owned(), Some("pi_Keyed".to_owned()))]
+    );
+}
