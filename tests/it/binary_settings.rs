@@ -98,7 +98,7 @@ async fn checkout_sessions_and_connect_through_events_run_and_repair(pool: PgPoo
         Some("cs_test_BinConn".into()),
         Some("pi_BinConn".into()),
     );
-    assert_eq!(open(&pool).await, [conn_finding.clone()]);
+    assert_eq!(open(&pool).await, std::slice::from_ref(&conn_finding));
     let events_accounts = stripe.accounts_asked();
     assert!(
         events_accounts.contains(&Some(ACCT.into())),
