@@ -8,8 +8,6 @@
 //! closes its findings as `payment_deleted` and skips its commands; a batch
 //! that reads the table's last rows ends the cycle.
 
-use std::time::{Duration, Instant};
-
 use sqlx::PgPool;
 use wiremock::MockServer;
 
@@ -51,9 +49,11 @@ async fn hold_a_row(pool: &PgPool) -> sqlx::Transaction<'static, sqlx::Postgres>
     app
 }
 
-/// Runs `migrate` while the application inserts payments: every insert must
-/// complete within a second (a lock wait longer than that fails it). Returns
-/// the binary's output and the inserts done while it ran (at least one).
+/// Runs `migrate` while the application inserts payments: each insert runs
+/// with `lock_timeout` at 1 ms, so any wait for a lock `migrate` holds or
+/// queues on `payments` fails it (55P03), however loaded the machine: the
+/// proof is the absence of lock waits, not elapsed time. Returns the
+/// binary's output and the inserts done while it ran (at least one).
 async fn migrate_while_inserting(pool: &PgPool) -> (std::process::Output, u32) {
     let env = [("DATABASE_URL", database_url(pool))];
     let mut child = reconciler(&["migrate"], &env)
@@ -62,30 +62,26 @@ async fn migrate_while_inserting(pool: &PgPool) -> (std::process::Output, u32) {
         .spawn()
         .unwrap();
     let mut inserts = 0u32;
-    let started = Instant::now();
     loop {
         let mut tx = pool.begin().await.unwrap();
-        sqlx::query("SET LOCAL lock_timeout = '1s'")
+        sqlx::query("SET LOCAL lock_timeout = '1ms'")
             .execute(&mut *tx)
             .await
             .unwrap();
-        let begun = Instant::now();
-        sqlx::query(
+        let inserted = sqlx::query(
             "INSERT INTO payments (order_id, stripe_payment_intent_id, status) VALUES ('app', NULL, 'pending')",
         )
         .execute(&mut *tx)
-        .await
-        .expect("the application's insert waited more than a second for a lock");
+        .await;
+        if let Err(e) = inserted {
+            let _ = child.kill();
+            panic!("the application's insert waited for a lock while migrate ran: {e}");
+        }
         tx.commit().await.unwrap();
-        assert!(begun.elapsed() < Duration::from_secs(1));
         inserts += 1;
         if child.try_wait().unwrap().is_some() {
             break;
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "migrate did not finish"
-        );
     }
     let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
         .await

@@ -52,10 +52,25 @@ pub(super) async fn nothing_written(pool: &PgPool) {
         .await,
         0
     );
-    assert!(
-        cursor(pool, "payments-vs-stripe").await <= 0,
-        "the cursor moved"
+    assert_eq!(
+        phase_3_commits(pool).await,
+        0,
+        "the cursor moved or a cycle was stamped"
     );
+}
+
+/// Cursor rows a committed phase 3 has touched: a batch inside the table
+/// leaves its position (`last_key`), a batch that read the table's last
+/// rows puts `last_id` back to 0 but stamps the cycle
+/// (`last_cycle_completed_at`). So 0 until phase 3 commits, whichever batch
+/// it is (`last_id <= 0` alone is also what a cycle's end leaves).
+async fn phase_3_commits(pool: &PgPool) -> i64 {
+    count(
+        pool,
+        "SELECT count(*) FROM reconciliation_cursor
+          WHERE last_key IS NOT NULL OR last_cycle_completed_at IS NOT NULL",
+    )
+    .await
 }
 
 /// Ten paid payments, one of them (id 3) pending while Stripe says succeeded.
@@ -208,8 +223,9 @@ async fn a_connection_killed_in_phase_2_is_replaced_and_the_batch_commits_once(p
     })
     .await;
     assert_eq!(wait::terminate(&pool, &held).await, held.len());
-    assert!(
-        cursor(&pool, "payments-vs-stripe").await <= 0,
+    assert_eq!(
+        phase_3_commits(&pool).await,
+        0,
         "killed before phase 3 committed"
     );
     let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
@@ -228,6 +244,37 @@ async fn a_connection_killed_in_phase_2_is_replaced_and_the_batch_commits_once(p
         0,
         "the table's last rows were read: the cycle ended and the cursor is back at 0"
     );
+    assert_eq!(
+        phase_3_commits(&pool).await,
+        1,
+        "the guard above sees a committed phase 3"
+    );
+}
+
+/// Stripe's answer to a key of another account (or mode): every list page
+/// is empty (200), every retrieve 404 `resource_missing`.
+async fn stripe_of_another_account() -> MockServer {
+    let stripe = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path("/v1/payment_intents"))
+        .respond_with(empty_list())
+        .mount(&stripe)
+        .await;
+    Mock::given(method("GET"))
+        .respond_with(err(404, "invalid_request_error", "resource_missing"))
+        .mount(&stripe)
+        .await;
+    stripe
+}
+
+/// `(list pages, retrieves)` the mock received.
+async fn lists_and_retrieves(stripe: &MockServer) -> (usize, usize) {
+    let received = stripe.received_requests().await.unwrap_or_default();
+    let lists = received
+        .iter()
+        .filter(|r| r.url.path() == "/v1/payment_intents")
+        .count();
+    (lists, received.len() - lists)
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
@@ -242,11 +289,7 @@ async fn a_key_for_another_account_stops_after_a_few_reads_with_exit_78(pool: Pg
         .execute(&pool)
         .await
         .unwrap();
-    let stripe = MockServer::start().await;
-    Mock::given(method("GET"))
-        .respond_with(err(404, "invalid_request_error", "resource_missing"))
-        .mount(&stripe)
-        .await;
+    let stripe = stripe_of_another_account().await;
 
     let out = reconciler_output(&["run"], &env(&pool, &stripe.uri(), &[])).await;
 
@@ -256,10 +299,13 @@ async fn a_key_for_another_account_stops_after_a_few_reads_with_exit_78(pool: Pg
         "{}",
         all_output(&out)
     );
-    let spent = requests(&stripe).await;
+    // Listed first (the default read mode; the pages are empty), then the
+    // rows no page held are retrieved, and those 404s stop the run.
+    let (lists, retrieves) = lists_and_retrieves(&stripe).await;
+    assert!(lists > 0, "the default read mode lists first");
     assert!(
-        spent < 30,
-        "stopped after a few reads, not the whole batch: {spent}"
+        (1..30).contains(&retrieves),
+        "stopped after a few reads, not the whole batch: {retrieves}"
     );
     assert_eq!(
         count(&pool, "SELECT count(*) FROM reconciliation_findings").await,
@@ -298,13 +344,25 @@ async fn genuinely_missing_payment_intents_at_the_start_of_a_batch_are_findings(
         .mount(&stripe)
         .await;
 
+    // The rule under test is the retrieve mode's (a 404 is only ever read
+    // from a retrieve): the read mode is named, no list page is asked.
     let out = reconciler_output(
         &["run"],
-        &env(&pool, &stripe.uri(), &[("RECONCILER_BATCHES_PER_RUN", "1")]),
+        &env(
+            &pool,
+            &stripe.uri(),
+            &[
+                ("RECONCILER_BATCHES_PER_RUN", "1"),
+                ("RECONCILER_READ_MODE", "retrieve"),
+            ],
+        ),
     )
     .await;
 
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    let (lists, retrieves) = lists_and_retrieves(&stripe).await;
+    assert_eq!(lists, 0, "no list page in retrieve mode");
+    assert!(retrieves >= 40, "every row retrieved: {retrieves}");
     assert_eq!(
         count(
             &pool,
@@ -323,15 +381,16 @@ async fn genuinely_missing_payment_intents_at_the_start_of_a_batch_are_findings(
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_new_install_whose_every_read_is_404_stops_with_exit_78_and_writes_nothing(pool: PgPool) {
     insert_paid(&pool, 20).await;
-    let stripe = MockServer::start().await;
-    Mock::given(method("GET"))
-        .respond_with(err(404, "invalid_request_error", "resource_missing"))
-        .mount(&stripe)
-        .await;
+    let stripe = stripe_of_another_account().await;
 
     let out = reconciler_output(&["run"], &env(&pool, &stripe.uri(), &[])).await;
 
     assert_eq!(out.status.code(), Some(78), "{}", all_output(&out));
+    let (lists, retrieves) = lists_and_retrieves(&stripe).await;
+    assert!(
+        lists > 0 && retrieves > 0,
+        "{lists} pages, {retrieves} retrieves"
+    );
     nothing_written(&pool).await;
 }
 
@@ -352,6 +411,9 @@ async fn a_proxy_answering_html_for_everything_stops_the_run_without_moving_the_
     let out = reconciler_output(&["run"], &env(&pool, &stripe.uri(), &[])).await;
 
     assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    // The proxy answers the list page too: the run asked for one (the
+    // default read mode) and got the HTML, as every read did.
+    assert!(lists_and_retrieves(&stripe).await.0 > 0);
     nothing_written(&pool).await;
     assert_eq!(
         count(
@@ -374,7 +436,7 @@ async fn a_second_run_exits_75_before_any_stripe_read(pool: PgPool) {
     .execute(&pool)
     .await
     .unwrap();
-    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+    let stripe = stripe_mirroring(&pool, "succeeded", Duration::ZERO).await;
 
     let out = reconciler_output(&["run"], &env(&pool, &stripe.uri(), &[])).await;
 
@@ -389,6 +451,7 @@ async fn a_second_run_exits_75_before_any_stripe_read(pool: PgPool) {
         .unwrap();
     let out = reconciler_output(&["run"], &env(&pool, &stripe.uri(), &[])).await;
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    stripe.assert_read_by_list(0);
     assert_eq!(
         count(
             &pool,

@@ -7,6 +7,8 @@
 //! - `acknowledgements`: a finding resolved by hand stays resolved while nothing that matters changes, per kind
 //! - `aging`: authorization_expiring, stuck_processing, abandoned
 //! - `app_table`: `migrate` never locks or alters the application's `payments`; upgrades
+//! - `binary_keys`: `run` and `events` through the binary once per key type (a collated text key included)
+//! - `binary_settings`: Checkout Sessions with Connect through `events`, `run` and `repair`; a scan's own findings notified as configured
 //! - `app_table_runs`: a payment the application deletes (`payment_deleted`); a short batch ends the cycle
 //! - `connect`: connected accounts (`Stripe-Account`), a revoked account, the account in `findings list`
 //! - `connect_faults`: an account every read 404s, a malformed account value, no or an unusable account column
@@ -20,6 +22,7 @@
 //! - `events_binary`: the events job through the binary: exit codes, SIGTERM, deadline, Pushgateway
 //! - `events_backlog`: a backlog worked off in slices over several runs
 //! - `faults`: the fault suite (signals, killed connections, Stripe down or wrong)
+//! - `forced_faults`: a trigger forces a deadlock or a serialization failure once in phase 3; the binary retries and logs it
 //! - `faults_batch`: faults on one batch in process (a wrong 404, a webhook mid-batch)
 //! - `gateway`: each Stripe failure class, one request at a time
 //! - `gateway_batch`: what a batch does with each failure class
@@ -79,6 +82,8 @@ mod acknowledgements;
 mod aging;
 mod app_table;
 mod app_table_runs;
+mod binary_keys;
+mod binary_settings;
 mod checkout_sessions;
 mod checkout_sessions_events;
 mod connect;
@@ -95,6 +100,7 @@ mod events_money;
 mod events_orphans;
 mod faults;
 mod faults_batch;
+mod forced_faults;
 mod gateway;
 mod gateway_batch;
 mod isolation;

@@ -128,36 +128,52 @@ async fn a_run_pushes_every_named_metric_with_its_value(pool: PgPool) {
     );
 }
 
+/// A second run that starts while the first holds the lease exits 75
+/// without touching the first's figures. Deterministic: the test holds one
+/// row of the reconciler's own state, so the first run waits in its phase 3
+/// (lease held) until the second has exited, whatever the machine's speed.
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
-async fn a_run_that_loses_the_cursor_keeps_the_winners_figures(pool: PgPool) {
+async fn a_run_that_finds_the_lease_held_exits_75_and_keeps_the_winners_figures(pool: PgPool) {
     insert_paid(&pool, 12).await;
-    // Slow Stripe: both runs are reading when the first commits.
-    let stripe = stripe_mirroring(&pool, "succeeded", Duration::from_millis(700)).await;
+    let stripe = stripe_mirroring(&pool, "succeeded", Duration::ZERO).await;
     let gw = pushgateway::start().await;
     let env: &[(&'static str, &'static str)] = &[
         ("RECONCILER_BATCH_SIZE", "20"),
         ("RECONCILER_BATCHES_PER_RUN", "1"),
-        ("RECONCILER_MAX_IN_FLIGHT", "4"),
     ];
+    sqlx::query(
+        "INSERT INTO reconciliation_payment_state (payment_id, created_at)
+         SELECT id, created_at FROM payments WHERE id = 1",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let mut blocker = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM reconciliation_payment_state WHERE payment_id = 1 FOR UPDATE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
 
     let uri = stripe.uri();
-    let first = run_async(&pool, &uri, &gw.url, env);
-    let second = async {
-        // Once the first run reads Stripe (each answer takes 700 ms).
-        wait::requests_seen(&stripe, 1).await;
-        run_async(&pool, &uri, &gw.url, env).await
-    };
-    let (first, second) = tokio::join!(first, second);
+    let first = tokio::spawn({
+        let (pool, uri, url) = (pool.clone(), uri.clone(), gw.url.clone());
+        async move { run_async(&pool, &uri, &url, env).await }
+    });
+    wait::until_true(
+        "the first run's phase 3 waiting on the held row",
+        || async {
+            !wait::reconciler_writers_waiting_on_a_lock(&pool, "reconciliation_payment_state")
+                .await
+                .is_empty()
+        },
+    )
+    .await;
+    let second = run_async(&pool, &uri, &gw.url, env).await;
+    assert_eq!(second.status.code(), Some(75), "{}", stderr(&second));
+    blocker.rollback().await.unwrap();
+    let first = first.await.unwrap();
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
 
-    let mut codes = [first.status.code(), second.status.code()];
-    codes.sort();
-    assert_eq!(
-        codes,
-        [Some(0), Some(75)],
-        "{}\n{}",
-        stderr(&first),
-        stderr(&second)
-    );
     let m = gw.scrape().await;
     assert_eq!(
         value(&m, "stripe_reconciler_rows_scanned", &[JOB]),

@@ -2,15 +2,14 @@
 //! `RECONCILER_CURRENCY_COLUMN`): compared with the PaymentIntent when set,
 //! never when not, and a column `payments` cannot provide exits 78.
 
-use super::money::{answer, commands};
+use super::money::commands;
 use crate::support::arrange::{self, clean};
 use crate::support::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use stripe_reconciler::config::{ColumnName, Settings};
 use stripe_reconciler::reconcile::Verdict;
-use wiremock::matchers::method;
-use wiremock::{Mock, MockServer, Request};
+use wiremock::MockServer;
 
 // (6) Amount and currency columns.
 
@@ -131,11 +130,11 @@ async fn a_money_column_payments_cannot_provide_exits_78_naming_the_variable(poo
     add_money_columns(&pool).await;
     let payment = insert_payment(&pool, "pi_Configured", "pending", 3600).await;
     set_money(&pool, payment, Some(1099), Some("usd")).await;
-    let stripe = MockServer::start().await;
-    Mock::given(method("GET"))
-        .respond_with(|r: &Request| answer(clean(r.url.path().rsplit('/').next().unwrap())))
-        .mount(&stripe)
-        .await;
+    // Stripe as it is (list pages included), holding the row's PaymentIntent.
+    let stripe = crate::support::stripe_fake::StripeFake::start().await;
+    let mut object = clean("pi_Configured");
+    object["created"] = json!(chrono::Utc::now().timestamp() - 30 * 86_400);
+    stripe.add_object(None, object);
     let env = |var: &'static str, value: &str| {
         vec![
             ("DATABASE_URL", database_url(&pool)),
@@ -175,6 +174,7 @@ async fn a_money_column_payments_cannot_provide_exits_78_naming_the_variable(poo
     ok_env.push(("RECONCILER_CURRENCY_COLUMN", "currency".to_owned()));
     let out = reconciler_output(&["run"], &ok_env).await;
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    stripe.assert_read_by_list(0);
     assert_eq!(
         findings_of(&pool, payment)
             .await

@@ -261,6 +261,36 @@ async fn migrate_and_run_work_under_a_roles_statement_timeout(pool: PgPool) {
     .await
     .unwrap();
     let role = SlowRole::create(&pool, "200ms").await;
+    // The timeout bites: as the role, with its default, a count of the
+    // duplicate PaymentIntent ids in one scan (the statement
+    // store::payment_index runs when no index orders the column) and the
+    // index build are cancelled (57014, query_canceled). Below, `migrate`
+    // builds the index with the session's timeout lifted
+    // (store::legacy::concurrently), then counts in bounded steps along it,
+    // and succeeds.
+    let mut as_role = sqlx::PgConnection::connect(&role.url()).await.unwrap();
+    for targeted in [
+        "SELECT count(*), coalesce(sum(n), 0)::bigint FROM (
+             SELECT count(*) AS n FROM payments
+              WHERE stripe_payment_intent_id IS NOT NULL
+              GROUP BY stripe_payment_intent_id HAVING count(*) > 1) d",
+        "CREATE INDEX CONCURRENTLY probe_index ON payments (stripe_payment_intent_id)",
+    ] {
+        let error = sqlx::raw_sql(targeted)
+            .execute(&mut as_role)
+            .await
+            .expect_err("the role's statement_timeout cancels it");
+        let code = error
+            .as_database_error()
+            .and_then(|e| e.code().map(|c| c.into_owned()));
+        assert_eq!(code.as_deref(), Some("57014"), "{targeted}: {error}");
+    }
+    // The cancelled concurrent build leaves an invalid index behind.
+    sqlx::raw_sql("DROP INDEX IF EXISTS probe_index")
+        .execute(&mut as_role)
+        .await
+        .unwrap();
+    drop(as_role);
     let stripe = stripe_answering("succeeded", Duration::ZERO).await;
     let env = vec![
         ("DATABASE_URL", role.url()),
