@@ -230,32 +230,54 @@ build_image() {
   local revision created
   revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
   created=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-  # --layers: an unchanged step is taken from the cache; the Dockerfile's
-  # cache mounts keep cargo's registry and target dir between builds.
-  # --identity-label=false: no io.buildah.version label, only the
+  # No --layers: buildah 1.28 reuses a cached LABEL step whose build
+  # arguments changed (a new REVISION or CREATED would keep the old label).
+  # A rebuild is cheap anyway: the Dockerfile's cache mounts keep cargo's
+  # registry and target dir between builds, so cargo recompiles only what
+  # changed. --identity-label=false: no io.buildah.version label, only the
   # Dockerfile's. --pull=never: the bases are local, nothing is fetched.
-  bb bud --isolation chroot --layers --pull=never --identity-label=false "${POLICY[@]}" \
+  bb bud --isolation chroot --pull=never --identity-label=false "${POLICY[@]}" \
     --build-arg RUST_IMAGE="$BUILDER_BASE" --build-arg RUNTIME_IMAGE="$RUNTIME_BASE" \
     --build-arg VERSION="$VERSION" --build-arg REVISION="$revision" \
     --build-arg SOURCE="${IMAGE_SOURCE:-unknown}" --build-arg CREATED="$created" \
     -f Dockerfile -t "$IMAGE" .
   local t2; t2=$(date +%s)
   say "built $IMAGE: bases $((t1 - t0)) s, buildah bud $((t2 - t1)) s"
+  # The image this one replaced (now untagged) is dropped; the bases stay.
+  bb rmi --prune >/dev/null 2>&1 || true
 }
 
 # ---------------------------------------------------------------------------
-# The check: the image run as close to the chart as buildah allows here.
+# The check: the image run as close to the chart as this host allows, on up
+# to three sides that must agree:
+#   host     the binary copied out of the image, run on the host (the reference)
+#   buildah  `buildah run --isolation chroot`: the image's root, entrypoint,
+#            user and environment; no seccomp filter of its own, no
+#            read-only root, no limits (chroot isolation sets none)
+#   podman   `podman run` (runc) with the chart's container settings:
+#            read-only root with a 16 MiB /tmp, every capability dropped,
+#            no-new-privileges, the default seccomp profile, the 128 MiB
+#            memory limit. Podman's default run is refused on hosts whose
+#            open-files hard limit is below the 1048576 it asks for (setrlimit
+#            EPERM, crun and runc alike); given rlimits within the host's,
+#            runc runs it. crun also refuses a cgroup v1/v2 hybrid host.
+#            Skipped, with the reason, where podman run is still refused.
 
 CHECK_ROWS=${IMAGE_CHECK_ROWS:-2000}
 CONNECTED=acct_1DemoConnected
 # Summary fields that measure time, not what the job did: dropped before the
-# two sides are compared (each side has its own clock, stand-in and database;
+# sides are compared (each side has its own clock, stand-in and database;
 # the plan's expected_cycle_seconds counts the seconds since the cycle began).
 VOLATILE_FIELDS=duration_seconds,window_start,covered_until,expected_cycle_seconds
+# The chart's container (helm/stripe-reconciler/values.yaml: securityContext,
+# resources.limits.memory, the /tmp emptyDir of 16Mi), in podman's words.
+PODMAN_CHART=(--read-only --read-only-tmpfs=false --tmpfs /tmp:rw,size=16m,mode=1777
+  --cap-drop ALL --security-opt no-new-privileges --memory 128m)
 
-# What the process the image's user runs as sees: ids, capabilities, whether
-# it can write to /. Static, so it runs in an image without a libc of its own
-# version; bind-mounted read-only for one `buildah run`, never in the image.
+# What the entrypoint's process is given: ids, capabilities, no-new-privs,
+# seccomp mode, whether / is writable, its memory limit. Static, so it runs
+# in the image whatever its libc; bind-mounted read-only for one run, never
+# part of the image.
 PROBE_C='#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -270,12 +292,19 @@ int main(void) {
       line[strcspn(line, "\n")] = 0; printf(" %s", line);
     }
   int fd = open("/probe-write-test", O_CREAT | O_WRONLY, 0600);
-  printf(" writes_to_root_fs=%s\n", fd >= 0 ? "yes" : "no");
+  printf(" writes_to_root_fs=%s", fd >= 0 ? "yes" : "no");
   if (fd >= 0) { close(fd); unlink("/probe-write-test"); }
+  const char *limits[] = {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+  char value[64] = "unreadable";
+  for (int i = 0; i < 2; i++) {
+    FILE *m = fopen(limits[i], "r");
+    if (m && fgets(value, sizeof value, m)) { value[strcspn(value, "\n")] = 0; fclose(m); break; }
+  }
+  printf(" memory_limit=%s\n", value);
   return 0;
 }'
 
-CHECK_PIDS=() CHECK_CTR="" CHECK_DBS=() CHECK_DIR=""
+CHECK_PIDS=() CHECK_CTR="" CHECK_DBS=() CHECK_DIR="" SIDES=()
 cleanup_check() {
   local status=$?
   [ "${#CHECK_PIDS[@]}" = 0 ] || kill "${CHECK_PIDS[@]}" 2>/dev/null || true
@@ -283,7 +312,7 @@ cleanup_check() {
   [ -z "$CHECK_CTR" ] || bb rm "$CHECK_CTR" >/dev/null 2>&1 || true
   local db admin; admin=$(default_admin_url)
   for db in "${CHECK_DBS[@]}"; do
-    psql "$admin" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+    PGOPTIONS='-c client_min_messages=warning' psql "$admin" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
   done
   if [ "$status" = 0 ]; then
     rm -rf "$CHECK_DIR"
@@ -299,9 +328,19 @@ json_get() { python3 -c 'import json, sys; v = json.loads(sys.argv[1])
 for k in sys.argv[2:]: v = v[k] if isinstance(v, dict) else v[int(k)]
 print(v if isinstance(v, str) else json.dumps(v))' "$@"; }
 
+# podman on the private store, with runc and rlimits the host grants: its
+# open-files hard limit, and 4096 processes (the job is one process; seen
+# here: runc may set nproc up to 32768, not the 96369 of the host's limit).
+pm() {
+  TMPDIR="$STATE/tmp" podman --runtime "$(command -v runc)" --events-backend none \
+    --root "$STATE/storage" --runroot "$STATE/run" --storage-driver vfs "$@"
+}
+nofile=$(ulimit -Hn); [ "$nofile" = unlimited ] || [ "$nofile" -gt 1048576 ] && nofile=1048576
+PODMAN_LIMITS=(--ulimit "nofile=$nofile:$nofile" --ulimit nproc=4096:4096)
+
 # Starts side $1's Stripe stand-in on a fresh database seeded with
 # CHECK_ROWS payments (the demo's table and drift), and its Pushgateway.
-# Sets SIDE_ENV (the job's environment) for that side.
+# Sets SIDE_ENV (the job's environment), SIDE_URL and SIDE_PUSHGATEWAY.
 prepare_side() {
   local side=$1 db="stripe_reconciler_image_check_$1" admin url port
   admin=$(default_admin_url)
@@ -344,38 +383,37 @@ SQL
   SIDE_PUSHGATEWAY=$PUSHGATEWAY_URL SIDE_URL=$url
 }
 
-# Runs the job on side $1 (host: the binary copied out of the image, with
-# only SIDE_ENV; image: the image's entrypoint as its user under buildah
-# run), step $2, with arguments $3...; stdout to $CHECK_DIR/$1.$2.out,
-# stderr to .err, the exit code to .code. With ONLY_ENV set (an array of
-# VAR=VALUE), that environment replaces SIDE_ENV.
+# Runs the job on side $1 (host, buildah or podman; see above), step $2,
+# with arguments $3...: stdout to $CHECK_DIR/$1.$2.out, stderr to .err, the
+# exit code to .code. With ONLY_ENV set (an array of VAR=VALUE), that
+# environment replaces SIDE_ENV. The sides in the image run the image's own
+# entrypoint as the image's own user (neither is given on the command line).
 run_side() {
-  local side=$1 step=$2 code=0 env_words=("${SIDE_ENV[@]}"); shift 2
+  local side=$1 step=$2 code=0 env_words=("${SIDE_ENV[@]}") e flags=(); shift 2
   [ -z "${ONLY_ENV+x}" ] || env_words=("${ONLY_ENV[@]}")
-  if [ "$side" = host ]; then
-    env -i PATH=/usr/bin:/bin "${env_words[@]}" "$CHECK_DIR/stripe-reconciler" "$@" \
-      >"$CHECK_DIR/$side.$step.out" 2>"$CHECK_DIR/$side.$step.err" </dev/null || code=$?
-  else
-    local e flags=()
-    for e in "${env_words[@]}"; do flags+=(--env "$e"); done
-    bb run --isolation chroot --network host "${flags[@]}" "$CHECK_CTR" -- "${ENTRYPOINT[@]}" "$@" \
-      >"$CHECK_DIR/$side.$step.out" 2>"$CHECK_DIR/$side.$step.err" </dev/null || code=$?
-  fi
+  for e in "${env_words[@]}"; do flags+=(--env "$e"); done
+  case "$side" in
+    host) env -i PATH=/usr/bin:/bin "${env_words[@]}" "$CHECK_DIR/stripe-reconciler" "$@" ;;
+    buildah) bb run --isolation chroot --network host "${flags[@]}" "$CHECK_CTR" -- "${ENTRYPOINT[@]}" "$@" ;;
+    podman) pm run --rm --pull=never --network host "${PODMAN_LIMITS[@]}" "${PODMAN_CHART[@]}" "${flags[@]}" "$IMAGE" "$@" ;;
+  esac >"$CHECK_DIR/$side.$step.out" 2>"$CHECK_DIR/$side.$step.err" </dev/null || code=$?
   echo "$code" >"$CHECK_DIR/$side.$step.code"
 }
 
-# Compares step $1 on both sides: exit code $2 on each, and stdout (for
-# `run` and `events`: the JSON summary, without VOLATILE_FIELDS) equal.
+# Compares step $1 on every side: exit code $2 on each, and stdout (for
+# `run` and `events`: the JSON summary, without VOLATILE_FIELDS) equal to
+# the host's.
 compare_step() {
   local step=$1 want=$2 side code
-  for side in host image; do
+  for side in "${SIDES[@]}"; do
     code=$(cat "$CHECK_DIR/$side.$step.code")
     if [ "$code" != "$want" ]; then
       tail -n 5 "$CHECK_DIR/$side.$step.err" >&2
-      die "$step on the $side exited $code, expected $want"
+      die "$step on side $side exited $code, expected $want"
     fi
-  done
-  python3 - "$CHECK_DIR/host.$step.out" "$CHECK_DIR/image.$step.out" "$VOLATILE_FIELDS" <<'PY' || die "$step: the image's output differs from the binary's on the host"
+    [ "$side" = host ] && continue
+    python3 - "$CHECK_DIR/host.$step.out" "$CHECK_DIR/$side.$step.out" "$VOLATILE_FIELDS" <<'PY' \
+      || die "$step: the output on side $side differs from the binary's on the host"
 import json, sys
 host, image = (open(p).read() for p in sys.argv[1:3])
 volatile = set(sys.argv[3].split(","))
@@ -388,14 +426,15 @@ def strip(v):
 def parse(text):
     lines = [l for l in text.splitlines() if l.strip()]
     try:
-        return [strip(json.loads(l)) for l in lines], True
+        return [strip(json.loads(l)) for l in lines]
     except ValueError:
-        return text, False
-(h, hjson), (i, _) = parse(host), parse(image)
+        return text
+h, i = parse(host), parse(image)
 if h != i:
     print("host:  %s\nimage: %s" % (h, i), file=sys.stderr)
     sys.exit(1)
 PY
+  done
 }
 
 # Metric names side $1's Pushgateway holds from the job, one per line.
@@ -416,7 +455,8 @@ findings_per_kind() {
 
 check_image() {
   ensure_postgres
-  ensure_packages gcc:gcc /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev psql:postgresql-client python3:python3
+  ensure_packages gcc:gcc /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev psql:postgresql-client python3:python3 \
+    podman:podman runc:runc
   command -v cargo >/dev/null || die "cargo is needed to build the Stripe stand-in (examples/stripe_standin.rs)"
   rm -rf "$STATE"/tmp/check.*   # a failed check's outputs, kept until the next check
   CHECK_DIR=$(mktemp -d "$STATE/tmp/check.XXXXXX")
@@ -437,6 +477,9 @@ check_image() {
   want_user=$(sed -n 's/^USER[[:space:]]\{1,\}//p' Dockerfile | tail -n 1)
   want_entry=$(sed -n 's/^ENTRYPOINT[[:space:]]\{1,\}//p' Dockerfile | tail -n 1)
   [ "$user" = "$want_user" ] || die "the image's user is '$user', the Dockerfile's USER is '$want_user'"
+  # What the kubelet checks for runAsNonRoot: a numeric, non-zero user.
+  [[ "$user" =~ ^[0-9]+(:[0-9]+)?$ ]] && [ "${user%%:*}" != 0 ] \
+    || die "the image's user '$user' is not a numeric non-root UID (runAsNonRoot would refuse it)"
   [ "$(json_get "$want_entry")" = "$entrypoint" ] || die "the image's entrypoint is $entrypoint, the Dockerfile's is $want_entry"
   python3 - "$labels" "$VERSION" <<'PY' || die "the image's labels are not the Dockerfile's"
 import json, re, sys
@@ -466,20 +509,41 @@ PY
     "$(nm "$CHECK_DIR/stripe-reconciler" 2>&1 | head -n 1 | sed 's/^.*: //')"
   bb umount "$CHECK_CTR" >/dev/null
 
-  say "the user the entrypoint runs as (a static probe, bind-mounted read-only for this one run)"
+  say "what the entrypoint's process is given (a static probe, bind-mounted read-only for one run)"
   printf '%s\n' "$PROBE_C" | gcc -static -O2 -x c -o "$CHECK_DIR/probe" -
+  local ids="uid=${want_user%%:*} euid=${want_user%%:*} gid=${want_user##*:} egid=${want_user##*:} "
+  SIDES=(host buildah)
+  printf '  buildah run: '
   bb run --isolation chroot --network host -v "$CHECK_DIR/probe:/probe:ro" "$CHECK_CTR" -- /probe \
-    | tee "$CHECK_DIR/probe.out"
-  grep -q "^uid=${want_user%%:*} euid=${want_user%%:*} gid=${want_user##*:} egid=${want_user##*:} " "$CHECK_DIR/probe.out" \
-    || die "buildah run did not run as the image's user $want_user"
+    | tee "$CHECK_DIR/buildah.probe"
+  grep -q "^$ids" "$CHECK_DIR/buildah.probe" || die "buildah run did not run as the image's user $want_user"
+  printf '  podman run:  '
+  if pm run --rm --pull=never --network host "${PODMAN_LIMITS[@]}" "${PODMAN_CHART[@]}" \
+       -v "$CHECK_DIR/probe:/probe:ro" --entrypoint /probe "$IMAGE" >"$CHECK_DIR/podman.probe" 2>&1; then
+    cat "$CHECK_DIR/podman.probe"
+    grep -q "^$ids.*CapEff:[[:space:]]*0\{16\} NoNewPrivs:[[:space:]]*1 Seccomp:[[:space:]]*2 writes_to_root_fs=no memory_limit=134217728$" \
+      "$CHECK_DIR/podman.probe" || die "podman run did not apply the chart's settings"
+    SIDES+=(podman)
+  else
+    echo "refused here ($(tail -n 1 "$CHECK_DIR/podman.probe")): the podman side is skipped"
+  fi
+  printf '  podman run with its default rlimits: '
+  if pm run --rm --pull=never --network host --entrypoint /stripe-reconciler "$IMAGE" --version >"$CHECK_DIR/podman-default" 2>&1; then
+    echo "runs"
+  else
+    echo "refused ($(tail -n 1 "$CHECK_DIR/podman-default"))"
+  fi
 
   say "building the Stripe stand-in (examples/stripe_standin.rs, as scripts/demo.sh does)"
   cargo build --quiet --example stripe_standin
 
-  local side step
-  for side in host image; do
-    say "$side: $( [ "$side" = host ] && echo "the binary copied out of the image, run on the host" \
-      || echo "buildah run --isolation chroot --network host, entrypoint ${ENTRYPOINT[*]}, user $user"): $CHECK_ROWS payments, stand-in, Pushgateway"
+  local side
+  for side in "${SIDES[@]}"; do
+    case "$side" in
+      host) say "host: the binary copied out of the image, run on the host" ;;
+      buildah) say "buildah: buildah run --isolation chroot --network host, the image's entrypoint ${ENTRYPOINT[*]} and user $user" ;;
+      podman) say "podman: podman run (runc) --network host ${PODMAN_CHART[*]}, the image's entrypoint and user" ;;
+    esac
     prepare_side "$side"
     run_side "$side" help --help
     run_side "$side" usage no-such-command
@@ -496,22 +560,23 @@ d = json.load(open(sys.argv[1]))["expected_findings"]
 print("\n".join(f"{k} {v}" for k, v in sorted(d.items())))' "$CHECK_DIR/$side.expected.json" >"$CHECK_DIR/$side.expected"
   done
 
-  say "the two sides compared"
-  compare_step help 0;          echo "  --help: exit 0 on both, the same text ($(wc -l <"$CHECK_DIR/image.help.out") lines)"
-  compare_step usage 2;         echo "  an unknown subcommand: exit 2 on both"
-  compare_step no-stripe-key 78; echo "  run without STRIPE_API_KEY: exit 78 on both ($(grep -o 'STRIPE_API_KEY[^"]*' "$CHECK_DIR/image.no-stripe-key.err" | head -n 1))"
-  compare_step migrate 0;       echo "  migrate: exit 0 on both, the same output (the migrations are embedded)"
-  compare_step run 0;           echo "  run: exit 0 on both, the same summary: $(head -c 300 "$CHECK_DIR/image.run.out")..."
-  compare_step events 0;        echo "  events: exit 0 on both, the same summary: $(head -c 300 "$CHECK_DIR/image.events.out")..."
-  for side in host image; do
+  local all="${SIDES[*]}" last=${SIDES[-1]}
+  say "the sides compared (${all// /, })"
+  compare_step help 0;           echo "  --help: exit 0 on each, the same text ($(wc -l <"$CHECK_DIR/$last.help.out") lines)"
+  compare_step usage 2;          echo "  an unknown subcommand: exit 2 on each"
+  compare_step no-stripe-key 78; echo "  run without STRIPE_API_KEY: exit 78 on each ($(grep -o 'STRIPE_API_KEY[^"]*' "$CHECK_DIR/$last.no-stripe-key.err" | head -n 1))"
+  compare_step migrate 0;        echo "  migrate: exit 0 on each, the same output (the migrations are embedded)"
+  compare_step run 0;            echo "  run: exit 0 on each, the same summary: $(head -c 300 "$CHECK_DIR/$last.run.out")..."
+  compare_step events 0;         echo "  events: exit 0 on each, the same summary: $(head -c 300 "$CHECK_DIR/$last.events.out")..."
+  for side in "${SIDES[@]}"; do
     diff -u "$CHECK_DIR/$side.expected" "$CHECK_DIR/$side.findings" >&2 \
       || die "$side: the open findings are not the drift the stand-in seeded"
+    [ -s "$CHECK_DIR/$side.pushed" ] && diff -u "$CHECK_DIR/host.pushed" "$CHECK_DIR/$side.pushed" >&2 \
+      || die "the metrics pushed on side $side differ from the host's"
   done
-  echo "  findings per kind equal the seeded drift on both: $(paste -sd, "$CHECK_DIR/image.findings")"
-  [ -s "$CHECK_DIR/image.pushed" ] && diff -u "$CHECK_DIR/host.pushed" "$CHECK_DIR/image.pushed" >&2 \
-    || die "the metrics pushed from the image differ from the host's"
-  echo "  the Pushgateway got the same $(wc -l <"$CHECK_DIR/image.pushed") metric names from both"
-  say "check passed in $(( $(date +%s) - t0 )) s: $IMAGE ($size, $layers layers)"
+  echo "  findings per kind equal the seeded drift on each: $(paste -sd, "$CHECK_DIR/$last.findings")"
+  echo "  each Pushgateway got the same $(wc -l <"$CHECK_DIR/$last.pushed") metric names"
+  say "check passed in $(( $(date +%s) - t0 )) s (sides: ${all// /, }): $IMAGE ($size, $layers layers)"
 }
 
 setup_containers
