@@ -252,8 +252,9 @@ build_image() {
 # to three sides that must agree:
 #   host     the binary copied out of the image, run on the host (the reference)
 #   buildah  `buildah run --isolation chroot`: the image's root, entrypoint,
-#            user and environment; no seccomp filter of its own, no
-#            read-only root, no limits (chroot isolation sets none)
+#            user and environment, no capabilities (a non-root user), the
+#            default seccomp filter; but no read-only root, no
+#            no-new-privileges, no memory limit (chroot isolation sets none)
 #   podman   `podman run` (runc) with the chart's container settings:
 #            read-only root with a 16 MiB /tmp, every capability dropped,
 #            no-new-privileges, the default seccomp profile, the 128 MiB
