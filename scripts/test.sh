@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: formatting, lints, unit and integration tests on a real
 # PostgreSQL (each #[sqlx::test] gets a fresh database), doctests, and the
-# chart, alert and Dockerfile checks (not the image build: scripts/image.sh). Starts what it needs (PostgreSQL; installs the
+# chart, alert and Dockerfile checks (not the image build: that is
+# scripts/image.sh). Starts what it needs (PostgreSQL; installs the
 # Pushgateway and PgBouncer the tests start per test); never skips: a missing
 # check script fails the run. The cargo test step runs under a timeout
 # (RECONCILER_TEST_TIMEOUT seconds, default 1500) so a hung test fails CI
