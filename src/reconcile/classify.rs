@@ -15,7 +15,7 @@ use super::status::{ExternalStatus, LocalStatus};
 /// method"). Used only to show a deadline in `authorization_expiring`.
 pub const AUTHORIZATION_LIFETIME_SECONDS: i64 = 7 * 24 * 3600;
 
-/// The thresholds of the aging findings (DESIGN.md "Beyond status"), in
+/// The thresholds of the aging findings (docs/findings.md, "Finding kinds"), in
 /// seconds since the PaymentIntent's `created`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rules {
@@ -40,7 +40,7 @@ impl Default for Rules {
 /// Classifies one payment against its PaymentIntent.
 ///
 /// Pure: no I/O, and `now` (the run's clock) is passed in. In order:
-/// 1. Money (DESIGN.md "Beyond status"; money beats status, so a row with a
+/// 1. Money (docs/design.md, "Money beyond status"; money beats status, so a row with a
 ///    money finding gets that finding only): `duplicate_payment_intent`,
 ///    then, for a `succeeded` PaymentIntent, `disputed` and `refunded` (a
 ///    refund or a dispute never changes the PaymentIntent's status; it lives
@@ -48,7 +48,7 @@ impl Default for Rules {
 ///    row carries a currency or an amount. Proven money always wins: a
 ///    charge with `disputed: true` is `disputed` and one with
 ///    `amount_refunded > 0` is `refunded` even when the other field is
-///    absent (issue 20).
+///    absent.
 /// 2. The status table ([`classify_status`]).
 /// 3. Aging, for rows the table calls in flight or in sync:
 ///    `authorization_expiring`, `stuck_processing`, `abandoned`.
@@ -59,7 +59,7 @@ impl Default for Rules {
 /// row is neither stamped nor repaired. It never hides status drift: when
 /// the status table sees drift, the UNVERIFIABLE decision carries that
 /// status finding, with `details.money_unproven` (the reason) and no repair
-/// command (DESIGN.md, "Turn 3 contract": the command waits for a read that
+/// command (docs/design.md, "Money beyond status": the command waits for a read that
 /// proves the money).
 pub fn classify(
     local: &LocalPayment,
@@ -121,61 +121,83 @@ fn money_check(local: &LocalPayment, pi: &PaymentIntentFacts) -> Money {
             Money::Kept => {}
         }
     }
-    if let Some(local_currency) = &local.currency {
-        match &pi.currency {
-            None => {
-                unproven.get_or_insert("the row has a currency but the PaymentIntent has none");
-            }
-            Some(stripe_currency)
-                if !local_currency.trim().eq_ignore_ascii_case(stripe_currency) =>
-            {
-                return Money::Finding(Decision::review_with(
-                    FindingKind::CurrencyMismatch,
-                    json!({ "local_currency": local_currency, "stripe_currency": stripe_currency }),
-                ));
-            }
-            Some(_) => {}
-        }
+    match currency_check(local, pi) {
+        Err(finding) => return finding,
+        Ok(reason) => unproven = unproven.or(reason),
     }
     if let Some(decision) = amount_missing(local, pi) {
         return Money::Finding(decision);
     }
-    if let Some(amount) = local.amount.as_ref().filter(|a| **a != LocalAmount::Null) {
-        match pi.amount {
-            None => {
-                unproven.get_or_insert("the row has an amount but the PaymentIntent has none");
-            }
-            Some(stripe_amount) => match minor_units(amount, local, stripe_amount) {
-                Err(Money::Unproven(reason)) => {
-                    unproven.get_or_insert(reason);
-                }
-                Err(other) => return other,
-                Ok(local_amount) if local_amount != stripe_amount => {
-                    let ratio = (local_amount != 0).then(|| {
-                        (stripe_amount as f64 / local_amount as f64 * 10_000.0).round() / 10_000.0
-                    });
-                    return Money::Finding(Decision::review_with(
-                        FindingKind::AmountMismatch,
-                        json!({
-                            "local_amount": local_amount,
-                            "local_amount_major": major_text(amount),
-                            "stripe_amount": stripe_amount,
-                            "currency": pi.currency,
-                            "stripe_to_local_ratio": ratio,
-                        }),
-                    ));
-                }
-                Ok(_) => {}
-            },
-        }
+    match amount_check(local, pi) {
+        Err(finding) => return finding,
+        Ok(reason) => unproven = unproven.or(reason),
     }
     unproven.map_or(Money::Kept, Money::Unproven)
 }
 
+/// The row's currency against the PaymentIntent's: `Err` a
+/// `currency_mismatch`; `Ok(Some(reason))` when it cannot be compared.
+fn currency_check(
+    local: &LocalPayment,
+    pi: &PaymentIntentFacts,
+) -> Result<Option<&'static str>, Money> {
+    let Some(local_currency) = &local.currency else {
+        return Ok(None);
+    };
+    match &pi.currency {
+        None => Ok(Some(
+            "the row has a currency but the PaymentIntent has none",
+        )),
+        Some(stripe_currency) if !local_currency.trim().eq_ignore_ascii_case(stripe_currency) => {
+            Err(Money::Finding(Decision::review_with(
+                FindingKind::CurrencyMismatch,
+                json!({ "local_currency": local_currency, "stripe_currency": stripe_currency }),
+            )))
+        }
+        Some(_) => Ok(None),
+    }
+}
+
+/// The row's amount (in the currency's minor units) against the
+/// PaymentIntent's: `Err` an `amount_mismatch` (or what converting the
+/// amount found); `Ok(Some(reason))` when it cannot be compared.
+fn amount_check(
+    local: &LocalPayment,
+    pi: &PaymentIntentFacts,
+) -> Result<Option<&'static str>, Money> {
+    let Some(amount) = local.amount.as_ref().filter(|a| **a != LocalAmount::Null) else {
+        return Ok(None);
+    };
+    let Some(stripe_amount) = pi.amount else {
+        return Ok(Some("the row has an amount but the PaymentIntent has none"));
+    };
+    match minor_units(amount, local, stripe_amount) {
+        Err(Money::Unproven(reason)) => Ok(Some(reason)),
+        Err(other) => Err(other),
+        Ok(local_amount) if local_amount != stripe_amount => {
+            let ratio = (local_amount != 0).then(|| {
+                (stripe_amount as f64 / local_amount as f64 * 10_000.0).round() / 10_000.0
+            });
+            Err(Money::Finding(Decision::review_with(
+                FindingKind::AmountMismatch,
+                json!({
+                    "local_amount": local_amount,
+                    "local_amount_major": major_text(amount),
+                    "stripe_amount": stripe_amount,
+                    "currency": pi.currency,
+                    "stripe_to_local_ratio": ratio,
+                }),
+            )))
+        }
+        Ok(_) => Ok(None),
+    }
+}
+
 /// An `amount_mismatch` for a row the application treats as paid or
 /// refunded (money it believes it took) whose configured amount column is
-/// NULL: nothing says what it charged, so nothing can be compared (issue 30:
-/// a NULL amount on a row with money is a finding, not `in_sync`). Details:
+/// NULL: nothing says what it charged, so nothing can be compared (a NULL
+/// amount on a row with money is a finding, not `in_sync`; docs/operations.md,
+/// "A paid row with no amount"). Details:
 /// `local_amount` null, Stripe's amount and currency, the reason. A row in
 /// any other state has no money to compare yet (a `pending` row is repaired
 /// to `paid` first, then this applies).

@@ -166,14 +166,17 @@ async fn the_webhook_wins_the_race(pool: PgPool) {
     assert!(!drain.is_finished(), "the drain waits for the webhook");
     // The webhook applies the transition through the canonical writer, in
     // its transaction, and commits: the waiting drain then sees it moved.
+    let change = stripe_reconciler::repair::writer::StatusChange {
+        command: RepairCommand::ApplyPaymentSucceeded,
+        payment_id: &id.into(),
+        finding_id: None,
+        cause: "webhook",
+    };
     let webhook = stripe_reconciler::repair::writer::apply(
         &mut webhook_tx,
         &Default::default(),
         &Default::default(),
-        RepairCommand::ApplyPaymentSucceeded,
-        &id.into(),
-        None,
-        "webhook",
+        change,
     )
     .await
     .unwrap();
@@ -288,7 +291,8 @@ async fn poison_commands_do_not_block_the_ones_behind_them(pool: PgPool) {
     let first = drain_all(&pool).await;
 
     // A command whose payment does not exist is the application's delete:
-    // skipped as payment_deleted (issue 29), not retried.
+    // skipped as payment_deleted (docs/schema.md, "A payment the application deletes"), not
+    // retried.
     assert_eq!(
         (first.applied, first.failed, first.skipped, first.stuck),
         (1, 2, 1, 0)
