@@ -18,7 +18,10 @@
 #   (or: crane digest IMAGE:TAG)
 #
 # or let Renovate/Dependabot do it (both understand `IMAGE:TAG@sha256:...`).
-# A --build-arg overrides a pin for a one-off build.
+# A --build-arg overrides a pin for a one-off build. scripts/image.sh builds
+# this file unchanged on a host with no image registry, with both bases made
+# from Debian packages and given as these build arguments
+# (docs/deployment.md#building-the-image-without-a-registry).
 ARG RUST_IMAGE=rust:1-slim-bookworm@sha256:94e9efa4033213dbb70d4f665527e7ece3944ddb7ba1dd2e43f6fd6e2490af58
 ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot@sha256:9dac0a79194e45a7da0158a9c6da57b217585af0786db3845d1f0ec1a0dd182f
 
@@ -46,6 +49,8 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 # Runtime: glibc + libgcc + CA certificates, no shell, no package manager,
 # runs as nonroot (UID/GID 65532), matching the chart's securityContext.
 FROM ${RUNTIME_IMAGE}
+# The base actually used (the pinned default, or what a --build-arg named).
+ARG RUNTIME_IMAGE
 # OCI image annotations (https://github.com/opencontainers/image-spec/blob/main/annotations.md).
 ARG VERSION=0.1.0
 ARG REVISION=unknown
@@ -58,7 +63,7 @@ LABEL org.opencontainers.image.title="stripe-reconciler" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.created="${CREATED}" \
-      org.opencontainers.image.base.name="gcr.io/distroless/cc-debian12:nonroot"
+      org.opencontainers.image.base.name="${RUNTIME_IMAGE}"
 COPY --from=builder /out/stripe-reconciler /stripe-reconciler
 USER 65532:65532
 ENTRYPOINT ["/stripe-reconciler"]

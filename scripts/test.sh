@@ -2,7 +2,8 @@
 # Runs every test: formatting, the house rules (import loops, function and
 # file lengths), lints, unit and integration tests on a real
 # PostgreSQL (each #[sqlx::test] gets a fresh database), doctests, and the
-# chart and alert checks. Starts what it needs (PostgreSQL; installs the
+# chart, alert and Dockerfile checks (not the image build: that is
+# scripts/image.sh). Starts what it needs (PostgreSQL; installs the
 # Pushgateway and PgBouncer the tests start per test); never skips: a missing
 # check script fails the run. The cargo test step runs under a timeout
 # (RECONCILER_TEST_TIMEOUT seconds, default 1500) so a hung test fails CI
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || die "cargo is not installed (https://rustup.rs)"
 command -v python3 >/dev/null || die "python3 is required by the test scripts"
 command -v timeout >/dev/null || die "timeout (coreutils) is required to bound the test run"
-checks=(scripts/check-alerts.sh scripts/check-chart.sh)
+checks=(scripts/check-alerts.sh scripts/check-chart.sh scripts/check-dockerfile.sh)
 for check in "${checks[@]}"; do
   [ -f "$check" ] || die "$check is missing: the chart and alert checks are part of the suite"
 done
