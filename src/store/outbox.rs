@@ -387,6 +387,38 @@ pub async fn has_pending_repair(
     .context("looking for a pending repair")
 }
 
+/// Of the findings `finding_ids`, those with a repair command pending in
+/// the outbox (as [`has_pending_repair`]), in one statement over the whole
+/// list (a semi-join; nothing is locked). Empty for an outbox the
+/// application's relay drains.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn pending_repairs(
+    conn: &mut PgConnection,
+    outbox: &OutboxSettings,
+    event_types: &[&str],
+    finding_ids: &[i64],
+    max_attempts: i32,
+) -> Result<Vec<i64>, StoreError> {
+    if finding_ids.is_empty() || !outbox.shape.drained_by_reconciler() {
+        return Ok(Vec::new());
+    }
+    super::query_scalar(&format!(
+        "SELECT v.id FROM unnest($2::bigint[]) AS v(id)
+          WHERE EXISTS (SELECT 1 FROM {table} o
+                         WHERE o.processed_at IS NULL AND o.event_type = ANY($1)
+                           AND o.attempts < $3 AND o.payload->>'finding_id' = v.id::text)",
+        table = outbox.table.quoted()
+    ))
+    .bind(event_types)
+    .bind(finding_ids)
+    .bind(max_attempts)
+    .fetch_all(conn)
+    .await
+    .context("looking for pending repairs")
+}
+
 /// Closes the unprocessed repair commands of resolved findings, stuck ones
 /// included (`processed_at` set, `last_error` says why), so no command
 /// outlives its finding. A command a repair worker holds right now is
