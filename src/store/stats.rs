@@ -328,6 +328,13 @@ pub struct LagHolder {
     pub open_finding_kind: Option<String>,
     /// The last error of its unprocessed repair command, if one failed.
     pub repair_last_error: Option<String>,
+    /// Consecutive cycles in which Stripe gave no definitive answer for it
+    /// (`reconciliation_unverifiable`: timeouts, 429s, 5xx), the longest
+    /// streak of any job; `None`: its last read was answered, or it was
+    /// never read.
+    pub unverifiable_cycles: Option<i32>,
+    /// The last error of that streak.
+    pub unverifiable_last_error: Option<String>,
 }
 
 /// The last error of the payment `p`'s pending repair command (the repair
@@ -403,7 +410,8 @@ pub async fn lag_holder(
                 convert_to((p.status)::text, 'SQL_ASCII') AS status,
                 {created} AS created_at, {updated} AS updated_at, h.last_reconciled_at,
                 f.id AS open_finding_id, f.kind AS open_finding_kind,
-                {repair_last_error} AS repair_last_error
+                {repair_last_error} AS repair_last_error,
+                u.cycles AS unverifiable_cycles, u.last_error AS unverifiable_last_error
            FROM (SELECT * FROM
                    (({seen})
                     UNION ALL
@@ -414,7 +422,10 @@ pub async fn lag_holder(
            JOIN payments p ON p.id = h.payment_id
            LEFT JOIN LATERAL (SELECT id, kind FROM reconciliation_findings
                                WHERE payment_id = p.id AND resolved_at IS NULL
-                               ORDER BY id DESC LIMIT 1) AS f ON true"
+                               ORDER BY id DESC LIMIT 1) AS f ON true
+           LEFT JOIN LATERAL (SELECT cycles, last_error FROM reconciliation_unverifiable
+                               WHERE payment_id = p.id
+                               ORDER BY cycles DESC LIMIT 1) AS u ON true"
     );
     let query = super::query_as(&sql)
         .bind(head.as_ref().map(|h| &h.key))
