@@ -114,10 +114,24 @@ pub async fn time_columns(
     let mut tx = crate::store::begin(&mut *conn)
         .await
         .context("opening a transaction")?;
-    let known = crate::store::query("SELECT now() AT TIME ZONE $1")
-        .bind(times.zone.as_str())
-        .execute(&mut *tx)
-        .await;
+    // A name of the IANA database (as PostgreSQL lists it, case-insensitive),
+    // never a POSIX string (`EST5`, `<+0530>-5:30`) AT TIME ZONE would take.
+    let known = crate::store::query_scalar(
+        "SELECT now() AT TIME ZONE $1 IS NOT NULL
+            AND ($1 = 'UTC' OR EXISTS (SELECT 1 FROM pg_timezone_names WHERE lower(name) = lower($1)))",
+    )
+    .bind(times.zone.as_str())
+    .fetch_one(&mut *tx)
+    .await;
+    if let Ok(false) = known {
+        return Err(ColumnError::BadValue {
+            var: "RECONCILER_TIMESTAMP_ZONE",
+            reason: format!(
+                "{:?} is not an IANA time zone name PostgreSQL knows (see pg_timezone_names; e.g. UTC, Europe/Paris, Asia/Kolkata)",
+                times.zone.as_str()
+            ),
+        });
+    }
     if let Err(e) = known {
         if e.as_database_error()
             .is_some_and(|d| d.code().as_deref() == Some("22023"))
