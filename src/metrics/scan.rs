@@ -22,6 +22,7 @@ pub(super) struct ScanGauges {
     verdicts: Labelled,
     stripe_requests: Labelled,
     accounts_unreachable: Figure,
+    pending_without_payment_intent: Figure,
 }
 
 impl ScanGauges {
@@ -79,6 +80,11 @@ impl ScanGauges {
                 "stripe_accounts_unreachable",
                 "Connected accounts the last run could not read (no access, or every read a 404); their rows stayed UNVERIFIABLE.",
             )?,
+            pending_without_payment_intent: Figure::register(
+                registry,
+                "pending_without_payment_intent",
+                "Pending payments the last run read with no PaymentIntent id and no Checkout Session (checkouts never confirmed): nothing at Stripe to verify, counted, no finding.",
+            )?,
         })
     }
 
@@ -100,5 +106,7 @@ impl ScanGauges {
         }
         self.accounts_unreachable
             .set(s.stripe_accounts_unreachable as f64);
+        self.pending_without_payment_intent
+            .set(s.pending_without_payment_intent as f64);
     }
 }
