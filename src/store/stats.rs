@@ -228,7 +228,7 @@ pub struct OutboxFigures {
 
 /// Reads [`OutboxFigures`] from `RECONCILER_OUTBOX_TABLE`. `repair_types` are
 /// the event types of the repair commands (the outbox may be shared).
-/// `None` for a `debezium` outbox (DESIGN.md, Turn 3 contract): the
+/// `None` for a `debezium` or `plain` outbox (DESIGN.md, Turn 3 contract): the
 /// application's relay drains it, deleting or keeping rows as it likes, so no
 /// count there tells a pending command from a delivered one.
 ///
@@ -239,7 +239,7 @@ pub async fn outbox_figures(
     outbox: &OutboxSettings,
     repair_types: &[&str],
 ) -> Result<Option<OutboxFigures>, StoreError> {
-    if outbox.shape == OutboxShape::Debezium {
+    if !outbox.shape.drained_by_reconciler() {
         return Ok(None);
     }
     let table = outbox.table.quoted();
@@ -349,7 +349,7 @@ fn repair_last_error(outbox: &OutboxSettings) -> String {
                   ORDER BY o.id DESC LIMIT 1)",
             outbox.table.quoted()
         ),
-        OutboxShape::Debezium => "NULL::text".to_owned(),
+        OutboxShape::Debezium | OutboxShape::Plain => "NULL::text".to_owned(),
     }
 }
 
@@ -376,7 +376,7 @@ pub async fn lag_holder(
     // joined to their payment, as [`partition_lag_since`] reads them.
     let param = match outbox.shape {
         OutboxShape::Reconciler => 4,
-        OutboxShape::Debezium => 3,
+        OutboxShape::Debezium | OutboxShape::Plain => 3,
     };
     let (seen, in_partition) = match partition {
         None => (
@@ -432,7 +432,7 @@ pub async fn lag_holder(
         .bind(head.as_ref().and_then(|h| h.created_at));
     let query = match outbox.shape {
         OutboxShape::Reconciler => query.bind(repair_types),
-        OutboxShape::Debezium => query,
+        OutboxShape::Debezium | OutboxShape::Plain => query,
     };
     match partition {
         Some(p) => query.bind(p.value.as_str()),
