@@ -87,38 +87,20 @@ pub async fn enqueue_repairs(
                FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
                     AS v(payment_id, finding_id, command, expected, intent, account, session)"
         ),
-        OutboxShape::Plain => format!(
-            "WITH v AS (SELECT gen_random_uuid() AS command_id, u.*
-                          FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
-                               AS u(payment_id, finding_id, command, expected, intent, account, session)),
-                  r AS (INSERT INTO reconciliation_relayed_commands (finding_id, command_id, event_type)
-                        SELECT finding_id, command_id, command FROM v
-                        ON CONFLICT (finding_id) DO NOTHING
-                        RETURNING finding_id)
-             INSERT INTO {table} (aggregate_type, aggregate_id, event_type, payload)
-             SELECT 'Payment', v.payment_id::text, v.command, {payload}
-               FROM v JOIN r USING (finding_id)"
-        ),
+        OutboxShape::Plain => relayed(&format!(
+            "INSERT INTO {table} (aggregate_type, aggregate_id, event_type, payload)
+             SELECT 'Payment', v.payment_id::text, v.command, {payload}"
+        )),
         OutboxShape::Debezium => {
             let (ts_col, ts_val) = if has_column(conn, &table, DEBEZIUM_TIMESTAMP).await? {
                 (format!(", \"{DEBEZIUM_TIMESTAMP}\""), ", now()")
             } else {
                 (String::new(), "")
             };
-            // The relayed record first: a finding that already has one gets
-            // no second row in the application's outbox.
-            format!(
-                "WITH v AS (SELECT gen_random_uuid() AS command_id, u.*
-                              FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
-                                   AS u(payment_id, finding_id, command, expected, intent, account, session)),
-                      r AS (INSERT INTO reconciliation_relayed_commands (finding_id, command_id, event_type)
-                            SELECT finding_id, command_id, command FROM v
-                            ON CONFLICT (finding_id) DO NOTHING
-                            RETURNING finding_id)
-                 INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload{ts_col})
-                 SELECT v.command_id, 'payment', v.payment_id::text, v.command, {payload}{ts_val}
-                   FROM v JOIN r USING (finding_id)"
-            )
+            relayed(&format!(
+                "INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload{ts_col})
+                 SELECT v.command_id, 'payment', v.payment_id::text, v.command, {payload}{ts_val}"
+            ))
         }
     };
     let done = super::query(&sql)
@@ -133,6 +115,24 @@ pub async fn enqueue_repairs(
         .await
         .context("enqueueing repair commands")?;
     Ok(done.rows_affected())
+}
+
+/// A relayed shape's insert (`insert`: `INSERT INTO … SELECT … ` over `v`,
+/// the commands with a fresh `command_id`), the relayed record first: a
+/// finding that already has one gets no second row in the application's
+/// outbox.
+fn relayed(insert: &str) -> String {
+    format!(
+        "WITH v AS (SELECT gen_random_uuid() AS command_id, u.*
+                      FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
+                           AS u(payment_id, finding_id, command, expected, intent, account, session)),
+              r AS (INSERT INTO reconciliation_relayed_commands (finding_id, command_id, event_type)
+                    SELECT finding_id, command_id, command FROM v
+                    ON CONFLICT (finding_id) DO NOTHING
+                    RETURNING finding_id)
+         {insert}
+           FROM v JOIN r USING (finding_id)"
+    )
 }
 
 /// The payload of a repair command (the design note's, plus the PaymentIntent
