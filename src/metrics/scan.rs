@@ -25,6 +25,12 @@ pub(super) struct ScanGauges {
     pending_without_payment_intent: Figure,
 }
 
+/// `stripe_reconciler_pending_without_payment_intent`: its name and help.
+const PENDING: (&str, &str) = (
+    "pending_without_payment_intent",
+    "Pending payments the last run read with no PaymentIntent id and no Checkout Session (checkouts never confirmed): nothing at Stripe to verify, counted, no finding.",
+);
+
 impl ScanGauges {
     pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
         Ok(ScanGauges {
@@ -80,11 +86,7 @@ impl ScanGauges {
                 "stripe_accounts_unreachable",
                 "Connected accounts the last run could not read (no access, or every read a 404); their rows stayed UNVERIFIABLE.",
             )?,
-            pending_without_payment_intent: Figure::register(
-                registry,
-                "pending_without_payment_intent",
-                "Pending payments the last run read with no PaymentIntent id and no Checkout Session (checkouts never confirmed): nothing at Stripe to verify, counted, no finding.",
-            )?,
+            pending_without_payment_intent: Figure::register(registry, PENDING.0, PENDING.1)?,
         })
     }
 

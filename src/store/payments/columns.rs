@@ -97,12 +97,59 @@ pub async fn check_partition(
     }
 }
 
+/// Checks `zone` (`RECONCILER_TIMESTAMP_ZONE`) against the database: a name
+/// of the IANA database as PostgreSQL lists it (`pg_timezone_names`,
+/// case-insensitive), never a POSIX string (`EST5`, `<+0530>-5:30`) that
+/// `AT TIME ZONE` would take.
+///
+/// # Errors
+/// [`ColumnError::BadValue`] naming the variable; [`ColumnError::Store`].
+async fn check_zone(
+    tx: &mut PgConnection,
+    zone: &crate::config::TimestampZone,
+) -> Result<(), ColumnError> {
+    let known = crate::store::query_scalar(
+        "SELECT now() AT TIME ZONE $1 IS NOT NULL
+            AND ($1 = 'UTC' OR EXISTS (SELECT 1 FROM pg_timezone_names WHERE lower(name) = lower($1)))",
+    )
+    .bind(zone.as_str())
+    .fetch_one(tx)
+    .await;
+    if let Ok(false) = known {
+        return Err(ColumnError::BadValue {
+            var: "RECONCILER_TIMESTAMP_ZONE",
+            reason: format!(
+                "{:?} is not an IANA time zone name PostgreSQL knows (see pg_timezone_names; e.g. UTC, Europe/Paris, Asia/Kolkata)",
+                zone.as_str()
+            ),
+        });
+    }
+    if let Err(e) = known {
+        if e.as_database_error()
+            .is_some_and(|d| d.code().as_deref() == Some("22023"))
+        {
+            return Err(ColumnError::BadValue {
+                var: "RECONCILER_TIMESTAMP_ZONE",
+                reason: format!(
+                    "PostgreSQL does not know the time zone {:?} (see pg_timezone_names; e.g. UTC, Europe/Paris)",
+                    zone.as_str()
+                ),
+            });
+        }
+        return Err(StoreError {
+            action: "checking RECONCILER_TIMESTAMP_ZONE",
+            source: e,
+        }
+        .into());
+    }
+    Ok(())
+}
+
 /// Detects how `payments.created_at` and `updated_at` are read
 /// (docs/operations.md, "Rails timestamps"):
 /// `timestamp without time zone` is a wall-clock time in `times.zone`
 /// (`RECONCILER_TIMESTAMP_ZONE`), any other type is read as it is. The zone
-/// is checked by the database first (`pg_timezone_names` and POSIX offsets:
-/// whatever `AT TIME ZONE` accepts). Returns `times` with the types set; an
+/// is checked by the database first ([`check_zone`]). Returns `times` with the types set; an
 /// absent table (before `migrate` creates the demo's) keeps the defaults.
 ///
 /// # Errors
@@ -115,42 +162,7 @@ pub async fn time_columns(
     let mut tx = crate::store::begin(&mut *conn)
         .await
         .context("opening a transaction")?;
-    // A name of the IANA database (as PostgreSQL lists it, case-insensitive),
-    // never a POSIX string (`EST5`, `<+0530>-5:30`) AT TIME ZONE would take.
-    let known = crate::store::query_scalar(
-        "SELECT now() AT TIME ZONE $1 IS NOT NULL
-            AND ($1 = 'UTC' OR EXISTS (SELECT 1 FROM pg_timezone_names WHERE lower(name) = lower($1)))",
-    )
-    .bind(times.zone.as_str())
-    .fetch_one(&mut *tx)
-    .await;
-    if let Ok(false) = known {
-        return Err(ColumnError::BadValue {
-            var: "RECONCILER_TIMESTAMP_ZONE",
-            reason: format!(
-                "{:?} is not an IANA time zone name PostgreSQL knows (see pg_timezone_names; e.g. UTC, Europe/Paris, Asia/Kolkata)",
-                times.zone.as_str()
-            ),
-        });
-    }
-    if let Err(e) = known {
-        if e.as_database_error()
-            .is_some_and(|d| d.code().as_deref() == Some("22023"))
-        {
-            return Err(ColumnError::BadValue {
-                var: "RECONCILER_TIMESTAMP_ZONE",
-                reason: format!(
-                    "PostgreSQL does not know the time zone {:?} (see pg_timezone_names; e.g. UTC, Europe/Paris)",
-                    times.zone.as_str()
-                ),
-            });
-        }
-        return Err(StoreError {
-            action: "checking RECONCILER_TIMESTAMP_ZONE",
-            source: e,
-        }
-        .into());
-    }
+    check_zone(&mut tx, &times.zone).await?;
     let wall_clock: Vec<String> = crate::store::query_scalar(
         "SELECT a.attname::text FROM pg_attribute a
           WHERE a.attrelid = to_regclass('payments')
@@ -176,21 +188,18 @@ pub async fn time_columns(
     })
 }
 
-/// Checks that the configured columns exist in `payments` with usable types:
-/// the amount an integer type (`smallint`, `integer`, `bigint`) in `minor`
-/// units, `numeric` in `major` units (`RECONCILER_AMOUNT_UNIT`), the
-/// currency and the Connect account column a text type (`text`,
-/// `character varying`, `character`). An
-/// integer column with `major` is refused under `RECONCILER_AMOUNT_UNIT`: an
-/// integer holds minor units, and reading it as major would multiply every
-/// amount by 100.
-///
-/// # Errors
-/// [`ColumnError`]: `Missing` and `WrongType` name the variable (exit 78).
-pub async fn check_columns(
-    conn: &mut PgConnection,
-    columns: MoneyColumns<'_>,
-) -> Result<(), ColumnError> {
+/// One column check: the variable that names the column, the column (if
+/// set), the types accepted, and what is expected, in words.
+type ColumnCheck<'a> = (
+    &'static str,
+    Option<&'a ColumnName>,
+    &'static [&'static str],
+    &'static str,
+);
+
+/// The checks of [`check_columns`]: the amount (by its unit), the currency,
+/// the Connect account and the Checkout Session columns.
+fn column_checks(columns: MoneyColumns<'_>) -> [ColumnCheck<'_>; 4] {
     let amount = match columns.unit {
         AmountUnit::Minor => (
             "RECONCILER_AMOUNT_COLUMN",
@@ -203,7 +212,7 @@ pub async fn check_columns(
             "numeric (RECONCILER_AMOUNT_UNIT=major: major units, 12.00 for 1200 cents; floating point cannot hold money exactly)",
         ),
     };
-    let checks = [
+    [
         (amount.0, columns.amount, amount.1, amount.2),
         (
             "RECONCILER_CURRENCY_COLUMN",
@@ -223,8 +232,25 @@ pub async fn check_columns(
             &["text", "character varying", "character"][..],
             "a text type (the Checkout Session id, cs_...; NULL or empty when the row has none)",
         ),
-    ];
-    for (var, column, accepted, expected) in checks {
+    ]
+}
+
+/// Checks that the configured columns exist in `payments` with usable types:
+/// the amount an integer type (`smallint`, `integer`, `bigint`) in `minor`
+/// units, `numeric` in `major` units (`RECONCILER_AMOUNT_UNIT`), the
+/// currency and the Connect account column a text type (`text`,
+/// `character varying`, `character`). An
+/// integer column with `major` is refused under `RECONCILER_AMOUNT_UNIT`: an
+/// integer holds minor units, and reading it as major would multiply every
+/// amount by 100.
+///
+/// # Errors
+/// [`ColumnError`]: `Missing` and `WrongType` name the variable (exit 78).
+pub async fn check_columns(
+    conn: &mut PgConnection,
+    columns: MoneyColumns<'_>,
+) -> Result<(), ColumnError> {
+    for (var, column, accepted, expected) in column_checks(columns) {
         let Some(column) = column else { continue };
         let found = column_type(conn, column.as_str()).await?;
         match found {
