@@ -97,6 +97,12 @@ pub enum OutboxShape {
     /// canonical writer, and the finding resolves when a later read sees the
     /// payment in sync (`cleared`).
     Debezium,
+    /// `plain`: the design note's own outbox, `aggregate_type`,
+    /// `aggregate_id`, `event_type`, `payload` (other columns filled by their
+    /// defaults), without our bookkeeping columns (`processed_at`,
+    /// `attempts`, `last_error`): the application's relay delivers it, as for
+    /// `debezium`.
+    Plain,
 }
 
 impl OutboxShape {
@@ -105,14 +111,23 @@ impl OutboxShape {
         match self {
             OutboxShape::Reconciler => "reconciler",
             OutboxShape::Debezium => "debezium",
+            OutboxShape::Plain => "plain",
         }
     }
 
     /// Whether our `repair` worker drains this outbox (and so whether its
-    /// backlog is ours to count).
+    /// backlog is ours to count); `debezium` and `plain` are the
+    /// application's relay's.
     pub fn drained_by_reconciler(self) -> bool {
         self == OutboxShape::Reconciler
     }
+
+    /// Every shape, in the order a mismatch suggests another.
+    pub const ALL: [OutboxShape; 3] = [
+        OutboxShape::Reconciler,
+        OutboxShape::Plain,
+        OutboxShape::Debezium,
+    ];
 }
 
 /// The outbox group: table and shape.
@@ -146,10 +161,11 @@ where
     let shape = match raw.outbox_shape.as_deref().map(str::trim) {
         None | Some("") | Some("reconciler") => OutboxShape::Reconciler,
         Some("debezium") => OutboxShape::Debezium,
+        Some("plain") => OutboxShape::Plain,
         Some(other) => {
             return Err(invalid(
                 "RECONCILER_OUTBOX_SHAPE",
-                format!("{other:?} is neither `reconciler` nor `debezium`"),
+                format!("{other:?} is not `reconciler`, `plain` or `debezium`"),
             ))
         }
     };
@@ -199,6 +215,12 @@ mod tests {
             let e = parse(vars(&[("RECONCILER_OUTBOX_TABLE", bad)])).unwrap_err();
             assert_eq!(e.var(), Some("RECONCILER_OUTBOX_TABLE"), "{bad}");
         }
+        assert_eq!(
+            parse(vars(&[("RECONCILER_OUTBOX_SHAPE", "plain")]))
+                .unwrap()
+                .shape,
+            OutboxShape::Plain
+        );
         let e = parse(vars(&[("RECONCILER_OUTBOX_SHAPE", "kafka")])).unwrap_err();
         assert_eq!(e.var(), Some("RECONCILER_OUTBOX_SHAPE"));
     }

@@ -17,10 +17,11 @@ const ZONE_VAR: &str = "RECONCILER_TIMESTAMP_ZONE";
 /// The longest zone name accepted, in bytes (IANA names are under 40).
 const MAX_ZONE_BYTES: usize = 64;
 
-/// `RECONCILER_TIMESTAMP_ZONE`: an IANA zone name (`Europe/Paris`), `UTC`,
-/// or a POSIX offset (`+02`), checked for its characters when read (so it
-/// can be put into SQL as a literal: letters, digits, `/ _ + - : .`) and by
-/// the database at start (`pg_timezone_names` decides what it knows).
+/// `RECONCILER_TIMESTAMP_ZONE`: an IANA zone name (`Europe/Paris`) or `UTC`,
+/// checked for its characters when read (so it can be put into SQL as a
+/// literal: letters, digits, `/ _ + - : .`), never a numeric offset
+/// ([`numeric_offset`]), and against the database's `pg_timezone_names` at
+/// start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimestampZone(String);
 
@@ -37,6 +38,14 @@ impl TimestampZone {
     /// [`ConfigError::Invalid`] naming `RECONCILER_TIMESTAMP_ZONE`.
     pub fn parse(name: &str) -> Result<Self, ConfigError> {
         let name = name.trim();
+        if numeric_offset(name) {
+            return Err(invalid(
+                ZONE_VAR,
+                format!(
+                    "{name:?} is a numeric UTC offset, which PostgreSQL reads as a POSIX zone with the sign inverted ('+05:30' means UTC-05:30); name the IANA zone instead (e.g. Asia/Kolkata for +05:30, America/Sao_Paulo for -03, Europe/Berlin, America/New_York), which also follows daylight saving time"
+                ),
+            ));
+        }
         let ok = !name.is_empty()
             && name.len() <= MAX_ZONE_BYTES
             && name
@@ -63,6 +72,27 @@ impl TimestampZone {
     pub fn literal(&self) -> String {
         format!("'{}'", self.0)
     }
+}
+
+/// Whether `name` is a numeric UTC offset (`+05:30`, `-03`, `0530`,
+/// `UTC+2`, `GMT-5`, `Z+1`): PostgreSQL takes such a string as a POSIX zone,
+/// whose sign is the opposite of ISO 8601's, so `+05:30` would read every
+/// wall-clock time 11 hours off. An offset of zero (`+00`, `GMT+0`) means
+/// UTC either way and is accepted; IANA names (`Etc/GMT+5`, `EST5EDT`)
+/// never match.
+fn numeric_offset(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    let rest = ["UTC", "GMT", "UT", "Z"]
+        .iter()
+        .find_map(|p| upper.strip_prefix(p).filter(|r| r.starts_with(['+', '-'])))
+        .unwrap_or(&upper);
+    let digits = rest.strip_prefix(['+', '-']).unwrap_or(rest);
+    !digits.is_empty()
+        && digits.starts_with(|c: char| c.is_ascii_digit())
+        && digits
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b == b':' || b == b'.')
+        && digits.bytes().any(|b| b.is_ascii_digit() && b != b'0')
 }
 
 /// The SQL type of one of the application's time columns.
@@ -173,6 +203,37 @@ mod tests {
         ] {
             let e = TimestampZone::parse(bad).unwrap_err();
             assert_eq!(e.var(), Some(ZONE_VAR), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn numeric_offsets_are_refused_naming_an_iana_zone() {
+        for offset in [
+            "+05:30",
+            "-03",
+            "+2",
+            "0530",
+            "UTC+2",
+            "GMT-5",
+            "utc-03:00",
+            "+0530",
+            "Z+1",
+        ] {
+            let e = TimestampZone::parse(offset).unwrap_err();
+            assert_eq!(e.var(), Some(ZONE_VAR), "{offset:?}");
+            assert!(e.to_string().contains("IANA"), "{offset:?}: {e}");
+        }
+        for name in [
+            "UTC",
+            "GMT",
+            "Etc/GMT+5",
+            "EST5EDT",
+            "GMT+0",
+            "+00",
+            "Asia/Kolkata",
+            "Etc/UTC",
+        ] {
+            assert!(TimestampZone::parse(name).is_ok(), "{name:?}");
         }
     }
 

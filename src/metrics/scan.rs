@@ -32,6 +32,9 @@ pub struct ScanFigures {
     pub stripe_requests: RequestCounts,
     /// Connected accounts the run could not read.
     pub accounts_unreachable: u64,
+    /// Pending rows with no PaymentIntent id and no Checkout Session to
+    /// verify: counted, not flagged (docs/scan.md).
+    pub pending_without_payment_intent: u64,
     /// The cursor as the run left it (`payments.id`), when it was read.
     pub cursor_position: Option<i64>,
     /// The run's plan, when it was made.
@@ -54,7 +57,14 @@ pub(super) struct ScanGauges {
     verdicts: Labelled,
     stripe_requests: Labelled,
     accounts_unreachable: Figure,
+    pending_without_payment_intent: Figure,
 }
+
+/// `stripe_reconciler_pending_without_payment_intent`: its name and help.
+const PENDING: (&str, &str) = (
+    "pending_without_payment_intent",
+    "Pending payments the last run read with no PaymentIntent id and no Checkout Session (checkouts never confirmed): nothing at Stripe to verify, counted, no finding.",
+);
 
 impl ScanGauges {
     pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
@@ -111,6 +121,7 @@ impl ScanGauges {
                 "stripe_accounts_unreachable",
                 "Connected accounts the last run could not read (no access, or every read a 404); their rows stayed UNVERIFIABLE.",
             )?,
+            pending_without_payment_intent: Figure::register(registry, PENDING.0, PENDING.1)?,
         })
     }
 
@@ -131,5 +142,7 @@ impl ScanGauges {
             self.stripe_requests.set(endpoint, n as f64);
         }
         self.accounts_unreachable.set(s.accounts_unreachable as f64);
+        self.pending_without_payment_intent
+            .set(s.pending_without_payment_intent as f64);
     }
 }

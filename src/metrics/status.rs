@@ -108,7 +108,7 @@ impl StatusGauges {
     }
 
     /// The state; a figure that is `None` (no run history yet, or no backlog
-    /// of ours in a `debezium` outbox) stays absent, so no alert reads a
+    /// of ours in a `debezium` or `plain` outbox) stays absent, so no alert reads a
     /// wrong 0 (README, "Your schema").
     pub(super) fn observe(&self, st: &Status) {
         self.lag.set(st.lag_seconds);

@@ -55,6 +55,12 @@ pub struct Observation {
     /// (no PaymentIntent id); then `payment_intent` is the
     /// session's PaymentIntent, when it has one.
     pub checkout_session: Option<String>,
+    /// A `pending` row with no PaymentIntent id and no Checkout Session (a
+    /// checkout never confirmed): nothing at Stripe to verify, so no read
+    /// and no finding; counted (`pending_without_payment_intent`) and
+    /// recorded as checked, so it holds no lag
+    /// ([`crate::reconcile::nothing_to_verify`]).
+    pub nothing_to_verify: bool,
 }
 
 impl Observation {
@@ -63,6 +69,7 @@ impl Observation {
     pub fn changed_meanwhile(&mut self) {
         self.decision = Decision::plain(Verdict::InFlight);
         self.observed = None;
+        self.nothing_to_verify = false;
     }
 
     /// UNVERIFIABLE after a read was due: Stripe asked and no usable answer,

@@ -17,7 +17,8 @@ use crate::config::{Partition, SchemaSettings};
 use crate::key::PaymentKey;
 use crate::outcome::RunError;
 use crate::reconcile::{
-    classify, Decision, FindingKind, LocalPayment, PaymentIntentFacts, Rules, Verdict,
+    classify, nothing_to_verify, Decision, FindingKind, LocalPayment, PaymentIntentFacts, Rules,
+    Verdict,
 };
 use crate::store::payments::PaymentRow;
 use crate::stripe::{GatewayError, InvalidAccountId, PaymentIntentId, StripeGateway};
@@ -57,6 +58,11 @@ impl Read<'_> {
             return self
                 .observe_session(&row, account, session, from_list, seen)
                 .await;
+        }
+        if nothing_to_verify(&seen.local, row.stripe_payment_intent_id.as_deref()) {
+            seen.decision = Decision::plain(Verdict::InSync);
+            seen.nothing_to_verify = true;
+            return Ok(seen);
         }
         let id = match PaymentIntentId::parse(row.stripe_payment_intent_id.as_deref().unwrap_or(""))
         {
@@ -233,5 +239,6 @@ fn unread(row: &PaymentRow) -> Observation {
         stripe_account: None,
         account_unreachable: false,
         checkout_session: None,
+        nothing_to_verify: false,
     }
 }

@@ -175,6 +175,16 @@ impl Decision {
     }
 }
 
+/// Whether a row has nothing at Stripe to verify: `pending` locally with a
+/// NULL or empty (blank) PaymentIntent id, and no Checkout Session to judge
+/// it by. Such a row is a checkout the customer never confirmed: counted,
+/// never a finding. A `paid` (or any other) row without a PaymentIntent id
+/// stays an `invalid_payment_intent_id` finding: its money is unproven.
+pub fn nothing_to_verify(local: &super::LocalStatus, payment_intent_id: Option<&str>) -> bool {
+    *local == super::LocalStatus::Pending
+        && payment_intent_id.map_or(true, |pi| pi.trim().is_empty())
+}
+
 /// Compares a payment's local status with its PaymentIntent's status only
 /// (the status table; [`super::classify`] adds the money and aging checks).
 ///
@@ -228,5 +238,20 @@ pub fn classify_status(local: &LocalStatus, external: &ExternalStatus) -> Decisi
                 _ => Decision::review(kind),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod nothing_to_verify_tests {
+    use super::nothing_to_verify;
+    use crate::reconcile::LocalStatus;
+
+    #[test]
+    fn only_a_pending_row_without_a_payment_intent_id_has_nothing_to_verify() {
+        assert!(nothing_to_verify(&LocalStatus::Pending, None));
+        assert!(nothing_to_verify(&LocalStatus::Pending, Some(" ")));
+        assert!(!nothing_to_verify(&LocalStatus::Pending, Some("pi_1")));
+        assert!(!nothing_to_verify(&LocalStatus::Paid, None));
+        assert!(!nothing_to_verify(&LocalStatus::Failed, Some("")));
     }
 }

@@ -34,7 +34,7 @@ mod status;
 
 pub use acknowledgement::{acknowledgeable, fingerprint};
 pub use classify::{classify, Rules, AUTHORIZATION_LIFETIME_SECONDS};
-pub use decision::{classify_status, Decision, RepairCommand, Verdict};
+pub use decision::{classify_status, nothing_to_verify, Decision, RepairCommand, Verdict};
 pub use differs::{differs, money, Differs};
 pub use facts::{Charge, ChargeFacts, LocalAmount, LocalPayment, PaymentIntentFacts};
 pub use kind::FindingKind;

@@ -45,9 +45,13 @@ pub fn session_payment_intent(o: &Observation) -> Option<String> {
 }
 
 /// Phase 3 writes something for this row: a stamp, a finding, or an
-/// UNVERIFIABLE count (which may become a `persistently_unverifiable` finding).
+/// UNVERIFIABLE count (which may become a `persistently_unverifiable` finding),
+/// or the stamp of a row with nothing at Stripe to verify.
 pub(super) fn writes_for(o: &Observation) -> bool {
-    o.observed.is_some() || o.decision.kind.is_some() || (o.unverifiable_read())
+    o.observed.is_some()
+        || o.decision.kind.is_some()
+        || o.unverifiable_read()
+        || o.nothing_to_verify
 }
 
 /// Locks the rows phase 3 writes for (in id order) and demotes to IN_FLIGHT

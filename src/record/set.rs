@@ -333,7 +333,7 @@ fn repair_row(
 /// Stripe answered for this row definitively: a status, or a 404 / malformed
 /// id (whose finding carries the problem).
 fn is_answer(o: &Observation) -> bool {
-    o.observed.is_some() || definitive_without_status(o)
+    o.observed.is_some() || definitive_without_status(o) || o.nothing_to_verify
 }
 
 fn definitive_without_status(o: &Observation) -> bool {

@@ -55,6 +55,16 @@ fn cell(text: Option<&str>) -> String {
     }
 }
 
+/// The payment's key: a number (integer and numeric keys, JSON numbers)
+/// as it is, so a spreadsheet keeps it a number (`-5` included); a text or
+/// uuid key is anyone's text, escaped like every text cell ([`cell`]).
+fn key_cell(f: &FindingView) -> String {
+    match &f.payment_id {
+        Some(serde_json::Value::Number(n)) => n.to_string(),
+        _ => cell(f.payment_key().as_deref()),
+    }
+}
+
 /// One finding as a CSV record, in [`CSV_HEADER`]'s order.
 fn record(f: &FindingView, mode: DashboardMode) -> Vec<String> {
     let time =
@@ -62,7 +72,7 @@ fn record(f: &FindingView, mode: DashboardMode) -> Vec<String> {
     let d = f.differs();
     vec![
         f.id.to_string(),
-        f.payment_key().unwrap_or_default(),
+        key_cell(f),
         cell(f.order_id.as_deref()),
         cell(f.stripe_payment_intent_id.as_deref()),
         cell(f.stripe_account_id.as_deref()),
@@ -93,6 +103,45 @@ fn record(f: &FindingView, mode: DashboardMode) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_text_key_is_escaped_and_a_number_stays_a_number() {
+        let finding = |key: serde_json::Value| FindingView {
+            id: 1,
+            payment_id: Some(key),
+            order_id: None,
+            stripe_payment_intent_id: None,
+            stripe_account_id: None,
+            checkout_session_id: None,
+            kind: "missing_externally".into(),
+            local_status: "paid".into(),
+            external_status: None,
+            detected_at: chrono::Utc::now(),
+            resolved_at: None,
+            resolution: None,
+            resolved_by: None,
+            resolution_note: None,
+            details: None,
+            last_seen_at: None,
+            seconds_to_deadline: None,
+        };
+        for (key, shown) in [
+            (
+                serde_json::json!("=cmd|' /C calc'!A0"),
+                "'=cmd|' /C calc'!A0",
+            ),
+            (serde_json::json!("-1+1"), "'-1+1"),
+            (serde_json::json!("@k13"), "'@k13"),
+            (serde_json::json!("+"), "'+"),
+            (serde_json::json!("\tk"), "'\tk"),
+            (serde_json::json!("\rk"), "'\rk"),
+            (serde_json::json!("pay_01H"), "pay_01H"),
+            (serde_json::json!(-5), "-5"),
+            (serde_json::json!(42), "42"),
+        ] {
+            assert_eq!(key_cell(&finding(key.clone())), shown, "{key}");
+        }
+    }
 
     #[test]
     fn csv_cells_never_start_a_formula() {

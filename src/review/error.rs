@@ -39,3 +39,14 @@ impl From<csv::Error> for ReviewError {
         ReviewError::Output(serde_json::Error::io(std::io::Error::other(e.to_string())))
     }
 }
+
+impl crate::store::retry::Transient for ReviewError {
+    /// The database error of [`ReviewError::Store`], which may be a lost
+    /// race (a deadlock with a scan) worth running the transaction again.
+    fn store_error(&self) -> Option<&StoreError> {
+        match self {
+            ReviewError::Store(e) => Some(e),
+            _ => None,
+        }
+    }
+}

@@ -72,28 +72,77 @@ pub fn read_file(path: &Path, default_by: Option<&str>) -> Result<Vec<FileLine>,
         .map_err(|e| ReviewError::Refused(format!("{e}; nothing was resolved")))
 }
 
-/// The line (1-based, as an editor counts it) where the record at `position`
-/// starts. The csv crate's own line count is one short after a CRLF line
-/// ending (a spreadsheet's CSV) and counts a blank line before a record as
-/// the record's: its byte offset, past any line breaks, is exact.
-fn line_of(text: &str, position: &csv::Position) -> u64 {
-    let start = usize::try_from(position.byte())
-        .unwrap_or(usize::MAX)
-        .min(text.len());
-    let skipped = text.as_bytes()[start..]
-        .iter()
-        .take_while(|b| matches!(b, b'\r' | b'\n'))
-        .count();
-    let newlines = text.as_bytes()[..start + skipped]
-        .iter()
-        .filter(|b| **b == b'\n')
-        .count();
-    newlines as u64 + 1
+/// The line (1-based, as an editor counts it) where each record starts,
+/// counted once over the text: records come in order, so each call only
+/// scans the bytes since the previous one (linear in the file, however
+/// many records). The csv crate's own line count is one short after a CRLF
+/// line ending (a spreadsheet's CSV) and counts a blank line before a record
+/// as the record's: its byte offset, past any line breaks, is exact.
+struct LineCounter<'a> {
+    text: &'a [u8],
+    /// Bytes counted so far.
+    offset: usize,
+    /// Newlines in `text[..offset]`.
+    newlines: u64,
+}
+
+impl<'a> LineCounter<'a> {
+    fn new(text: &'a str) -> Self {
+        LineCounter {
+            text: text.as_bytes(),
+            offset: 0,
+            newlines: 0,
+        }
+    }
+
+    /// The line of the record at `position` (positions never go back).
+    fn line_of(&mut self, position: &csv::Position) -> u64 {
+        let start = usize::try_from(position.byte())
+            .unwrap_or(usize::MAX)
+            .min(self.text.len());
+        let skipped = self.text[start..]
+            .iter()
+            .take_while(|b| matches!(b, b'\r' | b'\n'))
+            .count();
+        let end = start + skipped;
+        if end > self.offset {
+            self.newlines += self.text[self.offset..end]
+                .iter()
+                .filter(|b| **b == b'\n')
+                .count() as u64;
+            self.offset = end;
+        }
+        self.newlines + 1
+    }
+}
+
+/// The field separator of a resolution CSV, read from its header line: `;`
+/// when the header holds more semicolons than commas outside quotes (the
+/// CSV a spreadsheet writes where the decimal separator is a comma, as in
+/// most of Europe), else `,`.
+fn separator(text: &str) -> u8 {
+    let header = text.split('\n').next().unwrap_or("");
+    let (mut quoted, mut commas, mut semicolons) = (false, 0usize, 0usize);
+    for b in header.bytes() {
+        match b {
+            b'"' => quoted = !quoted,
+            b',' if !quoted => commas += 1,
+            b';' if !quoted => semicolons += 1,
+            _ => {}
+        }
+    }
+    if semicolons > commas {
+        b';'
+    } else {
+        b','
+    }
 }
 
 /// Reads a resolution CSV: a header row with `id` and `note` (optional
-/// `by`; other columns ignored), then one finding a line. Every line is
-/// checked before anything is written.
+/// `by`; other columns ignored), then one finding a line. The separator is
+/// `,` or `;`, whichever the header line uses ([`separator`]). Every line
+/// is checked before anything is written; the whole file is read in one
+/// pass (time linear in its size).
 ///
 /// # Errors
 /// [`FileError`], naming the line: a malformed line (wrong number of fields,
@@ -103,6 +152,7 @@ pub fn parse_file(text: &str, default_by: Option<&str>) -> Result<Vec<FileLine>,
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(true)
         .flexible(false)
+        .delimiter(separator(text))
         .from_reader(text.as_bytes());
     let headers = reader.headers().map_err(FileError::Header)?.clone();
     let column = |name: &str| headers.iter().position(|h| h.trim() == name);
@@ -113,12 +163,13 @@ pub fn parse_file(text: &str, default_by: Option<&str>) -> Result<Vec<FileLine>,
     let default_by = default_by.map(str::trim).filter(|b| !b.is_empty());
     let mut seen: HashMap<i64, u64> = HashMap::new();
     let mut lines = Vec::new();
+    let mut counter = LineCounter::new(text);
     for record in reader.records() {
         let record = record.map_err(|source| FileError::Malformed {
-            line: source.position().map_or(0, |p| line_of(text, p)),
+            line: source.position().map_or(0, |p| counter.line_of(p)),
             source,
         })?;
-        let line = record.position().map_or(0, |p| line_of(text, p));
+        let line = record.position().map_or(0, |p| counter.line_of(p));
         let field = |i: usize| record.get(i).unwrap_or("").trim();
         let raw_id = field(id_col);
         let id: i64 = raw_id.parse().map_err(|_| FileError::Id {
@@ -168,6 +219,20 @@ mod tests {
         assert!(err("id,note\n3,x\n4,y,extra\n").starts_with("line 3: malformed CSV"));
         assert!(err("id,why\n3,x\n").starts_with("line 1:"));
         assert!(err("id,note\n").contains("names no finding"));
+        // A spreadsheet's `;`-separated CSV (a comma inside a note).
+        let semi = parse_file(
+            "id;note;by\r\n3;checked, ok;ann\r\n4;\"a;b\";\r\n",
+            Some("bob"),
+        )
+        .unwrap();
+        assert_eq!(
+            (semi[0].id, semi[0].note.as_str(), semi[0].by.as_str()),
+            (3, "checked, ok", "ann")
+        );
+        assert_eq!((semi[1].note.as_str(), semi[1].line), ("a;b", 3));
+        assert!(err("id;note\n3;x\n4;\n").starts_with("line 3: finding 4 has an empty note"));
+        assert_eq!(separator("id,note;x\n"), b',');
+        assert_eq!(separator("\"a;b;c\",id,note\n"), b',');
         assert!(parse_file("id,note\n3,x\n", None)
             .unwrap_err()
             .to_string()

@@ -66,6 +66,7 @@ pub(crate) async fn commit(
     }
     for o in &observations {
         report.verdicts.add(o.decision.verdict);
+        report.pending_without_payment_intent += u64::from(o.nothing_to_verify);
     }
     Ok(report)
 }

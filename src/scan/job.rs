@@ -226,6 +226,7 @@ pub fn figures(s: &RunSummary) -> ScanFigures {
             .collect(),
         stripe_requests: s.stripe_requests,
         accounts_unreachable: s.stripe_accounts_unreachable,
+        pending_without_payment_intent: s.pending_without_payment_intent,
         cursor_position: s.cursor_position,
         plan: s.plan,
     }

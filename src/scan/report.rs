@@ -23,6 +23,10 @@ pub struct BatchReport {
     pub findings_payment_deleted: u64,
     /// Rows the database refused to write (each with a `write_refused` finding).
     pub writes_refused: u64,
+    /// `pending` rows with no PaymentIntent id and no Checkout Session (a
+    /// checkout never confirmed): nothing at Stripe to verify; counted, no
+    /// finding (also counted `in_sync` in `verdicts`).
+    pub pending_without_payment_intent: u64,
     /// The batch reached the end of the table (its rows were the last, or
     /// it read none) and reset the cursor to 0: the cycle ended.
     pub wrapped: bool,
@@ -60,6 +64,11 @@ pub struct RunSummary {
     /// Rows the database refused to write, left with a `write_refused`
     /// finding while the rest of their batch committed.
     pub writes_refused: u64,
+    /// `pending` rows with no PaymentIntent id and no Checkout Session read
+    /// in committed batches: checkouts never confirmed, nothing at Stripe to
+    /// verify; counted, never a finding (gauge
+    /// `stripe_reconciler_pending_without_payment_intent`).
+    pub pending_without_payment_intent: u64,
     /// The cursor reached the end of the table during the run.
     pub wrapped: bool,
     /// Where the cursor is at the end of the run, read back from the
@@ -98,6 +107,7 @@ impl RunSummary {
         self.findings_cleared += batch.findings_cleared;
         self.findings_payment_deleted += batch.findings_payment_deleted;
         self.writes_refused += batch.writes_refused;
+        self.pending_without_payment_intent += batch.pending_without_payment_intent;
         self.wrapped |= batch.wrapped;
         self.cursor_position = Some(batch.cursor_to);
         self.cursor_key = batch.cursor_key.clone();

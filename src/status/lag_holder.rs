@@ -50,49 +50,58 @@ pub(super) fn lines(h: &LagHolder, st: &Status, grace: Duration) -> Vec<(&'stati
     lines
 }
 
-/// The likely reason the lag holder holds it: in the grace window,
-/// confirmed in this cycle (the normal lag), passed by a full cycle or in
-/// this one without an answer, or not reached yet.
+/// The likely reason the row holds the lag, from what is recorded, never a
+/// guess that sends an operator after errors that did not happen: in
+/// steady state the holder is the row the cursor reaches next, confirmed
+/// in an earlier cycle; only a recorded streak in
+/// `reconciliation_unverifiable` says Stripe gave no answer for it.
 fn why(h: &LagHolder, st: &Status, grace: Duration) -> String {
-    let (now, cursor) = (st.database_now, st.cursor_position);
+    let now = st.database_now;
+    let cursor = st.cursor_position;
     let confirmed_this_cycle = match (h.last_reconciled_at, st.cycle_age_seconds) {
         (Some(t), Some(age)) => ((now - t).num_seconds() as f64) <= age,
         _ => false,
     };
     let changed_secs = (now - h.updated_at).num_seconds().max(0);
     if changed_secs < grace.as_secs() as i64 {
-        format!(
+        return format!(
             "changed {} ago, within RECONCILER_GRACE_SECONDS ({}s): in_flight, not sent to Stripe until the grace passes",
             human_duration(changed_secs as f64),
             grace.as_secs()
-        )
-    } else if confirmed_this_cycle {
-        "confirmed in this cycle: the lag is the normal time between two visits of the cursor"
-            .to_owned()
-    } else if passed_by_a_full_cycle(h, st) {
-        format!(
-            "a full cycle passed it without a definitive answer from Stripe (unverifiable: timeout, 429, 5xx); see the run logs for payment_id={}",
-            h.payment_id
-        )
-    } else if h.payment_id.as_i64().is_some_and(|id| id > cursor) || st.cursor_key.is_none() {
-        format!("not reached yet in this cycle (cursor at id {cursor})")
-    } else if h.payment_id.as_i64().is_none() {
-        format!(
-            "not reached yet in this cycle, or passed without a definitive answer from Stripe; see the run logs for payment_id={}",
-            h.payment_id
-        )
-    } else {
-        format!(
-            "passed in this cycle without a definitive answer from Stripe (unverifiable: timeout, 429, 5xx); see the run logs for payment_id={}",
-            h.payment_id
-        )
+        );
     }
-}
-
-/// A cycle completed after the row's reference time (its last confirmation,
-/// else its creation): ids only grow, so that cycle's cursor went past it.
-fn passed_by_a_full_cycle(h: &LagHolder, st: &Status) -> bool {
-    let since = h.last_reconciled_at.unwrap_or(h.created_at);
-    st.cycle_last_completed_unix
-        .is_some_and(|done| done > since.timestamp_millis() as f64 / 1000.0)
+    if confirmed_this_cycle {
+        return "confirmed in this cycle: the lag is the normal time between two visits of the cursor"
+            .to_owned();
+    }
+    if let Some(cycles) = h.unverifiable_cycles {
+        return format!(
+            "Stripe gave no definitive answer for it in {cycles} consecutive cycle(s) (unverifiable: timeout, 429, 5xx; last error: {}); see the run logs for payment_id={}",
+            h.unverifiable_last_error.as_deref().map_or(Cow::Borrowed("none recorded"), shown),
+            h.payment_id
+        );
+    }
+    // Ids only grow along an integer walk; other keys cannot be placed
+    // beside the cursor here.
+    let at_start = st.cursor_key.is_none();
+    let ahead = at_start || h.payment_id.as_i64().is_some_and(|id| id > cursor);
+    let placed = at_start || h.payment_id.as_i64().is_some();
+    let position = st
+        .cursor_key
+        .as_deref()
+        .map_or(Cow::Borrowed("the cycle's start"), |k| {
+            Cow::Owned(format!("id {}", shown(k)))
+        });
+    match (h.last_reconciled_at.is_some(), ahead, placed) {
+        (true, true, _) => format!(
+            "confirmed in an earlier cycle, not reached yet in this one (cursor at {position}): the normal time between two visits of the cursor; no Stripe error recorded for it"
+        ),
+        (false, true, _) => {
+            format!("never confirmed, not reached yet in this cycle (cursor at {position})")
+        }
+        (_, false, false) => "not reached yet in this cycle, or passed in it while changed within RECONCILER_GRACE_SECONDS; no Stripe error recorded for it".to_owned(),
+        (_, false, true) => format!(
+            "passed in this cycle without being confirmed, no Stripe error recorded for it (changed within RECONCILER_GRACE_SECONDS when read, or its write refused); the next cycle reads it again (cursor at {position})"
+        ),
+    }
 }

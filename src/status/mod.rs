@@ -54,13 +54,13 @@ pub struct Status {
     /// Open findings per kind (`{"missed_success": 2, ...}` in JSON).
     pub open_findings: BTreeMap<String, i64>,
     /// Unprocessed repair commands in `RECONCILER_OUTBOX_TABLE`; `None`
-    /// (`null`) for a `debezium` outbox, which the application's relay drains
+    /// (`null`) for a `debezium` or `plain` outbox, which the application's relay drains
     /// (see [`stats::outbox_figures`]).
     pub outbox_pending: Option<i64>,
     /// Age in seconds of the oldest unprocessed repair command (0 when none);
-    /// `None` (`null`) for a `debezium` outbox.
+    /// `None` (`null`) for a `debezium` or `plain` outbox.
     pub outbox_oldest_pending_seconds: Option<f64>,
-    /// `RECONCILER_OUTBOX_SHAPE` (`reconciler` or `debezium`): says whose
+    /// `RECONCILER_OUTBOX_SHAPE` (`reconciler`, `plain` or `debezium`): says whose
     /// backlog the two figures above would be.
     pub outbox_shape: &'static str,
     /// `None` until the job has two runs a minute apart in the last 24 hours.

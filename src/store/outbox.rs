@@ -1,6 +1,6 @@
 //! The outbox (`RECONCILER_OUTBOX_TABLE`): repair commands for the canonical
 //! writer. The table may be shared with the application, so every query
-//! filters on `event_type`. Of a `debezium`-shaped outbox the reconciler only
+//! filters on `event_type`. Of a `debezium` or `plain` outbox the reconciler only
 //! inserts (the application's relay delivers and may delete the rows), so the
 //! guards that read our bookkeeping columns read
 //! `reconciliation_relayed_commands` instead or do nothing.
@@ -43,9 +43,10 @@ pub struct RepairRow {
 /// shape: `aggregate_type = 'Payment'`, `event_type` the command. Debezium
 /// shape: `id` a fresh uuid,
 /// `aggregatetype = 'payment'`, `aggregateid` the payment id, `type` the
-/// command, the same `payload`, `timestamp = now()` when the column exists;
-/// each finding's command is remembered in `reconciliation_relayed_commands`
-/// and never enqueued twice. Returns how many were enqueued.
+/// command, the same `payload`, `timestamp = now()` when the column exists.
+/// Plain shape: the reconciler shape's four columns only (the rest keep
+/// their defaults). For both relayed shapes each finding's command is
+/// remembered in `reconciliation_relayed_commands` and never enqueued twice. Returns how many were enqueued.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -112,28 +113,40 @@ async fn enqueue_sql(
                FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
                     AS v(payment_id, finding_id, command, expected, intent, account, session)"
         ),
+        OutboxShape::Plain => relayed(&format!(
+            "INSERT INTO {table} (aggregate_type, aggregate_id, event_type, payload)
+             SELECT 'Payment', v.payment_id::text, v.command, {payload}"
+        )),
         OutboxShape::Debezium => {
             let (ts_col, ts_val) = if has_column(conn, &table, DEBEZIUM_TIMESTAMP).await? {
                 (format!(", \"{DEBEZIUM_TIMESTAMP}\""), ", now()")
             } else {
                 (String::new(), "")
             };
-            // The relayed record first: a finding that already has one gets
-            // no second row in the application's outbox.
-            format!(
-                "WITH v AS (SELECT gen_random_uuid() AS command_id, u.*
-                              FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
-                                   AS u(payment_id, finding_id, command, expected, intent, account, session)),
-                      r AS (INSERT INTO reconciliation_relayed_commands (finding_id, command_id, event_type)
-                            SELECT finding_id, command_id, command FROM v
-                            ON CONFLICT (finding_id) DO NOTHING
-                            RETURNING finding_id)
-                 INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload{ts_col})
-                 SELECT v.command_id, 'payment', v.payment_id::text, v.command, {payload}{ts_val}
-                   FROM v JOIN r USING (finding_id)"
-            )
+            relayed(&format!(
+                "INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload{ts_col})
+                 SELECT v.command_id, 'payment', v.payment_id::text, v.command, {payload}{ts_val}"
+            ))
         }
     })
+}
+
+/// A relayed shape's insert (`insert`: `INSERT INTO … SELECT … ` over `v`,
+/// the commands with a fresh `command_id`), the relayed record first: a
+/// finding that already has one gets no second row in the application's
+/// outbox.
+fn relayed(insert: &str) -> String {
+    format!(
+        "WITH v AS (SELECT gen_random_uuid() AS command_id, u.*
+                      FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
+                           AS u(payment_id, finding_id, command, expected, intent, account, session)),
+              r AS (INSERT INTO reconciliation_relayed_commands (finding_id, command_id, event_type)
+                    SELECT finding_id, command_id, command FROM v
+                    ON CONFLICT (finding_id) DO NOTHING
+                    RETURNING finding_id)
+         {insert}
+           FROM v JOIN r USING (finding_id)"
+    )
 }
 
 /// The payload of a repair command (the design note's, plus the PaymentIntent
@@ -266,7 +279,7 @@ pub async fn mark_skipped(
 /// Of these open findings, those with no repair command the worker will still
 /// process (none unprocessed, stuck ones included): a command was lost, or
 /// skipped while the payment was blocked. The scan enqueues one for them.
-/// Debezium shape: those never handed to the relay (one command per finding,
+/// Debezium and plain shapes: those never handed to the relay (one command per finding,
 /// whether or not the relay has deleted its row since).
 ///
 /// # Errors
@@ -280,7 +293,7 @@ pub async fn findings_without_command(
     if finding_ids.is_empty() {
         return Ok(Vec::new());
     }
-    if outbox.shape == OutboxShape::Debezium {
+    if !outbox.shape.drained_by_reconciler() {
         return super::query_scalar(
             "SELECT f.id FROM unnest($1::bigint[]) AS f(id)
               WHERE NOT EXISTS (SELECT 1 FROM reconciliation_relayed_commands r
@@ -372,7 +385,7 @@ pub async fn count_stuck(
 }
 
 /// Whether a repair command the worker will still apply (unprocessed, fewer
-/// than `max_attempts` failures) refers to this finding. Debezium shape:
+/// than `max_attempts` failures) refers to this finding. Debezium and plain shapes:
 /// always `false`: no worker of ours will apply it (the relay's delivery is
 /// invisible to us, and the application's writer is guarded by status).
 ///
@@ -385,7 +398,7 @@ pub async fn has_pending_repair(
     finding_id: i64,
     max_attempts: i32,
 ) -> Result<bool, StoreError> {
-    if outbox.shape == OutboxShape::Debezium {
+    if !outbox.shape.drained_by_reconciler() {
         return Ok(false);
     }
     super::query_scalar(&format!(
@@ -402,11 +415,43 @@ pub async fn has_pending_repair(
     .context("looking for a pending repair")
 }
 
+/// Of the findings `finding_ids`, those with a repair command pending in
+/// the outbox (as [`has_pending_repair`]), in one statement over the whole
+/// list (a semi-join; nothing is locked). Empty for an outbox the
+/// application's relay drains.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn pending_repairs(
+    conn: &mut PgConnection,
+    outbox: &OutboxSettings,
+    event_types: &[&str],
+    finding_ids: &[i64],
+    max_attempts: i32,
+) -> Result<Vec<i64>, StoreError> {
+    if finding_ids.is_empty() || !outbox.shape.drained_by_reconciler() {
+        return Ok(Vec::new());
+    }
+    super::query_scalar(&format!(
+        "SELECT v.id FROM unnest($2::bigint[]) AS v(id)
+          WHERE EXISTS (SELECT 1 FROM {table} o
+                         WHERE o.processed_at IS NULL AND o.event_type = ANY($1)
+                           AND o.attempts < $3 AND o.payload->>'finding_id' = v.id::text)",
+        table = outbox.table.quoted()
+    ))
+    .bind(event_types)
+    .bind(finding_ids)
+    .bind(max_attempts)
+    .fetch_all(conn)
+    .await
+    .context("looking for pending repairs")
+}
+
 /// Closes the unprocessed repair commands of resolved findings, stuck ones
 /// included (`processed_at` set, `last_error` says why), so no command
 /// outlives its finding. A command a repair worker holds right now is
 /// skipped (`SKIP LOCKED`, never a wait): that worker finds the finding
-/// resolved and closes it as skipped itself. Debezium shape: nothing (the
+/// resolved and closes it as skipped itself. Debezium and plain shapes: nothing (the
 /// relay may have delivered the command already; the application's writer
 /// applies it only while the payment is still `pending`).
 ///
@@ -419,7 +464,7 @@ pub async fn close_for_findings(
     finding_ids: &[i64],
     note: &str,
 ) -> Result<u64, StoreError> {
-    if finding_ids.is_empty() || outbox.shape == OutboxShape::Debezium {
+    if finding_ids.is_empty() || !outbox.shape.drained_by_reconciler() {
         return Ok(0);
     }
     let done = super::query(&format!(

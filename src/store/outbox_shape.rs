@@ -27,6 +27,7 @@ fn required(shape: OutboxShape) -> &'static [&'static str] {
             "last_error",
         ],
         OutboxShape::Debezium => &["id", "aggregatetype", "aggregateid", "type", "payload"],
+        OutboxShape::Plain => &["aggregate_type", "aggregate_id", "event_type", "payload"],
     }
 }
 
@@ -70,12 +71,14 @@ pub enum OutboxState {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OutboxMismatch {
     /// The table exists but lacks columns of the configured shape.
-    #[error("{}", shape_sentence(.table, *.shape, .missing, .other_missing, .unfillable))]
+    #[error("{}", shape_sentence(.table, (*.shape, *.other), .missing, .other_missing, .unfillable))]
     Shape {
         /// The table as configured.
         table: String,
         /// `RECONCILER_OUTBOX_SHAPE`.
         shape: OutboxShape,
+        /// The shape to suggest instead: one the table has, if any.
+        other: OutboxShape,
         /// Columns of `shape` the table lacks.
         missing: Vec<String>,
         /// Columns of the other shape it lacks (empty: it has the other shape).
@@ -83,12 +86,15 @@ pub enum OutboxMismatch {
         /// NOT NULL columns without a default that no command fills.
         unfillable: Vec<String>,
     },
-    /// `debezium` names a table that does not exist: it is the application's
-    /// own outbox, read by its relay, so the reconciler does not create it.
-    #[error("RECONCILER_OUTBOX_TABLE: the table {table} does not exist; RECONCILER_OUTBOX_SHAPE=debezium is for the application's own outbox, which its relay reads: create it, or use RECONCILER_OUTBOX_SHAPE=reconciler and run migrate")]
+    /// `debezium` or `plain` names a table that does not exist: it is the
+    /// application's own outbox, read by its relay, so the reconciler does
+    /// not create it.
+    #[error("RECONCILER_OUTBOX_TABLE: the table {table} does not exist; RECONCILER_OUTBOX_SHAPE={} is for the application's own outbox, which its relay reads: create it, or use RECONCILER_OUTBOX_SHAPE=reconciler and run migrate", .shape.as_str())]
     RelayTableAbsent {
         /// The table as configured.
         table: String,
+        /// `RECONCILER_OUTBOX_SHAPE`.
+        shape: OutboxShape,
     },
     /// `run` or `repair` before `migrate` created the reconciler's outbox.
     #[error("RECONCILER_OUTBOX_TABLE: the table {table} does not exist; run migrate")]
@@ -100,15 +106,11 @@ pub enum OutboxMismatch {
 
 fn shape_sentence(
     table: &str,
-    shape: OutboxShape,
+    (shape, other): (OutboxShape, OutboxShape),
     missing: &[String],
     other_missing: &[String],
     unfillable: &[String],
 ) -> String {
-    let other = match shape {
-        OutboxShape::Reconciler => OutboxShape::Debezium,
-        OutboxShape::Debezium => OutboxShape::Reconciler,
-    };
     let what = if missing.is_empty() {
         format!(
             "has NOT NULL columns without a default that a command cannot fill ({})",
@@ -160,13 +162,20 @@ pub fn fits(
     if missing.is_empty() && unfillable.is_empty() {
         return Ok(());
     }
-    let other = match shape {
-        OutboxShape::Reconciler => OutboxShape::Debezium,
-        OutboxShape::Debezium => OutboxShape::Reconciler,
-    };
+    // Suggest a shape the table has (the design note's outbox without our
+    // bookkeeping columns has `plain`), else the usual alternative.
+    let other = OutboxShape::ALL
+        .into_iter()
+        .filter(|s| *s != shape)
+        .find(|s| lacking(*s).is_empty())
+        .unwrap_or(match shape {
+            OutboxShape::Reconciler => OutboxShape::Debezium,
+            OutboxShape::Debezium | OutboxShape::Plain => OutboxShape::Reconciler,
+        });
     Err(OutboxMismatch::Shape {
         table: table.to_owned(),
         shape,
+        other,
         missing,
         other_missing: lacking(other),
         unfillable,
@@ -246,7 +255,10 @@ pub async fn check(
     let Some(found) = existing(&mut *conn, settings).await? else {
         return Ok(match settings.shape {
             OutboxShape::Reconciler => Ok(OutboxState::Absent),
-            OutboxShape::Debezium => Err(OutboxMismatch::RelayTableAbsent { table }),
+            OutboxShape::Debezium | OutboxShape::Plain => Err(OutboxMismatch::RelayTableAbsent {
+                table,
+                shape: settings.shape,
+            }),
         });
     };
     if let Err(mismatch) = fits(&table, settings.shape, &found.columns) {
@@ -321,6 +333,25 @@ mod tests {
                 required: false,
             })
             .collect()
+    }
+
+    #[test]
+    fn the_design_notes_outbox_without_attempts_fits_plain_and_says_so() {
+        let plain = cols(&[
+            "id",
+            "aggregate_type",
+            "aggregate_id",
+            "event_type",
+            "payload",
+            "created_at",
+        ]);
+        assert_eq!(fits("outbox", OutboxShape::Plain, &plain), Ok(()));
+        let e = fits("outbox", OutboxShape::Reconciler, &plain).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("RECONCILER_OUTBOX_SHAPE=plain (it has the plain shape)"),
+            "{e}"
+        );
     }
 
     #[test]

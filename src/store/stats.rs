@@ -228,7 +228,7 @@ pub struct OutboxFigures {
 
 /// Reads [`OutboxFigures`] from `RECONCILER_OUTBOX_TABLE`. `repair_types` are
 /// the event types of the repair commands (the outbox may be shared).
-/// `None` for a `debezium` outbox (docs/schema.md, "Outbox"): the
+/// `None` for a `debezium` or `plain` outbox (docs/schema.md, "Outbox"): the
 /// application's relay drains it, deleting or keeping rows as it likes, so no
 /// count there tells a pending command from a delivered one.
 ///
@@ -239,7 +239,7 @@ pub async fn outbox_figures(
     outbox: &OutboxSettings,
     repair_types: &[&str],
 ) -> Result<Option<OutboxFigures>, StoreError> {
-    if outbox.shape == OutboxShape::Debezium {
+    if !outbox.shape.drained_by_reconciler() {
         return Ok(None);
     }
     let table = outbox.table.quoted();
@@ -328,6 +328,13 @@ pub struct LagHolder {
     pub open_finding_kind: Option<String>,
     /// The last error of its unprocessed repair command, if one failed.
     pub repair_last_error: Option<String>,
+    /// Consecutive cycles in which Stripe gave no definitive answer for it
+    /// (`reconciliation_unverifiable`: timeouts, 429s, 5xx), the longest
+    /// streak of any job; `None`: its last read was answered, or it was
+    /// never read.
+    pub unverifiable_cycles: Option<i32>,
+    /// The last error of that streak.
+    pub unverifiable_last_error: Option<String>,
 }
 
 /// The last error of the payment `p`'s pending repair command (the repair
@@ -342,7 +349,7 @@ fn repair_last_error(outbox: &OutboxSettings) -> String {
                   ORDER BY o.id DESC LIMIT 1)",
             outbox.table.quoted()
         ),
-        OutboxShape::Debezium => "NULL::text".to_owned(),
+        OutboxShape::Debezium | OutboxShape::Plain => "NULL::text".to_owned(),
     }
 }
 
@@ -398,7 +405,7 @@ pub async fn lag_holder(
     // joined to their payment, as [`partition_lag_since`] reads them.
     let param = match outbox.shape {
         OutboxShape::Reconciler => 4,
-        OutboxShape::Debezium => 3,
+        OutboxShape::Debezium | OutboxShape::Plain => 3,
     };
     let (seen, in_partition) = oldest_seen_sql(partition, param);
     let (created, updated) = (times.created("p"), times.updated("p"));
@@ -411,7 +418,8 @@ pub async fn lag_holder(
                 convert_to((p.status)::text, 'SQL_ASCII') AS status,
                 {created} AS created_at, {updated} AS updated_at, h.last_reconciled_at,
                 f.id AS open_finding_id, f.kind AS open_finding_kind,
-                {repair_last_error} AS repair_last_error
+                {repair_last_error} AS repair_last_error,
+                u.cycles AS unverifiable_cycles, u.last_error AS unverifiable_last_error
            FROM (SELECT * FROM
                    (({seen})
                     UNION ALL
@@ -422,14 +430,17 @@ pub async fn lag_holder(
            JOIN payments p ON p.id = h.payment_id
            LEFT JOIN LATERAL (SELECT id, kind FROM reconciliation_findings
                                WHERE payment_id = p.id AND resolved_at IS NULL
-                               ORDER BY id DESC LIMIT 1) AS f ON true"
+                               ORDER BY id DESC LIMIT 1) AS f ON true
+           LEFT JOIN LATERAL (SELECT cycles, last_error FROM reconciliation_unverifiable
+                               WHERE payment_id = p.id
+                               ORDER BY cycles DESC LIMIT 1) AS u ON true"
     );
     let query = super::query_as(&sql)
         .bind(head.as_ref().map(|h| &h.key))
         .bind(head.as_ref().and_then(|h| h.created_at));
     let query = match outbox.shape {
         OutboxShape::Reconciler => query.bind(repair_types),
-        OutboxShape::Debezium => query,
+        OutboxShape::Debezium | OutboxShape::Plain => query,
     };
     match partition {
         Some(p) => query.bind(p.value.as_str()),

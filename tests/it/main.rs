@@ -58,7 +58,8 @@
 //! - `review`: the review queue (`findings list`/`resolve`)
 //! - `review_loop`: differs, the CSV round trip, history (`findings show`)
 //! - `review_view`: the BI view `reconciliation_review` and its read-only role
-//! - `resolve_file_lines`: `findings resolve --file` names the line an editor shows (CRLF, BOM, blank lines)
+//! - `resolve_file_lines`: `findings resolve --file` names the line an editor shows (CRLF, BOM, blank lines); a `;`-separated file
+//! - `resolve_file_locks`: a 100,000-line resolution file never blocks the application's writes to `payments`
 //! - `session_index`: migrate names the index that would serve lookups by Checkout Session id
 //! - `scan`: one batch's verdict paths and its set-based phase 3
 //! - `schema_doc`: docs/schema.md names everything `migrate` creates
@@ -132,6 +133,7 @@ mod plan;
 mod real_db;
 mod repair;
 mod resolve_file_lines;
+mod resolve_file_locks;
 mod review;
 mod review_loop;
 mod review_view;

@@ -127,6 +127,72 @@ async fn a_run_prints_its_summary_and_exits_0(pool: PgPool) {
     );
 }
 
+/// A pending row with no PaymentIntent id (a checkout never confirmed, no
+/// Checkout Session column) has nothing to verify: counted in the summary
+/// and the gauge, never a finding (an earlier release's finding on it is
+/// cleared), and it holds no lag. A paid row with no PaymentIntent id stays
+/// a finding: its money is unproven.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn pending_rows_without_a_payment_intent_are_counted_not_flagged(pool: PgPool) {
+    sqlx::raw_sql(
+        "ALTER TABLE payments ALTER COLUMN stripe_payment_intent_id DROP NOT NULL;
+         INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at) VALUES
+             ('cart-1', NULL, 'pending', now() - interval '9 days', now() - interval '9 days'),
+             ('cart-2', '', 'pending', now() - interval '8 days', now() - interval '8 days'),
+             ('order-3', NULL, 'paid', now() - interval '7 days', now() - interval '7 days');
+         INSERT INTO reconciliation_findings (payment_id, kind, local_status)
+         VALUES (1, 'invalid_payment_intent_id', 'pending');",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+    let gateway = pushgateway::start().await;
+    let env = env(
+        &pool,
+        &stripe.uri(),
+        &[
+            ("RECONCILER_READ_MODE", "retrieve"),
+            ("PUSHGATEWAY_URL", &gateway.url),
+        ],
+    );
+    let out = tokio::task::spawn_blocking(move || binary(&["run"], &env))
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    let summary = summary(&out);
+    assert_eq!(summary["pending_without_payment_intent"], 2, "{summary}");
+    assert_eq!(summary["verdicts"]["needs_review"], 1, "{summary}");
+    let open: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT payment_id, kind FROM reconciliation_findings WHERE resolved_at IS NULL ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(open, [(3, "invalid_payment_intent_id".to_owned())]);
+    assert_eq!(requests(&stripe).await, 0, "nothing to ask Stripe");
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM reconciliation_payment_state
+              WHERE payment_id IN (1, 2) AND last_reconciled_at IS NOT NULL"
+        )
+        .await,
+        2,
+        "checked: they hold no lag"
+    );
+    let metrics = gateway.scrape().await;
+    assert_eq!(
+        value(
+            &metrics,
+            "stripe_reconciler_pending_without_payment_intent",
+            &[JOB]
+        ),
+        Some(2.0),
+        "{metrics}"
+    );
+}
+
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_key_stripe_rejects_exits_78_and_writes_nothing(pool: PgPool) {
     insert_paid(&pool, 3).await;

@@ -196,6 +196,50 @@ async fn an_unknown_timestamp_zone_is_refused_naming_the_variable(pool: PgPool) 
     );
 }
 
+/// A numeric offset is PostgreSQL's POSIX zone with the sign inverted
+/// (`+05:30` means UTC-05:30): refused before anything runs, naming an IANA
+/// zone to use; a POSIX string without a sign (`EST5`), which the database
+/// would take, is refused at start for not being an IANA name.
+#[sqlx::test(migrations = false)]
+async fn numeric_offsets_and_posix_zones_are_refused_naming_an_iana_zone(pool: PgPool) {
+    rails_payments(&pool).await;
+    let stripe = MockServer::start().await;
+    for (zone, commands) in [
+        (
+            "+05:30",
+            &[&["migrate"][..], &["run"][..], &["status"][..]][..],
+        ),
+        ("-03", &[&["migrate"][..]][..]),
+        ("UTC+2", &[&["migrate"][..]][..]),
+        ("GMT-5", &[&["run"][..]][..]),
+        ("EST5", &[&["migrate"][..]][..]),
+    ] {
+        for command in commands {
+            let env = rails_env(&pool, &stripe, Some(zone));
+            let out = reconciler_output(command, &env).await;
+            let text = all_output(&out);
+            assert_eq!(out.status.code(), Some(78), "{zone} {command:?}: {text}");
+            assert!(
+                !text.contains("does not exist"),
+                "{zone} {command:?}: {text}"
+            );
+            assert!(
+                text.contains("RECONCILER_TIMESTAMP_ZONE") && text.contains("IANA"),
+                "{zone}: {text}"
+            );
+        }
+    }
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM pg_class WHERE relname = 'reconciliation_cursor'"
+        )
+        .await,
+        0,
+        "nothing was installed"
+    );
+}
+
 /// A role of its own for this test's database, with `statement_timeout`
 /// set as a role default; the returned guard drops it.
 struct SlowRole {

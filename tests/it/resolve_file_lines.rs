@@ -82,3 +82,56 @@ async fn the_error_names_the_line_as_an_editor_counts_it(pool: PgPool) {
         0
     );
 }
+
+/// A spreadsheet in a comma-decimal locale (most of Europe) saves CSV with
+/// `;` between fields: the separator is read from the header line, and a
+/// comma inside a note stays in the note.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_semicolon_separated_file_resolves(pool: PgPool) {
+    let a = open_finding(&pool, "pi_SemiA").await;
+    let b = open_finding(&pool, "pi_SemiB").await;
+    let dir = std::env::temp_dir().join(format!(
+        "resolve-semi-{}-{}",
+        std::process::id(),
+        database_name(&pool)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("decisions.csv");
+    std::fs::write(
+        &path,
+        format!("\u{feff}id;kind;note;by\r\n{a};missing_externally;checked, refunded 10,50 EUR;ann\r\n{b};missing_externally;\"a;b\";\r\n"),
+    )
+    .unwrap();
+    let env = [("DATABASE_URL", database_url(&pool))];
+    let out = reconciler_output(
+        &[
+            "findings",
+            "resolve",
+            "--file",
+            path.to_str().unwrap(),
+            "--by",
+            "bob",
+        ],
+        &env,
+    )
+    .await;
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let rows: Vec<(i64, String, String)> = sqlx::query_as(
+        "SELECT id, resolved_by, resolution_note FROM reconciliation_findings ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        [
+            (
+                a,
+                "ann".to_owned(),
+                "checked, refunded 10,50 EUR".to_owned()
+            ),
+            (b, "bob".to_owned(), "a;b".to_owned())
+        ]
+    );
+}

@@ -436,3 +436,76 @@ async fn history_keeps_every_resolution_across_a_reopening(pool: PgPool) {
         );
     }
 }
+
+/// The `payment_id` cell of each line of `findings list --csv`, by finding id.
+fn csv_keys(csv: &str) -> std::collections::BTreeMap<i64, String> {
+    let mut reader = csv::Reader::from_reader(csv.as_bytes());
+    let headers = reader.headers().unwrap().clone();
+    let col = |name: &str| headers.iter().position(|h| h == name).unwrap();
+    let (id, key) = (col("id"), col("payment_id"));
+    reader
+        .records()
+        .map(|r| {
+            let r = r.unwrap();
+            (r[id].parse().unwrap(), r[key].to_owned())
+        })
+        .collect()
+}
+
+/// A text key is anyone's text: one a spreadsheet would run as a formula
+/// (`=`, `+`, `-`, `@`, a tab, a carriage return first) starts with `'` in
+/// the CSV, like every other text cell; a plain one is as stored.
+#[sqlx::test(migrations = false)]
+async fn csv_escapes_text_keys_that_a_spreadsheet_would_run(pool: PgPool) {
+    keyed::app_table(&pool, "text", "bigint", false).await;
+    keyed::migrate(&pool, &[]).await;
+    let keys = [
+        ("=cmd|' /C calc'!A0", "'=cmd|' /C calc'!A0"),
+        ("-1+1", "'-1+1"),
+        ("@k13", "'@k13"),
+        ("+", "'+"),
+        ("\tk14", "'\tk14"),
+        ("\rk15", "'\rk15"),
+        ("pay_01HX", "pay_01HX"),
+    ];
+    let mut expected = std::collections::BTreeMap::new();
+    for (i, (key, shown)) in keys.iter().enumerate() {
+        sqlx::query(
+            "INSERT INTO payments (id, order_id, stripe_payment_intent_id, status)
+             VALUES ($1, 'order-' || $2, 'pi_Key' || $2, 'paid')",
+        )
+        .bind(key)
+        .bind(i as i64)
+        .execute(&pool)
+        .await
+        .unwrap();
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO reconciliation_findings (payment_id, kind, local_status)
+             VALUES ($1, 'missing_externally', 'paid') RETURNING id",
+        )
+        .bind(key)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        expected.insert(id, (*shown).to_owned());
+    }
+    let csv = stdout(&reconciler_output(&["findings", "list", "--csv"], &env(&pool)).await);
+    assert_eq!(csv_keys(&csv), expected, "{csv}");
+}
+
+/// Integer ids stay numbers in the CSV, negative ones included.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn csv_keeps_integer_keys_numbers(pool: PgPool) {
+    sqlx::raw_sql(
+        "INSERT INTO payments (id, order_id, stripe_payment_intent_id, status)
+         OVERRIDING SYSTEM VALUE VALUES (-1, 'order-neg', 'pi_Neg', 'paid'), (7, 'order-7', 'pi_Seven', 'paid');
+         INSERT INTO reconciliation_findings (payment_id, kind, local_status)
+         VALUES (-1, 'missing_externally', 'paid'), (7, 'missing_externally', 'paid');",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let csv = stdout(&reconciler_output(&["findings", "list", "--csv"], &env(&pool)).await);
+    let keys: Vec<String> = csv_keys(&csv).into_values().collect();
+    assert_eq!(keys, ["-1", "7"], "{csv}");
+}

@@ -97,7 +97,9 @@ async fn status_names_the_payment_that_holds_the_lag(pool: PgPool) {
          SELECT id, created_at, CASE WHEN id = 4 THEN NULL ELSE now() - interval '5 minutes' END
            FROM payments;
          INSERT INTO reconciliation_cursor (job, last_id) VALUES ('payments-vs-stripe', 7);
-         INSERT INTO reconciliation_findings (payment_id, kind, local_status) VALUES (4, 'missing_externally', 'paid');",
+         INSERT INTO reconciliation_findings (payment_id, kind, local_status) VALUES (4, 'missing_externally', 'paid');
+         INSERT INTO reconciliation_unverifiable (job, payment_id, last_cycle, cycles, last_error)
+         VALUES ('payments-vs-stripe', 4, now() - interval '1 hour', 2, 'Stripe answered 503 after 3 attempts');",
     )
     .execute(&pool)
     .await
@@ -119,7 +121,7 @@ async fn status_names_the_payment_that_holds_the_lag(pool: PgPool) {
     );
     assert!(screen.contains("never (created 6d"), "{screen}");
     assert!(
-        screen.contains("without a definitive answer from Stripe"),
+        screen.contains("Stripe gave no definitive answer for it in 2 consecutive cycle(s) (unverifiable: timeout, 429, 5xx; last error: Stripe answered 503 after 3 attempts)"),
         "{screen}"
     );
     assert!(screen.contains("missing_externally"), "{screen}");
@@ -128,6 +130,60 @@ async fn status_names_the_payment_that_holds_the_lag(pool: PgPool) {
     let s: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(s["lag_held_by"]["payment_id"], 4);
     assert_eq!(s["lag_held_by"]["open_finding_kind"], "missing_externally");
+}
+
+/// In steady state the row holding the lag is the one the cursor reaches
+/// next, confirmed in the previous cycle (which has completed since): the
+/// screen says so, and sends nobody after Stripe errors that did not
+/// happen. Only a recorded streak of unanswered reads says Stripe did not
+/// answer.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn in_steady_state_the_lag_holder_was_confirmed_last_cycle_not_failed(pool: PgPool) {
+    insert_paid(&pool, 10).await;
+    // The previous cycle confirmed every row between 2 h and 1 h ago and
+    // ended an hour ago; this one has confirmed rows 1 to 5 since.
+    sqlx::raw_sql(
+        "INSERT INTO reconciliation_payment_state (payment_id, created_at, last_reconciled_at)
+         SELECT id, created_at, CASE WHEN id <= 5 THEN now() - interval '10 minutes'
+                                     ELSE now() - interval '2 hours' + id * interval '1 minute' END
+           FROM payments;
+         INSERT INTO reconciliation_cursor (job, last_id, last_key, cycle_started_at, last_cycle_completed_at)
+         VALUES ('payments-vs-stripe', 5, '5', now() - interval '1 hour', now() - interval '1 hour');",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let db = [("DATABASE_URL", database_url(&pool))];
+    let screen = stdout(&reconciler_output(&["status"], &db).await);
+    assert!(
+        screen.contains("held by payment                 6 "),
+        "{screen}"
+    );
+    assert!(
+        screen.contains(
+            "confirmed in an earlier cycle, not reached yet in this one (cursor at id 5)"
+        ),
+        "{screen}"
+    );
+    assert!(!screen.contains("without a definitive answer"), "{screen}");
+    assert!(!screen.contains("unverifiable"), "{screen}");
+
+    // The same row with two cycles of unanswered reads recorded.
+    sqlx::raw_sql(
+        "INSERT INTO reconciliation_unverifiable (job, payment_id, last_cycle, cycles, last_error)
+         VALUES ('payments-vs-stripe', 6, now() - interval '1 hour', 2, 'timed out after 10s');",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let screen = stdout(&reconciler_output(&["status"], &db).await);
+    assert!(
+        screen.contains("Stripe gave no definitive answer for it in 2 consecutive cycle(s) (unverifiable: timeout, 429, 5xx; last error: timed out after 10s)"),
+        "{screen}"
+    );
+    let out = reconciler_output(&["status", "--json"], &db).await;
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["lag_held_by"]["unverifiable_cycles"], 2);
 }
 
 /// The documented shape of `status --json` (README, "status --json"):
@@ -199,6 +255,8 @@ async fn status_json_has_the_documented_shape(pool: PgPool) {
         "open_finding_id",
         "open_finding_kind",
         "repair_last_error",
+        "unverifiable_cycles",
+        "unverifiable_last_error",
     ] {
         assert!(holder.contains_key(key), "lag_held_by.{key}: {holder:?}");
     }

@@ -138,6 +138,99 @@ async fn a_debezium_outbox_is_used_as_it_is_and_its_relay_delivers(pool: PgPool)
     assert_eq!(outbox_layout(&pool).await, before, "still untouched");
 }
 
+/// The design note's own outbox (`aggregate_type`, `aggregate_id`,
+/// `event_type`, `payload`; no `processed_at`, `attempts`, `last_error`),
+/// drained by the application's relay: refused under the default shape with
+/// a sentence naming `plain`, then written to with
+/// `RECONCILER_OUTBOX_SHAPE=plain` like the Debezium shape, never altered,
+/// never drained by `repair`.
+#[sqlx::test(migrations = false)]
+async fn the_design_notes_outbox_is_written_with_the_plain_shape_and_left_to_its_relay(
+    pool: PgPool,
+) {
+    sqlx::raw_sql(
+        "CREATE TABLE payments (
+             id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+             order_id text NOT NULL,
+             stripe_payment_intent_id text NOT NULL,
+             status text NOT NULL,
+             version bigint NOT NULL DEFAULT 0,
+             created_at timestamptz NOT NULL DEFAULT now(),
+             updated_at timestamptz NOT NULL DEFAULT now());
+         CREATE TABLE outbox (
+             id bigserial PRIMARY KEY,
+             aggregate_type text NOT NULL,
+             aggregate_id text NOT NULL,
+             event_type text NOT NULL,
+             payload jsonb NOT NULL,
+             created_at timestamptz NOT NULL DEFAULT now());",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let before = outbox_layout(&pool).await;
+    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+    let env = |shape: &str| {
+        vec![
+            ("DATABASE_URL", database_url(&pool)),
+            ("RECONCILER_OUTBOX_SHAPE", shape.to_owned()),
+            ("STRIPE_API_KEY", "sk_test_your_schema".to_owned()),
+            ("STRIPE_API_BASE", stripe.uri()),
+            ("RECONCILER_READ_MODE", "retrieve".to_owned()),
+            ("RECONCILER_BATCHES_PER_RUN", "2".to_owned()),
+        ]
+    };
+
+    let out = reconciler_output(&["migrate"], &env("reconciler")).await;
+    assert_eq!(out.status.code(), Some(78), "{}", all_output(&out));
+    assert!(
+        all_output(&out).contains("RECONCILER_OUTBOX_SHAPE=plain (it has the plain shape)"),
+        "{}",
+        all_output(&out)
+    );
+
+    let out = reconciler_output(&["migrate"], &env("plain")).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    let payment = insert_payment(&pool, "pi_MissedPlain", "pending", 3600).await;
+    let out = reconciler_output(&["run"], &env("plain")).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    let rows: Vec<(String, String, String, serde_json::Value)> =
+        sqlx::query_as("SELECT aggregate_type, aggregate_id, event_type, payload FROM outbox")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let (aggregate_type, aggregate_id, event_type, payload) = &rows[0];
+    assert_eq!(aggregate_type, "Payment");
+    assert_eq!(aggregate_id, &payment.to_string());
+    assert_eq!(event_type, "ApplyPaymentSucceeded");
+    assert_eq!(payload["payment_id"], payment);
+    assert_eq!(payload["expected_local_status"], "pending");
+
+    // `repair` leaves it to the relay; `status` counts no backlog of ours.
+    let out = reconciler_output(&["repair"], &env("plain")).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    assert!(stdout(&out).contains("relay"), "{}", all_output(&out));
+    let out = reconciler_output(&["status", "--json"], &env("plain")).await;
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["outbox_shape"], "plain");
+    assert!(s["outbox_pending"].is_null(), "{s}");
+
+    // The relay deleted the row it delivered: the next run enqueues no second.
+    sqlx::query("DELETE FROM outbox")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let out = reconciler_output(&["run"], &env("plain")).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    assert_eq!(count(&pool, "SELECT count(*) FROM outbox").await, 0);
+    assert_eq!(
+        outbox_layout(&pool).await,
+        before,
+        "the outbox is untouched"
+    );
+}
+
 mod uuid_text {
     /// A uuid read as text.
     #[derive(Debug, sqlx::Type)]

@@ -86,7 +86,7 @@ pub async fn history(conn: &mut PgConnection, id: i64) -> Result<Vec<HistoryEntr
     .context("reading a finding's history")
 }
 
-/// A finding named for resolution, as it stands, locked (`FOR UPDATE`).
+/// A finding named for resolution, as it stands.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct NamedFinding {
     /// `reconciliation_findings.id`
@@ -97,32 +97,37 @@ pub struct NamedFinding {
     pub kind: String,
 }
 
-/// Locks the payments of these findings (payment before finding, the lock
-/// order of every writer), then the findings, and returns those that exist.
+/// The findings among `ids` that exist, in id order: one statement over the
+/// whole list (a join with the array, whatever its length). With `lock`,
+/// each is locked `FOR UPDATE`, in id order, until the transaction ends:
+/// only the reconciler's own rows; the application's `payments` is never
+/// read nor locked (docs/review.md). A scan or repair worker holding one of
+/// them makes this wait (bounded by the transaction's `lock_timeout`); the
+/// order keeps two resolutions from deadlocking each other.
 ///
 /// # Errors
 /// [`StoreError`] from the database.
-pub async fn lock_named(
+pub async fn named(
     conn: &mut PgConnection,
     ids: &[i64],
+    lock: bool,
 ) -> Result<Vec<NamedFinding>, StoreError> {
-    query(
-        "SELECT p.id FROM payments p
-          WHERE p.id IN (SELECT payment_id FROM reconciliation_findings WHERE id = ANY($1))
-          ORDER BY p.id FOR NO KEY UPDATE",
-    )
-    .bind(ids)
-    .execute(&mut *conn)
-    .await
-    .context("locking the payments of the findings named")?;
-    query_as(
-        "SELECT id, resolved_at IS NULL AS open, kind FROM reconciliation_findings
-          WHERE id = ANY($1) ORDER BY id FOR UPDATE",
-    )
-    .bind(ids)
-    .fetch_all(conn)
-    .await
-    .context("locking the findings named")
+    let sql = format!(
+        "SELECT f.id, f.resolved_at IS NULL AS open, f.kind
+           FROM reconciliation_findings f
+          WHERE f.id IN (SELECT unnest($1::bigint[]))
+          ORDER BY f.id{}",
+        if lock { " FOR UPDATE OF f" } else { "" }
+    );
+    query_as(&sql)
+        .bind(ids)
+        .fetch_all(conn)
+        .await
+        .context(if lock {
+            "locking the findings named"
+        } else {
+            "reading the findings named"
+        })
 }
 
 /// Resolves open findings by hand ([`Resolution::Manual`]), `ids[i]` by

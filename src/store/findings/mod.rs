@@ -22,8 +22,7 @@ mod review;
 mod scan;
 
 pub use history::{
-    find, history, lock_named, mark_notified, not_notified, resolve_many, HistoryEntry,
-    NamedFinding,
+    find, history, mark_notified, named, not_notified, resolve_many, HistoryEntry, NamedFinding,
 };
 pub use intents::{
     open_for_intents, resolve_stale_for_intents, upsert_open_for_intents, NewIntentFinding,

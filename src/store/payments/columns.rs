@@ -97,12 +97,60 @@ pub async fn check_partition(
     }
 }
 
+/// Checks `zone` (`RECONCILER_TIMESTAMP_ZONE`) against the database: a name
+/// of the IANA database as PostgreSQL lists it (`pg_timezone_names`,
+/// case-insensitive), never a POSIX string (`EST5`, `<+0530>-5:30`) that
+/// `AT TIME ZONE` would take.
+///
+/// # Errors
+/// [`ColumnError::BadValue`] naming the variable; [`ColumnError::Store`].
+async fn check_zone(
+    tx: &mut PgConnection,
+    zone: &crate::config::TimestampZone,
+) -> Result<(), ColumnError> {
+    let known = crate::store::query_scalar(
+        "SELECT now() AT TIME ZONE $1 IS NOT NULL
+            AND ($1 = 'UTC' OR EXISTS (SELECT 1 FROM pg_timezone_names WHERE lower(name) = lower($1)))",
+    )
+    .bind(zone.as_str())
+    .fetch_one(tx)
+    .await;
+    if let Ok(false) = known {
+        return Err(ColumnError::BadValue {
+            var: "RECONCILER_TIMESTAMP_ZONE",
+            reason: format!(
+                "{:?} is not an IANA time zone name PostgreSQL knows (see pg_timezone_names; e.g. UTC, Europe/Paris, Asia/Kolkata)",
+                zone.as_str()
+            ),
+        });
+    }
+    if let Err(e) = known {
+        if e.as_database_error()
+            .is_some_and(|d| d.code().as_deref() == Some("22023"))
+        {
+            return Err(ColumnError::BadValue {
+                var: "RECONCILER_TIMESTAMP_ZONE",
+                reason: format!(
+                    "PostgreSQL does not know the time zone {:?} (see pg_timezone_names; e.g. UTC, Europe/Paris)",
+                    zone.as_str()
+                ),
+            });
+        }
+        return Err(StoreError {
+            action: "checking RECONCILER_TIMESTAMP_ZONE",
+            source: e,
+        }
+        .into());
+    }
+    Ok(())
+}
+
 /// Detects how `payments.created_at` and `updated_at` are read
 /// (docs/operations.md, "Rails timestamps"):
 /// `timestamp without time zone` is a wall-clock time in `zone`
 /// (`RECONCILER_TIMESTAMP_ZONE`), any other type is read as it is. The zone
-/// is checked by the database first (`pg_timezone_names` and POSIX offsets:
-/// whatever `AT TIME ZONE` accepts). Returns the zone with the types; an
+/// is checked by the database first ([`check_zone`]). Returns the zone with
+/// the types; an
 /// absent table (before `migrate` creates the demo's) keeps the defaults.
 ///
 /// # Errors
@@ -119,28 +167,7 @@ pub async fn time_columns(
     let mut tx = crate::store::begin(&mut *conn)
         .await
         .context("opening a transaction")?;
-    let known = crate::store::query("SELECT now() AT TIME ZONE $1")
-        .bind(times.zone.as_str())
-        .execute(&mut *tx)
-        .await;
-    if let Err(e) = known {
-        if e.as_database_error()
-            .is_some_and(|d| d.code().as_deref() == Some("22023"))
-        {
-            return Err(ColumnError::BadValue {
-                var: "RECONCILER_TIMESTAMP_ZONE",
-                reason: format!(
-                    "PostgreSQL does not know the time zone {:?} (see pg_timezone_names; e.g. UTC, Europe/Paris)",
-                    times.zone.as_str()
-                ),
-            });
-        }
-        return Err(StoreError {
-            action: "checking RECONCILER_TIMESTAMP_ZONE",
-            source: e,
-        }
-        .into());
-    }
+    check_zone(&mut tx, &times.zone).await?;
     let wall_clock: Vec<String> = crate::store::query_scalar(
         "SELECT a.attname::text FROM pg_attribute a
           WHERE a.attrelid = to_regclass('payments')

@@ -139,29 +139,6 @@ pub(crate) async fn fill_payment_intent(
     Ok(filled.rows_affected() == 1)
 }
 
-/// Locks the payment a finding is about (`FOR NO KEY UPDATE`), before the
-/// finding itself is touched: payment before finding, the one lock order of
-/// every writer. Returns the payment's id; `None` when the finding or its
-/// payment does not exist.
-///
-/// # Errors
-/// [`StoreError`] from the database.
-pub async fn lock_for_finding(
-    conn: &mut PgConnection,
-    finding_id: i64,
-) -> Result<Option<PaymentKey>, StoreError> {
-    crate::store::query_scalar(
-        "SELECT p.id::text FROM payments p
-           JOIN reconciliation_findings f ON f.payment_id = p.id
-          WHERE f.id = $1
-            FOR NO KEY UPDATE OF p",
-    )
-    .bind(finding_id)
-    .fetch_optional(conn)
-    .await
-    .context("locking the payment of a finding")
-}
-
 /// The payment as the repair worker checks it, locked (`FOR NO KEY UPDATE`)
 /// until the worker's transaction ends.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]

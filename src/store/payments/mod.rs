@@ -19,9 +19,7 @@ mod read;
 
 pub use columns::{check_columns, check_partition, time_columns, ColumnError};
 pub(crate) use locks::{fill_payment_intent, transition_status};
-pub use locks::{
-    lock_for_finding, lock_for_repair, lock_unchanged, PaymentForRepair, TransitionResult,
-};
+pub use locks::{lock_for_repair, lock_unchanged, PaymentForRepair, TransitionResult};
 pub use read::{
     a_verified_payment_intent, a_verified_payment_intent_on, active_accounts, by_checkout_sessions,
     by_payment_intents, held_elsewhere, read_batch, read_behind_cursor, Behind, PaymentByIntent,
