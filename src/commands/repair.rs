@@ -12,15 +12,18 @@ use crate::store::Context;
 pub(super) async fn repair(settings: &Settings) -> Result<(), CommandError> {
     let pool = settings.database.connect().await?;
     let token = shutdown::on_signal();
-    let mut conn = pool
-        .acquire()
+    // The start-up reads in one transaction (pooler-safe: docs/schema.md).
+    let mut conn = crate::store::begin(&pool)
         .await
-        .context("connecting")
+        .context("opening a transaction")
         .map_err(CommandError::Store)?;
     crate::lifecycle::preflight::check_schema(&mut conn, settings, false).await?;
     // RECONCILER_TIMESTAMP_ZONE is known to the database (exit 78 otherwise).
     crate::lifecycle::preflight::checked(&mut conn, settings).await?;
-    drop(conn);
+    conn.commit()
+        .await
+        .context("closing a transaction")
+        .map_err(CommandError::Store)?;
     let outbox = settings.outbox.clone();
     if !outbox.shape.drained_by_reconciler() {
         println!(

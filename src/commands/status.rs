@@ -10,11 +10,12 @@ use crate::store::Context;
 /// Prints the job's state: a screen for people, or one JSON object.
 pub(super) async fn status(settings: &Settings, json: bool) -> Result<(), CommandError> {
     let (_pool, mut conn) = super::connect(settings).await?;
-    let settings = &preflight::checked(&mut conn, settings).await?;
+    // Every read in one transaction (pooler-safe: docs/schema.md).
     let mut conn = crate::store::begin(&mut *conn)
         .await
         .context("opening a transaction")
         .map_err(CommandError::Store)?;
+    let settings = &preflight::checked(&mut conn, settings).await?;
     let st = status::read_planned(&mut conn, &ScanGroups::of(settings), &settings.events)
         .await
         .map_err(CommandError::Store)?;

@@ -83,10 +83,12 @@ pub async fn check_columns(
     settings: &Settings,
     need_partition_index: bool,
 ) -> Result<Settings, CommandError> {
-    let mut conn = pool
-        .acquire()
+    // One transaction for every read: behind a transaction pooler a
+    // statement outside one travels as two pooler transactions (docs/schema.md,
+    // "Behind a connection pooler").
+    let mut conn = crate::store::begin(pool)
         .await
-        .context("connecting")
+        .context("opening a transaction")
         .map_err(CommandError::Store)?;
     check_schema(&mut conn, settings, false).await?;
     let settings = checked(&mut conn, settings).await?;
@@ -129,6 +131,10 @@ pub async fn check_columns(
             .await
             .map_err(column_error)?;
     }
+    conn.commit()
+        .await
+        .context("closing a transaction")
+        .map_err(CommandError::Store)?;
     Ok(settings)
 }
 

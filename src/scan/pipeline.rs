@@ -193,7 +193,8 @@ fn pace_of(batch_size: u32, planned: u32, done: u32) -> Pace {
 /// The table's size and id range for the progress line, read once per run;
 /// unknown (zeros) when it cannot be read, which only blanks the estimate.
 async fn table_extent(pool: &PgPool, run: &RunSettings, schema: &SchemaSettings) -> TableExtent {
-    let figures = match pool.acquire().await {
+    // A read transaction (pooler-safe: docs/schema.md); rolled back on drop.
+    let figures = match crate::store::begin(pool).await {
         Ok(mut conn) => stats::table_figures(
             &mut conn,
             &run.job,

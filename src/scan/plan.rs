@@ -151,7 +151,8 @@ async fn read_figures(
     run: &RunSettings,
     schema: &SchemaSettings,
 ) -> Result<(TableFigures, RunHistory), StoreError> {
-    let mut conn = pool.acquire().await.context("connecting")?;
+    // One read transaction (pooler-safe: docs/schema.md); rolled back on drop.
+    let mut conn = crate::store::begin(pool).await.context("connecting")?;
     let partition = schema.partition.as_ref();
     let table =
         stats::table_figures(&mut conn, &run.job, partition, &schema.key, &schema.times).await?;

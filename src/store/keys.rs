@@ -165,13 +165,17 @@ pub async fn prepare(conn: &mut PgConnection) -> Result<(), StoreError> {
 /// [`StoreError`]: a stored key that is not a value of the new type (the
 /// application changed `payments.id`'s type under existing findings).
 pub async fn align(conn: &mut PgConnection, key: &KeyType) -> Result<Vec<String>, StoreError> {
-    let tables = misaligned(&mut *conn, key).await?;
+    let mut tx = super::begin(&mut *conn)
+        .await
+        .context("opening a transaction")?;
+    let tables = misaligned(&mut tx, key).await?;
     if tables.is_empty() {
+        tx.commit().await.context("closing a transaction")?;
         return Ok(tables);
     }
     let stored = key.stored();
     let collate = match key.kind() {
-        crate::key::KeyKind::Text => id_collation(&mut *conn)
+        crate::key::KeyKind::Text => id_collation(&mut tx)
             .await?
             .map(|c| format!(" COLLATE {c}"))
             .unwrap_or_default(),
@@ -216,9 +220,6 @@ pub async fn align(conn: &mut PgConnection, key: &KeyType) -> Result<Vec<String>
          END
          $align$"
     );
-    let mut tx = super::begin(&mut *conn)
-        .await
-        .context("opening a transaction")?;
     super::lock_migrations(&mut tx).await?;
     super::query(&sql)
         .execute(&mut *tx)

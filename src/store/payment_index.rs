@@ -249,14 +249,18 @@ pub async fn invalid_indexes_named_in(
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn drop_invalid(conn: &mut PgConnection, name: &str) -> Result<bool, StoreError> {
+    let mut tx = super::begin(&mut *conn)
+        .await
+        .context("opening a transaction")?;
     let invalid: bool = super::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
                          WHERE c.relname = $1 AND NOT i.indisvalid)",
     )
     .bind(name)
-    .fetch_one(&mut *conn)
+    .fetch_one(&mut *tx)
     .await
     .context("looking for an invalid index")?;
+    tx.commit().await.context("closing a transaction")?;
     if invalid {
         let dropped =
             super::legacy::concurrently(conn, &format!("DROP INDEX CONCURRENTLY IF EXISTS {name}"))
