@@ -17,8 +17,9 @@ use crate::store::payments::{self, ColumnError, MoneyColumns};
 use crate::store::Context;
 
 /// Checks what `migrate`, `run` and `repair` need of the user's schema before
-/// anything is written (DESIGN.md, Turn 3): `payments.id` has a key type
-/// ([`detect_key`]), and
+/// anything is written (DESIGN.md, Turn 3): `payments` is a table on the
+/// `search_path` with the required columns (`store::app_table`),
+/// `payments.id` has a key type ([`detect_key`]), and
 /// the outbox `RECONCILER_OUTBOX_TABLE` names is absent (reconciler shape) or
 /// has the configured shape. Only `migrating` accepts an absent outbox.
 ///
@@ -30,6 +31,15 @@ pub async fn check_schema(
     settings: &Settings,
     migrating: bool,
 ) -> Result<OutboxState, CommandError> {
+    // The table itself first: found where it was named, a table, with the
+    // columns every command reads (docs/schema.md).
+    crate::store::app_table::check(&mut *conn)
+        .await
+        .map_err(CommandError::Store)?
+        .map_err(|e| ConfigError::Unusable {
+            var: "DATABASE_URL",
+            problem: Box::new(e),
+        })?;
     detect_key(&mut *conn).await?;
     match outbox_shape::check(conn, &settings.outbox)
         .await
@@ -116,12 +126,26 @@ pub async fn check_columns(
         == PaymentIntentIndex::Missing
     {
         // Said exactly, so a `migrate` that could not build it (a role's
-        // statement timeout, a lock never granted) is never a dead end.
+        // statement timeout, a lock never granted) is never a dead end; on a
+        // partitioned table, per partition (docs/schema.md).
+        let by_hand = if payment_index::payments_partitioned(&mut conn)
+            .await
+            .map_err(CommandError::Store)?
+        {
+            payment_index::partitioned_build_by_hand(
+                &mut conn,
+                payment_index::PLAIN_INDEX,
+                &["stripe_payment_intent_id"],
+            )
+            .await
+            .map_err(CommandError::Store)?
+        } else {
+            payment_index::build_by_hand()
+        };
         return Err(ConfigError::Invalid {
             var: "DATABASE_URL",
             reason: format!(
-                "payments.stripe_payment_intent_id has no index: run `stripe-reconciler migrate` (it adds one) before `run`, or build it yourself in psql as the table's owner (the application keeps writing meanwhile):\n{}",
-                payment_index::build_by_hand()
+                "payments.stripe_payment_intent_id has no index: run `stripe-reconciler migrate` (it adds one) before `run`, or build it yourself in psql as the table's owner (the application keeps writing meanwhile):\n{by_hand}"
             ),
         }
         .into());

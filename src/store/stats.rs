@@ -398,7 +398,7 @@ pub async fn lag_holder(
     let beyond = unseen(key, times, "q", (1, 2), head.is_some());
     let sql = format!(
         "SELECT p.id::text AS payment_id, to_jsonb(p.id) AS payment_id_json,
-                convert_to((p.order_id)::text, 'SQL_ASCII') AS order_id,
+                convert_to(to_jsonb(p) ->> 'order_id', 'SQL_ASCII') AS order_id,
                 convert_to((p.stripe_payment_intent_id)::text, 'SQL_ASCII') AS stripe_payment_intent_id,
                 convert_to((p.status)::text, 'SQL_ASCII') AS status,
                 {created} AS created_at, {updated} AS updated_at, h.last_reconciled_at,
