@@ -48,7 +48,11 @@ pub(super) async fn ensure(conn: &mut PgConnection, unique: bool) -> Result<(), 
         }
         _ => {}
     }
-    if unique && schema::payments_partitioned(&mut *conn).await.map_err(store)? {
+    if unique
+        && schema::payments_partitioned(&mut *conn)
+            .await
+            .map_err(store)?
+    {
         println!(
             "--unique-payment-intent-index: not built, payments is partitioned and a UNIQUE index there must include the partition key"
         );

@@ -485,7 +485,11 @@ fn quote(name: &str) -> String {
 }
 
 fn quoted_columns(columns: &[&str]) -> String {
-    columns.iter().map(|c| quote(c)).collect::<Vec<_>>().join(", ")
+    columns
+        .iter()
+        .map(|c| quote(c))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Builds the plain index `name` on the partitioned `payments (<columns>)`

@@ -51,6 +51,7 @@
 //! - `pgbouncer`: the job behind a transaction-pooling PgBouncer
 //! - `pooler_competing`: every command starts on a pool of 2 shared with the application's clients
 //! - `real_db`: Rails timestamps in a stated zone, a role's statement timeout, two partitions at once
+//! - `real_schemas`: a table named otherwise, a view, missing columns, an ENUM status, a table partitioned by month
 //! - `repair`: the canonical writer and the outbox worker
 //! - `review`: the review queue (`findings list`/`resolve`)
 //! - `review_loop`: differs, the CSV round trip, history (`findings show`)
@@ -125,6 +126,7 @@ mod pgbouncer;
 mod plan;
 mod pooler_competing;
 mod real_db;
+mod real_schemas;
 mod repair;
 mod resolve_file_lines;
 mod review;
