@@ -24,7 +24,7 @@
 //! as it was, and records `charge.refunded` (or `charge.dispute.created`)
 //! with the Charge (or Dispute) object naming the PaymentIntent.
 //!
-//! Checkout Sessions (issue 32, `standin/sessions.rs`): `GET
+//! Checkout Sessions (docs/checkout-sessions.md, `standin/sessions.rs`): `GET
 //! /v1/checkout/sessions/{id}` and `GET /v1/checkout/sessions` with their
 //! PaymentIntent expanded, and `POST /standin/checkout/sessions/{id}/{action}`
 //! (`complete`, `complete_unpaid`, `async_payment_succeeded`,
@@ -38,7 +38,7 @@
 //!                [--connect-account acct_...] [--revoked-account acct_...]
 //! ```
 //!
-//! Connect (issue 24): with `--connect-account acct_…` every tenth row (the
+//! Connect (docs/connect.md): with `--connect-account acct_…` every tenth row (the
 //! rows numbered 3, 13, 23, ...; the data set's drift falls on some of them)
 //! is a PaymentIntent of that connected account: it is served only to a
 //! request with `Stripe-Account: acct_…`, and a request with the header sees
@@ -947,7 +947,7 @@ mod events {
         }
 
         /// Sets a PaymentIntent's status at "Stripe" without an event (a
-        /// Checkout Session's, issue 32), on `account` (`None`: the
+        /// Checkout Session's), on `account` (`None`: the
         /// platform's): retrieves then serve it like a moved one.
         pub fn set_payment_intent(&self, pi: &str, status: &'static str, account: Option<&str>) {
             self.moved

@@ -1,7 +1,8 @@
-//! Pure capacity arithmetic (DESIGN.md, "Why a cursor"): with N rows, B·R rows
+//! Pure capacity arithmetic (docs/design.md, "The cursor and cycles"): with N rows, B·R rows
 //! scanned per hour and G new rows per hour, a cycle takes N / (B·R − G) hours
 //! and never completes when B·R <= G. [`plan`] sizes a run for
-//! `RECONCILER_BATCHES_PER_RUN=auto` (issue 23): the batches that end the
+//! `RECONCILER_BATCHES_PER_RUN=auto` (docs/operations.md, "Sizing (`auto`)"): the batches that
+//! end the
 //! cycle within the target, capped by what fits before the run deadline.
 
 use serde::Serialize;
@@ -60,7 +61,7 @@ pub fn from_history(
     ))
 }
 
-/// Extra rows `auto` plans per run over the bare need (issue 23: 20%), so a
+/// Extra rows `auto` plans per run over the bare need (20%), so a
 /// slow run or a burst of new payments does not push the cycle past its target.
 pub const PLAN_MARGIN: f64 = 1.2;
 
@@ -152,7 +153,7 @@ pub struct RunPlan {
 /// A count of rows held as a float for the arithmetic, written as the
 /// integer it stands for (rounded up: the rows a run needs are whole rows;
 /// a figure within 1e-6 of an integer is that integer, so `4019.999999999999`
-/// is 4020). JSON counts are integers (DESIGN.md, Turn 4).
+/// is 4020). JSON counts are integers (docs/design.md, "Invariants").
 fn rows_up<S: serde::Serializer>(value: &f64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_u64(whole_rows(*value))
 }
@@ -171,7 +172,7 @@ pub fn whole_rows(value: f64) -> u64 {
     whole as u64
 }
 
-/// Plans a run (issue 23): the rows still to read in this cycle (those ahead
+/// Plans a run: the rows still to read in this cycle (those ahead
 /// of the cursor plus G × the time left) spread over the runs left before the
 /// target, plus [`PLAN_MARGIN`]; at least one batch; at most what fits in
 /// `run_seconds` at the pace. A cycle already past its target gets every

@@ -1,4 +1,5 @@
-//! The command line (DESIGN.md, Interface). Settings come from the
+//! The command line (its subcommands are a contract: docs/design.md,
+//! "Invariants"; every flag: docs/scan.md, "Commands"). Settings come from the
 //! environment, not from flags.
 
 use clap::{Parser, Subcommand};

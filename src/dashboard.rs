@@ -1,4 +1,4 @@
-//! Links to a PaymentIntent (or a Checkout Session, issue 32) in the Stripe
+//! Links to a PaymentIntent (or a Checkout Session) in the Stripe
 //! Dashboard, for the review queue.
 //! PURE: no I/O.
 //!
@@ -10,7 +10,7 @@
 //! (the review queue of a production deployment, where a person usually has
 //! no API key in their shell).
 //!
-//! A connected account's payment (Connect, issue 24) is a page of that
+//! A connected account's payment (Connect, docs/connect.md) is a page of that
 //! account's Dashboard as the platform views it, the account id first in
 //! the path: `https://dashboard.stripe.com/{acct}/payments/{pi}` and
 //! `https://dashboard.stripe.com/{acct}/test/payments/{pi}` (Stripe docs,
@@ -78,7 +78,7 @@ pub fn payment_intent_url_on(
 
 /// The Dashboard link of a finding: its PaymentIntent's page, or, for a
 /// payment judged by its Checkout Session that has no PaymentIntent yet
-/// (issue 32), the Dashboard's search for the session id
+/// (docs/checkout-sessions.md), the Dashboard's search for the session id
 /// (`https://dashboard.stripe.com/[{acct}/][test/]search?query={cs}`).
 /// `None` when neither id is well-formed, or the account is malformed.
 pub fn finding_url(

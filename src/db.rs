@@ -85,7 +85,7 @@ pub async fn migrate(pool: &PgPool) -> Result<UpgradeReport, DbError> {
 /// into `reconciliation_payment_state`, and a `timestamp without time zone`
 /// column is read in that zone, never the session's. Every statement runs
 /// under the runner's own timeouts (`SET LOCAL`), never a role's default
-/// `statement_timeout` (issue 30).
+/// `statement_timeout` (docs/operations.md, "A role's statement timeout").
 ///
 /// # Errors
 /// As [`migrate`].
@@ -209,8 +209,8 @@ async fn apply_in_a_transaction(
 
 /// Migrations recorded but never run: 0005 and 0007 built
 /// `CREATE INDEX CONCURRENTLY` indexes on `payments` over the columns 0001
-/// added, which this runner no longer adds (DESIGN.md, Turn 4: `migrate`
-/// adds nothing to the application's table but lookup indexes it needs).
+/// added, which this runner no longer adds (docs/design.md, "Invariants":
+/// `migrate` adds nothing to the application's table but lookup indexes).
 /// Installs that ran them have the indexes removed by [`crate::upgrade`].
 pub const RECORDED_ONLY: [i64; 2] = [5, 7];
 

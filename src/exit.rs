@@ -1,5 +1,5 @@
-//! Process exit codes (DESIGN.md, Interface). The CronJob's `podFailurePolicy`
-//! relies on these numbers.
+//! Process exit codes (docs/design.md, "Exit codes"; the README's table).
+//! The CronJob's `podFailurePolicy` relies on these numbers.
 
 /// The command did what was asked. For `run`: the run completed. Findings are a business result, not a failure.
 pub const SUCCESS: u8 = 0;

@@ -1,5 +1,4 @@
-//! PURE: the key of a `payments` row, whatever its SQL type (issue 31,
-//! DESIGN.md Turn 4 contract "Keys"; the design note is docs/keys.md).
+//! PURE: the key of a `payments` row, whatever its SQL type (docs/keys.md).
 //!
 //! A key travels as its canonical text, `payments.id::text` (PostgreSQL's
 //! output form: `-5`, `018f…-…`, `pay_01H…`), and is cast back to the
@@ -29,7 +28,7 @@ impl PaymentKey {
     }
 
     /// The key's JSON form in payloads and `--json` output: a number for an
-    /// integer key (so consumers of the outbox written before issue 31 keep
+    /// integer key (so consumers of the outbox written by earlier releases keep
     /// working), a string otherwise.
     pub fn to_json(&self, kind: KeyKind) -> serde_json::Value {
         match (kind, self.0.parse::<i64>()) {

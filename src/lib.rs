@@ -4,13 +4,13 @@
 //! Stripe PaymentIntents: it walks the whole table with a persistent cursor,
 //! asks Stripe for each PaymentIntent's status, classifies every disagreement,
 //! records each open finding once, and enqueues repair commands for the safe
-//! ones in an outbox for the canonical writer. The specification is
-//! `DESIGN.md` (shared with the team) and the design note it restates.
+//! ones in an outbox for the canonical writer. The design (architecture,
+//! invariants, decisions and their reasons) is `docs/design.md`.
 //!
 //! # Layout
 //!
 //! - [`capacity`]: PURE capacity arithmetic (B·R, G, cycle time) and the run plan of `auto`.
-//! - [`cli`]: the clap command line (subcommands of DESIGN.md's Interface).
+//! - [`cli`]: the clap command line (the subcommands, a contract: docs/design.md).
 //! - [`commands`]: one thin adapter per subcommand: its arguments, the subject module's call, the exit code.
 //! - [`config`]: settings from the environment, secrets redacted: [`config::Settings`], one public field per group; a job takes the groups it uses.
 //! - [`dashboard`]: PURE links to a PaymentIntent in the Stripe Dashboard (live or test).

@@ -45,7 +45,7 @@ fn main() -> ExitCode {
             let for_a_person = !scheduled || matches!(e, commands::CommandError::Config(_));
             let report = format!("{:#}", anyhow::Error::new(e)).replace('\n', " ");
             if for_a_person {
-                // Messages can quote the database or Stripe (issue 21).
+                // Messages can quote the database or Stripe (docs/design.md, "Invariants").
                 eprintln!("stripe-reconciler: error: {}", escape(&report));
             } else {
                 tracing::error!(exit_code = code, error = report, "stripe-reconciler failed");

@@ -4,7 +4,7 @@
 //! Log fields carry text from the database and from Stripe (order ids, error
 //! messages). JSON lines keep it exact (serde escapes what JSON must); pretty
 //! lines escape every field value with [`crate::terminal`] so a log line is
-//! one line and cannot drive the terminal (issue 21).
+//! one line and cannot drive the terminal.
 
 use std::fmt;
 use std::io::IsTerminal;

@@ -6,8 +6,8 @@
 //! controls them. Printed raw, an ESC sequence clears the screen or recolours
 //! it, an OSC sequence sets the window title, a newline forges a row of the
 //! review queue, and a bidi override reorders what the operator reads
-//! (DESIGN.md, Turn 3 principles: "Text from the database or from Stripe is
-//! escaped in every human-readable output"; issue 21). `--json` output needs
+//! (docs/design.md, "Invariants": text from the database or from Stripe is
+//! escaped in every human-readable output). `--json` output needs
 //! none of this: serde escapes what JSON must, and the exact bytes are kept.
 //!
 //! Escaped, by Unicode general category (`unicode-properties`, so a format
@@ -76,7 +76,8 @@ pub fn escape_or_dash(text: Option<&str>) -> Cow<'_, str> {
 
 /// How many characters of one stored value a human-readable output shows
 /// ([`shorten`]): every real order id, PaymentIntent id, status word and
-/// note fits; a 1 MB `order_id` does not (issue 30).
+/// note fits; a 1 MB `order_id` does not (docs/operations.md, "Very long
+/// values in the tables").
 pub const SHOWN_CHARS: usize = 200;
 
 /// `text` for a table cell or a line of `status` / `findings show`: escaped

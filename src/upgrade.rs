@@ -1,4 +1,5 @@
-//! The upgrade steps `migrate` runs after the migrations (issue 29): remove
+//! The upgrade steps `migrate` runs after the migrations (docs/schema.md,
+//! "Upgrades: what `migrate` removes, and under which lock"): remove
 //! what earlier releases added to the application's `payments` — the foreign
 //! key from `reconciliation_findings`, the indexes `payments_reconciled_or_created`
 //! and `payments_never_reconciled`, the columns `observed_external_status`

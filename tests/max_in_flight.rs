@@ -1,4 +1,5 @@
-//! Bounded concurrency (issue 6), in a test binary of its own (as
+//! Bounded concurrency (docs/scan.md, "Three phases per batch"), in a test binary of its own
+//! (as
 //! `rate_limit.rs`): it measures arrival times, and cargo runs test binaries
 //! one after another, so no other test's load adds jitter to them. The
 //! set-based phase 3 test that lived here is in `it/scan.rs`.

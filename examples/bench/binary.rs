@@ -113,7 +113,8 @@ pub(crate) async fn run_binary(
         .envs((s.batch_size > 0).then(|| ("RECONCILER_BATCH_SIZE", s.batch_size.to_string())))
         .env(
             "RECONCILER_BATCHES_PER_RUN",
-            // 0: `auto`, the binary sizes the run itself (issue 23).
+            // 0: `auto`, the binary sizes the run itself (docs/operations.md,
+            // "Sizing (`auto`)").
             match s.batches_per_run {
                 0 => "auto".to_owned(),
                 n => n.to_string(),

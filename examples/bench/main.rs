@@ -1,4 +1,4 @@
-//! The benchmark of issue 6. Run it with `scripts/bench.sh` (which builds in
+//! The benchmarks of BENCHMARKS.md. Run them with `scripts/bench.sh` (which builds in
 //! release and passes the paths); not part of the production binary.
 //!
 //! ```text
@@ -33,7 +33,7 @@
 
 //!
 //! One file per scenario: `scenario_1`, `scenario_2` (with 2b and 4),
-//! `scenario_3`, `scenario_list` (issues 12 and 23), `scenario_keys` (issue 31:
+//! `scenario_3`, `scenario_list` (scenarios 12 and 23), `scenario_keys` (scenario 31:
 //! bigint, uuid and text keys side by side); what they share is
 //! `common`, `standin`, `binary` and `seed_port`.
 

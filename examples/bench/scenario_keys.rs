@@ -1,4 +1,4 @@
-//! Issue 31: list mode on tables keyed by bigint, random uuid v4 and text,
+//! Scenario 31 (`--only 31`): list mode on tables keyed by bigint, random uuid v4 and text,
 //! side by side, DB-bound (no latency, high limit) and Stripe-bound
 //! (200 ms, 25 requests/s).
 //!
@@ -169,7 +169,7 @@ async fn keyed_run(
     Ok(())
 }
 
-/// Issue 31's side-by-side runs (see the module doc for the variables).
+/// Scenario 31's side-by-side runs (see the module doc for the variables).
 pub(crate) async fn scenario_keys(
     args: &Args,
     dbs: &mut Databases,

@@ -1,4 +1,4 @@
-//! The list-mode scenarios of issue 12 and the `auto` plan of issue 23.
+//! The list-mode scenarios (`--only 12`) and the `auto` plan (`--only 23`).
 
 use super::binary::*;
 use super::common::*;
@@ -245,7 +245,7 @@ pub(crate) fn per_row(run: &BinaryRun) -> f64 {
     (run.stripe_requests.0 + run.stripe_requests.1) as f64 / run.rows.max(1) as f64
 }
 
-/// Issue 23, side by side on one table (two cursors, `RECONCILER_JOB`): the
+/// Scenario 23, side by side on one table (two cursors, `RECONCILER_JOB`): the
 /// chart's defaults before (batches of 200, 10 per run, 10 pages) and after
 /// (`auto`, list batches of 1,900, pages `auto`, the target of 86,400 s) at
 /// 100 ms latency and 10 requests/s, one run each with the chart's run

@@ -1,4 +1,4 @@
-//! Checkout Sessions of the stand-in (issue 32), in Stripe's shapes (the
+//! Checkout Sessions of the stand-in (docs/checkout-sessions.md), in Stripe's shapes (the
 //! session object of `tests/fixtures/checkout_session.json` with its id,
 //! states, times and PaymentIntent replaced):
 //!

@@ -1,4 +1,4 @@
-//! `DATABASE_URL` (DESIGN.md, Interface): required by every subcommand, and
+//! `DATABASE_URL` (docs/configuration.md): required by every subcommand, and
 //! secret (it may hold the password), so no error echoes it.
 
 use std::str::FromStr;

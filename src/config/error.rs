@@ -1,6 +1,6 @@
 //! The one error type of the settings.
 
-/// A missing or malformed setting (exit 78, DESIGN.md Interface). Every
+/// A missing or malformed setting (exit 78, docs/design.md, "Exit codes"). Every
 /// variant names the variable in [`ConfigError::var`]; none carries a
 /// secret's value.
 #[derive(Debug, thiserror::Error)]

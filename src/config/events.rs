@@ -1,5 +1,5 @@
 //! The settings of `stripe-reconciler events`: `RECONCILER_EVENTS_*` and
-//! `RECONCILER_ORPHAN_METADATA_KEY` (DESIGN.md, Reads: events).
+//! `RECONCILER_ORPHAN_METADATA_KEY` (docs/events.md).
 
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ pub struct EventsSettings {
     /// (default 86,400 s; at most 30 days, Stripe's retention).
     pub lookback: Duration,
     /// `RECONCILER_EVENTS_MAX_PAGES`: list pages of 100 events read per run
-    /// (1..=10,000, default 100), from the run's first page (issue 30). A
+    /// (1..=10,000, default 100), from the run's first page. A
     /// longer backlog is read by the next runs from the committed position,
     /// not dropped. A third of it bounds the held PaymentIntents read again
     /// per run ([`crate::events::handle::held_limit`]).
@@ -27,8 +27,8 @@ pub struct EventsSettings {
     /// has this key can become `missing_locally` (an account shared with
     /// other applications). Default unset: every succeeded PaymentIntent.
     pub orphan_metadata_key: Option<String>,
-    /// `RECONCILER_EVENTS_ACCOUNT_ACTIVE_SECONDS` (DESIGN.md, Turn 3
-    /// contract): with `RECONCILER_ACCOUNT_COLUMN`, the connected accounts
+    /// `RECONCILER_EVENTS_ACCOUNT_ACTIVE_SECONDS` (docs/connect.md, "Events
+    /// per connected account"): with `RECONCILER_ACCOUNT_COLUMN`, the connected accounts
     /// with rows created or updated this recently get their own feed read
     /// (default 2,592,000 s = 30 days, Stripe's event retention; at least
     /// 60 s).

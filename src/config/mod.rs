@@ -1,5 +1,5 @@
-//! Settings from the environment (DESIGN.md, Interface and the turn 2 and 3
-//! tables), validated into [`Settings`]. Each group of variables has its own
+//! Settings from the environment (every variable: docs/configuration.md),
+//! validated into [`Settings`]. Each group of variables has its own
 //! flat envy struct and one parser; every error names its variable
 //! ([`ConfigError::var`]). Secrets are [`SecretString`](secrecy::SecretString)s: their `Debug`
 //! prints `[REDACTED]`.

@@ -1,4 +1,4 @@
-//! Notifications of new findings (issue 33; DESIGN.md, Turn 4 contract):
+//! Notifications of new findings (docs/review.md, "Notifications"):
 //! `RECONCILER_NOTIFY_URL`, `RECONCILER_NOTIFY_FORMAT`, `RECONCILER_NOTIFY_KINDS`.
 
 use secrecy::SecretString;

@@ -1,4 +1,4 @@
-//! Where repair commands go (DESIGN.md, Turn 3 contract):
+//! Where repair commands go (docs/schema.md, "Outbox"):
 //! `RECONCILER_OUTBOX_TABLE` and `RECONCILER_OUTBOX_SHAPE`.
 
 use serde::Deserialize;
@@ -88,7 +88,7 @@ impl Default for OutboxTable {
 pub enum OutboxShape {
     /// `reconciler`: `aggregate_type`, `aggregate_id`, `event_type`,
     /// `payload`, `created_at`, `processed_at`, `attempts`, `last_error`
-    /// (DESIGN.md, Schema); our `repair` worker drains it.
+    /// (docs/schema.md, "Outbox"); our `repair` worker drains it.
     #[default]
     Reconciler,
     /// `debezium`: `id` (uuid), `aggregatetype`, `aggregateid`, `type`,

@@ -1,5 +1,5 @@
 //! Where the run's logs and figures go: `RECONCILER_LOG_FORMAT` and
-//! `PUSHGATEWAY_URL` (DESIGN.md, Interface and Metrics).
+//! `PUSHGATEWAY_URL` (docs/configuration.md; docs/operations.md, "Pushing the metrics").
 
 use serde::Deserialize;
 use url::Url;

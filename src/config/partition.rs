@@ -1,5 +1,5 @@
-//! One job per partition of `payments` (issue 24; DESIGN.md, Turn 3
-//! contract): `RECONCILER_PARTITION_COLUMN` and `RECONCILER_PARTITION_VALUE`
+//! One job per partition of `payments` (docs/connect.md, "Several Stripe
+//! accounts"): `RECONCILER_PARTITION_COLUMN` and `RECONCILER_PARTITION_VALUE`
 //! restrict a job to the rows where the column equals the value, so one
 //! release per Stripe account (own key, own `RECONCILER_JOB`, own cursor)
 //! runs side by side on one table.

@@ -1,8 +1,8 @@
 //! What classification compares beyond status: the money columns
 //! (`RECONCILER_AMOUNT_COLUMN`, `RECONCILER_CURRENCY_COLUMN`), the Connect
 //! account column (`RECONCILER_ACCOUNT_COLUMN`), the Checkout Session column
-//! (`RECONCILER_CHECKOUT_SESSION_COLUMN`, issue 32) and the aging thresholds
-//! (DESIGN.md, Beyond status and Turn 3 contract).
+//! (`RECONCILER_CHECKOUT_SESSION_COLUMN`, docs/checkout-sessions.md) and the
+//! aging thresholds (docs/findings.md, "Finding kinds").
 
 use serde::Deserialize;
 

@@ -1,6 +1,6 @@
 //! The run-wide variables every scheduled job reads: `RECONCILER_JOB`, the
 //! grace window, the run deadline and the `persistently_unverifiable`
-//! threshold (DESIGN.md, Interface and "Turn 3 contract").
+//! threshold (docs/configuration.md).
 
 use std::time::Duration;
 

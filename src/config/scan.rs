@@ -1,6 +1,6 @@
 //! The scan's shape: the batch and run sizes (a number or `auto`), the cycle
 //! target and the schedule interval `auto` plans with, the read mode and list
-//! reads (DESIGN.md, Interface, Reads and "Turn 3 contract"). The run-wide
+//! reads (docs/configuration.md; docs/scan.md, "Read modes"). The run-wide
 //! variables (job name, grace, deadline, unverifiable cycles) are `run`.
 
 use std::time::Duration;
@@ -42,7 +42,7 @@ pub const RETRIEVE_BATCH_SIZE: u32 = 200;
 /// (`RECONCILER_BATCHES_PER_RUN`, `RECONCILER_LIST_MAX_PAGES`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Sizing {
-    /// The job sizes it (DESIGN.md, "Turn 3 contract").
+    /// The job sizes it (docs/operations.md, "Sizing (`auto`)").
     #[default]
     Auto,
     /// Exactly this many.
@@ -92,8 +92,8 @@ struct ScanVars {
 }
 
 /// The scan's shape: how big a batch and a run are, the cycle `auto` plans
-/// for, and how phase 2 reads (DESIGN.md, Interface, Reads and "Turn 3
-/// contract").
+/// for, and how phase 2 reads (docs/configuration.md; docs/scan.md, "Read
+/// modes").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScanSettings {
     /// `RECONCILER_BATCH_SIZE`: B, rows per batch (1..=10000; default
@@ -140,7 +140,7 @@ impl Default for ScanSettings {
 /// PaymentIntents of no row of the batch: 10% more than the batch, i.e.
 /// 11 pages per 1,000 rows (integers: no float rounding at the boundary).
 const LIST_PAGES_PER_1000_ROWS: u32 = 11;
-/// `auto` never allows fewer pages than the fixed default before issue 23:
+/// `auto` never allows fewer pages than the earlier fixed default (10):
 /// a small batch's window is mostly its slack, which may hold more
 /// PaymentIntents than the batch itself.
 const LIST_PAGES_FLOOR: u32 = 10;

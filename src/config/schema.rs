@@ -1,5 +1,5 @@
-//! How the application's `payments` table is read (DESIGN.md, Beyond status,
-//! Turn 3 contract): the optional columns, the amount's unit, the status
+//! How the application's `payments` table is read (docs/design.md, "Any
+//! application's table"): the optional columns, the amount's unit, the status
 //! words, the partition and how its timestamps are read. Parsed by the `rules`, `statuses` and
 //! `partition` groups; `store::payments` reads by it.
 
@@ -18,12 +18,12 @@ pub struct SchemaSettings {
     /// `RECONCILER_ACCOUNT_COLUMN`: a text column of `payments` holding the
     /// connected account id (`acct_…`; NULL or empty = the platform's own
     /// account); every Stripe read for such a row carries `Stripe-Account`
-    /// (issue 24). Default unset: every row is the platform's.
+    /// (docs/connect.md). Default unset: every row is the platform's.
     pub account_column: Option<ColumnName>,
     /// `RECONCILER_CHECKOUT_SESSION_COLUMN`: a text column of `payments`
     /// holding the row's Checkout Session id (`cs_…`); a row with no
     /// PaymentIntent id (NULL or empty) is judged by its session, then by
-    /// the session's PaymentIntent (DESIGN.md, Turn 4 contract; issue 32).
+    /// the session's PaymentIntent (docs/checkout-sessions.md).
     /// Default unset: every row is judged by its PaymentIntent id.
     pub checkout_session_column: Option<ColumnName>,
     /// `RECONCILER_AMOUNT_UNIT`: `minor` (default, integer column) or `major`
@@ -43,6 +43,6 @@ pub struct SchemaSettings {
     pub times: PaymentTimes,
     /// `payments.id`'s type and how the cycle walks it: not a variable,
     /// detected from the catalog at start (`lifecycle::preflight::checked`,
-    /// issue 31, docs/keys.md). Default `bigint`, walked in key order.
+    /// docs/keys.md). Default `bigint`, walked in key order.
     pub key: KeyType,
 }

@@ -1,5 +1,5 @@
-//! How the application's `payments` table speaks (DESIGN.md "Turn 3
-//! contract"): its words for the canonical local states
+//! How the application's `payments` table speaks (docs/schema.md, "Status
+//! words" and "Amounts in major units"): its words for the canonical local states
 //! (`RECONCILER_LOCAL_STATUSES`, [`StatusMap`]) and the unit of its amount
 //! column (`RECONCILER_AMOUNT_UNIT`, [`AmountUnit`]).
 

@@ -1,6 +1,6 @@
 //! How the binary reaches Stripe: `STRIPE_API_KEY`, `STRIPE_API_BASE` and the
 //! read budget `RECONCILER_RATE_LIMIT_RPS`, `RECONCILER_MAX_IN_FLIGHT`,
-//! `RECONCILER_HTTP_TIMEOUT_SECONDS` (DESIGN.md, Interface).
+//! `RECONCILER_HTTP_TIMEOUT_SECONDS` (docs/configuration.md).
 
 use std::num::NonZeroU32;
 use std::time::Duration;

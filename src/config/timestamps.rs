@@ -1,4 +1,5 @@
-//! How `payments.created_at` and `payments.updated_at` are read (issue 30):
+//! How `payments.created_at` and `payments.updated_at` are read
+//! (docs/operations.md, "Rails timestamps"):
 //! `timestamptz` is an instant; `timestamp without time zone` (the Rails
 //! default, `timestamp(6)`) is a wall-clock time, read as one in
 //! `RECONCILER_TIMESTAMP_ZONE` (default `UTC`, what Rails writes) whatever

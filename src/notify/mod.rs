@@ -1,5 +1,5 @@
-//! Notifications of new findings a person must see (issue 33; DESIGN.md,
-//! Turn 4 contract): after each `run` and `events`, one message to
+//! Notifications of new findings a person must see (docs/review.md,
+//! "Notifications"): after each `run` and `events`, one message to
 //! `RECONCILER_NOTIFY_URL` lists the open findings of `RECONCILER_NOTIFY_KINDS`
 //! not yet posted, with order, amount, kind, what differs and the Dashboard
 //! link, as Slack's `{"text": …}` or as JSON (`RECONCILER_NOTIFY_FORMAT`).
@@ -143,7 +143,7 @@ async fn deliver(
 /// line breaks are escaped first and a value over
 /// [`crate::terminal::SHOWN_CHARS`] characters is cut
 /// ([`crate::terminal::shown`]): one finding is one short line, so a 1 MB
-/// `order_id` cannot push the message past Slack's size limit (issue 30).
+/// `order_id` cannot push the message past Slack's size limit.
 /// The JSON format ([`json_body`]) carries the exact stored values.
 pub fn slack_escape(text: &str) -> String {
     shown(text)

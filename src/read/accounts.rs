@@ -1,4 +1,4 @@
-//! Connect in phase 2 (issue 24): which Stripe account a row's reads go to,
+//! Connect in phase 2 (docs/connect.md): which Stripe account a row's reads go to,
 //! the fair order of a batch's reads across accounts, and the wrong-key rule
 //! judged per account.
 //!

@@ -116,7 +116,7 @@ fn platform_key_fits(tallies: &HashMap<AccountKey, Tally>) -> Result<(), RunErro
 }
 
 /// What a row's list read looks for: its PaymentIntent id, or (a row judged
-/// by its Checkout Session, issue 32) its session id; `None` when the row
+/// by its Checkout Session) its session id; `None` when the row
 /// needs no read or its id is malformed (decided without a request).
 fn list_key(row: &PaymentRow) -> Option<(&str, Listing)> {
     if row.recently_changed {

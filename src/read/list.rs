@@ -38,7 +38,7 @@ pub const ROWS_PER_SUB_WINDOW: usize = 95;
 
 /// What a batch lists: PaymentIntents (`GET /v1/payment_intents`), or
 /// Checkout Sessions (`GET /v1/checkout/sessions`) for the rows judged by
-/// their session (issue 32). The same windows, pages and page cap.
+/// their session (docs/checkout-sessions.md). The same windows, pages and page cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Listing {
     /// The rows' PaymentIntents.
@@ -387,7 +387,7 @@ type AccountRows<'a> = (
 pub type ToList<'a> = (&'a PaymentRow, &'a str, &'a AccountKey, Listing);
 
 /// List mode over a batch whose rows belong to several Stripe accounts
-/// (Connect, issue 24): each account's window is listed with its own
+/// (Connect, docs/connect.md): each account's window is listed with its own
 /// `Stripe-Account` header, all accounts side by side (their first pages
 /// queue for the shared permits together, so a busy account's many windows
 /// never hold back a small account's one). The batch's page cap is shared

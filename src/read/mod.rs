@@ -8,7 +8,7 @@
 //! - `observation`: [`Observation`], one row's outcome of phase 2.
 //! - `row`: one row's read (a list page's item or a retrieve on its account) and verdict.
 //! - `session_key`: which rows are judged by their Checkout Session.
-//! - `session_row`: a row judged by its Checkout Session (no PaymentIntent id; issue 32).
+//! - `session_row`: a row judged by its Checkout Session (no PaymentIntent id).
 //! - [`outage`]: the outage rule: Stripe down for most of a batch, and its probe.
 //! - [`verdicts`]: rows per verdict.
 

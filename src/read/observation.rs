@@ -52,7 +52,7 @@ pub struct Observation {
     /// UNVERIFIABLE without counting toward the outage rule.
     pub account_unreachable: bool,
     /// The row's Checkout Session id when the row was judged by its session
-    /// (no PaymentIntent id; issue 32); then `payment_intent` is the
+    /// (no PaymentIntent id); then `payment_intent` is the
     /// session's PaymentIntent, when it has one.
     pub checkout_session: Option<String>,
 }

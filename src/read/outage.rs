@@ -1,4 +1,4 @@
-//! The outage rule (DESIGN.md, A batch): when Stripe is down for most of a
+//! The outage rule (docs/scan.md, "Guards"): when Stripe is down for most of a
 //! batch, the batch is abandoned without a write and the next run retries its
 //! rows, instead of leaving them UNVERIFIABLE for a whole cycle; a probe tells
 //! an outage from a few rows that always fail.
@@ -26,7 +26,7 @@ pub(crate) async fn check_stripe_reachable(
     let observations = &observed.observations;
     // A list page that failed after retries is a failed read too. A
     // connected account the platform cannot read says nothing about
-    // Stripe's health: its rows count neither way (issue 24).
+    // Stripe's health: its rows count neither way (docs/connect.md).
     let reads = || {
         observations
             .iter()

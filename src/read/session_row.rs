@@ -1,4 +1,4 @@
-//! Phase 2 for a row judged by its Checkout Session (issue 32): a row with no
+//! Phase 2 for a row judged by its Checkout Session (docs/checkout-sessions.md): a row with no
 //! PaymentIntent id (NULL or empty) whose `RECONCILER_CHECKOUT_SESSION_COLUMN`
 //! holds a value. The session is read with its PaymentIntent and latest
 //! charge (from a list page, or a retrieve on the row's account) and judged

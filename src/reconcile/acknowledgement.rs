@@ -1,6 +1,6 @@
 //! PURE: the acknowledgement rule. A finding a person resolved by hand
 //! (`findings resolve`, [`super::Resolution::Manual`]) is not opened again
-//! while what it was resolved for stays the same (issue 30; docs/findings.md,
+//! while what it was resolved for stays the same (docs/findings.md,
 //! "Acknowledgements"): the scan compares the new finding's
 //! [`fingerprint`] with that of the latest finding of the same payment and
 //! kind resolved by hand, and records nothing when they are equal. A changed

@@ -15,7 +15,7 @@ use super::status::{ExternalStatus, LocalStatus};
 /// method"). Used only to show a deadline in `authorization_expiring`.
 pub const AUTHORIZATION_LIFETIME_SECONDS: i64 = 7 * 24 * 3600;
 
-/// The thresholds of the aging findings (DESIGN.md "Beyond status"), in
+/// The thresholds of the aging findings (docs/findings.md, "Finding kinds"), in
 /// seconds since the PaymentIntent's `created`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rules {
@@ -40,7 +40,7 @@ impl Default for Rules {
 /// Classifies one payment against its PaymentIntent.
 ///
 /// Pure: no I/O, and `now` (the run's clock) is passed in. In order:
-/// 1. Money (DESIGN.md "Beyond status"; money beats status, so a row with a
+/// 1. Money (docs/design.md, "Money beyond status"; money beats status, so a row with a
 ///    money finding gets that finding only): `duplicate_payment_intent`,
 ///    then, for a `succeeded` PaymentIntent, `disputed` and `refunded` (a
 ///    refund or a dispute never changes the PaymentIntent's status; it lives
@@ -48,7 +48,7 @@ impl Default for Rules {
 ///    row carries a currency or an amount. Proven money always wins: a
 ///    charge with `disputed: true` is `disputed` and one with
 ///    `amount_refunded > 0` is `refunded` even when the other field is
-///    absent (issue 20).
+///    absent.
 /// 2. The status table ([`classify_status`]).
 /// 3. Aging, for rows the table calls in flight or in sync:
 ///    `authorization_expiring`, `stuck_processing`, `abandoned`.
@@ -59,7 +59,7 @@ impl Default for Rules {
 /// row is neither stamped nor repaired. It never hides status drift: when
 /// the status table sees drift, the UNVERIFIABLE decision carries that
 /// status finding, with `details.money_unproven` (the reason) and no repair
-/// command (DESIGN.md, "Turn 3 contract": the command waits for a read that
+/// command (docs/design.md, "Money beyond status": the command waits for a read that
 /// proves the money).
 pub fn classify(
     local: &LocalPayment,
@@ -174,8 +174,9 @@ fn money_check(local: &LocalPayment, pi: &PaymentIntentFacts) -> Money {
 
 /// An `amount_mismatch` for a row the application treats as paid or
 /// refunded (money it believes it took) whose configured amount column is
-/// NULL: nothing says what it charged, so nothing can be compared (issue 30:
-/// a NULL amount on a row with money is a finding, not `in_sync`). Details:
+/// NULL: nothing says what it charged, so nothing can be compared (a NULL
+/// amount on a row with money is a finding, not `in_sync`; docs/operations.md,
+/// "A paid row with no amount"). Details:
 /// `local_amount` null, Stripe's amount and currency, the reason. A row in
 /// any other state has no money to compare yet (a `pending` row is repaired
 /// to `paid` first, then this applies).

@@ -178,12 +178,12 @@ impl Decision {
 /// Compares a payment's local status with its PaymentIntent's status only
 /// (the status table; [`super::classify`] adds the money and aging checks).
 ///
-/// Pure: the rule table of `DESIGN.md` ("Classification"), which restates the
+/// Pure: the rule table of docs/design.md ("Classification"), which restates the
 /// design note's `classify` with one deliberate departure: a locally `failed`
 /// payment whose PaymentIntent is back in `requires_payment_method` is in sync,
 /// because Stripe returns a PaymentIntent to that state after a failed attempt.
 /// Money-moving directions (paid locally; succeeded externally but failed
-/// locally) are never repairable. A local `refunded` (turn 3) agrees with a
+/// locally) are never repairable. A local `refunded` agrees with a
 /// `succeeded` PaymentIntent here (whether the charge shows the refund is
 /// [`super::classify`]'s question) and with nothing else:
 /// `refunded_locally_not_externally`.

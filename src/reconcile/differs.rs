@@ -1,5 +1,5 @@
-//! PURE: what disagrees on a finding, as `{field, local, stripe}` (DESIGN.md,
-//! Turn 4 contract: "`differs` on every finding") and one short phrase for
+//! PURE: what disagrees on a finding, as `{field, local, stripe}` (docs/review.md,
+//! "The queue": `differs` on every finding) and one short phrase for
 //! tables and notifications (`amount 20.00 ≠ 19.99 USD`, `status pending ≠
 //! succeeded`, `refunded 5.00 of 5.00 USD`, `no such PaymentIntent`).
 //!

@@ -36,7 +36,8 @@ pub enum LocalAmount {
     Major(String),
     /// The column is configured (`RECONCILER_AMOUNT_COLUMN`) and the row
     /// holds NULL: on a row the application treats as paid or refunded, an
-    /// `amount_mismatch` (issue 30); on any other row, nothing to compare.
+    /// `amount_mismatch` (docs/operations.md, "A paid row with no amount");
+    /// on any other row, nothing to compare.
     Null,
 }
 

@@ -29,7 +29,7 @@ pub enum FindingKind {
     /// (`RECONCILER_CHECKOUT_SESSION_COLUMN`) holds a value that is not a
     /// well-formed `cs_…` id (never sent to Stripe), or names a session in
     /// `setup` or `subscription` mode (no PaymentIntent to compare);
-    /// `details.reason` says which (issue 32).
+    /// `details.reason` says which (docs/checkout-sessions.md).
     InvalidCheckoutSessionId,
     /// The latest charge of a `succeeded` PaymentIntent was refunded, fully
     /// or in part (`amount_refunded > 0`). Money kind.
@@ -72,8 +72,8 @@ pub enum FindingKind {
     /// The database refused phase 3's write for this row (a trigger, a
     /// constraint, a row lock held past `lock_timeout`, a statement timeout):
     /// the row was not stamped and nothing else was written for it; details
-    /// carry the SQLSTATE, the message and which write (DESIGN.md, Turn 3
-    /// contract). NEEDS_REVIEW, never repaired; cleared by a later scan that
+    /// carry the SQLSTATE, the message and which write (docs/scan.md,
+    /// "Guards"). NEEDS_REVIEW, never repaired; cleared by a later scan that
     /// writes the row.
     WriteRefused,
     /// Any other combination: `unexpected:<local>-><external>`.
@@ -87,7 +87,8 @@ pub enum FindingKind {
 
 impl FindingKind {
     /// Every kind with a fixed name (all but [`FindingKind::Unexpected`]), in
-    /// the order of DESIGN.md's Classification and "Beyond status" tables.
+    /// the order of the specification's classification and money tables
+    /// (docs/design.md, "Classification" and "Money beyond status").
     pub const ALL: [FindingKind; 18] = [
         Self::MissedSuccess,
         Self::MissedCancel,
@@ -147,7 +148,7 @@ impl FindingKind {
         }
     }
 
-    /// Whether money may be wrong (DESIGN.md "Beyond status": refunds,
+    /// Whether money may be wrong (docs/design.md, "Money beyond status": refunds,
     /// disputes, amounts, currencies, one PaymentIntent on two rows, money
     /// with no order). Only a Stripe answer that shows the money clears one
     /// (a 404 or a malformed id leaves it open).
@@ -176,7 +177,7 @@ impl FindingKind {
     }
 
     /// Whether an open finding of this kind blocks every repair of its
-    /// payment (DESIGN.md "Beyond status": the money kinds and the aging
+    /// payment (docs/findings.md, "Finding kinds": the money kinds and the aging
     /// kinds are NEEDS_REVIEW and never repaired; the scan enqueues no
     /// command for the payment, the repair worker skips one).
     pub const fn is_blocking(&self) -> bool {

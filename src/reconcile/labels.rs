@@ -1,5 +1,5 @@
-//! Bounded metric label values for finding kinds (DESIGN.md, "Metric labels
-//! stay bounded"): whatever strings Stripe or the database hold, the
+//! Bounded metric label values for finding kinds (docs/operations.md,
+//! "Metrics": label values are bounded): whatever strings Stripe or the database hold, the
 //! `open_findings{kind}` gauge gets at most [`MAX_KIND_LABELS`] label values.
 //! The raw kind stays in the finding's row; only the label is bounded.
 

@@ -15,7 +15,8 @@
 //! - `kind`: [`FindingKind`], [`FindingKind::ALL`], money and blocking kinds.
 //! - `labels`: bounded metric label values for finding kinds.
 //! - `resolution`: [`Resolution`], why a finding was resolved.
-//! - `session`: Checkout Sessions: their facts and [`classify_session`] (issue 32).
+//! - `session`: Checkout Sessions: their facts and [`classify_session`]
+//!   (docs/checkout-sessions.md).
 //! - `status`: [`LocalStatus`], [`ExternalStatus`].
 
 mod acknowledgement;
@@ -50,7 +51,7 @@ pub use status::{ExternalStatus, LocalStatus};
 mod tests {
     use super::*;
 
-    /// Every row of DESIGN.md's classification table, as
+    /// Every row of the classification table in docs/design.md, as
     /// (local, external, verdict, kind, command).
     type Row = (
         &'static str,

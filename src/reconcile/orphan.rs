@@ -1,5 +1,5 @@
 //! PURE: whether a PaymentIntent no `payments` row points at is money with
-//! no order (a `missing_locally` finding; DESIGN.md, Reads: events).
+//! no order (a `missing_locally` finding; docs/events.md).
 
 use super::facts::PaymentIntentFacts;
 use super::status::ExternalStatus;

@@ -1,5 +1,5 @@
 //! Why a finding was resolved, stored in `reconciliation_findings.resolution`
-//! (DESIGN.md, Schema).
+//! (docs/findings.md, "Finding kinds").
 
 use std::fmt;
 
@@ -21,7 +21,8 @@ pub enum Resolution {
     Manual,
     /// The application deleted (or archived away) the payment: the scan
     /// that passed its id found no row, or the repair worker found none for
-    /// its command (DESIGN.md, Turn 4 contract). Its commands are skipped.
+    /// its command (docs/schema.md, "A payment the application deletes"). Its commands are
+    /// skipped.
     PaymentDeleted,
 }
 

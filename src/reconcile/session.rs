@@ -1,4 +1,4 @@
-//! Checkout Sessions (issue 32): the facts of a session as the gateway read
+//! Checkout Sessions (docs/checkout-sessions.md): the facts of a session as the gateway read
 //! it, and its judgement against a `payments` row that has no PaymentIntent
 //! id yet. PURE: no I/O.
 //!

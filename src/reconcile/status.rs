@@ -4,7 +4,7 @@
 use std::fmt;
 
 /// The canonical local state of a payment: the design note's three
-/// `payments.status` values plus `refunded` (DESIGN.md "Turn 3 contract").
+/// `payments.status` values plus `refunded` (docs/schema.md, "Status words").
 ///
 /// The application's own words for these states are mapped at the database
 /// edge (`RECONCILER_LOCAL_STATUSES`, `config::StatusMap`); classification

@@ -1,4 +1,5 @@
-//! No single row can fail a batch (DESIGN.md, Turn 3 contract): phase 3's
+//! No single row can fail a batch (docs/design.md, "Invariants"; docs/scan.md,
+//! "Guards"): phase 3's
 //! set-based statements run under a savepoint; when the database refuses
 //! them for a reason that lives in the rows ([`FailureClass::PerRow`]), the
 //! savepoint is rolled back and the rows are bisected, each half under its

@@ -34,7 +34,7 @@ pub use set::{Recorded, Target};
 /// payments (demoting rows that changed meanwhile), records in the
 /// reconciler's own `reconciliation_payment_state` every row read and, for
 /// rows Stripe answered, `observed_external_status`/`last_reconciled_at`
-/// (never an UPDATE of `payments`: DESIGN.md, Turn 3 contract),
+/// (never an UPDATE of `payments`: docs/design.md, "Invariants"),
 /// resolves stale findings with their commands, counts UNVERIFIABLE rows
 /// against `job`'s cycle, upserts findings once per open (payment, kind),
 /// and enqueues one command per open repairable finding without a live one

@@ -18,7 +18,7 @@ use crate::store::StoreError;
 use super::rows::{self, demote_changed_rows, new_finding};
 
 /// Where [`super::record_observations`] writes: the outbox of repair commands and
-/// `payments.id`'s type (the reconciler's key columns hold it, issue 31).
+/// `payments.id`'s type (the reconciler's key columns hold it, docs/keys.md).
 #[derive(Debug, Clone, Copy)]
 pub struct Target<'a> {
     /// `RECONCILER_OUTBOX_*`.

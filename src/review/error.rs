@@ -23,7 +23,7 @@ pub enum ReviewError {
 }
 
 impl ReviewError {
-    /// The process exit code (DESIGN.md, Interface).
+    /// The process exit code (docs/design.md, "Exit codes").
     pub fn exit_code(&self) -> u8 {
         match self {
             ReviewError::Store(_) | ReviewError::Output(_) => exit::FAILURE,

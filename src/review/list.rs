@@ -47,7 +47,7 @@ struct ListedFinding<'a> {
     finding: &'a findings::FindingView,
     /// `None` when the stored id is not a well-formed PaymentIntent id.
     dashboard_url: Option<String>,
-    /// What disagrees: `{field, local, stripe}` (DESIGN.md, Turn 4 contract).
+    /// What disagrees: `{field, local, stripe}` (docs/review.md, "The queue").
     differs: crate::reconcile::Differs,
 }
 

@@ -1,5 +1,5 @@
 //! The table of `findings list`: one line per finding, every stored string
-//! escaped ([`crate::terminal`]; issue 21), so `--json` is the only exact form.
+//! escaped ([`crate::terminal`]), so `--json` is the only exact form.
 
 use crate::store::findings::FindingView;
 use crate::terminal::{account_or_platform, human_duration, shorten_or_dash, shown};

@@ -72,7 +72,8 @@ pub struct Advance<'a> {
 /// for `ttl_seconds`. The position never moves backwards: `covered_until`
 /// keeps the greater of the stored value and `to`'s (a slice that ends
 /// earlier, from a pod whose clock runs behind the one that wrote it, leaves
-/// it unchanged; issue 30). Returns `false` when the lease is no longer `owner`'s
+/// it unchanged; docs/operations.md, "Events: the position never moves
+/// backwards"). Returns `false` when the lease is no longer `owner`'s
 /// (it expired and another run took it): the caller must roll back.
 ///
 /// # Errors
@@ -107,7 +108,7 @@ pub async fn advance(
 }
 
 /// The position row of a connected account's feed: `<events job>:<acct_…>`
-/// (Connect, issue 24). It carries no lease of its own: it is moved only
+/// (Connect, docs/connect.md). It carries no lease of its own: it is moved only
 /// under the events job's lease ([`advance_account`]).
 pub fn account_job(job: &str, account: &str) -> String {
     format!("{job}:{account}")

@@ -1,4 +1,4 @@
-//! `payments.id` of any type (issue 31, docs/keys.md): the detection at
+//! `payments.id` of any type (docs/keys.md): the detection at
 //! start, the key's wire form (text) in SQL, and the type of the
 //! reconciler's own key columns, which `migrate` keeps equal to the
 //! application's ([`align`]). Only the reconciler's tables are altered;

@@ -1,5 +1,6 @@
 //! What earlier releases added to the application's `payments` and that
-//! `migrate` now removes (issue 29, DESIGN.md "Turn 4 contract"): the columns
+//! `migrate` now removes (docs/schema.md, "Upgrades: what `migrate` removes,
+//! and under which lock"): the columns
 //! `observed_external_status` and `last_reconciled_at` (migration 0001), the
 //! indexes `payments_reconciled_or_created` (0005) and
 //! `payments_never_reconciled` (0007) over them, and the foreign key
@@ -305,7 +306,7 @@ pub async fn drop_index_concurrently(
 /// Runs a `CREATE`/`DROP INDEX CONCURRENTLY` statement (which cannot run in a
 /// transaction) under [`INDEX_LOCK_TIMEOUT`] and without a statement timeout
 /// (building an index on a large table takes as long as it takes, whatever
-/// `statement_timeout` the role has by default, issue 30): a session
+/// `statement_timeout` the role has by default): a session
 /// `SET` of both before it and `RESET` after (back to the role's defaults),
 /// on the same connection (`migrate`'s pool has one connection).
 ///

@@ -29,18 +29,19 @@ pub struct RepairRow {
     /// column is empty). `None`: a session without a PaymentIntent.
     pub stripe_payment_intent_id: Option<String>,
     /// The connected account the PaymentIntent lives on (`acct_…`); `None`:
-    /// the platform's own account (issue 24).
+    /// the platform's own account (docs/connect.md).
     pub stripe_account_id: Option<String>,
     /// The Checkout Session the decision was made on, for a payment judged
-    /// by its session (issue 32); `None` for a PaymentIntent row.
+    /// by its session (docs/checkout-sessions.md); `None` for a PaymentIntent row.
     pub checkout_session_id: Option<String>,
 }
 
 /// Enqueues repair commands in one statement, with the design note's payload
 /// `{"payment_id", "finding_id", "expected_local_status"}` plus
 /// `"stripe_payment_intent_id"`, and `"stripe_account_id"` when the payment
-/// is a connected account's (issue 24; absent for the platform's own). Reconciler shape: `aggregate_type =
-/// 'Payment'`, `event_type` the command. Debezium shape: `id` a fresh uuid,
+/// is a connected account's (absent for the platform's own). Reconciler
+/// shape: `aggregate_type = 'Payment'`, `event_type` the command. Debezium
+/// shape: `id` a fresh uuid,
 /// `aggregatetype = 'payment'`, `aggregateid` the payment id, `type` the
 /// command, the same `payload`, `timestamp = now()` when the column exists;
 /// each finding's command is remembered in `reconciliation_relayed_commands`
@@ -123,11 +124,11 @@ pub async fn enqueue_repairs(
 
 /// The payload of a repair command (the design note's, plus the PaymentIntent
 /// and, for a connected account's payment only, its `stripe_account_id`: a
-/// platform payment's payload is as before issue 24; for a payment judged by
+/// platform payment's payload is as earlier releases wrote it; for a payment judged by
 /// its Checkout Session, `checkout_session_id`, and `stripe_payment_intent_id`
-/// the session's PaymentIntent or null: issue 32). `payment_id` is the
+/// the session's PaymentIntent or null: docs/checkout-sessions.md). `payment_id` is the
 /// key's JSON form in the application's type (`to_jsonb`): a number for
-/// integer and numeric keys, as before issue 31, a string for uuid and text
+/// integer and numeric keys, as earlier releases wrote them, a string for uuid and text
 /// keys (docs/keys.md).
 fn payload(key: &KeyType) -> String {
     format!(

@@ -11,8 +11,8 @@ use sqlx::PgConnection;
 use super::{Context, StoreError};
 use crate::config::{OutboxSettings, OutboxShape};
 
-/// Columns an outbox of each shape must have (DESIGN.md, Schema and Turn 3
-/// contract; Debezium's outbox event router for `debezium`).
+/// Columns an outbox of each shape must have (docs/schema.md, "Outbox";
+/// Debezium's outbox event router for `debezium`).
 fn required(shape: OutboxShape) -> &'static [&'static str] {
     match shape {
         OutboxShape::Reconciler => &[
@@ -256,7 +256,7 @@ pub async fn check(
     Ok(Ok(OutboxState::Ready { owned }))
 }
 
-/// Creates the reconciler-shaped outbox (DESIGN.md, Schema) with its index on
+/// Creates the reconciler-shaped outbox (docs/schema.md, "Outbox") with its index on
 /// unprocessed commands, and records it in `reconciliation_owned_tables`, in
 /// the caller's transaction (which holds the migration lock). A no-op when
 /// the table appeared meanwhile.

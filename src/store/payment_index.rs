@@ -1,8 +1,8 @@
 //! Checks and changes of the application's `payments` table that cannot live
 //! in a migration file: the plain lookup index on `stripe_payment_intent_id`
 //! is built `CONCURRENTLY` (outside any transaction); a UNIQUE one only on
-//! `migrate --unique-payment-intent-index` (DESIGN.md, Turn 3: `migrate`
-//! never adds a constraint to the application's table); the plain index on
+//! `migrate --unique-payment-intent-index` (docs/design.md, "Invariants":
+//! `migrate` never adds a constraint to the application's table); the plain index on
 //! `(RECONCILER_PARTITION_COLUMN, id)` likewise. `payments.id`'s type is
 //! `store::keys`'.
 
@@ -65,7 +65,8 @@ pub async fn payment_intent_index(
 /// PaymentIntent ids held by more than one row: `(ids, rows holding them)`.
 /// Scans the table once, in one statement without a statement timeout
 /// (`SET LOCAL statement_timeout = 0`: a role's default must not cut it
-/// short, issue 30); `migrate` only, when no index orders the column (with
+/// short: docs/operations.md, "A role's statement timeout"); `migrate` only,
+/// when no index orders the column (with
 /// one, [`count_duplicates_step`] counts in bounded steps).
 ///
 /// # Errors

@@ -1,6 +1,6 @@
 //! `reconciliation_payment_state`: the reconciler's own state per payment
 //! (what Stripe said, when it last confirmed the payment, the payment's
-//! `created_at` copied when first seen). DESIGN.md, Turn 3 contract: the scan
+//! `created_at` copied when first seen). docs/design.md, "Invariants": the scan
 //! writes nothing into the application's rows, so this table, not `payments`,
 //! receives every stamp of the scan and the events job. Keyed by
 //! `payments.id`, without a foreign key (it would check or cascade the
@@ -194,7 +194,7 @@ pub async fn earliest_unconfirmed(
 /// the lag must read from `payments` itself stay the few inserted since the
 /// last batch. Called once per batch with the batch size, it keeps up with the
 /// table's growth whenever the scan can complete a cycle at all (B·R > G,
-/// DESIGN.md "Why a cursor"). A key walk of uuid, text or numeric keys has no
+/// docs/design.md, "The cursor and cycles"). A key walk of uuid, text or numeric keys has no
 /// "beyond" (random keys): nothing is registered, and the lag reads unseen
 /// rows from `payments` (docs/keys.md). Returns the rows registered. Rows
 /// of an integer walk are inserted in id order, the one order every writer

@@ -1,5 +1,5 @@
 //! Whether a failed write is about the rows it touched or about the whole
-//! database (DESIGN.md, Turn 3 contract: "No single row can fail a batch").
+//! database (docs/design.md, "Invariants": no single row fails a batch).
 //! Phase 3 retries, bisects or gives up on that answer alone.
 
 use super::StoreError;

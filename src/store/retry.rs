@@ -1,6 +1,6 @@
 //! Retrying a whole transaction that PostgreSQL chose as the victim of a
-//! race (issue 30: "concurrent jobs on one database never fail on a deadlock
-//! or a serialization failure"). PostgreSQL's own advice for SQLSTATE 40P01
+//! race (concurrent jobs on one database never fail on a deadlock or a
+//! serialization failure: docs/scan.md, "Guards"). PostgreSQL's own advice for SQLSTATE 40P01
 //! (`deadlock_detected`) and 40001 (`serialization_failure`) is to run the
 //! transaction again (PostgreSQL manual, 13.6 "Serialization Failure
 //! Handling"); the writers take their locks in one order (payment ids

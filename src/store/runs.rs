@@ -105,7 +105,7 @@ pub struct RunHistory {
     /// When a run of this job last completed (Unix seconds), at any time.
     pub last_success_unix: Option<f64>,
     /// Rows scanned by the finished runs in the window that scanned any: the
-    /// pace's numerator (issue 23).
+    /// pace's numerator (docs/operations.md, "Sizing (`auto`)").
     pub paced_rows: i64,
     /// Seconds those runs took, start to finish: the pace's denominator.
     pub paced_seconds: f64,

@@ -228,7 +228,7 @@ pub struct OutboxFigures {
 
 /// Reads [`OutboxFigures`] from `RECONCILER_OUTBOX_TABLE`. `repair_types` are
 /// the event types of the repair commands (the outbox may be shared).
-/// `None` for a `debezium` outbox (DESIGN.md, Turn 3 contract): the
+/// `None` for a `debezium` outbox (docs/schema.md, "Outbox"): the
 /// application's relay drains it, deleting or keeping rows as it likes, so no
 /// count there tells a pending command from a delivered one.
 ///
@@ -303,7 +303,7 @@ pub struct LagHolder {
     #[serde(skip)]
     pub payment_id: PaymentKey,
     /// `payments.id` in JSON (`to_jsonb`): a number for integer and numeric
-    /// keys, as before issue 31, a string for uuid and text keys.
+    /// keys, as earlier releases wrote them, a string for uuid and text keys.
     #[serde(rename = "payment_id")]
     pub payment_id_json: serde_json::Value,
     /// The payment's order (text columns read as bytes: a stray byte shows

@@ -1,7 +1,7 @@
 //! Connect: [`AccountId`], a connected account id read from the database and
 //! parsed before it may go into a `Stripe-Account` header, and
 //! [`AccountAccess`], the run's memory of the connected accounts the
-//! platform cannot read (issue 24).
+//! platform cannot read (docs/connect.md).
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -261,7 +261,7 @@ impl StripeGateway {
 
 /// A live key (`sk_live_`, `rk_live_`: Stripe's secret and restricted live
 /// keys) with a `http://` base. Not refused: a local egress proxy that
-/// originates TLS to Stripe is a legitimate setup (issue 21); the operator is
+/// originates TLS to Stripe is a legitimate setup (docs/scan.md, "Guards"); the operator is
 /// told once instead.
 pub fn live_key_over_plain_http(base: &Url, api_key: &SecretString) -> bool {
     let key = api_key.expose_secret();

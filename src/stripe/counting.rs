@@ -1,6 +1,6 @@
 //! Requests sent to Stripe per endpoint: the metric
-//! `stripe_reconciler_stripe_requests{endpoint}` (DESIGN.md, "Reads:
-//! retrieve, list, events"). Every attempt counts, retries included: each one
+//! `stripe_reconciler_stripe_requests{endpoint}` (docs/design.md, "Reading
+//! Stripe: retrieve, list, events"). Every attempt counts, retries included: each one
 //! spends the rate budget.
 
 use std::sync::atomic::{AtomicU64, Ordering};

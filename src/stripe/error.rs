@@ -49,7 +49,7 @@ pub enum GatewayError {
     /// refused because the platform has no access to that account (a 403
     /// "does not have access to account", a revoked application, code
     /// `account_invalid`): that account's rows are UNVERIFIABLE for the rest
-    /// of the run, the other accounts go on (issue 24). Stripe's message is
+    /// of the run, the other accounts go on (docs/connect.md). Stripe's message is
     /// not kept (it quotes part of the key).
     #[error("the platform has no access to connected account {account} (HTTP {status}{}, request {}): the account was disconnected, the application revoked, or the id is not one of this platform's accounts", code.as_deref().map(|c| format!(", code {c}")).unwrap_or_default(), request_id.as_deref().unwrap_or("-"))]
     AccountUnreachable {
@@ -152,13 +152,13 @@ pub enum InvalidBody {
     /// PaymentIntent.
     #[error("HTTP 404 resource_missing on a list")]
     NotFoundOnList,
-    /// A JSON body that is not a usable Checkout Session (issue 32).
+    /// A JSON body that is not a usable Checkout Session.
     #[error("{0}")]
     CheckoutSession(#[from] MalformedSession),
 }
 
 /// Why a Checkout Session JSON object (a retrieve's body or one item of a
-/// list page) is not usable (issue 32).
+/// list page) is not usable (docs/checkout-sessions.md).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MalformedSession {
     /// A required field is missing or not what Stripe sends: which.

@@ -70,7 +70,7 @@ impl fmt::Display for PaymentIntentId {
 /// digits and `_` (`cs_test_a1YS…`, `cs_live_…`; Stripe's ids), at most
 /// [`MAX_ID_LEN`] bytes. The Checkout Session column
 /// (`RECONCILER_CHECKOUT_SESSION_COLUMN`) is untrusted input: anything else
-/// never reaches an HTTP request (issue 32).
+/// never reaches an HTTP request (docs/checkout-sessions.md).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CheckoutSessionId(String);
 

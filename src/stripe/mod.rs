@@ -11,7 +11,7 @@
 //! - [`counting`]: requests per [`Endpoint`] (`stripe_requests{endpoint}`).
 //! - `parsing`: a 200's body into domain facts.
 //! - [`retry`]: the retry decision, a pure function.
-//! - [`session`]: Checkout Sessions: retrieve and list (issue 32).
+//! - [`session`]: Checkout Sessions: retrieve and list (docs/checkout-sessions.md).
 //! - [`error`]: [`GatewayError`] and its causes.
 //! - [`id`]: [`PaymentIntentId`] and [`CheckoutSessionId`], validated before they go into a URL path.
 //! - `wire`: Stripe's JSON shapes, read leniently (private): list pages, the

@@ -1,4 +1,4 @@
-//! Checkout Sessions (issue 32): retrieve
+//! Checkout Sessions (docs/checkout-sessions.md): retrieve
 //! (`GET /v1/checkout/sessions/{id}?expand[]=payment_intent.latest_charge`)
 //! and list (`GET /v1/checkout/sessions?created[gte]&created[lte]&limit=100
 //! &expand[]=data.payment_intent.latest_charge`), under the same rate limit,

@@ -1,4 +1,5 @@
-//! Acknowledgements (issue 30): a finding a person resolved by hand is not
+//! Acknowledgements (docs/findings.md, "Acknowledgements"): a finding a person resolved by hand
+//! is not
 //! opened again while what it was resolved for stays the same (kind, local
 //! and Stripe status, and the details that matter for its kind:
 //! `src/reconcile/acknowledgement.rs`, docs/findings.md), and a changed

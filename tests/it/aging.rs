@@ -1,4 +1,4 @@
-//! Aging findings (DESIGN.md "Beyond status"): `authorization_expiring`,
+//! Aging findings (docs/findings.md, "Finding kinds"): `authorization_expiring`,
 //! `stuck_processing` and `abandoned`, counted from the PaymentIntent's
 //! `created` (Stripe's clock), recorded with a deadline, resolved when the
 //! PaymentIntent moves on; and their three variables.

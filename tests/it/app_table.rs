@@ -1,4 +1,5 @@
-//! The application's `payments` stays the application's (issue 29): `migrate`
+//! The application's `payments` stays the application's (docs/schema.md,
+//! "What `migrate` creates"): `migrate`
 //! never queues the application's writes behind a lock, adds no column,
 //! constraint or foreign key, and an upgrade from the previous release (the
 //! migration files applied as released, by sqlx's own migrator) removes what

@@ -1,4 +1,4 @@
-//! The application's `payments` stays the application's (issue 29), as the
+//! The application's `payments` stays the application's (docs/design.md, "Invariants"), as the
 //! scan sees it: a payment the application deletes closes its findings as
 //! `payment_deleted` and skips its commands; a batch that reads the table's
 //! last rows ends the cycle, so a small table or partition is verified again

@@ -1,4 +1,4 @@
-//! Checkout Sessions (issue 32): rows with no PaymentIntent id and a `cs_`
+//! Checkout Sessions (docs/checkout-sessions.md): rows with no PaymentIntent id and a `cs_`
 //! id in `RECONCILER_CHECKOUT_SESSION_COLUMN`, judged by their session and
 //! then by its PaymentIntent, in both read modes, against the shared fake
 //! Stripe; the repair that fills the PaymentIntent id.

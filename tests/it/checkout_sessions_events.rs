@@ -1,4 +1,5 @@
-//! Checkout Session events (issue 32): a missed `checkout.session.completed`
+//! Checkout Session events (docs/checkout-sessions.md, "Events"): a missed
+//! `checkout.session.completed`
 //! is found within one events run, on the platform and on a connected
 //! account; a paid session no row names is `missing_locally`; an async
 //! `unpaid` completion is not booked.

@@ -1,4 +1,4 @@
-//! Connect (issue 24): rows of connected accounts (`RECONCILER_ACCOUNT_COLUMN`)
+//! Connect (docs/connect.md): rows of connected accounts (`RECONCILER_ACCOUNT_COLUMN`)
 //! read with `Stripe-Account`, against the shared fake Stripe
 //! (`support::stripe_fake`), which answers 404 unless the header names the
 //! account the PaymentIntent belongs to, like Stripe does. An account the platform lost access to

@@ -1,4 +1,4 @@
-//! Connect (issue 24): the events feed of each active connected account,
+//! Connect (docs/connect.md): the events feed of each active connected account,
 //! read with its `Stripe-Account` header from its own position, in turn with
 //! the platform's feed. The shared fake Stripe (`support::stripe_fake`)
 //! answers a feed or a PaymentIntent only when the header matches (no

@@ -1,4 +1,4 @@
-//! Connect (issue 24), what is unusable: a connected account whose every
+//! Connect (docs/connect.md), what is unusable: a connected account whose every
 //! read is a 404 is unreachable (its rows UNVERIFIABLE, not exit 78); a
 //! malformed account value is never sent; without the account column,
 //! `missing_externally` says it could be a connected account; an unusable

@@ -104,6 +104,7 @@ fn linked_pages() -> Vec<PathBuf> {
         "helm/stripe-reconciler/README.md",
         "monitoring/README.md",
         "k8s/README.md",
+        "migrations/README.md",
     ]
     .iter()
     .map(|p| root.join(p))

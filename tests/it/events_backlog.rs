@@ -1,4 +1,4 @@
-//! A backlog of events larger than one run may read (issue 21): worked off
+//! A backlog of events larger than one run may read (docs/events.md): worked off
 //! in slices over several runs, each slice committed with its position, on a
 //! real PostgreSQL with Stripe's `/v1/events` faked in Stripe's shape.
 
@@ -219,7 +219,7 @@ async fn a_page_cap_smaller_than_the_backlog_records_no_gap_and_the_next_run_con
     let server = stripe(&feed, &reads).await;
     backlog(&pool, &feed, 250).await;
     let newest = Utc::now().timestamp() - 400;
-    // Four pages a run, from the run's first page (issue 30): two to find
+    // Four pages a run, from the run's first page: two to find
     // the first slice crowded, then slices of about a page.
     let cap = 4;
 

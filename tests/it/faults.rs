@@ -22,8 +22,8 @@ fn env(pool: &PgPool, stripe: &str, extra: &[(&'static str, &str)]) -> Vec<(&'st
         ("STRIPE_API_KEY", SECRET_KEY.to_owned()),
         ("STRIPE_API_BASE", stripe.to_owned()),
         ("RECONCILER_RATE_LIMIT_RPS", "500".to_owned()),
-        // These tests read small tables to their end in one run (issue 23's
-        // `auto` would plan one batch for them).
+        // These tests read small tables to their end in one run (`auto`
+        // would plan one batch for them).
         ("RECONCILER_BATCHES_PER_RUN", "10".to_owned()),
     ];
     env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));

@@ -101,7 +101,7 @@ async fn occasional_failures_are_unverifiable_and_the_cursor_moves_on(pool: PgPo
             .get(stripe_reconciler::reconcile::Verdict::Unverifiable),
         1
     );
-    // The batch read the table's last rows: the cycle ended (issue 29).
+    // The batch read the table's last rows: the cycle ended (docs/scan.md, "Guards").
     assert!(report.wrapped);
     assert_eq!(cursor(&pool, "payments-vs-stripe").await, 0);
     assert_eq!(verified(&pool, 4).await, (None, false));

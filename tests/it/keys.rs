@@ -1,4 +1,4 @@
-//! Any primary key (issue 31, docs/keys.md): a uuid and a text key go
+//! Any primary key (docs/keys.md): a uuid and a text key go
 //! through `migrate`, `run` (retrieve and list mode), repair and review.
 //! The other subjects are in `keys_integers`, `keys_changes` and
 //! `keys_connect`; the arrangement is `support::keyed`.

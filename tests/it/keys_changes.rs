@@ -1,4 +1,4 @@
-//! Rows that move under the walk (issue 31): a row committed late with an
+//! Rows that move under the walk (docs/keys.md, "No row skipped"): a row committed late with an
 //! old `created_at` is verified by the next cycle; a row whose key or
 //! `created_at` changes is read as a new row; `migrate` registers a uuid
 //! table's existing rows, and a deleted payment's finding resolves when the

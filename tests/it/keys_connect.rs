@@ -1,4 +1,4 @@
-//! A uuid key with the other subjects of the walk (issue 31): a partition
+//! A uuid key with the other subjects of the walk (docs/keys.md): a partition
 //! and a connected account on a uuid table, and the events job finding a
 //! missed webhook on one.
 

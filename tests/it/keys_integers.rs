@@ -1,4 +1,4 @@
-//! Integer keys (issue 31): `integer` and `smallint` ids and versions go
+//! Integer keys (docs/keys.md): `integer` and `smallint` ids and versions go
 //! through `migrate`, `run` and `status`; ids ≤ 0 and near ±2^63 are read.
 
 use std::collections::BTreeSet;

@@ -1,4 +1,5 @@
-//! A Rails `payments` keyed by uuid (issue 31 with issue 30's timestamps):
+//! A Rails `payments` keyed by uuid (docs/keys.md, with the timestamps of
+//! docs/operations.md, "Rails timestamps"):
 //! `id uuid DEFAULT gen_random_uuid()`, `created_at`/`updated_at` as Rails
 //! writes them (`timestamp(6) without time zone`, wall-clock times in
 //! `RECONCILER_TIMESTAMP_ZONE`, here Asia/Tokyo, while the database's and

@@ -1,5 +1,6 @@
 //! The scan, the repair workers and the application on the same rows at once
-//! (issue 11, "never deadlocks"): no deadlock between a scan and two workers,
+//! (docs/scan.md, "Guards": one lock order, no deadlock): no deadlock between a scan and two
+//! workers,
 //! and the scan's row locks do not block inserts that reference a payment.
 //! Part of `scripts/faults.sh`.
 

@@ -25,7 +25,8 @@
 //! - `gateway_batch`: what a batch does with each failure class
 //! - `isolation`: the tests' own Pushgateways load nothing from elsewhere
 //! - `least_privilege`: `sql/least_privilege.sql` is enough and no more
-//! - `keys`: any primary key: uuid and text keys through migrate, both read modes, repair, review (issue 31)
+//! - `keys`: any primary key: uuid and text keys through migrate, both read modes, repair,
+//!   review (docs/keys.md)
 //! - `keys_changes`: a late-committed row, a row whose key or `created_at` changes
 //! - `keys_connect`: a partition, a connected account and the events job on a uuid table
 //! - `keys_integers`: integer and smallint keys, ids ≤ 0 and near ±2^63

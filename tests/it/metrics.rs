@@ -280,7 +280,8 @@ async fn a_run_that_cannot_reach_the_database_keeps_the_last_known_state(pool: P
     .is_some());
 }
 
-/// DESIGN.md: metric labels stay bounded whatever Stripe answers. 50 locally
+/// Metric labels stay bounded whatever Stripe answers (docs/operations.md, "Metrics"). 50
+/// locally
 /// failed payments, each answered with its own undocumented status: 50 raw
 /// kinds in the findings, one `kind` label value in the push.
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]

@@ -53,7 +53,7 @@ async fn migrations_apply_over_existing_payments_and_outbox(pool: PgPool) {
     // Idempotent: a second run is a no-op.
     stripe_reconciler::db::migrate(&pool).await.unwrap();
 
-    // Neither application table gained a column (issue 29: no column on a
+    // Neither application table gained a column (docs/design.md, "Invariants": no column on a
     // table the reconciler did not create).
     assert_eq!(columns(pool.clone()).await, before);
     assert_eq!(count(&pool, "SELECT count(*) FROM payments").await, 1);

@@ -1,4 +1,4 @@
-//! Money beats status (DESIGN.md "Beyond status"): the latest charge read in
+//! Money beats status (docs/design.md, "Money beyond status"): the latest charge read in
 //! the same request, refunds, disputes, duplicates and amount/currency
 //! mismatches recorded as findings that block every repair of their payment,
 //! on a real PostgreSQL with Stripe faked by wiremock.

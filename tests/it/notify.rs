@@ -1,4 +1,5 @@
-//! Notifications (issue 33) through the real binary, with a local receiver:
+//! Notifications (docs/review.md, "Notifications") through the real binary, with a local
+//! receiver:
 //! one message per run listing each new money finding once, a retry after a
 //! failing receiver, Slack's escaping of a hostile order id, and a URL that
 //! never reaches the output.

@@ -1,4 +1,5 @@
-//! The operator's side of the real binary (issue 16): exit codes, the
+//! The operator's side of the real binary (docs/scan.md; the README's exit codes): exit codes,
+//! the
 //! summary on stdout that tells the truth, secrets never printed, errors a
 //! person can read, and log lines that say how far a cycle is. Real binary,
 //! real PostgreSQL, real Pushgateway; Stripe is wiremock.
@@ -227,8 +228,8 @@ fn env(pool: &PgPool, stripe: &str, extra: &[(&'static str, &str)]) -> Vec<(&'st
         ("STRIPE_API_KEY", API_KEY.to_owned()),
         ("STRIPE_API_BASE", stripe.to_owned()),
         ("RECONCILER_RATE_LIMIT_RPS", "500".to_owned()),
-        // These tests read small tables to their end in one run (issue 23's
-        // `auto` would plan one batch for them).
+        // These tests read small tables to their end in one run (`auto`
+        // would plan one batch for them).
         ("RECONCILER_BATCHES_PER_RUN", "10".to_owned()),
     ];
     env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
@@ -256,7 +257,7 @@ async fn a_dry_run_counts_only_the_findings_a_real_run_would_create(pool: PgPool
     // A real run records both drifts; then payment 8's finding is closed as
     // `cleared` (as a verification in between would), so only its drift is
     // new again. (A finding resolved by hand would stay closed: an
-    // acknowledgement, issue 30, tests/it/acknowledgements.rs.)
+    // acknowledgement, tests/it/acknowledgements.rs.)
     let real = reconciler_output(&["run"], &env(&pool, &stripe.uri(), &[])).await;
     assert_eq!(real.status.code(), Some(0), "{}", stderr(&real));
     assert_eq!(summary(&real)["findings_created"], 2);

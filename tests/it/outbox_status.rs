@@ -1,5 +1,5 @@
 //! `status`, `status --json` and the pushed outbox gauges follow
-//! `RECONCILER_OUTBOX_TABLE` and `RECONCILER_OUTBOX_SHAPE` (issue 22): a
+//! `RECONCILER_OUTBOX_TABLE` and `RECONCILER_OUTBOX_SHAPE` (docs/schema.md, "Outbox"): a
 //! reconciler outbox of any name is counted, a debezium outbox (drained by
 //! the application's relay) is reported as not applicable and not pushed.
 

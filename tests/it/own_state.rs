@@ -1,5 +1,5 @@
 //! The reconciler's own state (`reconciliation_payment_state`): the scan
-//! writes nothing into the application's rows (DESIGN.md, Turn 3 contract),
+//! writes nothing into the application's rows (docs/design.md, "Invariants"),
 //! the migration carries over what was stamped on `payments` before, and the
 //! lag read from the new table equals the seed's per-row definition.
 

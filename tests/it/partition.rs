@@ -1,4 +1,4 @@
-//! One release per Stripe account (issue 24): `RECONCILER_PARTITION_COLUMN`
+//! One release per Stripe account (docs/connect.md): `RECONCILER_PARTITION_COLUMN`
 //! and `RECONCILER_PARTITION_VALUE` keep each job to its rows, with its own
 //! key, `RECONCILER_JOB` and cursor, on one `payments` table. Stripe is one
 //! wiremock that answers an account's PaymentIntents only to that account's

@@ -1,6 +1,6 @@
 //! `RECONCILER_BATCHES_PER_RUN`: `auto` sizes a run at its start and never
 //! plans more than fits before the run deadline; a number means exactly that
-//! many batches; `status --json` shows the plan (issue 23).
+//! many batches; `status --json` shows the plan (docs/operations.md, "Sizing (`auto`)").
 
 use std::time::Duration;
 

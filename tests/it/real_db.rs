@@ -1,4 +1,5 @@
-//! Databases as they are found in the field (issue 30): a Rails `payments`
+//! Databases as they are found in the field (docs/operations.md, "Databases
+//! as they are found"): a Rails `payments`
 //! (`timestamp(6) without time zone`, read in `RECONCILER_TIMESTAMP_ZONE`
 //! whatever the session's TimeZone), a role whose `statement_timeout` is
 //! shorter than `migrate`'s long steps, and two partitions' jobs running at

@@ -288,7 +288,8 @@ async fn poison_commands_do_not_block_the_ones_behind_them(pool: PgPool) {
     let first = drain_all(&pool).await;
 
     // A command whose payment does not exist is the application's delete:
-    // skipped as payment_deleted (issue 29), not retried.
+    // skipped as payment_deleted (docs/schema.md, "A payment the application deletes"), not
+    // retried.
     assert_eq!(
         (first.applied, first.failed, first.skipped, first.stuck),
         (1, 2, 1, 0)

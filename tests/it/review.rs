@@ -102,7 +102,7 @@ async fn a_needs_review_finding_is_listed_resolved_and_reopened_by_a_later_scan(
     assert_eq!(again.status.code(), Some(65));
 
     // The next scan, nothing changed: the manual resolution holds (an
-    // acknowledgement, issue 30; tests/it/acknowledgements.rs has every kind).
+    // acknowledgement; tests/it/acknowledgements.rs has every kind).
     sqlx::query("UPDATE reconciliation_cursor SET last_id = 0")
         .execute(&pool)
         .await

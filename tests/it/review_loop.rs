@@ -1,4 +1,4 @@
-//! The review loop (issue 33) through the real binary: `differs` in the
+//! The review loop (docs/review.md) through the real binary: `differs` in the
 //! JSON and the table, the CSV round trip of 500 findings, all or nothing,
 //! and every finding's history across resolve, reopen and resolve again.
 

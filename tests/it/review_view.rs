@@ -29,7 +29,7 @@ const COLUMNS: [&str; 20] = [
     "resolved_by",
     "resolution_note",
     "dashboard_url",
-    // Issue 32, added at the end.
+    // Checkout Sessions (docs/checkout-sessions.md), added at the end.
     "checkout_session_id",
 ];
 

@@ -1,6 +1,6 @@
 //! One batch end to end: every verdict path, on a real PostgreSQL, with Stripe
 //! faked by wiremock; and the set-based phase 3 writes exactly what the design
-//! note's per-row algorithm writes (issue 6; timings are in BENCHMARKS.md).
+//! note's per-row algorithm writes (docs/design.md; timings are in BENCHMARKS.md).
 
 use crate::support::seed_algorithm::seed_run_batch;
 use crate::support::*;
@@ -76,7 +76,7 @@ async fn every_verdict_path_writes_exactly_what_it_should(pool: PgPool) {
     assert_eq!(report.verdicts.get(Verdict::NeedsReview), 4);
     assert_eq!(report.verdicts.get(Verdict::Unverifiable), 1);
     assert_eq!((report.findings_created, report.commands_enqueued), (6, 2));
-    // The table's last rows: the batch ended the cycle (issue 29).
+    // The table's last rows: the batch ended the cycle (docs/scan.md, "Guards").
     assert!(report.wrapped);
     assert_eq!(report.cursor_to, 0);
 
@@ -295,7 +295,7 @@ async fn snapshot(
     .await
     .unwrap();
     // The payload names its finding by (payment, kind), not by id; ours adds
-    // the PaymentIntent id the writer checks before applying (issue 10).
+    // the PaymentIntent id the writer checks before applying (docs/scan.md, "Guards").
     let outbox = sqlx::query_as(
         "SELECT o.aggregate_id, o.event_type, f.kind,
                 (o.payload - 'finding_id' - 'stripe_payment_intent_id')::text

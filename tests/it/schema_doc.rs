@@ -1,4 +1,4 @@
-//! docs/schema.md ("What `migrate` creates", issue 29) lists every table,
+//! docs/schema.md ("What `migrate` creates") lists every table,
 //! view, function and trigger `migrate` creates, and says which of them read
 //! the application's `payments`.
 

@@ -1,4 +1,5 @@
-//! `migrate` with `RECONCILER_CHECKOUT_SESSION_COLUMN` (issue 32): it says
+//! `migrate` with `RECONCILER_CHECKOUT_SESSION_COLUMN` (docs/checkout-sessions.md, "Events"):
+//! it says
 //! which index of the application's would serve the events job's lookups by
 //! Checkout Session id, and never adds one to `payments`.
 

@@ -1,4 +1,5 @@
-//! Text that is not valid UTF-8 and values too long to print (issue 30):
+//! Text that is not valid UTF-8 and values too long to print (docs/operations.md,
+//! "A stray byte in the application's text" and "Very long values in the tables"):
 //! a `SQL_ASCII` database (old installs) stores any byte, and one `0xff` in
 //! `status`, in the PaymentIntent column or in `order_id` used to fail every
 //! batch (`invalid byte sequence for encoding "UTF8"`, the cursor stuck at

@@ -1,4 +1,4 @@
-//! STRIPE_API_BASE answering a redirect (issue 21): a configuration error
+//! STRIPE_API_BASE answering a redirect (docs/scan.md, "Guards"): a configuration error
 //! (exit 78) naming the Location's host, and the key never sent there; a live
 //! key over plain `http://` is warned about once, without the key.
 

@@ -1,4 +1,4 @@
-//! Hostile text never reaches the operator's terminal (issue 21): stored
+//! Hostile text never reaches the operator's terminal (docs/design.md, "Invariants"): stored
 //! strings that carry ESC/OSC sequences, a bell, a newline forging a row or a
 //! right-to-left override print as one escaped line in every human-readable
 //! output, and `--json` keeps their exact bytes. Real binary, real PostgreSQL.

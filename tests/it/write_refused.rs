@@ -1,4 +1,4 @@
-//! No single row can fail a batch (issue 21; DESIGN.md, Turn 3 contract): a
+//! No single row can fail a batch (docs/design.md, "Invariants"; docs/scan.md, "Guards"): a
 //! row whose write the database refuses (a trigger on the application's
 //! outbox, a row lock held past the lock timeout) gets a `write_refused`
 //! finding and is not stamped; the rest of its batch commits, the cursor

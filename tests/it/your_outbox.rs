@@ -1,4 +1,4 @@
-//! The user's own schema, created before `migrate` (issue 22): a
+//! The user's own schema, created before `migrate` (docs/schema.md): a
 //! Debezium-shaped outbox is used as it is and never altered, an outbox of a
 //! third shape and a `payments.id` of a type the reconciler cannot key by (bytea) stop with exit 78 before anything is
 //! created.

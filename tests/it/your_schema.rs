@@ -1,4 +1,4 @@
-//! The application's own `payments` (issue 22), created before `migrate`:
+//! The application's own `payments` (docs/schema.md), created before `migrate`:
 //! its status words (`RECONCILER_LOCAL_STATUSES`) both ways, read and
 //! written, and amounts in major units (`RECONCILER_AMOUNT_UNIT=major`) in
 //! two-, zero- and three-decimal currencies.

@@ -1,4 +1,4 @@
-//! The arrangement of the Connect tests (issue 24): the account column on
+//! The arrangement of the Connect tests (docs/connect.md): the account column on
 //! `payments`, rows of connected accounts, the settings that read it, and a
 //! run that ends the cycle.
 

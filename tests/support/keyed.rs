@@ -1,4 +1,4 @@
-//! The arrangement of the key tests (issue 31, docs/keys.md): the
+//! The arrangement of the key tests (docs/keys.md): the
 //! application's own `payments` with a primary key of any type, its rows,
 //! `migrate` through the binary, the settings with the key detected, a run,
 //! and what a user checks afterwards.

@@ -1,4 +1,4 @@
-//! Checkout Sessions in the fake Stripe (issue 32): Stripe's example session
+//! Checkout Sessions in the fake Stripe (docs/checkout-sessions.md): Stripe's example session
 //! object, and the retrieve and list answers with `payment_intent` expanded
 //! as asked.
 

@@ -13,7 +13,7 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use super::{gateway, mount};
 
-/// The scan's job name (DESIGN.md, `reconciliation_cursor.job`).
+/// The scan's job name (`RECONCILER_JOB`'s default: docs/configuration.md).
 pub const SCAN_JOB: &str = "payments-vs-stripe";
 
 /// One write-mode batch through `gw`; the error is the test's to inspect.

@@ -1,4 +1,4 @@
-//! The review loop's reads and writes (issue 33): one finding with its
+//! The review loop's reads and writes (docs/review.md): one finding with its
 //! history (`findings show`), the all-or-nothing resolution of many
 //! (`findings resolve --file`), and the findings a notification is owed for.
 //! The history itself is written by the trigger of

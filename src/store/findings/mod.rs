@@ -12,7 +12,7 @@
 //!   finding locked for a command) and the writer's resolution.
 //! - `review`: the review queue (`findings list`, `findings resolve`).
 //! - `history`: one finding with its history, resolving many at once, and
-//!   the findings a notification is owed for (issue 33).
+//!   the findings a notification is owed for (docs/review.md).
 //! - `intents`: findings about a PaymentIntent with no payment.
 
 mod history;

@@ -53,10 +53,10 @@ pub struct FindingView {
     #[sqlx(try_from = "StoredText")]
     pub stripe_payment_intent_id: Option<String>,
     /// The connected account (`acct_…`) the finding is about; `None`: the
-    /// platform's own account (issue 24).
+    /// platform's own account (docs/connect.md).
     pub stripe_account_id: Option<String>,
     /// The payment's Checkout Session when it was judged by its session
-    /// (issue 32); `None` otherwise.
+    /// (docs/checkout-sessions.md); `None` otherwise.
     pub checkout_session_id: Option<String>,
     /// The kind's database string.
     pub kind: String,

@@ -32,10 +32,10 @@ pub struct NewFinding {
     /// succeeded): such a finding reopens until the status is dealt with.
     pub acknowledgeable: bool,
     /// The connected account (`acct_…`) the reads went to; `None`: the
-    /// platform's own account (issue 24).
+    /// platform's own account (docs/connect.md).
     pub stripe_account_id: Option<String>,
     /// The payment's Checkout Session (`cs_…`) when it was judged by its
-    /// session (no PaymentIntent id; issue 32); `None` otherwise.
+    /// session (no PaymentIntent id; docs/checkout-sessions.md); `None` otherwise.
     pub checkout_session_id: Option<String>,
     /// The session's PaymentIntent when it was judged by its session and
     /// the session has one; `None` otherwise (the payment's own column
@@ -126,7 +126,7 @@ async fn acknowledged(
 /// The findings as parallel arrays: `$1` payment ids, `$2` kinds, `$3` local
 /// statuses, `$4` external statuses, `$5` details, `$6` acknowledged (see
 /// [`acknowledged`]: such a finding is not recorded), `$7` accounts, `$8`
-/// Checkout Sessions, `$9` the sessions' PaymentIntents (issue 32).
+/// Checkout Sessions, `$9` the sessions' PaymentIntents.
 fn bind_findings<'q, O>(
     query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
     findings: &'q [NewFinding],

@@ -97,7 +97,8 @@ pub async fn check_partition(
     }
 }
 
-/// Detects how `payments.created_at` and `updated_at` are read (issue 30):
+/// Detects how `payments.created_at` and `updated_at` are read
+/// (docs/operations.md, "Rails timestamps"):
 /// `timestamp without time zone` is a wall-clock time in `times.zone`
 /// (`RECONCILER_TIMESTAMP_ZONE`), any other type is read as it is. The zone
 /// is checked by the database first (`pg_timezone_names` and POSIX offsets:

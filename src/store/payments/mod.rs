@@ -4,7 +4,7 @@
 //! through `RECONCILER_LOCAL_STATUSES`, its amount column by
 //! `RECONCILER_AMOUNT_UNIT`. Nothing here writes the application's rows
 //! except [`transition_status`], the canonical writer's; what the scan
-//! observes goes to `store::payment_state` (DESIGN.md, Turn 3 contract).
+//! observes goes to `store::payment_state` (docs/schema.md, "The reconciler's own state").
 //!
 //! - `columns`: the start-up check of the configured columns (ids, amount,
 //!   currency) against the table's catalogue.
@@ -47,7 +47,7 @@ use crate::store::keys::{walk_compare, walk_order};
 /// findings, not a batch that fails forever.
 #[derive(Debug, Clone)]
 pub struct PaymentRow {
-    /// `payments.id`, as its canonical text (any key type, issue 31).
+    /// `payments.id`, as its canonical text (any key type, docs/keys.md).
     pub id: PaymentKey,
     /// `payments.stripe_payment_intent_id`, untrusted.
     pub stripe_payment_intent_id: Option<String>,
@@ -83,7 +83,7 @@ pub struct PaymentRow {
     pub behind_cursor: bool,
     /// The Checkout Session column (`RECONCILER_CHECKOUT_SESSION_COLUMN`),
     /// untrusted; `None` when not configured or NULL. Read only when the
-    /// PaymentIntent id is NULL or empty (issue 32).
+    /// PaymentIntent id is NULL or empty (docs/checkout-sessions.md).
     pub checkout_session_id: Option<String>,
 }
 

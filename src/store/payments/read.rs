@@ -117,7 +117,7 @@ async fn late_commit_window(
 
 /// A PaymentIntent id this job (its partition, when one is set) once verified with Stripe (its state row has
 /// an observed status; a row judged by its Checkout Session without a
-/// PaymentIntent id yet is not one, issue 32), used to tell a wrong key from genuinely missing
+/// PaymentIntent id yet is not one), used to tell a wrong key from genuinely missing
 /// PaymentIntents. `None` on a new install.
 ///
 /// # Errors

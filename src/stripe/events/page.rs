@@ -33,7 +33,8 @@ pub struct PaymentIntentEvent {
     pub metadata: BTreeMap<String, String>,
 }
 
-/// One `checkout.session.*` event (issue 32): the session it is about and
+/// One `checkout.session.*` event (docs/checkout-sessions.md, "Events"): the session it is
+/// about and
 /// what its object showed. The job re-reads the session (or its
 /// PaymentIntent) before deciding anything.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,7 +84,7 @@ pub struct EventPage {
     /// Charge, refund and dispute events whose object names no PaymentIntent
     /// (a charge made without one): logged and counted, nothing to re-read.
     pub without_payment_intent: usize,
-    /// The page's Checkout Session events, newest first (issue 32).
+    /// The page's Checkout Session events, newest first.
     pub sessions: Vec<SessionEvent>,
     /// Stripe says older events follow.
     pub has_more: bool,

@@ -4,10 +4,10 @@
 
 /// The event types the feed asks for: the PaymentIntent events, the
 /// charge, refund and dispute events, whose object names its PaymentIntent
-/// in `payment_intent`, and the Checkout Session events (issue 32), whose
+/// in `payment_intent`, and the Checkout Session events, whose
 /// object is the session (twenty in all: Stripe's limit). A refund or a dispute never changes the
-/// PaymentIntent's status and emits no `payment_intent.*` event (DESIGN.md,
-/// "Turn 3 contract"; Stripe API reference, "Types of events").
+/// PaymentIntent's status and emits no `payment_intent.*` event (docs/events.md;
+/// Stripe API reference, "Types of events").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EventType {
     /// `payment_intent.succeeded`
@@ -42,7 +42,7 @@ pub enum EventType {
     ChargeDisputeFundsWithdrawn,
     /// `charge.dispute.funds_reinstated`
     ChargeDisputeFundsReinstated,
-    /// `checkout.session.completed` (issue 32)
+    /// `checkout.session.completed` (docs/checkout-sessions.md)
     CheckoutSessionCompleted,
     /// `checkout.session.async_payment_succeeded`
     CheckoutSessionAsyncPaymentSucceeded,
@@ -177,7 +177,7 @@ pub enum EventObject {
     Refund,
     /// A dispute (`charge.dispute.*`).
     Dispute,
-    /// A Checkout Session (`checkout.session.*`, issue 32).
+    /// A Checkout Session (`checkout.session.*`).
     CheckoutSession,
 }
 

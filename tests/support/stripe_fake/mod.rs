@@ -9,7 +9,7 @@
 //!   `created[gte|gt|lte|lt]`, `limit` (1 to 100, default 10; anything else a
 //!   400 as Stripe answers), `starting_after` (an unknown id: 400
 //!   `resource_missing`) and `expand[]=data.latest_charge`;
-//! - Checkout Sessions (issue 32): retrieve `GET /v1/checkout/sessions/{id}`
+//! - Checkout Sessions (docs/checkout-sessions.md): retrieve `GET /v1/checkout/sessions/{id}`
 //!   and list `GET /v1/checkout/sessions` as above, `payment_intent`
 //!   expanded with `expand[]=payment_intent[.latest_charge]` (list:
 //!   `data.payment_intent[.latest_charge]`), see `super::session_fake`;

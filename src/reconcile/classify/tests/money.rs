@@ -141,7 +141,7 @@ fn money_rows_of_the_beyond_status_table() {
                 "local_amount": null, "stripe_amount": 1099, "currency": "usd",
             }),
             ..row(
-                "a paid row whose configured amount is NULL: a finding, not in sync (issue 30)",
+                "a paid row whose configured amount is NULL: a finding, not in sync",
                 null_amount("paid"),
                 clean_success(),
                 Verdict::NeedsReview,
