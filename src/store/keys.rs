@@ -17,8 +17,11 @@ impl sqlx::Type<Postgres> for PaymentKey {
     fn type_info() -> PgTypeInfo {
         <String as sqlx::Type<Postgres>>::type_info()
     }
+    /// Text, or its bytes (`convert_to(id::text, 'SQL_ASCII')`: a key
+    /// that is not UTF-8 in a `SQL_ASCII` database, [`super::text`]).
     fn compatible(ty: &PgTypeInfo) -> bool {
         <String as sqlx::Type<Postgres>>::compatible(ty)
+            || <Vec<u8> as sqlx::Type<Postgres>>::compatible(ty)
     }
 }
 
@@ -34,11 +37,13 @@ impl sqlx::Encode<'_, Postgres> for PaymentKey {
     }
 }
 
+/// A key read as text: bytes that are not UTF-8 (a `SQL_ASCII` database)
+/// become `\xNN` ([`super::text::decode`]) instead of failing the statement.
 impl<'r> sqlx::Decode<'r, Postgres> for PaymentKey {
     fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
-        Ok(PaymentKey::new(<String as sqlx::Decode<Postgres>>::decode(
-            value,
-        )?))
+        // A text value's bytes, in either wire format.
+        let bytes = value.as_bytes()?;
+        Ok(PaymentKey::new(super::text::decode(bytes)))
     }
 }
 
