@@ -2,7 +2,8 @@
 //! anything is created or read (docs/schema.md, "The columns `payments`
 //! must and may have"): the relation the name resolves to on the
 //! `search_path` (a table, partitioned or not; never a view), the columns
-//! every command reads or the canonical writer writes, with their types.
+//! every command reads or the canonical writer writes, with their types, and
+//! whether row-level security may hide rows from the role that runs.
 //! [`check`] says in one sentence what does not fit and how to fix it.
 
 use sqlx::PgConnection;
@@ -30,6 +31,15 @@ pub enum TableMismatch {
     NotATable {
         /// What it is (`view`, `materialized view`, `foreign table`).
         kind: &'static str,
+    },
+    /// Row-level security on `payments` may hide rows from the role that
+    /// runs: no `BYPASSRLS`, not the owner (or `FORCE ROW LEVEL SECURITY`),
+    /// and no permissive policy `USING (true)` for it without a restrictive
+    /// one.
+    #[error("row-level security on payments may hide rows from the role {role}: a cycle would report complete over part of the table; give the role BYPASSRLS (ALTER ROLE {role} BYPASSRLS) or a policy that lets it read and update every row (CREATE POLICY reconciler_all ON payments TO {role} USING (true)), docs/schema.md")]
+    RowSecurity {
+        /// The role (`current_user`, quoted as an identifier).
+        role: String,
     },
     /// A required column is absent.
     #[error("payments has no column {column} ({needed}): docs/schema.md lists the columns payments must have; add it or point the reconciler at the table that has it")]
@@ -191,5 +201,31 @@ pub async fn check(conn: &mut PgConnection) -> Result<Result<(), TableMismatch>,
             }));
         }
     }
-    Ok(Ok(()))
+    Ok(row_security(conn)
+        .await?
+        .map_or(Ok(()), |role| Err(TableMismatch::RowSecurity { role })))
+}
+
+/// The role that runs (quoted), when row-level security on `payments` may
+/// hide rows from it ([`TableMismatch::RowSecurity`]); `None` when it sees
+/// every row.
+async fn row_security(conn: &mut PgConnection) -> Result<Option<String>, StoreError> {
+    super::query_scalar(
+        "SELECT quote_ident(current_user) FROM pg_class c, pg_roles r
+          WHERE c.oid = to_regclass('payments') AND r.rolname = current_user
+            AND c.relrowsecurity AND NOT r.rolsuper AND NOT r.rolbypassrls
+            AND (c.relforcerowsecurity OR NOT pg_has_role(current_user, c.relowner, 'USAGE'))
+            AND NOT (EXISTS (SELECT 1 FROM pg_policy p
+                              WHERE p.polrelid = c.oid AND p.polpermissive
+                                AND p.polcmd IN ('*', 'r')
+                                AND pg_get_expr(p.polqual, c.oid) = 'true'
+                                AND (0 = ANY (p.polroles)
+                                     OR EXISTS (SELECT 1 FROM unnest(p.polroles) x
+                                                 WHERE pg_has_role(current_user, x, 'MEMBER'))))
+                     AND NOT EXISTS (SELECT 1 FROM pg_policy p
+                                      WHERE p.polrelid = c.oid AND NOT p.polpermissive))",
+    )
+    .fetch_optional(conn)
+    .await
+    .context("reading the row-level security of payments")
 }

@@ -301,3 +301,58 @@ async fn a_payments_partitioned_by_month_gets_its_index_per_partition(pool: PgPo
         ]
     );
 }
+
+#[sqlx::test(migrations = false)]
+async fn row_level_security_hiding_rows_from_the_role_that_runs_stops_run(pool: PgPool) {
+    create_demo_payments(&pool).await;
+    insert_paid(&pool, 6).await;
+    let stripe = StripeFake::start().await;
+    stripe.mirror(&pool, "succeeded").await;
+    let out = bin(&pool, &stripe.uri(), &["migrate"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The role the CronJob runs as: not the owner, no BYPASSRLS; the
+    // application's policy shows it half the rows.
+    let role = format!("rls_{}", database_name(&pool));
+    sqlx::raw_sql(&format!(
+        "DROP ROLE IF EXISTS \"{role}\"; CREATE ROLE \"{role}\" LOGIN;
+         GRANT ALL ON ALL TABLES IN SCHEMA public TO \"{role}\";
+         GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO \"{role}\";
+         ALTER TABLE payments ENABLE ROW LEVEL SECURITY;
+         CREATE POLICY tenant ON payments USING (id % 2 = 0)"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let mut url = url::Url::parse(&database_url(&pool)).unwrap();
+    url.set_username(&role).unwrap();
+    let mut env = env(&pool, &stripe.uri());
+    env[0].1 = url.to_string();
+    let out = reconciler_output(&["run"], &env).await;
+    let outcome = out.status.code();
+    let err = stderr(&out);
+    // A policy that lets the role read every row: the run goes ahead.
+    sqlx::raw_sql(&format!(
+        "CREATE POLICY reconciler_all ON payments TO \"{role}\" USING (true)"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let after = reconciler_output(&["run"], &env).await;
+    let verified = count(
+        &pool,
+        "SELECT count(*) FROM reconciliation_payment_state WHERE last_reconciled_at IS NOT NULL",
+    )
+    .await;
+    sqlx::raw_sql(&format!("DROP OWNED BY \"{role}\"; DROP ROLE \"{role}\""))
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(outcome, Some(78), "{err}");
+    assert!(
+        err.contains("row-level security on payments may hide rows"),
+        "{err}"
+    );
+    assert!(err.contains("BYPASSRLS"), "{err}");
+    assert_eq!(after.status.code(), Some(0), "{}", stderr(&after));
+    assert_eq!(verified, 6, "every row verified");
+}
