@@ -66,13 +66,16 @@ pub const KEY_TABLES: [&str; 3] = [
 pub async fn detect(
     conn: &mut PgConnection,
 ) -> Result<Result<KeyType, UnsupportedKey>, StoreError> {
-    let found: Option<(String, bool)> = super::query_as(
+    let found: Option<(String, String, Option<String>, bool)> = super::query_as(
         "SELECT format_type(a.atttypid, NULL),
+                format_type(coalesce(nullif(t.typbasetype, 0), t.oid), NULL),
+                (SELECT format_type(to_regtype(quote_ident(e.extnamespace::regnamespace::text) || '.citext'), NULL)
+                   FROM pg_extension e WHERE e.extname = 'citext'),
                 EXISTS (SELECT 1 FROM pg_index i
                           JOIN pg_attribute c ON c.attrelid = i.indrelid AND c.attnum = i.indkey[0]
                          WHERE i.indrelid = a.attrelid AND i.indisvalid AND i.indpred IS NULL
                            AND c.attname = 'created_at' AND c.attnotnull)
-           FROM pg_attribute a
+           FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
           WHERE a.attrelid = to_regclass('payments') AND a.attname = 'id'
             AND a.attnum > 0 AND NOT a.attisdropped",
     )
@@ -81,7 +84,9 @@ pub async fn detect(
     .context("reading the type of payments.id")?;
     Ok(match found {
         None => Ok(KeyType::default()),
-        Some((sql, created_index)) => KeyType::from_catalog(&sql, created_index),
+        Some((sql, base, citext, created_index)) => {
+            KeyType::from_catalog_with_base(&sql, &base, citext.as_deref(), created_index)
+        }
     })
 }
 
@@ -120,7 +125,7 @@ pub async fn misaligned(conn: &mut PgConnection, key: &KeyType) -> Result<Vec<St
                             AND NOT i.attisdropped)))
           ORDER BY 1",
     )
-    .bind(key.stored())
+    .bind(key.stored_catalog())
     .fetch_all(conn)
     .await
     .context("reading the type of the reconciler's key columns")

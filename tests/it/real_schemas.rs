@@ -356,3 +356,70 @@ async fn row_level_security_hiding_rows_from_the_role_that_runs_stops_run(pool: 
     assert_eq!(after.status.code(), Some(0), "{}", stderr(&after));
     assert_eq!(verified, 6, "every row verified");
 }
+
+/// `char(26)` ULIDs, `citext` and a domain over text as `payments.id`:
+/// walked in the column's own order on its own index (no exit 78), every
+/// row verified once, exactly the drift found.
+async fn a_text_like_key_is_walked(pool: PgPool, prelude: &str, id_type: &str) {
+    let stripe = StripeFake::start().await;
+    sqlx::raw_sql(&format!(
+        "{prelude} {};
+         INSERT INTO payments (id, order_id, stripe_payment_intent_id, status, created_at, updated_at)
+         SELECT '01J' || lpad(i::text, 23, '0'), 'o' || i, 'pi_' || i,
+                CASE WHEN i = 4 THEN 'pending' ELSE 'paid' END,
+                now() - interval '30 days' + i * interval '1 minute', now() - interval '1 hour'
+           FROM generate_series(1, 7) AS i",
+        DEMO_PAYMENTS.replace(
+            "id                       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+            &format!("id {id_type} PRIMARY KEY")
+        )
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    stripe.mirror(&pool, "succeeded").await;
+    for args in [&["migrate"][..], &["run"], &["status"]] {
+        let out = bin(&pool, &stripe.uri(), args).await;
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{id_type} {args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let kinds: Vec<(String, String)> =
+        sqlx::query_as("SELECT payment_id::text, kind FROM reconciliation_findings ORDER BY 1")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        kinds,
+        [(format!("01J{:0>23}", 4), "missed_success".to_owned())],
+        "{id_type}"
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM reconciliation_payment_state WHERE last_reconciled_at IS NOT NULL").await,
+        7,
+        "{id_type}: every row verified"
+    );
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_char_26_ulid_key_is_walked_like_a_text_key(pool: PgPool) {
+    a_text_like_key_is_walked(pool, "", "char(26)").await;
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_citext_key_is_walked_like_a_text_key(pool: PgPool) {
+    a_text_like_key_is_walked(pool, "CREATE EXTENSION IF NOT EXISTS citext;", "citext").await;
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_domain_over_text_key_is_walked_like_a_text_key(pool: PgPool) {
+    a_text_like_key_is_walked(
+        pool,
+        "CREATE DOMAIN ulid AS text CHECK (length(VALUE) = 26);",
+        "ulid",
+    )
+    .await;
+}
