@@ -10,7 +10,9 @@ followed (an import of a re-exported name counts against the module that defines
 Two checks besides the loops per folder:
 - commands: no module of src/commands/ imports another (mod.rs may import them all);
 - back up: no cycle among the top-level modules of src/ (an import from inside a folder up
-  to a sibling of its parent that imports back down); these are the loops of "(src root)"."""
+  to a sibling of its parent that imports back down); these are the loops of "(src root)".
+Exits 1 when it finds a loop, a mutual pair or a command importing another (scripts/test.sh
+runs it; docs/layout.md, "House rules")."""
 import os, re, sys
 root = sys.argv[1] if len(sys.argv) > 1 else 'src'
 
@@ -172,3 +174,5 @@ print('\n'.join(lines))
 print(f'TOTAL: {total_loops + command_imports} loops ({total_loops} strongly connected groups of >1 sibling '
       f'module, mod.rs counted as a sibling, back-up cycles among top-level modules included; '
       f'{command_imports} command imports of another command), {total_pairs} mutual pairs')
+# A finding fails the caller (scripts/test.sh runs this script).
+sys.exit(1 if total_loops + command_imports + total_pairs else 0)

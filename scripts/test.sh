@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test: formatting, lints, unit and integration tests on a real
+# Runs every test: formatting, the house rules (import loops, function and
+# file lengths), lints, unit and integration tests on a real
 # PostgreSQL (each #[sqlx::test] gets a fresh database), doctests, and the
 # chart and alert checks. Starts what it needs (PostgreSQL; installs the
 # Pushgateway and PgBouncer the tests start per test); never skips: a missing
@@ -25,6 +26,13 @@ limit=${RECONCILER_TEST_TIMEOUT:-1500}
 
 say "cargo fmt --check"
 cargo fmt --all -- --check
+# House rules (docs/layout.md): no import loop, no function over 60 lines, no
+# non-test file over 500 lines; clippy's argument limit is clippy.toml's.
+say "python3 scripts/import-loops.py src"
+loops=$(python3 scripts/import-loops.py src) || { printf '%s\n' "$loops"; die "import loops in src/ (docs/layout.md, House rules)"; }
+printf '%s\n' "$loops" | tail -n 1
+say "python3 scripts/long-functions.py src 60 500"
+python3 scripts/long-functions.py src 60 500 || die "functions over 60 lines or files over 500 lines in src/ (docs/layout.md, House rules)"
 say "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets --quiet -- -D warnings
 # Built first, outside the timeout: the limit is for running the tests.

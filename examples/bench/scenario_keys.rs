@@ -79,16 +79,29 @@ async fn keyed_table(
     migrate(&args.bin, url)
 }
 
+/// One case of the scenario: the key type, the index on `created_at`, the
+/// table's rows, and whether Stripe is slow (200 ms, 25/s).
+#[derive(Debug, Clone, Copy)]
+struct KeyCase<'a> {
+    key: &'a str,
+    index: &'a str,
+    rows: u64,
+    slow: bool,
+}
+
 /// One run of list mode on a fresh `key`-keyed table of `rows` rows.
 async fn keyed_run(
     args: &Args,
     dbs: &mut Databases,
     out: &mut Vec<Line>,
-    key: &str,
-    index: &str,
-    rows: u64,
-    slow: bool,
+    case: KeyCase<'_>,
 ) -> anyhow::Result<()> {
+    let KeyCase {
+        key,
+        index,
+        rows,
+        slow,
+    } = case;
     let (latency, rps, in_flight) = if slow {
         (Duration::from_millis(200), 25, 8)
     } else {
@@ -184,7 +197,13 @@ pub(crate) async fn scenario_keys(
             continue;
         }
         for key in keys.split(',').map(str::trim) {
-            keyed_run(args, dbs, out, key, &index, rows, is_slow).await?;
+            let case = KeyCase {
+                key,
+                index: &index,
+                rows,
+                slow: is_slow,
+            };
+            keyed_run(args, dbs, out, case).await?;
         }
     }
     Ok(())

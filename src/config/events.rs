@@ -21,7 +21,7 @@ pub struct EventsSettings {
     /// (1..=10,000, default 100), from the run's first page. A
     /// longer backlog is read by the next runs from the committed position,
     /// not dropped. A third of it bounds the held PaymentIntents read again
-    /// per run ([`crate::events::handle::held_limit`]).
+    /// per run ([`crate::events::held::held_limit`]).
     pub max_pages: u32,
     /// `RECONCILER_ORPHAN_METADATA_KEY`: only PaymentIntents whose metadata
     /// has this key can become `missing_locally` (an account shared with

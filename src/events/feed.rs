@@ -70,7 +70,7 @@ pub struct SliceEvents {
     /// PaymentIntent: counted, nothing to re-read.
     pub without_payment_intent: usize,
     /// Every readable Checkout Session event of the slice, newest first
-    /// (issue 32).
+    /// (docs/checkout-sessions.md).
     pub sessions: Vec<SessionEvent>,
 }
 
@@ -83,6 +83,27 @@ impl SliceEvents {
     /// No event was read.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Adds `page`'s events and counts; returns its `next_after` (the next
+    /// page's `starting_after`).
+    fn add(&mut self, page: EventPage) -> Option<String> {
+        self.skipped += page.skipped;
+        self.without_payment_intent += page.without_payment_intent;
+        self.events.extend(page.events);
+        self.sessions.extend(page.sessions);
+        page.next_after
+    }
+
+    /// The oldest `created` (Unix seconds) among the events read (each kind
+    /// is newest first, so its last); `None` when none was.
+    fn oldest_created(&self) -> Option<i64> {
+        self.events
+            .last()
+            .map(|e| e.created.timestamp())
+            .into_iter()
+            .chain(self.sessions.last().map(|e| e.created.timestamp()))
+            .min()
     }
 
     /// `(id, created)` of the newest event read, of any kind.
@@ -128,6 +149,26 @@ pub struct PageBounds<'a> {
     pub deadline: Option<Instant>,
     /// SIGTERM/SIGINT: no page is asked after it.
     pub shutdown: &'a CancellationToken,
+}
+
+impl PageBounds<'_> {
+    /// Whether the run may ask for another page after `pages`: `None` when
+    /// it may, else why not (the cap, the deadline).
+    ///
+    /// # Errors
+    /// [`RunError::Interrupted`] on shutdown.
+    fn reached(&self, pages: u32) -> Result<Option<SliceRead>, EventsError> {
+        if self.shutdown.is_cancelled() {
+            return Err(RunError::Interrupted.into());
+        }
+        if pages >= self.max_pages {
+            return Ok(Some(SliceRead::Capped));
+        }
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(Some(SliceRead::Deadline));
+        }
+        Ok(None)
+    }
 }
 
 /// Remembers the event ids of one slice's pages: a page with `has_more`
@@ -184,30 +225,14 @@ pub async fn read_slice(
     let mut slice_pages = 0;
     let mut advancing = Advancing::default();
     loop {
-        if bounds.shutdown.is_cancelled() {
-            return Err(RunError::Interrupted.into());
+        if let Some(stop) = bounds.reached(*pages)? {
+            return Ok(stop);
         }
-        if *pages >= bounds.max_pages {
-            return Ok(SliceRead::Capped);
-        }
-        if bounds.deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(SliceRead::Deadline);
-        }
-        let page = gateway
-            .payment_intent_events_in(account, slice.gte, Some(slice.lt), after.as_deref())
-            .await
-            .map_err(|e| match e {
-                e if e.is_rejected() => EventsError::Scan(RunError::StripeRejected(e)),
-                e @ GatewayError::AccountUnreachable { .. } => EventsError::AccountUnreachable(e),
-                e => EventsError::FeedUnavailable(e),
-            })?;
+        let page = fetch_page(gateway, account, slice, after.as_deref()).await?;
         *pages += 1;
         slice_pages += 1;
         if !page.has_more {
-            read.skipped += page.skipped;
-            read.without_payment_intent += page.without_payment_intent;
-            read.events.extend(page.events);
-            read.sessions.extend(page.sessions);
+            read.add(page);
             return Ok(SliceRead::Whole(read));
         }
         // Before anything else: a list that does not move on is never
@@ -218,27 +243,34 @@ pub async fn read_slice(
                 page: slice_pages,
             });
         }
-        read.skipped += page.skipped;
-        read.without_payment_intent += page.without_payment_intent;
-        read.events.extend(page.events);
-        read.sessions.extend(page.sessions);
+        after = read.add(page);
         // A single second cannot be cut: it is read whole.
         if slice.seconds() > 1 && slice_pages >= SLICE_PAGES {
-            let oldest_seen = read
-                .events
-                .last()
-                .map(|e| e.created.timestamp())
-                .into_iter()
-                .chain(read.sessions.last().map(|e| e.created.timestamp()))
-                .min()
-                .unwrap_or(slice.gte);
             return Ok(SliceRead::Crowded {
                 seen: read.len() + read.skipped,
-                oldest_seen,
+                oldest_seen: read.oldest_created().unwrap_or(slice.gte),
             });
         }
-        after = page.next_after;
     }
+}
+
+/// One page of `slice` of `account`'s feed after the event `after`, its
+/// failure sorted: a refused key ([`RunError::StripeRejected`]), an account
+/// the platform cannot reach, or the feed unavailable.
+async fn fetch_page(
+    gateway: &StripeGateway,
+    account: Option<&AccountId>,
+    slice: Slice,
+    after: Option<&str>,
+) -> Result<EventPage, EventsError> {
+    gateway
+        .payment_intent_events_in(account, slice.gte, Some(slice.lt), after)
+        .await
+        .map_err(|e| match e {
+            e if e.is_rejected() => EventsError::Scan(RunError::StripeRejected(e)),
+            e @ GatewayError::AccountUnreachable { .. } => EventsError::AccountUnreachable(e),
+            e => EventsError::FeedUnavailable(e),
+        })
 }
 
 #[cfg(test)]

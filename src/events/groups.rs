@@ -1,7 +1,11 @@
-//! [`EventsGroups`]: the settings groups the events job works with.
+//! [`EventsGroups`]: the settings groups the events job works with, and
+//! what a run's context gives the events job (its name, its lease).
 
+use super::{events_job, EventsError};
 use crate::config::{EventsSettings, Settings};
 use crate::job::RunContext;
+use crate::lease::Lease;
+use crate::outcome::RunError;
 use crate::read::ReadGroups;
 use crate::scan::ScanGroups;
 
@@ -38,3 +42,17 @@ impl<'a> EventsGroups<'a> {
 
 /// A run's context with the events job's groups.
 pub type EventsContext<'a> = RunContext<'a, EventsGroups<'a>>;
+
+/// The events job's name, `<RECONCILER_JOB>-events` ([`events_job`]): its
+/// position rows, held PaymentIntents and Pushgateway group.
+pub(super) fn job_name(ctx: &EventsContext<'_>) -> String {
+    events_job(&ctx.settings.scan.run.job)
+}
+
+/// The events job's lease: [`crate::job::run_once`] takes it before the
+/// body, so a body without one was never given it to hold (a lost run).
+pub(super) fn lease_of<'c>(ctx: &'c EventsContext<'_>) -> Result<&'c Lease, EventsError> {
+    ctx.lease
+        .as_ref()
+        .ok_or_else(|| EventsError::from(RunError::ConcurrentRun { job: job_name(ctx) }))
+}

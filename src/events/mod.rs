@@ -6,25 +6,46 @@
 //! missed webhook: one events run (plus the grace window), whatever the
 //! table size.
 //!
+//! Reading the feed:
 //! - [`feed`]: the window from the stored position, and one slice's pages.
-//! - `groups`: [`EventsGroups`], the settings groups the events job works with.
-//! - [`handle`]: one slice: lookup, reads, one write transaction with its position.
-//! - [`orphans`]: succeeded PaymentIntents no row points at (`missing_locally`).
-//! - [`plan`](mod@plan): PURE: which PaymentIntents and rows need a Stripe read.
-//! - [`run`]: the events [`crate::job::Job`]: window, slices until done, cap, deadline or shutdown.
-//! - `sessions`: Checkout Session events: rows judged by their session, or their PaymentIntent's way (issue 32).
 //! - [`slices`]: PURE: the window cut into slices, oldest first.
+//! - [`accounts`]: the connected accounts' feeds, each from its own position.
+//! - [`run`]: the events [`crate::job::Job`]: window, slices until done, cap, deadline or shutdown.
+//!
+//! One batch of events (a slice, or held PaymentIntents read again):
+//! - `batch`: the batch's phases in a row, and what it adds to the summary.
+//! - `source`: what a batch is (its feed; a slice or held PaymentIntents).
+//! - `lookup`: phase 1: the rows its events name, the orphans open, the plan.
+//! - [`plan`](mod@plan): PURE: which PaymentIntents and rows need a Stripe read.
+//! - `sessions`: Checkout Session events: rows judged by their session, or their PaymentIntent's way (docs/checkout-sessions.md).
+//! - `ask_stripe`: phase 2: Stripe, with no transaction open; the outage rule.
+//! - `write`: phase 3: record, hold, move the position, in one transaction.
+//! - [`orphans`]: succeeded PaymentIntents no row points at (`missing_locally`).
+//!
+//! Holding and retrying PaymentIntents:
+//! - [`held`]: which PaymentIntents a batch holds for another read, and their share of a run.
+//! - `retries`: the held PaymentIntents read again, first in a run.
+//!
+//! Around them:
+//! - `groups`: [`EventsGroups`], the settings groups the events job works with.
 //! - [`summary`]: [`EventsSummary`], what one run did.
 
+pub mod accounts;
+mod ask_stripe;
+mod batch;
 pub mod feed;
 mod groups;
-pub mod handle;
+pub mod held;
+mod lookup;
 pub mod orphans;
 pub mod plan;
+mod retries;
 pub mod run;
 mod sessions;
 pub mod slices;
+mod source;
 pub mod summary;
+mod write;
 
 pub use groups::{EventsContext, EventsGroups};
 pub use plan::{collapse, plan, Plan, PlanRules, RowAction};
@@ -91,7 +112,7 @@ impl crate::store::retry::Transient for EventsError {
 }
 
 impl EventsError {
-    /// The process exit code (DESIGN.md, Interface).
+    /// The process exit code (README.md, "Exit codes").
     pub fn exit_code(&self) -> u8 {
         match self {
             EventsError::Scan(e) => e.exit_code(),

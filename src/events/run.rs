@@ -1,31 +1,32 @@
 //! The events job as a [`Job`]: the lease on its position row, then the
 //! window from the stored position worked through in slices, oldest first
 //! ([`super::slices`]), each committed with the position it reached
-//! ([`super::handle`]), until the window is covered,
+//! (`batch`), until the window is covered,
 //! `RECONCILER_EVENTS_MAX_PAGES` pages were read, the run deadline passed or
 //! a shutdown came. Whatever stops the run, the slices before it stay
 //! committed and the next run continues from there.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Instant;
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+use super::accounts::connected_feeds;
+use super::batch::{self, Progress};
 use super::feed::{self, PageBounds, SliceRead, Window};
 use super::groups::{EventsContext, EventsGroups};
-use super::handle::{self, Progress};
+use super::retries;
 use super::slices::{Slice, Slicer};
 use super::summary::EventsSummary;
 use super::{events_job, EventsError};
-use crate::config::{EventsSettings, SchemaSettings, STRIPE_EVENTS_RETENTION};
+use crate::config::STRIPE_EVENTS_RETENTION;
 use crate::job::{run_once, Job, RunContext};
 use crate::lease::Lease;
 use crate::outcome::{RunError, RunOutcome};
-use crate::store::events_position::{self, EventsPosition};
+use crate::store::events_position;
 use crate::store::lease::LeaseTable;
-use crate::store::payments;
 use crate::store::Context;
 use crate::stripe::{AccountId, StripeGateway};
 
@@ -114,7 +115,7 @@ async fn body(ctx: &EventsContext<'_>, summary: &mut EventsSummary) -> Result<()
     // What earlier runs could not decide, first (their reads come after
     // every event listed below, so the slices skip those PaymentIntents).
     let mut progress = Progress::default();
-    handle::retries(ctx, &mut progress, summary).await?;
+    retries::retries(ctx, &mut progress, summary).await?;
     // Slice by slice, oldest first within a feed, one slice per feed in
     // turn (so one busy account cannot starve the rest), each committed
     // with its feed's position.
@@ -177,15 +178,7 @@ async fn open_feeds(
         account: None,
         slicer: Slicer::new(start, listed_at).never_before(position.and_then(|p| p.covered_until)),
     });
-    let accounts = connected_feeds(
-        ctx.pool,
-        ctx.settings.scan.schema,
-        ctx.settings.events,
-        job,
-        listed_at,
-        summary,
-    )
-    .await?;
+    let accounts = connected_feeds(ctx, listed_at, summary).await?;
     for (account, slicer) in accounts {
         feeds.push_back(FeedRun {
             account: Some(account),
@@ -237,7 +230,7 @@ async fn next_slice(
     summary: &mut EventsSummary,
 ) -> Result<Step, SliceFailure> {
     // The cap and the deadline bound the pages of a run from its very
-    // first page (issue 30: a list that does not advance was read without
+    // first page (a list that does not advance was once read without
     // bound in the first slice).
     let bounds = PageBounds {
         max_pages: ctx.settings.events.max_pages,
@@ -249,7 +242,7 @@ async fn next_slice(
     match read {
         Ok(SliceRead::Whole(read)) => {
             let events = read.len();
-            handle::slice(ctx, account, slice, read, progress, summary).await?;
+            batch::slice(ctx, account, slice, read, progress, summary).await?;
             feed.slicer.done(slice, events);
             Ok(Step::Next)
         }
@@ -270,12 +263,25 @@ async fn next_slice(
             tracing::info!(pages = summary.pages, covered_until = ?summary.covered_until, "run deadline reached while reading a slice: that slice is left to the next run (the position stays where the last whole slice left it)");
             Ok(Step::Stop)
         }
-        Err(e @ EventsError::FeedNotAdvancing { .. }) => {
+        Err(e) => feed_failed(ctx, account, e, summary).await,
+    }
+}
+
+/// A slice of `account`'s feed (`None`: the platform's) could not be read:
+/// whether the run goes on without that feed or stops.
+async fn feed_failed(
+    ctx: &EventsContext<'_>,
+    account: Option<&AccountId>,
+    error: EventsError,
+    summary: &mut EventsSummary,
+) -> Result<Step, SliceFailure> {
+    match error {
+        e @ EventsError::FeedNotAdvancing { .. } => {
             summary.feeds_not_advancing += 1;
             tracing::error!(error = %e, pages = summary.pages, "an events list that does not advance: that feed is read no further this run; the other feeds go on");
             Err(SliceFailure::Feed(e))
         }
-        Err(EventsError::AccountUnreachable(e)) => {
+        EventsError::AccountUnreachable(e) => {
             summary.accounts_unreachable += 1;
             tracing::warn!(error = %e, "a connected account's events cannot be read (the platform has no access to it): skipped this run, the other feeds go on");
             Ok(Step::SkipFeed)
@@ -283,7 +289,7 @@ async fn next_slice(
         // One connected account's feed failing while Stripe answers
         // (a probe) is that account's trouble: skipped this run, the
         // other feeds go on, and the run still fails at the end.
-        Err(EventsError::FeedUnavailable(e)) if account.is_some() => {
+        EventsError::FeedUnavailable(e) if account.is_some() => {
             if let Err(down) = ctx.gateway.probe().await {
                 tracing::error!(error = %down, "Stripe does not answer a probe either");
                 return Err(SliceFailure::Run(EventsError::FeedUnavailable(e)));
@@ -291,7 +297,7 @@ async fn next_slice(
             tracing::warn!(error = %e, "a connected account's events feed cannot be read while Stripe answers: skipped this run, the other feeds go on");
             Err(SliceFailure::Feed(EventsError::FeedUnavailable(e)))
         }
-        Err(e) => Err(SliceFailure::Run(e)),
+        e => Err(SliceFailure::Run(e)),
     }
 }
 
@@ -300,80 +306,4 @@ async fn next_slice(
 struct FeedRun {
     account: Option<AccountId>,
     slicer: Slicer,
-}
-
-/// The most connected accounts whose feeds one run considers.
-pub const MAX_ACCOUNTS_PER_RUN: usize = 10_000;
-
-/// With `RECONCILER_ACCOUNT_COLUMN`: the active connected accounts
-/// (`RECONCILER_EVENTS_ACCOUNT_ACTIVE_SECONDS`) with the slices of each
-/// one's window (never committing before its stored position), least recently read first (never read: first). A stored value
-/// that is not an `acct_` id is never sent: it is logged and skipped.
-async fn connected_feeds(
-    pool: &PgPool,
-    schema: &SchemaSettings,
-    events: &EventsSettings,
-    job: &str,
-    listed_at: DateTime<Utc>,
-    summary: &mut EventsSummary,
-) -> Result<Vec<(AccountId, Slicer)>, EventsError> {
-    let Some(column) = schema.account_column.as_ref() else {
-        return Ok(Vec::new());
-    };
-    let mut tx = crate::store::begin(pool)
-        .await
-        .context("starting a transaction")?;
-    let values = payments::active_accounts(
-        &mut tx,
-        column,
-        events.account_active,
-        MAX_ACCOUNTS_PER_RUN,
-        schema.partition.as_ref(),
-        &schema.times,
-    )
-    .await?;
-    if values.len() >= MAX_ACCOUNTS_PER_RUN {
-        tracing::warn!(limit = MAX_ACCOUNTS_PER_RUN, "more active connected accounts than one events run considers; the others are read by the scan only");
-    }
-    let (accounts, invalid): (Vec<_>, Vec<_>) = values
-        .iter()
-        .map(|v| (v, AccountId::parse(v)))
-        .partition(|(_, parsed)| parsed.is_ok());
-    let accounts: Vec<AccountId> = accounts.into_iter().filter_map(|(_, a)| a.ok()).collect();
-    if !invalid.is_empty() {
-        // One line a run, however many: a wrong column must not flood the log.
-        let samples: Vec<String> = invalid
-            .iter()
-            .take(3)
-            .map(|(v, _)| crate::terminal::escape(v).into_owned())
-            .collect();
-        tracing::warn!(values = invalid.len(), samples = ?samples, "the account column holds values that are not connected account ids (acct_ followed by letters and digits): their feeds are not read; is RECONCILER_ACCOUNT_COLUMN the right column?");
-    }
-    let ids: Vec<&str> = accounts.iter().map(AccountId::as_str).collect();
-    let positions: HashMap<String, EventsPosition> =
-        events_position::read_accounts(&mut tx, job, &ids)
-            .await?
-            .into_iter()
-            .collect();
-    tx.commit().await.context("committing")?;
-    let mut feeds: Vec<(Option<DateTime<Utc>>, AccountId, Slicer)> = Vec::new();
-    for account in accounts {
-        let position = positions.get(account.as_str());
-        let Window { start, gap_seconds } = feed::window(
-            position.and_then(|p| p.covered_until),
-            listed_at,
-            events.lookback,
-            STRIPE_EVENTS_RETENTION,
-        );
-        if let Some(gap) = gap_seconds {
-            tracing::warn!(account = %account.as_str(), gap_seconds = gap, "a connected account's events position is older than Stripe keeps events (30 days): restarting at the oldest available event (the scan covers those rows)");
-            summary.gap_seconds = Some(summary.gap_seconds.unwrap_or(0.0).max(gap));
-        }
-        let slicer =
-            Slicer::new(start, listed_at).never_before(position.and_then(|p| p.covered_until));
-        feeds.push((position.and_then(|p| p.last_success_at), account, slicer));
-    }
-    feeds.sort_by_key(|(last, _, _)| *last);
-    summary.accounts = feeds.len() as u64;
-    Ok(feeds.into_iter().map(|(_, a, s)| (a, s)).collect())
 }

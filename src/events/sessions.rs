@@ -1,4 +1,4 @@
-//! Checkout Session events (issue 32): `checkout.session.completed`,
+//! Checkout Session events (docs/checkout-sessions.md): `checkout.session.completed`,
 //! `.async_payment_succeeded`, `.async_payment_failed` and `.expired` are
 //! triggers like the others. The session's row (found by
 //! `RECONCILER_CHECKOUT_SESSION_COLUMN`) is re-read by its session while it

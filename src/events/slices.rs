@@ -1,7 +1,7 @@
 //! PURE: cutting a run's window into slices, oldest first. Each slice is a
 //! `created` range `[gte, lt)` small enough to read in a page or two and to
-//! commit, with its findings, as one step of the position (issue 21: a run
-//! stopped at any moment keeps what it finished). A crowded slice is cut
+//! commit, with its findings, as one step of the position (docs/events.md: a
+//! run stopped at any moment keeps what it finished). A crowded slice is cut
 //! smaller from the density its first pages showed; a single second is never
 //! cut (Stripe's `created` has second precision) and is read whole with
 //! `starting_after`.
@@ -70,7 +70,7 @@ impl Slicer {
     }
 
     /// The feed's stored position (`covered_until`): a position never moves
-    /// backwards, so every slice commits at least this (issue 30; the store
+    /// backwards, so every slice commits at least this (docs/events.md; the store
     /// keeps the greater too). A slice ending earlier (the window starts
     /// [`super::feed::OVERLAP`] before the position, and a clock behind the
     /// one that wrote it ends the window before it) still has its events

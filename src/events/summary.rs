@@ -65,7 +65,7 @@ pub struct EventsSummary {
     pub payment_intents_held: u64,
     /// The held PaymentIntents' share of the run was used up (a third of
     /// `RECONCILER_RUN_DEADLINE_SECONDS` or of the held reads a run allows,
-    /// [`super::handle::held_limit`]): the rest wait, least recently read
+    /// [`super::held::held_limit`]): the rest wait, least recently read
     /// first, for the next runs; nothing is dropped.
     pub held_share_reached: bool,
     /// Held PaymentIntents dropped because their event is older than grace

@@ -42,75 +42,130 @@ pub(super) struct EventsGauges {
     stripe_requests: Labelled,
 }
 
+// The events job's gauges: (name, help).
+/// `events_last_success_timestamp_seconds`.
+const LAST_SUCCESS: (&str, &str) = (
+    "events_last_success_timestamp_seconds",
+    "When an events run last committed (Unix time).",
+);
+
+/// `events_read`.
+const READ: (&str, &str) = (
+    "events_read",
+    "PaymentIntent events read by the last events run.",
+);
+
+/// `events_pages`.
+const PAGES: (&str, &str) = (
+    "events_pages",
+    "Event list pages read by the last events run.",
+);
+
+/// `events_payment_intents_checked`.
+const PAYMENT_INTENTS_CHECKED: (&str, &str) = (
+    "events_payment_intents_checked",
+    "Distinct PaymentIntents the last events run handled (each once).",
+);
+
+/// `events_payment_intents_retrieved`.
+const PAYMENT_INTENTS_RETRIEVED: (&str, &str) = (
+    "events_payment_intents_retrieved",
+    "PaymentIntents the last events run re-read from Stripe.",
+);
+
+/// `events_rows_confirmed`.
+const ROWS_CONFIRMED: (&str, &str) = (
+    "events_rows_confirmed",
+    "Rows confirmed with Stripe after their event: not re-read.",
+);
+
+/// `events_findings_created`.
+const FINDINGS_CREATED: (&str, &str) = (
+    "events_findings_created",
+    "Findings newly recorded by the last events run (missing_locally included).",
+);
+
+/// `events_missing_locally_created`.
+const MISSING_LOCALLY_CREATED: (&str, &str) = (
+    "events_missing_locally_created",
+    "missing_locally findings newly recorded by the last events run.",
+);
+
+/// `events_commands_enqueued`.
+const COMMANDS_ENQUEUED: (&str, &str) = (
+    "events_commands_enqueued",
+    "Repair commands enqueued by the last events run.",
+);
+
+/// `events_lag_seconds`.
+const LAG: (&str, &str) = (
+    "events_lag_seconds",
+    "Now minus the events position: every event created before it was handled.",
+);
+
+/// `events_gap_seconds`.
+const GAP: (&str, &str) = (
+    "events_gap_seconds",
+    "Seconds of events never read by the last run (position older than Stripe's 30 days); 0 when none.",
+);
+
+/// `events_truncated`.
+const TRUNCATED: (&str, &str) = (
+    "events_truncated",
+    "1 if RECONCILER_EVENTS_MAX_PAGES stopped the last events run before the end of its window (a backlog the next runs continue, not a gap).",
+);
+
+/// `events_payment_intents_held`.
+const HELD: (&str, &str) = (
+    "events_payment_intents_held",
+    "PaymentIntents the events job could not decide yet (row in grace, no row yet, Stripe did not answer), read again by its next runs; the position does not wait for them.",
+);
+
+/// `stripe_accounts_unreachable`.
+const ACCOUNTS_UNREACHABLE: (&str, &str) = (
+    "stripe_accounts_unreachable",
+    "Connected accounts whose events feed the last events run could not read (the platform has no access); skipped, the other feeds were read.",
+);
+
+/// `events_without_payment_intent`.
+const WITHOUT_PAYMENT_INTENT: (&str, &str) = (
+    "events_without_payment_intent",
+    "Charge, refund and dispute events the last events run read whose object names no PaymentIntent (charges made without one): counted, nothing to re-read.",
+);
+
+/// `events_feeds_not_advancing`.
+const NOT_ADVANCING: (&str, &str) = (
+    "events_feeds_not_advancing",
+    "Feeds whose events list did not advance in the last events run (the same page again, or has_more with no new ids): read no further, their positions kept.",
+);
+
+/// `events_held_share_reached`.
+const HELD_SHARE_REACHED: (&str, &str) = (
+    "events_held_share_reached",
+    "1 if the held PaymentIntents used up their share of the last events run (a third of its pages and of its deadline): the rest stay held for the next runs.",
+);
+
 impl EventsGauges {
     pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let figure = |name, help| Figure::register(registry, name, help);
+        let figure = |(name, help)| Figure::register(registry, name, help);
         Ok(EventsGauges {
-            last_success: figure(
-                "events_last_success_timestamp_seconds",
-                "When an events run last committed (Unix time).",
-            )?,
-            read: figure(
-                "events_read",
-                "PaymentIntent events read by the last events run.",
-            )?,
-            pages: figure("events_pages", "Event list pages read by the last events run.")?,
-            payment_intents_checked: figure(
-                "events_payment_intents_checked",
-                "Distinct PaymentIntents the last events run handled (each once).",
-            )?,
-            payment_intents_retrieved: figure(
-                "events_payment_intents_retrieved",
-                "PaymentIntents the last events run re-read from Stripe.",
-            )?,
-            rows_confirmed: figure(
-                "events_rows_confirmed",
-                "Rows confirmed with Stripe after their event: not re-read.",
-            )?,
-            findings_created: figure(
-                "events_findings_created",
-                "Findings newly recorded by the last events run (missing_locally included).",
-            )?,
-            missing_locally_created: figure(
-                "events_missing_locally_created",
-                "missing_locally findings newly recorded by the last events run.",
-            )?,
-            commands_enqueued: figure(
-                "events_commands_enqueued",
-                "Repair commands enqueued by the last events run.",
-            )?,
-            lag: figure(
-                "events_lag_seconds",
-                "Now minus the events position: every event created before it was handled.",
-            )?,
-            gap: figure(
-                "events_gap_seconds",
-                "Seconds of events never read by the last run (position older than Stripe's 30 days); 0 when none.",
-            )?,
-            truncated: figure(
-                "events_truncated",
-                "1 if RECONCILER_EVENTS_MAX_PAGES stopped the last events run before the end of its window (a backlog the next runs continue, not a gap).",
-            )?,
-            held: figure(
-                "events_payment_intents_held",
-                "PaymentIntents the events job could not decide yet (row in grace, no row yet, Stripe did not answer), read again by its next runs; the position does not wait for them.",
-            )?,
-            accounts_unreachable: figure(
-                "stripe_accounts_unreachable",
-                "Connected accounts whose events feed the last events run could not read (the platform has no access); skipped, the other feeds were read.",
-            )?,
-            without_payment_intent: figure(
-                "events_without_payment_intent",
-                "Charge, refund and dispute events the last events run read whose object names no PaymentIntent (charges made without one): counted, nothing to re-read.",
-            )?,
-            not_advancing: figure(
-                "events_feeds_not_advancing",
-                "Feeds whose events list did not advance in the last events run (the same page again, or has_more with no new ids): read no further, their positions kept.",
-            )?,
-            held_share_reached: figure(
-                "events_held_share_reached",
-                "1 if the held PaymentIntents used up their share of the last events run (a third of its pages and of its deadline): the rest stay held for the next runs.",
-            )?,
+            last_success: figure(LAST_SUCCESS)?,
+            read: figure(READ)?,
+            pages: figure(PAGES)?,
+            payment_intents_checked: figure(PAYMENT_INTENTS_CHECKED)?,
+            payment_intents_retrieved: figure(PAYMENT_INTENTS_RETRIEVED)?,
+            rows_confirmed: figure(ROWS_CONFIRMED)?,
+            findings_created: figure(FINDINGS_CREATED)?,
+            missing_locally_created: figure(MISSING_LOCALLY_CREATED)?,
+            commands_enqueued: figure(COMMANDS_ENQUEUED)?,
+            lag: figure(LAG)?,
+            gap: figure(GAP)?,
+            truncated: figure(TRUNCATED)?,
+            held: figure(HELD)?,
+            accounts_unreachable: figure(ACCOUNTS_UNREACHABLE)?,
+            without_payment_intent: figure(WITHOUT_PAYMENT_INTENT)?,
+            not_advancing: figure(NOT_ADVANCING)?,
+            held_share_reached: figure(HELD_SHARE_REACHED)?,
             stripe_requests: Labelled::register(
                 registry,
                 "stripe_requests",

@@ -14,7 +14,7 @@ use super::accounts::{
     account_of, all_not_found_reason, check_key, round_robin, AccountKey, KeyCheck, Tally,
 };
 use super::groups::ReadGroups;
-use super::list::{list_accounts, ListShare, Listing, ToList};
+use super::list::{list_accounts, ListShare, ListedFacts, Listing, ToList};
 use super::row::Read;
 use crate::config::{ReadMode, SchemaSettings};
 use crate::outcome::RunError;
@@ -180,57 +180,37 @@ pub async fn observe_batch(
     now: DateTime<Utc>,
     pacing: Pacing<'_>,
 ) -> Result<Observed, RunError> {
-    let Pacing {
+    let in_flight = pacing.in_flight;
+    let all_started = std::sync::Mutex::new(pacing.all_started);
+    let (accounts, tallies) = accounts_of(&rows, settings.schema);
+    let share = ListShare {
+        gateway,
+        scan: settings.scan,
         in_flight,
-        all_started,
-    } = pacing;
-    let all_started = std::sync::Mutex::new(all_started);
-    let accounts: Vec<Result<AccountKey, InvalidAccountId>> = rows
-        .iter()
-        .map(|r| account_of(r, settings.schema))
-        .collect();
-    let tallies: HashMap<AccountKey, Tally> = accounts
-        .iter()
-        .filter_map(|a| a.as_ref().ok().cloned())
-        .map(|a| (a, Tally::default()))
-        .collect();
+        all_started: &all_started,
+    };
     let listed = match settings.scan.read_mode {
-        ReadMode::List => {
-            let share = ListShare {
-                gateway,
-                scan: settings.scan,
-                in_flight,
-                all_started: &all_started,
-            };
-            list_first(share, &rows, &accounts).await?
-        }
+        ReadMode::List => list_first(share, &rows, &accounts).await?,
         ReadMode::Retrieve => super::list::Listed::default(),
     };
-    let found = &listed.found;
     // Fairness under the one rate limit: the accounts' reads in turn.
     let (queued, last) = in_turn(rows, accounts);
     let tallies = &tallies;
+    let read = Read {
+        pool,
+        gateway,
+        schema: settings.schema,
+        rules: settings.rules,
+        now,
+        tallies,
+        in_flight,
+    };
     let mut observed: Vec<(usize, Observation)> = futures::stream::iter(queued)
         .map(|(index, row, account)| {
             if Some(index) == last {
-                if let Some(started) = all_started.lock().unwrap_or_else(|p| p.into_inner()).take()
-                {
-                    let _ = started.send(());
-                }
+                signal_all_started(&all_started);
             }
-            let from_list = list_key(&row)
-                .and_then(|(id, _)| found.get(id))
-                .and_then(Option::as_ref)
-                .cloned();
-            let read = Read {
-                pool,
-                gateway,
-                schema: settings.schema,
-                rules: settings.rules,
-                now,
-                tallies,
-                in_flight,
-            };
+            let from_list = found_in_list(&listed.found, &row);
             async move {
                 read.observe(row, account, from_list)
                     .await
@@ -249,6 +229,45 @@ pub async fn observe_batch(
         pages: listed.pages,
         failed_pages: listed.failed_pages,
     })
+}
+
+/// What the batch's list pages said about `row`'s PaymentIntent (`None`:
+/// not listed, or not in a list page).
+fn found_in_list(
+    found: &HashMap<String, Option<ListedFacts>>,
+    row: &PaymentRow,
+) -> Option<ListedFacts> {
+    list_key(row)
+        .and_then(|(id, _)| found.get(id))
+        .and_then(Option::as_ref)
+        .cloned()
+}
+
+/// Tells the next batch that every read of this one has started (once).
+fn signal_all_started(all_started: &std::sync::Mutex<Option<oneshot::Sender<()>>>) {
+    if let Some(started) = all_started.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        let _ = started.send(());
+    }
+}
+
+/// Each row's account (or why its stored account id is not one), and a
+/// tally per valid account for the wrong-key rule.
+type RowAccounts = (
+    Vec<Result<AccountKey, InvalidAccountId>>,
+    HashMap<AccountKey, Tally>,
+);
+
+/// The accounts of `rows` (their account column, [`account_of`]) and an
+/// empty tally per account.
+fn accounts_of(rows: &[PaymentRow], schema: &SchemaSettings) -> RowAccounts {
+    let accounts: Vec<Result<AccountKey, InvalidAccountId>> =
+        rows.iter().map(|r| account_of(r, schema)).collect();
+    let tallies: HashMap<AccountKey, Tally> = accounts
+        .iter()
+        .filter_map(|a| a.as_ref().ok().cloned())
+        .map(|a| (a, Tally::default()))
+        .collect();
+    (accounts, tallies)
 }
 
 /// The wrong-key rule for connected accounts: an account whose every read of

@@ -318,15 +318,34 @@ pub async fn list_batch(
     };
     futures::future::try_join_all(windows.iter().map(|w| chain.run(*w, None, true))).await?;
 
-    // The slack rings, each only when it is worth its pages (and never after
-    // a failed page: Stripe's lists are not answering).
-    let slack = i64::try_from(share.scan.list_window_slack.as_secs()).unwrap_or(i64::MAX / 4);
-    if slack > 0 && failed.load(Ordering::Relaxed) == 0 {
+    slack_rings(&chain, &core, (lo, hi), share.scan.list_window_slack).await?;
+    Ok(Listed {
+        found: found.into_inner().unwrap_or_else(|p| p.into_inner()),
+        pages: pages.load(Ordering::Relaxed),
+        failed_pages: failed.load(Ordering::Relaxed),
+    })
+}
+
+/// The slack rings around the window `[lo, hi]` (`RECONCILER_LIST_WINDOW_SLACK_SECONDS`
+/// each side), listed until the `core` rows still unseen are found; each
+/// only when it is worth its pages (and never after a failed page: Stripe's
+/// lists are not answering).
+///
+/// # Errors
+/// As [`list_batch`].
+async fn slack_rings(
+    chain: &Chain<'_>,
+    core: &HashSet<&str>,
+    (lo, hi): (i64, i64),
+    slack: std::time::Duration,
+) -> Result<(), RunError> {
+    let slack = i64::try_from(slack.as_secs()).unwrap_or(i64::MAX / 4);
+    if slack > 0 && chain.failed.load(Ordering::Relaxed) == 0 {
         let unseen = {
-            let found = found.lock().unwrap_or_else(|p| p.into_inner());
+            let found = chain.found.lock().unwrap_or_else(|p| p.into_inner());
             core.iter().filter(|id| !found.contains_key(**id)).count()
         };
-        let per_second = items.load(Ordering::Relaxed) as f64 / ((hi - lo + 1) as f64);
+        let per_second = chain.items.load(Ordering::Relaxed) as f64 / ((hi - lo + 1) as f64);
         let ring_pages = ((per_second * slack as f64) / f64::from(LIST_PAGE_LIMIT))
             .ceil()
             .max(1.0);
@@ -341,15 +360,11 @@ pub async fn list_batch(
                     lte: hi.saturating_add(slack),
                 },
             ];
-            futures::future::try_join_all(rings.iter().map(|w| chain.run(*w, Some(&core), false)))
+            futures::future::try_join_all(rings.iter().map(|w| chain.run(*w, Some(core), false)))
                 .await?;
         }
     }
-    Ok(Listed {
-        found: found.into_inner().unwrap_or_else(|p| p.into_inner()),
-        pages: pages.load(Ordering::Relaxed),
-        failed_pages: failed.load(Ordering::Relaxed),
-    })
+    Ok(())
 }
 
 /// The list pages each account of a batch may read, for `sizes` rows per

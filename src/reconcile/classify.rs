@@ -121,55 +121,76 @@ fn money_check(local: &LocalPayment, pi: &PaymentIntentFacts) -> Money {
             Money::Kept => {}
         }
     }
-    if let Some(local_currency) = &local.currency {
-        match &pi.currency {
-            None => {
-                unproven.get_or_insert("the row has a currency but the PaymentIntent has none");
-            }
-            Some(stripe_currency)
-                if !local_currency.trim().eq_ignore_ascii_case(stripe_currency) =>
-            {
-                return Money::Finding(Decision::review_with(
-                    FindingKind::CurrencyMismatch,
-                    json!({ "local_currency": local_currency, "stripe_currency": stripe_currency }),
-                ));
-            }
-            Some(_) => {}
-        }
+    match currency_check(local, pi) {
+        Err(finding) => return finding,
+        Ok(reason) => unproven = unproven.or(reason),
     }
     if let Some(decision) = amount_missing(local, pi) {
         return Money::Finding(decision);
     }
-    if let Some(amount) = local.amount.as_ref().filter(|a| **a != LocalAmount::Null) {
-        match pi.amount {
-            None => {
-                unproven.get_or_insert("the row has an amount but the PaymentIntent has none");
-            }
-            Some(stripe_amount) => match minor_units(amount, local, stripe_amount) {
-                Err(Money::Unproven(reason)) => {
-                    unproven.get_or_insert(reason);
-                }
-                Err(other) => return other,
-                Ok(local_amount) if local_amount != stripe_amount => {
-                    let ratio = (local_amount != 0).then(|| {
-                        (stripe_amount as f64 / local_amount as f64 * 10_000.0).round() / 10_000.0
-                    });
-                    return Money::Finding(Decision::review_with(
-                        FindingKind::AmountMismatch,
-                        json!({
-                            "local_amount": local_amount,
-                            "local_amount_major": major_text(amount),
-                            "stripe_amount": stripe_amount,
-                            "currency": pi.currency,
-                            "stripe_to_local_ratio": ratio,
-                        }),
-                    ));
-                }
-                Ok(_) => {}
-            },
-        }
+    match amount_check(local, pi) {
+        Err(finding) => return finding,
+        Ok(reason) => unproven = unproven.or(reason),
     }
     unproven.map_or(Money::Kept, Money::Unproven)
+}
+
+/// The row's currency against the PaymentIntent's: `Err` a
+/// `currency_mismatch`; `Ok(Some(reason))` when it cannot be compared.
+fn currency_check(
+    local: &LocalPayment,
+    pi: &PaymentIntentFacts,
+) -> Result<Option<&'static str>, Money> {
+    let Some(local_currency) = &local.currency else {
+        return Ok(None);
+    };
+    match &pi.currency {
+        None => Ok(Some(
+            "the row has a currency but the PaymentIntent has none",
+        )),
+        Some(stripe_currency) if !local_currency.trim().eq_ignore_ascii_case(stripe_currency) => {
+            Err(Money::Finding(Decision::review_with(
+                FindingKind::CurrencyMismatch,
+                json!({ "local_currency": local_currency, "stripe_currency": stripe_currency }),
+            )))
+        }
+        Some(_) => Ok(None),
+    }
+}
+
+/// The row's amount (in the currency's minor units) against the
+/// PaymentIntent's: `Err` an `amount_mismatch` (or what converting the
+/// amount found); `Ok(Some(reason))` when it cannot be compared.
+fn amount_check(
+    local: &LocalPayment,
+    pi: &PaymentIntentFacts,
+) -> Result<Option<&'static str>, Money> {
+    let Some(amount) = local.amount.as_ref().filter(|a| **a != LocalAmount::Null) else {
+        return Ok(None);
+    };
+    let Some(stripe_amount) = pi.amount else {
+        return Ok(Some("the row has an amount but the PaymentIntent has none"));
+    };
+    match minor_units(amount, local, stripe_amount) {
+        Err(Money::Unproven(reason)) => Ok(Some(reason)),
+        Err(other) => Err(other),
+        Ok(local_amount) if local_amount != stripe_amount => {
+            let ratio = (local_amount != 0).then(|| {
+                (stripe_amount as f64 / local_amount as f64 * 10_000.0).round() / 10_000.0
+            });
+            Err(Money::Finding(Decision::review_with(
+                FindingKind::AmountMismatch,
+                json!({
+                    "local_amount": local_amount,
+                    "local_amount_major": major_text(amount),
+                    "stripe_amount": stripe_amount,
+                    "currency": pi.currency,
+                    "stripe_to_local_ratio": ratio,
+                }),
+            )))
+        }
+        Ok(_) => Ok(None),
+    }
 }
 
 /// An `amount_mismatch` for a row the application treats as paid or

@@ -152,31 +152,9 @@ pub fn differs(
 fn money_differs(kind: &str, local_status: &str, details: Option<&Value>) -> Option<Differs> {
     let d = details;
     let currency = text(d, "currency").map(str::trim).filter(|c| !c.is_empty());
-    // `refunded of amount CUR` (`5.00 of 5.00 USD`).
-    let refund_share = || {
-        let refunded = int(d, "amount_refunded")?;
-        Some(match (int(d, "amount"), currency) {
-            (Some(amount), Some(c)) => {
-                format!("{} of {}", major(refunded, c), money(amount, Some(c)))
-            }
-            (Some(amount), None) => format!("{refunded} of {amount}"),
-            (None, c) => money(refunded, c),
-        })
-    };
+    let refund_share = || refund_share(d, currency);
     Some(match kind {
-        "amount_mismatch" => {
-            let local = int(d, "local_amount")
-                .map(|m| money(m, currency))
-                .or_else(|| {
-                    text(d, "local_amount_major").map(|m| match currency {
-                        Some(c) => format!("{m} {}", c.to_ascii_uppercase()),
-                        None => m.to_owned(),
-                    })
-                });
-            let stripe = int(d, "stripe_amount").map(|m| money(m, currency));
-            let phrase = format!("amount {}", versus(local.as_deref(), stripe.as_deref()));
-            make("amount", local, stripe, phrase)
-        }
+        "amount_mismatch" => amount_differs(d, currency),
         "currency_mismatch" => {
             let up = |k| text(d, k).map(|c| c.trim().to_ascii_uppercase());
             let (local, stripe) = (up("local_currency"), up("stripe_currency"));
@@ -220,6 +198,33 @@ fn money_differs(kind: &str, local_status: &str, details: Option<&Value>) -> Opt
             make("payment", None, stripe, phrase)
         }
         _ => return None,
+    })
+}
+
+/// An `amount_mismatch`'s amounts: ours (minor units, or the major-unit
+/// text of a `numeric` column) against Stripe's.
+fn amount_differs(d: Option<&Value>, currency: Option<&str>) -> Differs {
+    let local = int(d, "local_amount")
+        .map(|m| money(m, currency))
+        .or_else(|| {
+            text(d, "local_amount_major").map(|m| match currency {
+                Some(c) => format!("{m} {}", c.to_ascii_uppercase()),
+                None => m.to_owned(),
+            })
+        });
+    let stripe = int(d, "stripe_amount").map(|m| money(m, currency));
+    let phrase = format!("amount {}", versus(local.as_deref(), stripe.as_deref()));
+    make("amount", local, stripe, phrase)
+}
+
+/// `refunded of amount CUR` (`5.00 of 5.00 USD`); `None` without a refunded
+/// amount.
+fn refund_share(d: Option<&Value>, currency: Option<&str>) -> Option<String> {
+    let refunded = int(d, "amount_refunded")?;
+    Some(match (int(d, "amount"), currency) {
+        (Some(amount), Some(c)) => format!("{} of {}", major(refunded, c), money(amount, Some(c))),
+        (Some(amount), None) => format!("{refunded} of {amount}"),
+        (None, c) => money(refunded, c),
     })
 }
 

@@ -7,7 +7,6 @@
 //! (serialization, deadlock) are retried a bounded number of times first.
 //! When nothing fails, a batch costs one savepoint more than before.
 
-use crate::config::PaymentTimes;
 use sqlx::Connection;
 
 use super::set::{record_set, Failed, Recorded, Target};
@@ -63,11 +62,8 @@ enum Attempt {
 pub(super) async fn record_isolating(
     conn: &mut sqlx::PgConnection,
     target: Target<'_>,
-    job: &str,
-    unverifiable_cycles: u32,
     observations: &mut [Observation],
     indices: Vec<usize>,
-    times: &PaymentTimes,
 ) -> Result<(Recorded, Vec<Refusal>), RunError> {
     let mut recorded = Recorded::default();
     let mut refused = Vec::new();
@@ -78,17 +74,7 @@ pub(super) async fn record_isolating(
         if part.is_empty() {
             continue;
         }
-        let failed = match attempt(
-            conn,
-            target,
-            job,
-            unverifiable_cycles,
-            observations,
-            &part,
-            times,
-        )
-        .await?
-        {
+        let failed = match attempt(conn, target, observations, &part).await? {
             Attempt::Written(r) => {
                 recorded.add(&r);
                 continue;
@@ -130,26 +116,14 @@ pub(super) async fn record_isolating(
 async fn attempt(
     conn: &mut sqlx::PgConnection,
     target: Target<'_>,
-    job: &str,
-    unverifiable_cycles: u32,
     observations: &mut [Observation],
     part: &[usize],
-    times: &PaymentTimes,
 ) -> Result<Attempt, RunError> {
     let mut retries = 0;
     loop {
         let mut subset: Vec<Observation> = part.iter().map(|&i| observations[i].clone()).collect();
         let mut savepoint = conn.begin().await.context("opening a savepoint")?;
-        match record_set(
-            &mut savepoint,
-            target,
-            job,
-            unverifiable_cycles,
-            &mut subset,
-            times,
-        )
-        .await
-        {
+        match record_set(&mut savepoint, target, &mut subset).await {
             Ok(recorded) => {
                 savepoint.commit().await.context("releasing a savepoint")?;
                 for (&i, o) in part.iter().zip(subset) {

@@ -14,7 +14,6 @@ pub mod isolate;
 pub mod rows;
 mod set;
 
-use crate::config::PaymentTimes;
 use crate::key::KeyType;
 use crate::outcome::RunError;
 use crate::read::Observation;
@@ -36,7 +35,7 @@ pub use set::{Recorded, Target};
 /// rows Stripe answered, `observed_external_status`/`last_reconciled_at`
 /// (never an UPDATE of `payments`: docs/design.md, "Invariants"),
 /// resolves stale findings with their commands, counts UNVERIFIABLE rows
-/// against `job`'s cycle, upserts findings once per open (payment, kind),
+/// against `target.job`'s cycle, upserts findings once per open (payment, kind),
 /// and enqueues one command per open repairable finding without a live one
 /// and not blocked. Returns what it created, cleared, enqueued and refused.
 ///
@@ -55,25 +54,14 @@ pub use set::{Recorded, Target};
 pub async fn record_observations(
     tx: &mut sqlx::PgConnection,
     target: Target<'_>,
-    job: &str,
-    unverifiable_cycles: u32,
     observations: &mut [Observation],
-    times: &PaymentTimes,
 ) -> Result<Recorded, RunError> {
     let writing: Vec<usize> = (0..observations.len())
         .filter(|&i| writes_for(&observations[i]))
         .collect();
     let writing_rows = writing.len();
-    let (mut recorded, refused) = isolate::record_isolating(
-        tx,
-        target,
-        job,
-        unverifiable_cycles,
-        observations,
-        writing,
-        times,
-    )
-    .await?;
+    let (mut recorded, refused) =
+        isolate::record_isolating(tx, target, observations, writing).await?;
     if refused.is_empty() {
         return Ok(recorded);
     }

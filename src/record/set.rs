@@ -17,14 +17,23 @@ use crate::store::StoreError;
 
 use super::rows::{self, demote_changed_rows, new_finding};
 
-/// Where [`super::record_observations`] writes: the outbox of repair commands and
-/// `payments.id`'s type (the reconciler's key columns hold it, docs/keys.md).
+/// Where and for whom [`super::record_observations`] writes, built once per
+/// job from its settings: the outbox of repair commands, `payments.id`'s
+/// type (the reconciler's key columns hold it, docs/keys.md),
+/// the job whose UNVERIFIABLE streaks are counted and after how many cycles
+/// they become a finding, and how `payments`' times are stored.
 #[derive(Debug, Clone, Copy)]
 pub struct Target<'a> {
     /// `RECONCILER_OUTBOX_*`.
     pub outbox: &'a OutboxSettings,
     /// Detected at start (`SchemaSettings::key`).
     pub key: &'a KeyType,
+    /// `RECONCILER_JOB`: the job whose cycle counts UNVERIFIABLE rows.
+    pub job: &'a str,
+    /// `RECONCILER_UNVERIFIABLE_CYCLES`.
+    pub unverifiable_cycles: u32,
+    /// How `payments`' `created_at`/`updated_at` are stored.
+    pub times: &'a PaymentTimes,
 }
 
 /// What [`super::record_observations`] wrote.
@@ -99,25 +108,15 @@ pub(super) fn at(write: Write) -> impl FnOnce(StoreError) -> Failed {
 pub(super) async fn record_set(
     tx: &mut sqlx::PgConnection,
     target: Target<'_>,
-    job: &str,
-    unverifiable_cycles: u32,
     observations: &mut [Observation],
-    times: &PaymentTimes,
 ) -> Result<Recorded, Failed> {
-    demote_changed_rows(tx, target.key, observations, times)
+    demote_changed_rows(tx, target.key, observations, target.times)
         .await
         .map_err(at(Write::LockPayment))?;
     let observations: &[Observation] = observations;
-    let (answered_ids, findings_cleared) = stamp_and_clear(tx, target, observations, times).await?;
+    let (answered_ids, findings_cleared) = stamp_and_clear(tx, target, observations).await?;
     close_unproven(tx, target, observations).await?;
-    let touched = open_findings(
-        tx,
-        (job, target.key),
-        unverifiable_cycles,
-        observations,
-        &answered_ids,
-    )
-    .await?;
+    let touched = open_findings(tx, target, observations, &answered_ids).await?;
     let findings_created = touched.iter().filter(|f| f.created).count() as u64;
     let commands_enqueued = enqueue_commands(tx, target, &touched, observations).await?;
     Ok(Recorded {
@@ -136,7 +135,6 @@ async fn stamp_and_clear(
     tx: &mut sqlx::PgConnection,
     target: Target<'_>,
     observations: &[Observation],
-    times: &PaymentTimes,
 ) -> Result<(Vec<PaymentKey>, u64), Failed> {
     // Answered: rows Stripe answered definitively. A 404 or a malformed id is
     // an answer too (its finding carries the problem), so those rows do not
@@ -153,6 +151,7 @@ async fn stamp_and_clear(
         .iter()
         .map(|o| o.observed.as_ref().map(|s| s.as_str().to_owned()))
         .collect();
+    let times = target.times;
     payment_state::record(tx, target.key, &all_ids, &confirmed, &statuses, times)
         .await
         .map_err(at(Write::Stamp))?;
@@ -204,12 +203,11 @@ async fn close_unproven(
 
 /// The findings the rows call for, opened once: each row's own, and
 /// `persistently_unverifiable` for rows Stripe could not answer for in
-/// `unverifiable_cycles` cycles (counted once per cycle). Returns every
-/// finding touched (new or already open).
+/// `target.unverifiable_cycles` cycles (counted once per cycle). Returns
+/// every finding touched (new or already open).
 async fn open_findings(
     tx: &mut sqlx::PgConnection,
-    (job, key): (&str, &KeyType),
-    unverifiable_cycles: u32,
+    target: Target<'_>,
     observations: &[Observation],
     answered_ids: &[PaymentKey],
 ) -> Result<Vec<CreatedFinding>, Failed> {
@@ -218,6 +216,7 @@ async fn open_findings(
         .filter(|o| o.unverifiable_read())
         .map(|o| (o.payment_id.clone(), o.error.clone()))
         .unzip();
+    let (job, key, unverifiable_cycles) = (target.job, target.key, target.unverifiable_cycles);
     let failing = unverifiable::record(tx, (job, key), answered_ids, &failed_ids, &errors)
         .await
         .map_err(at(Write::Unverifiable))?;
@@ -300,28 +299,35 @@ async fn enqueue_commands(
     let repairs: Vec<RepairRow> = repairable
         .iter()
         .filter(|(f, ..)| without.contains(&f.id))
-        .filter_map(|(f, command, o)| {
-            // A PaymentIntent row's command carries its id; a session row's
-            // its session, and the session's PaymentIntent when it has one
-            // (the writer fills it in; an expired session may have none).
-            let checkout_session_id = o.checkout_session.clone();
-            if checkout_session_id.is_none() && o.payment_intent.is_none() {
-                return None;
-            }
-            Some(RepairRow {
-                payment_id: f.payment_id.clone(),
-                finding_id: f.id,
-                command: command.as_str(),
-                expected_local_status: o.local.as_str().to_owned(),
-                stripe_payment_intent_id: o.payment_intent.clone(),
-                stripe_account_id: o.stripe_account.clone(),
-                checkout_session_id,
-            })
-        })
+        .filter_map(|(f, command, o)| repair_row(f, *command, o))
         .collect();
     outbox::enqueue_repairs(tx, target.outbox, target.key, &repairs)
         .await
         .map_err(at(Write::Outbox))
+}
+
+/// The outbox row of `finding`'s `command`. A PaymentIntent row's command
+/// carries its id; a session row's its session, and the session's
+/// PaymentIntent when it has one (the writer fills it in; an expired session
+/// may have none); `None` for a row with neither.
+fn repair_row(
+    finding: &CreatedFinding,
+    command: RepairCommand,
+    o: &Observation,
+) -> Option<RepairRow> {
+    let checkout_session_id = o.checkout_session.clone();
+    if checkout_session_id.is_none() && o.payment_intent.is_none() {
+        return None;
+    }
+    Some(RepairRow {
+        payment_id: finding.payment_id.clone(),
+        finding_id: finding.id,
+        command: command.as_str(),
+        expected_local_status: o.local.as_str().to_owned(),
+        stripe_payment_intent_id: o.payment_intent.clone(),
+        stripe_account_id: o.stripe_account.clone(),
+        checkout_session_id,
+    })
 }
 
 /// Stripe answered for this row definitively: a status, or a 404 / malformed

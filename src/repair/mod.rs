@@ -1,11 +1,20 @@
 //! Repairs: the canonical writer ([`writer`]), the one path that changes
 //! `payments.status`, and the outbox worker ([`worker`]) that feeds it the
 //! reconciler's repair commands.
+//!
+//! - [`writer`]: the canonical writer (a guarded status change and its event).
+//! - [`worker`]: the drain: commands claimed in chunks, each under a savepoint.
+//! - `command`: one command checked and applied (or skipped, with the reason).
+//! - `error`: [`RepairError`], why a command could not be applied.
+//! - `options`: [`RepairOptions`] and [`RepairReport`].
 
+mod command;
+mod error;
+mod options;
 pub mod worker;
 pub mod writer;
 
 pub use worker::{drain, drain_with, RepairError, RepairOptions, RepairReport};
 pub use writer::{
-    apply, apply_payment_canceled, apply_payment_succeeded, WriteError, WriteOutcome,
+    apply, apply_payment_canceled, apply_payment_succeeded, StatusChange, WriteError, WriteOutcome,
 };

@@ -12,7 +12,8 @@
 //! there first. When called for a finding, the finding is resolved as
 //! `repaired` even on a no-op: the payment is where it should be.
 //!
-//! A command for a payment judged by its Checkout Session (issue 32) also
+//! A command for a payment judged by its Checkout Session
+//! (docs/checkout-sessions.md) also
 //! fills the payment's empty PaymentIntent column with the session's
 //! PaymentIntent ([`fill_session_payment_intent`], guarded the same way: only
 //! while still empty).
@@ -57,8 +58,7 @@ pub enum WriteError {
     Store(#[from] StoreError),
 }
 
-/// The canonical states of a command: `(from, to)` (DESIGN.md, "The
-/// canonical writer and repairs").
+/// The canonical states of a command: `(from, to)` (docs/findings.md).
 fn transition(command: RepairCommand) -> (LocalStatus, LocalStatus) {
     match command {
         RepairCommand::ApplyPaymentSucceeded => (LocalStatus::Pending, LocalStatus::Paid),
@@ -66,13 +66,26 @@ fn transition(command: RepairCommand) -> (LocalStatus, LocalStatus) {
     }
 }
 
-/// Applies `command` to `payment_id` inside the caller's transaction (`conn`
-/// must be in one: the status change, the event and the finding's resolution
-/// commit or roll back together), in the words of `statuses`. `cause` goes
-/// into the event (e.g. `"reconciler"`, `"webhook"`). `payment_id` is the
-/// key's text (`payments.id::text`, any key type: docs/keys.md); the guarded
-/// UPDATE casts it to `payments.id`'s type, read from the catalog (one
-/// look-up), so the primary key's index finds the row.
+/// What the writer is asked to do: which transition, to which payment, for
+/// which finding (if any), and why.
+#[derive(Debug, Clone, Copy)]
+pub struct StatusChange<'a> {
+    /// `pending -> paid` or `pending -> failed`.
+    pub command: RepairCommand,
+    /// The key's text (`payments.id::text`, any key type: docs/keys.md).
+    pub payment_id: &'a PaymentKey,
+    /// The finding resolved by the change (`None` for a webhook handler).
+    pub finding_id: Option<i64>,
+    /// Goes into the event (e.g. `"reconciler"`, `"webhook"`).
+    pub cause: &'a str,
+}
+
+/// Applies `change` inside the caller's transaction (`conn` must be in one:
+/// the status change, the event and the finding's resolution commit or roll
+/// back together), in the words of `statuses`, its event appended to
+/// `outbox`. The guarded UPDATE casts the payment's key text to
+/// `payments.id`'s type, read from the catalog (one look-up), so the
+/// primary key's index finds the row.
 ///
 /// # Errors
 /// [`WriteError::UnknownPayment`]; [`WriteError::NoWord`]; [`WriteError::Store`].
@@ -80,11 +93,14 @@ pub async fn apply(
     conn: &mut PgConnection,
     outbox: &OutboxSettings,
     statuses: &StatusMap,
-    command: RepairCommand,
-    payment_id: &PaymentKey,
-    finding_id: Option<i64>,
-    cause: &str,
+    change: StatusChange<'_>,
 ) -> Result<WriteOutcome, WriteError> {
+    let StatusChange {
+        command,
+        payment_id,
+        finding_id,
+        cause,
+    } = change;
     let key = crate::store::keys::current(&mut *conn).await?;
     let (from_state, to_state) = transition(command);
     let from = statuses.words(&from_state);
@@ -131,7 +147,8 @@ pub async fn apply(
 /// Fills the payment's PaymentIntent column with `payment_intent`, inside
 /// the caller's transaction, only while the column is NULL or empty (the
 /// guard is the UPDATE's own `WHERE`): a payment the scan judged by its
-/// Checkout Session becomes a PaymentIntent row (issue 32). Returns whether
+/// Checkout Session becomes a PaymentIntent row (docs/checkout-sessions.md).
+/// Returns whether
 /// it filled (`false`: already filled, by the webhook or an earlier repair).
 /// The only write besides [`apply`]'s status change this module makes.
 ///
@@ -237,16 +254,13 @@ async fn apply_in_transaction(
         .await
         .context("opening the writer transaction")?;
     // The webhook handler's path writes its event to the default outbox.
-    let outcome = apply(
-        &mut tx,
-        &OutboxSettings::default(),
-        statuses,
+    let change = StatusChange {
         command,
         payment_id,
         finding_id,
         cause,
-    )
-    .await?;
+    };
+    let outcome = apply(&mut tx, &OutboxSettings::default(), statuses, change).await?;
     tx.commit().await.context("committing the transition")?;
     Ok(outcome)
 }

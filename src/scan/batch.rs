@@ -1,22 +1,18 @@
-//! One batch, in the design note's three phases: (1) a short transaction reads
+//! One batch, in the three phases of docs/scan.md: (1) a short transaction reads
 //! the cursor and the rows; (2) Stripe is asked with no transaction open;
 //! (3) one transaction records everything and moves the cursor by
 //! compare-and-set, or rolls back on a lost race. This file holds phases 1
 //! and 2; phase 3 is [`super::commit`], the three in a row `one`.
 
 use chrono::Utc;
-use sqlx::PgPool;
-use tokio_util::sync::CancellationToken;
 
-use super::groups::ScanGroups;
+use super::groups::{ScanContext, ScanGroups};
 use crate::key::{PaymentKey, Position, Walk};
-use crate::lease::Lease;
 use crate::outcome::RunError;
 use crate::read::outage::check_stripe_reachable;
-use crate::read::{observe_batch, Observation, Pacing, ReadGroups};
-use crate::store::payments::{self, MoneyColumns, PaymentRow};
+use crate::read::{observe_batch, Observation, Pacing};
+use crate::store::payments::{self, Behind, MoneyColumns, PaymentRow};
 use crate::store::{cursor, Context};
-use crate::stripe::StripeGateway;
 
 /// Where the batch starts and whether it may write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,8 +61,8 @@ pub(crate) struct Prepared {
     /// The last of the cursor's rows; `None` at the end of the table.
     pub last_id: Option<Position>,
     /// The cursor's rows are the last of the table (fewer than the batch
-    /// size were there): the batch ends the cycle (DESIGN.md, Turn 4: a
-    /// batch that reads fewer rows than it asked for ends the cycle).
+    /// size were there): the batch ends the cycle (docs/scan.md: a batch
+    /// that reads fewer rows than it asked for ends the cycle).
     pub reached_end: bool,
 }
 
@@ -79,19 +75,51 @@ pub(crate) struct ReadBatch {
     pub(super) observations: Vec<Observation>,
 }
 
-/// Phase 1 of a batch starting at `start`.
+/// Phase 1 of a batch starting at `start`: in one short transaction, the
+/// cursor, the next rows after it and a few rows behind it never confirmed
+/// (late commits). Its rows are the behind-cursor rows first, all in walk
+/// order; its last id is the last of the cursor's rows (`None` at the end
+/// of the table), and it reached the end when those were the table's last
+/// rows (one row more than the batch is read, so a batch that ends exactly
+/// at the end knows it too).
 ///
 /// # Errors
 /// As [`run_batch`](crate::scan::run_batch).
 pub(crate) async fn prepare(
-    pool: &PgPool,
-    settings: &ScanGroups<'_>,
+    ctx: &ScanContext<'_>,
     mode: &Mode,
-    lease: Option<&Lease>,
     start: &Start,
 ) -> Result<Prepared, RunError> {
-    let (cursor_from, rows, last_id, reached_end) =
-        read_phase(pool, settings, mode, lease, start).await?;
+    let settings = &ctx.settings;
+    let mut tx = crate::store::begin(ctx.pool)
+        .await
+        .context("opening the read transaction")?;
+    let (cursor_from, pending) = cursor_start(&mut tx, ctx, mode, start).await?;
+    let columns = MoneyColumns::of(settings.schema);
+    let batch_size = settings.scan.batch_size;
+    let mut ahead = payments::read_batch(
+        &mut tx,
+        cursor_from.as_ref(),
+        batch_size.saturating_add(1),
+        settings.run.grace,
+        columns,
+    )
+    .await?;
+    let reached_end = ahead.len() <= batch_size as usize;
+    ahead.truncate(batch_size as usize);
+    let last_id = ahead.last().map(|r| Position {
+        key: r.id.clone(),
+        created_at: (settings.schema.key.walk() == Walk::CreatedAt).then_some(r.created_at),
+    });
+    let behind = cursor_from
+        .as_ref()
+        .filter(|_| last_id.is_some() && mode.writes());
+    let mut rows = match behind {
+        Some(behind) => read_behind(&mut tx, settings, behind, pending).await?,
+        None => Vec::with_capacity(ahead.len()),
+    };
+    rows.extend(ahead);
+    tx.commit().await.context("closing the read transaction")?;
     Ok(Prepared {
         cursor_from,
         rows,
@@ -106,13 +134,11 @@ pub(crate) async fn prepare(
 /// # Errors
 /// As [`run_batch_until`](crate::scan::run_batch_until) (never `ConcurrentRun` or `Store` from here).
 pub(crate) async fn read_stripe(
-    pool: &PgPool,
-    gateway: &StripeGateway,
-    reads: &ReadGroups<'_>,
+    ctx: &ScanContext<'_>,
     prepared: Prepared,
-    shutdown: &CancellationToken,
     pacing: Pacing<'_>,
 ) -> Result<ReadBatch, RunError> {
+    let (gateway, shutdown, reads) = (ctx.gateway, &ctx.shutdown, &ctx.settings.read());
     let Prepared {
         cursor_from,
         rows,
@@ -131,7 +157,7 @@ pub(crate) async fn read_stripe(
     let observed = tokio::select! {
         biased;
         () = shutdown.cancelled() => return Err(RunError::Interrupted),
-        observed = observe_batch(pool, gateway, rows, reads, Utc::now(), pacing) => observed?,
+        observed = observe_batch(ctx.pool, gateway, rows, reads, Utc::now(), pacing) => observed?,
     };
     if shutdown.is_cancelled() {
         return Err(RunError::Interrupted);
@@ -151,85 +177,63 @@ pub fn behind_cursor_limit(batch_size: u32) -> u32 {
     (batch_size / 10).max(1)
 }
 
-/// Phase 1's parts: the cursor, the rows, the last of the cursor's rows and
-/// whether they were the table's last.
-type PhaseOne = (Option<Position>, Vec<PaymentRow>, Option<Position>, bool);
-
-/// Phase 1: the cursor, the next rows after it and a few rows behind it never
-/// confirmed (late commits). Returns the cursor, the rows (behind-cursor rows
-/// first, all in id order), the last id of the cursor's rows (`None` at
-/// the end of the table) and whether they are the table's last rows (one row
-/// more than the batch is asked for, so a batch that ends exactly at the end
-/// knows it too).
-async fn read_phase(
-    pool: &PgPool,
-    settings: &ScanGroups<'_>,
+/// Where phase 1 starts: the cursor (the persistent one, taken with the
+/// lease renewed, or a dry run's in memory), or right after the previous
+/// batch of the run, whose rows (`pending`) are left out of the rows behind
+/// the cursor. A run whose lease expired learns it here, before spending
+/// reads.
+async fn cursor_start<'s>(
+    tx: &mut sqlx::PgConnection,
+    ctx: &ScanContext<'_>,
     mode: &Mode,
-    lease: Option<&Lease>,
-    start: &Start,
-) -> Result<PhaseOne, RunError> {
-    let mut tx = crate::store::begin(pool)
-        .await
-        .context("opening the read transaction")?;
-    let (cursor_id, pending): (Option<Position>, &[PaymentKey]) = match (mode, start) {
+    start: &'s Start,
+) -> Result<(Option<Position>, &'s [PaymentKey]), RunError> {
+    let (lease, job) = (ctx.lease.as_ref(), &ctx.settings.run.job);
+    Ok(match (mode, start) {
         (Mode::Write, Start::After { position, pending }) => {
-            crate::lease::renew_held(&mut tx, lease).await?;
+            crate::lease::renew_held(&mut *tx, lease).await?;
             (position.clone(), pending)
         }
         (Mode::DryRun { .. }, Start::After { position, pending }) => (position.clone(), pending),
         (Mode::Write, Start::Cursor) => {
-            cursor::ensure(&mut tx, &settings.run.job).await?;
-            // A run whose lease expired learns it here, before spending reads.
-            crate::lease::renew_held(&mut tx, lease).await?;
-            let position = cursor::read(&mut tx, &settings.run.job)
-                .await?
-                .and_then(|c| c.position);
+            cursor::ensure(&mut *tx, job).await?;
+            crate::lease::renew_held(&mut *tx, lease).await?;
+            let position = cursor::read(&mut *tx, job).await?.and_then(|c| c.position);
             (position, &[])
         }
         (Mode::DryRun { after }, Start::Cursor) => (after.clone(), &[]),
+    })
+}
+
+/// A few rows behind the cursor `behind` never confirmed with Stripe (late
+/// commits, or in the grace window when the cursor passed), read beside the
+/// cursor's rows, `pending` left out; marked `behind_cursor`.
+async fn read_behind(
+    tx: &mut sqlx::PgConnection,
+    settings: &ScanGroups<'_>,
+    behind: &Position,
+    pending: &[PaymentKey],
+) -> Result<Vec<PaymentRow>, RunError> {
+    let wanted = Behind {
+        cursor: behind,
+        limit: behind_cursor_limit(settings.scan.batch_size),
+        excluded: pending,
     };
-    let columns = MoneyColumns::of(settings.schema);
-    let mut ahead = payments::read_batch(
-        &mut tx,
-        cursor_id.as_ref(),
-        settings.scan.batch_size.saturating_add(1),
+    let (job, grace, columns) = (
+        &settings.run.job,
         settings.run.grace,
-        columns,
-    )
-    .await?;
-    let reached_end = ahead.len() <= settings.scan.batch_size as usize;
-    ahead.truncate(settings.scan.batch_size as usize);
-    let last_id = ahead.last().map(|r| Position {
-        key: r.id.clone(),
-        created_at: (settings.schema.key.walk() == Walk::CreatedAt).then_some(r.created_at),
-    });
-    let mut rows = Vec::with_capacity(ahead.len());
-    let behind = cursor_id
-        .as_ref()
-        .filter(|_| last_id.is_some() && mode.writes());
-    if let Some(behind) = behind {
-        rows = payments::read_behind_cursor(
-            &mut tx,
-            &settings.run.job,
-            behind,
-            behind_cursor_limit(settings.scan.batch_size),
-            settings.run.grace,
-            columns,
-            pending,
-        )
-        .await?;
-        for row in &mut rows {
-            row.behind_cursor = true;
-        }
-        if !rows.is_empty() {
-            tracing::info!(
-                rows = rows.len(),
-                first = %rows[0].id,
-                "rows behind the cursor never confirmed with Stripe (committed late or in the grace window when passed); checked in this batch"
-            );
-        }
+        MoneyColumns::of(settings.schema),
+    );
+    let mut rows = payments::read_behind_cursor(tx, job, wanted, grace, columns).await?;
+    for row in &mut rows {
+        row.behind_cursor = true;
     }
-    rows.extend(ahead);
-    tx.commit().await.context("closing the read transaction")?;
-    Ok((cursor_id, rows, last_id, reached_end))
+    if !rows.is_empty() {
+        tracing::info!(
+            rows = rows.len(),
+            first = %rows[0].id,
+            "rows behind the cursor never confirmed with Stripe (committed late or in the grace window when passed); checked in this batch"
+        );
+    }
+    Ok(rows)
 }

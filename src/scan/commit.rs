@@ -7,10 +7,9 @@ use std::collections::HashSet;
 use sqlx::PgPool;
 
 use super::batch::{Mode, ReadBatch};
-use super::groups::ScanGroups;
+use super::groups::{ScanContext, ScanGroups};
 use super::report::BatchReport;
 use crate::key::{KeyType, PaymentKey, Position};
-use crate::lease::Lease;
 use crate::outcome::RunError;
 use crate::read::Observation;
 use crate::reconcile::{RepairCommand, PAYMENT_DELETED_NOTE};
@@ -24,10 +23,8 @@ use crate::store::{cursor, outbox, payment_state, retry, Context};
 /// # Errors
 /// As [`run_batch`](crate::scan::run_batch).
 pub(crate) async fn commit(
-    pool: &PgPool,
-    settings: &ScanGroups<'_>,
+    ctx: &ScanContext<'_>,
     mode: &Mode,
-    lease: Option<&Lease>,
     read: ReadBatch,
 ) -> Result<BatchReport, RunError> {
     let ReadBatch {
@@ -41,7 +38,7 @@ pub(crate) async fn commit(
         ..BatchReport::default()
     };
     let Some(last_id) = last_id else {
-        return wrap(pool, &settings.run.job, mode, lease, report, cursor_id).await;
+        return wrap(ctx, mode, report, cursor_id).await;
     };
     report.scanned = observations.len() as u64;
     report.cursor_to = number(Some(&last_id));
@@ -59,12 +56,12 @@ pub(crate) async fn commit(
     // 3. Record and advance, in one transaction.
     match mode {
         Mode::DryRun { .. } => {
-            dry_run_counts(pool, &settings.schema.key, &observations, &mut report).await?
+            let key = &ctx.settings.schema.key;
+            dry_run_counts(ctx.pool, key, &observations, &mut report).await?
         }
         Mode::Write => {
             let range = (cursor_id.as_ref(), &last_id, reached_end);
-            observations =
-                write_retrying(pool, settings, lease, range, observations, &mut report).await?;
+            observations = write_retrying(ctx, range, observations, &mut report).await?;
         }
     }
     for o in &observations {
@@ -101,18 +98,19 @@ async fn dry_run_counts(
     Ok(())
 }
 
+/// The batch at the end of the table: the cursor wraps to the cycle's start
+/// (compare-and-set from `from`, the lease renewed); a dry run only counts.
 async fn wrap(
-    pool: &PgPool,
-    job: &str,
+    ctx: &ScanContext<'_>,
     mode: &Mode,
-    lease: Option<&Lease>,
     mut report: BatchReport,
     from: Option<Position>,
 ) -> Result<BatchReport, RunError> {
+    let (job, lease) = (ctx.settings.run.job.as_str(), ctx.lease.as_ref());
     report.wrapped = true;
     report.cursor_to = 0;
     if mode.writes() {
-        let mut tx = crate::store::begin(pool)
+        let mut tx = crate::store::begin(ctx.pool)
             .await
             .context("opening the wrap transaction")?;
         crate::lease::renew_held(&mut tx, lease).await?;
@@ -133,9 +131,7 @@ async fn wrap(
 /// observations phase 2 made, so Stripe is not asked again. Returns the
 /// observations as the committed attempt left them.
 async fn write_retrying(
-    pool: &PgPool,
-    settings: &ScanGroups<'_>,
-    lease: Option<&Lease>,
+    ctx: &ScanContext<'_>,
     range: (Option<&Position>, &Position, bool),
     observations: Vec<Observation>,
     report: &mut BatchReport,
@@ -143,7 +139,7 @@ async fn write_retrying(
     let mut attempt = 1;
     loop {
         let mut tried = observations.clone();
-        match write_phase(pool, settings, lease, range, &mut tried, report).await {
+        match write_phase(ctx, range, &mut tried, report).await {
             Err(e) if retry::again(&e, attempt, "committing the batch").await => attempt += 1,
             Err(e) => return Err(e),
             Ok(()) => return Ok(tried),
@@ -155,57 +151,37 @@ async fn write_retrying(
 /// observations, the reconciler's own state, renews the lease and moves the
 /// cursor by compare-and-set, in one transaction.
 async fn write_phase(
-    pool: &PgPool,
-    settings: &ScanGroups<'_>,
-    lease: Option<&Lease>,
+    ctx: &ScanContext<'_>,
     (cursor_id, last_id, reached_end): (Option<&Position>, &Position, bool),
     observations: &mut [Observation],
     report: &mut BatchReport,
 ) -> Result<(), RunError> {
-    let (outbox, job) = (&settings.outbox, settings.run.job.as_str());
-    let unverifiable_cycles = settings.run.unverifiable_cycles;
-    let (register_limit, partitioned) = (
-        settings.scan.batch_size,
-        settings.schema.partition.is_some(),
-    );
-    let times = &settings.schema.times;
-    let mut tx = crate::store::begin(pool)
+    let settings = &ctx.settings;
+    let job = settings.run.job.as_str();
+    let mut tx = crate::store::begin(ctx.pool)
         .await
         .context("opening the write transaction")?;
-    // The reconciler's own state: forget payments deleted in the range the
-    // cursor walked, and register the newest rows so the lag stays an index
-    // lookup (store::payment_state).
-    // A partition's batch read only its rows of the range: the other
-    // partitions' rows in it are registered too, or they would be below the
-    // highest seen id without a state row, invisible to their job's lag.
-    let key = &settings.schema.key;
-    // At the end of the table the walked range runs to its end. The range is
-    // registered first, in key order, before the batch's own rows are
-    // recorded: every state row this transaction writes is then taken in
-    // ascending key order, like another partition's job on the same range.
+    // At the end of the table the walked range runs to its end.
     let through = (!reached_end).then_some(last_id);
-    let forgotten = payment_state::forget_deleted(&mut tx, key, cursor_id, through).await?;
-    if partitioned {
-        payment_state::register_range(&mut tx, key, cursor_id, through, times).await?;
-    }
-    let recorded = record_observations(
+    let forgotten = own_state_before(&mut tx, settings, (cursor_id, through)).await?;
+    let recorded = record_observations(&mut tx, settings.record_target(), observations).await?;
+    let key = &settings.schema.key;
+    payment_state::register_new(
         &mut tx,
-        crate::record::Target { outbox, key },
-        job,
-        unverifiable_cycles,
-        observations,
-        times,
+        key,
+        settings.scan.batch_size,
+        &settings.schema.times,
     )
     .await?;
-    payment_state::register_new(&mut tx, key, register_limit, times).await?;
     let range = (cursor_id, through);
+    let outbox = settings.outbox;
     let deleted = close_deleted(&mut tx, outbox, key, range, observations, forgotten).await?;
     report.findings_payment_deleted = deleted;
     report.findings_created = recorded.findings_created;
     report.findings_cleared = recorded.findings_cleared;
     report.commands_enqueued = recorded.commands_enqueued;
     report.writes_refused = recorded.writes_refused;
-    if let Err(lost) = crate::lease::renew_held(&mut tx, lease).await {
+    if let Err(lost) = crate::lease::renew_held(&mut tx, ctx.lease.as_ref()).await {
         tx.rollback().await.context("rolling back the lost batch")?;
         return Err(lost);
     }
@@ -223,6 +199,27 @@ async fn write_phase(
     }
     tx.commit().await.context("committing the batch")?;
     Ok(())
+}
+
+/// The reconciler's own state over the walked range `(after, through]`,
+/// before the batch's rows are recorded: forgets payments deleted in it
+/// (returns their keys) and, for a partition's batch, registers the other
+/// partitions' rows in it too, or they would be below the highest seen id
+/// without a state row, invisible to their job's lag (store::payment_state).
+/// The range is registered first, in key order: every state row the
+/// transaction writes is then taken in ascending key order, like another
+/// partition's job on the same range.
+async fn own_state_before(
+    tx: &mut sqlx::PgConnection,
+    settings: &ScanGroups<'_>,
+    (after, through): (Option<&Position>, Option<&Position>),
+) -> Result<Vec<PaymentKey>, RunError> {
+    let (key, times) = (&settings.schema.key, &settings.schema.times);
+    let forgotten = payment_state::forget_deleted(&mut *tx, key, after, through).await?;
+    if settings.schema.partition.is_some() {
+        payment_state::register_range(&mut *tx, key, after, through, times).await?;
+    }
+    Ok(forgotten)
 }
 
 /// A position as the report's number: the key when it is a whole number

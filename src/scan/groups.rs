@@ -6,6 +6,7 @@ use crate::config::{
 use crate::job::RunContext;
 use crate::read::ReadGroups;
 use crate::reconcile::Rules;
+use crate::record::Target;
 
 /// What the scan of `run` works with, as references into [`Settings`]: the
 /// job's name, grace and deadline (`run`), its batch and run sizes and read
@@ -41,6 +42,19 @@ impl<'a> ScanGroups<'a> {
             schema: &settings.schema,
             rules: &settings.rules,
             outbox: &settings.outbox,
+        }
+    }
+
+    /// Where phase 3 records for this job ([`crate::record::record_observations`]):
+    /// the outbox, the key type, the job and its UNVERIFIABLE threshold, the
+    /// times' storage.
+    pub fn record_target(&self) -> Target<'a> {
+        Target {
+            outbox: self.outbox,
+            key: &self.schema.key,
+            job: &self.run.job,
+            unverifiable_cycles: self.run.unverifiable_cycles,
+            times: &self.schema.times,
         }
     }
 

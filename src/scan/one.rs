@@ -9,6 +9,7 @@ use super::batch::{prepare, read_stripe, Mode, Start};
 use super::commit::commit;
 use super::groups::ScanGroups;
 use super::report::BatchReport;
+use crate::job::RunContext;
 use crate::lease::Lease;
 use crate::outcome::RunError;
 use crate::read::Pacing;
@@ -55,12 +56,14 @@ pub async fn run_batch_until(
     lease: Option<&Lease>,
     shutdown: &CancellationToken,
 ) -> Result<BatchReport, RunError> {
+    let mut ctx = RunContext::new(pool, gateway, *settings, shutdown.clone());
+    ctx.lease = lease.cloned();
     let in_flight = Semaphore::new((settings.stripe.max_in_flight as usize).max(1));
-    let prepared = prepare(pool, settings, &mode, lease, &Start::Cursor).await?;
+    let prepared = prepare(&ctx, &mode, &Start::Cursor).await?;
     let pacing = Pacing {
         in_flight: &in_flight,
         all_started: None,
     };
-    let read = read_stripe(pool, gateway, &settings.read(), prepared, shutdown, pacing).await?;
-    commit(pool, settings, &mode, lease, read).await
+    let read = read_stripe(&ctx, prepared, pacing).await?;
+    commit(&ctx, &mode, read).await
 }

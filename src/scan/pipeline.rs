@@ -7,16 +7,15 @@ use std::time::Instant;
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
-use sqlx::PgPool;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, Semaphore, SemaphorePermit};
 
-use super::batch::{prepare, read_stripe, Mode};
+use super::batch::{prepare, read_stripe, Mode, ReadBatch};
 use super::commit::commit;
 use super::groups::ScanContext;
 use super::progress::{cycle_progress, CycleProgress, Pace, TableExtent};
 use super::report::{BatchReport, RunSummary};
 use super::schedule::{Plan, BATCHES_IN_PROGRESS};
-use crate::config::{RunSettings, ScanSettings, SchemaSettings};
+use crate::config::ScanSettings;
 use crate::outcome::RunError;
 use crate::read::Pacing;
 use crate::store::{cursor, stats, Context};
@@ -44,51 +43,81 @@ pub(super) async fn batches(
     options: RunOptions,
     summary: &mut RunSummary,
 ) -> Result<(), RunError> {
-    let (pool, gateway, settings) = (ctx.pool, ctx.gateway, &ctx.settings);
-    let (lease, shutdown) = (ctx.lease.as_ref(), &ctx.shutdown);
-    let mode = &start_mode(ctx, options, summary).await?;
-    // Planned by `run` before the batches (`plan`); one batch without a plan.
-    let planned_batches = summary.plan.map_or(1, |p| p.batches);
-    let table = table_extent(pool, settings.run, settings.schema).await;
-    let read_groups = settings.read();
+    let mode = start_mode(ctx, options, summary).await?;
+    let table = table_extent(ctx).await;
     let run_started = Instant::now();
-    let in_flight = Semaphore::new((settings.stripe.max_in_flight as usize).max(1));
-    // A batch holds a slot from its phase 1 to the end of its commit.
-    let slots = Semaphore::new(BATCHES_IN_PROGRESS);
-    let (sender, mut receiver) = mpsc::unbounded_channel();
+    let pipeline = Pipeline {
+        ctx,
+        options,
+        mode,
+        // Planned by `run` before the batches (`plan`); one batch without a plan.
+        planned_batches: summary.plan.map_or(1, |p| p.batches),
+        run_started,
+        in_flight: Semaphore::new((ctx.settings.stripe.max_in_flight as usize).max(1)),
+        slots: Semaphore::new(BATCHES_IN_PROGRESS),
+    };
+    let (sender, receiver) = mpsc::unbounded_channel();
+    let consumer = pipeline.commit_in_order(receiver, table, summary);
+    let mut producer = std::pin::pin!(pipeline.read_ahead(sender));
+    let mut consumer = std::pin::pin!(consumer);
+    tokio::select! {
+        result = &mut consumer => result,
+        () = &mut producer => consumer.await,
+    }
+}
 
-    let producer = async {
-        let reads = futures::stream::unfold(Plan::new(), |mut plan| {
-            let (slots, in_flight, read_groups) = (&slots, &in_flight, &read_groups);
-            async move {
-                let start =
-                    plan.next_start(settings.run, planned_batches, shutdown, run_started)?;
-                let Ok(slot) = slots.acquire().await else {
-                    return None;
-                };
-                let all_started = plan.after_previous_started().await;
-                let prepared = match start {
-                    Ok(start) => prepare(pool, settings, mode, lease, &start).await,
-                    Err(e) => Err(e),
-                };
-                let read: BoxFuture<'_, _> = match prepared {
-                    Err(e) => {
-                        plan.done = true;
-                        futures::future::ready(Err(e)).boxed()
-                    }
-                    Ok(prepared) => {
-                        plan.prepared(&prepared, options.dry_run);
-                        let pacing = Pacing {
-                            in_flight,
-                            all_started: Some(all_started),
-                        };
-                        read_stripe(pool, gateway, read_groups, prepared, shutdown, pacing)
-                            .map(move |r| r.map(|read| (read, slot)))
-                            .boxed()
-                    }
-                };
-                Some((read, plan))
-            }
+/// A batch read from Stripe, with the slot it holds until its commit ends.
+type ReadResult<'p> = Result<(ReadBatch, SemaphorePermit<'p>), RunError>;
+
+/// What the batches of one run share: the run's context, how it runs, where
+/// the batches start, how many are planned, and the permits that bound
+/// them.
+struct Pipeline<'a, 'c> {
+    ctx: &'a ScanContext<'c>,
+    options: RunOptions,
+    mode: Mode,
+    planned_batches: u32,
+    run_started: Instant,
+    /// Every Stripe request of the run holds one (`RECONCILER_MAX_IN_FLIGHT`).
+    in_flight: Semaphore,
+    /// A batch holds one from its phase 1 to the end of its commit.
+    slots: Semaphore,
+}
+
+impl Pipeline<'_, '_> {
+    /// Phases 1 and 2 of the batches, in order, up to
+    /// [`BATCHES_IN_PROGRESS`] ahead of the commits; each read goes to
+    /// `sender`; stops after the first that failed.
+    async fn read_ahead<'p>(&'p self, sender: mpsc::UnboundedSender<ReadResult<'p>>) {
+        let reads = futures::stream::unfold(Plan::new(), |mut plan| async move {
+            let settings = &self.ctx.settings;
+            let (shutdown, started) = (&self.ctx.shutdown, self.run_started);
+            let start = plan.next_start(settings.run, self.planned_batches, shutdown, started)?;
+            let Ok(slot) = self.slots.acquire().await else {
+                return None;
+            };
+            let all_started = plan.after_previous_started().await;
+            let prepared = match start {
+                Ok(start) => prepare(self.ctx, &self.mode, &start).await,
+                Err(e) => Err(e),
+            };
+            let read: BoxFuture<'_, _> = match prepared {
+                Err(e) => {
+                    plan.done = true;
+                    futures::future::ready(Err(e)).boxed()
+                }
+                Ok(prepared) => {
+                    plan.prepared(&prepared, self.options.dry_run);
+                    let pacing = Pacing {
+                        in_flight: &self.in_flight,
+                        all_started: Some(all_started),
+                    };
+                    read_stripe(self.ctx, prepared, pacing)
+                        .map(move |r| r.map(|read| (read, slot)))
+                        .boxed()
+                }
+            };
+            Some((read, plan))
         })
         .buffered(BATCHES_IN_PROGRESS);
         let mut reads = std::pin::pin!(reads);
@@ -98,25 +127,26 @@ pub(super) async fn batches(
                 break;
             }
         }
-        drop(sender);
-    };
+    }
 
-    let consumer = async {
-        let mut progress = Progress::new(table, run_started, settings.scan, planned_batches);
+    /// Phase 3 of the batches read, in order, each counted in `summary` and
+    /// logged with the cycle's progress over `table`.
+    async fn commit_in_order(
+        &self,
+        mut receiver: mpsc::UnboundedReceiver<ReadResult<'_>>,
+        table: TableExtent,
+        summary: &mut RunSummary,
+    ) -> Result<(), RunError> {
+        let scan = self.ctx.settings.scan;
+        let mut progress = Progress::new(table, self.run_started, scan, self.planned_batches);
         while let Some(read) = receiver.recv().await {
             let (read, slot) = read?;
-            let report = commit(pool, settings, mode, lease, read).await?;
+            let report = commit(self.ctx, &self.mode, read).await?;
             drop(slot);
             summary.add_batch(&report);
             progress.committed(&report, summary.rows_scanned);
         }
         Ok(())
-    };
-    let mut producer = std::pin::pin!(producer);
-    let mut consumer = std::pin::pin!(consumer);
-    tokio::select! {
-        result = &mut consumer => result,
-        () = &mut producer => consumer.await,
     }
 }
 
@@ -192,9 +222,10 @@ fn pace_of(batch_size: u32, planned: u32, done: u32) -> Pace {
 
 /// The table's size and id range for the progress line, read once per run;
 /// unknown (zeros) when it cannot be read, which only blanks the estimate.
-async fn table_extent(pool: &PgPool, run: &RunSettings, schema: &SchemaSettings) -> TableExtent {
+async fn table_extent(ctx: &ScanContext<'_>) -> TableExtent {
+    let (run, schema) = (ctx.settings.run, ctx.settings.schema);
     // A read transaction (pooler-safe: docs/schema.md); rolled back on drop.
-    let figures = match crate::store::begin(pool).await {
+    let figures = match crate::store::begin(ctx.pool).await {
         Ok(mut conn) => stats::table_figures(
             &mut conn,
             &run.job,

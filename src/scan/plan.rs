@@ -1,4 +1,4 @@
-//! How many batches a run starts (issue 23): a fixed
+//! How many batches a run starts (docs/operations.md, "Sizing"): a fixed
 //! `RECONCILER_BATCHES_PER_RUN`, or for `auto` the [`capacity::plan`] from
 //! the table, the cursor and the run history read at the start of the run.
 
@@ -12,8 +12,8 @@ use crate::store::runs::{self, RunHistory};
 use crate::store::stats::{self, TableFigures};
 use crate::store::{Context, StoreError};
 
-/// Rows one list request verifies at the defaults (BENCHMARKS.md, L1 and
-/// issue 23: pages of 100 PaymentIntents, a few per batch outside the window).
+/// Rows one list request verifies at the defaults (BENCHMARKS.md, L1: pages
+/// of 100 PaymentIntents, a few per batch outside the window).
 pub const LIST_ROWS_PER_REQUEST: f64 = 95.0;
 
 /// What the plan is computed from: the table and cursor, and the run history.
@@ -105,7 +105,7 @@ pub fn plan_input(settings: PlanSettings<'_>, figures: PlanFigures<'_>) -> PlanI
 fn rows_ahead(t: &TableFigures) -> f64 {
     match (t.min_id, t.max_id) {
         (Some(lo), Some(hi)) if hi >= lo => {
-            // In f64: ids may span the whole bigint range (issue 31); at the
+            // In f64: ids may span the whole bigint range (docs/keys.md); at the
             // cycle's start (no cursor key) nothing is behind, ids ≤ 0 too.
             let (lo, hi) = (lo as f64, hi as f64);
             let cursor = match t.cursor_key {

@@ -45,7 +45,7 @@ pub fn cycle_progress(table: TableExtent, cursor: i64, pace: Pace) -> CycleProgr
     let total = table.rows.max(0.0).round() as u64;
     let done = match (table.min_id, table.max_id) {
         (Some(lo), Some(hi)) if hi >= lo && cursor >= lo => {
-            // In f64: ids may span the whole bigint range (issue 31).
+            // In f64: ids may span the whole bigint range (docs/keys.md).
             let share = (cursor.min(hi) as f64 - lo as f64 + 1.0) / (hi as f64 - lo as f64 + 1.0);
             (share * total as f64).round() as u64
         }

@@ -31,7 +31,7 @@ pub struct BatchReport {
     pub cursor_from: i64,
     /// Cursor after the batch.
     pub cursor_to: i64,
-    /// The key of the cursor after the batch (any key type, issue 31);
+    /// The key of the cursor after the batch (any key type, docs/keys.md);
     /// `None`: the cycle's start.
     pub cursor_key: Option<crate::key::PaymentKey>,
 }
@@ -69,7 +69,7 @@ pub struct RunSummary {
     pub cursor_position: Option<i64>,
     /// The cursor's key at the end of the run as text (`payments.id::text`,
     /// any key type); `null` at the cycle's start or when it could not be
-    /// read. Added by issue 31 beside `cursor_position`, which holds only
+    /// read. Added beside `cursor_position` (docs/keys.md), which holds only
     /// integer keys (0 at the start and for other key types).
     pub cursor_key: Option<crate::key::PaymentKey>,
     /// Wall time of the run, in seconds.
@@ -80,10 +80,10 @@ pub struct RunSummary {
     pub stripe_requests: crate::stripe::RequestCounts,
     /// Connected accounts found unreachable this run (no access: a 403 such
     /// as a revoked application; or every read a 404), whose rows stayed
-    /// UNVERIFIABLE (issue 24; gauge `stripe_accounts_unreachable`).
+    /// UNVERIFIABLE (docs/connect.md; gauge `stripe_accounts_unreachable`).
     pub stripe_accounts_unreachable: u64,
     /// The batches the run planned at its start and the cycle they lead to
-    /// (issue 23); `None` when the run stopped before planning (lease lost).
+    /// (docs/operations.md, "Sizing"); `None` when the run stopped before planning (lease lost).
     pub plan: Option<crate::capacity::RunPlan>,
 }
 

@@ -13,11 +13,6 @@ use crate::terminal::{human_duration, shorten_or_dash, shown};
 /// Where to look for the lag: which payment holds it and the likely reason.
 pub(super) fn lines(h: &LagHolder, st: &Status, grace: Duration) -> Vec<(&'static str, String)> {
     let now = st.database_now;
-    let cursor = st.cursor_position;
-    let confirmed_this_cycle = match (h.last_reconciled_at, st.cycle_age_seconds) {
-        (Some(t), Some(age)) => ((now - t).num_seconds() as f64) <= age,
-        _ => false,
-    };
     let ago = |t: chrono::DateTime<Utc>| human_duration((now - t).num_seconds() as f64);
     let mut lines = vec![(
         "  held by payment",
@@ -38,8 +33,34 @@ pub(super) fn lines(h: &LagHolder, st: &Status, grace: Duration) -> Vec<(&'stati
             |t| format!("{} ago", ago(t)),
         ),
     ));
+    lines.push(("  why", why(h, st, grace)));
+    if let (Some(id), Some(kind)) = (h.open_finding_id, &h.open_finding_kind) {
+        lines.push((
+            "  its open finding",
+            format!(
+                "{id} {} (stripe-reconciler findings list --kind {})",
+                shown(kind),
+                shown(kind)
+            ),
+        ));
+    }
+    if let Some(e) = &h.repair_last_error {
+        lines.push(("  its repair's last error", shown(e).into_owned()));
+    }
+    lines
+}
+
+/// The likely reason the lag holder holds it: in the grace window,
+/// confirmed in this cycle (the normal lag), passed by a full cycle or in
+/// this one without an answer, or not reached yet.
+fn why(h: &LagHolder, st: &Status, grace: Duration) -> String {
+    let (now, cursor) = (st.database_now, st.cursor_position);
+    let confirmed_this_cycle = match (h.last_reconciled_at, st.cycle_age_seconds) {
+        (Some(t), Some(age)) => ((now - t).num_seconds() as f64) <= age,
+        _ => false,
+    };
     let changed_secs = (now - h.updated_at).num_seconds().max(0);
-    let why = if changed_secs < grace.as_secs() as i64 {
+    if changed_secs < grace.as_secs() as i64 {
         format!(
             "changed {} ago, within RECONCILER_GRACE_SECONDS ({}s): in_flight, not sent to Stripe until the grace passes",
             human_duration(changed_secs as f64),
@@ -65,22 +86,7 @@ pub(super) fn lines(h: &LagHolder, st: &Status, grace: Duration) -> Vec<(&'stati
             "passed in this cycle without a definitive answer from Stripe (unverifiable: timeout, 429, 5xx); see the run logs for payment_id={}",
             h.payment_id
         )
-    };
-    lines.push(("  why", why));
-    if let (Some(id), Some(kind)) = (h.open_finding_id, &h.open_finding_kind) {
-        lines.push((
-            "  its open finding",
-            format!(
-                "{id} {} (stripe-reconciler findings list --kind {})",
-                shown(kind),
-                shown(kind)
-            ),
-        ));
     }
-    if let Some(e) = &h.repair_last_error {
-        lines.push(("  its repair's last error", shown(e).into_owned()));
-    }
-    lines
 }
 
 /// A cycle completed after the row's reference time (its last confirmation,

@@ -97,6 +97,16 @@ pub struct PartitionShown {
     pub value: String,
 }
 
+impl PartitionShown {
+    /// How `status` shows `partition`.
+    fn of(partition: &Partition) -> Self {
+        PartitionShown {
+            column: partition.column.as_str().to_owned(),
+            value: partition.value.clone(),
+        }
+    }
+}
+
 /// What `status` shows of the events job.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EventsShown {
@@ -199,37 +209,23 @@ async fn read_figures(
         .map(events_shown);
     let growth = h.growth();
     let now = t.database_now;
-    let plan = planned.map(|(s, _)| {
-        plan_for(
-            s.into(),
-            PlanFigures {
-                table: &t,
-                history: &h,
-            },
-        )
-    });
+    let (cycle_progress_percent, cycle_age_seconds, cycle_last_completed_unix) = cycle_of(&t);
+    let figures = PlanFigures {
+        table: &t,
+        history: &h,
+    };
+    let plan = planned.map(|(s, _)| plan_for(s.into(), figures));
     Ok(Status {
         plan,
         job: job.to_owned(),
-        partition: partition.map(|p| PartitionShown {
-            column: p.column.as_str().to_owned(),
-            value: p.value.clone(),
-        }),
+        partition: partition.map(PartitionShown::of),
         lag_seconds: t.lag_seconds,
         rows: t.rows_estimate,
         cursor_position: t.cursor_position,
         cursor_key: t.cursor_key.clone(),
-        cycle_progress_percent: if t.cursor_key.is_some() {
-            progress(t.min_id, t.max_id, t.cursor_position)
-        } else {
-            0.0
-        },
-        cycle_age_seconds: t
-            .cycle_started_at
-            .map(|s| (now - s).num_milliseconds() as f64 / 1000.0),
-        cycle_last_completed_unix: t
-            .last_cycle_completed_at
-            .map(|c| c.timestamp_millis() as f64 / 1000.0),
+        cycle_progress_percent,
+        cycle_age_seconds,
+        cycle_last_completed_unix,
         open_findings,
         outbox_pending: backlog.map(|b| b.pending),
         outbox_oldest_pending_seconds: backlog.map(|b| b.oldest_pending_seconds),
@@ -246,6 +242,24 @@ async fn read_figures(
         events,
         database_now: now,
     })
+}
+
+/// The cycle's figures from `t`: the cursor's share of the cycle (percent;
+/// 0 before a cursor), the cycle's age (seconds) and when the last cycle
+/// completed (Unix time).
+fn cycle_of(t: &stats::TableFigures) -> (f64, Option<f64>, Option<f64>) {
+    let percent = if t.cursor_key.is_some() {
+        progress(t.min_id, t.max_id, t.cursor_position)
+    } else {
+        0.0
+    };
+    let age = t
+        .cycle_started_at
+        .map(|s| (t.database_now - s).num_milliseconds() as f64 / 1000.0);
+    let completed = t
+        .last_cycle_completed_at
+        .map(|c| c.timestamp_millis() as f64 / 1000.0);
+    (percent, age, completed)
 }
 
 /// The events job's figures as `status` shows them.

@@ -46,26 +46,9 @@ pub fn render(st: &Status, grace: Duration) -> String {
         }
     }
     line("payments", format!("{:.0}", st.rows));
-    line(
-        "cursor",
-        format!(
-            "id {} ({:.1}% of this cycle)",
-            st.cursor_position, st.cycle_progress_percent
-        ),
-    );
-    line(
-        "cycle age",
-        st.cycle_age_seconds
-            .map_or_else(|| "no cycle yet".into(), human_duration),
-    );
-    line(
-        "last cycle completed",
-        when(st.cycle_last_completed_unix, st.database_now),
-    );
-    line(
-        "last successful run",
-        when(st.last_success_unix, st.database_now),
-    );
+    for (k, v) in cycle_lines(st) {
+        line(k, v);
+    }
     for (k, v) in events_lines(st) {
         line(k, v);
     }
@@ -90,16 +73,47 @@ pub fn render(st: &Status, grace: Duration) -> String {
             line(k, v);
         }
     }
+    for (k, v) in findings_lines(st) {
+        line(&k, v);
+    }
+    out
+}
+
+/// The cycle's lines: the cursor and its share of the cycle, the cycle's
+/// age, when the last cycle completed and when the last run succeeded.
+fn cycle_lines(st: &Status) -> Vec<(&'static str, String)> {
+    let cursor = format!(
+        "id {} ({:.1}% of this cycle)",
+        st.cursor_position, st.cycle_progress_percent
+    );
+    let age = st
+        .cycle_age_seconds
+        .map_or_else(|| "no cycle yet".into(), human_duration);
+    vec![
+        ("cursor", cursor),
+        ("cycle age", age),
+        (
+            "last cycle completed",
+            when(st.cycle_last_completed_unix, st.database_now),
+        ),
+        (
+            "last successful run",
+            when(st.last_success_unix, st.database_now),
+        ),
+    ]
+}
+
+/// The open findings: their total (or `none`), then each kind, most first.
+fn findings_lines(st: &Status) -> Vec<(String, String)> {
     if st.open_findings.is_empty() {
-        line("open findings", "none".into());
-    } else {
-        let total: i64 = st.open_findings.values().sum();
-        line("open findings", total.to_string());
-        let mut by_count: Vec<(&String, &i64)> = st.open_findings.iter().collect();
-        by_count.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        for (kind, n) in by_count {
-            line(&format!("  {kind}"), n.to_string());
-        }
+        return vec![("open findings".into(), "none".into())];
+    }
+    let total: i64 = st.open_findings.values().sum();
+    let mut out = vec![("open findings".to_owned(), total.to_string())];
+    let mut by_count: Vec<(&String, &i64)> = st.open_findings.iter().collect();
+    by_count.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    for (kind, n) in by_count {
+        out.push((format!("  {kind}"), n.to_string()));
     }
     out
 }

@@ -183,22 +183,7 @@ pub async fn align(conn: &mut PgConnection, key: &KeyType) -> Result<Vec<String>
         tx.commit().await.context("closing a transaction")?;
         return Ok(tables);
     }
-    let stored = key.stored();
-    let collate = match key.kind() {
-        crate::key::KeyKind::Text => id_collation(&mut tx)
-            .await?
-            .map(|c| format!(" COLLATE {c}"))
-            .unwrap_or_default(),
-        _ => String::new(),
-    };
-    let alters: String = tables
-        .iter()
-        .map(|t| {
-            format!(
-                "ALTER TABLE {t} ALTER COLUMN payment_id TYPE {stored}{collate} USING payment_id::text::{stored};\n"
-            )
-        })
-        .collect();
+    let alters = alter_key_columns(&mut tx, key, &tables).await?;
     let sql = format!(
         "DO $align$
          DECLARE
@@ -239,6 +224,34 @@ pub async fn align(conn: &mut PgConnection, key: &KeyType) -> Result<Vec<String>
         .await
         .context("committing the key columns' type")?;
     Ok(tables)
+}
+
+/// The `ALTER TABLE` statements that give `tables`' key columns
+/// [`KeyType::stored`] (a text key with `payments.id`'s collation).
+///
+/// # Errors
+/// [`StoreError`] from the catalog look-up.
+async fn alter_key_columns(
+    conn: &mut PgConnection,
+    key: &KeyType,
+    tables: &[String],
+) -> Result<String, StoreError> {
+    let stored = key.stored();
+    let collate = match key.kind() {
+        crate::key::KeyKind::Text => id_collation(&mut *conn)
+            .await?
+            .map(|c| format!(" COLLATE {c}"))
+            .unwrap_or_default(),
+        _ => String::new(),
+    };
+    Ok(tables
+        .iter()
+        .map(|t| {
+            format!(
+                "ALTER TABLE {t} ALTER COLUMN payment_id TYPE {stored}{collate} USING payment_id::text::{stored};\n"
+            )
+        })
+        .collect())
 }
 
 /// `payments.id`'s collation as a qualified, quoted name from the catalog

@@ -77,9 +77,35 @@ pub async fn enqueue_repairs(
         .iter()
         .map(|r| r.stripe_account_id.as_deref())
         .collect();
+    let sql = enqueue_sql(conn, outbox, key).await?;
+    let done = super::query(&sql)
+        .bind(payment_ids)
+        .bind(finding_ids)
+        .bind(commands)
+        .bind(expected)
+        .bind(intents)
+        .bind(accounts)
+        .bind(sessions)
+        .execute(conn)
+        .await
+        .context("enqueueing repair commands")?;
+    Ok(done.rows_affected())
+}
+
+/// The INSERT of [`enqueue_repairs`] for `outbox`'s shape (the Debezium
+/// shape's `timestamp` column only when the table has it), its seven arrays
+/// bound at `$1..$7`.
+///
+/// # Errors
+/// [`StoreError`] from the catalog look-up.
+async fn enqueue_sql(
+    conn: &mut PgConnection,
+    outbox: &OutboxSettings,
+    key: &KeyType,
+) -> Result<String, StoreError> {
     let table = outbox.table.quoted();
     let payload = payload(key);
-    let sql = match outbox.shape {
+    Ok(match outbox.shape {
         OutboxShape::Reconciler => format!(
             "INSERT INTO {table} (aggregate_type, aggregate_id, event_type, payload)
              SELECT 'Payment', v.payment_id::text, v.command, {payload}
@@ -107,19 +133,7 @@ pub async fn enqueue_repairs(
                    FROM v JOIN r USING (finding_id)"
             )
         }
-    };
-    let done = super::query(&sql)
-        .bind(payment_ids)
-        .bind(finding_ids)
-        .bind(commands)
-        .bind(expected)
-        .bind(intents)
-        .bind(accounts)
-        .bind(sessions)
-        .execute(conn)
-        .await
-        .context("enqueueing repair commands")?;
-    Ok(done.rows_affected())
+    })
 }
 
 /// The payload of a repair command (the design note's, plus the PaymentIntent

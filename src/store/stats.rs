@@ -346,6 +346,35 @@ fn repair_last_error(outbox: &OutboxSettings) -> String {
     }
 }
 
+/// The query of the state row longest without a confirmation (within the
+/// partition, whose value is bound at `param`: the state rows joined to
+/// their payment), and the partition's condition on the unseen payments
+/// (`q`; empty without a partition): [`lag_holder`]'s parts.
+fn oldest_seen_sql(partition: Option<&Partition>, param: u8) -> (String, String) {
+    match partition {
+        None => (
+            "SELECT payment_id, last_reconciled_at,
+                    coalesce(last_reconciled_at, created_at) AS since
+               FROM reconciliation_payment_state
+              ORDER BY coalesce(last_reconciled_at, created_at) LIMIT 1"
+                .to_owned(),
+            String::new(),
+        ),
+        Some(p) => (
+            format!(
+                "SELECT s.payment_id, s.last_reconciled_at,
+                        coalesce(s.last_reconciled_at, s.created_at) AS since
+                   FROM reconciliation_payment_state s
+                   JOIN payments p ON p.id = s.payment_id
+                  WHERE {}
+                  ORDER BY coalesce(s.last_reconciled_at, s.created_at) LIMIT 1",
+                p.condition("p", param)
+            ),
+            format!(" AND {}", p.condition("q", param)),
+        ),
+    }
+}
+
 /// The payment holding the lag (see [`LagHolder`]), of the partition when
 /// one is set; `None` for an empty table (or partition). One lookup on the expression index
 /// `reconciliation_payment_state_lag`, and a primary-key range of the
@@ -371,28 +400,7 @@ pub async fn lag_holder(
         OutboxShape::Reconciler => 4,
         OutboxShape::Debezium => 3,
     };
-    let (seen, in_partition) = match partition {
-        None => (
-            "SELECT payment_id, last_reconciled_at,
-                    coalesce(last_reconciled_at, created_at) AS since
-               FROM reconciliation_payment_state
-              ORDER BY coalesce(last_reconciled_at, created_at) LIMIT 1"
-                .to_owned(),
-            String::new(),
-        ),
-        Some(p) => (
-            format!(
-                "SELECT s.payment_id, s.last_reconciled_at,
-                        coalesce(s.last_reconciled_at, s.created_at) AS since
-                   FROM reconciliation_payment_state s
-                   JOIN payments p ON p.id = s.payment_id
-                  WHERE {}
-                  ORDER BY coalesce(s.last_reconciled_at, s.created_at) LIMIT 1",
-                p.condition("p", param)
-            ),
-            format!(" AND {}", p.condition("q", param)),
-        ),
-    };
+    let (seen, in_partition) = oldest_seen_sql(partition, param);
     let (created, updated) = (times.created("p"), times.updated("p"));
     let created_q = times.created("q");
     let beyond = unseen(key, times, "q", (1, 2), head.is_some());

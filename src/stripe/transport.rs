@@ -176,6 +176,21 @@ impl StripeGateway {
         }
     }
 
+    /// A GET of `url` with the key and the API version, on `account`'s
+    /// behalf when given.
+    fn get_request(&self, url: &Url, account: Option<&AccountId>) -> reqwest::RequestBuilder {
+        let request = self
+            .http
+            .get(url.clone())
+            .bearer_auth(self.api_key.expose_secret())
+            .header("Stripe-Version", STRIPE_VERSION);
+        match account {
+            // Only a parsed `acct_[A-Za-z0-9]+`: never a stored value as such.
+            Some(account) => request.header("Stripe-Account", account.as_str()),
+            None => request,
+        }
+    }
+
     async fn attempt<T>(
         &self,
         url: &Url,
@@ -183,16 +198,11 @@ impl StripeGateway {
         max_body: usize,
         parse: &impl Fn(&HeaderMap, &[u8]) -> Result<T, Unavailable>,
     ) -> Result<T, AttemptError> {
-        let mut request = self
-            .http
-            .get(url.clone())
-            .bearer_auth(self.api_key.expose_secret())
-            .header("Stripe-Version", STRIPE_VERSION);
-        if let Some(account) = account {
-            // Only a parsed `acct_[A-Za-z0-9]+`: never a stored value as such.
-            request = request.header("Stripe-Account", account.as_str());
-        }
-        let response = request.send().await.map_err(transport_error)?;
+        let response = self
+            .get_request(url, account)
+            .send()
+            .await
+            .map_err(transport_error)?;
         let status = response.status();
         let headers = response.headers().clone();
         let request_id = header(&headers, "request-id");
@@ -203,14 +213,7 @@ impl StripeGateway {
         }
         let body = read_capped(response, max_body)
             .await
-            .map_err(|cause| match cause {
-                Unavailable::Timeout | Unavailable::Connection(_) => AttemptError::Retryable {
-                    outcome: AttemptOutcome::Connection,
-                    cause,
-                    request_id: request_id.clone(),
-                },
-                cause => final_unavailable(cause, request_id.clone()),
-            })?;
+            .map_err(|cause| body_unreadable(cause, request_id.clone()))?;
         match status {
             StatusCode::OK => {
                 parse(&headers, &body).map_err(|cause| final_unavailable(cause, request_id))
@@ -242,6 +245,19 @@ impl StripeGateway {
             }
             other => Err(other_status(other, &headers, &body, request_id)),
         }
+    }
+}
+
+/// A response body that could not be read: retried when the connection
+/// failed or timed out, final otherwise (too large).
+fn body_unreadable(cause: Unavailable, request_id: Option<String>) -> AttemptError {
+    match cause {
+        Unavailable::Timeout | Unavailable::Connection(_) => AttemptError::Retryable {
+            outcome: AttemptOutcome::Connection,
+            cause,
+            request_id,
+        },
+        cause => final_unavailable(cause, request_id),
     }
 }
 

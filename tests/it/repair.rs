@@ -166,14 +166,17 @@ async fn the_webhook_wins_the_race(pool: PgPool) {
     assert!(!drain.is_finished(), "the drain waits for the webhook");
     // The webhook applies the transition through the canonical writer, in
     // its transaction, and commits: the waiting drain then sees it moved.
+    let change = stripe_reconciler::repair::writer::StatusChange {
+        command: RepairCommand::ApplyPaymentSucceeded,
+        payment_id: &id.into(),
+        finding_id: None,
+        cause: "webhook",
+    };
     let webhook = stripe_reconciler::repair::writer::apply(
         &mut webhook_tx,
         &Default::default(),
         &Default::default(),
-        RepairCommand::ApplyPaymentSucceeded,
-        &id.into(),
-        None,
-        "webhook",
+        change,
     )
     .await
     .unwrap();

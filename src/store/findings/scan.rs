@@ -78,14 +78,11 @@ async fn acknowledged(
           ORDER BY r.payment_id, r.kind, r.resolved_at DESC, r.id DESC",
         key.cast_array("$1")
     );
+    let payment_ids: Vec<&PaymentKey> = asked.iter().map(|f| &f.payment_id).collect();
+    let kinds: Vec<&str> = asked.iter().map(|f| f.kind.as_str()).collect();
     let resolved: Vec<ResolvedByHand> = query_as(&sql)
-        .bind(
-            asked
-                .iter()
-                .map(|f| &f.payment_id)
-                .collect::<Vec<&PaymentKey>>(),
-        )
-        .bind(asked.iter().map(|f| f.kind.as_str()).collect::<Vec<&str>>())
+        .bind(payment_ids)
+        .bind(kinds)
         .bind(Resolution::Manual.as_str())
         .fetch_all(conn)
         .await

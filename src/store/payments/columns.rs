@@ -162,21 +162,18 @@ pub async fn time_columns(
     })
 }
 
-/// Checks that the configured columns exist in `payments` with usable types:
-/// the amount an integer type (`smallint`, `integer`, `bigint`) in `minor`
-/// units, `numeric` in `major` units (`RECONCILER_AMOUNT_UNIT`), the
-/// currency and the Connect account column a text type (`text`,
-/// `character varying`, `character`). An
-/// integer column with `major` is refused under `RECONCILER_AMOUNT_UNIT`: an
-/// integer holds minor units, and reading it as major would multiply every
-/// amount by 100.
-///
-/// # Errors
-/// [`ColumnError`]: `Missing` and `WrongType` name the variable (exit 78).
-pub async fn check_columns(
-    conn: &mut PgConnection,
-    columns: MoneyColumns<'_>,
-) -> Result<(), ColumnError> {
+/// One column check: the variable that names the column, the column (if
+/// set), the types accepted, and what is expected, in words.
+type ColumnCheck<'a> = (
+    &'static str,
+    Option<&'a ColumnName>,
+    &'static [&'static str],
+    &'static str,
+);
+
+/// The checks of [`check_columns`]: the amount (by its unit), the currency,
+/// the Connect account and the Checkout Session columns.
+fn column_checks(columns: MoneyColumns<'_>) -> [ColumnCheck<'_>; 4] {
     let amount = match columns.unit {
         AmountUnit::Minor => (
             "RECONCILER_AMOUNT_COLUMN",
@@ -189,7 +186,7 @@ pub async fn check_columns(
             "numeric (RECONCILER_AMOUNT_UNIT=major: major units, 12.00 for 1200 cents; floating point cannot hold money exactly)",
         ),
     };
-    let checks = [
+    [
         (amount.0, columns.amount, amount.1, amount.2),
         (
             "RECONCILER_CURRENCY_COLUMN",
@@ -209,8 +206,25 @@ pub async fn check_columns(
             &["text", "character varying", "character"][..],
             "a text type (the Checkout Session id, cs_...; NULL or empty when the row has none)",
         ),
-    ];
-    for (var, column, accepted, expected) in checks {
+    ]
+}
+
+/// Checks that the configured columns exist in `payments` with usable types:
+/// the amount an integer type (`smallint`, `integer`, `bigint`) in `minor`
+/// units, `numeric` in `major` units (`RECONCILER_AMOUNT_UNIT`), the
+/// currency and the Connect account column a text type (`text`,
+/// `character varying`, `character`). An
+/// integer column with `major` is refused under `RECONCILER_AMOUNT_UNIT`: an
+/// integer holds minor units, and reading it as major would multiply every
+/// amount by 100.
+///
+/// # Errors
+/// [`ColumnError`]: `Missing` and `WrongType` name the variable (exit 78).
+pub async fn check_columns(
+    conn: &mut PgConnection,
+    columns: MoneyColumns<'_>,
+) -> Result<(), ColumnError> {
+    for (var, column, accepted, expected) in column_checks(columns) {
         let Some(column) = column else { continue };
         let found = column_type(conn, column.as_str()).await?;
         match found {

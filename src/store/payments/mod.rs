@@ -24,7 +24,7 @@ pub use locks::{
 };
 pub use read::{
     a_verified_payment_intent, a_verified_payment_intent_on, active_accounts, by_checkout_sessions,
-    by_payment_intents, held_elsewhere, read_batch, read_behind_cursor, PaymentByIntent,
+    by_payment_intents, held_elsewhere, read_batch, read_behind_cursor, Behind, PaymentByIntent,
 };
 
 use std::time::Duration;
@@ -297,23 +297,12 @@ pub(crate) fn partition_condition(partition: Option<&Partition>, alias: &str, pa
     })
 }
 
-/// Rows behind the cursor (at or before it in the walk's order) never
-/// confirmed with Stripe, out of the grace window, and not already counted
-/// UNVERIFIABLE in this cycle (a row that keeps failing waits for the next
-/// cycle, governed by `persistently_unverifiable`, instead of being retried
-/// every batch). Two sources, both bounded: rows seen but never confirmed
-/// (the partial index `reconciliation_payment_state_unconfirmed`), and rows
-/// never seen at all (late commits near the head of the table: an anti-join
-/// over a bounded window, `$6`, below the highest seen id or `created_at`;
-/// a key walk of uuid, text or numeric keys has no such window, and its late
-/// commits are read by the next cycle: docs/keys.md, "No row skipped").
-/// A seen row is placed by its state row (in a `(created_at, id)` walk, the
-/// `created_at` copied when it was seen): a row whose `created_at` moved
-/// from ahead of the cursor to behind it is read by the next cycle, as
-/// docs/keys.md says for any row whose position changes.
-/// `created_at` and `updated_at` are read as `times` says.
-fn behind_cursor(key: &KeyType, times: &PaymentTimes) -> String {
-    let never_seen = match (key.walk(), key.kind()) {
+/// [`behind_cursor`]'s rows never seen at all: late commits within the
+/// window below the highest seen id (`$6`) or `created_at`, by an
+/// anti-join on the state table; empty for a key walk of uuid, text or
+/// numeric keys (no window).
+fn never_seen(key: &KeyType, times: &PaymentTimes) -> String {
+    match (key.walk(), key.kind()) {
         (Walk::CreatedAt, _) => format!(
             "UNION ALL
              SELECT q.id FROM payments q
@@ -330,7 +319,26 @@ fn behind_cursor(key: &KeyType, times: &PaymentTimes) -> String {
             key.cast("$1")
         ),
         (Walk::Key, _) => String::new(),
-    };
+    }
+}
+
+/// Rows behind the cursor (at or before it in the walk's order) never
+/// confirmed with Stripe, out of the grace window, and not already counted
+/// UNVERIFIABLE in this cycle (a row that keeps failing waits for the next
+/// cycle, governed by `persistently_unverifiable`, instead of being retried
+/// every batch). Two sources, both bounded: rows seen but never confirmed
+/// (the partial index `reconciliation_payment_state_unconfirmed`), and rows
+/// never seen at all (late commits near the head of the table: an anti-join
+/// over a bounded window, `$6`, below the highest seen id or `created_at`;
+/// a key walk of uuid, text or numeric keys has no such window, and its late
+/// commits are read by the next cycle: docs/keys.md, "No row skipped").
+/// A seen row is placed by its state row (in a `(created_at, id)` walk, the
+/// `created_at` copied when it was seen): a row whose `created_at` moved
+/// from ahead of the cursor to behind it is read by the next cycle, as
+/// docs/keys.md says for any row whose position changes.
+/// `created_at` and `updated_at` are read as `times` says.
+fn behind_cursor(key: &KeyType, times: &PaymentTimes) -> String {
+    let never_seen = never_seen(key, times);
     // The unconfirmed state rows at or before the cursor by their own
     // position, from the earliest unconfirmed one (`$8`): one narrow range of
     // a partial index (`..._unconfirmed`, `..._unconfirmed_created`,

@@ -47,6 +47,18 @@ pub async fn read_batch(
     Ok(columns.map(rows))
 }
 
+/// Which rows [`read_behind_cursor`] reads: up to `limit` at or before
+/// `cursor`, the keys of `excluded` left out.
+#[derive(Debug, Clone, Copy)]
+pub struct Behind<'a> {
+    /// The cursor the rows are at or before.
+    pub cursor: &'a Position,
+    /// The most rows read.
+    pub limit: u32,
+    /// Keys left out (a batch still being read or committed).
+    pub excluded: &'a [PaymentKey],
+}
+
 /// Reads up to `limit` rows at or before the cursor `cursor` that were
 /// never confirmed with Stripe: committed after the cursor passed them
 /// (sequence order is not commit order; found within a window below the
@@ -62,12 +74,15 @@ pub async fn read_batch(
 pub async fn read_behind_cursor(
     conn: &mut PgConnection,
     job: &str,
-    cursor: &Position,
-    limit: u32,
+    behind: Behind<'_>,
     grace: Duration,
     columns: MoneyColumns<'_>,
-    excluded: &[PaymentKey],
 ) -> Result<Vec<PaymentRow>, StoreError> {
+    let Behind {
+        cursor,
+        limit,
+        excluded,
+    } = behind;
     let window_from = late_commit_window(&mut *conn, columns.key, limit).await?;
     let unconfirmed_from =
         crate::store::payment_state::earliest_unconfirmed(&mut *conn, columns.key).await?;
