@@ -95,9 +95,9 @@ pub async fn migrate_in(pool: &PgPool, zone: &TimestampZone) -> Result<UpgradeRe
         .await
         .context("opening a transaction")?;
     schema::ensure_table(&mut tx).await?;
-    tx.commit().await.context("creating _sqlx_migrations")?;
     // A uuid or text key: migration 1's foreign key cannot be built on it.
-    store::keys::prepare(&mut conn).await?;
+    store::keys::prepare(&mut tx).await?;
+    tx.commit().await.context("creating _sqlx_migrations")?;
     for migration in MIGRATOR.iter() {
         if migration.migration_type.is_down_migration() {
             continue;

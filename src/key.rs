@@ -101,6 +101,8 @@ pub struct KeyType {
     sql: String,
     kind: KeyKind,
     walk: Walk,
+    /// A text key stored in its own type (`bpchar`, `citext`), not `text`.
+    own: Option<String>,
 }
 
 impl Default for KeyType {
@@ -110,6 +112,7 @@ impl Default for KeyType {
             sql: "bigint".to_owned(),
             kind: KeyKind::Integer,
             walk: Walk::Key,
+            own: None,
         }
     }
 }
@@ -132,25 +135,56 @@ impl KeyType {
     /// [`UnsupportedKey`] for any other type (e.g. `bytea`, `jsonb`, a
     /// domain: the reconciler would have to know its ordering).
     pub fn from_catalog(sql: &str, created_index: bool) -> Result<Self, UnsupportedKey> {
-        let kind = match sql {
+        Self::from_catalog_with_base(sql, sql, None, created_index)
+    }
+
+    /// [`Self::from_catalog`] for a column whose type may be a domain
+    /// (`base`: its base type's `format_type`, else `sql` again) or an
+    /// extension's text type: `citext` (`citext`: `Some(name)`, the name
+    /// `format_type` gives it, qualified when off the `search_path`) and
+    /// `character(n)` (a ULID in `char(26)`) are text keys walked and stored
+    /// in their own type, so the reconciler's tables order them as
+    /// `payments.id` does (docs/keys.md); a domain over a supported type is
+    /// walked as its base type.
+    ///
+    /// # Errors
+    /// [`UnsupportedKey`] for any other type.
+    pub fn from_catalog_with_base(
+        sql: &str,
+        base: &str,
+        citext: Option<&str>,
+        created_index: bool,
+    ) -> Result<Self, UnsupportedKey> {
+        let kind = match base {
             "smallint" | "integer" | "bigint" => KeyKind::Integer,
             "numeric" => KeyKind::Numeric,
             "uuid" => KeyKind::Uuid,
-            "text" | "character varying" => KeyKind::Text,
-            other => {
+            "text" | "character varying" | "character" => KeyKind::Text,
+            b if citext == Some(b) => KeyKind::Text,
+            _ => {
                 return Err(UnsupportedKey {
-                    found: other.to_owned(),
+                    found: sql.to_owned(),
                 })
             }
+        };
+        let own = match base {
+            "character" => Some("bpchar".to_owned()),
+            b if citext == Some(b) => Some(b.to_owned()),
+            _ => None,
         };
         let walk = match kind {
             KeyKind::Uuid | KeyKind::Text if created_index => Walk::CreatedAt,
             _ => Walk::Key,
         };
         Ok(KeyType {
-            sql: sql.to_owned(),
+            sql: if own.is_some() || base == sql {
+                sql.to_owned()
+            } else {
+                base.to_owned()
+            },
             kind,
             walk,
+            own,
         })
     }
 
@@ -205,10 +239,20 @@ impl KeyType {
     /// compares exactly with a `bigint`), `text` for `character varying`
     /// (the same ordering and equality), otherwise the application's type.
     pub fn stored(&self) -> &str {
-        match self.kind {
-            KeyKind::Integer => "bigint",
-            KeyKind::Text => "text",
+        match (self.kind, &self.own) {
+            (KeyKind::Integer, _) => "bigint",
+            (KeyKind::Text, Some(own)) => own,
+            (KeyKind::Text, None) => "text",
             _ => &self.sql,
+        }
+    }
+
+    /// [`Self::stored`] as `format_type(atttypid, NULL)` prints it for the
+    /// reconciler's key columns (`bpchar` prints as `character`).
+    pub fn stored_catalog(&self) -> &str {
+        match self.stored() {
+            "bpchar" => "character",
+            other => other,
         }
     }
 }

@@ -12,7 +12,7 @@
 use sqlx::PgConnection;
 
 use crate::store::legacy::{self, Removal};
-use crate::store::StoreError;
+use crate::store::{begin, Context, StoreError};
 use crate::terminal::escape;
 
 /// One removal and how it ended.
@@ -76,10 +76,16 @@ impl UpgradeReport {
 /// a refusal.
 pub async fn remove_legacy(conn: &mut PgConnection) -> Result<UpgradeReport, StoreError> {
     let mut report = UpgradeReport::default();
-    if !crate::store::payment_index::payments_exists(&mut *conn).await? {
+    // What to remove, read in one transaction (pooler-safe: docs/schema.md).
+    let mut tx = begin(&mut *conn).await.context("opening a transaction")?;
+    if !crate::store::payment_index::payments_exists(&mut tx).await? {
         return Ok(report);
     }
-    for name in legacy::foreign_keys(&mut *conn).await? {
+    let foreign_keys = legacy::foreign_keys(&mut tx).await?;
+    let indexes = legacy::reconciler_indexes(&mut tx).await?;
+    let columns = legacy::reconciler_columns(&mut tx).await?;
+    tx.commit().await.context("closing a transaction")?;
+    for name in foreign_keys {
         let outcome = legacy::drop_foreign_key(&mut *conn, &name).await?;
         report.steps.push(Step {
             object: format!(
@@ -88,14 +94,13 @@ pub async fn remove_legacy(conn: &mut PgConnection) -> Result<UpgradeReport, Sto
             outcome,
         });
     }
-    for name in legacy::reconciler_indexes(&mut *conn).await? {
+    for name in indexes {
         let outcome = legacy::drop_index_concurrently(&mut *conn, &name).await?;
         report.steps.push(Step {
             object: format!("index {name} on payments"),
             outcome,
         });
     }
-    let columns = legacy::reconciler_columns(&mut *conn).await?;
     if !columns.is_empty() {
         let outcome = legacy::drop_columns(&mut *conn, &columns).await?;
         report.steps.push(Step {
@@ -103,7 +108,9 @@ pub async fn remove_legacy(conn: &mut PgConnection) -> Result<UpgradeReport, Sto
             outcome,
         });
     }
-    report.kept_columns = legacy::applications_columns(&mut *conn).await?;
+    let mut tx = begin(&mut *conn).await.context("opening a transaction")?;
+    report.kept_columns = legacy::applications_columns(&mut tx).await?;
+    tx.commit().await.context("closing a transaction")?;
     for step in &report.steps {
         match &step.outcome {
             Removal::Done => {

@@ -15,11 +15,12 @@ use crate::store::Context;
 /// Prints the job's state: a screen for people, or one JSON object.
 pub(super) async fn status(settings: &Settings, json: bool) -> Result<(), CommandError> {
     let (_pool, mut conn) = super::connect(settings).await?;
-    let facts = preflight::checked(&mut conn, settings).await?;
+    // Every read in one transaction (pooler-safe: docs/schema.md).
     let mut conn = crate::store::begin(&mut *conn)
         .await
         .context("opening a transaction")
         .map_err(CommandError::Store)?;
+    let facts = preflight::checked(&mut conn, settings).await?;
     let scan = ScanGroups::of(settings, &facts);
     let plan = |table: &TableFigures, history: &RunHistory| {
         plan_for((&scan).into(), PlanFigures { table, history })

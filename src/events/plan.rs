@@ -270,6 +270,7 @@ mod tests {
                 updated_at: Utc.timestamp_opt(0, 0).unwrap(),
                 created_at: Utc.timestamp_opt(0, 0).unwrap(),
                 recently_changed: recent,
+                key_not_utf8: false,
                 amount: None,
                 currency: None,
                 shares_payment_intent: false,

@@ -1,10 +1,11 @@
-//! `migrate`'s key step (issue 31): the reconciler's key columns hold
+//! `migrate`'s key step (docs/keys.md): the reconciler's key columns hold
 //! `payments.id`'s type, and the walk the cycle will take is said.
 
 use super::MigrateError;
 use crate::config::Settings;
 use crate::key::{KeyKind, Walk};
 use crate::preflight;
+use crate::store::{self, Context, StoreError};
 
 /// Aligns the reconciler's key columns with `payments.id`'s type and says
 /// how the cycle walks the table, naming the index of the application's
@@ -17,7 +18,17 @@ pub(super) async fn align(
     conn: &mut sqlx::PgConnection,
     settings: &Settings,
 ) -> Result<(), MigrateError> {
-    let key = preflight::detect_key(&mut *conn).await?;
+    let store = |e: StoreError| MigrateError::Store(e);
+    // Reads in transactions (pooler-safe: docs/schema.md).
+    let mut tx = store::begin(&mut *conn)
+        .await
+        .context("opening a transaction")
+        .map_err(store)?;
+    let key = preflight::detect_key(&mut tx).await?;
+    tx.commit()
+        .await
+        .context("closing a transaction")
+        .map_err(store)?;
     let changed = crate::store::keys::align(&mut *conn, &key)
         .await
         .map_err(MigrateError::Store)?;
@@ -32,15 +43,22 @@ pub(super) async fn align(
     // or when an earlier migrate changed it and its registration (one
     // statement: all or nothing) did not finish: the state table is empty
     // beside a non-empty `payments`.
+    let mut tx = store::begin(&mut *conn)
+        .await
+        .context("opening a transaction")
+        .map_err(store)?;
     let unregistered = key.kind() != KeyKind::Integer
-        && crate::store::payment_state::empty_beside_payments(&mut *conn)
+        && crate::store::payment_state::empty_beside_payments(&mut tx)
             .await
             .map_err(MigrateError::Store)?;
+    let times = crate::store::payments::time_columns(&mut tx, &settings.schema.timestamp_zone)
+        .await
+        .map_err(preflight::column_error)?;
+    tx.commit()
+        .await
+        .context("closing a transaction")
+        .map_err(store)?;
     if unregistered || changed.iter().any(|t| t == "reconciliation_payment_state") {
-        let times =
-            crate::store::payments::time_columns(&mut *conn, &settings.schema.timestamp_zone)
-                .await
-                .map_err(preflight::column_error)?;
         let registered = crate::store::payment_state::register_existing(&mut *conn, &times)
             .await
             .map_err(MigrateError::Store)?;

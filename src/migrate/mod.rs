@@ -28,7 +28,6 @@ use sqlx::{PgConnection, PgPool};
 use crate::config::Settings;
 use crate::preflight::{self, check_schema};
 use crate::store::outbox_shape::OutboxState;
-use crate::store::payment_index as schema;
 use crate::store::{self, Context, StoreError};
 
 pub use error::MigrateError;
@@ -74,8 +73,9 @@ pub async fn migrate(pool: &PgPool, settings: &Settings, unique: bool) -> Result
     session_index::report(&mut conn, settings).await
 }
 
-/// Checks the schema before anything is created (the partition's column
-/// too, when `payments` exists already); returns the outbox's state. Every
+/// Checks the schema before anything is created (the table `payments` and
+/// its required columns, the key, the outbox, the partition's column);
+/// returns the outbox's state. Every
 /// step runs under migrate's own timeouts, never the role's defaults.
 async fn check_first(
     conn: &mut PgConnection,
@@ -86,15 +86,10 @@ async fn check_first(
         .await
         .context("opening a transaction")
         .map_err(store)?;
+    // `payments` is the application's table, found on the search_path with
+    // the columns every command reads; `migrate` never creates it.
     let outbox = check_schema(&mut tx, settings, true).await?;
-    if schema::payments_exists(&mut tx).await.map_err(store)? {
-        preflight::checked(&mut tx, settings).await?;
-    } else {
-        // RECONCILER_TIMESTAMP_ZONE is known to the database (exit 78).
-        store::payments::time_columns(&mut tx, &settings.schema.timestamp_zone)
-            .await
-            .map_err(preflight::column_error)?;
-    }
+    preflight::checked(&mut tx, settings).await?;
     tx.commit()
         .await
         .context("closing a transaction")

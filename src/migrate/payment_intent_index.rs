@@ -48,7 +48,15 @@ pub(super) async fn ensure(conn: &mut PgConnection, unique: bool) -> Result<(), 
         }
         _ => {}
     }
-    if unique {
+    if unique
+        && schema::payments_partitioned(&mut *conn)
+            .await
+            .map_err(store)?
+    {
+        println!(
+            "--unique-payment-intent-index: not built, payments is partitioned and a UNIQUE index there must include the partition key"
+        );
+    } else if unique {
         if ids > 0 {
             println!(
                 "--unique-payment-intent-index: not built, the duplicates above would violate it"

@@ -21,8 +21,9 @@ mod error;
 pub use error::PreflightError;
 
 /// Checks what `migrate`, `run` and `repair` need of the user's schema before
-/// anything is written (docs/schema.md): `payments.id` has a key type
-/// ([`detect_key`]), and
+/// anything is written (docs/schema.md): `payments` is a table on the
+/// `search_path` with the required columns (`store::app_table`),
+/// `payments.id` has a key type ([`detect_key`]), and
 /// the outbox `RECONCILER_OUTBOX_TABLE` names is absent (reconciler shape) or
 /// has the configured shape. Only `migrating` accepts an absent outbox.
 ///
@@ -34,6 +35,15 @@ pub async fn check_schema(
     settings: &Settings,
     migrating: bool,
 ) -> Result<OutboxState, PreflightError> {
+    // The table itself first: found where it was named, a table, with the
+    // columns every command reads (docs/schema.md).
+    crate::store::app_table::check(&mut *conn)
+        .await
+        .map_err(PreflightError::Store)?
+        .map_err(|e| ConfigError::Unusable {
+            var: "DATABASE_URL",
+            problem: Box::new(e),
+        })?;
     detect_key(&mut *conn).await?;
     match outbox_shape::check(conn, &settings.outbox)
         .await
@@ -86,10 +96,12 @@ pub async fn check_columns(
     settings: &Settings,
     need_partition_index: bool,
 ) -> Result<TableFacts, PreflightError> {
-    let mut conn = pool
-        .acquire()
+    // One transaction for every read: behind a transaction pooler a
+    // statement outside one travels as two pooler transactions (docs/schema.md,
+    // "Behind a connection pooler").
+    let mut conn = crate::store::begin(pool)
         .await
-        .context("connecting")
+        .context("opening a transaction")
         .map_err(PreflightError::Store)?;
     check_schema(&mut conn, settings, false).await?;
     let facts = checked(&mut conn, settings).await?;
@@ -117,12 +129,26 @@ pub async fn check_columns(
         == PaymentIntentIndex::Missing
     {
         // Said exactly, so a `migrate` that could not build it (a role's
-        // statement timeout, a lock never granted) is never a dead end.
+        // statement timeout, a lock never granted) is never a dead end; on a
+        // partitioned table, per partition (docs/schema.md).
+        let by_hand = if payment_index::payments_partitioned(&mut conn)
+            .await
+            .map_err(PreflightError::Store)?
+        {
+            payment_index::partitioned_build_by_hand(
+                &mut conn,
+                payment_index::PLAIN_INDEX,
+                &["stripe_payment_intent_id"],
+            )
+            .await
+            .map_err(PreflightError::Store)?
+        } else {
+            payment_index::build_by_hand()
+        };
         return Err(ConfigError::Invalid {
             var: "DATABASE_URL",
             reason: format!(
-                "payments.stripe_payment_intent_id has no index: run `stripe-reconciler migrate` (it adds one) before `run`, or build it yourself in psql as the table's owner (the application keeps writing meanwhile):\n{}",
-                payment_index::build_by_hand()
+                "payments.stripe_payment_intent_id has no index: run `stripe-reconciler migrate` (it adds one) before `run`, or build it yourself in psql as the table's owner (the application keeps writing meanwhile):\n{by_hand}"
             ),
         }
         .into());
@@ -132,6 +158,10 @@ pub async fn check_columns(
             .await
             .map_err(column_error)?;
     }
+    conn.commit()
+        .await
+        .context("closing a transaction")
+        .map_err(PreflightError::Store)?;
     Ok(facts)
 }
 
@@ -146,13 +176,18 @@ pub async fn check_schema_only(
     pool: &PgPool,
     settings: &Settings,
 ) -> Result<TableFacts, PreflightError> {
-    let mut conn = pool
-        .acquire()
+    // In one transaction (pooler-safe: docs/schema.md).
+    let mut conn = crate::store::begin(pool)
         .await
-        .context("connecting")
+        .context("opening a transaction")
         .map_err(PreflightError::Store)?;
     check_schema(&mut conn, settings, false).await?;
-    checked(&mut conn, settings).await
+    let facts = checked(&mut conn, settings).await?;
+    conn.commit()
+        .await
+        .context("closing a transaction")
+        .map_err(PreflightError::Store)?;
+    Ok(facts)
 }
 
 /// What the database says about `payments` for `settings` (the detection

@@ -47,6 +47,13 @@ impl Read<'_> {
         from_list: Option<ListedFacts>,
     ) -> Result<Observation, RunError> {
         let mut seen = unread(&row);
+        if row.key_not_utf8 {
+            tracing::warn!(payment_id = %row.id, "payments.id holds bytes that are not UTF-8 (shown as \\xNN): the row cannot be addressed by its key; fix the key");
+            seen.decision = Decision::unverifiable(
+                "payments.id holds bytes that are not UTF-8 (shown as \\xNN): fix the key",
+            );
+            return Ok(seen);
+        }
         if row.recently_changed {
             return Ok(seen);
         }

@@ -224,7 +224,8 @@ fn pace_of(batch_size: u32, planned: u32, done: u32) -> Pace {
 /// unknown (zeros) when it cannot be read, which only blanks the estimate.
 async fn table_extent(ctx: &ScanContext<'_>) -> TableExtent {
     let (run, facts) = (ctx.settings.run, ctx.settings.facts);
-    let figures = match ctx.pool.acquire().await {
+    // A read transaction (pooler-safe: docs/schema.md); rolled back on drop.
+    let figures = match crate::store::begin(ctx.pool).await {
         Ok(mut conn) => stats::table_figures(
             &mut conn,
             &run.job,

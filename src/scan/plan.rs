@@ -152,7 +152,8 @@ async fn read_figures(
     run: &RunSettings,
     facts: &TableFacts,
 ) -> Result<(TableFigures, RunHistory), StoreError> {
-    let mut conn = pool.acquire().await.context("connecting")?;
+    // One read transaction (pooler-safe: docs/schema.md); rolled back on drop.
+    let mut conn = crate::store::begin(pool).await.context("connecting")?;
     let partition = facts.partition.as_ref();
     let table =
         stats::table_figures(&mut conn, &run.job, partition, &facts.key, &facts.times).await?;

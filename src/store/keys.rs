@@ -17,8 +17,11 @@ impl sqlx::Type<Postgres> for PaymentKey {
     fn type_info() -> PgTypeInfo {
         <String as sqlx::Type<Postgres>>::type_info()
     }
+    /// Text, or its bytes (`convert_to(id::text, 'SQL_ASCII')`: a key
+    /// that is not UTF-8 in a `SQL_ASCII` database, [`super::text`]).
     fn compatible(ty: &PgTypeInfo) -> bool {
         <String as sqlx::Type<Postgres>>::compatible(ty)
+            || <Vec<u8> as sqlx::Type<Postgres>>::compatible(ty)
     }
 }
 
@@ -34,11 +37,13 @@ impl sqlx::Encode<'_, Postgres> for PaymentKey {
     }
 }
 
+/// A key read as text: bytes that are not UTF-8 (a `SQL_ASCII` database)
+/// become `\xNN` ([`super::text::decode`]) instead of failing the statement.
 impl<'r> sqlx::Decode<'r, Postgres> for PaymentKey {
     fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
-        Ok(PaymentKey::new(<String as sqlx::Decode<Postgres>>::decode(
-            value,
-        )?))
+        // A text value's bytes, in either wire format.
+        let bytes = value.as_bytes()?;
+        Ok(PaymentKey::new(super::text::decode(bytes)))
     }
 }
 
@@ -61,13 +66,16 @@ pub const KEY_TABLES: [&str; 3] = [
 pub async fn detect(
     conn: &mut PgConnection,
 ) -> Result<Result<KeyType, UnsupportedKey>, StoreError> {
-    let found: Option<(String, bool)> = super::query_as(
+    let found: Option<(String, String, Option<String>, bool)> = super::query_as(
         "SELECT format_type(a.atttypid, NULL),
+                format_type(coalesce(nullif(t.typbasetype, 0), t.oid), NULL),
+                (SELECT format_type(to_regtype(quote_ident(e.extnamespace::regnamespace::text) || '.citext'), NULL)
+                   FROM pg_extension e WHERE e.extname = 'citext'),
                 EXISTS (SELECT 1 FROM pg_index i
                           JOIN pg_attribute c ON c.attrelid = i.indrelid AND c.attnum = i.indkey[0]
                          WHERE i.indrelid = a.attrelid AND i.indisvalid AND i.indpred IS NULL
                            AND c.attname = 'created_at' AND c.attnotnull)
-           FROM pg_attribute a
+           FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
           WHERE a.attrelid = to_regclass('payments') AND a.attname = 'id'
             AND a.attnum > 0 AND NOT a.attisdropped",
     )
@@ -76,7 +84,9 @@ pub async fn detect(
     .context("reading the type of payments.id")?;
     Ok(match found {
         None => Ok(KeyType::default()),
-        Some((sql, created_index)) => KeyType::from_catalog(&sql, created_index),
+        Some((sql, base, citext, created_index)) => {
+            KeyType::from_catalog_with_base(&sql, &base, citext.as_deref(), created_index)
+        }
     })
 }
 
@@ -115,7 +125,7 @@ pub async fn misaligned(conn: &mut PgConnection, key: &KeyType) -> Result<Vec<St
                             AND NOT i.attisdropped)))
           ORDER BY 1",
     )
-    .bind(key.stored())
+    .bind(key.stored_catalog())
     .fetch_all(conn)
     .await
     .context("reading the type of the reconciler's key columns")
@@ -165,11 +175,15 @@ pub async fn prepare(conn: &mut PgConnection) -> Result<(), StoreError> {
 /// [`StoreError`]: a stored key that is not a value of the new type (the
 /// application changed `payments.id`'s type under existing findings).
 pub async fn align(conn: &mut PgConnection, key: &KeyType) -> Result<Vec<String>, StoreError> {
-    let tables = misaligned(&mut *conn, key).await?;
+    let mut tx = super::begin(&mut *conn)
+        .await
+        .context("opening a transaction")?;
+    let tables = misaligned(&mut tx, key).await?;
     if tables.is_empty() {
+        tx.commit().await.context("closing a transaction")?;
         return Ok(tables);
     }
-    let alters = alter_key_columns(&mut *conn, key, &tables).await?;
+    let alters = alter_key_columns(&mut tx, key, &tables).await?;
     let sql = format!(
         "DO $align$
          DECLARE
@@ -201,9 +215,6 @@ pub async fn align(conn: &mut PgConnection, key: &KeyType) -> Result<Vec<String>
          END
          $align$"
     );
-    let mut tx = super::begin(&mut *conn)
-        .await
-        .context("opening a transaction")?;
     super::lock_migrations(&mut tx).await?;
     super::query(&sql)
         .execute(&mut *tx)

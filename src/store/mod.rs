@@ -2,6 +2,8 @@
 //! (a pooled connection or an open transaction) so the caller decides the
 //! transaction boundaries.
 //!
+//! - [`app_table`]: what `payments` is (a table on the `search_path`, its
+//!   required columns and their types), checked before anything is created.
 //! - [`cursor`]: `reconciliation_cursor`, the scan's position and cycle.
 //! - [`events_position`]: `reconciliation_events_position`, the feed's position.
 //! - [`events_retry`]: `reconciliation_events_retry`, PaymentIntents the feed
@@ -41,6 +43,7 @@
 //! stays on the transaction's server connection. The price is one more round
 //! trip per statement, nothing next to a Stripe read.
 
+pub mod app_table;
 pub mod cursor;
 pub mod events_position;
 pub mod events_retry;

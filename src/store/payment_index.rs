@@ -178,7 +178,9 @@ pub fn build_by_hand() -> String {
 /// [UNIQUE] INDEX CONCURRENTLY`, so the application keeps writing. An invalid
 /// leftover of an earlier interrupted build is dropped first. `conn` must not
 /// be in a transaction. Its lock waits are bounded
-/// ([`IndexBuild::LockTimeout`]).
+/// ([`IndexBuild::LockTimeout`]). On a partitioned `payments` the plain index
+/// is built per partition ([`create_partitioned_index`]); a UNIQUE one is
+/// not asked for there (it would need the partition key).
 ///
 /// # Errors
 /// [`StoreError`]: e.g. a duplicate inserted meanwhile fails a unique build
@@ -188,6 +190,9 @@ pub async fn create_payment_intent_index(
     unique: bool,
 ) -> Result<IndexBuild, StoreError> {
     let name = if unique { UNIQUE_INDEX } else { PLAIN_INDEX };
+    if !unique && payments_partitioned(&mut *conn).await? {
+        return create_partitioned_index(conn, name, &["stripe_payment_intent_id"]).await;
+    }
     if !drop_invalid(conn, name).await? {
         return Ok(IndexBuild::LockTimeout);
     }
@@ -250,14 +255,18 @@ pub async fn invalid_indexes_named_in(
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn drop_invalid(conn: &mut PgConnection, name: &str) -> Result<bool, StoreError> {
+    let mut tx = super::begin(&mut *conn)
+        .await
+        .context("opening a transaction")?;
     let invalid: bool = super::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
                          WHERE c.relname = $1 AND NOT i.indisvalid)",
     )
     .bind(name)
-    .fetch_one(&mut *conn)
+    .fetch_one(&mut *tx)
     .await
     .context("looking for an invalid index")?;
+    tx.commit().await.context("closing a transaction")?;
     if invalid {
         let dropped =
             super::legacy::concurrently(conn, &format!("DROP INDEX CONCURRENTLY IF EXISTS {name}"))
@@ -368,6 +377,10 @@ pub async fn create_partition_index(
     column: &ColumnName,
 ) -> Result<(IndexBuild, String), StoreError> {
     let name = partition_index_name(column);
+    if payments_partitioned(&mut *conn).await? {
+        let built = create_partitioned_index(conn, &name, &[column.as_str(), "id"]).await?;
+        return Ok((built, name));
+    }
     if !drop_invalid(conn, &name).await? {
         return Ok((IndexBuild::LockTimeout, name));
     }
@@ -376,4 +389,189 @@ pub async fn create_partition_index(
         column.quoted()
     );
     Ok((build(conn, &name, &sql).await?, name))
+}
+
+/// Whether `payments` is a partitioned table (`relkind = 'p'`): an index on
+/// it is built per partition ([`create_partitioned_index`]).
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn payments_partitioned(conn: &mut PgConnection) -> Result<bool, StoreError> {
+    let mut tx = super::begin(&mut *conn)
+        .await
+        .context("opening a transaction")?;
+    let partitioned: Option<bool> = super::query_scalar(
+        "SELECT c.relkind = 'p' FROM pg_class c WHERE c.oid = to_regclass('payments')",
+    )
+    .fetch_optional(&mut *tx)
+    .await
+    .context("reading whether payments is partitioned")?;
+    tx.commit().await.context("closing a transaction")?;
+    Ok(partitioned.unwrap_or(false))
+}
+
+/// The partitions of `payments` (direct children, quoted and qualified),
+/// each with the name of its own index of `name` (the partition's name and
+/// `name`'s suffix, cut to 63 bytes) and the name of an existing valid index
+/// of the partition on exactly `columns` (`None`: to build).
+async fn partitions(
+    conn: &mut PgConnection,
+    name: &str,
+    columns: &[&str],
+) -> Result<Vec<(String, String, Option<String>)>, StoreError> {
+    let mut tx = super::begin(&mut *conn)
+        .await
+        .context("opening a transaction")?;
+    let rows: Vec<(String, String, Option<String>)> = super::query_as(
+        "SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname),
+                left(c.relname || '_' || $1, 63),
+                (SELECT quote_ident(x.relname) FROM pg_index i
+                   JOIN pg_class x ON x.oid = i.indexrelid
+                  WHERE i.indrelid = c.oid AND i.indisvalid AND i.indpred IS NULL
+                    AND NOT i.indisunique AND i.indexprs IS NULL
+                    AND (SELECT array_agg(a.attname::text ORDER BY k.ord)
+                           FROM unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+                           JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum) = $2
+                  ORDER BY x.relname LIMIT 1)
+           FROM pg_inherits h
+           JOIN pg_class c ON c.oid = h.inhrelid
+           JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE h.inhparent = to_regclass('payments')
+          ORDER BY c.relname",
+    )
+    .bind(name)
+    .bind(columns)
+    .fetch_all(&mut *tx)
+    .await
+    .context("reading the partitions of payments")?;
+    tx.commit().await.context("closing a transaction")?;
+    Ok(rows)
+}
+
+/// The statements that build the plain index `name` on the partitioned
+/// `payments (<columns>)` by hand (`psql`, as the table's owner): the
+/// parent's index `ON ONLY payments` (a catalog entry, instant), each
+/// partition's built `CONCURRENTLY` (the application keeps writing), each
+/// attached; the parent's index is valid once every partition's is attached.
+///
+/// # Errors
+/// [`StoreError`] from the database (the partitions are read).
+pub async fn partitioned_build_by_hand(
+    conn: &mut PgConnection,
+    name: &str,
+    columns: &[&str],
+) -> Result<String, StoreError> {
+    let list = quoted_columns(columns);
+    let mut sql = format!(
+        "SET statement_timeout = 0;\nCREATE INDEX IF NOT EXISTS {name} ON ONLY payments ({list});"
+    );
+    for (partition, index, existing) in partitions(conn, name, columns).await? {
+        let index = match existing {
+            Some(existing) => existing,
+            None => {
+                let index = quote(&index);
+                sql.push_str(&format!(
+                    "\nCREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {partition} ({list});"
+                ));
+                index
+            }
+        };
+        sql.push_str(&format!("\nALTER INDEX {name} ATTACH PARTITION {index};"));
+    }
+    Ok(sql)
+}
+
+fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+fn quoted_columns(columns: &[&str]) -> String {
+    columns
+        .iter()
+        .map(|c| quote(c))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Builds the plain index `name` on the partitioned `payments (<columns>)`
+/// without blocking the application (docs/schema.md, "A partitioned
+/// payments"): `CREATE INDEX … ON ONLY payments` (a catalog entry under a
+/// bounded lock wait), then on each partition without a valid index on
+/// `columns` its own built `CREATE INDEX CONCURRENTLY` (one simple-protocol
+/// statement each), then `ALTER INDEX … ATTACH PARTITION`; the parent's
+/// index is valid once every partition's is attached. A partition that is
+/// itself partitioned is not supported by this step (its build fails with the
+/// database's message). `conn` must not be in a transaction.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn create_partitioned_index(
+    conn: &mut PgConnection,
+    name: &str,
+    columns: &[&str],
+) -> Result<IndexBuild, StoreError> {
+    let list = quoted_columns(columns);
+    let mut tx = super::begin(&mut *conn)
+        .await
+        .context("opening a transaction")?;
+    let created = super::query(&format!(
+        "CREATE INDEX IF NOT EXISTS {name} ON ONLY payments ({list})"
+    ))
+    .execute(&mut *tx)
+    .await
+    .context("creating the partitioned index on payments");
+    match created {
+        Ok(_) => tx.commit().await.context("closing a transaction")?,
+        Err(e) if super::legacy::is_lock_unavailable(&e) => return Ok(IndexBuild::LockTimeout),
+        Err(e) => return Err(e),
+    }
+    for (partition, index, existing) in partitions(conn, name, columns).await? {
+        let index = match existing {
+            Some(existing) => existing,
+            None => {
+                if !drop_invalid(conn, &index).await? {
+                    return Ok(IndexBuild::LockTimeout);
+                }
+                let index = quote(&index);
+                let sql = format!(
+                    "CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {partition} ({list})"
+                );
+                match super::legacy::concurrently(&mut *conn, &sql).await {
+                    Ok(()) => {}
+                    Err(e) if super::legacy::is_lock_unavailable(&e) => {
+                        return Ok(IndexBuild::LockTimeout)
+                    }
+                    Err(e) => return Err(e),
+                }
+                index
+            }
+        };
+        let mut tx = super::begin(&mut *conn)
+            .await
+            .context("opening a transaction")?;
+        let attached = super::query(
+            "SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass($1) AND inhparent = to_regclass($2)",
+        )
+        .bind(&index)
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await
+        .context("reading the partitioned index")?
+        .is_some();
+        if !attached {
+            let done = super::query(&format!("ALTER INDEX {name} ATTACH PARTITION {index}"))
+                .execute(&mut *tx)
+                .await
+                .context("attaching a partition's index");
+            match done {
+                Ok(_) => {}
+                Err(e) if super::legacy::is_lock_unavailable(&e) => {
+                    return Ok(IndexBuild::LockTimeout)
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        tx.commit().await.context("closing a transaction")?;
+    }
+    Ok(IndexBuild::Built)
 }

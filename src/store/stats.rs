@@ -411,9 +411,17 @@ pub async fn lag_holder(
     let (created, updated) = (times.created("p"), times.updated("p"));
     let created_q = times.created("q");
     let beyond = unseen(key, times, "q", (1, 2), head.is_some());
+    // A text key is read as bytes (a stray byte shows as \xNN,
+    // [`super::text`]) and given its JSON form here.
+    let text_key = key.kind() == crate::key::KeyKind::Text;
+    let id_json = if text_key {
+        "'null'::jsonb"
+    } else {
+        "to_jsonb(p.id)"
+    };
     let sql = format!(
-        "SELECT p.id::text AS payment_id, to_jsonb(p.id) AS payment_id_json,
-                convert_to((p.order_id)::text, 'SQL_ASCII') AS order_id,
+        "SELECT convert_to(p.id::text, 'SQL_ASCII') AS payment_id, {id_json} AS payment_id_json,
+                convert_to(to_jsonb(p) ->> 'order_id', 'SQL_ASCII') AS order_id,
                 convert_to((p.stripe_payment_intent_id)::text, 'SQL_ASCII') AS stripe_payment_intent_id,
                 convert_to((p.status)::text, 'SQL_ASCII') AS status,
                 {created} AS created_at, {updated} AS updated_at, h.last_reconciled_at,
@@ -449,4 +457,12 @@ pub async fn lag_holder(
     .fetch_optional(conn)
     .await
     .context("finding the payment that holds the lag")
+    .map(|holder: Option<LagHolder>| {
+        holder.map(|mut h| {
+            if text_key {
+                h.payment_id_json = serde_json::Value::from(h.payment_id.as_str());
+            }
+            h
+        })
+    })
 }

@@ -14,6 +14,8 @@ use crate::support::*;
 
 #[sqlx::test(migrations = false)]
 async fn a_deleted_payment_closes_its_findings_and_skips_its_commands(pool: PgPool) {
+    // The application's table (the demo's): migrate never creates it.
+    create_demo_payments(&pool).await;
     let out = reconciler_output(&["migrate"], &[("DATABASE_URL", database_url(&pool))]).await;
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
     let gone = insert_payment(&pool, "pi_Gone", "pending", 3600).await;
@@ -109,6 +111,8 @@ async fn command_error(pool: &PgPool, payment: i64) -> Option<String> {
 /// the cycle; no run spends its batch on an empty read.
 #[sqlx::test(migrations = false)]
 async fn a_small_table_is_verified_again_by_every_run(pool: PgPool) {
+    // The application's table (the demo's): migrate never creates it.
+    create_demo_payments(&pool).await;
     let out = reconciler_output(&["migrate"], &[("DATABASE_URL", database_url(&pool))]).await;
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
     insert_paid(&pool, 10).await;
@@ -170,6 +174,8 @@ async fn a_small_table_is_verified_again_by_every_run(pool: PgPool) {
 /// batch per run; every run reads its 10 rows and ends its cycle.
 #[sqlx::test(migrations = false)]
 async fn a_small_partition_is_verified_again_by_every_run(pool: PgPool) {
+    // The application's table (the demo's): migrate never creates it.
+    create_demo_payments(&pool).await;
     use stripe_reconciler::config::{ColumnName, PartitionSetting};
     let out = reconciler_output(&["migrate"], &[("DATABASE_URL", database_url(&pool))]).await;
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));

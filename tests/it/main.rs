@@ -53,7 +53,9 @@
 //! - `own_state`: the reconciler's own per-payment state; no writes into `payments`
 //! - `partition_events`: the events job keeps to its partition
 //! - `pgbouncer`: the job behind a transaction-pooling PgBouncer
+//! - `pooler_competing`: every command starts on a pool of 2 shared with the application's clients
 //! - `real_db`: Rails timestamps in a stated zone, a role's statement timeout, two partitions at once
+//! - `real_schemas`: a table named otherwise, a view, missing columns, an ENUM status, a table partitioned by month
 //! - `repair`: the canonical writer and the outbox worker
 //! - `review`: the review queue (`findings list`/`resolve`)
 //! - `review_loop`: differs, the CSV round trip, history (`findings show`)
@@ -130,7 +132,9 @@ mod partition;
 mod partition_events;
 mod pgbouncer;
 mod plan;
+mod pooler_competing;
 mod real_db;
+mod real_schemas;
 mod repair;
 mod resolve_file_lines;
 mod resolve_file_locks;

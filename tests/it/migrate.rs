@@ -139,6 +139,8 @@ async fn the_lag_query_is_an_index_lookup(pool: PgPool) {
 
 #[sqlx::test(migrations = false)]
 async fn migrate_applies_the_schema(pool: PgPool) {
+    // The application's table (the demo's): migrate never creates it.
+    create_demo_payments(&pool).await;
     let env = [("DATABASE_URL", url_with_password(&pool))];
     let out = tokio::task::spawn_blocking(move || reconciler(&["migrate"], &env).output().unwrap())
         .await
@@ -297,6 +299,8 @@ async fn migrate_without_duplicates_adds_a_plain_index_and_says_no_unique_exists
 /// finishes once that transaction ends, through the pooler.
 #[sqlx::test(migrations = false)]
 async fn migrate_waits_for_another_migrations_transaction_then_applies(pool: PgPool) {
+    // The application's table (the demo's): migrate never creates it.
+    create_demo_payments(&pool).await;
     let bouncer = pgbouncer::start(2).await;
     let mut other = pool.begin().await.unwrap();
     // The key of store::lock_migrations.

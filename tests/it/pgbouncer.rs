@@ -50,6 +50,7 @@ async fn migrate_run_repair_and_status_work_through_pgbouncer_in_transaction_mod
     let bouncer = pgbouncer::start(2).await;
     bouncer.assert_no_prepared_statements().await;
     let stripe = StripeFake::start().await;
+    create_demo_payments(&pool).await;
 
     // migrate, twice: the second process meets the first one's server
     // connections (and whatever it left on them) and finds nothing to do.

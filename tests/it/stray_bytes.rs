@@ -259,3 +259,67 @@ fn json_lines(o: &std::process::Output) -> Vec<Value> {
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:.200}")))
         .collect()
 }
+
+/// A text key with one `0xff` (a `SQL_ASCII` database): the key is read as
+/// bytes like every other value, so `run` and `status` work; the row is
+/// UNVERIFIABLE with the reason, never sent to Stripe, and every other row
+/// is verified in the same cycle.
+#[tokio::test]
+async fn a_stray_byte_in_a_text_key_is_unverifiable_and_fails_no_run() {
+    with_sql_ascii_database(|url| async move {
+        let pool = PgPool::connect(&url).await.unwrap();
+        sqlx::raw_sql(&APP_TABLE.replace(
+            "id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+            "id text PRIMARY KEY",
+        ))
+        .execute(&pool)
+        .await
+        .unwrap();
+        sqlx::raw_sql(
+            r"INSERT INTO payments (id, order_id, stripe_payment_intent_id, status) VALUES
+                ('pay_a', 'o-1', 'pi_Good1', 'paid'),
+                (E'pay_b\xff', 'o-2', 'pi_Good2', 'pending'),
+                ('pay_c', 'o-3', 'pi_Good3', 'paid'),
+                ('pay_d', 'o-4', 'pi_Good4', 'pending')",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        let migrate = reconciler_output(&["migrate"], &[("DATABASE_URL", url.clone())]).await;
+        assert_eq!(migrate.status.code(), Some(0), "{}", all_output(&migrate));
+        let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+        let env = env(&url, &stripe.uri(), &[("RECONCILER_BATCH_SIZE", "2")]);
+
+        let run = reconciler_output(&["run"], &env).await;
+
+        assert_eq!(run.status.code(), Some(0), "{}", all_output(&run));
+        let summary: Value = serde_json::from_str(stdout(&run).trim()).unwrap();
+        // The cursor cannot hold the bad key exactly (its text shows the
+        // byte as \xff), so the row is read again by the next batch: every
+        // time UNVERIFIABLE, and the cycle still ends.
+        assert!(summary["rows_scanned"].as_u64().unwrap() >= 4, "{summary}");
+        assert_eq!(summary["wrapped"], true, "the cycle ended: {summary}");
+        assert!(
+            summary["verdicts"]["unverifiable"].as_u64().unwrap() >= 1,
+            "{summary}"
+        );
+        assert_eq!(summary["verdicts"]["in_sync"], 2, "{summary}");
+        assert_eq!(summary["stripe_requests"]["retrieve"], 3, "{summary}");
+        assert!(
+            stderr(&run).contains(r"payments.id holds bytes that are not UTF-8"),
+            "{}",
+            stderr(&run)
+        );
+        let kinds: Vec<(String, String)> = sqlx::query_as(
+            "SELECT payment_id, kind FROM reconciliation_findings ORDER BY payment_id",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        assert_eq!(kinds, [("pay_d".to_owned(), "missed_success".to_owned())]);
+        let status = reconciler_output(&["status", "--json"], &env).await;
+        assert_eq!(status.status.code(), Some(0), "{}", all_output(&status));
+        pool.close().await;
+    })
+    .await;
+}

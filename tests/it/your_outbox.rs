@@ -242,6 +242,7 @@ mod uuid_text {
 async fn an_outbox_of_a_third_shape_stops_migrate_run_and_repair_naming_its_missing_columns(
     pool: PgPool,
 ) {
+    create_demo_payments(&pool).await;
     sqlx::raw_sql(
         "CREATE TABLE outbox (id bigserial PRIMARY KEY, topic text NOT NULL, body jsonb NOT NULL)",
     )

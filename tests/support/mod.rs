@@ -344,3 +344,22 @@ pub fn max_in_window(arrivals: &[Instant], width: Duration) -> usize {
         .max()
         .unwrap_or(0)
 }
+
+/// The demo's `payments` table, as migration 0001 creates it on an empty
+/// database for `#[sqlx::test(migrator = ...)]` (the binary's `migrate`
+/// never creates the application's table: docs/schema.md).
+pub const DEMO_PAYMENTS: &str = "CREATE TABLE payments (
+    id                       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    order_id                 text        NOT NULL,
+    stripe_payment_intent_id text        NOT NULL UNIQUE,
+    status                   text        NOT NULL CHECK (status IN ('pending', 'paid', 'failed')),
+    version                  bigint      NOT NULL DEFAULT 0,
+    created_at               timestamptz NOT NULL DEFAULT now(),
+    updated_at               timestamptz NOT NULL DEFAULT now()
+)";
+
+/// Creates the demo's `payments` ([`DEMO_PAYMENTS`]) in an empty database,
+/// as the demo script does before `migrate`.
+pub async fn create_demo_payments(pool: &PgPool) {
+    sqlx::raw_sql(DEMO_PAYMENTS).execute(pool).await.unwrap();
+}

@@ -14,7 +14,7 @@ use crate::store::{query, query_as, Context, StoreError};
 /// The columns of a [`FindingView`], over `reconciliation_findings f` joined
 /// to `payments p` (the payment's text as bytes, [`crate::store::text`]).
 const VIEW_COLUMNS: &str = "f.id, to_jsonb(f.payment_id) AS payment_id,
-        convert_to((p.order_id)::text, 'SQL_ASCII') AS order_id,
+        convert_to(to_jsonb(p) ->> 'order_id', 'SQL_ASCII') AS order_id,
         convert_to(coalesce(nullif((p.stripe_payment_intent_id)::text, ''), f.stripe_payment_intent_id)::text,
                    'SQL_ASCII') AS stripe_payment_intent_id,
         f.checkout_session_id,

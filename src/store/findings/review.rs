@@ -132,7 +132,7 @@ pub async fn list(
 ) -> Result<Vec<FindingView>, StoreError> {
     query_as(
         "SELECT f.id, to_jsonb(f.payment_id) AS payment_id,
-                convert_to((p.order_id)::text, 'SQL_ASCII') AS order_id,
+                convert_to(to_jsonb(p) ->> 'order_id', 'SQL_ASCII') AS order_id,
                 convert_to(coalesce(nullif((p.stripe_payment_intent_id)::text, ''), f.stripe_payment_intent_id)::text,
                            'SQL_ASCII') AS stripe_payment_intent_id,
                 f.checkout_session_id,

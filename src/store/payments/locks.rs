@@ -78,9 +78,13 @@ pub(crate) async fn transition_status(
     from: &[String],
     to: &str,
 ) -> Result<TransitionResult, StoreError> {
+    // The word is cast to the column's own type, read from the catalog
+    // (an ENUM, a domain, varchar: docs/schema.md, "Status words"); the guard
+    // compares as text, so a word of the map the ENUM lacks matches nothing.
+    let status_type = column_type(&mut *conn, "status").await?;
     let sql = format!(
-        "UPDATE payments SET status = $3, version = version + 1, updated_at = now()
-          WHERE id = {} AND status = ANY($2)
+        "UPDATE payments SET status = $3::text::{status_type}, version = version + 1, updated_at = now()
+          WHERE id = {} AND (status)::text = ANY($2::text[])
           RETURNING (version)::bigint",
         key.cast("$1")
     );
@@ -110,6 +114,31 @@ pub(crate) async fn transition_status(
     }))
 }
 
+/// The SQL type of `payments.<column>` as `format_type` prints it, without
+/// modifiers (`payment_status`, `character varying`, `"Status"`,
+/// `billing.payment_status`): quoted and qualified by PostgreSQL itself, so
+/// it is safe to cast to; a length limit (`varchar(20)`) is then checked by
+/// the assignment (an error, never a silent truncation). `text` when there is no such column (the statement
+/// then fails with the database's own error).
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub(crate) async fn column_type(
+    conn: &mut PgConnection,
+    column: &str,
+) -> Result<String, StoreError> {
+    let found: Option<String> = crate::store::query_scalar(
+        "SELECT format_type(a.atttypid, NULL) FROM pg_attribute a
+          WHERE a.attrelid = to_regclass('payments') AND a.attname = $1
+            AND a.attnum > 0 AND NOT a.attisdropped",
+    )
+    .bind(column)
+    .fetch_optional(conn)
+    .await
+    .context("reading the type of a column of payments")?;
+    Ok(found.unwrap_or_else(|| "text".to_owned()))
+}
+
 /// The canonical writer's guarded fill of the PaymentIntent column (issue
 /// 32): `stripe_payment_intent_id = $pi` with `version + 1` and `updated_at
 /// = now()`, only while the column is NULL or empty, so a row judged by its
@@ -125,9 +154,10 @@ pub(crate) async fn fill_payment_intent(
     payment_id: &PaymentKey,
     payment_intent: &str,
 ) -> Result<bool, StoreError> {
+    let pi_type = column_type(&mut *conn, "stripe_payment_intent_id").await?;
     let sql = format!(
-        "UPDATE payments SET stripe_payment_intent_id = $2, version = version + 1, updated_at = now()
-          WHERE id = {} AND coalesce(stripe_payment_intent_id, '') = ''",
+        "UPDATE payments SET stripe_payment_intent_id = $2::text::{pi_type}, version = version + 1, updated_at = now()
+          WHERE id = {} AND coalesce((stripe_payment_intent_id)::text, '') = ''",
         key.cast("$1")
     );
     let filled = crate::store::query(&sql)

@@ -63,6 +63,10 @@ pub struct PaymentRow {
     pub created_at: DateTime<Utc>,
     /// `updated_at` falls within the grace window.
     pub recently_changed: bool,
+    /// `payments.id` holds bytes that are not UTF-8 (a `SQL_ASCII`
+    /// database): `id` shows them as `\xNN` ([`crate::store::text`]) and
+    /// cannot address the row, so it is UNVERIFIABLE, never sent to Stripe.
+    pub key_not_utf8: bool,
     /// The amount column (`RECONCILER_AMOUNT_COLUMN`) in the unit of
     /// `RECONCILER_AMOUNT_UNIT`; `None` when not configured or NULL.
     pub amount: Option<LocalAmount>,
@@ -93,7 +97,8 @@ pub struct PaymentRow {
 /// becomes `\xNN`, never a failed batch.
 #[derive(sqlx::FromRow)]
 struct RawRow {
-    id: PaymentKey,
+    /// `payments.id::text` as bytes ([`bytes_sql`]).
+    id: Vec<u8>,
     #[sqlx(try_from = "StoredText")]
     stripe_payment_intent_id: Option<String>,
     #[sqlx(try_from = "StoredText")]
@@ -120,7 +125,8 @@ struct RawRow {
 impl RawRow {
     fn map(self, statuses: &StatusMap) -> PaymentRow {
         PaymentRow {
-            id: self.id,
+            key_not_utf8: std::str::from_utf8(&self.id).is_err(),
+            id: PaymentKey::new(super::text::decode(&self.id)),
             stripe_payment_intent_id: self.stripe_payment_intent_id,
             status: statuses.local(self.status.as_deref().unwrap_or("")),
             version: self.version,
@@ -260,7 +266,7 @@ impl MoneyColumns<'_> {
         );
         let (updated, created) = (self.times.updated("p"), self.times.created("p"));
         format!(
-            "p.id::text AS id, {} AS stripe_payment_intent_id, {} AS status,
+            "{} AS id, {} AS stripe_payment_intent_id, {} AS status,
              (p.version)::bigint AS version, {updated} AS updated_at, {created} AS created_at,
              {updated} > now() - make_interval(secs => $2) AS recently_changed,
              ({minor})::bigint AS amount, ({major})::text AS amount_major,
@@ -272,6 +278,7 @@ impl MoneyColumns<'_> {
              AND EXISTS (SELECT 1 FROM payments q
                           WHERE q.stripe_payment_intent_id = p.stripe_payment_intent_id
                             AND q.id <> p.id) AS shares_payment_intent",
+            bytes_sql("p.id"),
             bytes_sql("p.stripe_payment_intent_id"),
             bytes_sql("p.status"),
             bytes_sql(&column(self.currency)),

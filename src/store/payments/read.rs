@@ -150,12 +150,16 @@ pub async fn a_verified_payment_intent(
             AND p.stripe_payment_intent_id LIKE 'pi\\_%'{} LIMIT 1",
         partition_condition(partition, "p", 1)
     );
+    // In a transaction (pooler-safe: docs/schema.md); a read, rolled back on drop.
+    let mut tx = crate::store::begin(pool)
+        .await
+        .context("opening a transaction")?;
     let query = crate::store::query_scalar(&sql);
     match partition {
         Some(p) => query.bind(p.value.as_str()),
         None => query,
     }
-    .fetch_optional(pool)
+    .fetch_optional(&mut *tx)
     .await
     .context("looking up a verified PaymentIntent")
 }
@@ -185,12 +189,15 @@ pub async fn a_verified_payment_intent_on(
         account_column.quoted(),
         partition_condition(partition, "p", 2)
     );
+    let mut tx = crate::store::begin(pool)
+        .await
+        .context("opening a transaction")?;
     let query = crate::store::query_scalar(&sql).bind(account);
     match partition {
         Some(p) => query.bind(p.value.as_str()),
         None => query,
     }
-    .fetch_optional(pool)
+    .fetch_optional(&mut *tx)
     .await
     .context("looking up a verified PaymentIntent of a connected account")
 }
