@@ -2,12 +2,12 @@
 //! hold (each such row is reported as `duplicate_payment_intent`).
 
 use super::MigrateError;
-use crate::store::payment_index as schema;
+use crate::store::duplicates as counted;
 
 /// Prints (and logs) how many PaymentIntent ids several rows of `payments`
 /// hold; returns the number of such ids. With an index on the column
 /// (`indexed`), counted in bounded steps along it
-/// ([`schema::count_duplicates_step`]), with a progress line every
+/// ([`counted::count_duplicates_step`]), with a progress line every
 /// [`PROGRESS_STEPS`] steps; without one, in one scan free of the role's
 /// statement timeout.
 pub(super) async fn report(
@@ -17,12 +17,12 @@ pub(super) async fn report(
     let (ids, rows) = if indexed {
         println!(
             "counting duplicate PaymentIntent ids along the index, {} rows per step",
-            schema::DUPLICATE_STEP_ROWS
+            counted::DUPLICATE_STEP_ROWS
         );
-        let mut count = schema::DuplicateCount::default();
+        let mut count = counted::DuplicateCount::default();
         let mut steps = 0u64;
         while !count.done {
-            schema::count_duplicates_step(&mut *conn, &mut count)
+            counted::count_duplicates_step(&mut *conn, &mut count)
                 .await
                 .map_err(MigrateError::Store)?;
             steps += 1;
@@ -40,7 +40,7 @@ pub(super) async fn report(
         (count.ids, count.rows)
     } else {
         println!("counting duplicate PaymentIntent ids (one scan of payments: no index orders the column yet)");
-        schema::count_duplicates(&mut *conn)
+        counted::count_duplicates(&mut *conn)
             .await
             .map_err(MigrateError::Store)?
     };

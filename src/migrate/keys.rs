@@ -67,6 +67,13 @@ pub(super) async fn align(
             "existing payments registered in the reconciler's state"
         );
     }
+    say_walk(&key);
+    Ok(())
+}
+
+/// Says how each cycle walks `payments` for `key`, and which index of the
+/// application's would keep list mode's batches dense (docs/keys.md).
+fn say_walk(key: &crate::key::KeyType) {
     match (key.kind(), key.walk()) {
         (_, Walk::CreatedAt) => println!(
             "payments.id is {}: each cycle walks payments in (created_at, id) order on your index leading with created_at",
@@ -83,5 +90,4 @@ pub(super) async fn align(
         }
         _ => {}
     }
-    Ok(())
 }

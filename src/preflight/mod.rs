@@ -122,8 +122,28 @@ pub async fn check_columns(
     if need_partition_index {
         require_index(&mut conn, settings).await?;
     }
+    require_payment_intent_index(&mut conn).await?;
     let columns = MoneyColumns::of(&settings.schema, &facts);
-    if payment_index::payment_intent_index(&mut conn)
+    if columns.amount.is_some() || columns.currency.is_some() || columns.account.is_some() {
+        payments::check_columns(&mut conn, columns)
+            .await
+            .map_err(column_error)?;
+    }
+    conn.commit()
+        .await
+        .context("closing a transaction")
+        .map_err(PreflightError::Store)?;
+    Ok(facts)
+}
+
+/// Exit 78 when `payments.stripe_payment_intent_id` has no index, with the
+/// statements that build it by hand (per partition on a partitioned table).
+///
+/// # Errors
+/// [`PreflightError::Config`] when the index is missing;
+/// [`PreflightError::Store`] from the database.
+async fn require_payment_intent_index(conn: &mut PgConnection) -> Result<(), PreflightError> {
+    if payment_index::payment_intent_index(&mut *conn)
         .await
         .map_err(PreflightError::Store)?
         == PaymentIntentIndex::Missing
@@ -131,12 +151,12 @@ pub async fn check_columns(
         // Said exactly, so a `migrate` that could not build it (a role's
         // statement timeout, a lock never granted) is never a dead end; on a
         // partitioned table, per partition (docs/schema.md).
-        let by_hand = if payment_index::payments_partitioned(&mut conn)
+        let by_hand = if payment_index::payments_partitioned(&mut *conn)
             .await
             .map_err(PreflightError::Store)?
         {
             payment_index::partitioned_build_by_hand(
-                &mut conn,
+                &mut *conn,
                 payment_index::PLAIN_INDEX,
                 &["stripe_payment_intent_id"],
             )
@@ -153,16 +173,7 @@ pub async fn check_columns(
         }
         .into());
     }
-    if columns.amount.is_some() || columns.currency.is_some() || columns.account.is_some() {
-        payments::check_columns(&mut conn, columns)
-            .await
-            .map_err(column_error)?;
-    }
-    conn.commit()
-        .await
-        .context("closing a transaction")
-        .map_err(PreflightError::Store)?;
-    Ok(facts)
+    Ok(())
 }
 
 /// What a job that does not read `payments` row by row (`repair`) needs:

@@ -36,6 +36,20 @@ pub(super) struct Read<'a> {
     pub(super) in_flight: &'a Semaphore,
 }
 
+/// A row no Stripe read can judge now: a key that is not UTF-8 (unverifiable,
+/// the key cannot address the row) or a row in the grace window (in flight).
+/// Returns `true` when `seen` is final.
+fn settled_without_a_read(row: &PaymentRow, seen: &mut Observation) -> bool {
+    if row.key_not_utf8 {
+        tracing::warn!(payment_id = %row.id, "payments.id holds bytes that are not UTF-8 (shown as \\xNN): the row cannot be addressed by its key; fix the key");
+        seen.decision = Decision::unverifiable(
+            "payments.id holds bytes that are not UTF-8 (shown as \\xNN): fix the key",
+        );
+        return true;
+    }
+    row.recently_changed
+}
+
 impl Read<'_> {
     /// One row: `from_list` is its PaymentIntent (or, for a row judged by
     /// its Checkout Session, its session) as a list page contained it (no
@@ -47,14 +61,7 @@ impl Read<'_> {
         from_list: Option<ListedFacts>,
     ) -> Result<Observation, RunError> {
         let mut seen = unread(&row);
-        if row.key_not_utf8 {
-            tracing::warn!(payment_id = %row.id, "payments.id holds bytes that are not UTF-8 (shown as \\xNN): the row cannot be addressed by its key; fix the key");
-            seen.decision = Decision::unverifiable(
-                "payments.id holds bytes that are not UTF-8 (shown as \\xNN): fix the key",
-            );
-            return Ok(seen);
-        }
-        if row.recently_changed {
+        if settled_without_a_read(&row, &mut seen) {
             return Ok(seen);
         }
         if let Some(session) = session_of(&row) {

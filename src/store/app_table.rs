@@ -148,21 +148,7 @@ pub async fn check(conn: &mut PgConnection) -> Result<Result<(), TableMismatch>,
     .await
     .context("looking for payments")?;
     let Some(kind) = kind else {
-        let (search_path, elsewhere): (String, Vec<String>) = super::query_as(
-            "SELECT current_setting('search_path'),
-                    coalesce(array_agg(quote_ident(n.nspname) || '.' || quote_ident(c.relname)
-                                       ORDER BY n.nspname, c.relname), '{}')
-               FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-              WHERE lower(c.relname) = 'payments' AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
-                AND n.nspname NOT IN ('pg_catalog', 'information_schema')",
-        )
-        .fetch_one(&mut *conn)
-        .await
-        .context("looking for payments in other schemas")?;
-        return Ok(Err(TableMismatch::Absent {
-            search_path,
-            elsewhere,
-        }));
+        return absent(conn).await.map(Err);
     };
     let not_a_table = match kind.as_str() {
         "v" => Some("view"),
@@ -204,6 +190,29 @@ pub async fn check(conn: &mut PgConnection) -> Result<Result<(), TableMismatch>,
     Ok(row_security(conn)
         .await?
         .map_or(Ok(()), |role| Err(TableMismatch::RowSecurity { role })))
+}
+
+/// [`TableMismatch::Absent`]: the `search_path` and the tables named like
+/// `payments` in other schemas (a quoted `"Payments"`, another schema).
+///
+/// # Errors
+/// [`StoreError`] from the database.
+async fn absent(conn: &mut PgConnection) -> Result<TableMismatch, StoreError> {
+    let (search_path, elsewhere): (String, Vec<String>) = super::query_as(
+        "SELECT current_setting('search_path'),
+                coalesce(array_agg(quote_ident(n.nspname) || '.' || quote_ident(c.relname)
+                                   ORDER BY n.nspname, c.relname), '{}')
+           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE lower(c.relname) = 'payments' AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+            AND n.nspname NOT IN ('pg_catalog', 'information_schema')",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .context("looking for payments in other schemas")?;
+    Ok(TableMismatch::Absent {
+        search_path,
+        elsewhere,
+    })
 }
 
 /// The role that runs (quoted), when row-level security on `payments` may

@@ -45,6 +45,7 @@
 
 pub mod app_table;
 pub mod cursor;
+pub mod duplicates;
 pub mod events_position;
 pub mod events_retry;
 pub mod findings;

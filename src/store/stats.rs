@@ -400,49 +400,8 @@ pub async fn lag_holder(
     key: &KeyType,
 ) -> Result<Option<LagHolder>, StoreError> {
     let head = payment_state::highest_seen(&mut *conn, key).await?;
-    let repair_last_error = repair_last_error(outbox);
-    // Within a partition (its value after the repair types): the state rows
-    // joined to their payment, as [`partition_lag_since`] reads them.
-    let param = match outbox.shape {
-        OutboxShape::Reconciler => 4,
-        OutboxShape::Debezium | OutboxShape::Plain => 3,
-    };
-    let (seen, in_partition) = oldest_seen_sql(partition, param);
-    let (created, updated) = (times.created("p"), times.updated("p"));
-    let created_q = times.created("q");
-    let beyond = unseen(key, times, "q", (1, 2), head.is_some());
-    // A text key is read as bytes (a stray byte shows as \xNN,
-    // [`super::text`]) and given its JSON form here.
     let text_key = key.kind() == crate::key::KeyKind::Text;
-    let id_json = if text_key {
-        "'null'::jsonb"
-    } else {
-        "to_jsonb(p.id)"
-    };
-    let sql = format!(
-        "SELECT convert_to(p.id::text, 'SQL_ASCII') AS payment_id, {id_json} AS payment_id_json,
-                convert_to(to_jsonb(p) ->> 'order_id', 'SQL_ASCII') AS order_id,
-                convert_to((p.stripe_payment_intent_id)::text, 'SQL_ASCII') AS stripe_payment_intent_id,
-                convert_to((p.status)::text, 'SQL_ASCII') AS status,
-                {created} AS created_at, {updated} AS updated_at, h.last_reconciled_at,
-                f.id AS open_finding_id, f.kind AS open_finding_kind,
-                {repair_last_error} AS repair_last_error,
-                u.cycles AS unverifiable_cycles, u.last_error AS unverifiable_last_error
-           FROM (SELECT * FROM
-                   (({seen})
-                    UNION ALL
-                    (SELECT q.id, NULL::timestamptz, {created_q} FROM payments q
-                      WHERE {beyond}{in_partition}
-                      ORDER BY q.created_at LIMIT 1)) AS candidates
-                  ORDER BY since LIMIT 1) AS h
-           JOIN payments p ON p.id = h.payment_id
-           LEFT JOIN LATERAL (SELECT id, kind FROM reconciliation_findings
-                               WHERE payment_id = p.id AND resolved_at IS NULL
-                               ORDER BY id DESC LIMIT 1) AS f ON true
-           LEFT JOIN LATERAL (SELECT cycles, last_error FROM reconciliation_unverifiable
-                               WHERE payment_id = p.id
-                               ORDER BY cycles DESC LIMIT 1) AS u ON true"
-    );
+    let sql = lag_holder_sql(outbox, partition, times, key, head.is_some());
     let query = super::query_as(&sql)
         .bind(head.as_ref().map(|h| &h.key))
         .bind(head.as_ref().and_then(|h| h.created_at));
@@ -465,4 +424,59 @@ pub async fn lag_holder(
             h
         })
     })
+}
+
+/// The statement of [`lag_holder`]: binds the highest seen key and its
+/// `created_at` ($1, $2), the repair types for a `reconciler` outbox, then
+/// the partition's value. `head_seen`: a highest seen row exists.
+fn lag_holder_sql(
+    outbox: &OutboxSettings,
+    partition: Option<&Partition>,
+    times: &PaymentTimes,
+    key: &KeyType,
+    head_seen: bool,
+) -> String {
+    let repair_last_error = repair_last_error(outbox);
+    // Within a partition (its value after the repair types): the state rows
+    // joined to their payment, as [`partition_lag_since`] reads them.
+    let param = match outbox.shape {
+        OutboxShape::Reconciler => 4,
+        OutboxShape::Debezium | OutboxShape::Plain => 3,
+    };
+    let (seen, in_partition) = oldest_seen_sql(partition, param);
+    let (created, updated) = (times.created("p"), times.updated("p"));
+    let created_q = times.created("q");
+    let beyond = unseen(key, times, "q", (1, 2), head_seen);
+    // A text key is read as bytes (a stray byte shows as \xNN,
+    // [`super::text`]) and given its JSON form here.
+    let text_key = key.kind() == crate::key::KeyKind::Text;
+    let id_json = if text_key {
+        "'null'::jsonb"
+    } else {
+        "to_jsonb(p.id)"
+    };
+    format!(
+        "SELECT convert_to(p.id::text, 'SQL_ASCII') AS payment_id, {id_json} AS payment_id_json,
+                convert_to(to_jsonb(p) ->> 'order_id', 'SQL_ASCII') AS order_id,
+                convert_to((p.stripe_payment_intent_id)::text, 'SQL_ASCII') AS stripe_payment_intent_id,
+                convert_to((p.status)::text, 'SQL_ASCII') AS status,
+                {created} AS created_at, {updated} AS updated_at, h.last_reconciled_at,
+                f.id AS open_finding_id, f.kind AS open_finding_kind,
+                {repair_last_error} AS repair_last_error,
+                u.cycles AS unverifiable_cycles, u.last_error AS unverifiable_last_error
+           FROM (SELECT * FROM
+                   (({seen})
+                    UNION ALL
+                    (SELECT q.id, NULL::timestamptz, {created_q} FROM payments q
+                      WHERE {beyond}{in_partition}
+                      ORDER BY q.created_at LIMIT 1)) AS candidates
+                  ORDER BY since LIMIT 1) AS h
+           JOIN payments p ON p.id = h.payment_id
+           LEFT JOIN LATERAL (SELECT id, kind FROM reconciliation_findings
+                               WHERE payment_id = p.id AND resolved_at IS NULL
+                               ORDER BY id DESC LIMIT 1) AS f ON true
+           LEFT JOIN LATERAL (SELECT cycles, last_error FROM reconciliation_unverifiable
+                               WHERE payment_id = p.id
+                               ORDER BY cycles DESC LIMIT 1) AS u ON true"
+    )
 }
