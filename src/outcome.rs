@@ -10,7 +10,7 @@ use crate::store::StoreError;
 use crate::stripe::GatewayError;
 
 /// Every label a run can end with (run history `reconciliation_runs.outcome`,
-/// the `run_outcome` gauge, the printed summary; DESIGN.md, Interface).
+/// the `run_outcome` gauge, the printed summary; README.md, "Exit codes").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum RunOutcome {
     /// Every batch it started committed. A summary is `Completed` until the
@@ -132,7 +132,7 @@ impl crate::store::retry::Transient for RunError {
 }
 
 impl RunError {
-    /// The process exit code (DESIGN.md, Interface).
+    /// The process exit code (README.md, "Exit codes").
     pub fn exit_code(&self) -> u8 {
         match self {
             RunError::ConcurrentRun { .. } | RunError::LeaseHeld { .. } => exit::CONCURRENT_RUN,

@@ -60,7 +60,7 @@ pub async fn migrate(pool: &PgPool, settings: &Settings, unique: bool) -> Result
         "database schema is up to date"
     );
     let mut conn = pool.acquire().await.context("connecting").map_err(store)?;
-    // 2b. The reconciler's key columns hold payments.id's type (issue 31).
+    // 2b. The reconciler's key columns hold payments.id's type (docs/keys.md).
     keys::align(&mut conn, settings).await?;
     // 3. The outbox: created only when absent; an existing one is left as it is.
     outbox::create_if_absent(&mut conn, &settings.outbox, outbox).await?;

@@ -1,4 +1,4 @@
-//! `migrate`'s Checkout Session step (issue 32): with
+//! `migrate`'s Checkout Session step (docs/checkout-sessions.md): with
 //! `RECONCILER_CHECKOUT_SESSION_COLUMN` set, says whether an index of the
 //! application's serves the events job's lookups by session id, and which one
 //! would when none does. `migrate` never adds it (docs/checkout-sessions.md).
