@@ -35,22 +35,7 @@ export RECONCILER_LOG_FORMAT=pretty
 # the checkout.session.completed webhook (NULL until then).
 CONNECTED=acct_1DemoConnected
 say "an application's payments table keyed by $KEY (amount_cents, currency, stripe_account, stripe_checkout_session_id, no UNIQUE on stripe_payment_intent_id)"
-psql "$DATABASE_URL" -q <<SQL
-CREATE TABLE payments (
-    id                       $ID_COLUMN,
-    order_id                 text        NOT NULL,
-    stripe_payment_intent_id text,
-    stripe_checkout_session_id text,
-    status                   text        NOT NULL CHECK (status IN ('pending', 'paid', 'failed')),
-    version                  bigint      NOT NULL DEFAULT 0,
-    amount_cents             bigint,
-    currency                 text,
-    stripe_account           text,
-    created_at               timestamptz NOT NULL DEFAULT now(),
-    updated_at               timestamptz NOT NULL DEFAULT now()
-);
-$KEY_INDEX
-SQL
+create_demo_payments "$DATABASE_URL" "$ID_COLUMN" "$KEY_INDEX"
 
 mkdir -p .demo
 port=$(free_port)

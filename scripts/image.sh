@@ -350,21 +350,7 @@ prepare_side() {
   psql "$admin" -qc "CREATE DATABASE $db" >/dev/null
   CHECK_DBS+=("$db")
   url=$(url_with_db "$admin" "$db")
-  psql "$url" -q <<'SQL'
-CREATE TABLE payments (
-    id                       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    order_id                 text        NOT NULL,
-    stripe_payment_intent_id text,
-    stripe_checkout_session_id text,
-    status                   text        NOT NULL CHECK (status IN ('pending', 'paid', 'failed')),
-    version                  bigint      NOT NULL DEFAULT 0,
-    amount_cents             bigint,
-    currency                 text,
-    stripe_account           text,
-    created_at               timestamptz NOT NULL DEFAULT now(),
-    updated_at               timestamptz NOT NULL DEFAULT now()
-);
-SQL
+  create_demo_payments "$url"
   port=$(free_port)
   DATABASE_URL=$url target/debug/examples/stripe_standin --listen "127.0.0.1:$port" --seed "$CHECK_ROWS" \
     --events 200 --connect-account "$CONNECTED" --api-key sk_test_standin \

@@ -69,6 +69,32 @@ demo_database() {
   export DATABASE_URL
 }
 
+# Creates the demo application's payments table in database URL $1, keyed by
+# the column definition $2 (default: a bigint identity), followed by the
+# extra SQL $3 (e.g. an index): amount and currency columns, no UNIQUE
+# constraint on the PaymentIntent id, the connected account of direct
+# charges, and a Checkout Session column. Used by the demo and the image
+# check, so both run against the same table.
+create_demo_payments() {
+  local url=$1 id_column=${2:-bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY} extra=${3:-}
+  psql "$url" -q <<SQL
+CREATE TABLE payments (
+    id                       $id_column,
+    order_id                 text        NOT NULL,
+    stripe_payment_intent_id text,
+    stripe_checkout_session_id text,
+    status                   text        NOT NULL CHECK (status IN ('pending', 'paid', 'failed')),
+    version                  bigint      NOT NULL DEFAULT 0,
+    amount_cents             bigint,
+    currency                 text,
+    stripe_account           text,
+    created_at               timestamptz NOT NULL DEFAULT now(),
+    updated_at               timestamptz NOT NULL DEFAULT now()
+);
+$extra
+SQL
+}
+
 # A free TCP port on 127.0.0.1.
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
