@@ -174,19 +174,32 @@ pub async fn earliest_unconfirmed(
 ) -> Result<Option<String>, StoreError> {
     let sql = match key.walk() {
         Walk::Key => {
-            "SELECT s.payment_id::text FROM reconciliation_payment_state s
+            "SELECT convert_to(s.payment_id::text, 'SQL_ASCII') FROM reconciliation_payment_state s
               WHERE s.last_reconciled_at IS NULL ORDER BY s.payment_id LIMIT 1"
         }
         Walk::CreatedAt => {
-            "SELECT to_char(s.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')
+            "SELECT convert_to(to_char(s.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), 'SQL_ASCII')
                FROM reconciliation_payment_state s
               WHERE s.last_reconciled_at IS NULL ORDER BY s.created_at LIMIT 1"
         }
     };
-    super::query_scalar(sql)
+    let bytes: Option<Vec<u8>> = super::query_scalar(sql)
         .fetch_optional(conn)
         .await
-        .context("reading the earliest unconfirmed payment")
+        .context("reading the earliest unconfirmed payment")?;
+    Ok(bytes.map(|b| lower_bound_text(&b)))
+}
+
+/// A text no greater than `bytes` in the key's order that a UTF-8 client
+/// can send: `bytes` itself when valid UTF-8, else its valid prefix (a
+/// text key with a stray byte in a `SQL_ASCII` database, docs/keys.md: the
+/// prefix sorts at or before the key, so the range read from it still
+/// holds the row).
+fn lower_bound_text(bytes: &[u8]) -> String {
+    bytes
+        .utf8_chunks()
+        .next()
+        .map_or_else(String::new, |chunk| chunk.valid().to_owned())
 }
 
 /// Registers up to `limit` payments beyond the last seen one in the walk's
@@ -381,4 +394,17 @@ pub async fn forget_deleted(
         .fetch_all(conn)
         .await
         .context("forgetting deleted payments")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lower_bound_text;
+
+    #[test]
+    fn a_key_with_a_stray_byte_is_bounded_by_its_valid_prefix() {
+        assert_eq!(lower_bound_text(b"pay_b\xff"), "pay_b");
+        assert_eq!(lower_bound_text(b"pay_b\xffc"), "pay_b");
+        assert_eq!(lower_bound_text("pay_ü".as_bytes()), "pay_ü");
+        assert_eq!(lower_bound_text(b""), "");
+    }
 }
