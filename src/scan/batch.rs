@@ -11,7 +11,7 @@ use crate::key::{PaymentKey, Position, Walk};
 use crate::outcome::RunError;
 use crate::read::outage::check_stripe_reachable;
 use crate::read::{observe_batch, Observation, Pacing};
-use crate::store::payments::{self, Behind, MoneyColumns, PaymentRow};
+use crate::store::payments::{self, Behind, BehindRows, MoneyColumns, PaymentRow};
 use crate::store::{cursor, Context};
 
 /// Where the batch starts and whether it may write.
@@ -48,6 +48,9 @@ pub(crate) enum Start {
         position: Option<Position>,
         /// The previous batch's row keys.
         pending: Vec<PaymentKey>,
+        /// Where the previous batch's sweep of the rows behind the cursor
+        /// stopped (`None`: start it again).
+        sweep: Option<Position>,
     },
 }
 
@@ -64,6 +67,12 @@ pub(crate) struct Prepared {
     /// size were there): the batch ends the cycle (docs/scan.md: a batch
     /// that reads fewer rows than it asked for ends the cycle).
     pub reached_end: bool,
+    /// Where the next batch's sweep of the rows behind the cursor starts
+    /// ([`payments::BehindRows::sweep_next`]).
+    pub sweep_next: Option<Position>,
+    /// The cursor's rows (not those behind it): what the batch adds to the
+    /// cycle's rows done.
+    pub walked: u64,
 }
 
 /// Phase 2's outcome: the batch ready to commit.
@@ -72,6 +81,7 @@ pub(crate) struct ReadBatch {
     pub(super) cursor_from: Option<Position>,
     pub(super) last_id: Option<Position>,
     pub(super) reached_end: bool,
+    pub(super) walked: u64,
     pub(super) observations: Vec<Observation>,
 }
 
@@ -91,10 +101,13 @@ pub(crate) async fn prepare(
     start: &Start,
 ) -> Result<Prepared, RunError> {
     let settings = &ctx.settings;
+    if mode.writes() {
+        renew_alone(ctx).await?;
+    }
     let mut tx = crate::store::begin(ctx.pool)
         .await
         .context("opening the read transaction")?;
-    let (cursor_from, pending) = cursor_start(&mut tx, ctx, mode, start).await?;
+    let (cursor_from, pending, sweep) = cursor_start(&mut tx, ctx, mode, start).await?;
     let columns = MoneyColumns::of(settings.schema, settings.facts);
     let batch_size = settings.scan.batch_size;
     let mut ahead = payments::read_batch(
@@ -107,6 +120,7 @@ pub(crate) async fn prepare(
     .await?;
     let reached_end = ahead.len() <= batch_size as usize;
     ahead.truncate(batch_size as usize);
+    let walked = ahead.len() as u64;
     let last_id = ahead.last().map(|r| Position {
         key: r.id.clone(),
         created_at: (settings.facts.key.walk() == Walk::CreatedAt).then_some(r.created_at),
@@ -114,9 +128,12 @@ pub(crate) async fn prepare(
     let behind = cursor_from
         .as_ref()
         .filter(|_| last_id.is_some() && mode.writes());
-    let mut rows = match behind {
-        Some(behind) => read_behind(&mut tx, settings, behind, pending).await?,
-        None => Vec::with_capacity(ahead.len()),
+    let (mut rows, sweep_next) = match behind {
+        Some(behind) => {
+            let read = read_behind(&mut tx, settings, behind, pending, sweep).await?;
+            (read.rows, read.sweep_next)
+        }
+        None => (Vec::with_capacity(ahead.len()), None),
     };
     rows.extend(ahead);
     tx.commit().await.context("closing the read transaction")?;
@@ -125,7 +142,26 @@ pub(crate) async fn prepare(
         rows,
         last_id,
         reached_end,
+        sweep_next,
+        walked,
     })
+}
+
+/// Renews the run's lease in a transaction of its own, before phase 1's
+/// read transaction: one short `UPDATE` of the cursor row that never waits
+/// behind a batch's reads (the read transaction takes no lock on the row),
+/// and a read transaction that holds no lock a committing batch waits for.
+/// A run whose lease expired learns it here, before spending reads.
+async fn renew_alone(ctx: &ScanContext<'_>) -> Result<(), RunError> {
+    let Some(lease) = ctx.lease.as_ref() else {
+        return Ok(());
+    };
+    let mut tx = crate::store::begin(ctx.pool)
+        .await
+        .context("opening the lease transaction")?;
+    lease.renew(&mut tx).await?;
+    tx.commit().await.context("committing the lease renewal")?;
+    Ok(())
 }
 
 /// Phase 2 of a prepared batch, with the outage rule; abandoned when
@@ -144,12 +180,15 @@ pub(crate) async fn read_stripe(
         rows,
         last_id,
         reached_end,
+        walked,
+        ..
     } = prepared;
     if last_id.is_none() {
         return Ok(ReadBatch {
             cursor_from,
             last_id,
             reached_end,
+            walked,
             observations: Vec::new(),
         });
     }
@@ -167,6 +206,7 @@ pub(crate) async fn read_stripe(
         cursor_from,
         last_id,
         reached_end,
+        walked,
         observations: observed.observations,
     })
 }
@@ -177,55 +217,60 @@ pub fn behind_cursor_limit(batch_size: u32) -> u32 {
     (batch_size / 10).max(1)
 }
 
-/// Where phase 1 starts: the cursor (the persistent one, taken with the
-/// lease renewed, or a dry run's in memory), or right after the previous
-/// batch of the run, whose rows (`pending`) are left out of the rows behind
-/// the cursor. A run whose lease expired learns it here, before spending
-/// reads.
+/// Where phase 1 starts: the cursor (the persistent one, or a dry run's in
+/// memory), or right after the previous batch of the run, whose rows
+/// (`pending`) are left out of the rows behind the cursor; with where the
+/// sweep of the rows behind the cursor goes on (`None`: from its start).
 async fn cursor_start<'s>(
     tx: &mut sqlx::PgConnection,
     ctx: &ScanContext<'_>,
     mode: &Mode,
     start: &'s Start,
-) -> Result<(Option<Position>, &'s [PaymentKey]), RunError> {
-    let (lease, job) = (ctx.lease.as_ref(), &ctx.settings.run.job);
+) -> Result<(Option<Position>, &'s [PaymentKey], Option<&'s Position>), RunError> {
+    let job = &ctx.settings.run.job;
     Ok(match (mode, start) {
-        (Mode::Write, Start::After { position, pending }) => {
-            crate::lease::renew_held(&mut *tx, lease).await?;
-            (position.clone(), pending)
-        }
-        (Mode::DryRun { .. }, Start::After { position, pending }) => (position.clone(), pending),
+        (
+            _,
+            Start::After {
+                position,
+                pending,
+                sweep,
+            },
+        ) => (position.clone(), pending, sweep.as_ref()),
         (Mode::Write, Start::Cursor) => {
             cursor::ensure(&mut *tx, job).await?;
-            crate::lease::renew_held(&mut *tx, lease).await?;
             let position = cursor::read(&mut *tx, job).await?.and_then(|c| c.position);
-            (position, &[])
+            (position, &[], None)
         }
-        (Mode::DryRun { after }, Start::Cursor) => (after.clone(), &[]),
+        (Mode::DryRun { after }, Start::Cursor) => (after.clone(), &[], None),
     })
 }
 
 /// A few rows behind the cursor `behind` never confirmed with Stripe (late
 /// commits, or in the grace window when the cursor passed), read beside the
-/// cursor's rows, `pending` left out; marked `behind_cursor`.
+/// cursor's rows, `pending` left out, the sweep going on from `sweep_from`;
+/// marked `behind_cursor`.
 async fn read_behind(
     tx: &mut sqlx::PgConnection,
     settings: &ScanGroups<'_>,
     behind: &Position,
     pending: &[PaymentKey],
-) -> Result<Vec<PaymentRow>, RunError> {
+    sweep_from: Option<&Position>,
+) -> Result<BehindRows, RunError> {
     let wanted = Behind {
         cursor: behind,
         limit: behind_cursor_limit(settings.scan.batch_size),
         excluded: pending,
+        sweep_from,
     };
     let (job, grace, columns) = (
         &settings.run.job,
         settings.run.grace,
         MoneyColumns::of(settings.schema, settings.facts),
     );
-    let mut rows = payments::read_behind_cursor(tx, job, wanted, grace, columns).await?;
-    for row in &mut rows {
+    let mut read = payments::read_behind_cursor(tx, job, wanted, grace, columns).await?;
+    let rows = &mut read.rows;
+    for row in rows.iter_mut() {
         row.behind_cursor = true;
     }
     if !rows.is_empty() {
@@ -235,5 +280,5 @@ async fn read_behind(
             "rows behind the cursor never confirmed with Stripe (committed late or in the grace window when passed); checked in this batch"
         );
     }
-    Ok(rows)
+    Ok(read)
 }

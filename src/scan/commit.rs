@@ -31,6 +31,7 @@ pub(crate) async fn commit(
         cursor_from: cursor_id,
         last_id,
         reached_end,
+        walked,
         mut observations,
     } = read;
     let mut report = BatchReport {
@@ -41,6 +42,7 @@ pub(crate) async fn commit(
         return wrap(ctx, mode, report, cursor_id).await;
     };
     report.scanned = observations.len() as u64;
+    report.walked = walked;
     report.cursor_to = number(Some(&last_id));
     report.cursor_key = Some(last_id.key.clone());
     // The table's last rows: this batch ends the cycle, and the next batch
@@ -60,7 +62,7 @@ pub(crate) async fn commit(
             dry_run_counts(ctx.pool, key, &observations, &mut report).await?
         }
         Mode::Write => {
-            let range = (cursor_id.as_ref(), &last_id, reached_end);
+            let range = (cursor_id.as_ref(), &last_id, reached_end, walked);
             observations = write_retrying(ctx, range, observations, &mut report).await?;
         }
     }
@@ -133,7 +135,7 @@ async fn wrap(
 /// observations as the committed attempt left them.
 async fn write_retrying(
     ctx: &ScanContext<'_>,
-    range: (Option<&Position>, &Position, bool),
+    range: (Option<&Position>, &Position, bool, u64),
     observations: Vec<Observation>,
     report: &mut BatchReport,
 ) -> Result<Vec<Observation>, RunError> {
@@ -148,12 +150,13 @@ async fn write_retrying(
     }
 }
 
-/// Phase 3 of a writing batch over `(cursor_id, last_id]`: records the
-/// observations, the reconciler's own state, renews the lease and moves the
-/// cursor by compare-and-set, in one transaction.
+/// Phase 3 of a writing batch over `(cursor_id, last_id]` (`walked` of the
+/// cursor's rows): records the observations, the reconciler's own state,
+/// renews the lease and moves the cursor by compare-and-set, in one
+/// transaction.
 async fn write_phase(
     ctx: &ScanContext<'_>,
-    (cursor_id, last_id, reached_end): (Option<&Position>, &Position, bool),
+    (cursor_id, last_id, reached_end, walked): (Option<&Position>, &Position, bool, u64),
     observations: &mut [Observation],
     report: &mut BatchReport,
 ) -> Result<(), RunError> {
@@ -189,7 +192,7 @@ async fn write_phase(
     let moved = if reached_end {
         cursor::complete_cycle(&mut tx, job, cursor_id).await?
     } else {
-        cursor::advance(&mut tx, job, cursor_id, Some(last_id)).await?
+        cursor::advance(&mut tx, job, cursor_id, (Some(last_id), walked)).await?
     };
     if !moved {
         // Roll back everything above now, not lazily when the connection is reused.

@@ -179,6 +179,9 @@ struct Progress {
     planned_batches: u32,
     /// Batches committed so far.
     number: u32,
+    /// Rows of the cycle walked: at the run's start, plus this run's
+    /// batches (0 again after a wrap).
+    walked: u64,
     /// When the previous batch was committed (or the batches started).
     boundary: Instant,
 }
@@ -191,6 +194,7 @@ impl Progress {
             batch_size: scan.batch_size,
             planned_batches: planned,
             number: 0,
+            walked: table.rows_done,
             boundary: Instant::now(),
         }
     }
@@ -198,12 +202,17 @@ impl Progress {
     /// Logs batch `report` (the next in order) with the cycle's progress.
     fn committed(&mut self, report: &BatchReport, rows_scanned: u64) {
         self.number += 1;
+        self.walked = if report.wrapped {
+            0
+        } else {
+            self.walked + report.walked
+        };
         let pace = Pace {
             rows_scanned,
             elapsed_seconds: self.run_started.elapsed().as_secs_f64(),
             ..pace_of(self.batch_size, self.planned_batches, self.number)
         };
-        let progress = cycle_progress(self.table, report.cursor_to, pace);
+        let progress = cycle_progress(self.table, (report.cursor_to, self.walked), pace);
         let seconds = self.boundary.elapsed().as_secs_f64();
         log_batch(self.number, report, seconds, &progress);
         self.boundary = Instant::now();
@@ -241,6 +250,7 @@ async fn table_extent(ctx: &ScanContext<'_>) -> TableExtent {
         rows: t.rows_estimate,
         min_id: t.min_id,
         max_id: t.max_id,
+        rows_done: u64::try_from(t.cycle_rows_done).unwrap_or(0),
     })
 }
 

@@ -102,7 +102,10 @@ pub fn plan_input(settings: PlanSettings<'_>, figures: PlanFigures<'_>) -> PlanI
     }
 }
 
-/// Rows ahead of the cursor, from the id range (exact for dense ids).
+/// Rows ahead of the cursor: from the id range for integer keys (exact for
+/// dense ids, and it follows a cursor set by hand), else the rows left after
+/// the cycle's rows done (`cycle_rows_done`: a uuid or text key's value says
+/// nothing about how far the cycle has come).
 fn rows_ahead(t: &TableFigures) -> f64 {
     match (t.min_id, t.max_id) {
         (Some(lo), Some(hi)) if hi >= lo => {
@@ -116,7 +119,7 @@ fn rows_ahead(t: &TableFigures) -> f64 {
             let behind = cursor.clamp(lo - 1.0, hi) - lo + 1.0;
             t.rows_estimate.max(0.0) * (1.0 - behind / (hi - lo + 1.0))
         }
-        _ => 0.0,
+        _ => (t.rows_estimate - t.cycle_rows_done as f64).max(0.0),
     }
 }
 
@@ -210,6 +213,16 @@ mod tests {
         assert_eq!(rows_ahead(&t(250)), 750.0);
         assert_eq!(rows_ahead(&t(5_000)), 0.0);
         assert_eq!(rows_ahead(&TableFigures::default()), 0.0);
+        // A key walk (no id range): the rows left after the cycle's rows done.
+        let uuid = |done| TableFigures {
+            rows_estimate: 20_000.0,
+            cycle_rows_done: done,
+            cursor_key: (done != 0).then(|| "0f1e".to_owned()),
+            ..TableFigures::default()
+        };
+        assert_eq!(rows_ahead(&uuid(0)), 20_000.0);
+        assert_eq!(rows_ahead(&uuid(6_000)), 14_000.0);
+        assert_eq!(rows_ahead(&uuid(25_000)), 0.0);
         // Ids over the whole bigint range, the cursor at the start or at 0.
         let wide = |key: Option<&str>| TableFigures {
             rows_estimate: 8.0,

@@ -25,6 +25,9 @@ pub struct TableExtent {
     pub min_id: Option<i64>,
     /// Highest `payments.id`.
     pub max_id: Option<i64>,
+    /// Rows the cursor had walked in the cycle when the run started
+    /// (`cycle_rows_done`); the progress of a walk without an id range.
+    pub rows_done: u64,
 }
 
 /// This run's pace and budget.
@@ -40,8 +43,15 @@ pub struct Pace {
     pub rows_per_run: u64,
 }
 
-/// The cycle's progress with the cursor at `cursor` (0 right after a wrap).
-pub fn cycle_progress(table: TableExtent, cursor: i64, pace: Pace) -> CycleProgress {
+/// The cycle's progress with the cursor at `cursor` (0 right after a wrap),
+/// `walked` rows of the cycle walked by this run (after its last wrap; those
+/// before it when it did not wrap): from the id range for integer keys, else
+/// from the rows walked.
+pub fn cycle_progress(
+    table: TableExtent,
+    (cursor, walked): (i64, u64),
+    pace: Pace,
+) -> CycleProgress {
     let total = table.rows.max(0.0).round() as u64;
     let done = match (table.min_id, table.max_id) {
         (Some(lo), Some(hi)) if hi >= lo && cursor >= lo => {
@@ -49,7 +59,8 @@ pub fn cycle_progress(table: TableExtent, cursor: i64, pace: Pace) -> CycleProgr
             let share = (cursor.min(hi) as f64 - lo as f64 + 1.0) / (hi as f64 - lo as f64 + 1.0);
             (share * total as f64).round() as u64
         }
-        _ => 0,
+        (Some(_), Some(_)) => 0,
+        _ => walked,
     };
     let remaining = total.saturating_sub(done);
     let rate = (pace.elapsed_seconds > 0.0 && pace.rows_scanned > 0)
@@ -71,6 +82,7 @@ mod tests {
         rows: 10_000.0,
         min_id: Some(1),
         max_id: Some(10_000),
+        rows_done: 0,
     };
 
     fn pace(scanned: u64, seconds: f64, left: u64) -> Pace {
@@ -84,7 +96,7 @@ mod tests {
 
     #[test]
     fn rows_done_and_eta_follow_the_cursor_and_the_pace() {
-        let p = cycle_progress(TABLE, 4_000, pace(1_000, 10.0, 1_000));
+        let p = cycle_progress(TABLE, (4_000, 0), pace(1_000, 10.0, 1_000));
         assert_eq!((p.rows_done, p.rows_total), (4_000, 10_000));
         // 6,000 rows left at 100 rows/s.
         assert_eq!(p.eta_seconds, Some(60.0));
@@ -94,13 +106,26 @@ mod tests {
 
     #[test]
     fn a_wrap_starts_the_count_again_and_an_empty_table_has_nothing_to_do() {
-        let p = cycle_progress(TABLE, 0, pace(10_000, 50.0, 0));
+        let p = cycle_progress(TABLE, (0, 0), pace(10_000, 50.0, 0));
         assert_eq!(p.rows_done, 0);
-        let empty = cycle_progress(TableExtent::default(), 0, pace(0, 0.0, 200));
+        let empty = cycle_progress(TableExtent::default(), (0, 0), pace(0, 0.0, 200));
         assert_eq!(
             (empty.rows_done, empty.rows_total, empty.more_runs),
             (0, 0, 0)
         );
         assert_eq!(empty.eta_seconds, None, "no pace yet");
+    }
+
+    #[test]
+    fn a_key_walk_counts_the_rows_walked() {
+        let uuid = TableExtent {
+            rows: 20_000.0,
+            min_id: None,
+            max_id: None,
+            rows_done: 0,
+        };
+        let p = cycle_progress(uuid, (0, 6_000), pace(6_000, 10.0, 2_000));
+        assert_eq!((p.rows_done, p.rows_total), (6_000, 20_000));
+        assert_eq!(p.more_runs, 6);
     }
 }

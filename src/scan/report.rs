@@ -9,6 +9,9 @@ use crate::read::VerdictCounts;
 pub struct BatchReport {
     /// Rows read from `payments` (0 for a wrap).
     pub scanned: u64,
+    /// Of those, the cursor's rows (not the rows behind it): what the batch
+    /// added to the cycle's rows done (`cycle_rows_done`, docs/keys.md).
+    pub walked: u64,
     /// Rows per verdict.
     pub verdicts: VerdictCounts,
     /// Findings newly recorded (in a dry run: findings a real run would

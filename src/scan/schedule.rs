@@ -103,6 +103,7 @@ impl Plan {
                 self.start = Start::After {
                     position: (!p.reached_end).then(|| last.clone()),
                     pending: self.recent.iter().flatten().cloned().collect(),
+                    sweep: p.sweep_next.clone(),
                 };
                 // The batch read the table's last rows and ends the cycle: a
                 // run reads each row at most once, so it stops here (below).
@@ -123,6 +124,7 @@ impl Plan {
                 self.start = Start::After {
                     position: None,
                     pending: self.recent.iter().flatten().cloned().collect(),
+                    sweep: None,
                 };
             }
         }

@@ -258,10 +258,14 @@ pub async fn read_query(
 /// 0 before a cursor), the cycle's age (seconds) and when the last cycle
 /// completed (Unix time).
 fn cycle_of(t: &stats::TableFigures) -> (f64, Option<f64>, Option<f64>) {
-    let percent = if t.cursor_key.is_some() {
-        progress(t.min_id, t.max_id, t.cursor_position)
-    } else {
-        0.0
+    let percent = match (t.cursor_key.is_some(), t.min_id) {
+        (false, _) => 0.0,
+        (true, Some(_)) => progress(t.min_id, t.max_id, t.cursor_position),
+        // A key walk (uuid, text): the cycle's rows done (docs/keys.md).
+        (true, None) if t.rows_estimate > 0.0 => {
+            (t.cycle_rows_done as f64 / t.rows_estimate * 100.0).min(100.0)
+        }
+        (true, None) => 0.0,
     };
     let age = t
         .cycle_started_at

@@ -86,10 +86,12 @@ pub async fn read(conn: &mut PgConnection, job: &str) -> Result<Option<CursorRow
     }))
 }
 
-/// Moves the cursor from `old` to `new` (`None`: the cycle's start).
-/// Returns `false` when the cursor was no longer at `old` (another run
-/// moved it): the caller must roll back. `last_id` follows for readers of
-/// older releases (the key when it is a bigint, else 0).
+/// Moves the cursor from `old` to `new` (`None`: the cycle's start), `rows`
+/// more rows walked in the cycle (`cycle_rows_done`, migration 0021: the
+/// cycle's progress on every walk, docs/keys.md). Returns `false` when the
+/// cursor was no longer at `old` (another run moved it): the caller must
+/// roll back. `last_id` follows for readers of older releases (the key when
+/// it is a bigint, else 0).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -97,11 +99,12 @@ pub async fn advance(
     conn: &mut PgConnection,
     job: &str,
     old: Option<&Position>,
-    new: Option<&Position>,
+    (new, rows): (Option<&Position>, u64),
 ) -> Result<bool, StoreError> {
     let done = super::query(&format!(
         "UPDATE reconciliation_cursor
-            SET last_key = $3, last_created_at = $4, last_id = coalesce($5, 0)
+            SET last_key = $3, last_created_at = $4, last_id = coalesce($5, 0),
+                cycle_rows_done = cycle_rows_done + $6
           WHERE job = $1 AND {} IS NOT DISTINCT FROM $2",
         position_sql("")
     ))
@@ -110,6 +113,7 @@ pub async fn advance(
     .bind(new.map(|p| &p.key))
     .bind(new.and_then(|p| p.created_at))
     .bind(new.and_then(|p| p.key.as_i64().filter(|n| n.to_string() == p.key.as_str())))
+    .bind(i64::try_from(rows).unwrap_or(i64::MAX))
     .execute(conn)
     .await
     .context("advancing the cursor")?;
@@ -128,7 +132,7 @@ pub async fn wrap(
 ) -> Result<bool, StoreError> {
     let done = super::query(&format!(
         "UPDATE reconciliation_cursor
-            SET last_key = NULL, last_created_at = NULL, last_id = 0,
+            SET last_key = NULL, last_created_at = NULL, last_id = 0, cycle_rows_done = 0,
                 last_cycle_completed_at = now(), cycle_started_at = now()
           WHERE job = $1 AND {} IS NOT DISTINCT FROM $2",
         position_sql("")

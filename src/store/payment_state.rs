@@ -195,7 +195,7 @@ pub async fn earliest_unconfirmed(
 /// text key with a stray byte in a `SQL_ASCII` database, docs/keys.md: the
 /// prefix sorts at or before the key, so the range read from it still
 /// holds the row).
-fn lower_bound_text(bytes: &[u8]) -> String {
+pub(crate) fn lower_bound_text(bytes: &[u8]) -> String {
     bytes
         .utf8_chunks()
         .next()

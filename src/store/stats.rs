@@ -32,6 +32,10 @@ pub struct TableFigures {
     /// The cursor's key as text (any key type); `None` at the cycle's start
     /// (tells an id 0 from the start).
     pub cursor_key: Option<String>,
+    /// Rows the cursor walked in the current cycle
+    /// (`reconciliation_cursor.cycle_rows_done`, migration 0021): the
+    /// cycle's progress on every walk (docs/keys.md); 0 at its start.
+    pub cycle_rows_done: i64,
     /// When the current cycle started.
     pub cycle_started_at: Option<DateTime<Utc>>,
     /// When the previous cycle completed.
@@ -196,6 +200,7 @@ pub async fn table_figures(
                 {ids},
                 coalesce(c.last_id, 0) AS cursor_position,
                 {position} AS cursor_key,
+                coalesce(c.cycle_rows_done, 0) AS cycle_rows_done,
                 c.cycle_started_at,
                 c.last_cycle_completed_at,
                 now() AS database_now

@@ -8,21 +8,24 @@
 //!
 //! - `columns`: the start-up check of the configured columns (ids, amount,
 //!   currency) against the table's catalogue.
-//! - `read`: the batch read by id cursor, the rows behind it never
-//!   confirmed, the lookup by PaymentIntent id for the events feed.
+//! - `read`: the batch read by id cursor, the lookup by PaymentIntent id
+//!   for the events feed.
+//! - `behind`: the rows behind the cursor never confirmed, a bounded sweep.
 //! - `locks`: the row locks of the one lock order, and the canonical
 //!   writer's guarded status UPDATE.
 
+mod behind;
 mod columns;
 mod locks;
 mod read;
 
+pub use behind::{read_behind_cursor, Behind, BehindRows};
 pub use columns::{check_columns, check_partition, time_columns, ColumnError};
 pub(crate) use locks::{fill_payment_intent, transition_status};
 pub use locks::{lock_for_repair, lock_unchanged, PaymentForRepair, TransitionResult};
 pub use read::{
     a_verified_payment_intent, a_verified_payment_intent_on, active_accounts, by_checkout_sessions,
-    by_payment_intents, held_elsewhere, read_batch, read_behind_cursor, Behind, PaymentByIntent,
+    by_payment_intents, held_elsewhere, read_batch, PaymentByIntent,
 };
 
 use std::time::Duration;
@@ -227,25 +230,6 @@ impl MoneyColumns<'_> {
         )
     }
 
-    /// The query of rows behind the cursor never confirmed (`$1` the
-    /// cursor's key, `$2` grace seconds, `$3` limit, `$4` job, `$5` keys left
-    /// out, `$6` the late-commit window's start as text, `$7` the cursor's
-    /// `created_at`, `$8` where the earliest unconfirmed state row lies, as
-    /// text, `$9` the partition's value): [`behind_cursor`].
-    fn behind_sql(&self) -> String {
-        format!(
-            "SELECT {}
-               FROM payments p
-              WHERE {}{partition}
-              ORDER BY {order}
-              LIMIT $3",
-            self.row_columns(),
-            behind_cursor(self.key, self.times),
-            partition = self.partition_sql(9),
-            order = walk_order(self.key, "p"),
-        )
-    }
-
     /// The columns of a [`RawRow`] of `payments p` (`$2` grace seconds):
     /// the seed's, the grace flag, the money columns (NULL when not
     /// configured; a major amount as the numeric's exact text, never a
@@ -295,99 +279,4 @@ pub(crate) fn partition_condition(partition: Option<&Partition>, alias: &str, pa
     partition.map_or_else(String::new, |p| {
         format!(" AND {}", p.condition(alias, param))
     })
-}
-
-/// [`behind_cursor`]'s rows never seen at all: late commits within the
-/// window below the highest seen id (`$6`) or `created_at`, by an
-/// anti-join on the state table; empty for a key walk of uuid, text or
-/// numeric keys (no window).
-fn never_seen(key: &KeyType, times: &PaymentTimes) -> String {
-    match (key.walk(), key.kind()) {
-        (Walk::CreatedAt, _) => format!(
-            "UNION ALL
-             SELECT q.id FROM payments q
-              WHERE {} AND q.created_at > {}
-                AND NOT EXISTS (SELECT 1 FROM reconciliation_payment_state s WHERE s.payment_id = q.id OFFSET 0)",
-            walk_compare(key, times, "q", "<=", (1, 7)),
-            times.created_bound("($6)")
-        ),
-        (Walk::Key, crate::key::KeyKind::Integer) => format!(
-            "UNION ALL
-             SELECT q.id FROM payments q
-              WHERE q.id <= {} AND q.id > ($6)::bigint
-                AND NOT EXISTS (SELECT 1 FROM reconciliation_payment_state s WHERE s.payment_id = q.id OFFSET 0)",
-            key.cast("$1")
-        ),
-        (Walk::Key, _) => String::new(),
-    }
-}
-
-/// Rows behind the cursor (at or before it in the walk's order) never
-/// confirmed with Stripe, out of the grace window, and not already counted
-/// UNVERIFIABLE in this cycle (a row that keeps failing waits for the next
-/// cycle, governed by `persistently_unverifiable`, instead of being retried
-/// every batch). Two sources, both bounded: rows seen but never confirmed
-/// (the partial index `reconciliation_payment_state_unconfirmed`), and rows
-/// never seen at all (late commits near the head of the table: an anti-join
-/// over a bounded window, `$6`, below the highest seen id or `created_at`;
-/// a key walk of uuid, text or numeric keys has no such window, and its late
-/// commits are read by the next cycle: docs/keys.md, "No row skipped").
-/// A seen row is placed by its state row (in a `(created_at, id)` walk, the
-/// `created_at` copied when it was seen): a row whose `created_at` moved
-/// from ahead of the cursor to behind it is read by the next cycle, as
-/// docs/keys.md says for any row whose position changes.
-/// `created_at` and `updated_at` are read as `times` says.
-fn behind_cursor(key: &KeyType, times: &PaymentTimes) -> String {
-    let never_seen = never_seen(key, times);
-    // The unconfirmed state rows at or before the cursor by their own
-    // position, from the earliest unconfirmed one (`$8`): one narrow range of
-    // a partial index (`..._unconfirmed`, `..._unconfirmed_created`,
-    // migration 0019) instead of every unconfirmed row of the table (in a
-    // first cycle, every row ahead of the cursor) or every entry behind the
-    // cursor. The keys left out (`$5`: the batch still being committed,
-    // unconfirmed and behind the cursor) are left out here already, before
-    // each would be probed in `payments` (random pages for uuid keys).
-    // `created_at BETWEEN` is implied by the row comparison but
-    // estimated as the narrow range it is (the row comparison alone is
-    // taken for half the table, and the state table was scanned whole).
-    let seen_before = match key.walk() {
-        Walk::Key => format!(
-            "s.payment_id BETWEEN {} AND {}",
-            key.cast("$8"),
-            key.cast("$1")
-        ),
-        Walk::CreatedAt => format!(
-            "(s.created_at, s.payment_id) <= ($7::timestamptz, {})
-                                AND s.created_at BETWEEN ($8)::timestamptz AND $7::timestamptz",
-            key.cast("$1")
-        ),
-    };
-    // A walk by key also bounds `p` from below (the earliest unconfirmed
-    // row, or the late-commit window's start when lower): the planner
-    // merge-joins on `payments`' primary key, which otherwise read every id
-    // from the table's first one to the unconfirmed rows (the batch still
-    // being committed lies there).
-    let from = match (key.walk(), key.kind()) {
-        (Walk::Key, crate::key::KeyKind::Integer) => {
-            format!(" AND p.id >= least({}, ($6)::bigint)", key.cast("$8"))
-        }
-        (Walk::Key, _) => format!(" AND p.id >= {}", key.cast("$8")),
-        (Walk::CreatedAt, _) => String::new(),
-    };
-    format!(
-        "{at_or_before}{from}
-                AND p.id IN (SELECT s.payment_id FROM reconciliation_payment_state s
-                              WHERE s.last_reconciled_at IS NULL AND {seen_before}
-                                AND NOT (s.payment_id = ANY({excluded}))
-                             {never_seen})
-                AND {updated} <= now() - make_interval(secs => $2)
-                AND NOT EXISTS (SELECT 1 FROM reconciliation_unverifiable u
-                                  JOIN reconciliation_cursor c ON c.job = u.job
-                                 WHERE u.job = $4 AND u.payment_id = p.id
-                                   AND u.last_cycle = c.cycle_started_at)
-                AND NOT (p.id = ANY({excluded}))",
-        at_or_before = walk_compare(key, times, "p", "<=", (1, 7)),
-        excluded = key.cast_array("$5"),
-        updated = times.updated("p"),
-    )
 }

@@ -5,18 +5,6 @@ use super::*;
 use crate::key::Position;
 use crate::store::text::decode;
 
-/// How many ids below the highest seen id [`read_behind_cursor`] looks for
-/// rows never seen, per row it may return: with a tenth of a batch behind the
-/// cursor, ten batches' worth of ids. A transaction that commits later than
-/// that after taking its id is read by the next cycle's cursor.
-const LATE_COMMIT_IDS_PER_ROW: i64 = 100;
-
-/// In a `(created_at, id)` walk, how far below the highest seen
-/// `created_at` [`read_behind_cursor`] looks for rows never seen: a row
-/// committed later than that after its `created_at` (a backfill, an import)
-/// is read by the next cycle (docs/keys.md, "No row skipped").
-pub const LATE_COMMIT_WINDOW: Duration = Duration::from_secs(3600);
-
 /// Reads up to `limit` rows after `after` (`None`: from the start of the
 /// cycle) in the walk's order (docs/keys.md), flagging those updated less
 /// than `grace` ago and those sharing their PaymentIntent id, with the
@@ -45,89 +33,6 @@ pub async fn read_batch(
     .await
     .context("reading the batch")?;
     Ok(columns.map(rows))
-}
-
-/// Which rows [`read_behind_cursor`] reads: up to `limit` at or before
-/// `cursor`, the keys of `excluded` left out.
-#[derive(Debug, Clone, Copy)]
-pub struct Behind<'a> {
-    /// The cursor the rows are at or before.
-    pub cursor: &'a Position,
-    /// The most rows read.
-    pub limit: u32,
-    /// Keys left out (a batch still being read or committed).
-    pub excluded: &'a [PaymentKey],
-}
-
-/// Reads up to `limit` rows at or before the cursor `cursor` that were
-/// never confirmed with Stripe: committed after the cursor passed them
-/// (sequence order is not commit order; found within a window below the
-/// highest seen id, `limit` × [`LATE_COMMIT_IDS_PER_ROW`] ids, or
-/// `created_at`, [`LATE_COMMIT_WINDOW`]), or in the grace window or
-/// UNVERIFIABLE when it passed. Rows counted UNVERIFIABLE in `job`'s
-/// current cycle are left out, and so are the keys of `excluded` (the rows
-/// of a batch still being read or committed, whose cursor move is not yet
-/// visible).
-///
-/// # Errors
-/// [`StoreError`] from the database.
-pub async fn read_behind_cursor(
-    conn: &mut PgConnection,
-    job: &str,
-    behind: Behind<'_>,
-    grace: Duration,
-    columns: MoneyColumns<'_>,
-) -> Result<Vec<PaymentRow>, StoreError> {
-    let Behind {
-        cursor,
-        limit,
-        excluded,
-    } = behind;
-    let window_from = late_commit_window(&mut *conn, columns.key, limit).await?;
-    let unconfirmed_from =
-        crate::store::payment_state::earliest_unconfirmed(&mut *conn, columns.key).await?;
-    let sql = columns.behind_sql();
-    let query = crate::store::query_as(&sql)
-        .bind(&cursor.key)
-        .bind(grace.as_secs_f64())
-        .bind(i64::from(limit))
-        .bind(job)
-        .bind(excluded)
-        .bind(window_from)
-        .bind(cursor.created_at)
-        .bind(unconfirmed_from);
-    let rows: Vec<RawRow> = match columns.partition {
-        Some(p) => query.bind(p.value.as_str()),
-        None => query,
-    }
-    .fetch_all(conn)
-    .await
-    .context("reading rows behind the cursor")?;
-    Ok(columns.map(rows))
-}
-
-/// The start of the window [`read_behind_cursor`] looks for rows never seen
-/// in, as text: an id (integer keys walked by key) or a `created_at`
-/// (`(created_at, id)` walk); `None` when nothing was seen yet or the walk
-/// has no window.
-async fn late_commit_window(
-    conn: &mut PgConnection,
-    key: &KeyType,
-    limit: u32,
-) -> Result<Option<String>, StoreError> {
-    let head = crate::store::payment_state::highest_seen(&mut *conn, key).await?;
-    Ok(match (key.walk(), head) {
-        (Walk::CreatedAt, Some(head)) => head.created_at.map(|at| {
-            let window = chrono::Duration::from_std(LATE_COMMIT_WINDOW).unwrap_or_default();
-            (at - window).to_rfc3339()
-        }),
-        (Walk::Key, Some(head)) if key.kind() == crate::key::KeyKind::Integer => head
-            .key
-            .as_i64()
-            .map(|id| id.saturating_sub(i64::from(limit).saturating_mul(LATE_COMMIT_IDS_PER_ROW)))
-            .map(|id| id.to_string()),
-        _ => None,
-    })
 }
 
 /// A PaymentIntent id this job (its partition, when one is set) once verified with Stripe (its state row has
