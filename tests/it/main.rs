@@ -70,6 +70,8 @@
 //! - `status`: `status` and `status --json`
 //! - `stripe_redirect`: a redirecting API base and a live key over plain http
 //! - `terminal_output`: stored text escaped in every human-readable output
+//! - `walk_partitions`: one partition's job beside rows it never confirms: bounded sweeps behind the cursor, a cycle completed
+//! - `walk_plan`: a key walk (uuid, no `created_at` index) plans its runs from the rows done
 //! - `write_refused`: a row the database refuses to write does not fail its batch
 //! - `writer`: the canonical writer's atomicity and its kind guard
 //! - `your_schema`: the application's status words and amounts in major units
@@ -149,6 +151,8 @@ mod stops;
 mod stray_bytes;
 mod stripe_redirect;
 mod terminal_output;
+mod walk_partitions;
+mod walk_plan;
 mod write_refused;
 mod writer;
 mod your_outbox;

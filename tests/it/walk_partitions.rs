@@ -1,0 +1,116 @@
+//! One partition's job beside rows it never confirms (docs/scan.md, "Rows
+//! behind the cursor"): two partitions on alternating ids, only `eu`'s job
+//! runs, so every `us` row stays registered and unconfirmed behind its
+//! cursor. The sweep of the rows behind the cursor must step over them, in
+//! bounded steps, and still reach an `eu` row left behind in the grace
+//! window, within the same cycle.
+
+use crate::support::*;
+use sqlx::PgPool;
+
+const ROWS: i64 = 2_000;
+
+fn env(pool: &PgPool, stripe: &wiremock::MockServer, batches: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("DATABASE_URL", database_url(pool)),
+        ("STRIPE_API_BASE", stripe.uri()),
+        ("STRIPE_API_KEY", "sk_test_eu".to_owned()),
+        ("RECONCILER_READ_MODE", "retrieve".to_owned()),
+        ("RECONCILER_JOB", "payments-eu".to_owned()),
+        ("RECONCILER_PARTITION_COLUMN", "legal_entity".to_owned()),
+        ("RECONCILER_PARTITION_VALUE", "eu".to_owned()),
+        ("RECONCILER_BATCH_SIZE", "50".to_owned()),
+        ("RECONCILER_BATCHES_PER_RUN", batches.to_owned()),
+        ("RECONCILER_RATE_LIMIT_RPS", "1000".to_owned()),
+        ("RECONCILER_GRACE_SECONDS", "60".to_owned()),
+    ]
+}
+
+async fn run(pool: &PgPool, stripe: &wiremock::MockServer, batches: &str) {
+    let out = reconciler_output(&["run"], &env(pool, stripe, batches)).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    assert!(
+        !stderr(&out).contains("lock timeout"),
+        "{}",
+        all_output(&out)
+    );
+}
+
+async fn cycle_completed(pool: &PgPool) -> bool {
+    count(
+        pool,
+        "SELECT count(*) FROM reconciliation_cursor
+          WHERE job = 'payments-eu' AND last_cycle_completed_at IS NOT NULL",
+    )
+    .await
+        == 1
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn one_partitions_job_beside_rows_it_never_confirms_completes_its_cycle_and_reads_a_row_behind_them(
+    pool: PgPool,
+) {
+    sqlx::raw_sql(&format!(
+        "ALTER TABLE payments ADD COLUMN legal_entity text;
+         CREATE INDEX payments_legal_entity_id ON payments (legal_entity, id);
+         INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at, legal_entity)
+         SELECT 'order-' || i, 'pi_' || i, 'paid', now() - interval '30 days',
+                now() - interval '1 hour', CASE WHEN i % 2 = 0 THEN 'eu' ELSE 'us' END
+           FROM generate_series(1, {ROWS}) AS i;
+         -- In the grace window when the cursor passes it.
+         UPDATE payments SET updated_at = now() WHERE id = 400;
+         ANALYZE payments;"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let stripe = stripe_answering("succeeded", std::time::Duration::ZERO).await;
+
+    // Run 1: 12 of the cycle's 20 batches; row 400 is passed in its grace window.
+    run(&pool, &stripe, "12").await;
+    assert!(!cycle_completed(&pool).await);
+    assert!(
+        !verified(&pool, 400).await.1,
+        "in the grace window when passed"
+    );
+    let us_unconfirmed = count(
+        &pool,
+        "SELECT count(*) FROM reconciliation_payment_state s JOIN payments p ON p.id = s.payment_id
+          WHERE p.legal_entity = 'us' AND s.last_reconciled_at IS NULL AND s.payment_id < 1200",
+    )
+    .await;
+    assert!(
+        us_unconfirmed >= 590,
+        "us rows lie unconfirmed behind the cursor: {us_unconfirmed}"
+    );
+    // Out of the grace window now; behind it, ~200 unconfirmed us rows.
+    sqlx::query("UPDATE payments SET updated_at = now() - interval '1 hour' WHERE id = 400")
+        .execute(&pool)
+        .await
+        .unwrap();
+
+    // Run 2: the rest of the cycle, its sweep stepping over the us rows.
+    run(&pool, &stripe, "12").await;
+    assert!(cycle_completed(&pool).await, "the cycle completed in run 2");
+    assert!(
+        verified(&pool, 400).await.1,
+        "the row left behind is read in the same cycle"
+    );
+    let eu_unconfirmed = count(
+        &pool,
+        "SELECT count(*) FROM payments p LEFT JOIN reconciliation_payment_state s ON s.payment_id = p.id
+          WHERE p.legal_entity = 'eu' AND s.last_reconciled_at IS NULL",
+    )
+    .await;
+    assert_eq!(eu_unconfirmed, 0, "every eu row confirmed in the cycle");
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM payments p JOIN reconciliation_payment_state s ON s.payment_id = p.id
+              WHERE p.legal_entity = 'us' AND s.last_reconciled_at IS NOT NULL"
+        )
+        .await,
+        0,
+        "no us row confirmed by the eu job"
+    );
+}
