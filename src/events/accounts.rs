@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 
 use super::feed::{self, Window};
 use super::groups::{job_name, EventsContext};
+use super::lateness::Lateness;
 use super::slices::Slicer;
 use super::summary::EventsSummary;
 use super::EventsError;
@@ -30,7 +31,7 @@ pub(super) async fn connected_feeds(
     ctx: &EventsContext<'_>,
     listed_at: DateTime<Utc>,
     summary: &mut EventsSummary,
-) -> Result<Vec<(AccountId, Slicer)>, EventsError> {
+) -> Result<Vec<(AccountId, Slicer, Lateness)>, EventsError> {
     let (schema, events) = (ctx.settings.scan.schema, ctx.settings.events);
     let Some(column) = schema.account_column.as_ref() else {
         return Ok(Vec::new());
@@ -56,15 +57,21 @@ pub(super) async fn connected_feeds(
             .into_iter()
             .collect();
     tx.commit().await.context("committing")?;
-    let mut feeds: Vec<(Option<DateTime<Utc>>, AccountId, Slicer)> = Vec::new();
+    let mut feeds: Vec<(Option<DateTime<Utc>>, AccountId, Slicer, Lateness)> = Vec::new();
     for account in accounts {
         let position = positions.get(account.as_str());
-        let slicer = account_slicer(ctx, &account, position, listed_at, summary);
-        feeds.push((position.and_then(|p| p.last_success_at), account, slicer));
+        let lateness = Lateness::of(position, listed_at);
+        let slicer = account_slicer(ctx, &account, (position, &lateness), listed_at, summary);
+        feeds.push((
+            position.and_then(|p| p.last_success_at),
+            account,
+            slicer,
+            lateness,
+        ));
     }
-    feeds.sort_by_key(|(last, _, _)| *last);
+    feeds.sort_by_key(|(last, _, _, _)| *last);
     summary.accounts = feeds.len() as u64;
-    Ok(feeds.into_iter().map(|(_, a, s)| (a, s)).collect())
+    Ok(feeds.into_iter().map(|(_, a, s, l)| (a, s, l)).collect())
 }
 
 /// The stored account values that are connected account ids; the others
@@ -89,18 +96,19 @@ fn parse_accounts(values: &[String]) -> Vec<AccountId> {
     accounts.into_iter().filter_map(|(_, a)| a.ok()).collect()
 }
 
-/// The slices of `account`'s window from its stored `position`; a gap
-/// (a position older than Stripe keeps events) is logged and raises the
-/// summary's gap.
+/// The slices of `account`'s window from its stored `position`, the
+/// overlap behind it following the feed's `lateness`; a gap (a position
+/// older than Stripe keeps events) is logged and raises the summary's gap.
 fn account_slicer(
     ctx: &EventsContext<'_>,
     account: &AccountId,
-    position: Option<&EventsPosition>,
+    (position, lateness): (Option<&EventsPosition>, &Lateness),
     listed_at: DateTime<Utc>,
     summary: &mut EventsSummary,
 ) -> Slicer {
     let Window { start, gap_seconds } = feed::window(
         position.and_then(|p| p.covered_until),
+        lateness.overlap(),
         listed_at,
         ctx.settings.events.lookback,
         STRIPE_EVENTS_RETENTION,

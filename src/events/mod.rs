@@ -10,6 +10,8 @@
 //! - [`feed`]: the window from the stored position, and one slice's pages.
 //! - [`slices`]: PURE: the window cut into slices, oldest first.
 //! - [`accounts`]: the connected accounts' feeds, each from its own position.
+//! - [`lateness`]: PURE: events listed late, and the overlap behind a position.
+//! - `seen`: the events of a slice a feed already handled, left out; lateness observed.
 //! - [`run`]: the run's work: window, slices until done, cap, deadline or shutdown.
 //! - `job`: the events [`crate::lifecycle::Job`]: lease, summary, state and figures.
 //! - `print`: the summary printed.
@@ -39,12 +41,14 @@ pub mod feed;
 mod groups;
 pub mod held;
 mod job;
+pub mod lateness;
 mod lookup;
 pub mod orphans;
 pub mod plan;
 mod print;
 mod retries;
 pub mod run;
+mod seen;
 mod sessions;
 pub mod slices;
 mod source;

@@ -15,12 +15,15 @@ use super::accounts::connected_feeds;
 use super::batch::{self, Progress};
 use super::feed::{self, PageBounds, SliceRead, Window};
 use super::groups::EventsContext;
+use super::lateness::Lateness;
 use super::retries;
+use super::seen;
 use super::slices::{Slice, Slicer};
+use super::source::{Feed, Source};
 use super::summary::EventsSummary;
 use super::EventsError;
 use crate::config::STRIPE_EVENTS_RETENTION;
-use crate::store::events_position;
+use crate::store::events_position::{self, Listing};
 use crate::store::Context;
 use crate::stripe::AccountId;
 
@@ -81,8 +84,12 @@ async fn open_feeds(
         position
     };
     let listed_at = Utc::now();
+    let lateness = Lateness::of(position.as_ref(), listed_at);
+    summary.overlap_seconds = lateness.overlap().as_secs_f64();
+    summary.lateness_seconds = lateness.seconds;
     let Window { start, gap_seconds } = feed::window(
         position.as_ref().and_then(|p| p.covered_until),
+        lateness.overlap(),
         listed_at,
         ctx.settings.events.lookback,
         STRIPE_EVENTS_RETENTION,
@@ -96,12 +103,16 @@ async fn open_feeds(
     feeds.push_back(FeedRun {
         account: None,
         slicer: Slicer::new(start, listed_at).never_before(position.and_then(|p| p.covered_until)),
+        listed_at,
+        lateness,
     });
     let accounts = connected_feeds(ctx, listed_at, summary).await?;
-    for (account, slicer) in accounts {
+    for (account, slicer, lateness) in accounts {
         feeds.push_back(FeedRun {
             account: Some(account),
             slicer,
+            listed_at,
+            lateness,
         });
     }
     Ok(feeds)
@@ -161,7 +172,16 @@ async fn next_slice(
     match read {
         Ok(SliceRead::Whole(read)) => {
             let events = read.len();
-            batch::slice(ctx, account, slice, read, progress, summary).await?;
+            let read = seen::fresh(ctx, account, read, &mut feed.lateness, summary).await?;
+            let listing = Listing {
+                listed_at: feed.listed_at,
+                lateness_seconds: feed.lateness.seconds,
+            };
+            let source = Source::Slice(slice, listing);
+            batch::slice(ctx, Feed { account, source }, read, progress, summary).await?;
+            if account.is_none() {
+                summary.lateness_seconds = feed.lateness.seconds;
+            }
             feed.slicer.done(slice, events);
             Ok(Step::Next)
         }
@@ -221,8 +241,11 @@ async fn feed_failed(
 }
 
 /// One feed of a run: the platform's (`account` `None`) or a connected
-/// account's, with the slices left to read.
+/// account's, with the slices left to read, when it was listed and the
+/// lateness it carries ([`Lateness`]).
 struct FeedRun {
     account: Option<AccountId>,
     slicer: Slicer,
+    listed_at: chrono::DateTime<Utc>,
+    lateness: Lateness,
 }
