@@ -8,11 +8,15 @@
 -- 2. `reconciliation_events_seen`: the events a feed already handled within
 --    the reach of any overlap, so a re-read of the overlap handles nothing
 --    twice, and an event in it that is not there was listed late.
+-- 3. `swept_at`: when the feed last re-read the whole hour behind its
+--    position (once an hour, after its new events), so an event listed later
+--    than the overlap before any lateness was observed is still read.
 SET LOCAL lock_timeout = '10s';
 
 ALTER TABLE reconciliation_events_position ADD COLUMN IF NOT EXISTS listed_at timestamptz;
 ALTER TABLE reconciliation_events_position
     ADD COLUMN IF NOT EXISTS lateness_seconds double precision NOT NULL DEFAULT 0;
+ALTER TABLE reconciliation_events_position ADD COLUMN IF NOT EXISTS swept_at timestamptz;
 
 CREATE TABLE IF NOT EXISTS reconciliation_events_seen (
     -- The feed's position row: `<RECONCILER_JOB>-events`, or

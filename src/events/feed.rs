@@ -7,9 +7,11 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
-use super::slices::{Slice, SLICE_PAGES};
+use super::lateness::{sweep_band, Lateness};
+use super::slices::{Slice, Slicer, SLICE_PAGES};
 use super::EventsError;
 use crate::outcome::RunError;
+use crate::store::events_position::EventsPosition;
 use crate::stripe::{
     AccountId, EventPage, GatewayError, PaymentIntentEvent, SessionEvent, StripeGateway,
 };
@@ -55,6 +57,47 @@ pub fn window(
     Window {
         start: wanted.max(oldest),
         gap_seconds: None,
+    }
+}
+
+/// Where one feed's run starts: its window, the window's slices, the
+/// lateness it carries, and the hour behind its position when a sweep is
+/// due ([`sweep_band`]).
+#[derive(Debug, Clone)]
+pub struct Start {
+    /// The window ([`window`]).
+    pub window: Window,
+    /// Its slices, never committing a position before the stored one.
+    pub slicer: Slicer,
+    /// The feed's lateness ([`Lateness`]).
+    pub lateness: Lateness,
+    /// The slices of the hour behind the window, read after it, when due.
+    pub sweep: Option<Slicer>,
+}
+
+/// Where a feed with stored `position` starts when listed at `listed_at`:
+/// the overlap follows its lateness; no position looks back `lookback`; a
+/// position older than `retention` is a gap ([`window`]).
+pub fn start(
+    position: Option<&EventsPosition>,
+    listed_at: DateTime<Utc>,
+    lookback: Duration,
+    retention: Duration,
+) -> Start {
+    let lateness = Lateness::of(position, listed_at);
+    let covered = position.and_then(|p| p.covered_until);
+    let window = window(covered, lateness.overlap(), listed_at, lookback, retention);
+    let sweep = window
+        .gap_seconds
+        .is_none()
+        .then(|| sweep_band(position, window.start, listed_at))
+        .flatten()
+        .map(|(from, to)| Slicer::new(from, to).never_before(covered));
+    Start {
+        window,
+        slicer: Slicer::new(window.start, listed_at).never_before(covered),
+        lateness,
+        sweep,
     }
 }
 

@@ -22,6 +22,33 @@ pub const MAX_OVERLAP: Duration = Duration::from_secs(3600);
 /// one late burst does not widen every later run's overlap for ever.
 pub const LATENESS_HALF_LIFE: Duration = Duration::from_secs(6 * 3600);
 
+/// How often a feed re-reads the whole hour behind its position, after its
+/// new events ([`sweep_band`]).
+pub const SWEEP_EVERY: Duration = MAX_OVERLAP;
+
+/// The band a run re-reads after its window when the feed's sweep is due:
+/// `[covered_until − MAX_OVERLAP, window_start)`. Its events already handled
+/// cost list pages only; one not handled was listed late (later than the
+/// overlap, e.g. before any lateness was observed) and is handled. Due when
+/// the feed never swept, or [`SWEEP_EVERY`] after its last sweep; never for
+/// a first run (its lookback reads everything), a position written before
+/// listings were stored (its events were never remembered), or a gap.
+pub fn sweep_band(
+    position: Option<&EventsPosition>,
+    window_start: DateTime<Utc>,
+    listed_at: DateTime<Utc>,
+) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+    let p = position?;
+    let covered = p.covered_until?;
+    p.listed_at?;
+    let every = chrono::Duration::from_std(SWEEP_EVERY).ok()?;
+    if p.swept_at.is_some_and(|s| listed_at - s < every) || window_start > covered {
+        return None;
+    }
+    let from = covered - chrono::Duration::from_std(MAX_OVERLAP).ok()?;
+    (from < window_start).then_some((from, window_start))
+}
+
 /// The overlap behind a position whose feed showed `lateness_seconds`:
 /// [`MIN_OVERLAP`] plus twice the lateness, at most [`MAX_OVERLAP`].
 pub fn overlap(lateness_seconds: f64) -> Duration {
@@ -103,6 +130,7 @@ mod tests {
             last_success_at: None,
             listed_at: listed.map(at),
             lateness_seconds: lateness,
+            swept_at: None,
         }
     }
 
@@ -138,6 +166,27 @@ mod tests {
         let mut old = Lateness::of(Some(&position(1_000, None, 0.0)), at(1_300));
         assert_eq!(old.observe(at(970)), None);
         assert_eq!(old.overlap(), MIN_OVERLAP);
+    }
+
+    #[test]
+    fn the_hour_behind_the_position_is_swept_when_never_swept_or_an_hour_after_the_last() {
+        let p = position(10_000, Some(10_000), 0.0);
+        let start = at(10_000 - 60);
+        assert_eq!(
+            sweep_band(Some(&p), start, at(10_300)),
+            Some((at(6_400), start))
+        );
+        let recent = EventsPosition {
+            swept_at: Some(at(9_000)),
+            ..p.clone()
+        };
+        assert_eq!(sweep_band(Some(&recent), start, at(10_300)), None);
+        assert!(sweep_band(Some(&recent), start, at(12_600)).is_some());
+        let upgraded = position(10_000, None, 0.0);
+        assert_eq!(sweep_band(Some(&upgraded), start, at(10_300)), None);
+        assert_eq!(sweep_band(None, start, at(10_300)), None, "a first run");
+        let gap = at(10_500);
+        assert_eq!(sweep_band(Some(&p), gap, at(10_300)), None, "a gap");
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! - [`feed`]: the window from the stored position, and one slice's pages.
 //! - [`slices`]: PURE: the window cut into slices, oldest first.
 //! - [`accounts`]: the connected accounts' feeds, each from its own position.
+//! - [`feed_run`]: PURE: one feed of a run: its window's slices, then the sweep's.
 //! - [`lateness`]: PURE: events listed late, and the overlap behind a position.
 //! - `seen`: the events of a slice a feed already handled, left out; lateness observed.
 //! - [`run`]: the run's work: window, slices until done, cap, deadline or shutdown.
@@ -38,6 +39,7 @@ pub mod accounts;
 mod ask_stripe;
 mod batch;
 pub mod feed;
+pub mod feed_run;
 mod groups;
 pub mod held;
 mod job;

@@ -69,6 +69,9 @@ pub struct EventsSummary {
     /// The lateness the platform's feed carries after this run (seconds):
     /// the largest observed, decayed with time.
     pub lateness_seconds: f64,
+    /// Feeds that re-read the whole hour behind their position this run,
+    /// after their new events (once an hour; docs/events.md, "Events listed late").
+    pub sweeps: u64,
     /// Events of a slice whose PaymentIntent already waits in
     /// `reconciliation_events_retry`: left to the held share (the held
     /// PaymentIntent takes the newer event), never read by the feed.

@@ -31,6 +31,9 @@ pub struct EventsPosition {
     /// behind the listing that should have shown it, decayed with time
     /// (docs/events.md, "Events listed late").
     pub lateness_seconds: f64,
+    /// When the feed last re-read the hour behind its position (the
+    /// listing of that run); `None`: never.
+    pub swept_at: Option<DateTime<Utc>>,
 }
 
 /// Reads the job's position; `None` when the job never ran.
@@ -43,7 +46,7 @@ pub async fn read(
 ) -> Result<Option<EventsPosition>, StoreError> {
     super::query_as(
         "SELECT job, covered_until, newest_event_id, newest_event_created, last_success_at,
-                listed_at, lateness_seconds
+                listed_at, lateness_seconds, swept_at
            FROM reconciliation_events_position WHERE job = $1",
     )
     .bind(job)
@@ -122,6 +125,11 @@ pub async fn advance(
                 newest_event_created = coalesce($5, newest_event_created),
                 listed_at = CASE WHEN $3 > coalesce(covered_until, '-infinity')
                                  THEN coalesce($7, listed_at) ELSE listed_at END,
+                -- A position written before listings were stored: the
+                -- events before it were never remembered, so the hour
+                -- behind it is not swept (it would handle them again).
+                swept_at = CASE WHEN listed_at IS NULL AND covered_until IS NOT NULL
+                                THEN coalesce($7, swept_at) ELSE swept_at END,
                 lateness_seconds = CASE WHEN $8::float8 IS NULL THEN lateness_seconds
                                         WHEN $3 > coalesce(covered_until, '-infinity') THEN $8
                                         ELSE greatest(lateness_seconds, $8) END,
@@ -141,6 +149,28 @@ pub async fn advance(
     .await
     .context("moving the events position")?;
     Ok(done.rows_affected() == 1)
+}
+
+/// Records that the feed whose position row is `job` re-read the hour
+/// behind its position as listed at `listed_at` (docs/events.md, "Events
+/// listed late"); the next sweep is due an hour later.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn swept(
+    conn: &mut PgConnection,
+    job: &str,
+    listed_at: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    super::query(
+        "UPDATE reconciliation_events_position SET swept_at = greatest(swept_at, $2) WHERE job = $1",
+    )
+    .bind(job)
+    .bind(listed_at)
+    .execute(conn)
+    .await
+    .context("recording the events sweep")?;
+    Ok(())
 }
 
 /// The position row of a connected account's feed: `<events job>:<acct_…>`
@@ -163,7 +193,7 @@ pub async fn read_accounts(
     let jobs: Vec<String> = accounts.iter().map(|a| account_job(job, a)).collect();
     let rows: Vec<EventsPosition> = super::query_as(
         "SELECT job, covered_until, newest_event_id, newest_event_created, last_success_at,
-                listed_at, lateness_seconds
+                listed_at, lateness_seconds, swept_at
            FROM reconciliation_events_position WHERE job = ANY($1)",
     )
     .bind(&jobs)
@@ -220,6 +250,8 @@ pub async fn advance_account(
                 -- position that moves forward.
                 listed_at = CASE WHEN excluded.covered_until > coalesce(p.covered_until, '-infinity')
                                  THEN coalesce(excluded.listed_at, p.listed_at) ELSE p.listed_at END,
+                swept_at = CASE WHEN p.listed_at IS NULL AND p.covered_until IS NOT NULL
+                                THEN coalesce(excluded.listed_at, p.swept_at) ELSE p.swept_at END,
                 lateness_seconds = CASE WHEN $6::float8 IS NULL THEN p.lateness_seconds
                                         WHEN excluded.covered_until > coalesce(p.covered_until, '-infinity')
                                         THEN excluded.lateness_seconds
