@@ -25,15 +25,17 @@ GRANT UPDATE (status, version, updated_at) ON payments TO stripe_reconciler_job;
 
 -- The reconciler's own tables. DELETE only on reconciliation_unverifiable (a
 -- row is forgotten there as soon as Stripe answers for its payment),
--- reconciliation_payment_state (the state of a deleted payment is forgotten)
--- and reconciliation_events_retry (a PaymentIntent leaves once a read settles
--- it, or its event is older than grace + 1 h).
+-- reconciliation_payment_state (the state of a deleted payment is forgotten),
+-- reconciliation_events_retry (a PaymentIntent leaves once a read settles
+-- it, or its event is older than grace + 1 h) and reconciliation_events_seen
+-- (an event is forgotten once no overlap re-reads it).
 GRANT SELECT, INSERT, UPDATE ON reconciliation_cursor TO stripe_reconciler_job;
 GRANT SELECT, INSERT, UPDATE ON reconciliation_findings TO stripe_reconciler_job;
 GRANT SELECT, INSERT, UPDATE ON reconciliation_runs TO stripe_reconciler_job;
 GRANT SELECT, INSERT, UPDATE ON reconciliation_events_position TO stripe_reconciler_job;
 GRANT SELECT, INSERT, UPDATE, DELETE ON reconciliation_unverifiable TO stripe_reconciler_job;
 GRANT SELECT, INSERT, UPDATE, DELETE ON reconciliation_events_retry TO stripe_reconciler_job;
+GRANT SELECT, INSERT, UPDATE, DELETE ON reconciliation_events_seen TO stripe_reconciler_job;
 -- Which tables the reconciler created (read by the outbox check of run/repair),
 -- and the commands handed to a debezium outbox's relay (one per finding).
 GRANT SELECT ON reconciliation_owned_tables TO stripe_reconciler_job;

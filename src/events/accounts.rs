@@ -7,9 +7,8 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 
-use super::feed::{self, Window};
+use super::feed::{self, Start};
 use super::groups::{job_name, EventsContext};
-use super::slices::Slicer;
 use super::summary::EventsSummary;
 use super::EventsError;
 use crate::config::STRIPE_EVENTS_RETENTION;
@@ -30,7 +29,7 @@ pub(super) async fn connected_feeds(
     ctx: &EventsContext<'_>,
     listed_at: DateTime<Utc>,
     summary: &mut EventsSummary,
-) -> Result<Vec<(AccountId, Slicer)>, EventsError> {
+) -> Result<Vec<(AccountId, Start)>, EventsError> {
     let (schema, events) = (ctx.settings.scan.schema, ctx.settings.events);
     let Some(column) = schema.account_column.as_ref() else {
         return Ok(Vec::new());
@@ -56,11 +55,11 @@ pub(super) async fn connected_feeds(
             .into_iter()
             .collect();
     tx.commit().await.context("committing")?;
-    let mut feeds: Vec<(Option<DateTime<Utc>>, AccountId, Slicer)> = Vec::new();
+    let mut feeds: Vec<(Option<DateTime<Utc>>, AccountId, Start)> = Vec::new();
     for account in accounts {
         let position = positions.get(account.as_str());
-        let slicer = account_slicer(ctx, &account, position, listed_at, summary);
-        feeds.push((position.and_then(|p| p.last_success_at), account, slicer));
+        let start = account_start(ctx, &account, position, listed_at, summary);
+        feeds.push((position.and_then(|p| p.last_success_at), account, start));
     }
     feeds.sort_by_key(|(last, _, _)| *last);
     summary.accounts = feeds.len() as u64;
@@ -89,25 +88,25 @@ fn parse_accounts(values: &[String]) -> Vec<AccountId> {
     accounts.into_iter().filter_map(|(_, a)| a.ok()).collect()
 }
 
-/// The slices of `account`'s window from its stored `position`; a gap
-/// (a position older than Stripe keeps events) is logged and raises the
-/// summary's gap.
-fn account_slicer(
+/// Where `account`'s feed starts from its stored `position`
+/// ([`feed::start`]); a gap (a position older than Stripe keeps events) is
+/// logged and raises the summary's gap.
+fn account_start(
     ctx: &EventsContext<'_>,
     account: &AccountId,
     position: Option<&EventsPosition>,
     listed_at: DateTime<Utc>,
     summary: &mut EventsSummary,
-) -> Slicer {
-    let Window { start, gap_seconds } = feed::window(
-        position.and_then(|p| p.covered_until),
+) -> Start {
+    let start = feed::start(
+        position,
         listed_at,
         ctx.settings.events.lookback,
         STRIPE_EVENTS_RETENTION,
     );
-    if let Some(gap) = gap_seconds {
+    if let Some(gap) = start.window.gap_seconds {
         tracing::warn!(account = %account.as_str(), gap_seconds = gap, "a connected account's events position is older than Stripe keeps events (30 days): restarting at the oldest available event (the scan covers those rows)");
         summary.gap_seconds = Some(summary.gap_seconds.unwrap_or(0.0).max(gap));
     }
-    Slicer::new(start, listed_at).never_before(position.and_then(|p| p.covered_until))
+    start
 }

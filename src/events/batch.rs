@@ -13,13 +13,12 @@ use super::groups::EventsContext;
 use super::lookup::{look_up, Looked};
 use super::plan::{self, RowAction};
 use super::sessions;
-use super::slices::Slice;
 use super::source::{Feed, Source, Worked};
 use super::summary::EventsSummary;
 use super::write::{write, Written};
 use super::EventsError;
 use crate::reconcile::Verdict;
-use crate::stripe::{AccountId, PaymentIntentEvent};
+use crate::stripe::PaymentIntentEvent;
 
 /// What a run carries from one slice to the next.
 #[derive(Debug, Clone, Default)]
@@ -32,26 +31,23 @@ pub struct Progress {
     handled: HashSet<String>,
 }
 
-/// Handles one slice read whole from `account`'s feed (`None`: the
-/// platform's) and commits it with the position at the slice's end; its
-/// PaymentIntents that could not be decided are held for the next runs.
+/// Handles one slice read whole from `feed` (a [`Source::Slice`] of the
+/// platform's feed or a connected account's) and commits it with the
+/// position at the slice's end; its PaymentIntents that could not be
+/// decided are held for the next runs, and those already held are left to
+/// the held share.
 ///
 /// # Errors
 /// [`crate::outcome::RunError::Interrupted`] on shutdown before the commit (nothing of the
 /// slice is written), the scan's guards ([`crate::outcome::RunError`]) otherwise.
-#[tracing::instrument(name = "events.slice", skip_all, fields(gte = slice.gte, lt = slice.lt, events = read.len()))]
-pub async fn slice(
+#[tracing::instrument(name = "events.slice", skip_all, fields(events = read.len()))]
+pub(super) async fn slice(
     ctx: &EventsContext<'_>,
-    account: Option<&AccountId>,
-    slice: Slice,
+    feed: Feed<'_>,
     read: SliceEvents,
     progress: &mut Progress,
     summary: &mut EventsSummary,
 ) -> Result<(), EventsError> {
-    let feed = Feed {
-        account,
-        source: Source::Slice(slice),
-    };
     work(ctx, feed, read, progress, summary).await.map(|_| ())
 }
 
@@ -73,7 +69,9 @@ pub(super) async fn work(
         .collect();
     events.extend(sessions.as_payment_intents);
     let collapsed = plan::collapse(&events);
-    let looked = look_up(ctx, &collapsed, &progress.handled).await?;
+    // A slice leaves the PaymentIntents already held to the held share.
+    let leave_held = matches!(feed.source, Source::Slice(..));
+    let looked = look_up(ctx, &collapsed, &progress.handled, leave_held).await?;
     let Some(mut answers) = ask_stripe(ctx, feed, &looked, sessions.rows).await? else {
         return Ok(Worked::OutOfTime);
     };
@@ -99,9 +97,15 @@ fn tally(
     let plan = &looked.plan;
     let (reads, observations) = (answers.reads, &answers.observations);
     match feed.source {
-        Source::Slice(_) => {
+        Source::Slice(..) => {
             summary.slices += 1;
             summary.events_read += read.len() as u64;
+            let left = &looked.left_to_held;
+            summary.events_left_to_held += read
+                .events
+                .iter()
+                .filter(|e| left.iter().any(|h| h.payment_intent == e.payment_intent))
+                .count() as u64;
         }
         Source::Retry { .. } => summary.retries_read += looked.named.len() as u64,
     }

@@ -7,18 +7,14 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
-use super::slices::{Slice, SLICE_PAGES};
+use super::lateness::{sweep_band, Lateness};
+use super::slices::{Slice, Slicer, SLICE_PAGES};
 use super::EventsError;
 use crate::outcome::RunError;
+use crate::store::events_position::EventsPosition;
 use crate::stripe::{
     AccountId, EventPage, GatewayError, PaymentIntentEvent, SessionEvent, StripeGateway,
 };
-
-/// Each run re-reads this much before its position: an event Stripe had
-/// created but not yet listed when the previous run read the feed is not
-/// lost. Re-read events cost no Stripe read when their rows were confirmed
-/// since ([`super::plan::confirmed_after`]).
-pub const OVERLAP: Duration = Duration::from_secs(60);
 
 /// Events older than Stripe's 30 days are gone; a window is clamped this far
 /// inside the retention so the first page never asks for a purged second.
@@ -35,16 +31,21 @@ pub struct Window {
 }
 
 /// The window of a run at `now`: the first run looks back `lookback`; later
-/// runs start [`OVERLAP`] before `covered_until`; a start older than Stripe's
-/// retention (30 days) is a gap and restarts at the oldest available event.
+/// runs start `overlap` before `covered_until` (an event Stripe had created
+/// but not yet listed when the previous run read the feed is not lost;
+/// [`super::lateness::overlap`]: a minute plus twice the lateness observed,
+/// at most an hour; events already handled there are not handled again); a
+/// start older than Stripe's retention (30 days) is a gap and restarts at
+/// the oldest available event.
 pub fn window(
     covered_until: Option<DateTime<Utc>>,
+    overlap: Duration,
     now: DateTime<Utc>,
     lookback: Duration,
     retention: Duration,
 ) -> Window {
     let span = |d: Duration| chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
-    let wanted = covered_until.map_or_else(|| now - span(lookback), |c| c - span(OVERLAP));
+    let wanted = covered_until.map_or_else(|| now - span(lookback), |c| c - span(overlap));
     let oldest = now - span(retention) + span(RETENTION_MARGIN);
     if wanted < oldest && covered_until.is_some() {
         let gap = oldest.signed_duration_since(wanted).num_milliseconds() as f64 / 1000.0;
@@ -56,6 +57,47 @@ pub fn window(
     Window {
         start: wanted.max(oldest),
         gap_seconds: None,
+    }
+}
+
+/// Where one feed's run starts: its window, the window's slices, the
+/// lateness it carries, and the hour behind its position when a sweep is
+/// due ([`sweep_band`]).
+#[derive(Debug, Clone)]
+pub struct Start {
+    /// The window ([`window`]).
+    pub window: Window,
+    /// Its slices, never committing a position before the stored one.
+    pub slicer: Slicer,
+    /// The feed's lateness ([`Lateness`]).
+    pub lateness: Lateness,
+    /// The slices of the hour behind the window, read after it, when due.
+    pub sweep: Option<Slicer>,
+}
+
+/// Where a feed with stored `position` starts when listed at `listed_at`:
+/// the overlap follows its lateness; no position looks back `lookback`; a
+/// position older than `retention` is a gap ([`window`]).
+pub fn start(
+    position: Option<&EventsPosition>,
+    listed_at: DateTime<Utc>,
+    lookback: Duration,
+    retention: Duration,
+) -> Start {
+    let lateness = Lateness::of(position, listed_at);
+    let covered = position.and_then(|p| p.covered_until);
+    let window = window(covered, lateness.overlap(), listed_at, lookback, retention);
+    let sweep = window
+        .gap_seconds
+        .is_none()
+        .then(|| sweep_band(position, window.start, listed_at))
+        .flatten()
+        .map(|(from, to)| Slicer::new(from, to).never_before(covered));
+    Start {
+        window,
+        slicer: Slicer::new(window.start, listed_at).never_before(covered),
+        lateness,
+        sweep,
     }
 }
 
@@ -279,6 +321,7 @@ mod tests {
     use chrono::TimeZone;
 
     const DAY: u64 = 86_400;
+    const MIN: Duration = crate::events::lateness::MIN_OVERLAP;
 
     fn page(ids: &[&str], next: Option<&str>) -> EventPage {
         let events = ids
@@ -321,13 +364,13 @@ mod tests {
     fn first_run_looks_back_and_later_runs_overlap_their_position() {
         let now = Utc.timestamp_opt(100 * DAY as i64, 0).unwrap();
         let retention = Duration::from_secs(30 * DAY);
-        let w = window(None, now, Duration::from_secs(DAY), retention);
+        let w = window(None, MIN, now, Duration::from_secs(DAY), retention);
         assert_eq!(
             (w.start, w.gap_seconds),
             (now - chrono::Duration::days(1), None)
         );
         let pos = now - chrono::Duration::minutes(5);
-        let w = window(Some(pos), now, Duration::from_secs(DAY), retention);
+        let w = window(Some(pos), MIN, now, Duration::from_secs(DAY), retention);
         assert_eq!(w.start, pos - chrono::Duration::seconds(60));
     }
 
@@ -336,7 +379,7 @@ mod tests {
         let now = Utc.timestamp_opt(100 * DAY as i64, 0).unwrap();
         let retention = Duration::from_secs(30 * DAY);
         let pos = now - chrono::Duration::days(40);
-        let w = window(Some(pos), now, Duration::from_secs(DAY), retention);
+        let w = window(Some(pos), MIN, now, Duration::from_secs(DAY), retention);
         let oldest = now - chrono::Duration::days(30) + chrono::Duration::seconds(300);
         assert_eq!(w.start, oldest);
         let gap = w.gap_seconds.unwrap();

@@ -3,7 +3,7 @@
 //! of a run their reads get (docs/operations.md, "Events: held PaymentIntents get a third of a run").
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
@@ -15,7 +15,7 @@ use super::slices::SLICE_EVENTS;
 use crate::read::Observation;
 use crate::reconcile::Verdict;
 use crate::store::events_retry::{Held, HoldReason};
-use crate::stripe::PaymentIntentEvent;
+use crate::stripe::{PaymentIntentEvent, RetryPolicy};
 
 /// The most PaymentIntents held by earlier runs read again per run, before
 /// the feed (about five slices' worth).
@@ -26,8 +26,53 @@ pub const RETRIES_PER_RUN: usize = 500;
 pub const HELD_SHARE_DIVISOR: u32 = 3;
 
 /// Held PaymentIntents read again per step (one commit each), oldest first:
-/// a slice's worth.
+/// at most a slice's worth, fewer when the share's time left does not fit
+/// that many at their worst-case cost ([`step_size`]).
 pub const HELD_PER_STEP: usize = SLICE_EVENTS;
+
+/// The part of the share's time left a step plans to use at worst-case
+/// cost: the rest covers what the cost leaves out (response times, the
+/// outage probe, the commit).
+pub const STEP_SHARE_OF_TIME_LEFT: f64 = 0.5;
+
+/// Worst-case seconds one held read costs the share: every attempt of
+/// `retry` spent (a PaymentIntent Stripe keeps failing for), at
+/// `rate_limit_rps` (`RECONCILER_RATE_LIMIT_RPS`) through the shared
+/// limiter, or its back-off delays spread over `max_in_flight`
+/// (`RECONCILER_MAX_IN_FLIGHT`) concurrent reads, whichever is longer.
+/// Stripe's retry rule: docs/operations.md ("Events: held PaymentIntents get
+/// a third of a run").
+pub fn read_cost(rate_limit_rps: u32, max_in_flight: u32, retry: RetryPolicy) -> f64 {
+    let attempts = retry.max_attempts.max(1);
+    let backoff: f64 = (1..attempts)
+        .map(|k| {
+            let doubled = retry.initial_delay.as_secs_f64() * 2_f64.powi(k as i32 - 1);
+            doubled.min(retry.max_delay.as_secs_f64())
+        })
+        .sum();
+    let by_rate = f64::from(attempts) / f64::from(rate_limit_rps.max(1));
+    let by_slots = backoff / f64::from(max_in_flight.max(1));
+    by_rate.max(by_slots)
+}
+
+/// The held PaymentIntents the next step reads: as many as fit
+/// [`STEP_SHARE_OF_TIME_LEFT`] of `left` (the share's time left; `None`: no
+/// deadline) at `cost` seconds each ([`read_cost`]), at most
+/// [`HELD_PER_STEP`]; 0 when not one fits (the share is used up), so a step
+/// is never started that cannot finish and record its attempts.
+pub fn step_size(left: Option<Duration>, cost: f64) -> usize {
+    let Some(left) = left else {
+        return HELD_PER_STEP;
+    };
+    if cost <= 0.0 {
+        return HELD_PER_STEP;
+    }
+    let fit = (left.as_secs_f64() * STEP_SHARE_OF_TIME_LEFT / cost).floor();
+    if fit < 1.0 {
+        return usize::from(left.as_secs_f64() >= cost);
+    }
+    (fit as usize).min(HELD_PER_STEP)
+}
 
 /// The held PaymentIntents one run reads again: a third of
 /// `RECONCILER_EVENTS_MAX_PAGES` pages' worth (a page names up to
@@ -128,6 +173,28 @@ fn hold_unanswered(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_held_read_costs_its_attempts_at_the_rate_limit_or_its_back_off_per_slot() {
+        let retry = RetryPolicy::default();
+        // 3 attempts at 10/s: 0.3 s; back-off 0.5 + 1 s over 8 slots: 0.19 s.
+        assert!((read_cost(10, 8, retry) - 0.3).abs() < 1e-9);
+        // 100/s on one slot: the back-off is what costs.
+        assert!((read_cost(100, 1, retry) - 1.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_step_fits_half_the_share_left_at_worst_case_cost() {
+        // 6 s left at 10/s: 10 PaymentIntents (their 30 attempts take 3 s).
+        assert_eq!(step_size(Some(Duration::from_secs(6)), 0.3), 10);
+        assert_eq!(
+            step_size(Some(Duration::from_secs(600)), 0.3),
+            HELD_PER_STEP
+        );
+        assert_eq!(step_size(Some(Duration::from_millis(400)), 0.3), 1);
+        assert_eq!(step_size(Some(Duration::from_millis(200)), 0.3), 0);
+        assert_eq!(step_size(None, 0.3), HELD_PER_STEP);
+    }
 
     #[test]
     fn held_payment_intents_get_a_third_of_the_page_budget_at_most_500() {

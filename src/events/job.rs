@@ -134,6 +134,10 @@ impl Job for EventsJob {
             held = summary.payment_intents_held,
             retries_expired = summary.retries_expired,
             held_share_reached = summary.held_share_reached,
+            left_to_held = summary.events_left_to_held,
+            seen_before = summary.events_seen_before,
+            listed_late = summary.events_listed_late,
+            overlap_seconds = summary.overlap_seconds,
             feeds_not_advancing = summary.feeds_not_advancing,
             duration_seconds = summary.duration_seconds,
             "events run summary"
@@ -187,6 +191,9 @@ pub fn figures(s: &EventsSummary, stripe_requests: RequestCounts) -> EventsFigur
         events_without_payment_intent: s.events_without_payment_intent,
         feeds_not_advancing: s.feeds_not_advancing,
         held_share_reached: s.held_share_reached,
+        left_to_held: s.events_left_to_held,
+        listed_late: s.events_listed_late,
+        overlap_seconds: s.overlap_seconds,
         gap_seconds: s.gap_seconds,
         stripe_requests,
     }

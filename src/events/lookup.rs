@@ -7,13 +7,13 @@ use std::collections::HashSet;
 
 use chrono::Utc;
 
-use super::groups::EventsContext;
+use super::groups::{job_name, EventsContext};
 use super::plan::{self, Plan, PlanRules};
 use super::summary::HOLD_BEYOND_GRACE;
 use super::EventsError;
 use crate::reconcile::FindingKind;
 use crate::store::payments::{self, MoneyColumns, PaymentByIntent};
-use crate::store::{findings, Context};
+use crate::store::{events_retry, findings, Context};
 use crate::stripe::PaymentIntentEvent;
 
 /// The PaymentIntents a batch of events names, their rows and what to do
@@ -29,15 +29,21 @@ pub(super) struct Looked<'e> {
     pub(super) plan: Plan,
     /// The rules the plan was made with.
     pub(super) rules: PlanRules,
+    /// The newest event of each PaymentIntent already held
+    /// (`reconciliation_events_retry`) that a slice named: not planned, left
+    /// to the held share, which reads it by this newer event.
+    pub(super) left_to_held: Vec<&'e PaymentIntentEvent>,
 }
 
 /// Phase 1: the rows, by index lookup, and the orphans already open; then
 /// the plan. Events about a PaymentIntent in `handled` (read by an earlier
-/// batch of the run) are left out.
+/// batch of the run) are left out; with `leave_held` (a slice), so are
+/// those about a PaymentIntent already held ([`Looked::left_to_held`]).
 pub(super) async fn look_up<'e>(
     ctx: &EventsContext<'_>,
     collapsed: &'e [PaymentIntentEvent],
     handled: &HashSet<String>,
+    leave_held: bool,
 ) -> Result<Looked<'e>, EventsError> {
     let settings = ctx.settings;
     let mut named: Vec<&PaymentIntentEvent> = collapsed
@@ -49,27 +55,14 @@ pub(super) async fn look_up<'e>(
     let mut tx = crate::store::begin(ctx.pool)
         .await
         .context("opening the lookup")?;
+    let left_to_held = if leave_held {
+        leave_to_held(&mut tx, &job_name(ctx), &mut named, &mut ids).await?
+    } else {
+        Vec::new()
+    };
     let rows =
         payments::by_payment_intents(&mut tx, &ids, settings.scan.run.grace, columns).await?;
-    // A PaymentIntent whose row is another partition's: not this job's
-    // to re-read, and not an orphan (it has a row).
-    let elsewhere: HashSet<String> = payments::held_elsewhere(&mut tx, &ids, columns.partition)
-        .await?
-        .into_iter()
-        .filter(|pi| {
-            !rows
-                .iter()
-                .any(|r| r.row.stripe_payment_intent_id.as_ref() == Some(pi))
-        })
-        .collect();
-    if !elsewhere.is_empty() {
-        tracing::info!(
-            payment_intents = elsewhere.len(),
-            "events name PaymentIntents whose rows are another partition's; left to that partition's job"
-        );
-        named.retain(|e| !elsewhere.contains(e.payment_intent.as_str()));
-        ids.retain(|pi| !elsewhere.contains(*pi));
-    }
+    leave_to_other_partitions(&mut tx, columns, &rows, &mut named, &mut ids).await?;
     let kind = FindingKind::MissingLocally.as_str();
     let open_orphans: HashSet<String> = findings::open_for_intents(&mut tx, &ids, &kind)
         .await?
@@ -89,5 +82,53 @@ pub(super) async fn look_up<'e>(
         rows,
         plan,
         rules,
+        left_to_held,
     })
+}
+
+/// Takes the events of PaymentIntents already held in `job`'s retries out of
+/// `named` (and their ids out of `ids`), and returns them.
+async fn leave_to_held<'e>(
+    tx: &mut sqlx::PgConnection,
+    job: &str,
+    named: &mut Vec<&'e PaymentIntentEvent>,
+    ids: &mut Vec<&'e str>,
+) -> Result<Vec<&'e PaymentIntentEvent>, EventsError> {
+    let held = events_retry::among(tx, job, ids).await?;
+    let (left, rest) = std::mem::take(named)
+        .into_iter()
+        .partition(|e| held.contains(e.payment_intent.as_str()));
+    *named = rest;
+    ids.retain(|pi| !held.contains(*pi));
+    Ok(left)
+}
+
+/// Takes the events of PaymentIntents whose row is another partition's out of
+/// `named` and `ids`: not this job's to re-read, and not an orphan (it has
+/// a row).
+async fn leave_to_other_partitions<'e>(
+    tx: &mut sqlx::PgConnection,
+    columns: MoneyColumns<'_>,
+    rows: &[PaymentByIntent],
+    named: &mut Vec<&'e PaymentIntentEvent>,
+    ids: &mut Vec<&'e str>,
+) -> Result<(), EventsError> {
+    let elsewhere: HashSet<String> = payments::held_elsewhere(tx, ids, columns.partition)
+        .await?
+        .into_iter()
+        .filter(|pi| {
+            !rows
+                .iter()
+                .any(|r| r.row.stripe_payment_intent_id.as_ref() == Some(pi))
+        })
+        .collect();
+    if !elsewhere.is_empty() {
+        tracing::info!(
+            payment_intents = elsewhere.len(),
+            "events name PaymentIntents whose rows are another partition's; left to that partition's job"
+        );
+        named.retain(|e| !elsewhere.contains(e.payment_intent.as_str()));
+        ids.retain(|pi| !elsewhere.contains(*pi));
+    }
+    Ok(())
 }

@@ -10,6 +10,9 @@
 //! - [`feed`]: the window from the stored position, and one slice's pages.
 //! - [`slices`]: PURE: the window cut into slices, oldest first.
 //! - [`accounts`]: the connected accounts' feeds, each from its own position.
+//! - [`feed_run`]: PURE: one feed of a run: its window's slices, then the sweep's.
+//! - [`lateness`]: PURE: events listed late, and the overlap behind a position.
+//! - `seen`: the events of a slice a feed already handled, left out; lateness observed.
 //! - [`run`]: the run's work: window, slices until done, cap, deadline or shutdown.
 //! - `job`: the events [`crate::lifecycle::Job`]: lease, summary, state and figures.
 //! - `print`: the summary printed.
@@ -36,15 +39,18 @@ pub mod accounts;
 mod ask_stripe;
 mod batch;
 pub mod feed;
+pub mod feed_run;
 mod groups;
 pub mod held;
 mod job;
+pub mod lateness;
 mod lookup;
 pub mod orphans;
 pub mod plan;
 mod print;
 mod retries;
 pub mod run;
+mod seen;
 mod sessions;
 pub mod slices;
 mod source;

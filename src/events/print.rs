@@ -55,6 +55,11 @@ fn print_table(s: &EventsSummary) {
         "  held for a retry     {} (read again first: {}; left to the scan: {})",
         s.payment_intents_held, s.retries_read, s.retries_expired
     );
+    println!("  left to held share   {}", s.events_left_to_held);
+    println!(
+        "  overlap re-read      {:.0} s (handled before: {}; listed late: {})",
+        s.overlap_seconds, s.events_seen_before, s.events_listed_late
+    );
     print_warnings(s);
     println!(
         "  covered until        {}",

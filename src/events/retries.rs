@@ -6,17 +6,18 @@ use std::time::Instant;
 use super::batch::{work, Progress};
 use super::feed::SliceEvents;
 use super::groups::{job_name, EventsContext};
-use super::held::{held_limit, held_until, HELD_PER_STEP};
+use super::held::{held_limit, held_until, read_cost, step_size};
 use super::source::{Feed, Source, Worked};
 use super::summary::{EventsSummary, HOLD_BEYOND_GRACE};
 use super::EventsError;
 use crate::store::events_retry;
 use crate::store::Context;
-use crate::stripe::{AccountId, PaymentIntentEvent};
+use crate::stripe::{AccountId, PaymentIntentEvent, RetryPolicy};
 
 /// Reads again the PaymentIntents earlier runs could not decide, within
 /// their share of the run ([`held_limit`], `held_until`): least recently
-/// read first (oldest event among equals), [`HELD_PER_STEP`] at a time, each
+/// read first (oldest event among equals), in steps sized to fit the
+/// share's time left at worst-case cost ([`step_size`]), each
 /// step committed like a slice without moving the position, after dropping
 /// those whose event is older than the hold limit (the scan covers their
 /// rows; each is logged). A step the share's end interrupts writes nothing:
@@ -35,22 +36,35 @@ pub async fn retries(
     let until = held_until(ctx);
     let (due, more) = due_now(ctx, limit, summary).await?;
     summary.held_share_reached = more;
-    for (account, events) in steps(due) {
-        if until.is_some_and(|u| Instant::now() >= u) {
-            summary.held_share_reached = true;
-            break;
+    let stripe = &ctx.settings.scan.stripe;
+    let cost = read_cost(
+        stripe.rate_limit_rps,
+        stripe.max_in_flight,
+        RetryPolicy::default(),
+    );
+    for (account, mut events) in by_feed(due) {
+        while !events.is_empty() {
+            let left = until.map(|u| u.saturating_duration_since(Instant::now()));
+            let n = step_size(left, cost).min(events.len());
+            if n == 0 {
+                summary.held_share_reached = true;
+                break;
+            }
+            // Newest first, as a slice holds them.
+            let read = SliceEvents {
+                events: events.drain(..n).rev().collect(),
+                ..SliceEvents::default()
+            };
+            let feed = Feed {
+                account: account.as_ref(),
+                source: Source::Retry { until },
+            };
+            if work(ctx, feed, read, progress, summary).await? == Worked::OutOfTime {
+                summary.held_share_reached = true;
+                break;
+            }
         }
-        // Newest first, as a slice holds them.
-        let read = SliceEvents {
-            events: events.into_iter().rev().collect(),
-            ..SliceEvents::default()
-        };
-        let feed = Feed {
-            account: account.as_ref(),
-            source: Source::Retry { until },
-        };
-        if work(ctx, feed, read, progress, summary).await? == Worked::OutOfTime {
-            summary.held_share_reached = true;
+        if summary.held_share_reached && !events.is_empty() {
             break;
         }
     }
@@ -92,16 +106,13 @@ async fn due_now(
     Ok((due, more))
 }
 
-/// The held events in steps of at most [`HELD_PER_STEP`], one feed per step
-/// (an orphan's read carries its account's header), in their order.
-fn steps(due: Vec<HeldEvent>) -> Vec<(Option<AccountId>, Vec<PaymentIntentEvent>)> {
+/// The held events by feed (an orphan's read carries its account's
+/// header), each feed's in their order, feeds in the order their first
+/// event comes.
+fn by_feed(due: Vec<HeldEvent>) -> Vec<(Option<AccountId>, Vec<PaymentIntentEvent>)> {
     let mut by_account: Vec<(Option<AccountId>, Vec<PaymentIntentEvent>)> = Vec::new();
     for (account, event) in due {
-        let open = by_account
-            .iter_mut()
-            .rev()
-            .find(|(a, events)| *a == account && events.len() < HELD_PER_STEP);
-        match open {
+        match by_account.iter_mut().find(|(a, _)| *a == account) {
             Some((_, events)) => events.push(event),
             None => by_account.push((account, vec![event])),
         }

@@ -14,13 +14,17 @@ use chrono::Utc;
 use super::accounts::connected_feeds;
 use super::batch::{self, Progress};
 use super::feed::{self, PageBounds, SliceRead, Window};
+use super::feed_run::FeedRun;
 use super::groups::EventsContext;
 use super::retries;
-use super::slices::{Slice, Slicer};
+use super::seen;
+use super::seen::feed_job;
+use super::slices::Slice;
+use super::source::{Feed, Source};
 use super::summary::EventsSummary;
 use super::EventsError;
 use crate::config::STRIPE_EVENTS_RETENTION;
-use crate::store::events_position;
+use crate::store::events_position::{self, Listing};
 use crate::store::Context;
 use crate::stripe::AccountId;
 
@@ -40,11 +44,12 @@ pub(super) async fn body(
     // with its feed's position.
     let mut failed_feed: Option<EventsError> = None;
     while let Some(mut feed) = feeds.pop_front() {
-        let Some(slice) = feed.slicer.next() else {
+        let Some(slice) = feed.next_slice() else {
             continue;
         };
         if run_deadline(ctx).is_some_and(|d| Instant::now() >= d) {
-            summary.deadline_reached = true;
+            // In the sweep the window is covered: no backlog is left.
+            summary.deadline_reached |= !feed.sweeping();
             tracing::info!(slices = summary.slices, covered_until = ?summary.covered_until, "run deadline reached; no new slice started (the next run continues from the position)");
             break;
         }
@@ -81,28 +86,28 @@ async fn open_feeds(
         position
     };
     let listed_at = Utc::now();
-    let Window { start, gap_seconds } = feed::window(
-        position.as_ref().and_then(|p| p.covered_until),
+    let start = feed::start(
+        position.as_ref(),
         listed_at,
         ctx.settings.events.lookback,
         STRIPE_EVENTS_RETENTION,
     );
-    summary.window_start = Some(start);
+    summary.overlap_seconds = start.lateness.overlap().as_secs_f64();
+    summary.lateness_seconds = start.lateness.seconds;
+    let Window {
+        start: from,
+        gap_seconds,
+    } = start.window;
+    summary.window_start = Some(from);
     summary.gap_seconds = gap_seconds;
     if let Some(gap) = gap_seconds {
-        tracing::warn!(gap_seconds = gap, restart = %start, "the events position is older than Stripe keeps events (30 days): events in the gap were never read; restarting at the oldest available event (the scan covers those rows)");
+        tracing::warn!(gap_seconds = gap, restart = %from, "the events position is older than Stripe keeps events (30 days): events in the gap were never read; restarting at the oldest available event (the scan covers those rows)");
     }
     let mut feeds: VecDeque<FeedRun> = VecDeque::new();
-    feeds.push_back(FeedRun {
-        account: None,
-        slicer: Slicer::new(start, listed_at).never_before(position.and_then(|p| p.covered_until)),
-    });
+    feeds.push_back(FeedRun::new(None, start, listed_at));
     let accounts = connected_feeds(ctx, listed_at, summary).await?;
-    for (account, slicer) in accounts {
-        feeds.push_back(FeedRun {
-            account: Some(account),
-            slicer,
-        });
+    for (account, start) in accounts {
+        feeds.push_back(FeedRun::new(Some(account), start, listed_at));
     }
     Ok(feeds)
 }
@@ -161,16 +166,27 @@ async fn next_slice(
     match read {
         Ok(SliceRead::Whole(read)) => {
             let events = read.len();
-            batch::slice(ctx, account, slice, read, progress, summary).await?;
-            feed.slicer.done(slice, events);
+            let read = seen::fresh(ctx, account, read, &mut feed.lateness, summary).await?;
+            let listing = Listing {
+                listed_at: feed.listed_at,
+                lateness_seconds: feed.lateness.seconds,
+            };
+            let source = Source::Slice(slice, listing);
+            batch::slice(ctx, Feed { account, source }, read, progress, summary).await?;
+            if account.is_none() {
+                summary.lateness_seconds = feed.lateness.seconds;
+            }
+            if feed.done(slice, events) {
+                swept(ctx, feed, summary).await?;
+            }
             Ok(Step::Next)
         }
         Ok(SliceRead::Crowded { seen, oldest_seen }) => {
-            feed.slicer.crowded(slice, seen, oldest_seen);
+            feed.crowded(slice, seen, oldest_seen);
             Ok(Step::Next)
         }
         Ok(SliceRead::Capped) => {
-            summary.truncated = true;
+            summary.truncated |= !feed.sweeping();
             if summary.slices == 0 {
                 tracing::warn!(pages = summary.pages, "RECONCILER_EVENTS_MAX_PAGES reached before any slice was whole: no position moved this run; if this repeats, raise RECONCILER_EVENTS_MAX_PAGES (a crowded feed is cut down to slices of a page or two in a few pages)");
             }
@@ -178,7 +194,7 @@ async fn next_slice(
             Ok(Step::Stop)
         }
         Ok(SliceRead::Deadline) => {
-            summary.deadline_reached = true;
+            summary.deadline_reached |= !feed.sweeping();
             tracing::info!(pages = summary.pages, covered_until = ?summary.covered_until, "run deadline reached while reading a slice: that slice is left to the next run (the position stays where the last whole slice left it)");
             Ok(Step::Stop)
         }
@@ -220,9 +236,20 @@ async fn feed_failed(
     }
 }
 
-/// One feed of a run: the platform's (`account` `None`) or a connected
-/// account's, with the slices left to read.
-struct FeedRun {
-    account: Option<AccountId>,
-    slicer: Slicer,
+/// `feed` re-read the hour behind its position: recorded (the next sweep
+/// is due an hour later) and logged.
+async fn swept(
+    ctx: &EventsContext<'_>,
+    feed: &FeedRun,
+    summary: &mut EventsSummary,
+) -> Result<(), EventsError> {
+    let job = feed_job(ctx, feed.account.as_ref());
+    let mut tx = crate::store::begin(ctx.pool)
+        .await
+        .context("starting a transaction")?;
+    events_position::swept(&mut tx, &job, feed.listed_at).await?;
+    tx.commit().await.context("committing")?;
+    summary.sweeps += 1;
+    tracing::info!(feed = %job, "the hour behind the position was read again (events listed later than the overlap are handled; the next sweep is due in an hour)");
+    Ok(())
 }

@@ -72,7 +72,7 @@ impl Slicer {
     /// The feed's stored position (`covered_until`): a position never moves
     /// backwards, so every slice commits at least this (docs/events.md; the store
     /// keeps the greater too). A slice ending earlier (the window starts
-    /// [`super::feed::OVERLAP`] before the position, and a clock behind the
+    /// an overlap before the position ([`super::lateness::overlap`]), and a clock behind the
     /// one that wrote it ends the window before it) still has its events
     /// handled.
     pub fn never_before(mut self, floor: Option<DateTime<Utc>>) -> Self {

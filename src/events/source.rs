@@ -5,13 +5,15 @@
 use std::time::Instant;
 
 use super::slices::Slice;
+use crate::store::events_position::Listing;
 use crate::stripe::AccountId;
 
 /// What a batch of events is, and what committing it does to the position.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Source {
-    /// A slice of the feed: the position moves to its end.
-    Slice(Slice),
+    /// A slice of the feed: the position moves to its end, with the run's
+    /// listing and the lateness it carries.
+    Slice(Slice, Listing),
     /// PaymentIntents held by earlier runs: the position stays; Stripe's
     /// answers are abandoned (nothing written) at `until`.
     Retry { until: Option<Instant> },

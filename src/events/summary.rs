@@ -57,6 +57,25 @@ pub struct EventsSummary {
     pub findings_cleared: u64,
     /// Rows the database refused to write (each with a `write_refused` finding).
     pub writes_refused: u64,
+    /// Events re-read in the overlap behind a position that their feed had
+    /// already handled: not handled again (`reconciliation_events_seen`).
+    pub events_seen_before: u64,
+    /// Events behind a stored position that their feed had not handled: they
+    /// were listed late, and are handled now (docs/events.md, "Events listed late").
+    pub events_listed_late: u64,
+    /// The overlap the platform's feed re-read behind its position (seconds):
+    /// a minute plus twice the lateness observed, at most an hour.
+    pub overlap_seconds: f64,
+    /// The lateness the platform's feed carries after this run (seconds):
+    /// the largest observed, decayed with time.
+    pub lateness_seconds: f64,
+    /// Feeds that re-read the whole hour behind their position this run,
+    /// after their new events (once an hour; docs/events.md, "Events listed late").
+    pub sweeps: u64,
+    /// Events of a slice whose PaymentIntent already waits in
+    /// `reconciliation_events_retry`: left to the held share (the held
+    /// PaymentIntent takes the newer event), never read by the feed.
+    pub events_left_to_held: u64,
     /// PaymentIntents held by earlier runs that this run read again first.
     pub retries_read: u64,
     /// PaymentIntents this run could not decide (row in grace, no row yet,

@@ -12,6 +12,7 @@ use super::groups::{job_name, lease_of, EventsContext};
 use super::held::holds;
 use super::lookup::Looked;
 use super::orphans;
+use super::seen::{feed_job, REMEMBERED};
 use super::source::{Feed, Source};
 use super::EventsError;
 use crate::lease::Lease;
@@ -19,7 +20,7 @@ use crate::outcome::RunError;
 use crate::record::{record_observations, Recorded};
 use crate::store::events_position::{self, Advance};
 use crate::store::events_retry::{self, HoldReason};
-use crate::store::{retry, Context};
+use crate::store::{events_seen, retry, Context};
 use crate::stripe::AccountId;
 
 /// What committing a batch wrote: phase 3 of a batch.
@@ -77,14 +78,19 @@ async fn write_once(
     let (held, to_hold, settled) = holds(looked, orphan_reads, observations);
     events_retry::hold(&mut tx, job, feed.account, &to_hold).await?;
     events_retry::settle(&mut tx, job, &settled).await?;
+    events_retry::renew(&mut tx, job, &looked.left_to_held).await?;
     let orphans = orphans::record(&mut tx, &looked.plan.with_rows, orphan_reads).await?;
-    let (covered_until, newest_event) = match feed.source {
-        Source::Slice(slice) => (Some(slice.end()), read.newest()),
-        Source::Retry { .. } => (None, None),
+    let (covered_until, newest_event, listing) = match feed.source {
+        Source::Slice(slice, listing) => {
+            remember(&mut tx, ctx, feed.account, read, slice.end()).await?;
+            (Some(slice.end()), read.newest(), Some(listing))
+        }
+        Source::Retry { .. } => (None, None, None),
     };
     let to = Advance {
         covered_until,
         newest_event,
+        listing,
     };
     if !advance(&mut tx, lease, feed.account, job, &to).await? {
         tx.rollback().await.context("rolling back the lost run")?;
@@ -102,6 +108,27 @@ async fn write_once(
         to_hold,
         covered_until,
     })
+}
+
+/// Remembers the events of a slice committed up to `covered_until` as
+/// handled by `account`'s feed (`None`: the platform's), so a re-read of the
+/// overlap handles none of them twice (docs/events.md, "Events listed late").
+async fn remember(
+    tx: &mut sqlx::PgConnection,
+    ctx: &EventsContext<'_>,
+    account: Option<&AccountId>,
+    read: &SliceEvents,
+    covered_until: DateTime<Utc>,
+) -> Result<(), EventsError> {
+    let events: Vec<(&str, DateTime<Utc>)> = read
+        .events
+        .iter()
+        .map(|e| (e.id.as_str(), e.created))
+        .chain(read.sessions.iter().map(|e| (e.id.as_str(), e.created)))
+        .collect();
+    let job = feed_job(ctx, account);
+    events_seen::remember(tx, &job, &events, covered_until, REMEMBERED).await?;
+    Ok(())
 }
 
 /// Moves the feed's position (the platform's or `account`'s) with the

@@ -41,6 +41,12 @@ pub struct EventsFigures {
     pub feeds_not_advancing: u64,
     /// Whether the held PaymentIntents used up their share of the run.
     pub held_share_reached: bool,
+    /// Events whose PaymentIntent was already held: left to the held share.
+    pub left_to_held: u64,
+    /// Events behind the position their feed had not handled (listed late).
+    pub listed_late: u64,
+    /// The overlap the platform's feed re-read behind its position, seconds.
+    pub overlap_seconds: f64,
     /// Seconds of events never read (position older than Stripe keeps).
     pub gap_seconds: Option<f64>,
     /// Stripe requests the run sent, per endpoint.
@@ -78,6 +84,9 @@ pub(super) struct EventsGauges {
     without_payment_intent: Figure,
     not_advancing: Figure,
     held_share_reached: Figure,
+    left_to_held: Figure,
+    listed_late: Figure,
+    overlap: Figure,
     stripe_requests: Labelled,
 }
 
@@ -184,6 +193,24 @@ const HELD_SHARE_REACHED: (&str, &str) = (
     "1 if the held PaymentIntents used up their share of the last events run (a third of its pages and of its deadline): the rest stay held for the next runs.",
 );
 
+/// `events_left_to_held`.
+const LEFT_TO_HELD: (&str, &str) = (
+    "events_left_to_held",
+    "Events the last events run read about PaymentIntents already held for another read: left to the held share, not read by the feed.",
+);
+
+/// `events_listed_late`.
+const LISTED_LATE: (&str, &str) = (
+    "events_listed_late",
+    "Events the last events run found behind a position that their feed had not handled: Stripe listed them late; handled now.",
+);
+
+/// `events_overlap_seconds`.
+const OVERLAP: (&str, &str) = (
+    "events_overlap_seconds",
+    "Seconds the last events run re-read behind the platform feed's position: 60 plus twice the lateness observed, at most 3600.",
+);
+
 impl EventsGauges {
     pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
         let figure = |(name, help)| Figure::register(registry, name, help);
@@ -205,6 +232,9 @@ impl EventsGauges {
             without_payment_intent: figure(WITHOUT_PAYMENT_INTENT)?,
             not_advancing: figure(NOT_ADVANCING)?,
             held_share_reached: figure(HELD_SHARE_REACHED)?,
+            left_to_held: figure(LEFT_TO_HELD)?,
+            listed_late: figure(LISTED_LATE)?,
+            overlap: figure(OVERLAP)?,
             stripe_requests: Labelled::register(
                 registry,
                 "stripe_requests",
@@ -234,6 +264,9 @@ impl EventsGauges {
         self.not_advancing.set(s.feeds_not_advancing as f64);
         self.held_share_reached
             .set(f64::from(u8::from(s.held_share_reached)));
+        self.left_to_held.set(s.left_to_held as f64);
+        self.listed_late.set(s.listed_late as f64);
+        self.overlap.set(s.overlap_seconds);
         if let Some(st) = state {
             self.held.set(st.held as f64);
         }

@@ -11,7 +11,7 @@ use super::lease::{self, LeaseTable};
 use super::{Context, StoreError};
 
 /// One events job's position.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct EventsPosition {
     /// `<RECONCILER_JOB>-events`.
     pub job: String,
@@ -24,6 +24,16 @@ pub struct EventsPosition {
     pub newest_event_created: Option<DateTime<Utc>>,
     /// When a run last committed.
     pub last_success_at: Option<DateTime<Utc>>,
+    /// When the feed was listed by the run that moved `covered_until` last
+    /// (its clock); `None` before migration 0022's first run.
+    pub listed_at: Option<DateTime<Utc>>,
+    /// The largest lateness observed (seconds) of an event's `created`
+    /// behind the listing that should have shown it, decayed with time
+    /// (docs/events.md, "Events listed late").
+    pub lateness_seconds: f64,
+    /// When the feed last re-read the hour behind its position (the
+    /// listing of that run); `None`: never.
+    pub swept_at: Option<DateTime<Utc>>,
 }
 
 /// Reads the job's position; `None` when the job never ran.
@@ -35,7 +45,8 @@ pub async fn read(
     job: &str,
 ) -> Result<Option<EventsPosition>, StoreError> {
     super::query_as(
-        "SELECT job, covered_until, newest_event_id, newest_event_created, last_success_at
+        "SELECT job, covered_until, newest_event_id, newest_event_created, last_success_at,
+                listed_at, lateness_seconds, swept_at
            FROM reconciliation_events_position WHERE job = $1",
     )
     .bind(job)
@@ -59,13 +70,28 @@ pub async fn acquire_lease(
 }
 
 /// The position a committed run moves to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Advance<'a> {
     /// The new `covered_until`; `None` keeps it (a run that only read
     /// PaymentIntents held by earlier runs again).
     pub covered_until: Option<DateTime<Utc>>,
     /// The newest event processed by this run, if any (`id`, `created`).
     pub newest_event: Option<(&'a str, DateTime<Utc>)>,
+    /// A slice's listing: stored with a `covered_until` that moves the
+    /// position forward; `None` for a pass over held PaymentIntents.
+    pub listing: Option<Listing>,
+}
+
+/// When a run listed its feed, and the lateness it carries (docs/events.md,
+/// "Events listed late").
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Listing {
+    /// When the run listed the feed (the end of its window).
+    pub listed_at: DateTime<Utc>,
+    /// The stored lateness decayed to `listed_at`, raised by what this run
+    /// observed (seconds). Replaces the stored one when the position moves
+    /// forward; otherwise only raises it.
+    pub lateness_seconds: f64,
 }
 
 /// Moves the position inside the run's write transaction, renewing the lease
@@ -86,11 +112,27 @@ pub async fn advance(
     to: &Advance<'_>,
 ) -> Result<bool, StoreError> {
     let (event_id, event_created) = to.newest_event.unzip();
+    let (listed_at, lateness) = to
+        .listing
+        .map(|l| (l.listed_at, l.lateness_seconds))
+        .unzip();
+    // The right-hand sides read the row as it was: `moves` compares with
+    // the stored position before this statement moves it.
     let done = super::query(
         "UPDATE reconciliation_events_position
             SET covered_until = greatest(covered_until, $3),
                 newest_event_id = coalesce($4, newest_event_id),
                 newest_event_created = coalesce($5, newest_event_created),
+                listed_at = CASE WHEN $3 > coalesce(covered_until, '-infinity')
+                                 THEN coalesce($7, listed_at) ELSE listed_at END,
+                -- A position written before listings were stored: the
+                -- events before it were never remembered, so the hour
+                -- behind it is not swept (it would handle them again).
+                swept_at = CASE WHEN listed_at IS NULL AND covered_until IS NOT NULL
+                                THEN coalesce($7, swept_at) ELSE swept_at END,
+                lateness_seconds = CASE WHEN $8::float8 IS NULL THEN lateness_seconds
+                                        WHEN $3 > coalesce(covered_until, '-infinity') THEN $8
+                                        ELSE greatest(lateness_seconds, $8) END,
                 last_success_at = now(), updated_at = now(),
                 lease_expires_at = now() + make_interval(secs => $6)
           WHERE job = $1 AND lease_owner = $2",
@@ -101,10 +143,34 @@ pub async fn advance(
     .bind(event_id)
     .bind(event_created)
     .bind(ttl_seconds)
+    .bind(listed_at)
+    .bind(lateness)
     .execute(conn)
     .await
     .context("moving the events position")?;
     Ok(done.rows_affected() == 1)
+}
+
+/// Records that the feed whose position row is `job` re-read the hour
+/// behind its position as listed at `listed_at` (docs/events.md, "Events
+/// listed late"); the next sweep is due an hour later.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn swept(
+    conn: &mut PgConnection,
+    job: &str,
+    listed_at: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    super::query(
+        "UPDATE reconciliation_events_position SET swept_at = greatest(swept_at, $2) WHERE job = $1",
+    )
+    .bind(job)
+    .bind(listed_at)
+    .execute(conn)
+    .await
+    .context("recording the events sweep")?;
+    Ok(())
 }
 
 /// The position row of a connected account's feed: `<events job>:<acct_…>`
@@ -126,7 +192,8 @@ pub async fn read_accounts(
 ) -> Result<Vec<(String, EventsPosition)>, StoreError> {
     let jobs: Vec<String> = accounts.iter().map(|a| account_job(job, a)).collect();
     let rows: Vec<EventsPosition> = super::query_as(
-        "SELECT job, covered_until, newest_event_id, newest_event_created, last_success_at
+        "SELECT job, covered_until, newest_event_id, newest_event_created, last_success_at,
+                listed_at, lateness_seconds, swept_at
            FROM reconciliation_events_position WHERE job = ANY($1)",
     )
     .bind(&jobs)
@@ -159,19 +226,36 @@ pub async fn advance_account(
     let held = Advance {
         covered_until: None,
         newest_event: None,
+        listing: None,
     };
     if !advance(&mut *conn, job, owner, ttl_seconds, &held).await? {
         return Ok(false);
     }
     let (event_id, event_created) = to.newest_event.unzip();
+    let (listed_at, lateness) = to
+        .listing
+        .map(|l| (l.listed_at, l.lateness_seconds))
+        .unzip();
     super::query(
         "INSERT INTO reconciliation_events_position AS p
-                (job, covered_until, newest_event_id, newest_event_created, last_success_at)
-         VALUES ($1, $2, $3, $4, CASE WHEN $2::timestamptz IS NULL THEN NULL ELSE now() END)
+                (job, covered_until, newest_event_id, newest_event_created, last_success_at,
+                 listed_at, lateness_seconds)
+         VALUES ($1, $2, $3, $4, CASE WHEN $2::timestamptz IS NULL THEN NULL ELSE now() END,
+                 $5, coalesce($6::float8, 0))
          ON CONFLICT (job) DO UPDATE
             SET covered_until = greatest(p.covered_until, excluded.covered_until),
                 newest_event_id = coalesce(excluded.newest_event_id, p.newest_event_id),
                 newest_event_created = coalesce(excluded.newest_event_created, p.newest_event_created),
+                -- As `advance`: the listing and the lateness follow a
+                -- position that moves forward.
+                listed_at = CASE WHEN excluded.covered_until > coalesce(p.covered_until, '-infinity')
+                                 THEN coalesce(excluded.listed_at, p.listed_at) ELSE p.listed_at END,
+                swept_at = CASE WHEN p.listed_at IS NULL AND p.covered_until IS NOT NULL
+                                THEN coalesce(excluded.listed_at, p.swept_at) ELSE p.swept_at END,
+                lateness_seconds = CASE WHEN $6::float8 IS NULL THEN p.lateness_seconds
+                                        WHEN excluded.covered_until > coalesce(p.covered_until, '-infinity')
+                                        THEN excluded.lateness_seconds
+                                        ELSE greatest(p.lateness_seconds, excluded.lateness_seconds) END,
                 -- Only a slice of the account's feed counts as reading it
                 -- (the least recently read go first); a pass over its held
                 -- PaymentIntents does not.
@@ -183,6 +267,8 @@ pub async fn advance_account(
     .bind(to.covered_until)
     .bind(event_id)
     .bind(event_created)
+    .bind(listed_at)
+    .bind(lateness)
     .execute(conn)
     .await
     .context("moving a connected account's events position")?;

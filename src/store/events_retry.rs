@@ -3,7 +3,7 @@
 //! it, read again by the next runs while that event is younger than the hold
 //! limit. The feed's position never waits for them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -112,6 +112,76 @@ pub async fn hold(
     .execute(conn)
     .await
     .context("holding PaymentIntents for another events read")?;
+    Ok(())
+}
+
+/// Which of `ids` already wait in `job`'s retries: the feed leaves their
+/// events to the held share (docs/events.md, "What waits for another read").
+///
+/// # Errors
+/// [`StoreError`] when the statement fails.
+pub async fn among(
+    conn: &mut PgConnection,
+    job: &str,
+    ids: &[&str],
+) -> Result<HashSet<String>, StoreError> {
+    if ids.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let held: Vec<String> = super::query_scalar(
+        "SELECT stripe_payment_intent_id FROM reconciliation_events_retry
+          WHERE job = $1 AND stripe_payment_intent_id = ANY($2)",
+    )
+    .bind(job)
+    .bind(ids)
+    .fetch_all(conn)
+    .await
+    .context("reading which PaymentIntents are held")?;
+    Ok(held.into_iter().collect())
+}
+
+/// Gives PaymentIntents already held the newer of their stored event and
+/// `events` (the feed's, left to the held share), in the caller's
+/// transaction: no attempt is counted and their turn stays (`last_held_at`).
+///
+/// # Errors
+/// [`StoreError`] when the statement fails.
+pub async fn renew(
+    conn: &mut PgConnection,
+    job: &str,
+    events: &[&PaymentIntentEvent],
+) -> Result<(), StoreError> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<&str> = events.iter().map(|e| e.payment_intent.as_str()).collect();
+    let event_ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
+    let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+    let created: Vec<DateTime<Utc>> = events.iter().map(|e| e.created).collect();
+    let statuses: Vec<Option<&str>> = events
+        .iter()
+        .map(|e| e.status.as_ref().map(ExternalStatus::as_str))
+        .collect();
+    let metadata: Vec<Json<&BTreeMap<String, String>>> =
+        events.iter().map(|e| Json(&e.metadata)).collect();
+    super::query(
+        "UPDATE reconciliation_events_retry AS r
+            SET event_id = v.event_id, event_type = v.event_type, event_created = v.created,
+                event_status = v.status, event_metadata = v.metadata
+           FROM unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[],
+                       $7::jsonb[]) AS v(pi, event_id, event_type, created, status, metadata)
+          WHERE r.job = $1 AND r.stripe_payment_intent_id = v.pi AND v.created > r.event_created",
+    )
+    .bind(job)
+    .bind(&ids)
+    .bind(&event_ids)
+    .bind(&types)
+    .bind(&created)
+    .bind(&statuses)
+    .bind(&metadata)
+    .execute(conn)
+    .await
+    .context("giving held PaymentIntents their newer event")?;
     Ok(())
 }
 

@@ -8,6 +8,8 @@
 //! - [`events_position`]: `reconciliation_events_position`, the feed's position.
 //! - [`events_retry`]: `reconciliation_events_retry`, PaymentIntents the feed
 //!   reads again.
+//! - [`events_seen`]: `reconciliation_events_seen`, events a feed handled
+//!   within its overlap's reach.
 //! - [`findings`]: `reconciliation_findings`, by job (scan writes, repair
 //!   guards, review queue, PaymentIntent-only findings).
 //! - [`lease`]: the run lease on either position row.
@@ -48,6 +50,7 @@ pub mod cursor;
 pub mod duplicates;
 pub mod events_position;
 pub mod events_retry;
+pub mod events_seen;
 pub mod findings;
 pub mod keys;
 pub mod lease;

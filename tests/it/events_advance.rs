@@ -83,6 +83,7 @@ async fn the_store_keeps_the_greater_position_for_the_platform_and_an_account(po
             let to = Advance {
                 covered_until: Some(at),
                 newest_event: None,
+                listing: None,
             };
             let moved = match account {
                 None => events_position::advance(&mut conn, JOB, "me", 600.0, &to).await,

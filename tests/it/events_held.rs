@@ -134,7 +134,7 @@ async fn a_held_payment_intent_older_than_grace_plus_an_hour_is_left_to_the_scan
 
 /// Holds `n` PaymentIntents `pi_Held{i}` (rows pending, events 300 s old) as
 /// earlier runs would have after Stripe failed for them.
-async fn hold_many(pool: &PgPool, n: i64) {
+pub(super) async fn hold_many(pool: &PgPool, n: i64) {
     sqlx::query(
         "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
          SELECT 'order-held-' || i, 'pi_Held' || i, 'pending', now() - interval '30 days',

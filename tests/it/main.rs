@@ -17,6 +17,8 @@
 //! - `events`: the events feed and its position
 //! - `events_advance`: the position never moves backwards; a list that does not advance is bounded and an error
 //! - `events_held`: PaymentIntents held for another read while the position moves on
+//! - `events_held_feed`: the feed leaves held PaymentIntents to the held share; the share drains
+//! - `events_late`: events listed late are read within the overlap, each handled once
 //! - `events_money`: refunds and disputes found through the events feed
 //! - `events_orphans`: PaymentIntents without a payment row (`missing_locally`)
 //! - `events_binary`: the events job through the binary: exit codes, SIGTERM, deadline, Pushgateway
@@ -101,6 +103,8 @@ mod events_advance;
 mod events_backlog;
 mod events_binary;
 mod events_held;
+mod events_held_feed;
+mod events_late;
 mod events_money;
 mod events_orphans;
 mod faults;

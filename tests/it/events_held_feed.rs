@@ -1,0 +1,144 @@
+//! The events feed passes the PaymentIntents it holds: an event about one
+//! already waiting in `reconciliation_events_retry` is left to the held
+//! share (which takes the newer event), never read by the feed, so a new
+//! missed success behind a crowd of held PaymentIntents is found in the same
+//! run; and the held share drains once Stripe answers.
+
+use super::events::all_findings;
+use super::events_held::{held, hold_many};
+use crate::support::arrange;
+use crate::support::events_feed::*;
+use crate::support::*;
+use sqlx::PgPool;
+use std::collections::HashSet;
+use std::time::Duration;
+use stripe_reconciler::events::EventsJob;
+use wiremock::matchers::{method, path, path_regex};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+const HELD: i64 = 100;
+
+/// Answers a retrieve of any PaymentIntent as succeeded.
+struct Succeeded;
+
+impl Respond for Succeeded {
+    fn respond(&self, req: &Request) -> ResponseTemplate {
+        let id = req.url.path().rsplit('/').next().unwrap_or_default();
+        ok(id, "succeeded")
+    }
+}
+
+/// The held PaymentIntents Stripe was asked about since request `from`,
+/// each once however many attempts.
+async fn held_asked(stripe: &MockServer, from: usize) -> HashSet<String> {
+    stripe.received_requests().await.unwrap()[from..]
+        .iter()
+        .map(|r| r.url.path().to_owned())
+        .filter_map(|p| {
+            p.strip_prefix("/v1/payment_intents/pi_Held")
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn a_missed_success_behind_held_payment_intents_is_found_and_the_held_share_drains(
+    pool: PgPool,
+) {
+    // 100 PaymentIntents held by earlier runs (Stripe failed for them),
+    // each with a newer event on the feed; Stripe still answers 500.
+    hold_many(&pool, HELD).await;
+    let feed = Feed::default();
+    let stripe = stripe_with(&feed).await;
+    for i in 1..=HELD {
+        feed.push(event(
+            &format!("evt_new{i}"),
+            &format!("pi_Held{i}"),
+            "succeeded",
+            40,
+        ));
+    }
+    let failing = Mock::given(method("GET"))
+        .and(path_regex("^/v1/payment_intents/pi_Held[0-9]+$"))
+        .respond_with(ResponseTemplate::new(500))
+        .mount_as_scoped(&stripe)
+        .await;
+    // Stripe answers a probe: the failures are these PaymentIntents' own.
+    Mock::given(method("GET"))
+        .and(path("/v1/payment_intents"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!(
+            {"object": "list", "url": "/v1/payment_intents", "has_more": false, "data": []})))
+        .mount(&stripe)
+        .await;
+    // After them on the feed, a missed success.
+    let missed = arrange::payment("pi_MissedLater")
+        .local("pending")
+        .insert(&pool, &stripe)
+        .await
+        .id;
+    feed.push(event("evt_missed", "pi_MissedLater", "succeeded", 20));
+
+    // 20 reads a second: the feed reading the held ones again (3 attempts
+    // each) would spend 15 s on them; the run's deadline is 3 s.
+    let mut s = settings(200);
+    s.stripe.rate_limit_rps = 20;
+    s.run.run_deadline = Some(Duration::from_secs(3));
+    let gw = gateway_with(&stripe, 20, Duration::from_secs(2));
+    let (first, result) = run_job(&pool, &gw, &s, EventsJob).await;
+    result.unwrap();
+
+    let kinds: Vec<(Option<i64>, String)> = all_findings(&pool)
+        .await
+        .into_iter()
+        .map(|f| (f.payment_id, f.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        [(Some(missed), "missed_success".to_owned())],
+        "{first:?}"
+    );
+    // The feed asked Stripe about no held PaymentIntent: only the held
+    // share did, each read counted as an attempt.
+    let asked = held_asked(&stripe, 0).await;
+    assert_eq!(asked.len() as u64, first.retries_read, "{first:?}");
+    assert!(first.retries_read >= 1, "{first:?}");
+    assert_eq!(first.events_left_to_held, HELD as u64 - first.retries_read);
+    let waiting = held(&pool).await;
+    assert_eq!(waiting.len(), HELD as usize);
+    let tried = waiting.iter().filter(|(_, _, a)| *a == 2).count() as u64;
+    assert_eq!(tried, first.retries_read, "{waiting:?}");
+    // Those left to the held share wait with the feed's newer event.
+    let renewed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM reconciliation_events_retry WHERE event_id LIKE 'evt_new%'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(renewed as u64, HELD as u64 - first.retries_read);
+
+    // Stripe answers again: the next run's held share (no deadline: its
+    // steps are a slice's worth) reads them all, and nothing waits.
+    drop(failing);
+    Mock::given(method("GET"))
+        .and(path_regex("^/v1/payment_intents/pi_Held[0-9]+$"))
+        .respond_with(Succeeded)
+        .mount(&stripe)
+        .await;
+    let s = settings(200);
+    let before = stripe.received_requests().await.unwrap().len();
+    let (second, result) = run_job(&pool, &gateway(&stripe), &s, EventsJob).await;
+    result.unwrap();
+    assert_eq!(second.retries_read, HELD as u64, "{second:?}");
+    assert!(held(&pool).await.is_empty());
+    assert_eq!(held_asked(&stripe, before).await.len(), HELD as usize);
+    let found = all_findings(&pool)
+        .await
+        .iter()
+        .filter(|f| f.kind == "missed_success")
+        .count();
+    assert_eq!(
+        found,
+        HELD as usize + 1,
+        "each held PaymentIntent once, the missed one once"
+    );
+}
