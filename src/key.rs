@@ -103,6 +103,10 @@ pub struct KeyType {
     walk: Walk,
     /// A text key stored in its own type (`bpchar`, `citext`), not `text`.
     own: Option<String>,
+    /// The `(created_at, id)` walk goes over the reconciler's own ordered
+    /// copy (`reconciliation_payment_state`), not an index of the
+    /// application's ([`KeyType::walking_own_copy`]).
+    copy: bool,
 }
 
 impl Default for KeyType {
@@ -113,6 +117,7 @@ impl Default for KeyType {
             kind: KeyKind::Integer,
             walk: Walk::Key,
             own: None,
+            copy: false,
         }
     }
 }
@@ -185,7 +190,33 @@ impl KeyType {
             kind,
             walk,
             own,
+            copy: false,
         })
+    }
+
+    /// The walk list mode takes (docs/keys.md, "The walk"): a uuid or text
+    /// key walked by key (no index of the application's leads with
+    /// `created_at`) walks the reconciler's own ordered copy instead, in
+    /// `(created_at, id)` order on `reconciliation_payment_state_walk`
+    /// (migration 0021), so a batch is again a narrow window of `created_at`.
+    /// Any other key is returned as it is.
+    pub fn walking_own_copy(self) -> Self {
+        match (self.kind, self.walk) {
+            (KeyKind::Uuid | KeyKind::Text, Walk::Key) => KeyType {
+                walk: Walk::CreatedAt,
+                copy: true,
+                ..self
+            },
+            _ => self,
+        }
+    }
+
+    /// Whether the `(created_at, id)` walk goes over the reconciler's own
+    /// copy ([`KeyType::walking_own_copy`]): its batches read
+    /// `reconciliation_payment_state` in that order, and every run first
+    /// registers the payments without a state row.
+    pub fn own_copy(&self) -> bool {
+        self.copy
     }
 
     /// The type's SQL name without modifiers (`bigint`, `uuid`,

@@ -26,7 +26,7 @@ pub(crate) async fn scenario_1(
         settings.max_in_flight, settings.batches_per_run, settings.batch_size
     ));
     let url = dbs.fresh(&format!("{DB_PREFIX}_s1"), None).await?;
-    migrate(&args.bin, &url)?;
+    migrate_seed_table(&args.bin, &url).await?;
     seed(&url, rows, false).await?;
     let stripe = StripeStandin::start(LATENCY).await?;
     let run = run_binary(&args.bin, &url, &stripe.uri(), &settings).await?;

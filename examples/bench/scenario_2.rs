@@ -27,16 +27,24 @@ pub(crate) async fn scenario_2(
         env_rows("BENCH_BASELINE_ROWS", rows)?
     };
     let tag = if variant { "s2b" } else { "s2" };
+    // BENCH_S2_MODE=list: the binary in list mode against the list stand-in
+    // (the port, the design note's algorithm, retrieves as it always did).
+    let list = !variant && std::env::var("BENCH_S2_MODE").is_ok_and(|m| m == "list");
     let settings = RunSettings {
         batch_size: 1_000,
         batches_per_run: u32::try_from(rows / 1_000 + 1).unwrap_or(101),
         rate_limit_rps: u32::try_from(env_rows("BENCH_S2_RPS", 10_000)?)?,
         max_in_flight: u32::try_from(env_rows("BENCH_S2_IN_FLIGHT", 32)?)?,
-        extra_env: retrieve_mode(),
+        extra_env: if list {
+            super::scenario_list::list_mode(1_000, 12)
+        } else {
+            retrieve_mode()
+        },
     };
     say(&format!(
-        "scenario {}: latency {latency:?}, rate limit {} /s, {} in flight, {rows} rows, batches of {} x {}",
+        "scenario {}{}: latency {latency:?}, rate limit {} /s, {} in flight, {rows} rows, batches of {} x {}",
         if variant { "2b" } else { "2" },
+        if list { " (list mode)" } else { "" },
         settings.rate_limit_rps,
         settings.max_in_flight,
         settings.batch_size,
@@ -44,7 +52,7 @@ pub(crate) async fn scenario_2(
     ));
     let name = format!("{DB_PREFIX}_{tag}");
     let url = dbs.fresh(&name, None).await?;
-    migrate(&args.bin, &url)?;
+    migrate_seed_table(&args.bin, &url).await?;
     let seeded = seed(&url, rows, false).await?;
     eprintln!("    seeded {rows} rows in {:.1} s", seeded.as_secs_f64());
     // An identical fresh copy for the design note's algorithm.
@@ -52,9 +60,16 @@ pub(crate) async fn scenario_2(
         .fresh(&format!("{DB_PREFIX}_s2_seed"), Some(&name))
         .await?;
 
-    let stripe = StripeStandin::start(Duration::ZERO).await?;
-    let run = run_binary(&args.bin, &url, &stripe.uri(), &settings).await?;
-    let arrivals = stripe.take_arrivals();
+    let (run, arrivals) = if list {
+        let stripe =
+            super::scenario_list::ListStandin::start(&url, rows, 0, Duration::ZERO).await?;
+        let run = run_binary(&args.bin, &url, &stripe.uri(), &settings).await?;
+        (run, stripe.take_arrivals())
+    } else {
+        let stripe = StripeStandin::start(Duration::ZERO).await?;
+        let run = run_binary(&args.bin, &url, &stripe.uri(), &settings).await?;
+        (run, stripe.take_arrivals())
+    };
     check_exit(&run)?;
     let wall = run.wall.as_secs_f64();
     let rows_per_s = run.rows as f64 / wall;
@@ -105,7 +120,10 @@ pub(crate) async fn scenario_2(
             latency.as_millis()
         )
     } else {
-        "2 (no latency, limit off)".to_owned()
+        format!(
+            "2 (no latency, limit off, {} mode)",
+            if list { "list" } else { "retrieve" }
+        )
     };
     let s = label.as_str();
     out.push(line(
@@ -186,7 +204,7 @@ pub(crate) async fn scenario_4_alone(
         "scenario 4: peak RSS of a run over {rows} rows in batches of 1000"
     ));
     let url = dbs.fresh(&format!("{DB_PREFIX}_s4"), None).await?;
-    migrate(&args.bin, &url)?;
+    migrate_seed_table(&args.bin, &url).await?;
     seed(&url, rows, false).await?;
     let stripe = StripeStandin::start(Duration::ZERO).await?;
     let settings = RunSettings {

@@ -54,7 +54,7 @@ pub(crate) async fn scenario_3(
         "scenario 3: batch read and lag query on {rows} rows (EXPLAIN ANALYZE, median of {RUNS})"
     ));
     let url = dbs.fresh(&format!("{DB_PREFIX}_s3"), None).await?;
-    migrate(&args.bin, &url)?;
+    migrate_seed_table(&args.bin, &url).await?;
     let seeded = seed(&url, rows, true).await?;
     eprintln!(
         "    seeded {rows} rows and analyzed in {:.1} s",

@@ -265,7 +265,7 @@ pub(crate) async fn scenario_auto(
         "issue 23: {rows} rows, latency 100 ms, {RPS}/s, chart defaults before and after, target {target} s"
     ));
     let url = dbs.fresh(&format!("{DB_PREFIX}_auto"), None).await?;
-    migrate(&args.bin, &url)?;
+    migrate_seed_table(&args.bin, &url).await?;
     seed(&url, rows, false).await?;
     {
         let mut conn = PgConnection::connect(&url).await?;
@@ -428,7 +428,7 @@ pub(crate) async fn scenarios_list(
     ));
     let name = format!("{DB_PREFIX}_l1");
     let url = dbs.fresh(&name, None).await?;
-    migrate(&args.bin, &url)?;
+    migrate_seed_table(&args.bin, &url).await?;
     seed(&url, rows, false).await?;
     let copy = dbs
         .fresh(&format!("{DB_PREFIX}_l1_copy"), Some(&name))
@@ -606,7 +606,7 @@ pub(crate) async fn scenarios_list(
     ));
     let name = format!("{DB_PREFIX}_l2");
     let url = dbs.fresh(&name, None).await?;
-    migrate(&args.bin, &url)?;
+    migrate_seed_table(&args.bin, &url).await?;
     seed(&url, l2_rows, false).await?;
     let copy = dbs
         .fresh(&format!("{DB_PREFIX}_l2_copy"), Some(&name))
@@ -694,7 +694,7 @@ pub(crate) async fn scenarios_list(
         "L5: list mode, 9 foreign PaymentIntents per row, {l5_rows} rows in batches of 1000, default page cap (10)"
     ));
     let url = dbs.fresh(&format!("{DB_PREFIX}_l5"), None).await?;
-    migrate(&args.bin, &url)?;
+    migrate_seed_table(&args.bin, &url).await?;
     seed(&url, l5_rows, false).await?;
     let stripe = ListStandin::start(&url, l5_rows, 9, Duration::ZERO).await?;
     let settings = RunSettings {

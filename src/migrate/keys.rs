@@ -81,12 +81,13 @@ fn say_walk(key: &crate::key::KeyType) {
         ),
         (KeyKind::Uuid | KeyKind::Text, Walk::Key) => {
             println!(
-                "payments.id is {}: each cycle walks payments in key order; random keys (uuid v4) scatter list mode's batches. \
-                 An index of yours on a NOT NULL created_at makes the cycle walk in (created_at, id) order instead, e.g. \
+                "payments.id is {}: list mode walks the reconciler's own ordered copy of payments in (created_at, id) order \
+                 (every run first registers the rows inserted since the last one; retrieve mode walks in key order). \
+                 An index of yours on a NOT NULL created_at lets the cycle walk payments itself instead, e.g. \
                  CREATE INDEX CONCURRENTLY payments_created_at_id ON payments (created_at, id); migrate does not add it",
                 key.sql()
             );
-            tracing::warn!(key = key.sql(), "payments has no index leading with a NOT NULL created_at: walking in key order");
+            tracing::warn!(key = key.sql(), "payments has no index leading with a NOT NULL created_at: list mode walks the reconciler's own ordered copy");
         }
         _ => {}
     }

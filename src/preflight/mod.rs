@@ -216,7 +216,12 @@ pub async fn checked(
     conn: &mut PgConnection,
     settings: &Settings,
 ) -> Result<TableFacts, PreflightError> {
-    let key = detect_key(&mut *conn).await?;
+    let mut key = detect_key(&mut *conn).await?;
+    if settings.scan.read_mode == crate::config::ReadMode::List {
+        // List mode walks a uuid/text table without a `created_at` index on
+        // the reconciler's own ordered copy (docs/keys.md, "The walk").
+        key = key.walking_own_copy();
+    }
     let partition = match &settings.schema.partition {
         Some(partition) => Some(
             partition.with_kind(

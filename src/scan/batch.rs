@@ -121,10 +121,11 @@ pub(crate) async fn prepare(
     let reached_end = ahead.len() <= batch_size as usize;
     ahead.truncate(batch_size as usize);
     let walked = ahead.len() as u64;
-    let last_id = ahead.last().map(|r| Position {
+    let last_id = ahead.last().map(|(r, created_at)| Position {
         key: r.id.clone(),
-        created_at: (settings.facts.key.walk() == Walk::CreatedAt).then_some(r.created_at),
+        created_at: (settings.facts.key.walk() == Walk::CreatedAt).then_some(*created_at),
     });
+    let ahead = ahead.into_iter().map(|(r, _)| r);
     let behind = cursor_from
         .as_ref()
         .filter(|_| last_id.is_some() && mode.writes());

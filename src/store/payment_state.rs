@@ -108,6 +108,48 @@ pub async fn register_existing(
     Ok(done.rows_affected())
 }
 
+/// Registers every payment without a state row (`last_reconciled_at` NULL,
+/// `created_at` copied): what a walk of the reconciler's own ordered copy
+/// (docs/keys.md, "The walk") does once at the start of each run, so the
+/// rows inserted since the last run take their place in the copy's
+/// `(created_at, id)` order. One anti-join over `payments` and the state
+/// table (a hash anti-join: in proportion to the table; BENCHMARKS.md,
+/// "Issue 40"), in a transaction of its own without a statement timeout (a
+/// lock wait bounded to 10 s). Returns the rows registered.
+///
+/// # Errors
+/// [`StoreError`] from the database.
+pub async fn register_unseen(
+    conn: &mut PgConnection,
+    times: &PaymentTimes,
+) -> Result<u64, StoreError> {
+    let sql = format!(
+        "INSERT INTO reconciliation_payment_state (payment_id, created_at)
+         SELECT p.id, {} FROM payments p
+          WHERE NOT EXISTS (SELECT 1 FROM reconciliation_payment_state s WHERE s.payment_id = p.id)
+          ORDER BY p.id
+         ON CONFLICT (payment_id) DO NOTHING",
+        times.created("p")
+    );
+    let mut tx = super::begin_with(
+        &mut *conn,
+        super::Timeouts {
+            statement: "0",
+            lock: "10s",
+        },
+    )
+    .await
+    .context("opening a transaction")?;
+    let done = super::query(&sql)
+        .execute(&mut *tx)
+        .await
+        .context("registering the payments inserted since the last run")?;
+    tx.commit()
+        .await
+        .context("committing the registered payments")?;
+    Ok(done.rows_affected())
+}
+
 /// Whether the state table holds no row while `payments` holds some: what
 /// an interrupted [`register_existing`] leaves on a first install (two
 /// one-row lookups).
@@ -227,6 +269,8 @@ pub async fn register_new(
 ) -> Result<u64, StoreError> {
     let created = times.created("p");
     let sql = match (key.walk(), key.kind()) {
+        // Registered once per run instead ([`register_unseen`]).
+        _ if key.own_copy() => return Ok(0),
         (Walk::Key, KeyKind::Integer) => format!(
             "INSERT INTO reconciliation_payment_state (payment_id, created_at)
              SELECT p.id, {created} FROM payments p

@@ -88,6 +88,11 @@ pub fn unseen(
 ) -> String {
     let head = key.cast(&format!("${k}"));
     match (key.walk(), key.kind()) {
+        // The own copy (docs/keys.md): no index of the application's on
+        // `created_at` to read a range beyond the head with.
+        _ if key.own_copy() => format!(
+            "NOT EXISTS (SELECT 1 FROM reconciliation_payment_state u WHERE u.payment_id = {alias}.id)"
+        ),
         (Walk::Key | Walk::CreatedAt, _) if !seen_any && key.kind() == KeyKind::Integer => {
             "TRUE".to_owned()
         }

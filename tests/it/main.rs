@@ -72,6 +72,7 @@
 //! - `status`: `status` and `status --json`
 //! - `stripe_redirect`: a redirecting API base and a live key over plain http
 //! - `terminal_output`: stored text escaped in every human-readable output
+//! - `walk_list`: list mode on a uuid table without a `created_at` index walks the reconciler's own ordered copy (list pages, not retrieves)
 //! - `walk_partitions`: one partition's job beside rows it never confirms: bounded sweeps behind the cursor, a cycle completed
 //! - `walk_plan`: a key walk (uuid, no `created_at` index) plans its runs from the rows done
 //! - `write_refused`: a row the database refuses to write does not fail its batch
@@ -155,6 +156,7 @@ mod stops;
 mod stray_bytes;
 mod stripe_redirect;
 mod terminal_output;
+mod walk_list;
 mod walk_partitions;
 mod walk_plan;
 mod write_refused;

@@ -318,9 +318,13 @@ impl MoneyColumns<'_> {
 
 /// The range of rows never seen: late commits within the window below the
 /// highest seen id (`$6`) or `created_at`, up to the cursor; `None` for a
-/// key walk of uuid, text or numeric keys (no window).
+/// key walk of uuid, text or numeric keys and a walk of the own copy (no
+/// window).
 fn never_seen(key: &KeyType, times: &PaymentTimes) -> Option<String> {
     match (key.walk(), key.kind()) {
+        // A walk of the own copy registers every row at the run's start:
+        // a row never seen was inserted since, and the next run registers it.
+        _ if key.own_copy() => None,
         (Walk::CreatedAt, _) => Some(format!("p.created_at > {}", times.created_bound("($6)"))),
         (Walk::Key, crate::key::KeyKind::Integer) => Some("p.id > ($6)::bigint".to_owned()),
         (Walk::Key, _) => None,

@@ -123,6 +123,10 @@ struct RawRow {
     stripe_account: Option<String>,
     #[sqlx(try_from = "StoredText")]
     checkout_session_id: Option<String>,
+    /// The row's place in a walk of the reconciler's own copy: its state
+    /// row's `created_at` (absent from every other read).
+    #[sqlx(default)]
+    walk_created_at: Option<DateTime<Utc>>,
 }
 
 impl RawRow {
@@ -213,6 +217,9 @@ impl MoneyColumns<'_> {
     /// enter the SQL only as validated, double-quoted identifiers
     /// ([`ColumnName::quoted`]); the partition's value only as a parameter.
     fn batch_sql(&self, from_start: bool) -> String {
+        if self.key.own_copy() {
+            return self.copy_batch_sql(from_start);
+        }
         let after = if from_start {
             "TRUE".to_owned()
         } else {
@@ -227,6 +234,32 @@ impl MoneyColumns<'_> {
             self.row_columns(),
             partition = self.partition_sql(5),
             order = walk_order(self.key, "p"),
+        )
+    }
+
+    /// [`Self::batch_sql`] over the reconciler's own ordered copy
+    /// (docs/keys.md, "The walk"): the state rows after the position in
+    /// `(created_at, payment_id)` order, on `reconciliation_payment_state_walk`
+    /// (migration 0021), each probed in `payments` by primary key; the
+    /// position is the state row's (`walk_created_at`).
+    fn copy_batch_sql(&self, from_start: bool) -> String {
+        let after = if from_start {
+            "TRUE".to_owned()
+        } else {
+            format!(
+                "(s.created_at, s.payment_id) > ($4::timestamptz, {})",
+                self.key.cast("$1")
+            )
+        };
+        format!(
+            "SELECT {}, s.created_at AS walk_created_at
+               FROM reconciliation_payment_state s
+               JOIN payments p ON p.id = s.payment_id
+              WHERE {after}{partition}
+              ORDER BY s.created_at, s.payment_id
+              LIMIT $3",
+            self.row_columns(),
+            partition = self.partition_sql(5),
         )
     }
 

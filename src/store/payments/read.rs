@@ -8,7 +8,9 @@ use crate::store::text::decode;
 /// Reads up to `limit` rows after `after` (`None`: from the start of the
 /// cycle) in the walk's order (docs/keys.md), flagging those updated less
 /// than `grace` ago and those sharing their PaymentIntent id, with the
-/// configured money columns.
+/// configured money columns. With each row, its `created_at` in the walk's
+/// order: the row's own, or in a walk of the reconciler's own copy its state
+/// row's ([`KeyType::own_copy`]).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -18,7 +20,7 @@ pub async fn read_batch(
     limit: u32,
     grace: Duration,
     columns: MoneyColumns<'_>,
-) -> Result<Vec<PaymentRow>, StoreError> {
+) -> Result<Vec<(PaymentRow, DateTime<Utc>)>, StoreError> {
     let sql = columns.batch_sql(after.is_none());
     let query = crate::store::query_as(&sql)
         .bind(after.map(|p| &p.key))
@@ -32,7 +34,13 @@ pub async fn read_batch(
     .fetch_all(conn)
     .await
     .context("reading the batch")?;
-    Ok(columns.map(rows))
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let walked = r.walk_created_at.unwrap_or(r.created_at);
+            (r.map(columns.statuses), walked)
+        })
+        .collect())
 }
 
 /// A PaymentIntent id this job (its partition, when one is set) once verified with Stripe (its state row has
