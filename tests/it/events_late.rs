@@ -150,13 +150,25 @@ async fn the_first_event_listed_later_than_the_overlap_is_read_by_the_hourly_swe
     events_once(&pool, &stripe, &settings(200)).await.1.unwrap();
     let (first, _) = position(&pool).await;
     // No lateness observed yet (a 60 s overlap), and an event 300 s late.
-    feed.push(behind(event("evt_300", "pi_Late300", "succeeded", 0), first, 300));
+    feed.push(behind(
+        event("evt_300", "pi_Late300", "succeeded", 0),
+        first,
+        300,
+    ));
     let (second, result) = events_once(&pool, &stripe, &settings(200)).await;
     result.unwrap();
     assert_eq!(second.overlap_seconds, 60.0, "{second:?}");
-    assert_eq!((second.sweeps, second.events_listed_late), (1, 1), "{second:?}");
+    assert_eq!(
+        (second.sweeps, second.events_listed_late),
+        (1, 1),
+        "{second:?}"
+    );
     assert!(!second.deadline_reached && !second.truncated, "{second:?}");
-    let kinds: Vec<String> = all_findings(&pool).await.into_iter().map(|f| f.kind).collect();
+    let kinds: Vec<String> = all_findings(&pool)
+        .await
+        .into_iter()
+        .map(|f| f.kind)
+        .collect();
     assert_eq!(kinds, ["missed_success"]);
     // Swept: the next sweep is due an hour later; the wider overlap now
     // reads such an event again, handled once.
@@ -164,6 +176,10 @@ async fn the_first_event_listed_later_than_the_overlap_is_read_by_the_hourly_swe
     result.unwrap();
     assert_eq!(third.sweeps, 0, "{third:?}");
     assert!(third.overlap_seconds >= 660.0, "{third:?}");
-    assert_eq!((third.events_seen_before, third.payment_intents), (1, 0), "{third:?}");
+    assert_eq!(
+        (third.events_seen_before, third.payment_intents),
+        (1, 0),
+        "{third:?}"
+    );
     assert_eq!(retrieves(&stripe, "pi_Late300").await, 1);
 }
