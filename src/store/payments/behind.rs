@@ -291,9 +291,13 @@ impl MoneyColumns<'_> {
             ),
         };
         let columns = self.row_columns();
+        // One primary-key probe per key of the sweep step, driven by the
+        // array: `p.id = ANY(...)` alone let the planner read a partition's
+        // index range from the table's start to the cursor instead.
         let seen = format!(
-            "(SELECT {columns}, {sort} FROM payments p
-               WHERE p.id = ANY({}) AND {filters})",
+            "(SELECT {columns}, {sort} FROM unnest({}) AS c(id)
+               CROSS JOIN LATERAL (SELECT * FROM payments p WHERE p.id = c.id OFFSET 0) p
+               WHERE {filters})",
             key.cast_array("$8")
         );
         let never_seen = never_seen(key, times)
