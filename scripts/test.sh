@@ -3,7 +3,9 @@
 # file lengths), lints, unit and integration tests on a real
 # PostgreSQL (each #[sqlx::test] gets a fresh database), doctests, and the
 # chart, alert and Dockerfile checks (not the image build: that is
-# scripts/image.sh). Starts what it needs (PostgreSQL; installs the
+# scripts/image.sh), then the demo in a short form (DEMO_ROWS=2000: the same
+# binary paths, the same checks of its totals, so a broken demo fails the
+# tests). Starts what it needs (PostgreSQL; installs the
 # Pushgateway and PgBouncer the tests start per test); never skips: a missing
 # check script fails the run. The cargo test step runs under a timeout
 # (RECONCILER_TEST_TIMEOUT seconds, default 1500) so a hung test fails CI
@@ -15,6 +17,7 @@ cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || die "cargo is not installed (https://rustup.rs)"
 command -v python3 >/dev/null || die "python3 is required by the test scripts"
 command -v timeout >/dev/null || die "timeout (coreutils) is required to bound the test run"
+command -v curl >/dev/null || die "curl is required by the demo the tests run (apt-get install curl)"
 checks=(scripts/check-alerts.sh scripts/check-chart.sh scripts/check-dockerfile.sh)
 for check in "${checks[@]}"; do
   [ -f "$check" ] || die "$check is missing: the chart and alert checks are part of the suite"
@@ -56,4 +59,18 @@ for check in "${checks[@]}"; do
   say "$check"
   bash "$check"
 done
+# The demo (scripts/demo.sh, then scripts/demo-events.sh) on 2,000 rows: it
+# checks its own totals (findings per kind against the injected drift,
+# Checkout Session rows, Connect, repairs verified by a second scan, the
+# events job) and exits non-zero when one differs.
+say "DEMO_ROWS=2000 bash scripts/demo.sh (the demo, short)"
+demo_log=$(mktemp)
+if ! DEMO_ROWS=2000 bash scripts/demo.sh >"$demo_log" 2>&1; then
+  tail -n 40 "$demo_log"
+  die "the demo failed (full output: $demo_log)"
+fi
+grep -q 'findings match the injected drift exactly' "$demo_log" \
+  || { tail -n 40 "$demo_log"; die "the demo did not check its findings against the injected drift"; }
+tail -n 3 "$demo_log"
+rm -f "$demo_log"
 say "all tests passed"

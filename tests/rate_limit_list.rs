@@ -13,7 +13,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use stripe_reconciler::config::{ReadMode, Sizing};
 use stripe_reconciler::scan::ScanJob;
-use support::account::{insert_at, Account};
+use support::stripe_fake::{StripeFake, LIST, RETRIEVE};
 use support::*;
 
 /// List pages, fallback retrieves and overlapping batches all share the one
@@ -22,7 +22,8 @@ use support::*;
 /// batch's commit is done.
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn list_pages_and_overlapping_batches_share_the_rate_limit(pool: PgPool) {
-    let account = Account::with_latency(Duration::from_millis(100));
+    let account = StripeFake::start().await;
+    account.set_latency(Duration::from_millis(100));
     let t = chrono::Utc::now().timestamp() - 3600;
     for i in 0..120 {
         let pi = format!("pi_Rate{i:04}");
@@ -33,9 +34,8 @@ async fn list_pages_and_overlapping_batches_share_the_rate_limit(pool: PgPool) {
         } else {
             t - 1000 + i * 5
         };
-        account.add(&pi, "succeeded", created);
+        account.add(None, &pi, "succeeded", created);
     }
-    let server = account.serve().await;
     let s = Settings {
         scan: ScanSettings {
             batches_per_run: Sizing::Fixed(20),
@@ -51,7 +51,7 @@ async fn list_pages_and_overlapping_batches_share_the_rate_limit(pool: PgPool) {
 
     let (summary, result) = run_job(
         &pool,
-        &gateway_with(&server, 10, Duration::from_secs(2)),
+        &gateway_with(&account, 10, Duration::from_secs(2)),
         &s,
         ScanJob::default(),
     )
@@ -61,7 +61,7 @@ async fn list_pages_and_overlapping_batches_share_the_rate_limit(pool: PgPool) {
     assert_eq!(summary.rows_scanned, 120);
     let seen = account.seen();
     let arrivals: Vec<_> = seen.iter().map(|s| s.at).collect();
-    assert!(account.count("list") >= 6 && account.count("retrieve") >= 40);
+    assert!(account.count(LIST) >= 6 && account.count(RETRIEVE) >= 40);
     assert!(
         max_in_window(&arrivals, Duration::from_secs(1)) <= 10,
         "{} requests in one second",
@@ -76,7 +76,7 @@ async fn list_pages_and_overlapping_batches_share_the_rate_limit(pool: PgPool) {
     // the first batch's own retrieves are still being sent.
     let first_batch_last_retrieve = seen
         .iter()
-        .filter(|s| s.endpoint == "retrieve")
+        .filter(|s| s.endpoint == RETRIEVE)
         .filter(|s| {
             s.id.as_deref()
                 .and_then(|id| id.strip_prefix("pi_Rate"))
@@ -88,7 +88,7 @@ async fn list_pages_and_overlapping_batches_share_the_rate_limit(pool: PgPool) {
         .unwrap();
     let second_batch_first_page = seen
         .iter()
-        .filter(|s| s.endpoint == "list" && s.gte >= Some(t - 1000 + 20 * 5))
+        .filter(|s| s.endpoint == LIST && s.gte >= Some(t - 1000 + 20 * 5))
         .map(|s| s.at)
         .min()
         .unwrap();

@@ -12,7 +12,7 @@ use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use super::checkout_sessions::{add_session_columns, insert_session_row, now, pi_at, ACCT};
-use crate::support::session_fake::checkout_session;
+use crate::support::stripe_fake::checkout_session;
 use crate::support::stripe_fake::{StripeFake, SESSION_LIST, SESSION_RETRIEVE};
 use crate::support::*;
 

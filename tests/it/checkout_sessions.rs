@@ -5,7 +5,7 @@
 
 use crate::support::connected::connect_settings;
 use crate::support::keyed::run;
-use crate::support::session_fake::checkout_session;
+use crate::support::stripe_fake::checkout_session;
 use crate::support::stripe_fake::{StripeFake, LIST, RETRIEVE, SESSION_LIST, SESSION_RETRIEVE};
 use crate::support::*;
 use serde_json::{json, Value};

@@ -7,7 +7,7 @@
 use super::checkout_sessions::{
     add_session_columns, insert_session_row, now, pi_at, session_settings, ACCT,
 };
-use crate::support::session_fake::checkout_session;
+use crate::support::stripe_fake::checkout_session;
 use crate::support::stripe_fake::{StripeFake, SESSION_LIST, SESSION_RETRIEVE};
 use crate::support::*;
 use serde_json::{json, Value};

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::support::arrange;
 use crate::support::pushgateway::{self, value};
+use crate::support::stripe_fake::{StripeFake, LIST, RETRIEVE};
 use crate::support::*;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
@@ -251,30 +252,11 @@ async fn a_connection_killed_in_phase_2_is_replaced_and_the_batch_commits_once(p
     );
 }
 
-/// Stripe's answer to a key of another account (or mode): every list page
-/// is empty (200), every retrieve 404 `resource_missing`.
-async fn stripe_of_another_account() -> MockServer {
-    let stripe = MockServer::start().await;
-    Mock::given(method("GET"))
-        .and(wiremock::matchers::path("/v1/payment_intents"))
-        .respond_with(empty_list())
-        .mount(&stripe)
-        .await;
-    Mock::given(method("GET"))
-        .respond_with(err(404, "invalid_request_error", "resource_missing"))
-        .mount(&stripe)
-        .await;
-    stripe
-}
-
-/// `(list pages, retrieves)` the mock received.
-async fn lists_and_retrieves(stripe: &MockServer) -> (usize, usize) {
-    let received = stripe.received_requests().await.unwrap_or_default();
-    let lists = received
-        .iter()
-        .filter(|r| r.url.path() == "/v1/payment_intents")
-        .count();
-    (lists, received.len() - lists)
+/// Stripe's answer to a key of another account (or mode): the shared fake
+/// holding nothing, so every list page is empty (200), every retrieve 404
+/// `resource_missing`.
+async fn stripe_of_another_account() -> StripeFake {
+    StripeFake::start().await
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
@@ -301,8 +283,9 @@ async fn a_key_for_another_account_stops_after_a_few_reads_with_exit_78(pool: Pg
     );
     // Listed first (the default read mode; the pages are empty), then the
     // rows no page held are retrieved, and those 404s stop the run.
-    let (lists, retrieves) = lists_and_retrieves(&stripe).await;
+    let (lists, retrieves) = (stripe.count(LIST), stripe.count(RETRIEVE));
     assert!(lists > 0, "the default read mode lists first");
+    assert_eq!(stripe.failed_list_pages(), 0);
     assert!(
         (1..30).contains(&retrieves),
         "stopped after a few reads, not the whole batch: {retrieves}"
@@ -325,24 +308,14 @@ async fn genuinely_missing_payment_intents_at_the_start_of_a_batch_are_findings(
         .execute(&pool)
         .await
         .unwrap();
-    let stripe = MockServer::start().await;
     // pi_1 .. pi_12 are unknown to Stripe (old rows of another account); the rest exist.
+    let stripe = StripeFake::start().await;
+    stripe
+        .answer_any("succeeded")
+        .set_latency(Duration::from_millis(50));
     for i in 1..=12 {
-        let id = format!("pi_{i}");
-        mount(
-            &stripe,
-            &id,
-            err(404, "invalid_request_error", "resource_missing"),
-        )
-        .await;
+        stripe.delete(&format!("pi_{i}"));
     }
-    Mock::given(method("GET"))
-        .respond_with(|r: &wiremock::Request| {
-            ok(r.url.path().rsplit('/').next().unwrap(), "succeeded")
-                .set_delay(Duration::from_millis(50))
-        })
-        .mount(&stripe)
-        .await;
 
     // The rule under test is the retrieve mode's (a 404 is only ever read
     // from a retrieve): the read mode is named, no list page is asked.
@@ -360,8 +333,8 @@ async fn genuinely_missing_payment_intents_at_the_start_of_a_batch_are_findings(
     .await;
 
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
-    let (lists, retrieves) = lists_and_retrieves(&stripe).await;
-    assert_eq!(lists, 0, "no list page in retrieve mode");
+    assert_eq!(stripe.count(LIST), 0, "no list page in retrieve mode");
+    let retrieves = stripe.count(RETRIEVE);
     assert!(retrieves >= 40, "every row retrieved: {retrieves}");
     assert_eq!(
         count(
@@ -386,7 +359,8 @@ async fn a_new_install_whose_every_read_is_404_stops_with_exit_78_and_writes_not
     let out = reconciler_output(&["run"], &env(&pool, &stripe.uri(), &[])).await;
 
     assert_eq!(out.status.code(), Some(78), "{}", all_output(&out));
-    let (lists, retrieves) = lists_and_retrieves(&stripe).await;
+    let (lists, retrieves) = (stripe.count(LIST), stripe.count(RETRIEVE));
+    assert_eq!(stripe.failed_list_pages(), 0);
     assert!(
         lists > 0 && retrieves > 0,
         "{lists} pages, {retrieves} retrieves"
@@ -413,7 +387,10 @@ async fn a_proxy_answering_html_for_everything_stops_the_run_without_moving_the_
     assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
     // The proxy answers the list page too: the run asked for one (the
     // default read mode) and got the HTML, as every read did.
-    assert!(lists_and_retrieves(&stripe).await.0 > 0);
+    let received = stripe.received_requests().await.unwrap_or_default();
+    assert!(received
+        .iter()
+        .any(|r| r.url.path() == "/v1/payment_intents"));
     nothing_written(&pool).await;
     assert_eq!(
         count(
@@ -525,11 +502,15 @@ async fn secrets_never_appear_in_output_or_metrics(pool: PgPool) {
     insert_paid(&pool, 6).await;
     let gw = pushgateway::start().await;
     let good = stripe_mirroring(&pool, "succeeded", Duration::ZERO).await;
-    let rejecting = MockServer::start().await;
-    Mock::given(method("GET"))
-        .respond_with(err(401, "invalid_request_error", "api_key_invalid"))
-        .mount(&rejecting)
-        .await;
+    // A revoked key: Stripe's 401 on every endpoint.
+    let rejecting = StripeFake::start().await;
+    for endpoint in [LIST, RETRIEVE] {
+        rejecting.answer_on(
+            None,
+            endpoint,
+            err(401, "invalid_request_error", "api_key_invalid"),
+        );
+    }
     let unreachable = format!(
         "http://127.0.0.1:{}",
         std::net::TcpListener::bind("127.0.0.1:0")

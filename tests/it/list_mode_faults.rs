@@ -3,7 +3,7 @@
 //! while overlapping batches read.
 
 use super::list_mode::{an_hour_ago, list_settings};
-use crate::support::account::{insert_at, Account};
+use crate::support::stripe_fake::{StripeFake, RETRIEVE};
 use crate::support::*;
 use sqlx::PgPool;
 use stripe_reconciler::config::{Settings, Sizing, StripeSettings};
@@ -12,47 +12,45 @@ use stripe_reconciler::scan::{RunError, ScanJob};
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_rejected_key_on_a_list_page_stops_the_batch_and_writes_nothing(pool: PgPool) {
-    let account = Account::default();
+    let account = StripeFake::start().await;
     let t = an_hour_ago();
     for i in 0..5 {
         let pi = format!("pi_Key{i:03}");
         insert_at(&pool, &pi, "pending", t + i).await;
-        account.add(&pi, "succeeded", t + i);
+        account.add(None, &pi, "succeeded", t + i);
     }
     account.fail_list(0, err(401, "invalid_request_error", "api_key_invalid"));
-    let server = account.serve().await;
 
-    let e = scan_with(&pool, &gateway(&server), &list_settings(100))
+    let e = scan_with(&pool, &gateway(&account), &list_settings(100))
         .await
         .unwrap_err();
 
     assert!(matches!(e, RunError::StripeRejected(_)), "{e:?}");
     assert_eq!(e.exit_code(), 78);
-    assert_eq!(account.count("retrieve"), 0);
+    assert_eq!(account.count(RETRIEVE), 0);
     assert!(findings(&pool).await.is_empty());
     assert_eq!(cursor(&pool, "payments-vs-stripe").await, 0);
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_page_that_is_not_a_stripe_list_is_a_failed_read(pool: PgPool) {
-    let account = Account::default();
+    let account = StripeFake::start().await;
     let t = an_hour_ago();
     for i in 0..8 {
         let pi = format!("pi_Proxy{i:03}");
         insert_at(&pool, &pi, "paid", t + i).await;
-        account.add(&pi, "succeeded", t + i);
+        account.add(None, &pi, "succeeded", t + i);
     }
     // A proxy's HTML page instead of the list: the rows are retrieved.
     account.fail_list(
         0,
         wiremock::ResponseTemplate::new(200).set_body_raw("<html>hi</html>", "text/html"),
     );
-    let server = account.serve().await;
 
-    let report = scan(&pool, &server, &list_settings(100)).await;
+    let report = scan(&pool, &account, &list_settings(100)).await;
 
     assert_eq!(report.verdicts.get(Verdict::InSync), 8);
-    assert_eq!(account.count("retrieve"), 8);
+    assert_eq!(account.count(RETRIEVE), 8);
 }
 
 /// Overlapping batches keep the compare-and-set as the guarantee: when
@@ -61,14 +59,14 @@ async fn a_page_that_is_not_a_stripe_list_is_a_failed_read(pool: PgPool) {
 /// run stops with ConcurrentRun (exit 75); only batch 1 is written.
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_cursor_moved_during_overlapping_batches_rolls_back_and_stops(pool: PgPool) {
-    let account = Account::with_latency(std::time::Duration::from_millis(300));
+    let account = StripeFake::start().await;
+    account.set_latency(std::time::Duration::from_millis(300));
     let t = an_hour_ago();
     for i in 0..60 {
         let pi = format!("pi_Race{i:03}");
         insert_at(&pool, &pi, "paid", t - 600 + i).await;
-        account.add(&pi, "succeeded", t - 600 + i);
+        account.add(None, &pi, "succeeded", t - 600 + i);
     }
-    let server = account.serve().await;
     // Two requests a second: batch 2's page leaves half a second after batch
     // 1's, so batch 1 commits (and the cursor moves) long before batch 2 can.
     let s = Settings {
@@ -99,7 +97,7 @@ async fn a_cursor_moved_during_overlapping_batches_rolls_back_and_stops(pool: Pg
 
     let (summary, result) = run_job(
         &pool,
-        &gateway_with(&server, 2, std::time::Duration::from_secs(2)),
+        &gateway_with(&account, 2, std::time::Duration::from_secs(2)),
         &s,
         ScanJob::default(),
     )

@@ -1,37 +1,31 @@
 //! One release per Stripe account (docs/connect.md): `RECONCILER_PARTITION_COLUMN`
 //! and `RECONCILER_PARTITION_VALUE` keep each job to its rows, with its own
-//! key, `RECONCILER_JOB` and cursor, on one `payments` table. Stripe is one
-//! wiremock that answers an account's PaymentIntents only to that account's
-//! key (`Authorization: Bearer`), 404 to any other.
+//! key, `RECONCILER_JOB` and cursor, on one `payments` table. Stripe is the
+//! shared fake holding two accounts, each read only with its own key
+//! (`Authorization: Bearer`, [`StripeFake::own_key`]); any other key reads
+//! nothing (404).
 
-use crate::support::account::Account;
+use crate::support::stripe_fake::StripeFake;
 use crate::support::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use wiremock::matchers::{header, method, path_regex};
-use wiremock::{Mock, MockServer};
+use wiremock::MockServer;
 
 const EU_KEY: &str = "sk_test_eu_entity_key";
 pub(super) const US_KEY: &str = "sk_test_us_entity_key";
 
-/// One server, two accounts: each answers only its own key.
-async fn two_accounts(eu: &Account, us: &Account) -> MockServer {
-    let server = MockServer::start().await;
-    for (key, account) in [(EU_KEY, eu), (US_KEY, us)] {
-        Mock::given(method("GET"))
-            .and(path_regex("^/v1/payment_intents(/[^/]+)?/?$"))
-            .and(header("authorization", format!("Bearer {key}").as_str()))
-            .respond_with(account.clone())
-            .with_priority(1)
-            .mount(&server)
-            .await;
-    }
-    Mock::given(method("GET"))
-        .respond_with(err(404, "invalid_request_error", "resource_missing"))
-        .with_priority(10)
-        .mount(&server)
-        .await;
-    server
+/// The EU entity's Stripe account (read with [`EU_KEY`]).
+const EU: Option<&str> = Some("eu-entity");
+/// The US entity's Stripe account (read with [`US_KEY`]).
+const US: Option<&str> = Some("us-entity");
+
+/// One fake, two accounts: each read only with its own key.
+async fn two_accounts() -> StripeFake {
+    let stripe = StripeFake::start().await;
+    stripe
+        .own_key(EU_KEY, "eu-entity")
+        .own_key(US_KEY, "us-entity");
+    stripe
 }
 
 /// The application's partition columns on the seed's `payments`.
@@ -124,14 +118,12 @@ async fn status_json(pool: &PgPool, stripe: &MockServer, who: &[(&'static str, &
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn two_partitions_with_two_keys_each_read_only_their_rows(pool: PgPool) {
     partition_columns(&pool).await;
-    let (eu_account, us_account) = (Account::default(), Account::default());
-    eu_account
-        .add("pi_EuPaid", "succeeded", 1)
-        .add("pi_EuMissed", "succeeded", 2);
-    us_account
-        .add("pi_UsPaid", "succeeded", 1)
-        .add("pi_UsMissed", "succeeded", 2);
-    let stripe = two_accounts(&eu_account, &us_account).await;
+    let stripe = two_accounts().await;
+    stripe
+        .add(EU, "pi_EuPaid", "succeeded", 1)
+        .add(EU, "pi_EuMissed", "succeeded", 2)
+        .add(US, "pi_UsPaid", "succeeded", 1)
+        .add(US, "pi_UsMissed", "succeeded", 2);
     let eu_paid = payment(&pool, "pi_EuPaid", "paid", Some("eu"), 1).await;
     let us_paid = payment(&pool, "pi_UsPaid", "paid", Some("us"), 2).await;
     let eu_missed = payment(&pool, "pi_EuMissed", "pending", Some("eu"), 1).await;
@@ -159,10 +151,10 @@ async fn two_partitions_with_two_keys_each_read_only_their_rows(pool: PgPool) {
     // The EU release: only EU rows, only with the EU key.
     let out = reconciler_output(&["run"], &env(&pool, &stripe, &eu())).await;
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
-    let mut asked = eu_account.retrieved();
+    let mut asked = stripe.retrieved_on(EU);
     asked.sort();
     assert_eq!(asked, ["pi_EuMissed", "pi_EuPaid"]);
-    assert!(us_account.retrieved().is_empty(), "no US row was read");
+    assert!(stripe.retrieved_on(US).is_empty(), "no US row was read");
     assert_eq!(
         open_kinds(&pool).await,
         [(eu_missed, "missed_success".into())]
@@ -177,10 +169,10 @@ async fn two_partitions_with_two_keys_each_read_only_their_rows(pool: PgPool) {
     // The US release beside it: its own rows, key and cursor.
     let out = reconciler_output(&["run"], &env(&pool, &stripe, &us())).await;
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
-    let mut asked = us_account.retrieved();
+    let mut asked = stripe.retrieved_on(US);
     asked.sort();
     assert_eq!(asked, ["pi_UsMissed", "pi_UsPaid"]);
-    assert_eq!(eu_account.retrieved().len(), 2, "EU rows not read again");
+    assert_eq!(stripe.retrieved_on(EU).len(), 2, "EU rows not read again");
     assert_eq!(
         open_kinds(&pool).await,
         [
@@ -241,7 +233,7 @@ async fn two_partitions_with_two_keys_each_read_only_their_rows(pool: PgPool) {
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_partition_setting_that_cannot_work_exits_78_naming_the_variable(pool: PgPool) {
     partition_columns(&pool).await;
-    let stripe = two_accounts(&Account::default(), &Account::default()).await;
+    let stripe = two_accounts().await;
     let key = ("STRIPE_API_KEY", EU_KEY);
     let job = ("RECONCILER_JOB", "payments-eu");
     for (extra, var) in [
@@ -319,10 +311,10 @@ async fn a_partition_setting_that_cannot_work_exits_78_naming_the_variable(pool:
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn an_integer_partition_column_compares_the_value_as_a_number(pool: PgPool) {
     partition_columns(&pool).await;
-    let (one, two) = (Account::default(), Account::default());
-    one.add("pi_One", "succeeded", 1);
-    two.add("pi_Two", "succeeded", 1);
-    let stripe = two_accounts(&one, &two).await;
+    let stripe = two_accounts().await;
+    stripe
+        .add(EU, "pi_One", "succeeded", 1)
+        .add(US, "pi_Two", "succeeded", 1);
     payment(&pool, "pi_One", "paid", Some("eu"), 1).await;
     let row_two = payment(&pool, "pi_Two", "pending", Some("us"), 2).await;
     let who = [
@@ -337,8 +329,8 @@ async fn an_integer_partition_column_compares_the_value_as_a_number(pool: PgPool
 
     let out = reconciler_output(&["run"], &env(&pool, &stripe, &who)).await;
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
-    assert_eq!(two.retrieved(), ["pi_Two"]);
-    assert!(one.retrieved().is_empty());
+    assert_eq!(stripe.retrieved_on(US), ["pi_Two"]);
+    assert!(stripe.retrieved_on(EU).is_empty());
     assert_eq!(
         open_kinds(&pool).await,
         [(row_two, "missed_success".into())]
@@ -382,11 +374,10 @@ async fn an_integer_partition_column_compares_the_value_as_a_number(pool: PgPool
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_value_with_quotes_is_bound_and_matches_exactly(pool: PgPool) {
     partition_columns(&pool).await;
-    let account = Account::default();
-    account
-        .add("pi_Quoted", "succeeded", 1)
-        .add("pi_Other", "succeeded", 2);
-    let stripe = two_accounts(&account, &Account::default()).await;
+    let stripe = two_accounts().await;
+    stripe
+        .add(EU, "pi_Quoted", "succeeded", 1)
+        .add(EU, "pi_Other", "succeeded", 2);
     let quoted = payment(&pool, "pi_Quoted", "pending", Some("o'brien ltd"), 1).await;
     payment(&pool, "pi_Other", "pending", Some("eu"), 1).await;
     let with = |value: &'static str| {
@@ -403,7 +394,10 @@ async fn a_value_with_quotes_is_bound_and_matches_exactly(pool: PgPool) {
     for attack in ["eu' OR '1'='1", "x'; DELETE FROM payments; --"] {
         let out = reconciler_output(&["run"], &env(&pool, &stripe, &with(attack))).await;
         assert_eq!(out.status.code(), Some(0), "{attack}: {}", all_output(&out));
-        assert!(account.retrieved().is_empty(), "{attack} matches no row");
+        assert!(
+            stripe.retrieved_on(EU).is_empty(),
+            "{attack} matches no row"
+        );
         let st = status_json(&pool, &stripe, &with(attack)).await;
         assert_eq!(st["rows"], 0, "{attack}");
     }
@@ -411,6 +405,6 @@ async fn a_value_with_quotes_is_bound_and_matches_exactly(pool: PgPool) {
 
     let out = reconciler_output(&["run"], &env(&pool, &stripe, &with("o'brien ltd"))).await;
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
-    assert_eq!(account.retrieved(), ["pi_Quoted"]);
+    assert_eq!(stripe.retrieved_on(EU), ["pi_Quoted"]);
     assert_eq!(open_kinds(&pool).await, [(quoted, "missed_success".into())]);
 }

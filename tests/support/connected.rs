@@ -7,7 +7,7 @@ use stripe_reconciler::config::{ColumnName, ReadMode, ScanSettings, Settings, Si
 use stripe_reconciler::scan::{RunSummary, ScanJob};
 use wiremock::MockServer;
 
-use super::account::insert_at;
+use super::insert_at;
 use super::{gateway, run_job, settings};
 
 /// Now minus an hour, in Unix seconds.

@@ -2,7 +2,6 @@
 //! rows, and queries of what a user would check.
 #![allow(dead_code)]
 
-pub mod account;
 pub mod arrange;
 pub mod connected;
 pub mod events_feed;
@@ -12,7 +11,6 @@ pub mod pgbouncer;
 pub mod pushgateway;
 pub mod secrets;
 pub mod seed_algorithm;
-pub mod session_fake;
 mod steps;
 pub mod stripe_fake;
 pub mod wait;
@@ -362,4 +360,19 @@ pub const DEMO_PAYMENTS: &str = "CREATE TABLE payments (
 /// as the demo script does before `migrate`.
 pub async fn create_demo_payments(pool: &PgPool) {
     sqlx::raw_sql(DEMO_PAYMENTS).execute(pool).await.unwrap();
+}
+
+/// A payment created at `created` (Unix seconds), last updated an hour ago.
+pub async fn insert_at(pool: &sqlx::PgPool, pi: &str, status: &str, created: i64) -> i64 {
+    sqlx::query_scalar(
+        "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
+         VALUES ('order-' || $1 || '-' || $3, $1, $2, to_timestamp($3), now() - interval '1 hour')
+         RETURNING id",
+    )
+    .bind(pi)
+    .bind(status)
+    .bind(created as f64)
+    .fetch_one(pool)
+    .await
+    .unwrap()
 }

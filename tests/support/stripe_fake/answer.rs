@@ -9,8 +9,8 @@ use wiremock::{Request, Respond, ResponseTemplate};
 
 use super::holdings::{Holdings, State};
 use super::query::{all, created_range, get, page, Query};
-use super::{Seen, EVENTS, LIST, OTHER, RETRIEVE, SESSION_LIST, SESSION_RETRIEVE};
-use crate::support::{err, payment_intent, session_fake};
+use super::{sessions, Seen, EVENTS, LIST, OTHER, RETRIEVE, SESSION_LIST, SESSION_RETRIEVE};
+use crate::support::{err, payment_intent};
 
 /// Answers every request from the shared state.
 pub(super) struct Handler(pub(super) Arc<Mutex<State>>);
@@ -24,6 +24,26 @@ pub(in crate::support) fn collapse_charge(mut pi: Value) -> Value {
 }
 
 impl Handler {
+    /// The test's own answer for this request, if it arranged one.
+    fn forced(
+        s: &mut State,
+        endpoint: &'static str,
+        account: &Option<String>,
+    ) -> Option<ResponseTemplate> {
+        if endpoint == LIST {
+            match s.list_faults.front_mut() {
+                Some((0, _)) => return s.list_faults.pop_front().map(|(_, r)| r),
+                Some((skip, _)) => *skip -= 1,
+                None => {}
+            }
+        }
+        s.overrides
+            .iter()
+            .rev()
+            .find(|(a, e, _)| a == account && *e == endpoint)
+            .map(|(_, _, r)| r.clone())
+    }
+
     fn answer(
         &self,
         s: &State,
@@ -32,14 +52,6 @@ impl Handler {
         account: &Option<String>,
         q: &Query,
     ) -> ResponseTemplate {
-        if let Some((_, _, r)) = s
-            .overrides
-            .iter()
-            .rev()
-            .find(|(a, e, _)| a == account && *e == endpoint)
-        {
-            return r.clone();
-        }
         let empty = Holdings::default();
         let holdings = s.accounts.get(account).unwrap_or(&empty);
         let ok = |body: Value, id: &str| {
@@ -59,7 +71,9 @@ impl Handler {
                     .filter(|_| !holdings.deleted.iter().any(|d| d == id))
                     .cloned()
                     .or_else(|| {
-                        let known = s.accounts.values().any(|h| h.pis.iter().any(|p| p["id"] == id));
+                        let known = s.accounts.values().any(|h| {
+                            h.pis.iter().any(|p| p["id"] == id) || h.deleted.iter().any(|d| d == id)
+                        });
                         match s.any_status {
                             Some(status) if account.is_none() && !known => {
                                 Some(payment_intent(id, status))
@@ -107,12 +121,12 @@ impl Handler {
                 let expand = all(q, "expand[]");
                 if endpoint == SESSION_RETRIEVE {
                     let id = path.rsplit('/').next().unwrap_or_default();
-                    return match session_fake::retrieve(holdings, id, &expand) {
+                    return match sessions::retrieve(holdings, id, &expand) {
                         Some(body) => ok(body, "req_session"),
                         None => err(404, "invalid_request_error", "resource_missing"),
                     };
                 }
-                let items = session_fake::listed(holdings, gte..lt, &expand);
+                let items = sessions::listed(holdings, gte..lt, &expand);
                 let refs: Vec<&Value> = items.iter().collect();
                 match page(&refs, q, "/v1/checkout/sessions") {
                     Ok(body) => ok(body, "req_session_list"),
@@ -148,10 +162,13 @@ impl Respond for Handler {
     fn respond(&self, req: &Request) -> ResponseTemplate {
         let mut s = self.0.lock().unwrap();
         let q: Query = req.url.query_pairs().into_owned().collect();
-        let account = req
-            .headers
-            .get("stripe-account")
-            .map(|v| v.to_str().unwrap_or("<not text>").to_owned());
+        let header = |name: &str| {
+            req.headers
+                .get(name)
+                .map(|v| v.to_str().unwrap_or("<not text>").to_owned())
+        };
+        let account = header("stripe-account")
+            .or_else(|| header("authorization").and_then(|k| s.keys.get(&k).cloned()));
         let path = req.url.path().trim_end_matches('/');
         let endpoint = match path {
             "/v1/payment_intents" => LIST,
@@ -163,18 +180,8 @@ impl Respond for Handler {
             p if p.starts_with("/v1/payment_intents/") && p.matches('/').count() == 3 => RETRIEVE,
             _ => OTHER,
         };
-        let fault = if endpoint == LIST {
-            match s.list_faults.front_mut() {
-                Some((0, _)) => s.list_faults.pop_front().map(|(_, r)| r),
-                Some((skip, _)) => {
-                    *skip -= 1;
-                    None
-                }
-                None => None,
-            }
-        } else {
-            None
-        };
+        let fault = Self::forced(&mut s, endpoint, &account);
+        let forced = fault.is_some();
         let response = fault.unwrap_or_else(|| self.answer(&s, req, endpoint, &account, &q));
         let created = |k: &str| get(&q, k).and_then(|v| v.parse().ok());
         let seen = Seen {
@@ -189,6 +196,7 @@ impl Respond for Handler {
             lte: created("created[lte]"),
             expand: all(&q, "expand[]"),
             status: status_of(&response),
+            forced,
         };
         s.seen.push(seen);
         response.set_delay(s.latency)

@@ -7,7 +7,8 @@ use serde_json::Value;
 use sqlx::PgPool;
 use wiremock::ResponseTemplate;
 
-use super::{key, no_access, StripeFake, EVENTS, LIST, RETRIEVE};
+use super::holdings::put;
+use super::{key, no_access, StripeFake, EVENTS, LIST, RETRIEVE, SESSION_LIST, SESSION_RETRIEVE};
 use crate::support::payment_intent;
 
 impl StripeFake {
@@ -37,9 +38,7 @@ impl StripeFake {
     pub fn add_object(&self, account: Option<&str>, pi: Value) -> &Self {
         let mut s = self.state();
         let holdings = s.accounts.entry(key(account)).or_default();
-        holdings.pis.retain(|p| p["id"] != pi["id"]);
-        holdings.pis.push(pi);
-        holdings.sort();
+        put(&mut holdings.pis, pi);
         self
     }
 
@@ -70,13 +69,22 @@ impl StripeFake {
     /// Adds a Checkout Session object as is on `account` (`None`: the
     /// platform); one with the same id on the same account is replaced. Its
     /// `payment_intent` (an id) is expanded from the account's
-    /// PaymentIntents when a request asks ([`super::session_fake`]).
+    /// PaymentIntents when a request asks ([`sessions`]).
     pub fn add_session(&self, account: Option<&str>, session: Value) -> &Self {
         let mut s = self.state();
         let holdings = s.accounts.entry(key(account)).or_default();
-        holdings.sessions.retain(|x| x["id"] != session["id"]);
-        holdings.sessions.push(session);
-        holdings.sort();
+        put(&mut holdings.sessions, session);
+        self
+    }
+
+    /// A separate Stripe account with its own secret key: a request
+    /// authenticated with `api_key` and no `Stripe-Account` header reads (and
+    /// is counted as) `account`'s holdings; any other key reads the
+    /// platform's.
+    pub fn own_key(&self, api_key: &str, account: &str) -> &Self {
+        self.state()
+            .keys
+            .insert(format!("Bearer {api_key}"), account.to_owned());
         self
     }
 
@@ -84,26 +92,29 @@ impl StripeFake {
     pub fn push_event(&self, account: Option<&str>, event: Value) -> &Self {
         let mut s = self.state();
         let holdings = s.accounts.entry(key(account)).or_default();
-        holdings.events.push(event);
-        holdings.sort();
+        put(&mut holdings.events, event);
         self
     }
 
-    /// The test expects list pages to fail (by a fault it mounted itself).
+    /// The test expects list pages to fail by wiremock answers it mounted
+    /// itself over the fake (the fake's own faults need no permission).
     pub fn allow_failed_list_pages(&self) -> &Self {
         self.state().list_failures_expected = true;
         self
     }
 
-    /// Every request made as `account` answers Stripe's 403 no-access.
+    /// Every request made as `account` answers Stripe's 403 no-access (the
+    /// other accounts answer as before; only this account's failed list
+    /// pages are excused by the drop guard).
     pub fn refuse(&self, account: &str) -> &Self {
-        for endpoint in [RETRIEVE, LIST, EVENTS] {
+        for endpoint in [RETRIEVE, LIST, EVENTS, SESSION_RETRIEVE, SESSION_LIST] {
             self.answer_on(Some(account), endpoint, no_access(account));
         }
         self
     }
 
-    /// Every `endpoint` request made as `account` answers `response`.
+    /// Every `endpoint` request made as `account` answers `response` (a
+    /// failed list page so answered is one the test asked for).
     pub fn answer_on(
         &self,
         account: Option<&str>,
@@ -111,16 +122,15 @@ impl StripeFake {
         response: ResponseTemplate,
     ) -> &Self {
         let mut s = self.state();
-        s.list_failures_expected |= endpoint == LIST;
         s.overrides.push((key(account), endpoint, response));
         self
     }
 
     /// The list request after `skip` more list requests answers `response`
-    /// instead (faults queue up in order).
+    /// instead (faults queue up in order; a page so answered is one the test
+    /// asked for).
     pub fn fail_list(&self, skip: usize, response: ResponseTemplate) -> &Self {
         let mut s = self.state();
-        s.list_failures_expected = true;
         s.list_faults.push_back((skip, response));
         self
     }

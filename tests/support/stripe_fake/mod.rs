@@ -12,22 +12,30 @@
 //! - Checkout Sessions (docs/checkout-sessions.md): retrieve `GET /v1/checkout/sessions/{id}`
 //!   and list `GET /v1/checkout/sessions` as above, `payment_intent`
 //!   expanded with `expand[]=payment_intent[.latest_charge]` (list:
-//!   `data.payment_intent[.latest_charge]`), see `super::session_fake`;
+//!   `data.payment_intent[.latest_charge]`), see `sessions`;
 //! - events `GET /v1/events`: newest first, honouring `types[]`,
 //!   `created[gte|gt|lte|lt]`, `starting_after` and `limit`;
 //! - Connect: a request's `Stripe-Account` header selects that account's own
-//!   PaymentIntents and events (none: the platform's); an account the fake
-//!   does not hold has none (404 on retrieve, empty pages); a refused account
-//!   ([`StripeFake::refuse`]) answers Stripe's 403 "does not have access".
+//!   PaymentIntents, sessions and events (none: the platform's); an account
+//!   the fake does not hold has none (404 on retrieve, empty pages); a
+//!   refused account ([`StripeFake::refuse`]) answers Stripe's 403 "does not
+//!   have access" on every endpoint, the other accounts unaffected;
+//! - separate Stripe accounts with their own secret keys (one release per
+//!   account, docs/connect.md): [`StripeFake::own_key`] makes a request
+//!   authenticated with that key (`Authorization: Bearer`) and no
+//!   `Stripe-Account` header read that account's holdings.
 //!
 //! Any other path answers Stripe's 404 "Unrecognized request URL".
 //!
 //! It counts the requests per endpoint (and per account) and the list pages
 //! that failed (any answer but 200), so a test can assert how rows were read:
 //! [`StripeFake::assert_read_by_list`]. And when a test ends, the fake fails
-//! it if a list page failed that the test did not ask to fail
-//! ([`StripeFake::fail_list`], [`StripeFake::answer_on`],
-//! [`StripeFake::refuse`], [`StripeFake::allow_failed_list_pages`]): no test
+//! it if a page of ANY list endpoint (PaymentIntents, Checkout Sessions,
+//! events) failed that the test did not make fail itself: only a request
+//! answered by a fault the test arranged ([`StripeFake::fail_list`], or
+//! [`StripeFake::answer_on`] and [`StripeFake::refuse`] for the account and
+//! endpoint they name) may fail; [`StripeFake::allow_failed_list_pages`] is
+//! for a test that mounts its own wiremock answers over the fake. No test
 //! passes by quietly falling back to one retrieve per row.
 //!
 //! - `holdings`: what each account holds, and the fake's shared state.
@@ -36,12 +44,14 @@
 //! - `observe`: what a test reads back (the requests seen, per endpoint).
 //! - `answer`: the answer to each request, as Stripe gives it.
 //! - `query`: a request's query parameters and Stripe's 400s for them.
+//! - `sessions`: Checkout Session objects and their expansion.
 
 mod answer;
 mod arrange;
 mod holdings;
 mod observe;
 mod query;
+mod sessions;
 
 use std::ops::Deref;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -55,6 +65,8 @@ use answer::Handler;
 pub(in crate::support) use holdings::Holdings;
 use holdings::State;
 pub use observe::Seen;
+#[allow(unused_imports)] // Not every test binary builds Checkout Sessions.
+pub use sessions::checkout_session;
 
 /// Retrieve, `GET /v1/payment_intents/{id}`.
 pub const RETRIEVE: &str = "retrieve";
@@ -68,6 +80,9 @@ pub const SESSION_RETRIEVE: &str = "session_retrieve";
 pub const SESSION_LIST: &str = "session_list";
 /// Any other path (Stripe's 404 "Unrecognized request URL").
 pub const OTHER: &str = "other";
+
+/// The endpoints that answer Stripe list pages (the drop guard's scope).
+pub const LISTS: [&str; 3] = [LIST, SESSION_LIST, EVENTS];
 
 /// The fake Stripe (see the module docs). Derefs to its [`MockServer`]
 /// (`stripe.uri()`, extra mocks for odd faults).
@@ -85,7 +100,7 @@ impl Drop for StripeFake {
         let failed: Vec<&Seen> = s
             .seen
             .iter()
-            .filter(|x| x.endpoint == LIST && x.status != 200)
+            .filter(|x| LISTS.contains(&x.endpoint) && x.status != 200 && !x.forced)
             .collect();
         assert!(
             s.list_failures_expected || failed.is_empty(),

@@ -9,7 +9,8 @@ use super::{StripeFake, LIST, RETRIEVE};
 #[derive(Debug, Clone)]
 pub struct Seen {
     pub at: Instant,
-    /// [`RETRIEVE`], [`LIST`], [`EVENTS`] or [`OTHER`].
+    /// [`super::RETRIEVE`], [`super::LIST`], [`super::EVENTS`],
+    /// [`super::SESSION_RETRIEVE`], [`super::SESSION_LIST`] or [`super::OTHER`].
     pub endpoint: &'static str,
     /// `Stripe-Account` (`None`: the platform).
     pub account: Option<String>,
@@ -21,6 +22,9 @@ pub struct Seen {
     pub expand: Vec<String>,
     /// The HTTP status answered.
     pub status: u16,
+    /// Answered by a fault the test arranged (`fail_list`, `answer_on`,
+    /// `refuse`), not from the holdings.
+    pub forced: bool,
 }
 
 impl StripeFake {
@@ -63,6 +67,16 @@ impl StripeFake {
             .iter()
             .filter(|s| s.endpoint == LIST && s.status != 200)
             .count()
+    }
+
+    /// Ids retrieved one by one as `account` (`None`: the platform), in order.
+    pub fn retrieved_on(&self, account: Option<&str>) -> Vec<String> {
+        self.state()
+            .seen
+            .iter()
+            .filter(|s| s.endpoint == RETRIEVE && s.account.as_deref() == account)
+            .filter_map(|s| s.id.clone())
+            .collect()
     }
 
     /// Ids retrieved one by one, in order.

@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use serde_json::{json, Value};
 
-use super::stripe_fake::{collapse_charge, Holdings};
+use super::{collapse_charge, Holdings};
 
 /// Stripe's real Checkout Session example object (shared/stripe) as `id`,
 /// `status`, `payment_status`, naming PaymentIntent `pi` (or none), created
@@ -19,7 +19,7 @@ pub fn checkout_session(
     created: i64,
 ) -> Value {
     let mut s: Value =
-        serde_json::from_str(include_str!("../fixtures/checkout_session.json")).unwrap();
+        serde_json::from_str(include_str!("../../fixtures/checkout_session.json")).unwrap();
     s["id"] = json!(id);
     s["status"] = json!(status);
     s["payment_status"] = json!(payment_status);

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Mutation testing of the pure core (docs/testing.md, "Mutants"): installs
+# cargo-mutants from crates.io if absent and runs it over src/reconcile/ with
+# the library's unit tests as the test command (`cargo test --lib`). Not part
+# of scripts/test.sh: it takes about an hour on 2 CPUs. Prints caught /
+# missed / timeouts; the missed mutants are in mutants.out/missed.txt.
+# Extra arguments go to cargo mutants (e.g. `--jobs 2`, `-f src/reconcile/kind.rs`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+command -v cargo >/dev/null || die "cargo is not installed (https://rustup.rs)"
+if ! cargo mutants --version >/dev/null 2>&1; then
+  say "cargo install --locked cargo-mutants"
+  cargo install --locked cargo-mutants
+fi
+say "cargo mutants over src/reconcile/ (cargo test --lib)"
+status=0
+cargo mutants --no-shuffle -f 'src/reconcile/**/*.rs' -f 'src/reconcile/*.rs' \
+  --timeout-multiplier 3 "$@" -- --lib || status=$?
+out=mutants.out
+count() { [ -f "$out/$1" ] && grep -c . "$out/$1" || echo 0; }
+say "caught $(count caught.txt), missed $(count missed.txt), timeouts $(count timeout.txt), unviable $(count unviable.txt)"
+# cargo mutants exits 2 when mutants were missed, 3 on timeouts.
+case "$status" in
+  0|2|3) exit "$status" ;;
+  *) die "cargo mutants failed (exit $status)" ;;
+esac
