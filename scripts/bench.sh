@@ -12,6 +12,13 @@
 #   BENCH_K_ROWS=200000 BENCH_K_SLOW_ROWS=20000 scripts/bench.sh --only 31
 #   BENCH_KEY=uuid BENCH_KEY_INDEX=none BENCH_K_ROWS=50000 BENCH_K_SLOW_ROWS=0 scripts/bench.sh --only 31
 #
+# Issue 40 (BENCHMARKS.md, "Issue 40"): scenario 2 in list mode beside the
+# design note's algorithm (BENCH_S2_MODE=list; retrieve by default), and
+# scenario 31 with the rows loaded after `migrate` (BENCH_K_LOAD=after):
+#   BENCH_S2_ROWS=20000 BENCH_SKIP_2B=1 scripts/bench.sh --only 2
+#   BENCH_S2_MODE=list BENCH_S2_ROWS=20000 BENCH_SKIP_2B=1 scripts/bench.sh --only 2
+#   BENCH_KEY=bigint,uuid BENCH_KEY_INDEX=none BENCH_K_LOAD=after BENCH_K_ROWS=200000 BENCH_K_SLOW_ROWS=0 scripts/bench.sh --only 31
+#
 # Smaller sizes for a quick look: BENCH_S1_ROWS, BENCH_S2_ROWS, BENCH_S3_ROWS,
 # BENCH_BASELINE_ROWS. The build goes to $CARGO_TARGET_DIR (default target/).
 set -euo pipefail
