@@ -12,6 +12,8 @@
 //! - `parsing`: a 200's body into domain facts.
 //! - [`retry`]: the retry decision, a pure function.
 //! - [`session`]: Checkout Sessions: retrieve and list (docs/checkout-sessions.md).
+//! - [`subscription`]: Subscriptions as Stripe returns them, [`SubscriptionId`]
+//!   (docs/subscriptions.md).
 //! - [`error`]: [`GatewayError`] and its causes.
 //! - [`id`]: [`PaymentIntentId`] and [`CheckoutSessionId`], validated before they go into a URL path.
 //! - `wire`: Stripe's JSON shapes, read leniently (private): list pages, the
@@ -27,6 +29,7 @@ pub mod id;
 mod parsing;
 pub mod retry;
 pub mod session;
+pub mod subscription;
 mod transport;
 mod wire;
 
@@ -46,4 +49,8 @@ pub use id::{
 pub use parsing::{ListPage, ListedPaymentIntent};
 pub use retry::RetryPolicy;
 pub use session::{ListedSession, SessionPage};
+pub use subscription::{
+    parse_subscription, InvalidSubscriptionId, MalformedSubscription, StripeSubscription,
+    SubscriptionId,
+};
 pub use transport::{MAX_BODY_BYTES, MAX_LIST_BODY_BYTES, RATE_HEADROOM, STRIPE_VERSION};
