@@ -14,6 +14,7 @@
 //! - [`session`]: Checkout Sessions: retrieve and list (docs/checkout-sessions.md).
 //! - [`subscription`]: Subscriptions as Stripe returns them, [`SubscriptionId`]
 //!   (docs/subscriptions.md).
+//! - `subscription_reads`: Subscriptions: retrieve and list with `status=all` (docs/subscriptions.md).
 //! - [`error`]: [`GatewayError`] and its causes.
 //! - [`id`]: [`PaymentIntentId`] and [`CheckoutSessionId`], validated before they go into a URL path.
 //! - `wire`: Stripe's JSON shapes, read leniently (private): list pages, the
@@ -30,6 +31,7 @@ mod parsing;
 pub mod retry;
 pub mod session;
 pub mod subscription;
+mod subscription_reads;
 mod transport;
 mod wire;
 
@@ -53,4 +55,5 @@ pub use subscription::{
     parse_subscription, InvalidSubscriptionId, MalformedSubscription, StripeSubscription,
     SubscriptionId,
 };
+pub use subscription_reads::SubscriptionPage;
 pub use transport::{MAX_BODY_BYTES, MAX_LIST_BODY_BYTES, RATE_HEADROOM, STRIPE_VERSION};

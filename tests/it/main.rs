@@ -64,6 +64,8 @@
 //! - `resolve_file_locks`: a 100,000-line resolution file never blocks the application's writes to `payments`
 //! - `session_index`: migrate names the index that would serve lookups by Checkout Session id
 //! - `scan`: one batch's verdict paths and its set-based phase 3
+//! - `subscriptions_scan`: `run --object subscriptions` and `repair` through the binary: every kind in both read modes, a refused list falling back, repairs applied once
+//! - `subscriptions_common`: the subscriptions tests' fake Stripe, environment and checks
 //! - `schema_doc`: docs/schema.md names everything `migrate` creates
 //! - `stray_bytes`: a stray byte (a `SQL_ASCII` database) fails no batch nor listing; a NULL amount; a 1 MB order id
 //! - `stops`: `run` and `repair` stopped part-way (signals, a cursor moved by another run)
@@ -148,6 +150,8 @@ mod status;
 mod stops;
 mod stray_bytes;
 mod stripe_redirect;
+mod subscriptions_common;
+mod subscriptions_scan;
 mod terminal_output;
 mod write_refused;
 mod writer;

@@ -9,7 +9,7 @@ use crate::support::*;
 use stripe_reconciler::reconcile::differs;
 
 /// The columns, in order: added to, never renamed or removed (docs/review.md).
-const COLUMNS: [&str; 20] = [
+const COLUMNS: [&str; 22] = [
     "finding_id",
     "kind",
     "severity",
@@ -31,6 +31,9 @@ const COLUMNS: [&str; 20] = [
     "dashboard_url",
     // Checkout Sessions (docs/checkout-sessions.md), added at the end.
     "checkout_session_id",
+    // Subscriptions (docs/subscriptions.md), added at the end.
+    "subscription_key",
+    "stripe_subscription_id",
 ];
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]

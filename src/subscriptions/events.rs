@@ -1,0 +1,1 @@
+//! The subscription events (to come).
