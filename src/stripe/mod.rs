@@ -55,5 +55,7 @@ pub use subscription::{
     parse_subscription, InvalidSubscriptionId, MalformedSubscription, StripeSubscription,
     SubscriptionId,
 };
-pub use subscription_reads::SubscriptionPage;
+pub use subscription_reads::{
+    SubscriptionEvent, SubscriptionEventPage, SubscriptionPage, SUBSCRIPTION_EVENT_TYPES,
+};
 pub use transport::{MAX_BODY_BYTES, MAX_LIST_BODY_BYTES, RATE_HEADROOM, STRIPE_VERSION};

@@ -135,3 +135,136 @@ fn parse_page(
         },
     })
 }
+
+/// The event types that can change a subscription's verdict (at most 20
+/// per request, Stripe's limit): the subscription's own, and the invoice
+/// events that name it (docs/subscriptions.md, "Events").
+pub const SUBSCRIPTION_EVENT_TYPES: [&str; 12] = [
+    "customer.subscription.created",
+    "customer.subscription.updated",
+    "customer.subscription.deleted",
+    "customer.subscription.paused",
+    "customer.subscription.resumed",
+    "customer.subscription.trial_will_end",
+    "invoice.paid",
+    "invoice.payment_succeeded",
+    "invoice.payment_failed",
+    "invoice.payment_action_required",
+    "invoice.marked_uncollectible",
+    "invoice.voided",
+];
+
+/// One event naming a subscription: only its id, `created` and the
+/// subscription it names cross the boundary (the payload's status is
+/// never trusted: the subscription is read again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionEvent {
+    /// `evt_…`.
+    pub id: String,
+    /// `created`, epoch seconds.
+    pub created: i64,
+    /// The subscription it names.
+    pub subscription: SubscriptionId,
+}
+
+/// One page of subscription events, newest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionEventPage {
+    /// The page's events that name a well-formed subscription id.
+    pub events: Vec<SubscriptionEvent>,
+    /// Every event id of the page was read; `starting_after` for the next
+    /// page, `None` at the end.
+    pub next_after: Option<String>,
+}
+
+impl StripeGateway {
+    /// `GET /v1/events?types[]=…&created[gte]=<gte>&limit=100`, the
+    /// [`SUBSCRIPTION_EVENT_TYPES`], newest first, after `starting_after`.
+    ///
+    /// # Errors
+    /// As [`StripeGateway::list_subscriptions_on`].
+    #[tracing::instrument(name = "stripe.subscription_events", level = "debug", skip_all, fields(gte, request_id = tracing::field::Empty, http_status = tracing::field::Empty))]
+    pub async fn subscription_events(
+        &self,
+        gte: i64,
+        starting_after: Option<&str>,
+    ) -> Result<SubscriptionEventPage, GatewayError> {
+        let mut url = self.v1(&["events"]);
+        {
+            let mut query = url.query_pairs_mut();
+            for t in SUBSCRIPTION_EVENT_TYPES {
+                query.append_pair("types[]", t);
+            }
+            query
+                .append_pair("created[gte]", &gte.to_string())
+                .append_pair("limit", &LIST_PAGE_LIMIT.to_string());
+            if let Some(after) = starting_after {
+                query.append_pair("starting_after", after);
+            }
+        }
+        self.request_capped(
+            Endpoint::Events,
+            &url,
+            None,
+            MAX_LIST_BODY_BYTES,
+            parse_events,
+        )
+        .await
+    }
+}
+
+/// The subscription an event's object names: a subscription's own id, or
+/// an invoice's (`parent.subscription_details.subscription` since basil,
+/// `subscription` before; a string or an expanded object).
+fn named_subscription(object: &Value) -> Option<SubscriptionId> {
+    let id_of = |v: &Value| match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(_) => v.get("id").and_then(Value::as_str).map(str::to_owned),
+        _ => None,
+    };
+    let raw = match object.get("object").and_then(Value::as_str) {
+        Some("subscription") => id_of(object.get("id")?),
+        Some("invoice") => object
+            .pointer("/parent/subscription_details/subscription")
+            .and_then(id_of)
+            .or_else(|| object.get("subscription").and_then(id_of)),
+        _ => None,
+    }?;
+    SubscriptionId::parse(&raw).ok()
+}
+
+fn parse_events(headers: &HeaderMap, body: &[u8]) -> Result<SubscriptionEventPage, Unavailable> {
+    let invalid = Unavailable::InvalidBody;
+    let list = json_body(headers, body)?;
+    if list.get("object").and_then(Value::as_str) != Some("list") {
+        return Err(invalid(InvalidBody::NotAList));
+    }
+    let data = list
+        .get("data")
+        .and_then(Value::as_array)
+        .ok_or(invalid(InvalidBody::ListWithoutData))?;
+    let has_more = list
+        .get("has_more")
+        .and_then(Value::as_bool)
+        .ok_or(invalid(InvalidBody::ListWithoutHasMore))?;
+    let events = data
+        .iter()
+        .filter_map(|e| {
+            Some(SubscriptionEvent {
+                id: e.get("id")?.as_str()?.to_owned(),
+                created: e.get("created")?.as_i64()?,
+                subscription: named_subscription(e.pointer("/data/object")?)?,
+            })
+        })
+        .collect();
+    let last = data
+        .last()
+        .and_then(|e| e.get("id")?.as_str().map(str::to_owned));
+    if has_more && last.is_none() {
+        return Err(invalid(InvalidBody::LastEventWithoutId));
+    }
+    Ok(SubscriptionEventPage {
+        events,
+        next_after: if has_more { last } else { None },
+    })
+}

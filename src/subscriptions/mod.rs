@@ -12,10 +12,12 @@
 //! - `judge`: one row judged, and what phase 3 writes of it.
 //! - `record`: phase 3: stamps, findings once, commands, the cursor; a refused row isolated.
 //! - `summary`: what a run did, logged and printed.
-//! - `events`: the subscription events the events job reads.
+//! - `events`: the subscriptions' events feed: events read, subscriptions read again, rows judged, orphans.
+//! - `events_job`: [`SubscriptionEventsJob`], the feed as a job `events` runs after the PaymentIntents' feed.
 
 mod batch;
-pub mod events;
+mod events;
+mod events_job;
 mod groups;
 mod job;
 mod judge;
@@ -24,6 +26,8 @@ mod read;
 mod record;
 mod summary;
 
+pub use events::FeedCounts;
+pub use events_job::{events_job_name, SubscriptionEventsJob, SubscriptionEventsSummary};
 pub use groups::{job_name, SubscriptionGroups, DEFAULT_JOB};
 pub use job::SubscriptionsJob;
 pub use summary::SubscriptionsSummary;

@@ -135,10 +135,13 @@ fn row_of<'a>(rows: &'a [StoredSubscription], key: &PaymentKey) -> Option<&'a St
 
 /// What [`write`] did.
 #[derive(Debug, Default)]
-struct Written {
-    created: u64,
-    cleared: u64,
-    enqueued: u64,
+pub struct Written {
+    /// Findings newly recorded.
+    pub created: u64,
+    /// Findings cleared.
+    pub cleared: u64,
+    /// Commands enqueued.
+    pub enqueued: u64,
 }
 
 impl Written {
@@ -149,8 +152,13 @@ impl Written {
     }
 }
 
-/// The writes of `judged`: stamps, findings, cleared findings, commands.
-async fn write(
+/// The writes of `judged` (rows of `rows`) for `job`: stamps, findings,
+/// cleared findings and their pending commands closed, commands. Shared by
+/// the scan and the events job.
+///
+/// # Errors
+/// [`StoreError`] from the database (a refusal included: the caller isolates).
+pub async fn write(
     conn: &mut PgConnection,
     outbox: &OutboxSettings,
     job: &str,

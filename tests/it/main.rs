@@ -65,6 +65,7 @@
 //! - `session_index`: migrate names the index that would serve lookups by Checkout Session id
 //! - `scan`: one batch's verdict paths and its set-based phase 3
 //! - `subscriptions_scan`: `run --object subscriptions` and `repair` through the binary: every kind in both read modes, a refused list falling back, repairs applied once
+//! - `subscriptions_events`: `events` with a subscriptions table: a missed cancel and a subscription no row names, once
 //! - `subscriptions_migrate`: `migrate` with a subscriptions table: exit 78 naming what does not fit, the lookup index built CONCURRENTLY per partition and kept
 //! - `subscriptions_shapes`: Cashier with a word map and a multi-item subscription, a status-less uuid-keyed `users` table, `past_due` under both policies
 //! - `subscriptions_common`: the subscriptions tests' fake Stripe, environment and checks
@@ -153,6 +154,7 @@ mod stops;
 mod stray_bytes;
 mod stripe_redirect;
 mod subscriptions_common;
+mod subscriptions_events;
 mod subscriptions_migrate;
 mod subscriptions_scan;
 mod subscriptions_shapes;

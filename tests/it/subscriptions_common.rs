@@ -54,6 +54,7 @@ struct Seen {
 #[derive(Clone, Default)]
 pub struct SubsFake {
     subs: Arc<Mutex<Vec<Value>>>,
+    events: Arc<Mutex<Vec<Value>>>,
     seen: Arc<Mutex<Seen>>,
     /// List requests answer 400 `parameter_unknown` (an older API, a proxy).
     refuse_list: Arc<Mutex<bool>>,
@@ -63,6 +64,45 @@ impl SubsFake {
     /// Holds `s`.
     pub fn add(&self, s: Value) {
         self.subs.lock().unwrap().push(s);
+    }
+
+    /// Holds the event `evt` of `kind` about `object`, created `created`.
+    pub fn event(&self, evt: &str, kind: &str, created: i64, object: Value) {
+        self.events.lock().unwrap().push(json!({
+            "id": evt, "object": "event", "type": kind, "created": created,
+            "data": {"object": object}
+        }));
+    }
+
+    /// `GET /v1/events`: newest first, only `types[]`, from `created[gte]`.
+    fn list_events(&self, req: &Request) -> ResponseTemplate {
+        let types: Vec<String> = req
+            .url
+            .query_pairs()
+            .filter(|(k, _)| k == "types[]")
+            .map(|(_, v)| v.into())
+            .collect();
+        let gte = req
+            .url
+            .query_pairs()
+            .find(|(k, _)| k == "created[gte]")
+            .and_then(|(_, v)| v.parse::<i64>().ok())
+            .unwrap_or(i64::MIN);
+        let mut data: Vec<Value> = self
+            .events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| {
+                types.iter().any(|t| e["type"] == t.as_str())
+                    && e["created"].as_i64().unwrap_or(0) >= gte
+            })
+            .cloned()
+            .collect();
+        data.sort_by_key(|e| std::cmp::Reverse(e["created"].as_i64()));
+        ResponseTemplate::new(200).set_body_json(
+            json!({"object": "list", "url": "/v1/events", "has_more": false, "data": data}),
+        )
     }
 
     /// List requests answer HTTP 400 from now on.
@@ -150,6 +190,9 @@ impl Respond for SubsFake {
         let path = req.url.path();
         if path == "/v1/subscriptions" {
             return self.list(req);
+        }
+        if path == "/v1/events" {
+            return self.list_events(req);
         }
         if let Some(id) = path.strip_prefix("/v1/subscriptions/") {
             self.seen.lock().unwrap().retrieves += 1;
