@@ -50,7 +50,7 @@ pub use parsing::{ListPage, ListedPaymentIntent};
 pub use retry::RetryPolicy;
 pub use session::{ListedSession, SessionPage};
 pub use subscription::{
-    parse_subscription, InvalidSubscriptionId, MalformedSubscription, StripeSubscription,
-    SubscriptionId,
+    invoice_subscription, parse_subscription, InvalidSubscriptionId, MalformedSubscription,
+    StripeSubscription, SubscriptionId,
 };
 pub use transport::{MAX_BODY_BYTES, MAX_LIST_BODY_BYTES, RATE_HEADROOM, STRIPE_VERSION};
