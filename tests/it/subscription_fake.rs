@@ -9,7 +9,9 @@ use serde_json::Value;
 use stripe_reconciler::reconcile::subscription::SubscriptionStatus;
 use stripe_reconciler::stripe::{parse_subscription, AccountId};
 
-use crate::support::stripe_fake::{StripeFake, SUBSCRIPTION_LIST, SUBSCRIPTION_RETRIEVE};
+use crate::support::stripe_fake::{
+    subscription, subscription_event, StripeFake, SUBSCRIPTION_LIST, SUBSCRIPTION_RETRIEVE,
+};
 
 async fn get(fake: &StripeFake, path: &str, account: Option<&str>) -> (u16, Value) {
     let mut req = reqwest::Client::new().get(format!("{}{path}", fake.uri()));
@@ -165,4 +167,24 @@ async fn a_connected_accounts_subscriptions_are_its_own() {
     let (_, platform) = get(&fake, "/v1/subscriptions?status=all", None).await;
     assert_eq!(ids(&platform), ["sub_platform"]);
     assert_eq!(fake.count_on(Some("acct_1Conn"), SUBSCRIPTION_LIST), 1);
+}
+
+#[tokio::test]
+async fn subscription_and_invoice_events_name_their_subscription() {
+    let fake = StripeFake::start().await;
+    let sub = subscription("sub_ev", "canceled", 1_000);
+    fake.push_event(
+        None,
+        subscription_event("evt_1", "customer.subscription.deleted", &sub, 60),
+    );
+    fake.push_event(None, subscription_event("evt_2", "invoice.paid", &sub, 30));
+    let (status, page) = get(&fake, "/v1/events?limit=10", None).await;
+    assert_eq!(status, 200);
+    let data = page["data"].as_array().unwrap();
+    assert_eq!(data[0]["type"], "invoice.paid", "newest first");
+    let named = stripe_reconciler::stripe::invoice_subscription(&data[0]["data"]["object"]);
+    assert_eq!(named.unwrap().as_str(), "sub_ev");
+    let deleted = parse_subscription(data[1]["data"]["object"].clone(), None).unwrap();
+    assert_eq!(deleted.id.as_str(), "sub_ev");
+    assert_eq!(deleted.facts.status, SubscriptionStatus::Canceled);
 }

@@ -61,7 +61,9 @@ pub(in crate::support) use holdings::Holdings;
 use holdings::State;
 pub use observe::Seen;
 #[allow(unused_imports)] // Not every test binary reads subscriptions.
-pub use subscriptions::{subscription, SUBSCRIPTION_LIST, SUBSCRIPTION_RETRIEVE};
+pub use subscriptions::{
+    subscription, subscription_event, SUBSCRIPTION_LIST, SUBSCRIPTION_RETRIEVE,
+};
 
 /// Retrieve, `GET /v1/payment_intents/{id}`.
 pub const RETRIEVE: &str = "retrieve";

@@ -92,6 +92,30 @@ pub fn subscription(id: &str, status: &str, created: i64) -> Value {
     s
 }
 
+/// A Stripe event of `event_type` (`customer.subscription.deleted`,
+/// `invoice.paid`, …) about the subscription `sub` (a subscription object),
+/// `secs_ago` old: a `customer.subscription.*` event carries the
+/// subscription, an `invoice.*` one an invoice naming it at
+/// `parent.subscription_details.subscription`, as Stripe's current API
+/// version does.
+pub fn subscription_event(id: &str, event_type: &str, sub: &Value, secs_ago: i64) -> Value {
+    let created = chrono::Utc::now().timestamp() - secs_ago;
+    let object = if event_type.starts_with("invoice.") {
+        let paid = event_type == "invoice.paid";
+        json!({"id": format!("in_{}", sub["id"].as_str().unwrap_or_default().trim_start_matches("sub_")),
+               "object": "invoice", "created": created, "currency": "usd",
+               "amount_due": 2000, "amount_paid": if paid { 2000 } else { 0 },
+               "status": if paid { "paid" } else { "open" },
+               "parent": {"type": "subscription_details",
+                          "subscription_details": {"subscription": sub["id"], "metadata": {}}}})
+    } else {
+        sub.clone()
+    };
+    json!({"id": id, "object": "event", "api_version": "2025-03-31.basil", "created": created,
+           "type": event_type, "data": {"object": object}, "livemode": false,
+           "pending_webhooks": 1, "request": {"id": null, "idempotency_key": null}})
+}
+
 impl StripeFake {
     /// Adds [`subscription`]`(id, status, created)` on `account` (`None`:
     /// the platform).
