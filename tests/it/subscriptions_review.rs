@@ -19,7 +19,7 @@ async fn subscription_findings_through_the_review_loop_and_status(pool: PgPool) 
     .execute(&pool)
     .await
     .unwrap();
-    let stripe = SubsFake::default();
+    let stripe = SubsFake::start().await;
     let t = now();
     let mut left = sub("sub_Left", "canceled", t - 7200, "price_a", 1, t - 60);
     left["ended_at"] = (t - 60).into();
@@ -32,10 +32,9 @@ async fn subscription_findings_through_the_review_loop_and_status(pool: PgPool) 
         1,
         t + 86_400,
     ));
-    let server = stripe.serve().await;
     let env = env(
         &pool,
-        &server,
+        &stripe,
         "retrieve",
         &[("RECONCILER_SUBSCRIPTIONS_TABLE", "plans")],
     );
