@@ -1,7 +1,8 @@
 //! Subscription findings in the review loop, through the binary: `findings
 //! list` (JSON and CSV) and `findings show` with the subscription's
 //! Dashboard link, `findings resolve --file`, the `reconciliation_review`
-//! view, and `status` showing both objects.
+//! view, `status` showing both objects, and a relayed (Debezium) outbox
+//! getting one command per row, once.
 
 use serde_json::Value;
 use sqlx::PgPool;
@@ -119,4 +120,48 @@ async fn subscription_findings_through_the_review_loop_and_status(pool: PgPool) 
         open(&pool).await,
         pairs(&[("1", "subscription_missed_cancel")])
     );
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_relayed_outbox_gets_one_command_per_row_once(pool: PgPool) {
+    sqlx::raw_sql(
+        "CREATE TABLE plans (id integer PRIMARY KEY, stripe_subscription_id text, status text NOT NULL,
+                             created_at timestamptz NOT NULL DEFAULT now() - interval '2 hours',
+                             updated_at timestamptz NOT NULL DEFAULT now() - interval '1 hour');
+         INSERT INTO plans VALUES (7, 'sub_Left', 'active');
+         CREATE TABLE app_outbox (id uuid PRIMARY KEY, aggregatetype text NOT NULL,
+                                  aggregateid text NOT NULL, type text NOT NULL, payload jsonb NOT NULL,
+                                  \"timestamp\" timestamptz);",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let stripe = SubsFake::start().await;
+    let t = now();
+    let mut left = sub("sub_Left", "canceled", t - 7200, "price_a", 1, t - 60);
+    left["ended_at"] = (t - 60).into();
+    stripe.add(left);
+    let vars = [
+        ("RECONCILER_SUBSCRIPTIONS_TABLE", "plans"),
+        ("RECONCILER_OUTBOX_TABLE", "app_outbox"),
+        ("RECONCILER_OUTBOX_SHAPE", "debezium"),
+    ];
+    let env = env(&pool, &stripe, "retrieve", &vars);
+    migrate(&pool, &env).await;
+    for _ in 0..2 {
+        binary(&["run", "--object", "subscriptions"], &env, 0).await;
+    }
+    let rows: Vec<(String, String, String, Value)> =
+        sqlx::query_as("SELECT aggregatetype, aggregateid, type, payload FROM app_outbox")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let (aggregate, id, kind, payload) = &rows[0];
+    assert_eq!(
+        (aggregate.as_str(), id.as_str(), kind.as_str()),
+        ("subscription", "7", "ApplySubscriptionState")
+    );
+    assert_eq!(payload["expected"]["status"], "active", "{payload}");
+    assert_eq!(payload["apply"]["status"], "canceled", "{payload}");
 }
