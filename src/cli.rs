@@ -32,6 +32,10 @@ pub enum Command {
         /// Read and classify, print the summary, write nothing (not even the cursor).
         #[arg(long)]
         dry_run: bool,
+        /// Which table to scan: payments (PaymentIntents) or subscriptions
+        /// (RECONCILER_SUBSCRIPTIONS_TABLE against Stripe Subscriptions).
+        #[arg(long, value_enum, default_value_t = Object::Payments)]
+        object: Object,
     },
     /// Read Stripe's PaymentIntent events since the stored position and
     /// re-check each PaymentIntent named (the events CronJob's job): missed
@@ -64,6 +68,16 @@ impl Command {
             Command::Run { .. } | Command::Events | Command::Repair
         )
     }
+}
+
+/// What `run` reconciles (docs/subscriptions.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Object {
+    /// The `payments` table against PaymentIntents.
+    #[default]
+    Payments,
+    /// The subscriptions table against Stripe Subscriptions.
+    Subscriptions,
 }
 
 /// `findings` subcommands.

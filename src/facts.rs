@@ -4,6 +4,10 @@
 //! by each job's groups; code that skips the checks has no facts to read
 //! (docs/keys.md, docs/schema.md).
 
+mod subscriptions;
+
+pub use subscriptions::{Column, SubscriptionTable, TimeColumn, TimeStorage};
+
 use crate::config::{Partition, PaymentTimes};
 use crate::key::KeyType;
 
@@ -18,6 +22,9 @@ pub struct TableFacts {
     /// `RECONCILER_PARTITION_COLUMN` / `RECONCILER_PARTITION_VALUE` with the
     /// column's kind from the catalogue; `None` without a partition.
     pub partition: Option<Partition>,
+    /// The subscriptions table (`RECONCILER_SUBSCRIPTIONS_TABLE`) as
+    /// checked at start; `None` when the job does not read it.
+    pub subscriptions: Option<SubscriptionTable>,
 }
 
 impl TableFacts {
@@ -28,6 +35,7 @@ impl TableFacts {
             key,
             times,
             partition,
+            subscriptions: None,
         }
     }
 }

@@ -34,6 +34,7 @@
 //! - [`scan`]: batches over the cursor (phases 1 and 3), the run plan, and the scan's [`lifecycle::Job`]; its groups [`scan::ScanGroups`].
 //! - [`shutdown`]: SIGTERM/SIGINT into a cancellation token.
 //! - [`status`]: the job's state for `status` and the metrics, and the `status` screen.
+//! - [`subscriptions`]: the subscriptions scan (`run --object subscriptions`): the application's subscriptions table against Stripe Subscriptions, its [`lifecycle::Job`] and groups.
 //! - [`store`]: all SQL, by table (a directory per table whose SQL has several jobs).
 //! - [`stripe`]: the gateway boundary: HTTP client, retry rule, ids (PaymentIntent, Connect account), errors.
 //! - [`telemetry`]: tracing initialisation (json or pretty).
@@ -67,6 +68,7 @@ pub mod shutdown;
 pub mod status;
 pub mod store;
 pub mod stripe;
+pub mod subscriptions;
 pub mod telemetry;
 pub mod terminal;
 pub mod upgrade;

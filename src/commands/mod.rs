@@ -46,7 +46,7 @@ pub async fn dispatch(command: Command, settings: Settings) -> Result<(), Comman
         Command::Migrate {
             unique_payment_intent_index,
         } => migrate::migrate(&settings, unique_payment_intent_index).await,
-        Command::Run { dry_run } => run::run(&settings, dry_run).await,
+        Command::Run { dry_run, object } => run::run(&settings, dry_run, object).await,
         Command::Events => events::events(&settings).await,
         Command::Repair => repair::repair(&settings).await,
         Command::Status { json } => status::status(&settings, json).await,

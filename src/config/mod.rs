@@ -21,7 +21,11 @@
 //! - `output`: [`LogFormat`] and `PUSHGATEWAY_URL`.
 //! - `timestamps`: [`PaymentTimes`]: `RECONCILER_TIMESTAMP_ZONE` and the detected
 //!   types of `payments.created_at` / `updated_at`.
+//! - `subscriptions`: [`SubscriptionSettings`]: `RECONCILER_SUBSCRIPTIONS_TABLE`, the
+//!   `RECONCILER_SUBSCRIPTION_*` columns and words, `RECONCILER_PAST_DUE_ACCESS`
+//!   (docs/subscriptions.md).
 //! - `value`: the number and URL parsers the groups share.
+//! - `word_map`: the `key=word,word;…` form the status maps share.
 
 mod database;
 mod error;
@@ -36,9 +40,11 @@ mod scan;
 mod schema;
 mod statuses;
 mod stripe;
+mod subscriptions;
 mod timestamps;
 mod value;
 pub mod variables;
+mod word_map;
 
 use url::Url;
 
@@ -55,6 +61,10 @@ pub use scan::{ReadMode, ScanSettings, Sizing, LIST_BATCH_SIZE, RETRIEVE_BATCH_S
 pub use schema::SchemaSettings;
 pub use statuses::{AmountUnit, StatusMap, DEFAULT_LOCAL_STATUSES};
 pub use stripe::{GatewaySetupError, StripeSettings, DEFAULT_STRIPE_API_BASE};
+pub use subscriptions::{
+    parse_statuses as parse_subscription_statuses, SubscriptionSettings, SubscriptionsTable,
+    NO_STATUS_COLUMN,
+};
 pub use timestamps::{PaymentTimes, TimeColumn, TimestampZone};
 
 use crate::reconcile::Rules;
@@ -95,6 +105,10 @@ pub struct Settings {
     pub log_format: LogFormat,
     /// `RECONCILER_NOTIFY_*`; `None` when `RECONCILER_NOTIFY_URL` is unset.
     pub notify: Option<NotifySettings>,
+    /// The subscriptions table and its columns (`RECONCILER_SUBSCRIPTIONS_TABLE`,
+    /// `RECONCILER_SUBSCRIPTION_*`, `RECONCILER_PAST_DUE_ACCESS`); `None` when
+    /// the table is unset (docs/subscriptions.md).
+    pub subscriptions: Option<SubscriptionSettings>,
 }
 
 impl Settings {
@@ -135,6 +149,7 @@ impl Settings {
             ));
         }
         let notify = notify::parse(vars.clone())?;
+        let subscriptions = subscriptions::parse(vars.clone())?;
         let events = events::parse(vars)?;
         Ok(Settings {
             database,
@@ -157,6 +172,7 @@ impl Settings {
             outbox,
             log_format: output.log_format,
             notify,
+            subscriptions,
         })
     }
 }

@@ -23,11 +23,19 @@ impl OutboxTable {
     /// # Errors
     /// [`ConfigError::Invalid`] for `RECONCILER_OUTBOX_TABLE`.
     pub fn parse(raw: &str) -> Result<Self, ConfigError> {
-        const VAR: &str = "RECONCILER_OUTBOX_TABLE";
+        Self::parse_as("RECONCILER_OUTBOX_TABLE", raw)
+    }
+
+    /// Validates `raw` (`table` or `schema.table`) for the variable `var`
+    /// (`RECONCILER_SUBSCRIPTIONS_TABLE` follows the same rule).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming `var`.
+    pub fn parse_as(var: &'static str, raw: &str) -> Result<Self, ConfigError> {
         let part = |p: &str| {
-            ColumnName::parse(VAR, p).map(|c| c.as_str().to_owned()).map_err(|_| {
+            ColumnName::parse(var, p).map(|c| c.as_str().to_owned()).map_err(|_| {
                 invalid(
-                    VAR,
+                    var,
                     format!("{raw:?} is not a table name (table or schema.table, each 1-63 letters, digits or _, not starting with a digit)"),
                 )
             })

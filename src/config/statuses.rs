@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use super::error::{invalid, ConfigError};
 use super::value;
+use super::word_map::WordMapSyntax;
 use crate::reconcile::LocalStatus;
 
 const STATUSES_VAR: &str = "RECONCILER_LOCAL_STATUSES";
@@ -58,52 +59,35 @@ impl StatusMap {
     /// an unknown or repeated state, an empty word, a word mapped twice, or
     /// `pending`, `paid` or `failed` missing.
     pub fn parse(raw: &str) -> Result<Self, ConfigError> {
-        let bad = |reason: String| invalid(STATUSES_VAR, reason);
-        let mut states: Vec<(LocalStatus, Vec<String>)> = LocalStatus::ALL
-            .into_iter()
-            .map(|s| (s, Vec::new()))
-            .collect();
-        let mut given: Vec<LocalStatus> = Vec::new();
-        let mut seen: Vec<String> = Vec::new();
-        for entry in raw.split(';').map(str::trim).filter(|e| !e.is_empty()) {
-            let (name, words) = entry
-                .split_once('=')
-                .ok_or_else(|| bad(format!("{entry:?} is not state=word,word")))?;
-            let name = name.trim();
-            let state = LocalStatus::canonical(name).ok_or_else(|| {
-                bad(format!(
-                    "{name:?} is not a local state (pending, paid, failed, refunded)"
-                ))
-            })?;
-            if given.contains(&state) {
-                return Err(bad(format!("{name} is given twice")));
-            }
-            given.push(state.clone());
-            let slot = states
-                .iter_mut()
-                .find(|(s, _)| *s == state)
-                .map(|(_, w)| w)
-                .ok_or_else(|| bad(format!("{name} is not a local state")))?;
-            for word in words.split(',').map(str::trim) {
-                if word.is_empty() {
-                    return Err(bad(format!("{name} has an empty word")));
-                }
-                if seen.iter().any(|w| w == word) {
-                    return Err(bad(format!(
-                        "{word:?} is mapped twice (a word names one state)"
-                    )));
-                }
-                seen.push(word.to_owned());
-                slot.push(word.to_owned());
-            }
-        }
+        let syntax = WordMapSyntax {
+            var: STATUSES_VAR,
+            key: "state",
+            parse_key: |name| {
+                LocalStatus::canonical(name).ok_or_else(|| {
+                    format!("{name:?} is not a local state (pending, paid, failed, refunded)")
+                })
+            },
+        };
+        let given = syntax.parse(raw)?;
         for required in [LocalStatus::Pending, LocalStatus::Paid, LocalStatus::Failed] {
-            if !given.contains(&required) {
-                return Err(bad(format!(
-                    "{required} is missing (pending, paid and failed are required)"
-                )));
+            if !given.iter().any(|(s, _)| *s == required) {
+                return Err(invalid(
+                    STATUSES_VAR,
+                    format!("{required} is missing (pending, paid and failed are required)"),
+                ));
             }
         }
+        let states = LocalStatus::ALL
+            .into_iter()
+            .map(|s| {
+                let words = given
+                    .iter()
+                    .find(|(g, _)| *g == s)
+                    .map(|(_, w)| w.clone())
+                    .unwrap_or_default();
+                (s, words)
+            })
+            .collect();
         Ok(StatusMap { states })
     }
 

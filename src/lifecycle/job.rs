@@ -17,7 +17,7 @@ use crate::outcome::{RunError, RunOutcome};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Checks {
     /// The schema only: `payments.id`'s key type, the outbox's shape and the
-    /// time zone (`repair`).
+    /// time zone, and the subscriptions table when configured (`repair`).
     Schema,
     /// What a run that reads `payments` relies on: the schema, the key
     /// columns aligned, the PaymentIntent index, the configured columns,
@@ -27,6 +27,9 @@ pub enum Checks {
         /// Whether the partition's `(column, id)` index is required.
         partition_index: bool,
     },
+    /// The schema, then the subscriptions table and its configured columns
+    /// (`run --object subscriptions`; docs/subscriptions.md).
+    Subscriptions,
 }
 
 /// What the lifecycle needs to know of a job before it runs: data, not

@@ -55,6 +55,7 @@ pub async fn run<J: Job>(settings: &Settings, mut job: J) -> Result<(), Lifecycl
         Checks::Reads { partition_index } => {
             preflight::check_columns(&pool, settings, partition_index).await?
         }
+        Checks::Subscriptions => preflight::check_subscriptions(&pool, settings).await?,
     };
     let mut ctx = RunContext {
         pool: &pool,

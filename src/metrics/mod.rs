@@ -110,6 +110,19 @@ impl ScanMetrics {
         }
     }
 
+    /// Records the state of a scan over another object (the subscriptions
+    /// scan, docs/subscriptions.md): lag, open findings by kind, pending
+    /// repair commands (`None`: not ours to count).
+    pub fn observe_object(
+        &mut self,
+        lag_seconds: Option<f64>,
+        open_findings: &[(String, i64)],
+        outbox_pending: Option<i64>,
+    ) {
+        self.status
+            .observe_object(lag_seconds, open_findings, outbox_pending);
+    }
+
     /// Marks the moment a run lost the cursor to another run.
     pub fn observe_concurrent_run(&mut self, now_unix: f64) {
         self.figures.run.observe_concurrent_run(now_unix);

@@ -145,4 +145,24 @@ impl StatusGauges {
             self.open_findings.set(kind, n as f64);
         }
     }
+
+    /// The state of a job over another object (the subscriptions scan):
+    /// its lag (absent before any row was confirmed), its open findings by
+    /// kind and its pending repair commands (absent for a relayed outbox).
+    pub(super) fn observe_object(
+        &self,
+        lag_seconds: Option<f64>,
+        open_findings: &[(String, i64)],
+        outbox_pending: Option<i64>,
+    ) {
+        if let Some(lag) = lag_seconds {
+            self.lag.set(lag);
+        }
+        if let Some(n) = outbox_pending {
+            self.outbox_pending.set(n as f64);
+        }
+        for (kind, n) in open_findings_by_label(open_findings) {
+            self.open_findings.set(kind, n as f64);
+        }
+    }
 }

@@ -10,6 +10,7 @@
 //! - `duplicates`: the count of PaymentIntent ids several rows hold.
 //! - `partition_index`: the index on `payments (<partition column>, id)`.
 //! - `session_index`: which index would serve lookups by Checkout Session id.
+//! - `subscription_index`: the subscriptions table checked and its lookup index.
 //! - `error`: [`MigrateError`], why `migrate` stopped, and its exit code.
 //! - `lock_timeout`: what to say when an index build did not get its lock.
 
@@ -22,6 +23,7 @@ mod outbox;
 mod partition_index;
 mod payment_intent_index;
 mod session_index;
+mod subscription_index;
 
 use sqlx::{PgConnection, PgPool};
 
@@ -70,7 +72,9 @@ pub async fn migrate(pool: &PgPool, settings: &Settings, unique: bool) -> Result
     partition_index::ensure(&mut conn, settings).await?;
     // 6. With a Checkout Session column: which index of yours serves the
     //    events job's lookups by session id (never added here).
-    session_index::report(&mut conn, settings).await
+    session_index::report(&mut conn, settings).await?;
+    // 7. With a subscriptions table: its lookup index on the subscription id.
+    subscription_index::ensure(&mut conn, settings).await
 }
 
 /// Checks the schema before anything is created (the table `payments` and
@@ -90,6 +94,7 @@ async fn check_first(
     // the columns every command reads; `migrate` never creates it.
     let outbox = check_schema(&mut tx, settings, true).await?;
     preflight::checked(&mut tx, settings).await?;
+    preflight::subscriptions::check(&mut tx, settings).await?;
     tx.commit()
         .await
         .context("closing a transaction")

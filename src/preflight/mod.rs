@@ -17,6 +17,7 @@ use crate::store::payments::{self, ColumnError, MoneyColumns};
 use crate::store::Context;
 
 mod error;
+pub mod subscriptions;
 
 pub use error::PreflightError;
 
@@ -193,11 +194,35 @@ pub async fn check_schema_only(
         .context("opening a transaction")
         .map_err(PreflightError::Store)?;
     check_schema(&mut conn, settings, false).await?;
-    let facts = checked(&mut conn, settings).await?;
+    let mut facts = checked(&mut conn, settings).await?;
+    // The subscriptions table, when configured: `repair` writes it.
+    facts.subscriptions = subscriptions::check(&mut conn, settings).await?;
     conn.commit()
         .await
         .context("closing a transaction")
         .map_err(PreflightError::Store)?;
+    Ok(facts)
+}
+
+/// The start-up checks of `run --object subscriptions`: those of
+/// [`check_schema_only`], the subscriptions table required
+/// (docs/subscriptions.md).
+///
+/// # Errors
+/// [`PreflightError::Config`] (exit 78) naming what to fix, also when
+/// `RECONCILER_SUBSCRIPTIONS_TABLE` is not set;
+/// [`PreflightError::Store`] from the database.
+pub async fn check_subscriptions(
+    pool: &PgPool,
+    settings: &Settings,
+) -> Result<TableFacts, PreflightError> {
+    let facts = check_schema_only(pool, settings).await?;
+    if facts.subscriptions.is_none() {
+        return Err(ConfigError::Missing {
+            var: "RECONCILER_SUBSCRIPTIONS_TABLE",
+        }
+        .into());
+    }
     Ok(facts)
 }
 

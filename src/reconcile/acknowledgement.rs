@@ -18,11 +18,14 @@
 //! | `amount_mismatch` | `local_amount`, `local_amount_major`, `stripe_amount`, `currency` |
 //! | `currency_mismatch` | `local_currency`, `stripe_currency` |
 //! | `authorization_expiring`, `stuck_processing`, `abandoned` | `created` (the PaymentIntent's; the deadline follows from it) |
+//! | `subscription_*` access, status, period, schedule and missing-externally kinds | none: the drift is the statuses |
+//! | `subscription_price_mismatch` | `local_price`, `stripe_prices` |
+//! | `subscription_quantity_mismatch` | `local_quantity`, `stripe_quantity` |
 //!
 //! Never acknowledged: `persistently_unverifiable` and `write_refused` (they
 //! say the reconciler could not check or write the row: resolving one by
 //! hand says its cause was fixed, and a cause still there must be seen
-//! again), and `missing_locally` (recorded by the events feed, one per
+//! again), and `missing_locally` and `subscription_missing_locally` (recorded by the events feed, one per
 //! PaymentIntent). A money, duplicate or aging finding on a row whose status
 //! also drifts (e.g. `pending` here, `succeeded` at Stripe, and refunded) is
 //! not acknowledged either: it stands in for the status drift ("money beats
@@ -58,9 +61,19 @@ pub fn acknowledgeable(kind: &FindingKind, status_in_sync: bool) -> bool {
         | FindingKind::AuthorizationExpiring
         | FindingKind::StuckProcessing
         | FindingKind::Abandoned => status_in_sync,
+        FindingKind::SubscriptionPaidButBlocked
+        | FindingKind::SubscriptionStatusMismatch
+        | FindingKind::SubscriptionPeriodStale
+        | FindingKind::SubscriptionCancelScheduled
+        | FindingKind::SubscriptionMissingExternally => true,
+        FindingKind::SubscriptionMissedCancel
+        | FindingKind::SubscriptionAccessWithoutPayment
+        | FindingKind::SubscriptionPriceMismatch
+        | FindingKind::SubscriptionQuantityMismatch => status_in_sync,
         FindingKind::PersistentlyUnverifiable
         | FindingKind::WriteRefused
-        | FindingKind::MissingLocally => false,
+        | FindingKind::MissingLocally
+        | FindingKind::SubscriptionMissingLocally => false,
     }
 }
 
@@ -87,6 +100,15 @@ fn fields(kind: &str) -> Option<&'static [&'static str]> {
         | "invalid_payment_intent_id"
         | "duplicate_payment_intent" => &[],
         "invalid_checkout_session_id" => &["mode"],
+        "subscription_missed_cancel"
+        | "subscription_access_without_payment"
+        | "subscription_paid_but_blocked"
+        | "subscription_status_mismatch"
+        | "subscription_period_stale"
+        | "subscription_cancel_scheduled"
+        | "subscription_missing_externally" => &[],
+        "subscription_price_mismatch" => &["local_price", "stripe_prices"],
+        "subscription_quantity_mismatch" => &["local_quantity", "stripe_quantity"],
         k if k.starts_with("unexpected:") => &[],
         _ => return None,
     })

@@ -76,6 +76,41 @@ pub enum FindingKind {
     /// "Guards"). NEEDS_REVIEW, never repaired; cleared by a later scan that
     /// writes the row.
     WriteRefused,
+    /// The application grants access; Stripe's subscription is `canceled`
+    /// or `incomplete_expired` (a missed `customer.subscription.deleted`).
+    /// Repairable: the one automatic end of access, Stripe's status being
+    /// terminal. Money kind until applied (docs/subscriptions.md).
+    SubscriptionMissedCancel,
+    /// The application grants access; Stripe denies it otherwise (`unpaid`,
+    /// `paused`, `incomplete`, `past_due` under `RECONCILER_PAST_DUE_ACCESS=revoke`).
+    /// NEEDS_REVIEW; money kind.
+    SubscriptionAccessWithoutPayment,
+    /// The application denies access; Stripe grants it (a missed
+    /// `invoice.paid`): a paying customer locked out. Repairable when Stripe
+    /// is `active` or `trialing`, NEEDS_REVIEW when `past_due`; critical
+    /// (alert `StripeReconcilerCustomerLockedOut`).
+    SubscriptionPaidButBlocked,
+    /// Both sides agree on access; the application's status word stands for
+    /// another Stripe status. Repairable.
+    SubscriptionStatusMismatch,
+    /// Stripe grants; the application's period end is more than a day
+    /// before Stripe's. Repairable.
+    SubscriptionPeriodStale,
+    /// Stripe has an ends-at (`cancel_at`) and has not ended; the
+    /// application's ends-at is NULL. Repairable.
+    SubscriptionCancelScheduled,
+    /// No item of Stripe's subscription bills the application's price.
+    /// NEEDS_REVIEW; money at risk when the application grants.
+    SubscriptionPriceMismatch,
+    /// The application's seats differ from the item's quantity.
+    /// NEEDS_REVIEW; money at risk when the application grants more.
+    SubscriptionQuantityMismatch,
+    /// Stripe answered `resource_missing` for the row's subscription id.
+    /// NEEDS_REVIEW.
+    SubscriptionMissingExternally,
+    /// A granting Stripe subscription no row names (events, list sweeps):
+    /// a customer paying for nothing. NEEDS_REVIEW; money kind.
+    SubscriptionMissingLocally,
     /// Any other combination: `unexpected:<local>-><external>`.
     Unexpected {
         /// `payments.status`
@@ -89,7 +124,7 @@ impl FindingKind {
     /// Every kind with a fixed name (all but [`FindingKind::Unexpected`]), in
     /// the order of the specification's classification and money tables
     /// (docs/design.md, "Classification" and "Money beyond status").
-    pub const ALL: [FindingKind; 18] = [
+    pub const ALL: [FindingKind; 28] = [
         Self::MissedSuccess,
         Self::MissedCancel,
         Self::PaidLocallyNotExternally,
@@ -108,6 +143,16 @@ impl FindingKind {
         Self::MissingLocally,
         Self::PersistentlyUnverifiable,
         Self::WriteRefused,
+        Self::SubscriptionMissedCancel,
+        Self::SubscriptionAccessWithoutPayment,
+        Self::SubscriptionPaidButBlocked,
+        Self::SubscriptionStatusMismatch,
+        Self::SubscriptionPeriodStale,
+        Self::SubscriptionCancelScheduled,
+        Self::SubscriptionPriceMismatch,
+        Self::SubscriptionQuantityMismatch,
+        Self::SubscriptionMissingExternally,
+        Self::SubscriptionMissingLocally,
     ];
 
     /// The database value of a kind with a fixed name; `None` for
@@ -132,6 +177,16 @@ impl FindingKind {
             Self::MissingLocally => "missing_locally",
             Self::PersistentlyUnverifiable => "persistently_unverifiable",
             Self::WriteRefused => "write_refused",
+            Self::SubscriptionMissedCancel => "subscription_missed_cancel",
+            Self::SubscriptionAccessWithoutPayment => "subscription_access_without_payment",
+            Self::SubscriptionPaidButBlocked => "subscription_paid_but_blocked",
+            Self::SubscriptionStatusMismatch => "subscription_status_mismatch",
+            Self::SubscriptionPeriodStale => "subscription_period_stale",
+            Self::SubscriptionCancelScheduled => "subscription_cancel_scheduled",
+            Self::SubscriptionPriceMismatch => "subscription_price_mismatch",
+            Self::SubscriptionQuantityMismatch => "subscription_quantity_mismatch",
+            Self::SubscriptionMissingExternally => "subscription_missing_externally",
+            Self::SubscriptionMissingLocally => "subscription_missing_locally",
             Self::Unexpected { .. } => return None,
         })
     }
@@ -160,7 +215,20 @@ impl FindingKind {
             | Self::AmountMismatch
             | Self::CurrencyMismatch
             | Self::DuplicatePaymentIntent
-            | Self::MissingLocally => true,
+            | Self::MissingLocally
+            // Subscriptions (docs/subscriptions.md, "Money at risk"): access
+            // Stripe does not bill for; price and quantity may be (the
+            // finding's own flag says whether this row's is).
+            | Self::SubscriptionMissedCancel
+            | Self::SubscriptionAccessWithoutPayment
+            | Self::SubscriptionPriceMismatch
+            | Self::SubscriptionQuantityMismatch
+            | Self::SubscriptionMissingLocally => true,
+            Self::SubscriptionPaidButBlocked
+            | Self::SubscriptionStatusMismatch
+            | Self::SubscriptionPeriodStale
+            | Self::SubscriptionCancelScheduled
+            | Self::SubscriptionMissingExternally => false,
             Self::MissedSuccess
             | Self::MissedCancel
             | Self::PaidLocallyNotExternally
@@ -193,6 +261,20 @@ impl FindingKind {
             | Self::StuckProcessing
             | Self::Abandoned
             | Self::PersistentlyUnverifiable => true,
+            // A subscription's repair is one compare-and-set per row on the
+            // values the scan saw (docs/subscriptions.md, "Repairs"): its
+            // money kinds are what the repair ends (a missed cancel), not a
+            // reason to hold it.
+            Self::SubscriptionMissedCancel
+            | Self::SubscriptionAccessWithoutPayment
+            | Self::SubscriptionPaidButBlocked
+            | Self::SubscriptionStatusMismatch
+            | Self::SubscriptionPeriodStale
+            | Self::SubscriptionCancelScheduled
+            | Self::SubscriptionPriceMismatch
+            | Self::SubscriptionQuantityMismatch
+            | Self::SubscriptionMissingExternally
+            | Self::SubscriptionMissingLocally => false,
             Self::MissedSuccess
             | Self::MissedCancel
             | Self::PaidLocallyNotExternally
@@ -204,6 +286,24 @@ impl FindingKind {
             | Self::WriteRefused
             | Self::Unexpected { .. } => false,
         }
+    }
+
+    /// Whether the kind is about a subscription row (docs/subscriptions.md),
+    /// not a payment: its name starts with `subscription_`.
+    pub const fn is_subscription(&self) -> bool {
+        matches!(
+            self,
+            Self::SubscriptionMissedCancel
+                | Self::SubscriptionAccessWithoutPayment
+                | Self::SubscriptionPaidButBlocked
+                | Self::SubscriptionStatusMismatch
+                | Self::SubscriptionPeriodStale
+                | Self::SubscriptionCancelScheduled
+                | Self::SubscriptionPriceMismatch
+                | Self::SubscriptionQuantityMismatch
+                | Self::SubscriptionMissingExternally
+                | Self::SubscriptionMissingLocally
+        )
     }
 
     /// The database values of the money kinds, for a `text[]` parameter.
@@ -317,7 +417,12 @@ mod tests {
                 "amount_mismatch",
                 "currency_mismatch",
                 "duplicate_payment_intent",
-                "missing_locally"
+                "missing_locally",
+                "subscription_missed_cancel",
+                "subscription_access_without_payment",
+                "subscription_price_mismatch",
+                "subscription_quantity_mismatch",
+                "subscription_missing_locally"
             ]
         );
         assert_eq!(
@@ -337,10 +442,16 @@ mod tests {
             ]
         );
         for kind in FindingKind::ALL {
-            assert!(
-                !kind.is_money() || kind.is_blocking(),
-                "{kind}: money blocks"
-            );
+            let name = kind.as_str();
+            assert_eq!(kind.is_subscription(), name.starts_with("subscription_"));
+            if kind.is_subscription() {
+                assert!(!kind.is_blocking(), "{kind}: a subscription never blocks");
+            } else {
+                assert!(
+                    !kind.is_money() || kind.is_blocking(),
+                    "{kind}: a payment's money blocks"
+                );
+            }
         }
         // Status drift is repaired or reviewed, never a block.
         for c in crate::reconcile::RepairCommand::ALL {

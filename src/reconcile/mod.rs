@@ -18,6 +18,8 @@
 //! - `session`: Checkout Sessions: their facts and [`classify_session`]
 //!   (docs/checkout-sessions.md).
 //! - `status`: [`LocalStatus`], [`ExternalStatus`].
+//! - [`subscription`]: subscriptions: their statuses, both sides' facts and
+//!   [`subscription::judge_subscription`] (docs/subscriptions.md).
 
 mod acknowledgement;
 mod classify;
@@ -31,6 +33,7 @@ mod orphan;
 mod resolution;
 mod session;
 mod status;
+pub mod subscription;
 
 pub use acknowledgement::{acknowledgeable, fingerprint};
 pub use classify::{classify, Rules, AUTHORIZATION_LIFETIME_SECONDS};

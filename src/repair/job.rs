@@ -25,6 +25,8 @@ pub struct RepairGroups<'a> {
     pub outbox: &'a OutboxSettings,
     /// How `payments` is read.
     pub schema: &'a SchemaSettings,
+    /// The subscriptions table as checked at start (`None`: not configured).
+    pub subscriptions: Option<&'a crate::facts::SubscriptionTable>,
 }
 
 /// What one `repair` did: its report, or `None` when the outbox is not the
@@ -47,10 +49,11 @@ impl Job for RepairJob {
     type Error = RunError;
     type State = ();
 
-    fn groups<'s>(settings: &'s Settings, _facts: &'s TableFacts) -> RepairGroups<'s> {
+    fn groups<'s>(settings: &'s Settings, facts: &'s TableFacts) -> RepairGroups<'s> {
         RepairGroups {
             outbox: &settings.outbox,
             schema: &settings.schema,
+            subscriptions: facts.subscriptions.as_ref(),
         }
     }
 
@@ -84,7 +87,11 @@ impl Job for RepairJob {
         ctx: &JobContext<'_, '_, Self>,
         summary: &mut RepairSummary,
     ) -> Result<(), RunError> {
-        let RepairGroups { outbox, schema } = ctx.settings;
+        let RepairGroups {
+            outbox,
+            schema,
+            subscriptions,
+        } = ctx.settings;
         if !outbox.shape.drained_by_reconciler() {
             println!(
                 "the outbox {} has the {} shape: the application's relay delivers its commands to the application's canonical writer; `repair` has nothing to drain",
@@ -97,6 +104,7 @@ impl Job for RepairJob {
             outbox: outbox.clone(),
             checkout_session_column: schema.checkout_session_column.clone(),
             timestamp_zone: schema.timestamp_zone.clone(),
+            subscriptions: subscriptions.cloned(),
             ..RepairOptions::default()
         };
         let report = drain_with(ctx.pool, options, &schema.statuses, &ctx.shutdown).await?;

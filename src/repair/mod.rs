@@ -14,6 +14,7 @@ mod command;
 mod error;
 mod job;
 mod options;
+mod subscription;
 pub mod worker;
 pub mod writer;
 

@@ -5,6 +5,7 @@
 use serde::Serialize;
 
 use crate::config::{ColumnName, OutboxSettings, TimestampZone};
+use crate::facts::SubscriptionTable;
 
 /// The worker's limits and the outbox it drains.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +26,10 @@ pub struct RepairOptions {
     /// `timestamp without time zone` (each transaction's `TimeZone` is set
     /// to it, `SET LOCAL`); an instant (`timestamptz`) is unaffected.
     pub timestamp_zone: TimestampZone,
+    /// The subscriptions table as checked at start, when
+    /// `RECONCILER_SUBSCRIPTIONS_TABLE` is set: `ApplySubscriptionState`
+    /// commands are drained too (docs/findings.md).
+    pub subscriptions: Option<SubscriptionTable>,
 }
 
 /// Failed attempts after which a command is left for a person.
@@ -38,6 +43,7 @@ impl Default for RepairOptions {
             max_attempts: MAX_ATTEMPTS,
             checkout_session_column: None,
             timestamp_zone: TimestampZone::default(),
+            subscriptions: None,
         }
     }
 }

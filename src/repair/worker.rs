@@ -19,6 +19,7 @@ use crate::config::StatusMap;
 use crate::key::{KeyType, PaymentKey};
 use crate::reconcile::RepairCommand;
 use crate::store::outbox::{self, ClaimedCommand};
+use crate::store::subscriptions::APPLY_SUBSCRIPTION_STATE;
 use crate::store::{Context, StoreError};
 
 /// Drains the repair commands until none is claimable or `shutdown` fires,
@@ -48,7 +49,7 @@ pub async fn drain_with(
     statuses: &StatusMap,
     shutdown: &CancellationToken,
 ) -> Result<RepairReport, StoreError> {
-    let types = RepairCommand::EVENT_TYPES;
+    let types = claimed_types(&options);
     let mut report = RepairReport::default();
     // Commands that failed in this drain are not claimed again by it.
     let mut failed_ids: Vec<i64> = Vec::new();
@@ -115,7 +116,13 @@ async fn apply_one(
 ) -> Result<bool, StoreError> {
     let outbox_settings = &options.outbox;
     let mut savepoint = tx.begin().await.context("opening a savepoint")?;
-    match process(&mut savepoint, (options, key), command, statuses).await {
+    let result = match (&options.subscriptions, command.event_type.as_str()) {
+        (Some(table), APPLY_SUBSCRIPTION_STATE) => {
+            super::subscription::process(&mut savepoint, table, command).await
+        }
+        _ => process(&mut savepoint, (options, key), command, statuses).await,
+    };
+    match result {
         Ok(applied) => {
             match &applied {
                 Applied::Skipped(reason) => {
@@ -146,4 +153,19 @@ async fn apply_one(
             Ok(true)
         }
     }
+}
+
+/// The command types a drain claims: the payment commands, and
+/// `ApplySubscriptionState` only when the subscriptions table is configured
+/// (otherwise they wait for a `repair` that can check them).
+fn claimed_types(options: &RepairOptions) -> Vec<&'static str> {
+    RepairCommand::EVENT_TYPES
+        .into_iter()
+        .chain(
+            options
+                .subscriptions
+                .is_some()
+                .then_some(APPLY_SUBSCRIPTION_STATE),
+        )
+        .collect()
 }

@@ -26,6 +26,7 @@
 //! - [`runs`]: `reconciliation_runs`, the run history.
 //! - [`schema`]: the migration runner's bookkeeping.
 //! - [`stats`]: the figures of `status` and the metrics.
+//! - [`subscriptions`]: the application's subscriptions table and our rows about it.
 //! - [`text`]: the application's text columns read as bytes, so a stray
 //!   byte (a `SQL_ASCII` database) never fails a statement.
 //! - [`unverifiable`]: `reconciliation_unverifiable`, streaks per cycle.
@@ -65,6 +66,7 @@ pub mod retry;
 pub mod runs;
 pub mod schema;
 pub mod stats;
+pub mod subscriptions;
 pub mod text;
 pub mod unverifiable;
 

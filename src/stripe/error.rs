@@ -155,6 +155,9 @@ pub enum InvalidBody {
     /// A JSON body that is not a usable Checkout Session.
     #[error("{0}")]
     CheckoutSession(#[from] MalformedSession),
+    /// The body is not a usable Subscription (docs/subscriptions.md).
+    #[error("{0}")]
+    Subscription(#[from] super::subscription::MalformedSubscription),
 }
 
 /// Why a Checkout Session JSON object (a retrieve's body or one item of a

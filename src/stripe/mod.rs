@@ -12,6 +12,9 @@
 //! - `parsing`: a 200's body into domain facts.
 //! - [`retry`]: the retry decision, a pure function.
 //! - [`session`]: Checkout Sessions: retrieve and list (docs/checkout-sessions.md).
+//! - [`subscription`]: Subscriptions as Stripe returns them, [`SubscriptionId`]
+//!   (docs/subscriptions.md).
+//! - `subscription_reads`: Subscriptions: retrieve and list with `status=all` (docs/subscriptions.md).
 //! - [`error`]: [`GatewayError`] and its causes.
 //! - [`id`]: [`PaymentIntentId`] and [`CheckoutSessionId`], validated before they go into a URL path.
 //! - `wire`: Stripe's JSON shapes, read leniently (private): list pages, the
@@ -27,6 +30,8 @@ pub mod id;
 mod parsing;
 pub mod retry;
 pub mod session;
+pub mod subscription;
+mod subscription_reads;
 mod transport;
 mod wire;
 
@@ -46,4 +51,11 @@ pub use id::{
 pub use parsing::{ListPage, ListedPaymentIntent};
 pub use retry::RetryPolicy;
 pub use session::{ListedSession, SessionPage};
+pub use subscription::{
+    invoice_subscription, parse_subscription, InvalidSubscriptionId, MalformedSubscription,
+    StripeSubscription, SubscriptionId,
+};
+pub use subscription_reads::{
+    SubscriptionEvent, SubscriptionEventPage, SubscriptionPage, SUBSCRIPTION_EVENT_TYPES,
+};
 pub use transport::{MAX_BODY_BYTES, MAX_LIST_BODY_BYTES, RATE_HEADROOM, STRIPE_VERSION};

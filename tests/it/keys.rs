@@ -87,6 +87,7 @@ async fn a_uuid_table_goes_through_migrate_both_read_modes_repair_and_review(poo
             max_attempts: 3,
             timestamp_zone: Default::default(),
             checkout_session_column: None,
+            subscriptions: None,
         },
         &CancellationToken::new(),
     )

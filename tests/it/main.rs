@@ -67,11 +67,18 @@
 //! - `resolve_file_locks`: a 100,000-line resolution file never blocks the application's writes to `payments`
 //! - `session_index`: migrate names the index that would serve lookups by Checkout Session id
 //! - `scan`: one batch's verdict paths and its set-based phase 3
+//! - `subscriptions_review`: subscription findings in `findings list/show/resolve --file`, the review view and `status`
+//! - `subscriptions_scan`: `run --object subscriptions` and `repair` through the binary: every kind in both read modes, a refused list falling back, repairs applied once
+//! - `subscriptions_events`: `events` with a subscriptions table: a missed cancel and a subscription no row names, once
+//! - `subscriptions_migrate`: `migrate` with a subscriptions table: exit 78 naming what does not fit, the lookup index built CONCURRENTLY per partition and kept
+//! - `subscriptions_shapes`: Cashier with a word map and a multi-item subscription, a status-less uuid-keyed `users` table, `past_due` under both policies
+//! - `subscriptions_common`: the subscriptions tests' fake Stripe, environment and checks
 //! - `schema_doc`: docs/schema.md names everything `migrate` creates
 //! - `stray_bytes`: a stray byte (a `SQL_ASCII` database) fails no batch nor listing; a NULL amount; a 1 MB order id
 //! - `stops`: `run` and `repair` stopped part-way (signals, a cursor moved by another run)
 //! - `status`: `status` and `status --json`
 //! - `stripe_redirect`: a redirecting API base and a live key over plain http
+//! - `subscription_fake`: the fake Stripe's subscriptions answer as Stripe does
 //! - `terminal_output`: stored text escaped in every human-readable output
 //! - `walk_list`: list mode on a uuid table without a `created_at` index walks the reconciler's own ordered copy (list pages, not retrieves)
 //! - `walk_partitions`: one partition's job beside rows it never confirms: bounded sweeps behind the cursor, a cycle completed
@@ -157,6 +164,13 @@ mod status;
 mod stops;
 mod stray_bytes;
 mod stripe_redirect;
+mod subscription_fake;
+mod subscriptions_common;
+mod subscriptions_events;
+mod subscriptions_migrate;
+mod subscriptions_review;
+mod subscriptions_scan;
+mod subscriptions_shapes;
 mod terminal_output;
 mod walk_list;
 mod walk_partitions;

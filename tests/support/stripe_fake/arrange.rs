@@ -8,7 +8,10 @@ use sqlx::PgPool;
 use wiremock::ResponseTemplate;
 
 use super::holdings::put;
-use super::{key, no_access, StripeFake, EVENTS, LIST, RETRIEVE, SESSION_LIST, SESSION_RETRIEVE};
+use super::{
+    key, no_access, StripeFake, EVENTS, LIST, RETRIEVE, SESSION_LIST, SESSION_RETRIEVE,
+    SUBSCRIPTION_LIST, SUBSCRIPTION_RETRIEVE,
+};
 use crate::support::payment_intent;
 
 impl StripeFake {
@@ -107,7 +110,15 @@ impl StripeFake {
     /// other accounts answer as before; only this account's failed list
     /// pages are excused by the drop guard).
     pub fn refuse(&self, account: &str) -> &Self {
-        for endpoint in [RETRIEVE, LIST, EVENTS, SESSION_RETRIEVE, SESSION_LIST] {
+        for endpoint in [
+            RETRIEVE,
+            LIST,
+            EVENTS,
+            SESSION_RETRIEVE,
+            SESSION_LIST,
+            SUBSCRIPTION_RETRIEVE,
+            SUBSCRIPTION_LIST,
+        ] {
             self.answer_on(Some(account), endpoint, no_access(account));
         }
         self

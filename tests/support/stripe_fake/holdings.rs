@@ -21,6 +21,8 @@ pub(in crate::support) struct Holdings {
     /// Checkout Sessions, newest first; `payment_intent` an id or null
     /// (expanded from `pis` when asked: `sessions`).
     pub(in crate::support) sessions: Vec<Value>,
+    /// Subscription objects, newest first (`super::subscriptions`).
+    pub(super) subscriptions: Vec<Value>,
 }
 
 /// Newest first: `created` descending, then id descending (Stripe's list

@@ -13,6 +13,9 @@
 //!   and list `GET /v1/checkout/sessions` as above, `payment_intent`
 //!   expanded with `expand[]=payment_intent[.latest_charge]` (list:
 //!   `data.payment_intent[.latest_charge]`), see `sessions`;
+//! - Subscriptions (docs/subscriptions.md): retrieve `GET /v1/subscriptions/{id}`
+//!   and list `GET /v1/subscriptions` with Stripe's `status` rule (without
+//!   `status=all` canceled ones are not listed), see `subscriptions`;
 //! - events `GET /v1/events`: newest first, honouring `types[]`,
 //!   `created[gte|gt|lte|lt]`, `starting_after` and `limit`;
 //! - Connect: a request's `Stripe-Account` header selects that account's own
@@ -45,6 +48,7 @@
 //! - `answer`: the answer to each request, as Stripe gives it.
 //! - `query`: a request's query parameters and Stripe's 400s for them.
 //! - `sessions`: Checkout Session objects and their expansion.
+//! - `subscriptions`: subscriptions held, retrieved and listed.
 
 mod answer;
 mod arrange;
@@ -52,6 +56,7 @@ mod holdings;
 mod observe;
 mod query;
 mod sessions;
+pub mod subscriptions;
 
 use std::ops::Deref;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -67,6 +72,10 @@ use holdings::State;
 pub use observe::Seen;
 #[allow(unused_imports)] // Not every test binary builds Checkout Sessions.
 pub use sessions::checkout_session;
+#[allow(unused_imports)] // Not every test binary reads subscriptions.
+pub use subscriptions::{
+    subscription, subscription_event, SUBSCRIPTION_LIST, SUBSCRIPTION_RETRIEVE,
+};
 
 /// Retrieve, `GET /v1/payment_intents/{id}`.
 pub const RETRIEVE: &str = "retrieve";
@@ -82,7 +91,7 @@ pub const SESSION_LIST: &str = "session_list";
 pub const OTHER: &str = "other";
 
 /// The endpoints that answer Stripe list pages (the drop guard's scope).
-pub const LISTS: [&str; 3] = [LIST, SESSION_LIST, EVENTS];
+pub const LISTS: [&str; 4] = [LIST, SESSION_LIST, EVENTS, SUBSCRIPTION_LIST];
 
 /// The fake Stripe (see the module docs). Derefs to its [`MockServer`]
 /// (`stripe.uri()`, extra mocks for odd faults).

@@ -10,7 +10,8 @@ use super::{StripeFake, LIST, RETRIEVE};
 pub struct Seen {
     pub at: Instant,
     /// [`super::RETRIEVE`], [`super::LIST`], [`super::EVENTS`],
-    /// [`super::SESSION_RETRIEVE`], [`super::SESSION_LIST`] or [`super::OTHER`].
+    /// [`super::SESSION_RETRIEVE`], [`super::SESSION_LIST`], the subscription
+    /// endpoints or [`super::OTHER`].
     pub endpoint: &'static str,
     /// `Stripe-Account` (`None`: the platform).
     pub account: Option<String>,
@@ -20,6 +21,9 @@ pub struct Seen {
     pub gte: Option<i64>,
     pub lte: Option<i64>,
     pub expand: Vec<String>,
+    /// A subscription list's `status` parameter as sent (`all`, `ended`,
+    /// one status); `None` when not sent.
+    pub list_status: Option<String>,
     /// The HTTP status answered.
     pub status: u16,
     /// Answered by a fault the test arranged (`fail_list`, `answer_on`,
