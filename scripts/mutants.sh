@@ -19,7 +19,7 @@ status=0
 cargo mutants --no-shuffle -f 'src/reconcile/**/*.rs' -f 'src/reconcile/*.rs' \
   --timeout-multiplier 3 "$@" -- --lib || status=$?
 out=mutants.out
-count() { [ -f "$out/$1" ] && grep -c . "$out/$1" || echo 0; }
+count() { local n=0; [ -f "$out/$1" ] && n=$(grep -c . "$out/$1" || true); echo "${n:-0}"; }
 say "caught $(count caught.txt), missed $(count missed.txt), timeouts $(count timeout.txt), unviable $(count unviable.txt)"
 # cargo mutants exits 2 when mutants were missed, 3 on timeouts.
 case "$status" in
