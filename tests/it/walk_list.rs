@@ -69,3 +69,35 @@ async fn a_uuid_table_without_a_created_at_index_is_read_by_list_pages(pool: PgP
         "every row confirmed"
     );
 }
+
+/// A cursor left by a walk by key (a uuid table read in retrieve mode, or by
+/// an older release) is not a position in the own copy's `(created_at, id)`
+/// order: list mode then walks the copy from its start, and does not end
+/// the cycle on an empty read with the rows beyond that key never walked.
+#[sqlx::test(migrations = false)]
+async fn a_cursor_left_by_a_key_walk_restarts_the_copy_walk(pool: PgPool) {
+    app_table(&pool, "uuid", "bigint", false).await;
+    insert_rows(&pool, 1, 600).await;
+    migrate(&pool, &[]).await;
+    let stripe = stripe_mirroring(&pool, "succeeded", std::time::Duration::ZERO).await;
+    let env = |mode: &str| {
+        [
+            ("DATABASE_URL", database_url(&pool)),
+            ("STRIPE_API_KEY", "sk_test_walk".to_owned()),
+            ("STRIPE_API_BASE", stripe.uri()),
+            ("RECONCILER_RATE_LIMIT_RPS", "500".to_owned()),
+            ("RECONCILER_BATCH_SIZE", "200".to_owned()),
+            ("RECONCILER_BATCHES_PER_RUN", "1".to_owned()),
+            ("RECONCILER_READ_MODE", mode.to_owned()),
+        ]
+    };
+    let out = reconciler_output(&["run"], &env("retrieve")).await;
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+
+    let out = reconciler_output(&["run"], &env("list")).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    let summary: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(summary["wrapped"], false, "{summary}");
+    assert_eq!(summary["rows_scanned"], 200, "{summary}");
+}

@@ -21,6 +21,13 @@ pub async fn read_batch(
     grace: Duration,
     columns: MoneyColumns<'_>,
 ) -> Result<Vec<(PaymentRow, DateTime<Utc>)>, StoreError> {
+    // A position left by the other walk (a `created_at` only in a
+    // `(created_at, id)` walk: the read mode or the index changed, or an
+    // older release walked by key) is no place in this walk's order: the
+    // walk starts again from the cycle's start rather than read nothing and
+    // end the cycle (docs/keys.md, "The walk").
+    let by_created = columns.key.walk() == crate::key::Walk::CreatedAt;
+    let after = after.filter(|p| p.created_at.is_some() == by_created);
     let sql = columns.batch_sql(after.is_none());
     let query = crate::store::query_as(&sql)
         .bind(after.map(|p| &p.key))
