@@ -32,10 +32,19 @@
 //! event. A table with a `stripe_checkout_session_id` column gets five
 //! session rows after the data set's (see `sessions::SEEDED`).
 //!
+//! Subscriptions (docs/subscriptions.md, `standin/subscriptions.rs`): `GET
+//! /v1/subscriptions/{id}` and `GET /v1/subscriptions` with Stripe's `status`
+//! rule (canceled ones only with `status=all` or `ended`), `--subscriptions N`
+//! generated ones, `--seed-subscriptions` to fill the application's
+//! `subscriptions` table, and `POST /standin/subscriptions/{id}/{status}`
+//! (or `/invoice.paid`, `/invoice.payment_failed`), which records the
+//! `customer.subscription.*` and `invoice.*` events without any webhook.
+//!
 //! ```text
 //! stripe_standin [--listen 127.0.0.1:12111] [--api-key sk_test_standin]
 //!                [--seed ROWS] [--latency-ms 0] [--events N]
 //!                [--connect-account acct_...] [--revoked-account acct_...]
+//!                [--subscriptions N] [--seed-subscriptions]
 //! ```
 //!
 //! Connect (docs/connect.md): with `--connect-account acct_…` every tenth row (the
@@ -74,6 +83,8 @@ const FIXTURE: &str = include_str!("../tests/fixtures/payment_intent.json");
 
 #[path = "standin/sessions.rs"]
 mod sessions;
+#[path = "standin/subscriptions.rs"]
+mod subscriptions;
 
 /// What Stripe knows about one id.
 #[derive(Clone)]
@@ -589,6 +600,14 @@ struct Args {
     /// Connect: an account the platform lost access to (403 to every read).
     #[arg(long, value_name = "ACCT")]
     revoked_account: Option<String>,
+    /// Serve N generated subscriptions (`standin/subscriptions.rs`).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    subscriptions: u64,
+    /// Fill the application table `subscriptions` of DATABASE_URL with a row
+    /// per generated subscription and a known mix of drift; print the
+    /// expected findings per kind (one JSON line).
+    #[arg(long)]
+    seed_subscriptions: bool,
 }
 
 /// Row `i` of `rows` was created `rows - i + 3600` seconds before `anchor`;
@@ -777,6 +796,18 @@ async fn main() -> anyhow::Result<()> {
         latency,
         requests: AtomicU64::new(0),
     });
+    let subs = Arc::new(subscriptions::Subscriptions::new(
+        anchor.timestamp(),
+        args.subscriptions,
+    ));
+    if args.seed_subscriptions {
+        let expected = subscriptions::seed_database(&subs).await?;
+        println!(
+            "{}",
+            serde_json::json!({"subscriptions": args.subscriptions, "expected_findings": expected})
+        );
+    }
+    subscriptions::mount(&server, Arc::clone(&standin), subs).await;
     let seeded = sessions::Sessions::seeded(&standin, anchor.timestamp(), connected.as_deref());
     sessions::mount(&server, Arc::clone(&standin), Arc::new(seeded)).await;
     mount_payment_intents(&server, standin).await;

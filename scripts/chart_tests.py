@@ -411,6 +411,76 @@ def test_events(r, chart):
             f"{label}: events.orphanMetadataKey -> RECONCILER_ORPHAN_METADATA_KEY")
 
 
+def test_subscriptions(r, chart):
+    label = "subscriptions"
+    d = chart.render("subscriptions-values.yaml")
+    sub = d.one("CronJob", f"{RELEASE}-subscriptions")
+    r.equal(sub["spec"].get("concurrencyPolicy"), "Forbid", f"{label}/CronJob: concurrencyPolicy Forbid")
+    r.equal(sub["spec"].get("schedule"), "7,37 * * * *", f"{label}/CronJob: subscriptions.schedule")
+    r.equal(container(sub).get("args"), ["run", "--object", "subscriptions"],
+            f"{label}/CronJob: args [run --object subscriptions]")
+    r.equal(container(sub).get("envFrom"), [{"configMapRef": {"name": RELEASE}}], f"{label}/CronJob: envFrom the ConfigMap")
+    check_hardening(r, sub, f"{label}/CronJob")
+    env = env_map(sub)
+    r.check("STRIPE_API_KEY" in env, f"{label}/CronJob: gets STRIPE_API_KEY")
+    r.check("RECONCILER_RUN_DEADLINE_SECONDS" in env, f"{label}/CronJob: a run deadline")
+    r.equal(len(d.kind("CronJob")), 4, f"{label}: reconcile, events, subscriptions and repair CronJobs")
+    data = d.one("ConfigMap", RELEASE)["data"]
+    for var, value in [
+        ("RECONCILER_SUBSCRIPTIONS_TABLE", "public.subscriptions"),
+        ("RECONCILER_SUBSCRIPTION_ID_COLUMN", "stripe_id"),
+        ("RECONCILER_SUBSCRIPTION_STATUS_COLUMN", "stripe_status"),
+        ("RECONCILER_SUBSCRIPTION_ENDS_AT_COLUMN", "ends_at"),
+        ("RECONCILER_SUBSCRIPTION_PRICE_COLUMN", "stripe_price"),
+        ("RECONCILER_SUBSCRIPTION_QUANTITY_COLUMN", "quantity"),
+        ("RECONCILER_SUBSCRIPTION_CREATED_COLUMN", "created_at"),
+        ("RECONCILER_SUBSCRIPTION_UPDATED_COLUMN", "updated_at"),
+        ("RECONCILER_PAST_DUE_ACCESS", "revoke"),
+    ]:
+        r.equal(data.get(var), value, f"{label}: ConfigMap {var}")
+    r.check(data.get("RECONCILER_SUBSCRIPTION_STATUSES", "").startswith("active=active;"),
+            f"{label}: ConfigMap RECONCILER_SUBSCRIPTION_STATUSES")
+    for var in ("RECONCILER_SUBSCRIPTION_PERIOD_END_COLUMN", "RECONCILER_SUBSCRIPTION_ACCOUNT_COLUMN"):
+        r.check(var not in data, f"{label}: an empty column value sets no {var}")
+    # Off by default: no CronJob and no variable (the binary refuses one without the table).
+    off = chart.render("default-values.yaml")
+    r.check(not [c for c in off.kind("CronJob") if c["metadata"]["name"].endswith("-subscriptions")],
+            f"{label}: disabled by default, no subscriptions CronJob")
+    r.check(not [k for k in off.one("ConfigMap", RELEASE)["data"] if "SUBSCRIPTION" in k or k == "RECONCILER_PAST_DUE_ACCESS"],
+            f"{label}: disabled by default, no RECONCILER_SUBSCRIPTION* variable")
+    users = chart.render("subscriptions-values.yaml", [
+        "subscriptions.table=users", "subscriptions.statusColumn=none", "subscriptions.statuses=",
+        "subscriptions.endsAtColumn=", "subscriptions.periodEndColumn=plan_renews_at"])
+    udata = users.one("ConfigMap", RELEASE)["data"]
+    r.equal((udata.get("RECONCILER_SUBSCRIPTION_STATUS_COLUMN"), udata.get("RECONCILER_SUBSCRIPTION_PERIOD_END_COLUMN")),
+            ("none", "plan_renews_at"), f"{label}: a status-less users table")
+    fails(r, chart, ["subscriptions.enabled=true", "existingSecret.name=creds"], "needs subscriptions.table",
+          f"{label}: enabled without a table fails (clear message)")
+    fails(r, chart, ["subscriptions.statusColumn=none", "subscriptions.statuses=", "subscriptions.endsAtColumn="],
+          "needs subscriptions.endsAtColumn or subscriptions.periodEndColumn",
+          f"{label}: statusColumn none without an end column fails", values="subscriptions-values.yaml")
+    fails(r, chart, ["subscriptions.statusColumn=none"], "needs a status column",
+          f"{label}: statuses without a status column fails", values="subscriptions-values.yaml")
+    for sets, what in [
+        (["subscriptions.pastDueAccess=deny"], "pastDueAccess outside grant/revoke"),
+        (["subscriptions.table=a.b.c"], "a table name with two dots"),
+        (["subscriptions.priceColumn=price-id"], "a price column that is not a column name"),
+        (["subscriptions.statuses=cancelled=canceled"], "a status map keyed by a word Stripe does not use"),
+        (["subscriptions.bogus=1"], "an unknown key under subscriptions"),
+    ]:
+        fails(r, chart, ["existingSecret.name=creds"] + sets, "schema", f"{label}: schema rejects {what}")
+    rules = chart.render("subscriptions-values.yaml", ["prometheusRule.enabled=true"])
+    locked = rule_of(rules, "StripeReconcilerCustomerLockedOut")
+    r.equal(locked["labels"].get("severity"), "critical", f"{label}: StripeReconcilerCustomerLockedOut is critical")
+    r.check('kind="subscription_paid_but_blocked"' in locked["expr"],
+            f"{label}: StripeReconcilerCustomerLockedOut counts subscription_paid_but_blocked")
+    money = rule_of(rules, "StripeReconcilerMoneyAtRisk")["expr"]
+    for kind in ("subscription_missed_cancel", "subscription_access_without_payment", "subscription_missing_locally"):
+        r.check(kind in money, f"{label}: StripeReconcilerMoneyAtRisk covers {kind}")
+    for kind in ("subscription_paid_but_blocked", "subscription_status_mismatch", "subscription_missing_externally"):
+        r.check(kind not in money, f"{label}: StripeReconcilerMoneyAtRisk leaves {kind} out")
+
+
 def test_partition(r, chart):
     label = "partition"
     d = chart.render("partition-values.yaml")
@@ -780,7 +850,7 @@ def cmd_static(args):
 def cmd_test(args):
     r = Results()
     chart = Chart(args.helm, args.chart)
-    for t in (test_default, test_existing_secret, test_alerts_dashboard, test_repair, test_events, test_partition, test_failures, test_misc,
+    for t in (test_default, test_existing_secret, test_alerts_dashboard, test_repair, test_events, test_subscriptions, test_partition, test_failures, test_misc,
               test_migration_switch, test_deadlines, test_alert_values, test_extra_volumes, test_network_policy,
               test_labels, test_kube_versions, test_notes):
         try:

@@ -52,8 +52,8 @@ pub use parsing::{ListPage, ListedPaymentIntent};
 pub use retry::RetryPolicy;
 pub use session::{ListedSession, SessionPage};
 pub use subscription::{
-    parse_subscription, InvalidSubscriptionId, MalformedSubscription, StripeSubscription,
-    SubscriptionId,
+    invoice_subscription, parse_subscription, InvalidSubscriptionId, MalformedSubscription,
+    StripeSubscription, SubscriptionId,
 };
 pub use subscription_reads::{
     SubscriptionEvent, SubscriptionEventPage, SubscriptionPage, SUBSCRIPTION_EVENT_TYPES,

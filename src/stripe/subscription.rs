@@ -210,5 +210,21 @@ pub fn parse_subscription(
     })
 }
 
+/// The subscription an `invoice` object (an `invoice.*` event's
+/// `data.object`) bills: `parent.subscription_details.subscription` since
+/// API version `2025-03-31.basil`, `subscription` before it (either may be
+/// an expanded object); `None` for an invoice of no subscription or an id
+/// that is not one.
+pub fn invoice_subscription(invoice: &serde_json::Value) -> Option<SubscriptionId> {
+    let named = invoice
+        .pointer("/parent/subscription_details/subscription")
+        .filter(|v| !v.is_null())
+        .or_else(|| invoice.get("subscription").filter(|v| !v.is_null()))?;
+    let id = named
+        .as_str()
+        .or_else(|| named.get("id").and_then(serde_json::Value::as_str))?;
+    SubscriptionId::parse(id).ok()
+}
+
 #[cfg(test)]
 mod tests;

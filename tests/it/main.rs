@@ -74,6 +74,7 @@
 //! - `stops`: `run` and `repair` stopped part-way (signals, a cursor moved by another run)
 //! - `status`: `status` and `status --json`
 //! - `stripe_redirect`: a redirecting API base and a live key over plain http
+//! - `subscription_fake`: the fake Stripe's subscriptions answer as Stripe does
 //! - `terminal_output`: stored text escaped in every human-readable output
 //! - `write_refused`: a row the database refuses to write does not fail its batch
 //! - `writer`: the canonical writer's atomicity and its kind guard
@@ -153,6 +154,7 @@ mod status;
 mod stops;
 mod stray_bytes;
 mod stripe_redirect;
+mod subscription_fake;
 mod subscriptions_common;
 mod subscriptions_events;
 mod subscriptions_migrate;

@@ -211,3 +211,21 @@ fn bad_input_names_its_variable() {
         assert!(e.to_string().contains(fault), "{pairs:?}: {e}");
     }
 }
+
+#[test]
+fn the_group_reaches_the_settings() {
+    let base = ("DATABASE_URL", "postgres://u@localhost/db");
+    let none = crate::config::Settings::from_vars(vars(&[base])).unwrap();
+    assert_eq!(none.subscriptions, None);
+    let s = crate::config::Settings::from_vars(vars(&[
+        base,
+        (TABLE_VAR, "subscriptions"),
+        (PAST_DUE_VAR, "revoke"),
+    ]))
+    .unwrap();
+    let group = s.subscriptions.unwrap();
+    assert_eq!(group.table.name(), "subscriptions");
+    assert_eq!(group.past_due, PastDueAccess::Revoke);
+    let e = crate::config::Settings::from_vars(vars(&[base, (QUANTITY_VAR, "seats")])).unwrap_err();
+    assert_eq!(e.var(), Some(QUANTITY_VAR));
+}

@@ -118,3 +118,20 @@ fn ids_are_validated_before_any_request() {
         InvalidSubscriptionId::TooLong(304)
     );
 }
+
+#[test]
+fn an_invoice_names_its_subscription_in_either_api_version() {
+    let basil = json!({"object": "invoice", "parent": {"type": "subscription_details",
+        "subscription_details": {"subscription": "sub_New"}}});
+    let older =
+        json!({"object": "invoice", "subscription": {"id": "sub_Old", "object": "subscription"}});
+    let both = json!({"parent": {"subscription_details": {"subscription": null}}, "subscription": "sub_B"});
+    let none = json!({"object": "invoice", "parent": null, "subscription": null});
+    let other = json!({"subscription": "pi_123"});
+    let id = |v: &Value| invoice_subscription(v).map(|s| s.as_str().to_owned());
+    assert_eq!(id(&basil).as_deref(), Some("sub_New"));
+    assert_eq!(id(&older).as_deref(), Some("sub_Old"));
+    assert_eq!(id(&both).as_deref(), Some("sub_B"));
+    assert_eq!(id(&none), None);
+    assert_eq!(id(&other), None);
+}

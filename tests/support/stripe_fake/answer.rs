@@ -9,6 +9,7 @@ use wiremock::{Request, Respond, ResponseTemplate};
 
 use super::holdings::{Holdings, State};
 use super::query::{all, created_range, get, page, Query};
+use super::subscriptions::{self, SUBSCRIPTION_LIST, SUBSCRIPTION_RETRIEVE};
 use super::{Seen, EVENTS, LIST, OTHER, RETRIEVE, SESSION_LIST, SESSION_RETRIEVE};
 use crate::support::{err, payment_intent, session_fake};
 
@@ -119,6 +120,12 @@ impl Handler {
                     Err(e) => *e,
                 }
             }
+            SUBSCRIPTION_RETRIEVE | SUBSCRIPTION_LIST => {
+                match subscriptions::answer(holdings, endpoint, path, q) {
+                    Ok(body) => ok(body, "req_subscription"),
+                    Err(e) => *e,
+                }
+            }
             EVENTS => {
                 let (gte, lt) = match created_range(q) {
                     Ok(r) => r,
@@ -161,7 +168,7 @@ impl Respond for Handler {
                 SESSION_RETRIEVE
             }
             p if p.starts_with("/v1/payment_intents/") && p.matches('/').count() == 3 => RETRIEVE,
-            _ => OTHER,
+            p => subscriptions::endpoint(p).unwrap_or(OTHER),
         };
         let fault = if endpoint == LIST {
             match s.list_faults.front_mut() {
@@ -182,12 +189,15 @@ impl Respond for Handler {
             endpoint,
             account,
             id: match endpoint {
-                RETRIEVE | SESSION_RETRIEVE => path.rsplit('/').next().map(str::to_owned),
+                RETRIEVE | SESSION_RETRIEVE | SUBSCRIPTION_RETRIEVE => {
+                    path.rsplit('/').next().map(str::to_owned)
+                }
                 _ => get(&q, "starting_after"),
             },
             gte: created("created[gte]"),
             lte: created("created[lte]"),
             expand: all(&q, "expand[]"),
+            list_status: get(&q, "status").filter(|_| endpoint == SUBSCRIPTION_LIST),
             status: status_of(&response),
         };
         s.seen.push(seen);

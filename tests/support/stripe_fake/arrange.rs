@@ -7,7 +7,9 @@ use serde_json::Value;
 use sqlx::PgPool;
 use wiremock::ResponseTemplate;
 
-use super::{key, no_access, StripeFake, EVENTS, LIST, RETRIEVE};
+use super::{
+    key, no_access, StripeFake, EVENTS, LIST, RETRIEVE, SUBSCRIPTION_LIST, SUBSCRIPTION_RETRIEVE,
+};
 use crate::support::payment_intent;
 
 impl StripeFake {
@@ -97,7 +99,13 @@ impl StripeFake {
 
     /// Every request made as `account` answers Stripe's 403 no-access.
     pub fn refuse(&self, account: &str) -> &Self {
-        for endpoint in [RETRIEVE, LIST, EVENTS] {
+        for endpoint in [
+            RETRIEVE,
+            LIST,
+            EVENTS,
+            SUBSCRIPTION_RETRIEVE,
+            SUBSCRIPTION_LIST,
+        ] {
             self.answer_on(Some(account), endpoint, no_access(account));
         }
         self
@@ -111,7 +119,7 @@ impl StripeFake {
         response: ResponseTemplate,
     ) -> &Self {
         let mut s = self.state();
-        s.list_failures_expected |= endpoint == LIST;
+        s.list_failures_expected |= endpoint == LIST || endpoint == SUBSCRIPTION_LIST;
         s.overrides.push((key(account), endpoint, response));
         self
     }

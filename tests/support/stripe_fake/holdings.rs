@@ -21,6 +21,8 @@ pub(in crate::support) struct Holdings {
     /// Checkout Sessions, newest first; `payment_intent` an id or null
     /// (expanded from `pis` when asked: `super::session_fake`).
     pub(in crate::support) sessions: Vec<Value>,
+    /// Subscription objects, newest first (`super::subscriptions`).
+    pub(super) subscriptions: Vec<Value>,
 }
 
 impl Holdings {
@@ -34,6 +36,12 @@ impl Holdings {
         self.events
             .sort_by_key(|e| std::cmp::Reverse(e["created"].as_i64().unwrap_or(0)));
         self.sessions.sort_by(|a, b| {
+            b["created"]
+                .as_i64()
+                .cmp(&a["created"].as_i64())
+                .then_with(|| b["id"].as_str().cmp(&a["id"].as_str()))
+        });
+        self.subscriptions.sort_by(|a, b| {
             b["created"]
                 .as_i64()
                 .cmp(&a["created"].as_i64())

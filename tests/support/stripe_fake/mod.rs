@@ -13,6 +13,9 @@
 //!   and list `GET /v1/checkout/sessions` as above, `payment_intent`
 //!   expanded with `expand[]=payment_intent[.latest_charge]` (list:
 //!   `data.payment_intent[.latest_charge]`), see `super::session_fake`;
+//! - Subscriptions (docs/subscriptions.md): retrieve `GET /v1/subscriptions/{id}`
+//!   and list `GET /v1/subscriptions` with Stripe's `status` rule (without
+//!   `status=all` canceled ones are not listed), see `subscriptions`;
 //! - events `GET /v1/events`: newest first, honouring `types[]`,
 //!   `created[gte|gt|lte|lt]`, `starting_after` and `limit`;
 //! - Connect: a request's `Stripe-Account` header selects that account's own
@@ -36,12 +39,14 @@
 //! - `observe`: what a test reads back (the requests seen, per endpoint).
 //! - `answer`: the answer to each request, as Stripe gives it.
 //! - `query`: a request's query parameters and Stripe's 400s for them.
+//! - `subscriptions`: subscriptions held, retrieved and listed.
 
 mod answer;
 mod arrange;
 mod holdings;
 mod observe;
 mod query;
+pub mod subscriptions;
 
 use std::ops::Deref;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -55,6 +60,10 @@ use answer::Handler;
 pub(in crate::support) use holdings::Holdings;
 use holdings::State;
 pub use observe::Seen;
+#[allow(unused_imports)] // Not every test binary reads subscriptions.
+pub use subscriptions::{
+    subscription, subscription_event, SUBSCRIPTION_LIST, SUBSCRIPTION_RETRIEVE,
+};
 
 /// Retrieve, `GET /v1/payment_intents/{id}`.
 pub const RETRIEVE: &str = "retrieve";
@@ -85,7 +94,7 @@ impl Drop for StripeFake {
         let failed: Vec<&Seen> = s
             .seen
             .iter()
-            .filter(|x| x.endpoint == LIST && x.status != 200)
+            .filter(|x| (x.endpoint == LIST || x.endpoint == SUBSCRIPTION_LIST) && x.status != 200)
             .collect();
         assert!(
             s.list_failures_expected || failed.is_empty(),

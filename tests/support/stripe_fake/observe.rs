@@ -9,7 +9,7 @@ use super::{StripeFake, LIST, RETRIEVE};
 #[derive(Debug, Clone)]
 pub struct Seen {
     pub at: Instant,
-    /// [`RETRIEVE`], [`LIST`], [`EVENTS`] or [`OTHER`].
+    /// [`RETRIEVE`], [`LIST`], [`EVENTS`], the subscription endpoints or [`OTHER`].
     pub endpoint: &'static str,
     /// `Stripe-Account` (`None`: the platform).
     pub account: Option<String>,
@@ -19,6 +19,9 @@ pub struct Seen {
     pub gte: Option<i64>,
     pub lte: Option<i64>,
     pub expand: Vec<String>,
+    /// A subscription list's `status` parameter as sent (`all`, `ended`,
+    /// one status); `None` when not sent.
+    pub list_status: Option<String>,
     /// The HTTP status answered.
     pub status: u16,
 }
