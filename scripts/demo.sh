@@ -205,3 +205,10 @@ fi
 say "stripe-reconciler events (scripts/demo-events.sh)"
 env -u RECONCILER_AMOUNT_COLUMN -u RECONCILER_CURRENCY_COLUMN -u RECONCILER_ABANDONED_AFTER_SECONDS -u RECONCILER_ACCOUNT_COLUMN \
   -u RECONCILER_BATCH_SIZE -u RECONCILER_BATCHES_PER_RUN bash scripts/demo-events.sh
+
+# The second reconciled object: the application's subscriptions table
+# (docs/subscriptions.md): a missed customer.subscription.deleted found and
+# repaired, a paid-but-blocked customer restored, and a subscription no row
+# names caught by the events job.
+say "subscriptions (scripts/demo-subscriptions.sh)"
+bash scripts/demo-subscriptions.sh

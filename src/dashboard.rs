@@ -103,6 +103,27 @@ pub fn finding_url(
     ))
 }
 
+/// The Dashboard page of a subscription
+/// (`https://dashboard.stripe.com/[{acct}/][test/]subscriptions/{sub}`,
+/// docs/subscriptions.md); `None` when the id or the account is malformed.
+pub fn subscription_url_on(
+    account: Option<&str>,
+    stored_id: &str,
+    mode: DashboardMode,
+) -> Option<String> {
+    let id = crate::stripe::SubscriptionId::parse(stored_id.trim()).ok()?;
+    let account = AccountId::of_stored(account).ok()?;
+    let account = account.map_or_else(String::new, |a| format!("{}/", a.as_str()));
+    let mode = match mode {
+        DashboardMode::Live => "",
+        DashboardMode::Test => "test/",
+    };
+    Some(format!(
+        "https://dashboard.stripe.com/{account}{mode}subscriptions/{}",
+        id.as_str()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +141,22 @@ mod tests {
         );
         assert_eq!(
             finding_url(None, Some(""), Some("cs_1/../x"), DashboardMode::Live),
+            None
+        );
+    }
+
+    #[test]
+    fn a_subscription_links_to_its_page() {
+        assert_eq!(
+            subscription_url_on(None, "sub_1Pgc6r", DashboardMode::Live).as_deref(),
+            Some("https://dashboard.stripe.com/subscriptions/sub_1Pgc6r")
+        );
+        assert_eq!(
+            subscription_url_on(Some("acct_1A"), "sub_1", DashboardMode::Test).as_deref(),
+            Some("https://dashboard.stripe.com/acct_1A/test/subscriptions/sub_1")
+        );
+        assert_eq!(
+            subscription_url_on(None, "sub_../x", DashboardMode::Live),
             None
         );
     }

@@ -1,5 +1,6 @@
 //! `stripe-reconciler status [--json]`: the job's state ([`crate::status`]),
-//! with the scan's next run planned and the events job's figures.
+//! with the scan's next run planned and the events job's figures, and the
+//! subscriptions job's when its table is set.
 
 use super::CommandError;
 use crate::config::Settings;
@@ -11,6 +12,7 @@ use crate::status::{self, StatusQuery};
 use crate::store::runs::RunHistory;
 use crate::store::stats::TableFigures;
 use crate::store::Context;
+use crate::subscriptions;
 
 /// Prints the job's state: a screen for people, or one JSON object.
 pub(super) async fn status(settings: &Settings, json: bool) -> Result<(), CommandError> {
@@ -39,11 +41,21 @@ pub(super) async fn status(settings: &Settings, json: bool) -> Result<(), Comman
     let st = status::read_query(&mut conn, &query)
         .await
         .map_err(CommandError::Store)?;
+    // The subscriptions job beside it, when its table is set.
+    let subs = subscriptions::read_status(&mut conn, settings)
+        .await
+        .map_err(CommandError::Store)?;
     if json {
-        let line = serde_json::to_string_pretty(&st)?;
-        println!("{line}");
+        let mut value = serde_json::to_value(&st)?;
+        if let (Some(s), Some(map)) = (&subs, value.as_object_mut()) {
+            map.insert("subscriptions".to_owned(), serde_json::to_value(s)?);
+        }
+        println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         print!("{}", status::render(&st, settings.run.grace));
+        if let Some(s) = &subs {
+            print!("{}", subscriptions::render_status(s));
+        }
     }
     Ok(())
 }

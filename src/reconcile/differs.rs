@@ -94,8 +94,9 @@ pub fn differs(
     external_status: Option<&str>,
     details: Option<&Value>,
 ) -> Differs {
-    if let Some(money) = money_differs(kind, local_status, details) {
-        return money;
+    let early = money_differs(kind, local_status, details);
+    if let Some(d) = early.or_else(|| subscription_differs(kind, details)) {
+        return d;
     }
     let d = details;
     match kind {
@@ -145,6 +146,24 @@ pub fn differs(
             make("status", Some(local_status.to_owned()), stripe, phrase)
         }
     }
+}
+
+/// A subscription finding's `differs`, as the scan stored it in
+/// `details.differs` (docs/subscriptions.md); `None` for every other kind.
+fn subscription_differs(kind: &str, details: Option<&Value>) -> Option<Differs> {
+    if !kind.starts_with("subscription_") {
+        return None;
+    }
+    let d = details?.get("differs")?;
+    let field = d.get("field")?.as_str()?;
+    let (local, stripe) = (text(Some(d), "local"), text(Some(d), "stripe"));
+    let phrase = format!("{field} {}", versus(local, stripe));
+    Some(make(
+        field,
+        local.map(str::to_owned),
+        stripe.map(str::to_owned),
+        phrase,
+    ))
 }
 
 /// What disagrees on a money finding (amounts, currencies, refunds,

@@ -6,7 +6,7 @@ use crate::store::findings::FindingView;
 
 /// The header of `findings list --csv`: the JSON's flat fields, `differs`
 /// flattened, and an empty `note` to fill in for `resolve --file`.
-pub const CSV_HEADER: [&str; 21] = [
+pub const CSV_HEADER: [&str; 23] = [
     "id",
     "payment_id",
     "order_id",
@@ -27,6 +27,8 @@ pub const CSV_HEADER: [&str; 21] = [
     "differs_field",
     "differs_local",
     "differs_stripe",
+    "subscription_id",
+    "stripe_subscription_id",
     "note",
 ];
 
@@ -96,6 +98,8 @@ fn record(f: &FindingView, mode: DashboardMode) -> Vec<String> {
         cell(Some(&d.field)),
         cell(d.local.as_deref()),
         cell(d.stripe.as_deref()),
+        cell(f.subscription_id.as_deref()),
+        cell(f.stripe_subscription_id.as_deref()),
         String::new(),
     ]
 }
@@ -113,6 +117,8 @@ mod tests {
             stripe_payment_intent_id: None,
             stripe_account_id: None,
             checkout_session_id: None,
+            subscription_id: None,
+            stripe_subscription_id: None,
             kind: "missing_externally".into(),
             local_status: "paid".into(),
             external_status: None,

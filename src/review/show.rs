@@ -85,6 +85,7 @@ fn render(f: &FindingView, link: Option<&str>, history: &[HistoryEntry]) -> Stri
         f.detected_at.format("%Y-%m-%d %H:%M:%S"),
         shorten_or_dash(link),
     );
+    out.push_str(&subscription_line(f));
     out.push_str("history:\n");
     for h in history {
         out.push_str(&format!(
@@ -104,4 +105,17 @@ fn render(f: &FindingView, link: Option<&str>, history: &[HistoryEntry]) -> Stri
         ));
     }
     out
+}
+
+/// The subscription a finding names (row key and `sub_…`); empty for a
+/// payment's finding.
+fn subscription_line(f: &FindingView) -> String {
+    if f.subscription_id.is_none() && f.stripe_subscription_id.is_none() {
+        return String::new();
+    }
+    format!(
+        "subscription:   {} ({})\n",
+        shorten_or_dash(f.subscription_id.as_deref()),
+        shorten_or_dash(f.stripe_subscription_id.as_deref())
+    )
 }

@@ -39,9 +39,14 @@ pub(super) fn render(
         out.push_str(&format!(
             "{:>8}  {:>10}  {:<16}  {:<28}  {:<21}  {:<32}  {:<8}  {:<24}  {:<19}  {:<62}  {:<10}  {:<32}  {}\n",
             f.id,
-            shorten_or_dash(f.payment_key().as_deref()),
+            // A subscription finding names its row and its `sub_…` there.
+            shorten_or_dash(f.payment_key().or_else(|| f.subscription_id.clone()).as_deref()),
             shorten_or_dash(f.order_id.as_deref()),
-            shorten_or_dash(f.stripe_payment_intent_id.as_deref()),
+            shorten_or_dash(
+                f.stripe_payment_intent_id
+                    .as_deref()
+                    .or(f.stripe_subscription_id.as_deref())
+            ),
             account_or_platform(f.stripe_account_id.as_deref()),
             shown(&f.kind),
             shown(&f.local_status),

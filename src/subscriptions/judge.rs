@@ -226,5 +226,10 @@ fn differs(
             stripe.map_or(Value::Null, |s| Value::from(s.status.as_str())),
         ),
     };
-    json!({"field": field, "local": mine, "stripe": theirs})
+    // Text, as the view's `differs` shows it.
+    let text = |v: Value| match v {
+        Value::Null | Value::String(_) => v,
+        other => Value::from(other.to_string()),
+    };
+    json!({"field": field, "local": text(mine), "stripe": text(theirs)})
 }

@@ -11,6 +11,7 @@
 //! - `read`: Stripe's answers by retrieve or by list, with the fallback to retrieve.
 //! - `judge`: one row judged, and what phase 3 writes of it.
 //! - `record`: phase 3: stamps, findings once, commands, the cursor; a refused row isolated.
+//! - `status`: the job's state in `status`.
 //! - `summary`: what a run did, logged and printed.
 //! - `events`: the subscriptions' events feed: events read, subscriptions read again, rows judged, orphans.
 //! - `events_job`: [`SubscriptionEventsJob`], the feed as a job `events` runs after the PaymentIntents' feed.
@@ -24,10 +25,12 @@ mod judge;
 mod plan;
 mod read;
 mod record;
+mod status;
 mod summary;
 
 pub use events::FeedCounts;
 pub use events_job::{events_job_name, SubscriptionEventsJob, SubscriptionEventsSummary};
 pub use groups::{job_name, SubscriptionGroups, DEFAULT_JOB};
 pub use job::SubscriptionsJob;
+pub use status::{read_status, render_status, SubscriptionsStatus};
 pub use summary::SubscriptionsSummary;

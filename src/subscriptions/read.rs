@@ -21,6 +21,11 @@ use crate::stripe::{AccountId, CreatedWindow, GatewayError, StripeGateway, Subsc
 /// Rows a list window holds at most (one page of Stripe's).
 const WINDOW_ROWS: usize = 100;
 
+/// How far a run's newest window reaches past its newest row, seconds (at
+/// most the slack): a list is read newest first, so everything created
+/// there is paged through before the window's own rows.
+const NEWER_SLACK_SECONDS: i64 = 60;
+
 /// One row to ask Stripe about.
 #[derive(Debug, Clone)]
 pub struct Ask {
@@ -126,7 +131,9 @@ struct Window {
 /// The windows of `asks` with a `created`: per account, sorted by
 /// `created`, a window per [`WINDOW_ROWS`] rows; consecutive windows meet
 /// (no gap, no overlap); a run of rows ends where two rows are more than
-/// twice the slack apart, and its ends are widened by the slack.
+/// twice the slack apart, and its ends are widened: the older by the slack,
+/// the newer by at most [`NEWER_SLACK_SECONDS`] (paging stops once every
+/// row of a window was listed, so only the newer end costs pages).
 fn windows(asks: &[Ask], slack: i64) -> Vec<Window> {
     let mut by_account: HashMap<Option<&str>, Vec<usize>> = HashMap::new();
     for (i, a) in asks.iter().enumerate().filter(|(_, a)| a.created.is_some()) {
@@ -162,7 +169,7 @@ fn windows(asks: &[Ask], slack: i64) -> Vec<Window> {
                 };
                 let lte = match chunks.get(n + 1) {
                     Some(next) => created(next[0]) - 1,
-                    None => created(chunk[chunk.len() - 1]) + slack,
+                    None => created(chunk[chunk.len() - 1]) + slack.min(NEWER_SLACK_SECONDS),
                 };
                 out.push(Window {
                     account: asks[chunk[0]].account.clone(),
@@ -192,7 +199,8 @@ async fn list_windows(
     let in_flight = groups.stripe.max_in_flight.max(1) as usize;
     let results: Vec<(Window, Listing)> = stream::iter(windows(asks, slack))
         .map(|w| async move {
-            let listed = list_window(gateway, &w, cap).await;
+            let wanted: Vec<&str> = w.members.iter().map(|&i| asks[i].id.as_str()).collect();
+            let listed = list_window(gateway, &w, &wanted, cap).await;
             (w, listed)
         })
         .buffer_unordered(in_flight)
@@ -220,12 +228,13 @@ async fn list_windows(
     Ok(out)
 }
 
-/// One window's pages (at most `cap`), newest first: the subscriptions
-/// listed, by id. Items Stripe could not describe are left out (their rows
-/// are retrieved).
+/// One window's pages (at most `cap`, and none after every id of `wanted`
+/// was listed), newest first: the subscriptions listed, by id. Items Stripe
+/// could not describe are left out (their rows are retrieved).
 async fn list_window(
     gateway: &StripeGateway,
     w: &Window,
+    wanted: &[&str],
     cap: u32,
 ) -> Result<HashMap<String, SubscriptionFacts>, GatewayError> {
     let mut found = HashMap::new();
@@ -239,9 +248,10 @@ async fn list_window(
                 found.insert(id.as_str().to_owned(), s.facts);
             }
         }
+        let all_found = wanted.iter().all(|id| found.contains_key(*id));
         match page.next_after {
-            Some(next) => after = Some(next),
-            None => break,
+            Some(next) if !all_found => after = Some(next),
+            _ => break,
         }
     }
     Ok(found)

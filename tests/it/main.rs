@@ -64,6 +64,7 @@
 //! - `resolve_file_locks`: a 100,000-line resolution file never blocks the application's writes to `payments`
 //! - `session_index`: migrate names the index that would serve lookups by Checkout Session id
 //! - `scan`: one batch's verdict paths and its set-based phase 3
+//! - `subscriptions_review`: subscription findings in `findings list/show/resolve --file`, the review view and `status`
 //! - `subscriptions_scan`: `run --object subscriptions` and `repair` through the binary: every kind in both read modes, a refused list falling back, repairs applied once
 //! - `subscriptions_events`: `events` with a subscriptions table: a missed cancel and a subscription no row names, once
 //! - `subscriptions_migrate`: `migrate` with a subscriptions table: exit 78 naming what does not fit, the lookup index built CONCURRENTLY per partition and kept
@@ -158,6 +159,7 @@ mod subscription_fake;
 mod subscriptions_common;
 mod subscriptions_events;
 mod subscriptions_migrate;
+mod subscriptions_review;
 mod subscriptions_scan;
 mod subscriptions_shapes;
 mod terminal_output;

@@ -1,17 +1,17 @@
-//! What the subscriptions tests share: a Stripe holding subscriptions
-//! (retrieve, and list with Stripe's `status` rule: without `status`, no
-//! canceled or `incomplete_expired` one is listed), Stripe-shaped
-//! subscription objects, the binary's environment, and what a user checks
-//! afterwards (open findings, the outbox, the rows).
+//! What the subscriptions tests share: the shared fake Stripe holding
+//! subscriptions (retrieve, and list with Stripe's `status` rule: without
+//! `status`, no canceled or `incomplete_expired` one is listed) and events,
+//! Stripe-shaped subscription objects, the binary's environment, and what
+//! a user checks afterwards (open findings, the outbox, the rows).
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use wiremock::matchers::method;
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+use wiremock::ResponseTemplate;
 
+use crate::support::stripe_fake::subscriptions::{SUBSCRIPTION_LIST, SUBSCRIPTION_RETRIEVE};
+use crate::support::stripe_fake::StripeFake;
 use crate::support::*;
 
 /// Now, epoch seconds.
@@ -42,174 +42,51 @@ pub fn sub(
     })
 }
 
-/// What the fake saw.
-#[derive(Debug, Default)]
-struct Seen {
-    retrieves: usize,
-    lists: usize,
-    list_without_status_all: usize,
-}
-
-/// A Stripe holding subscriptions.
-#[derive(Clone, Default)]
-pub struct SubsFake {
-    subs: Arc<Mutex<Vec<Value>>>,
-    events: Arc<Mutex<Vec<Value>>>,
-    seen: Arc<Mutex<Seen>>,
-    /// List requests answer 400 `parameter_unknown` (an older API, a proxy).
-    refuse_list: Arc<Mutex<bool>>,
-}
+/// The shared fake Stripe ([`StripeFake`]) holding the tests' subscriptions
+/// and events on the platform's own account.
+pub struct SubsFake(StripeFake);
 
 impl SubsFake {
+    /// A fake holding nothing yet.
+    pub async fn start() -> Self {
+        SubsFake(StripeFake::start().await)
+    }
+
     /// Holds `s`.
     pub fn add(&self, s: Value) {
-        self.subs.lock().unwrap().push(s);
+        self.0.add_subscription_object(None, s);
     }
 
     /// Holds the event `evt` of `kind` about `object`, created `created`.
     pub fn event(&self, evt: &str, kind: &str, created: i64, object: Value) {
-        self.events.lock().unwrap().push(json!({
-            "id": evt, "object": "event", "type": kind, "created": created,
-            "data": {"object": object}
-        }));
+        self.0.push_event(
+            None,
+            json!({"id": evt, "object": "event", "type": kind, "created": created,
+                   "data": {"object": object}}),
+        );
     }
 
-    /// `GET /v1/events`: newest first, only `types[]`, from `created[gte]`.
-    fn list_events(&self, req: &Request) -> ResponseTemplate {
-        let types: Vec<String> = req
-            .url
-            .query_pairs()
-            .filter(|(k, _)| k == "types[]")
-            .map(|(_, v)| v.into())
-            .collect();
-        let gte = req
-            .url
-            .query_pairs()
-            .find(|(k, _)| k == "created[gte]")
-            .and_then(|(_, v)| v.parse::<i64>().ok())
-            .unwrap_or(i64::MIN);
-        let mut data: Vec<Value> = self
-            .events
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|e| {
-                types.iter().any(|t| e["type"] == t.as_str())
-                    && e["created"].as_i64().unwrap_or(0) >= gte
-            })
-            .cloned()
-            .collect();
-        data.sort_by_key(|e| std::cmp::Reverse(e["created"].as_i64()));
-        ResponseTemplate::new(200).set_body_json(
-            json!({"object": "list", "url": "/v1/events", "has_more": false, "data": data}),
-        )
-    }
-
-    /// List requests answer HTTP 400 from now on.
+    /// List requests answer HTTP 400 `parameter_unknown` (an older API, a
+    /// proxy refusing a parameter).
     pub fn refuse_list(&self) {
-        *self.refuse_list.lock().unwrap() = true;
+        let refused = ResponseTemplate::new(400)
+            .set_body_json(stripe_error("invalid_request_error", "parameter_unknown"));
+        self.0.answer_on(None, SUBSCRIPTION_LIST, refused);
     }
 
     /// Retrieve requests seen.
     pub fn retrieves(&self) -> usize {
-        self.seen.lock().unwrap().retrieves
+        self.0.count(SUBSCRIPTION_RETRIEVE)
     }
 
-    /// List requests seen, and those without `status=all`.
-    pub fn lists(&self) -> (usize, usize) {
-        let s = self.seen.lock().unwrap();
-        (s.lists, s.list_without_status_all)
+    /// List requests seen.
+    pub fn lists(&self) -> usize {
+        self.0.count(SUBSCRIPTION_LIST)
     }
 
-    /// Serves it.
-    pub async fn serve(&self) -> MockServer {
-        let server = MockServer::start().await;
-        Mock::given(method("GET"))
-            .respond_with(self.clone())
-            .mount(&server)
-            .await;
-        server
-    }
-
-    fn list(&self, req: &Request) -> ResponseTemplate {
-        let q: Vec<(String, String)> = req
-            .url
-            .query_pairs()
-            .map(|(k, v)| (k.into(), v.into()))
-            .collect();
-        let get = |k: &str| q.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-        let all = get("status").as_deref() == Some("all");
-        {
-            let mut seen = self.seen.lock().unwrap();
-            seen.lists += 1;
-            seen.list_without_status_all += usize::from(!all);
-        }
-        if *self.refuse_list.lock().unwrap() {
-            return ResponseTemplate::new(400)
-                .set_body_json(stripe_error("invalid_request_error", "parameter_unknown"));
-        }
-        let num = |k: &str| get(k).and_then(|v| v.parse::<i64>().ok());
-        let (gte, lte) = (
-            num("created[gte]").unwrap_or(i64::MIN),
-            num("created[lte]").unwrap_or(i64::MAX),
-        );
-        let limit = num("limit").unwrap_or(10) as usize;
-        let mut data: Vec<Value> = self
-            .subs
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|s| {
-                let c = s["created"].as_i64().unwrap_or(0);
-                let ended = matches!(
-                    s["status"].as_str(),
-                    Some("canceled" | "incomplete_expired")
-                );
-                c >= gte && c <= lte && (all || !ended)
-            })
-            .cloned()
-            .collect();
-        data.sort_by_key(|s| {
-            std::cmp::Reverse((s["created"].as_i64(), s["id"].as_str().map(str::to_owned)))
-        });
-        if let Some(after) = get("starting_after") {
-            let Some(at) = data.iter().position(|s| s["id"] == after.as_str()) else {
-                return ResponseTemplate::new(400)
-                    .set_body_json(stripe_error("invalid_request_error", "resource_missing"));
-            };
-            data.drain(..=at);
-        }
-        let has_more = data.len() > limit;
-        data.truncate(limit);
-        ResponseTemplate::new(200).set_body_json(json!({"object": "list", "url": "/v1/subscriptions", "has_more": has_more, "data": data}))
-    }
-}
-
-impl Respond for SubsFake {
-    fn respond(&self, req: &Request) -> ResponseTemplate {
-        let path = req.url.path();
-        if path == "/v1/subscriptions" {
-            return self.list(req);
-        }
-        if path == "/v1/events" {
-            return self.list_events(req);
-        }
-        if let Some(id) = path.strip_prefix("/v1/subscriptions/") {
-            self.seen.lock().unwrap().retrieves += 1;
-            let found = self
-                .subs
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|s| s["id"] == id)
-                .cloned();
-            return match found {
-                Some(s) => ResponseTemplate::new(200).set_body_json(s),
-                None => ResponseTemplate::new(404)
-                    .set_body_json(stripe_error("invalid_request_error", "resource_missing")),
-            };
-        }
-        ResponseTemplate::new(404).set_body_json(json!({"error": {"type": "invalid_request_error", "message": format!("Unrecognized request URL (GET: {path})")}}))
+    /// Its base URL.
+    pub fn uri(&self) -> String {
+        self.0.uri()
     }
 }
 
@@ -217,7 +94,7 @@ impl Respond for SubsFake {
 /// table and its columns (`vars`), `mode` as the read mode.
 pub fn env(
     pool: &PgPool,
-    stripe: &MockServer,
+    stripe: &SubsFake,
     mode: &str,
     vars: &[(&'static str, &str)],
 ) -> Vec<(&'static str, String)> {

@@ -32,7 +32,7 @@ async fn a_missed_cancel_and_a_subscription_no_row_names(pool: PgPool) {
     .execute(&pool)
     .await
     .unwrap();
-    let stripe = SubsFake::default();
+    let stripe = SubsFake::start().await;
     let t = now();
     let mut missed = sub("sub_Missed", "canceled", t - 7200, "price_a", 1, t - 60);
     missed["ended_at"] = (t - 60).into();
@@ -60,10 +60,9 @@ async fn a_missed_cancel_and_a_subscription_no_row_names(pool: PgPool) {
     let invoice = json!({"id": "in_1", "object": "invoice", "status": "paid",
                          "parent": {"subscription_details": {"subscription": "sub_Orphan"}}});
     stripe.event("evt_2", "invoice.paid", t - 50, invoice);
-    let server = stripe.serve().await;
     let env = env(
         &pool,
-        &server,
+        &stripe,
         "list",
         &[("RECONCILER_SUBSCRIPTIONS_TABLE", "plans")],
     );

@@ -50,7 +50,7 @@ async fn cashier_with_a_word_map_and_a_multi_item_subscription(pool: PgPool) {
     .execute(&pool)
     .await
     .unwrap();
-    let stripe = SubsFake::default();
+    let stripe = SubsFake::start().await;
     let (t, ahead) = (now(), now() + 20 * DAY);
     let created = |h: i64| t - h * 3600;
     let mut multi = sub("sub_Multi", "active", created(4), "price_a", 1, ahead);
@@ -65,7 +65,6 @@ async fn cashier_with_a_word_map_and_a_multi_item_subscription(pool: PgPool) {
         stripe.add(s);
     }
     stripe.add(sub("sub_Frozen", "active", created(2), "price_a", 1, ahead));
-    let server = stripe.serve().await;
     let vars = [
         ("RECONCILER_SUBSCRIPTIONS_TABLE", "subscriptions"),
         ("RECONCILER_SUBSCRIPTION_ID_COLUMN", "stripe_id"),
@@ -78,7 +77,7 @@ async fn cashier_with_a_word_map_and_a_multi_item_subscription(pool: PgPool) {
             "active=active;trialing=trial;canceled=cancelled,expired;past_due=past_due",
         ),
     ];
-    let env = env(&pool, &server, "list", &vars);
+    let env = env(&pool, &stripe, "list", &vars);
     migrate(&pool, &env).await;
     let summary = scan_and_repair(&env).await;
     // The multi-item row (NULL price and seats) and the mapped word agree;
@@ -127,14 +126,13 @@ async fn a_status_less_users_table_keyed_by_uuid(pool: PgPool) {
             .await
             .unwrap();
     }
-    let stripe = SubsFake::default();
+    let stripe = SubsFake::start().await;
     let created = t - 7200;
     stripe.add(sub("sub_Paying", "active", created, "price_a", 1, ahead));
     stripe.add(sub("sub_Locked", "active", created, "price_a", 1, ahead));
     let mut left = sub("sub_Left", "canceled", created, "price_a", 1, t - 2 * DAY);
     left["ended_at"] = (t - 2 * DAY).into();
     stripe.add(left);
-    let server = stripe.serve().await;
     let vars = [
         ("RECONCILER_SUBSCRIPTIONS_TABLE", "users"),
         ("RECONCILER_SUBSCRIPTION_STATUS_COLUMN", "none"),
@@ -147,7 +145,7 @@ async fn a_status_less_users_table_keyed_by_uuid(pool: PgPool) {
             "subscription_ends_at",
         ),
     ];
-    let env = env(&pool, &server, "retrieve", &vars);
+    let env = env(&pool, &stripe, "retrieve", &vars);
     migrate(&pool, &env).await;
     let before: Vec<(String, Value)> =
         sqlx::query_as("SELECT email, to_jsonb(u) - 'subscription_period_end' - 'subscription_ends_at' - 'updated_at' FROM users u ORDER BY email")
@@ -203,7 +201,7 @@ async fn past_due(pool: &PgPool, policy: &str) -> std::collections::BTreeSet<(St
     .execute(pool)
     .await
     .unwrap();
-    let stripe = SubsFake::default();
+    let stripe = SubsFake::start().await;
     stripe.add(sub(
         "sub_Dunning",
         "past_due",
@@ -212,12 +210,11 @@ async fn past_due(pool: &PgPool, policy: &str) -> std::collections::BTreeSet<(St
         1,
         now() + DAY,
     ));
-    let server = stripe.serve().await;
     let vars = [
         ("RECONCILER_SUBSCRIPTIONS_TABLE", "plans"),
         ("RECONCILER_PAST_DUE_ACCESS", policy),
     ];
-    let env = env(pool, &server, "retrieve", &vars);
+    let env = env(pool, &stripe, "retrieve", &vars);
     migrate(pool, &env).await;
     binary(&["run", "--object", "subscriptions"], &env, 0).await;
     open(pool).await

@@ -58,6 +58,11 @@ pub struct FindingView {
     /// The payment's Checkout Session when it was judged by its session
     /// (docs/checkout-sessions.md); `None` otherwise.
     pub checkout_session_id: Option<String>,
+    /// The subscription row's key as text, for a subscription finding
+    /// (docs/subscriptions.md); `None` otherwise.
+    pub subscription_id: Option<String>,
+    /// The Stripe subscription (`sub_…`) of a subscription finding.
+    pub stripe_subscription_id: Option<String>,
     /// The kind's database string.
     pub kind: String,
     /// Local status when detected.
@@ -111,12 +116,17 @@ impl FindingView {
     /// Session) in `mode`, on its connected account if any; `None` when no
     /// stored id is well formed ([`crate::dashboard::finding_url`]).
     pub fn dashboard_url(&self, mode: crate::dashboard::DashboardMode) -> Option<String> {
+        let account = self.stripe_account_id.as_deref();
         crate::dashboard::finding_url(
-            self.stripe_account_id.as_deref(),
+            account,
             self.stripe_payment_intent_id.as_deref(),
             self.checkout_session_id.as_deref(),
             mode,
         )
+        .or_else(|| {
+            let sub = self.stripe_subscription_id.as_deref()?;
+            crate::dashboard::subscription_url_on(account, sub, mode)
+        })
     }
 }
 
@@ -135,7 +145,7 @@ pub async fn list(
                 convert_to(to_jsonb(p) ->> 'order_id', 'SQL_ASCII') AS order_id,
                 convert_to(coalesce(nullif((p.stripe_payment_intent_id)::text, ''), f.stripe_payment_intent_id)::text,
                            'SQL_ASCII') AS stripe_payment_intent_id,
-                f.checkout_session_id,
+                f.checkout_session_id, f.subscription_id, f.stripe_subscription_id,
                 f.stripe_account_id, f.kind, f.local_status,
                 f.external_status, f.detected_at, f.resolved_at, f.resolution, f.resolved_by,
                 f.resolution_note, f.details, f.last_seen_at,
