@@ -44,7 +44,7 @@
 //! stripe_standin [--listen 127.0.0.1:12111] [--api-key sk_test_standin]
 //!                [--seed ROWS] [--latency-ms 0] [--events N]
 //!                [--connect-account acct_...] [--revoked-account acct_...]
-//!                [--subscriptions N] [--seed-subscriptions]
+//!                [--subscriptions N] [--seed-subscriptions] [--anchor UNIX]
 //! ```
 //!
 //! Connect (docs/connect.md): with `--connect-account acct_…` every tenth row (the
@@ -608,6 +608,11 @@ struct Args {
     /// expected findings per kind (one JSON line).
     #[arg(long)]
     seed_subscriptions: bool,
+    /// The data set's "now" in Unix seconds (default: the start of this
+    /// process): every `created` is relative to it, so a benchmark can build
+    /// the application's table in SQL in step with the generated objects.
+    #[arg(long, value_name = "UNIX")]
+    anchor: Option<i64>,
 }
 
 /// Row `i` of `rows` was created `rows - i + 3600` seconds before `anchor`;
@@ -724,7 +729,10 @@ async fn main() -> anyhow::Result<()> {
     let args = <Args as clap::Parser>::parse();
     let latency = Duration::from_millis(args.latency_ms);
     let mut known = HashMap::new();
-    let anchor = chrono::Utc::now();
+    let anchor = match args.anchor {
+        Some(at) => chrono::DateTime::from_timestamp(at, 0).context("--anchor out of range")?,
+        None => chrono::Utc::now(),
+    };
     if let Some(rows) = args.seed {
         let mut expected = seed_database(rows, anchor, args.connect_account.as_deref()).await?;
         sessions::seed_database(
