@@ -8,7 +8,7 @@
 //! granting subscription no row names, older than the grace window, is
 //! `subscription_missing_locally` (a customer paying for nothing).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -25,6 +25,11 @@ use crate::store::subscriptions::read::{rows_naming, StoredSubscription};
 use crate::store::subscriptions::record::{self, NewFinding};
 use crate::store::Context;
 use crate::stripe::{GatewayError, StripeSubscription, SubscriptionId};
+
+/// How long an event naming a row in its grace window keeps the position
+/// before it (seconds past the grace window): older, the row is left to the
+/// scan (docs/subscriptions.md, "The job").
+const HELD_PAST_GRACE: Duration = Duration::from_secs(3600);
 
 /// Each run starts this far before the stored position: an event Stripe
 /// lists a little late is still read (a re-read records nothing twice).
@@ -65,7 +70,7 @@ pub async fn read_feed(
     let from = start(ctx, feed_job, events.lookback).await?;
     let (named, newest) = list_events(ctx, from, events.max_pages, &mut counts).await?;
     counts.subscriptions = named.len() as u64;
-    let answers = ask(ctx, &named).await?;
+    let answers = ask(ctx, named.keys()).await?;
     counts.unverifiable = answers.values().filter(|a| a.is_none()).count() as u64;
     let covered = (!counts.truncated && counts.unverifiable == 0).then_some(started);
     let advance = Advance {
@@ -73,7 +78,8 @@ pub async fn read_feed(
         newest_event: newest.as_ref().map(|(id, at)| (id.as_str(), *at)),
         listing: None,
     };
-    commit(ctx, target, (feed_job, &advance), &answers, &mut counts).await?;
+    let named = (&answers, &named);
+    commit(ctx, target, (feed_job, &advance), named, &mut counts).await?;
     Ok(counts)
 }
 
@@ -102,8 +108,8 @@ async fn list_events(
     from: i64,
     max_pages: u32,
     counts: &mut FeedCounts,
-) -> Result<(HashSet<SubscriptionId>, Option<(String, DateTime<Utc>)>), RunError> {
-    let mut named = HashSet::new();
+) -> Result<(Named, Option<(String, DateTime<Utc>)>), RunError> {
+    let mut named = Named::new();
     let mut newest = None;
     let mut after: Option<String> = None;
     for page_no in 0..max_pages.max(1) {
@@ -117,7 +123,8 @@ async fn list_events(
             if newest.is_none() && page_no == 0 {
                 newest = DateTime::from_timestamp(e.created, 0).map(|at| (e.id.clone(), at));
             }
-            named.insert(e.subscription);
+            let earliest = named.entry(e.subscription).or_insert(e.created);
+            *earliest = (*earliest).min(e.created);
         }
         match page.next_after {
             Some(next) => after = Some(next),
@@ -140,17 +147,21 @@ fn feed_error(e: GatewayError) -> RunError {
     }
 }
 
+/// The subscriptions the events name, each with its earliest event's
+/// `created` (epoch seconds).
+type Named = HashMap<SubscriptionId, i64>;
+
 /// Each subscription read again: `Some(Ok)` found, `Some(Err(()))` missing,
 /// `None` unverifiable.
 type Answers = HashMap<SubscriptionId, Option<Result<StripeSubscription, ()>>>;
 
 async fn ask(
     ctx: &SubscriptionsContext<'_>,
-    named: &HashSet<SubscriptionId>,
+    named: impl Iterator<Item = &SubscriptionId>,
 ) -> Result<Answers, RunError> {
     let in_flight = ctx.settings.stripe.max_in_flight.max(1) as usize;
     let read: Vec<(SubscriptionId, Result<StripeSubscription, GatewayError>)> =
-        stream::iter(named.iter().cloned())
+        stream::iter(named.cloned())
             .map(|id| async move {
                 let got = ctx.gateway.subscription_on(None, &id).await;
                 (id, got)
@@ -184,7 +195,7 @@ async fn commit(
     ctx: &SubscriptionsContext<'_>,
     target: Target<'_>,
     (feed_job, advance): (&str, &Advance<'_>),
-    answers: &Answers,
+    (answers, named): (&Answers, &Named),
     counts: &mut FeedCounts,
 ) -> Result<(), RunError> {
     let ids: Vec<String> = answers.keys().map(|id| id.as_str().to_owned()).collect();
@@ -192,7 +203,8 @@ async fn commit(
         .await
         .context("opening a transaction")?;
     let rows = rows_naming(&mut tx, target.table, &ids, ctx.settings.run.grace).await?;
-    let judged = judge_rows(&rows, answers, target, counts);
+    let (judged, in_grace) = judge_rows(&rows, answers, target, counts);
+    let advance = held_back(advance, &in_grace, named, ctx.settings.run.grace);
     counts.rows_judged = judged
         .iter()
         .filter(|j| j.verdict != Verdict::Unverifiable)
@@ -216,7 +228,7 @@ async fn commit(
     .await?;
     let owner = ctx.lease.as_ref().map_or("", |l| l.owner.as_str());
     let ttl = ctx.lease.as_ref().map_or(300.0, |l| l.ttl_seconds);
-    if !events_position::advance(&mut tx, feed_job, owner, ttl, advance).await? {
+    if !events_position::advance(&mut tx, feed_job, owner, ttl, &advance).await? {
         return Err(RunError::ConcurrentRun {
             job: feed_job.to_owned(),
         });
@@ -227,27 +239,55 @@ async fn commit(
     Ok(())
 }
 
+/// `advance` with its `covered_until` kept at the earliest event naming a
+/// row in its grace window (that row is judged by a later run), unless the
+/// event is older than the grace window and [`HELD_PAST_GRACE`]: then the
+/// row is left to the scan.
+fn held_back<'a>(
+    advance: &Advance<'a>,
+    in_grace: &[SubscriptionId],
+    named: &Named,
+    grace: Duration,
+) -> Advance<'a> {
+    let mut out = advance.clone();
+    let Some(covered) = advance.covered_until else {
+        return out;
+    };
+    let oldest = covered - chrono::Duration::from_std(grace + HELD_PAST_GRACE).unwrap_or_default();
+    let held = in_grace
+        .iter()
+        .filter_map(|id| named.get(id))
+        .filter_map(|&at| DateTime::from_timestamp(at, 0))
+        .filter(|&at| at >= oldest)
+        .min();
+    out.covered_until = Some(held.map_or(covered, |at| at.min(covered)));
+    out
+}
+
 /// The rows naming an answered subscription, judged on its answer; rows
-/// changed within the grace window are left to a later read.
+/// changed within the grace window are left to a later read (their
+/// subscriptions returned).
 fn judge_rows(
     rows: &[StoredSubscription],
     answers: &Answers,
     target: Target<'_>,
     counts: &mut FeedCounts,
-) -> Vec<Judged> {
+) -> (Vec<Judged>, Vec<SubscriptionId>) {
     let now = Utc::now();
     let mut judged: Vec<Judged> = Vec::new();
+    let mut in_grace = Vec::new();
     for row in rows {
-        let Some(answer) = row
+        let Some((id, answer)) = row
             .stripe_id
             .as_deref()
             .and_then(|v| SubscriptionId::parse(v.trim()).ok())
-            .and_then(|id| answers.get(&id))
+            .and_then(|id| answers.get(&id).map(|a| (id, a)))
         else {
             continue;
         };
         if row.recently_changed {
             counts.rows_in_grace += 1;
+            in_grace.push(id);
             continue;
         }
         let answer = match answer {
@@ -257,7 +297,7 @@ fn judge_rows(
         };
         judged.push(judge(row, &answer, (target.table, target.settings), now));
     }
-    judged
+    (judged, in_grace)
 }
 
 /// Granting subscriptions no row names, created before the grace window:

@@ -202,12 +202,35 @@ pub async fn write(
         "finding cleared by a later read",
     )
     .await?;
+    withdraw(&mut *conn, outbox, &answered, &recorded).await?;
     let enqueued = enqueue(&mut *conn, outbox, rows, &answered, &recorded).await?;
     Ok(Written {
         created: recorded.iter().filter(|r| r.created).count() as u64,
         cleared: cleared.len() as u64,
         enqueued,
     })
+}
+
+/// Closes the pending commands of rows a later read no longer repairs
+/// (Stripe's state moved: an `active` subscription now `past_due`, whose
+/// restore waits for a person), their findings kept open.
+async fn withdraw(
+    conn: &mut PgConnection,
+    outbox: &OutboxSettings,
+    judged: &[&&Judged],
+    recorded: &[record::Recorded],
+) -> Result<u64, StoreError> {
+    let ids: Vec<i64> = recorded
+        .iter()
+        .filter(|r| {
+            judged
+                .iter()
+                .any(|j| j.repair.is_none() && r.key.as_ref() == Some(&j.key))
+        })
+        .map(|r| r.id)
+        .collect();
+    let note = "no longer repairable by a later read: a person decides";
+    outbox::close_for_findings(conn, outbox, &[APPLY_SUBSCRIPTION_STATE], &ids, note).await
 }
 
 /// One command per row with a repair, its repairable findings open, and no

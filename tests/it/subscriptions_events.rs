@@ -104,3 +104,43 @@ async fn a_missed_cancel_and_a_subscription_no_row_names(pool: PgPool) {
     assert_eq!(open(&pool).await, want);
     assert_eq!(commanded(&pool).await, ["1"]);
 }
+
+/// A cancel whose row changed within the grace window (the application's
+/// own half-done handling touched it) is judged by a later run once the
+/// grace is over: the position does not move past its event meanwhile.
+#[sqlx::test(migrations = false)]
+async fn a_cancel_on_a_row_in_grace_is_judged_by_a_later_run(pool: PgPool) {
+    sqlx::raw_sql(
+        "CREATE TABLE plans (id integer PRIMARY KEY, stripe_subscription_id text, status text NOT NULL,
+                             created_at timestamptz NOT NULL DEFAULT now() - interval '2 hours',
+                             updated_at timestamptz NOT NULL DEFAULT now());
+         INSERT INTO plans (id, stripe_subscription_id, status) VALUES (1, 'sub_Touched', 'active');",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let stripe = SubsFake::start().await;
+    let t = now();
+    let mut gone = sub("sub_Touched", "canceled", t - 7200, "price_a", 1, t - 900);
+    gone["ended_at"] = (t - 900).into();
+    stripe.add(gone.clone());
+    stripe.event("evt_1", "customer.subscription.deleted", t - 900, gone);
+    let env = env(
+        &pool,
+        &stripe,
+        "retrieve",
+        &[("RECONCILER_SUBSCRIPTIONS_TABLE", "plans")],
+    );
+    migrate(&pool, &env).await;
+    let first = feed_summary(&binary(&["events"], &env, 0).await);
+    assert_eq!(first["rows_in_grace"], 1, "{first}");
+    sqlx::query("UPDATE plans SET updated_at = now() - interval '1 hour'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    binary(&["events"], &env, 0).await;
+    assert_eq!(
+        open(&pool).await,
+        pairs(&[("1", "subscription_missed_cancel")])
+    );
+}

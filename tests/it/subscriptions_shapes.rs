@@ -239,3 +239,102 @@ async fn past_due_is_access_without_payment_under_revoke(pool: PgPool) {
         "a non-terminal status waits for a person"
     );
 }
+
+/// A status-less row whose period lapsed, `unpaid` at Stripe with a
+/// cancellation scheduled: both deny access, and the repair of the
+/// schedule must not write Stripe's later period end (that would restore
+/// access to a subscription Stripe does not collect on).
+#[sqlx::test(migrations = false)]
+async fn a_schedule_repair_never_restores_access_stripe_denies(pool: PgPool) {
+    sqlx::raw_sql(
+        "CREATE TABLE users (id integer PRIMARY KEY, stripe_subscription_id text,
+                             period_end bigint, ends_at timestamptz,
+                             created_at timestamptz NOT NULL DEFAULT now() - interval '2 hours',
+                             updated_at timestamptz NOT NULL DEFAULT now() - interval '1 hour');",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let (t, ahead) = (now(), now() + 20 * DAY);
+    sqlx::query(
+        "INSERT INTO users (id, stripe_subscription_id, period_end) VALUES (1, 'sub_Unpaid', $1)",
+    )
+    .bind(t - 5 * DAY)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let stripe = SubsFake::start().await;
+    let mut unpaid = sub("sub_Unpaid", "unpaid", t - 7200, "price_a", 1, ahead);
+    unpaid["cancel_at"] = ahead.into();
+    stripe.add(unpaid);
+    let vars = [
+        ("RECONCILER_SUBSCRIPTIONS_TABLE", "users"),
+        ("RECONCILER_SUBSCRIPTION_STATUS_COLUMN", "none"),
+        ("RECONCILER_SUBSCRIPTION_PERIOD_END_COLUMN", "period_end"),
+        ("RECONCILER_SUBSCRIPTION_ENDS_AT_COLUMN", "ends_at"),
+    ];
+    let env = env(&pool, &stripe, "retrieve", &vars);
+    migrate(&pool, &env).await;
+    scan_and_repair(&env).await;
+    let row: (Option<i64>, Option<i64>) =
+        sqlx::query_as("SELECT period_end, extract(epoch FROM ends_at)::bigint FROM users")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(row, (Some(t - 5 * DAY), None), "access stays ended");
+    assert!(commanded(&pool).await.is_empty(), "waits for a person");
+}
+
+/// A restore enqueued while Stripe was `active` is withdrawn when a later
+/// scan sees the subscription `past_due` before `repair` ran: restoring
+/// access while Stripe is `past_due` waits for a person.
+#[sqlx::test(migrations = false)]
+async fn a_pending_restore_is_withdrawn_when_stripe_turns_past_due(pool: PgPool) {
+    sqlx::raw_sql(
+        "CREATE TABLE plans (id integer PRIMARY KEY, stripe_subscription_id text, status text NOT NULL,
+                             created_at timestamptz NOT NULL DEFAULT now() - interval '2 hours',
+                             updated_at timestamptz NOT NULL DEFAULT now() - interval '1 hour');
+         INSERT INTO plans (id, stripe_subscription_id, status) VALUES (1, 'sub_Blocked', 'canceled');",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let stripe = SubsFake::start().await;
+    let t = now();
+    stripe.add(sub(
+        "sub_Blocked",
+        "active",
+        t - 7200,
+        "price_a",
+        1,
+        t + DAY,
+    ));
+    let env = env(
+        &pool,
+        &stripe,
+        "retrieve",
+        &[("RECONCILER_SUBSCRIPTIONS_TABLE", "plans")],
+    );
+    migrate(&pool, &env).await;
+    binary(&["run", "--object", "subscriptions"], &env, 0).await;
+    assert_eq!(commanded(&pool).await, ["1"], "the restore is enqueued");
+    stripe.add(sub(
+        "sub_Blocked",
+        "past_due",
+        t - 7200,
+        "price_a",
+        1,
+        t + DAY,
+    ));
+    binary(&["run", "--object", "subscriptions"], &env, 0).await;
+    binary(&["repair"], &env, 0).await;
+    let status: String = sqlx::query_scalar("SELECT status FROM plans")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(status, "canceled", "no restore while Stripe is past_due");
+    assert_eq!(
+        open(&pool).await,
+        pairs(&[("1", "subscription_paid_but_blocked")])
+    );
+}

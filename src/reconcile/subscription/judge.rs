@@ -148,7 +148,8 @@ pub fn judge_subscription(
         None => agreement_findings(row, &app, stripe, stripe_grants),
     };
     findings.extend(billing_findings(row, &app, stripe));
-    let repair = repair_state(row, stripe, policy, &mut findings);
+    let repair = repair_state(row, stripe, policy, &mut findings)
+        .filter(|state| keeps_access(row, state, (policy, now), stripe_grants, &mut findings));
     SubscriptionJudgement::of(findings, repair)
 }
 
@@ -287,6 +288,39 @@ fn billing_findings(
         }
     }
     out
+}
+
+/// Whether the row with `state` written would agree with Stripe on access
+/// (docs/subscriptions.md, "What repairs automatically"): a repair never restores access
+/// Stripe denies (a status-less row's period end written ahead while Stripe
+/// is `unpaid`), nor leaves access Stripe ended. When it would not, the
+/// repairable findings need review instead.
+fn keeps_access(
+    row: &SubscriptionRow,
+    state: &SubscriptionState,
+    (policy, now): (SubscriptionPolicy<'_>, DateTime<Utc>),
+    stripe_grants: bool,
+    findings: &mut [SubscriptionFinding],
+) -> bool {
+    let written = SubscriptionRow {
+        status: row.status.as_ref().map(|_| state.status.clone()),
+        period_end: state.period_end,
+        ends_at: state.ends_at,
+        ..row.clone()
+    };
+    let agrees = app_access(&written, policy, now).is_ok_and(|a| a.grants == stripe_grants);
+    if !agrees {
+        let note =
+            "writing Stripe's values would not give the row Stripe's access: a person decides";
+        for f in findings
+            .iter_mut()
+            .filter(|f| f.verdict == Verdict::Repairable)
+        {
+            f.verdict = Verdict::NeedsReview;
+            f.note = Some(note.to_owned());
+        }
+    }
+    agrees
 }
 
 /// The row's one repair when a finding is repairable: Stripe's values for
