@@ -37,19 +37,19 @@ loops=$(python3 scripts/import-loops.py src) || { printf '%s\n' "$loops"; die "i
 printf '%s\n' "$loops" | tail -n 1
 say "python3 scripts/long-functions.py src 60 500"
 python3 scripts/long-functions.py src 60 500 || die "functions over 60 lines or files over 500 lines in src/ (docs/layout.md, House rules)"
-say "cargo clippy --all-targets -- -D warnings"
-cargo clippy --all-targets --quiet -- -D warnings
+say "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
 # Built first, outside the timeout: the limit is for running the tests.
-cargo test --all-targets --no-run --quiet
+cargo test --workspace --all-targets --no-run --quiet
 say "cargo test (PostgreSQL at ${DATABASE_URL%%@*}@..., at most ${limit}s)"
 status=0
-timeout --kill-after=30 "$limit" cargo test --all-targets --no-fail-fast || status=$?
+timeout --kill-after=30 "$limit" cargo test --workspace --all-targets --no-fail-fast || status=$?
 if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
   die "cargo test did not finish within ${limit}s (RECONCILER_TEST_TIMEOUT): a test hangs; rerun with --nocapture to see which"
 fi
 [ "$status" -eq 0 ] || die "cargo test failed (exit $status)"
 say "cargo test --doc"
-doc_out=$(timeout --kill-after=30 300 cargo test --doc 2>&1) || { printf '%s\n' "$doc_out"; die "cargo test --doc failed or timed out"; }
+doc_out=$(timeout --kill-after=30 300 cargo test --workspace --doc 2>&1) || { printf '%s\n' "$doc_out"; die "cargo test --doc failed or timed out"; }
 printf '%s\n' "$doc_out" | tail -n 3
 # A doctest run that compiled nothing proves nothing.
 grep -Eq 'test result: ok\. [1-9][0-9]* passed' <<<"$doc_out" \

@@ -59,7 +59,7 @@ pub mod notify;
 pub mod outcome;
 pub mod preflight;
 pub mod read;
-pub mod reconcile;
+pub use stripe_reconciler_rules as reconcile;
 pub mod record;
 pub mod repair;
 pub mod review;

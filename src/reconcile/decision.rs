@@ -244,7 +244,7 @@ pub fn classify_status(local: &LocalStatus, external: &ExternalStatus) -> Decisi
 #[cfg(test)]
 mod nothing_to_verify_tests {
     use super::nothing_to_verify;
-    use crate::reconcile::LocalStatus;
+    use crate::LocalStatus;
 
     #[test]
     fn only_a_pending_row_without_a_payment_intent_id_has_nothing_to_verify() {

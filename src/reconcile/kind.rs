@@ -338,7 +338,7 @@ mod tests {
     use serde::de::{self, Visitor};
 
     use super::*;
-    use crate::reconcile::labels::{kind_label, KNOWN_KINDS, OTHER_KIND};
+    use crate::labels::{kind_label, KNOWN_KINDS, OTHER_KIND};
 
     /// A deserializer that only records the variant names serde's derive
     /// hands to `deserialize_enum`: every variant the enum has, whether or
@@ -454,7 +454,7 @@ mod tests {
             }
         }
         // Status drift is repaired or reviewed, never a block.
-        for c in crate::reconcile::RepairCommand::ALL {
+        for c in crate::RepairCommand::ALL {
             assert!(!c.finding_kind().is_blocking());
         }
         let unexpected = FindingKind::Unexpected {

@@ -105,7 +105,7 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
-    use crate::reconcile::classify_status;
+    use crate::classify_status;
 
     fn random_from(alphabet: &[u8]) -> String {
         let len = fastrand::usize(1..24);

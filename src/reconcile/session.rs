@@ -308,7 +308,7 @@ mod tests {
     use chrono::{Duration, TimeZone};
 
     use super::*;
-    use crate::reconcile::{Charge, ChargeFacts, RepairCommand};
+    use crate::{Charge, ChargeFacts, RepairCommand};
 
     fn now() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2001, 3, 4, 12, 0, 0).unwrap()

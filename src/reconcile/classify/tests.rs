@@ -10,7 +10,7 @@ use chrono::{Duration, TimeZone};
 use serde_json::Value;
 
 use super::*;
-use crate::reconcile::{Charge, RepairCommand, Verdict};
+use crate::{Charge, RepairCommand, Verdict};
 
 /// The run's clock in these tests: far from the real one, so a
 /// `classify` that read the system clock would age every PaymentIntent

@@ -10,7 +10,7 @@ use chrono::{DateTime, Duration, Utc};
 use super::facts::{Column, SubscriptionFacts, SubscriptionRow};
 use super::status::{PastDueAccess, SubscriptionStatus};
 use super::words::SubscriptionWords;
-use crate::reconcile::{FindingKind, Verdict};
+use crate::{FindingKind, Verdict};
 
 /// How far a period end may lag: a status-less row keeps access until its
 /// period end is a day past, and a period end more than a day before

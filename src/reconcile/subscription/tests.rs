@@ -5,7 +5,7 @@
 use chrono::{DateTime, Duration, TimeZone, Utc};
 
 use super::*;
-use crate::reconcile::{FindingKind, Verdict};
+use crate::{FindingKind, Verdict};
 
 fn now() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 12, 6, 12, 0, 0)

@@ -132,7 +132,7 @@ fn a_word_the_map_does_not_know_is_unexpected_with_the_raw_word() {
     );
     assert_eq!(kind(&d).as_deref(), Some("unexpected:on_hold->succeeded"));
     assert_eq!(
-        crate::reconcile::kind_label(&kind(&d).unwrap_or_default()),
+        crate::kind_label(&kind(&d).unwrap_or_default()),
         "unexpected:other->succeeded"
     );
     assert_eq!(detail(&d, "local_status"), "on_hold");
