@@ -316,7 +316,7 @@ fn charge_check(pi: &PaymentIntentFacts) -> Money {
     // `amount_refunded`: that is no refund of money kept (Stripe API:
     // PaymentIntent capture, `amount_to_capture`).
     let released = match (charge.amount, charge.amount_captured) {
-        (Some(a), Some(c)) if c < a => a - c,
+        (Some(a), Some(c)) => (a - c).max(0),
         _ => 0,
     };
     if amount_refunded < released {

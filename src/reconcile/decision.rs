@@ -255,3 +255,66 @@ mod nothing_to_verify_tests {
         assert!(!nothing_to_verify(&LocalStatus::Failed, Some("")));
     }
 }
+
+#[cfg(test)]
+mod label_tests {
+    use super::{Decision, RepairCommand, Verdict};
+    use crate::FindingKind;
+
+    /// The verdict labels are metric label values and run-history words
+    /// (docs/metrics.md): renaming one breaks dashboards and alert rules.
+    #[test]
+    fn every_verdict_has_its_documented_label_in_as_str_and_display() {
+        let labels: Vec<(&str, String)> = Verdict::ALL
+            .iter()
+            .map(|v| (v.as_str(), v.to_string()))
+            .collect();
+        let expected = [
+            "in_sync",
+            "in_flight",
+            "repairable",
+            "needs_review",
+            "unverifiable",
+        ];
+        assert_eq!(labels.len(), expected.len());
+        for ((label, shown), want) in labels.iter().zip(expected) {
+            assert_eq!(*label, want);
+            assert_eq!(shown, want);
+        }
+    }
+
+    #[test]
+    fn a_repair_command_displays_as_its_outbox_event_type() {
+        assert_eq!(
+            RepairCommand::ApplyPaymentSucceeded.to_string(),
+            "ApplyPaymentSucceeded"
+        );
+        assert_eq!(
+            RepairCommand::ApplyPaymentCanceled.to_string(),
+            "ApplyPaymentCanceled"
+        );
+    }
+
+    #[test]
+    fn only_an_unverifiable_decision_gives_its_reason() {
+        let d = Decision::unverifiable("the read timed out");
+        assert_eq!(d.unverifiable_reason(), Some("the read timed out"));
+        // A review decision whose details happen to hold a `reason` is not
+        // unverifiable: it has no unverifiable reason.
+        let review = Decision::review_with(
+            FindingKind::Disputed,
+            serde_json::json!({ "reason": "fraudulent" }),
+        );
+        assert_eq!(review.unverifiable_reason(), None);
+        // Unverifiable without details, or details without a reason.
+        assert_eq!(
+            Decision::plain(Verdict::Unverifiable).unverifiable_reason(),
+            None
+        );
+        let no_reason = Decision {
+            details: Some(serde_json::json!({ "money_unproven": true })),
+            ..Decision::plain(Verdict::Unverifiable)
+        };
+        assert_eq!(no_reason.unverifiable_reason(), None);
+    }
+}

@@ -455,4 +455,67 @@ mod tests {
             json!({"field": "amount", "local": null, "stripe": null})
         );
     }
+    #[test]
+    fn a_malformed_payment_intent_id_names_the_id_not_the_status() {
+        check(
+            "invalid_payment_intent_id",
+            "paid",
+            None,
+            json!({"payment_intent_id": "not-an-id"}),
+            (
+                "payment_intent_id",
+                Some("paid"),
+                None,
+                "malformed PaymentIntent id",
+            ),
+        );
+    }
+
+    #[test]
+    fn a_subscription_finding_says_the_field_its_scan_stored() {
+        check(
+            "subscription_price_mismatch",
+            "active",
+            Some("active"),
+            json!({"differs": {"field": "price", "local": "price_basic", "stripe": "price_pro"}}),
+            (
+                "price",
+                Some("price_basic"),
+                Some("price_pro"),
+                "price price_basic ≠ price_pro",
+            ),
+        );
+        // Only a subscription kind reads `details.differs`.
+        check(
+            "missed_success",
+            "pending",
+            Some("succeeded"),
+            json!({"differs": {"field": "price", "local": "a", "stripe": "b"}}),
+            (
+                "status",
+                Some("pending"),
+                Some("succeeded"),
+                "status pending ≠ succeeded",
+            ),
+        );
+    }
+
+    #[test]
+    fn the_currency_is_said_once_only_when_both_sides_share_it() {
+        assert_eq!(
+            versus(Some("20.00 USD"), Some("19.99 USD")),
+            "20.00 ≠ 19.99 USD"
+        );
+        assert_eq!(
+            versus(Some("20.00 EUR"), Some("19.99 USD")),
+            "20.00 EUR ≠ 19.99 USD"
+        );
+        // The same last word, but no currency code: both said in full.
+        assert_eq!(
+            versus(Some("plan monthly"), Some("plan monthly")),
+            "plan monthly ≠ plan monthly"
+        );
+        assert_eq!(versus(Some("1 usd"), Some("2 usd")), "1 usd ≠ 2 usd");
+        assert_eq!(versus(None, Some("2 USD")), "- ≠ 2 USD");
+    }
 }

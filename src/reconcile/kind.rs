@@ -340,6 +340,21 @@ mod tests {
     use super::*;
     use crate::labels::{kind_label, KNOWN_KINDS, OTHER_KIND};
 
+    /// What a log line or a notification shows of a kind is its database
+    /// string, the same for fixed kinds and the composed `unexpected:` ones.
+    #[test]
+    fn a_kind_displays_as_its_database_string() {
+        assert_eq!(FindingKind::MissedSuccess.to_string(), "missed_success");
+        let unexpected = FindingKind::Unexpected {
+            local: "failed".into(),
+            external: "succeeded".into(),
+        };
+        assert_eq!(unexpected.to_string(), "unexpected:failed->succeeded");
+        for k in FindingKind::ALL {
+            assert_eq!(k.to_string(), k.as_str(), "{k:?}");
+        }
+    }
+
     /// A deserializer that only records the variant names serde's derive
     /// hands to `deserialize_enum`: every variant the enum has, whether or
     /// not anyone remembered to list it in [`FindingKind::ALL`].

@@ -464,3 +464,52 @@ fn money_decisions_are_never_repairable() {
         }
     }
 }
+
+/// Stripe counts a partial capture's released rest in `amount_refunded`
+/// and may then say `refunded: true` of the charge (Stripe API: PaymentIntent
+/// capture, `amount_to_capture`): no money kept went back, so the payment is
+/// not refunded and a missed success is still repaired.
+#[test]
+fn a_released_rest_flagged_refunded_is_no_refund() {
+    let released_rest = Charge {
+        amount: Some(1000),
+        amount_captured: Some(600),
+        amount_refunded: Some(400),
+        refunded: Some(true),
+        disputed: Some(false),
+    };
+    let facts = charged(pi("succeeded"), released_rest);
+    let d = classify(&local("paid"), &facts, &Rules::default(), now());
+    assert_eq!((d.verdict, kind(&d)), (Verdict::InSync, None), "{d:?}");
+    let d = classify(&local("pending"), &facts, &Rules::default(), now());
+    assert_eq!(d.command, Some(RepairCommand::ApplyPaymentSucceeded));
+}
+
+/// A refund of the whole amount is `full` even when the charge's
+/// `refunded` flag is absent or false (an older API version, a proxy).
+#[test]
+fn a_refund_of_the_whole_amount_is_full_whatever_the_flag_says() {
+    for flag in [Some(false), None] {
+        let whole = Charge {
+            refunded: flag,
+            ..charge(1099, 1099, false, false)
+        };
+        let d = classify(
+            &local("paid"),
+            &charged(pi("succeeded"), whole),
+            &Rules::default(),
+            now(),
+        );
+        assert_eq!(kind(&d).as_deref(), Some("refunded"), "{flag:?}: {d:?}");
+        assert_eq!(detail(&d, "refund"), "full", "{flag:?}");
+        assert_eq!(detail(&d, "amount_refunded"), 1099, "{flag:?}");
+    }
+    let part = charge(1099, 100, false, false);
+    let d = classify(
+        &local("paid"),
+        &charged(pi("succeeded"), part),
+        &Rules::default(),
+        now(),
+    );
+    assert_eq!(detail(&d, "refund"), "partial");
+}
