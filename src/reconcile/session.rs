@@ -556,4 +556,67 @@ mod tests {
             Some("expired")
         );
     }
+
+    #[test]
+    fn a_session_payment_status_keeps_stripes_word() {
+        for word in ["paid", "unpaid", "no_payment_required", "brand_new_word"] {
+            assert_eq!(SessionPaymentStatus::parse(word).as_str(), word);
+        }
+    }
+
+    /// An open session waits for the customer only for a row still
+    /// `pending`: a row `paid` before the customer paid is drift.
+    #[test]
+    fn an_open_session_is_in_flight_only_for_a_pending_row() {
+        let open = session("open", "unpaid", Some(pi("requires_payment_method", 60)));
+        assert_eq!(judge("pending", &open).decision.verdict, Verdict::InFlight);
+        let j = judge("paid", &open);
+        assert_eq!(j.decision.verdict, Verdict::NeedsReview);
+        assert_eq!(kind(&j).as_deref(), Some("paid_locally_not_externally"));
+    }
+
+    /// Expiry cancels only a PaymentIntent still waiting for the customer;
+    /// one that moved on (succeeded, processing) is judged by its own word.
+    #[test]
+    fn an_expired_session_defers_to_a_payment_intent_that_moved_on() {
+        let j = judge(
+            "pending",
+            &session("expired", "unpaid", Some(pi("succeeded", 60))),
+        );
+        assert_eq!(kind(&j).as_deref(), Some("missed_success"));
+        let j = judge(
+            "pending",
+            &session("expired", "unpaid", Some(pi("processing", 60))),
+        );
+        assert_eq!(j.decision.verdict, Verdict::InFlight);
+        for waiting in [
+            "requires_payment_method",
+            "requires_confirmation",
+            "requires_action",
+        ] {
+            let j = judge(
+                "pending",
+                &session("expired", "unpaid", Some(pi(waiting, 60))),
+            );
+            assert_eq!(kind(&j).as_deref(), Some("missed_cancel"), "{waiting}");
+        }
+    }
+
+    /// A row found by its Checkout Session holds no PaymentIntent id, so it
+    /// shares none: whatever the scan said of duplicates, the session's
+    /// PaymentIntent decides.
+    #[test]
+    fn a_session_row_never_counts_as_sharing_its_payment_intent() {
+        let local = LocalPayment {
+            shares_payment_intent: true,
+            ..LocalPayment::with_status(LocalStatus::Pending)
+        };
+        let s = session("complete", "paid", Some(pi("succeeded", 60)));
+        let j = classify_session(&local, &s, &rules(), now());
+        assert_eq!(kind(&j).as_deref(), Some("missed_success"), "{j:?}");
+        assert_eq!(
+            j.decision.command,
+            Some(RepairCommand::ApplyPaymentSucceeded)
+        );
+    }
 }

@@ -165,3 +165,27 @@ impl fmt::Display for ExternalStatus {
         f.write_str(self.as_str())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::LocalStatus;
+
+    /// `RECONCILER_LOCAL_STATUSES` maps an application's word onto one of
+    /// the four canonical states by name; any other name is refused.
+    #[test]
+    fn only_the_four_canonical_names_name_a_canonical_state() {
+        assert_eq!(
+            LocalStatus::canonical("pending"),
+            Some(LocalStatus::Pending)
+        );
+        assert_eq!(LocalStatus::canonical("paid"), Some(LocalStatus::Paid));
+        assert_eq!(LocalStatus::canonical("failed"), Some(LocalStatus::Failed));
+        assert_eq!(
+            LocalStatus::canonical("refunded"),
+            Some(LocalStatus::Refunded)
+        );
+        for other in ["succeeded", "PAID", "", "chargeback"] {
+            assert_eq!(LocalStatus::canonical(other), None, "{other}");
+        }
+    }
+}

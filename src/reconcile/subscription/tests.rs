@@ -421,3 +421,69 @@ fn stripe_missing_unknown_or_null_status() {
     assert_eq!(j.verdict, Verdict::Unverifiable);
     assert!(j.unverifiable.unwrap().contains("NULL"));
 }
+
+/// Stripe still says `active` while its period ended two days ago (a
+/// renewal invoice not yet finalised): writing its period end into a
+/// status-less row would not give the row access, so the locked-out
+/// customer waits for a person and nothing is written.
+#[test]
+fn a_repair_that_would_not_restore_access_waits_for_a_person() {
+    let lapsed = SubscriptionRow {
+        status: None,
+        period_end: Some(Some(days(-5))),
+        ends_at: Some(None),
+        ..SubscriptionRow::default()
+    };
+    let mut late_renewal = stripe("active");
+    late_renewal.items[0].current_period_end = Some(days(-2));
+    let j = judge(&lapsed, &late_renewal);
+    assert_eq!(names(&j), ["subscription_paid_but_blocked"]);
+    assert_eq!(j.verdict, Verdict::NeedsReview, "{j:?}");
+    assert_eq!(j.findings[0].verdict, Verdict::NeedsReview);
+    assert!(j.findings[0].note.is_some(), "the note says why: {j:?}");
+    assert_eq!(j.repair, None, "nothing is written");
+}
+
+/// The instants where access ends, exactly: an ends-at equal to the run's
+/// clock has ended; a status-less row's period end exactly one day
+/// (`PERIOD_SLACK`) behind no longer grants; a period end exactly one day
+/// behind Stripe's is not yet stale.
+#[test]
+fn access_ends_at_the_instant_the_rules_name() {
+    let mut ending_now = row("active");
+    ending_now.ends_at = Some(Some(now()));
+    let j = judge(&ending_now, &stripe("active"));
+    assert_eq!(names(&j), ["subscription_paid_but_blocked"], "{j:?}");
+
+    let at_slack = SubscriptionRow {
+        status: None,
+        period_end: Some(Some(now() - PERIOD_SLACK)),
+        ends_at: Some(None),
+        ..SubscriptionRow::default()
+    };
+    let j = judge(&at_slack, &stripe("active"));
+    assert_eq!(names(&j), ["subscription_paid_but_blocked"], "{j:?}");
+
+    let mut a_day_behind = row("active");
+    a_day_behind.period_end = Some(Some(days(20) - PERIOD_SLACK));
+    let j = judge(&a_day_behind, &stripe("active"));
+    assert_eq!(j.verdict, Verdict::InSync, "{j:?}");
+    a_day_behind.period_end = Some(Some(days(20) - PERIOD_SLACK - Duration::seconds(1)));
+    let j = judge(&a_day_behind, &stripe("active"));
+    assert_eq!(names(&j), ["subscription_period_stale"], "{j:?}");
+}
+
+#[test]
+fn the_past_due_policy_reads_both_words_and_nothing_else() {
+    assert_eq!(PastDueAccess::parse("grant"), Some(PastDueAccess::Grant));
+    assert_eq!(
+        PastDueAccess::parse(" revoke "),
+        Some(PastDueAccess::Revoke)
+    );
+    for other in ["Grant", "allow", ""] {
+        assert_eq!(PastDueAccess::parse(other), None, "{other}");
+    }
+    for p in [PastDueAccess::Grant, PastDueAccess::Revoke] {
+        assert_eq!(PastDueAccess::parse(p.as_str()), Some(p));
+    }
+}
