@@ -2,7 +2,7 @@
 //! docs of `stripe_fake`), and the record of the request.
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use wiremock::{Request, Respond, ResponseTemplate};
@@ -10,7 +10,9 @@ use wiremock::{Request, Respond, ResponseTemplate};
 use super::holdings::{Holdings, State};
 use super::query::{all, created_range, get, page, Query};
 use super::subscriptions::{self, SUBSCRIPTION_LIST, SUBSCRIPTION_RETRIEVE};
-use super::{sessions, Seen, EVENTS, LIST, OTHER, RETRIEVE, SESSION_LIST, SESSION_RETRIEVE};
+use super::{
+    events, sessions, Seen, EVENTS, LIST, OTHER, RETRIEVE, SESSION_LIST, SESSION_RETRIEVE,
+};
 use crate::support::{err, payment_intent};
 
 /// Answers every request from the shared state.
@@ -140,23 +142,10 @@ impl Handler {
                     Err(e) => *e,
                 }
             }
-            EVENTS => {
-                let (gte, lt) = match created_range(q) {
-                    Ok(r) => r,
-                    Err(e) => return *e,
-                };
-                let types = all(q, "types[]");
-                let items: Vec<&Value> = holdings
-                    .events
-                    .iter()
-                    .filter(|e| (gte..lt).contains(&e["created"].as_i64().unwrap_or(0)))
-                    .filter(|e| types.is_empty() || types.iter().any(|t| e["type"] == t.as_str()))
-                    .collect();
-                match page(&items, q, "/v1/events") {
-                    Ok(body) => ok(body, "req_events"),
-                    Err(e) => *e,
-                }
-            }
+            EVENTS => match events::answer(holdings, q) {
+                Ok(body) => ok(body, "req_events"),
+                Err(e) => *e,
+            },
             _ => ResponseTemplate::new(404).set_body_json(json!({"error": {
                 "type": "invalid_request_error",
                 "message": format!("Unrecognized request URL (GET: {path}). Please see https://stripe.com/docs or we can help at https://support.stripe.com/."),
@@ -187,6 +176,7 @@ impl Respond for Handler {
             p if p.starts_with("/v1/payment_intents/") && p.matches('/').count() == 3 => RETRIEVE,
             p => subscriptions::endpoint(p).unwrap_or(OTHER),
         };
+        let nth = 1 + s.seen.iter().filter(|x| x.endpoint == endpoint).count();
         let fault = Self::forced(&mut s, endpoint, &account);
         let forced = fault.is_some();
         let response = fault.unwrap_or_else(|| self.answer(&s, req, endpoint, &account, &q));
@@ -209,7 +199,20 @@ impl Respond for Handler {
             forced,
         };
         s.seen.push(seen);
-        response.set_delay(s.latency)
+        for (_, _, hook) in s
+            .hooks
+            .iter()
+            .filter(|(e, n, _)| *e == endpoint && *n == nth)
+        {
+            hook();
+        }
+        let delay = s
+            .slow
+            .iter()
+            .filter(|(e, n, _)| *e == endpoint && *n == nth)
+            .map(|(_, _, d)| *d)
+            .fold(s.latency, Duration::max);
+        response.set_delay(delay)
     }
 }
 
