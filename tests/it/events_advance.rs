@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::events::{covered_until, events_once};
 use crate::support::arrange;
-use crate::support::events_feed::*;
+use crate::support::stripe_fake::{event, StripeFake};
 use crate::support::*;
 use chrono::Utc;
 use serde_json::{json, Value};
@@ -40,11 +40,11 @@ async fn a_slice_ending_before_the_stored_position_leaves_it_unchanged(pool: PgP
     // window ends at its own now, before the stored position.
     let ahead = Utc::now() + chrono::Duration::seconds(30);
     set_position(&pool, ahead).await;
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
+    let stripe = StripeFake::start().await;
+    let feed = stripe.feed();
     let row = arrange::payment("pi_InWindow")
         .local("pending")
-        .insert(&pool, &stripe)
+        .insert_held_by(&pool, &stripe)
         .await
         .id;
     feed.push(event("evt_1", "pi_InWindow", "succeeded", 10));

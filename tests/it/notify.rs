@@ -175,8 +175,7 @@ async fn a_failed_post_is_retried_by_the_next_run_and_never_fails_or_holds_it(po
         .mount(&receiver)
         .await;
     // The events job notifies too.
-    let feed = events_feed::Feed::default();
-    let events_stripe = events_feed::stripe_with(&feed).await;
+    let events_stripe = crate::support::stripe_fake::StripeFake::start().await;
     let mut events_env = env.clone();
     events_env[2].1 = events_stripe.uri();
     assert_quiet(&reconciler_output(&["events"], &events_env).await);

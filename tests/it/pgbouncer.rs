@@ -7,8 +7,8 @@
 
 use std::process::Output;
 
-use crate::support::events_feed::event;
 use crate::support::pgbouncer::{self, PgBouncer};
+use crate::support::stripe_fake::event;
 use crate::support::stripe_fake::{StripeFake, EVENTS, LIST};
 use crate::support::*;
 use secrecy::SecretString;

@@ -32,7 +32,15 @@ impl Handler {
         s: &mut State,
         endpoint: &'static str,
         account: &Option<String>,
+        object: &str,
     ) -> Option<ResponseTemplate> {
+        if let Some((_, _, r)) = s
+            .object_faults
+            .iter()
+            .find(|(e, id, _)| *e == endpoint && id == object)
+        {
+            return Some(r.clone());
+        }
         if endpoint == LIST {
             match s.list_faults.front_mut() {
                 Some((0, _)) => return s.list_faults.pop_front().map(|(_, r)| r),
@@ -177,7 +185,8 @@ impl Respond for Handler {
             p => subscriptions::endpoint(p).unwrap_or(OTHER),
         };
         let nth = 1 + s.seen.iter().filter(|x| x.endpoint == endpoint).count();
-        let fault = Self::forced(&mut s, endpoint, &account);
+        let object = path.rsplit('/').next().unwrap_or_default();
+        let fault = Self::forced(&mut s, endpoint, &account, object);
         let forced = fault.is_some();
         let response = fault.unwrap_or_else(|| self.answer(&s, req, endpoint, &account, &q));
         let created = |k: &str| get(&q, k).and_then(|v| v.parse().ok());

@@ -195,6 +195,27 @@ impl StripeFake {
         self
     }
 
+    /// Every retrieve of object `id` at `endpoint` ([`RETRIEVE`],
+    /// [`SESSION_RETRIEVE`], …), on any account, answers `response` until
+    /// [`Self::heal`] (a PaymentIntent Stripe keeps failing for).
+    pub fn fail_object(
+        &self,
+        endpoint: &'static str,
+        id: &str,
+        response: ResponseTemplate,
+    ) -> &Self {
+        self.state()
+            .object_faults
+            .push((endpoint, id.to_owned(), response));
+        self
+    }
+
+    /// Object `id` is answered from the holdings again.
+    pub fn heal(&self, id: &str) -> &Self {
+        self.state().object_faults.retain(|(_, x, _)| x != id);
+        self
+    }
+
     /// The list request after `skip` more list requests answers `response`
     /// instead (faults queue up in order; a page so answered is one the test
     /// asked for).
