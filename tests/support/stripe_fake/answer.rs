@@ -9,6 +9,7 @@ use wiremock::{Request, Respond, ResponseTemplate};
 
 use super::holdings::{Holdings, State};
 use super::query::{all, created_range, get, page, Query};
+use super::status::status_of;
 use super::subscriptions::{self, SUBSCRIPTION_LIST, SUBSCRIPTION_RETRIEVE};
 use super::{
     events, sessions, Seen, EVENTS, LIST, OTHER, RETRIEVE, SESSION_LIST, SESSION_RETRIEVE,
@@ -223,15 +224,4 @@ impl Respond for Handler {
             .fold(s.latency, Duration::max);
         response.set_delay(delay)
     }
-}
-
-/// The HTTP status a template answers (wiremock keeps it private; its
-/// `Debug` shows it).
-fn status_of(r: &ResponseTemplate) -> u16 {
-    let text = format!("{r:?}");
-    text.split("status_code: ")
-        .nth(1)
-        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
 }

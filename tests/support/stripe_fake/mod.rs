@@ -48,7 +48,9 @@
 //!   events, deletions, faults).
 //! - `observe`: what a test reads back (the requests seen, per endpoint).
 //! - `answer`: the answer to each request, as Stripe gives it.
-//! - `query`: a request's query parameters and Stripe's 400s for them.
+//! - `query`: a request's query parameters and Stripe's 400s for them (the
+//!   demo's stand-in serves its events feed with them too).
+//! - `status`: the HTTP status of an answer (the guards read it).
 //! - `sessions`: Checkout Session objects and their expansion.
 //! - `subscriptions`: subscriptions held, retrieved and listed.
 //! - `events`: the events feeds, and Stripe's event shape.
@@ -66,6 +68,7 @@ mod holdings;
 mod observe;
 mod query;
 mod sessions;
+mod status;
 pub mod subscriptions;
 
 use std::ops::Deref;
