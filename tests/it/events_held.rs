@@ -184,8 +184,11 @@ async fn thousands_of_held_payment_intents_stripe_keeps_failing_leave_the_run_ti
         .id;
     feed.push(event("evt_missed", "pi_MissedLater", "succeeded", 120));
 
+    // A deadline of 30 s: the held share (a third, 10 s) cannot read the
+    // 2,000 (each read spends its retries), and the feed's one page and
+    // read after it fit in the 20 s left on any machine.
     let mut s = settings(200);
-    s.run.run_deadline = Some(std::time::Duration::from_secs(3));
+    s.run.run_deadline = Some(std::time::Duration::from_secs(30));
     let (summary, result) = events_once(&pool, &stripe, &s).await;
     result.unwrap();
 

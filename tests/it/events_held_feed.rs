@@ -60,12 +60,14 @@ async fn a_missed_success_behind_held_payment_intents_is_found_and_the_held_shar
         .id;
     feed.push(event("evt_missed", "pi_MissedLater", "succeeded", 20));
 
-    // 20 reads a second: the feed reading the held ones again (3 attempts
-    // each) would spend 15 s on them; the run's deadline is 3 s.
+    // 4 reads a second: the feed reading the held ones again (3 attempts
+    // each) would spend 75 s on them; the run's deadline is 30 s, its held
+    // share a third of it, and the feed's page and read fit in the 20 s
+    // left on any machine.
     let mut s = settings(200);
-    s.stripe.rate_limit_rps = 20;
-    s.run.run_deadline = Some(Duration::from_secs(3));
-    let gw = gateway_with(&stripe, 20, Duration::from_secs(2));
+    s.stripe.rate_limit_rps = 4;
+    s.run.run_deadline = Some(Duration::from_secs(30));
+    let gw = gateway_with(&stripe, 4, Duration::from_secs(2));
     let (first, result) = run_job(&pool, &gw, &s, EventsJob).await;
     result.unwrap();
 
