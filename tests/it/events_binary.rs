@@ -85,14 +85,19 @@ async fn findings_count(pool: &PgPool) -> i64 {
     count(pool, "SELECT count(*) FROM reconciliation_findings").await
 }
 
-/// The events position's `covered_until` is set (some slice committed).
-async fn position_moved(pool: &PgPool) -> bool {
+/// The events position's stored `covered_until` (`None`: no slice committed
+/// yet).
+async fn stored_position(pool: &PgPool) -> Option<chrono::DateTime<chrono::Utc>> {
     let mut conn = pool.acquire().await.unwrap();
     events_position::read(&mut conn, EVENTS_JOB)
         .await
         .unwrap()
         .and_then(|p| p.covered_until)
-        .is_some()
+}
+
+/// The events position's `covered_until` is set (some slice committed).
+async fn position_moved(pool: &PgPool) -> bool {
+    stored_position(pool).await.is_some()
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
@@ -265,13 +270,9 @@ async fn the_events_job_past_its_deadline_starts_no_new_slice_and_keeps_what_it_
         ["pi_1", "pi_2", "pi_3", "pi_4", "pi_5"],
         "exactly the committed slice's missed webhooks"
     );
-    let mut conn = pool.acquire().await.unwrap();
-    let kept = events_position::read(&mut conn, EVENTS_JOB)
+    let kept = stored_position(&pool)
         .await
-        .unwrap()
-        .and_then(|p| p.covered_until)
         .expect("the slice done is kept");
-    drop(conn);
     let kept = kept.timestamp();
     assert!(
         early.iter().all(|&c| c < kept) && burst.iter().all(|&c| kept <= c),
@@ -428,12 +429,7 @@ async fn sigterm_during_an_endless_events_list_ends_the_run_at_once_and_keeps_th
         asked, 3,
         "the page in flight is finished, no page asked after the signal"
     );
-    let mut conn = pool.acquire().await.unwrap();
-    let stored = events_position::read(&mut conn, EVENTS_JOB)
-        .await
-        .unwrap()
-        .and_then(|p| p.covered_until)
-        .unwrap();
+    let stored = stored_position(&pool).await.unwrap();
     assert_eq!(
         stored.timestamp_micros(),
         committed.timestamp_micros(),
