@@ -12,10 +12,14 @@
 //! seeded row's `created_at` give or take two seconds (the rows are one
 //! second apart, the newest an hour old); a deleted one is not listed, and
 //! one that always fails comes without a status (its row falls back to a
-//! retrieve, which answers 500).
+//! retrieve, which answers 500). Where it differs from the tests' fake
+//! (`tests/support/stripe_fake/`) docs/testing.md says; like the fake it
+//! guards its list pages ([`Guarded`]): one failed that the demo did not
+//! arrange is reported on stderr, and the demo scripts fail on it.
 //!
 //! It also serves the events feed, `GET /v1/events` (Stripe's event shape,
-//! newest first, `types[]`, `created[gte]`, `created[lt]`, `starting_after`, `limit`), from
+//! newest first, `types[]`, `created[gte|gt|lte|lt]`, `starting_after` (an
+//! unknown id: 400), `limit` (1 to 100, default 10, else 400)), from
 //! `--events N` generated events and from
 //! `POST /standin/payment_intents/{id}/{status}`, which moves a PaymentIntent
 //! at "Stripe" and records its event without any webhook: a missed webhook.
@@ -81,8 +85,16 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 const FIXTURE: &str = include_str!("../tests/fixtures/payment_intent.json");
 
+// The tests' fake's rules for list queries (`created[…]`, `limit`,
+// `starting_after`, Stripe's 400s) and its reading of an answer's status:
+// the same code, so the stand-in's events feed cannot drift from the fake's.
+#[allow(dead_code)] // Not every rule is one the stand-in serves.
+#[path = "../tests/support/stripe_fake/query.rs"]
+mod query;
 #[path = "standin/sessions.rs"]
 mod sessions;
+#[path = "../tests/support/stripe_fake/status.rs"]
+mod status;
 #[path = "standin/subscriptions.rs"]
 mod subscriptions;
 
@@ -824,6 +836,41 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What the stand-in writes on stderr for a list page it failed that the
+/// demo did not arrange: the demo scripts fail when their stand-in's log
+/// holds it (`standin_guard` in `scripts/lib.sh`). The stand-in's own rule
+/// for "arranged": a refused account's 403 (`--revoked-account`, an unknown
+/// `Stripe-Account`); any other failed list page (a 400 for a query Stripe
+/// would refuse, a 401) would have let rows fall back to retrieves unseen.
+pub(crate) const UNASKED_LIST_FAILURE: &str =
+    "stand-in guard: a list page failed that the demo did not arrange";
+
+/// The guard of the stand-in's list endpoints (the tests' fake has the same
+/// one, and fails the test): wraps an endpoint's answers and reports, on
+/// stderr, every list page ([`LIST_PATHS`]) answered with anything but 200
+/// or an arranged 403.
+pub(crate) struct Guarded<R>(pub(crate) R);
+
+/// The list endpoints the guard watches.
+const LIST_PATHS: [&str; 4] = [
+    "/v1/payment_intents",
+    "/v1/checkout/sessions",
+    "/v1/subscriptions",
+    "/v1/events",
+];
+
+impl<R: Respond> Respond for Guarded<R> {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let response = self.0.respond(request);
+        let path = request.url.path().trim_end_matches('/');
+        let status = status::status_of(&response);
+        if LIST_PATHS.contains(&path) && status != 200 && status != 403 {
+            eprintln!("{UNASKED_LIST_FAILURE}: {status} for {}", request.url);
+        }
+        response
+    }
+}
+
 /// `GET /v1/payment_intents/{id}` and `GET /v1/payment_intents`.
 async fn mount_payment_intents(server: &MockServer, standin: Arc<Standin>) {
     Mock::given(method("GET"))
@@ -833,7 +880,7 @@ async fn mount_payment_intents(server: &MockServer, standin: Arc<Standin>) {
         .await;
     Mock::given(method("GET"))
         .and(path_regex("^/v1/payment_intents/?$"))
-        .respond_with(Shared(standin))
+        .respond_with(Guarded(Shared(standin)))
         .mount(server)
         .await;
 }
@@ -1090,15 +1137,14 @@ mod events {
                 }
             };
             let q: Vec<(String, String)> = req.url.query_pairs().into_owned().collect();
-            let get = |k: &str| q.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-            let bound = |k: &str| get(k).and_then(|v| v.parse::<i64>().ok());
-            let gte: i64 = bound("created[gte]").unwrap_or(0);
-            // The events job reads its window in `created[gte]`/`created[lt]` slices.
-            let lt: i64 = bound("created[lt]").unwrap_or(i64::MAX);
-            let limit: usize = get("limit")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(10)
-                .clamp(1, 100);
+            // Stripe's rules, the tests' fake's own code (`query`):
+            // `created[gte|gt|lte|lt]` (the events job reads its window in
+            // `created[gte]`/`created[lt]` slices), `limit` 1 to 100 (default
+            // 10), `starting_after` an id of the list; anything else a 400.
+            let (gte, lt) = match super::query::created_range(&q) {
+                Ok(range) => range,
+                Err(e) => return *e,
+            };
             let types: Vec<&str> = q
                 .iter()
                 .filter(|(k, _)| k == "types[]")
@@ -1112,19 +1158,12 @@ mod events {
                 .filter(|e| (gte..lt).contains(&e["created"].as_i64().unwrap_or(0)))
                 .filter(|e| types.is_empty() || types.iter().any(|t| e["type"] == *t))
                 .collect();
-            let from = get("starting_after")
-                .and_then(|a| {
-                    matching
-                        .iter()
-                        .position(|e| e["id"] == a.as_str())
-                        .map(|i| i + 1)
-                })
-                .unwrap_or(0);
-            let page: Vec<&Value> = matching.iter().skip(from).take(limit).copied().collect();
-            let has_more = from + page.len() < matching.len();
-            ResponseTemplate::new(200)
-                .insert_header("Request-Id", "req_standin_events")
-                .set_body_json(json!({"object": "list", "url": "/v1/events", "has_more": has_more, "data": page}))
+            match super::query::page(&matching, &q, "/v1/events") {
+                Ok(body) => ResponseTemplate::new(200)
+                    .insert_header("Request-Id", "req_standin_events")
+                    .set_body_json(body),
+                Err(e) => *e,
+            }
         }
     }
 
@@ -1232,7 +1271,7 @@ mod events {
     ) {
         Mock::given(method("GET"))
             .and(path("/v1/events"))
-            .respond_with(List(feed.clone(), api_key))
+            .respond_with(super::Guarded(List(feed.clone(), api_key)))
             .mount(server)
             .await;
         Mock::given(method("POST"))
@@ -1337,6 +1376,54 @@ mod tests {
             .collect();
         intents.reverse();
         intents
+    }
+
+    /// The feed keeps Stripe's list rules, the tests' fake's own
+    /// (`query`): a `limit` out of 1..=100, an unknown `starting_after` and
+    /// a `created` bound that is not a number are Stripe's 400s, and a page
+    /// after the last id of the one before goes on.
+    #[tokio::test]
+    async fn the_feed_answers_stripes_400s_and_pages_on() {
+        let server = server().await;
+        for bad in [
+            "/v1/events?limit=0",
+            "/v1/events?limit=101",
+            "/v1/events?starting_after=evt_none",
+            "/v1/events?created[gte]=yesterday",
+        ] {
+            let (status, body) = call(&server, false, bad, None).await;
+            assert_eq!(status, 400, "{bad}: {body}");
+            assert_eq!(body["error"]["type"], "invalid_request_error", "{bad}");
+        }
+        call(
+            &server,
+            true,
+            "/standin/payment_intents/pi_Feed1/succeeded",
+            None,
+        )
+        .await;
+        call(
+            &server,
+            true,
+            "/standin/payment_intents/pi_Feed2/canceled",
+            None,
+        )
+        .await;
+        let (status, first) = call(&server, false, "/v1/events?limit=1", None).await;
+        assert_eq!(
+            (status, first["has_more"].as_bool()),
+            (200, Some(true)),
+            "{first}"
+        );
+        let after = first["data"][0]["id"].as_str().unwrap().to_owned();
+        let path = format!("/v1/events?limit=1&starting_after={after}");
+        let (status, next) = call(&server, false, &path, None).await;
+        assert_eq!(
+            (status, next["has_more"].as_bool()),
+            (200, Some(false)),
+            "{next}"
+        );
+        assert_ne!(next["data"][0]["id"], first["data"][0]["id"]);
     }
 
     #[tokio::test]

@@ -216,3 +216,4 @@ repaired_session=$(psql "$DATABASE_URL" -Atc "SELECT status || ' ' || coalesce(s
 [ "$repaired_session" = "paid pi_DemoEventsCompleted,pending -," ] \
   || die "after repair: expected the session's row paid with pi_DemoEventsCompleted and the async one pending, got '$repaired_session'"
 "$bin" findings list --open --kind missing_locally
+standin_guard .demo/events-standin.log

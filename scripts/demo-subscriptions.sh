@@ -94,4 +94,5 @@ case "$events_found" in
   *) die "the events feed did not find the missed cancel and the subscription no row names" ;;
 esac
 "$bin" findings list --open --kind subscription_missing_locally
+standin_guard .demo/subscriptions-standin.log
 say "subscriptions demo: OK"

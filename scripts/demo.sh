@@ -199,6 +199,8 @@ if [ -n "${PUSHGATEWAY_URL:-}" ]; then
   curl -fsS "$PUSHGATEWAY_URL/metrics" | grep '^stripe_reconciler_' | sed 's/,instance=""//; s/instance="",//'
 fi
 
+standin_guard .demo/standin.log
+
 # The second job: the events feed catches a missed webhook within one run,
 # whatever the table size, and money taken at Stripe with no payment row, on
 # the platform and on a connected account (from the account's own feed).

@@ -4,6 +4,17 @@
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
+# The stand-in's guard (examples/stripe_standin.rs, UNASKED_LIST_FAILURE):
+# fails the demo when the stand-in's stderr log $1 shows a list page it
+# failed that the demo did not arrange (rows would have fallen back to
+# retrieves unseen), as the tests' fake fails a test.
+standin_guard() {
+  if grep -q "stand-in guard: a list page failed that the demo did not arrange" "$1"; then
+    grep "stand-in guard" "$1" >&2
+    die "the Stripe stand-in answered list pages the demo did not make fail (see $1)"
+  fi
+}
+
 # The admin connection used to create databases. Override with ADMIN_DATABASE_URL.
 default_admin_url() {
   echo "${ADMIN_DATABASE_URL:-postgres://$(id -un)@127.0.0.1:5432/postgres}"

@@ -506,7 +506,10 @@ impl Respond for Move {
 pub async fn mount(server: &MockServer, standin: Arc<Standin>, sessions: Arc<Sessions>) {
     Mock::given(method("GET"))
         .and(path_regex("^/v1/checkout/sessions(/[^/]+)?/?$"))
-        .respond_with(Api(Arc::clone(&standin), Arc::clone(&sessions)))
+        .respond_with(super::Guarded(Api(
+            Arc::clone(&standin),
+            Arc::clone(&sessions),
+        )))
         .mount(server)
         .await;
     Mock::given(method("POST"))

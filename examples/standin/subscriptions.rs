@@ -419,7 +419,7 @@ impl Respond for Api {
 pub async fn mount(server: &MockServer, standin: Arc<Standin>, subs: Arc<Subscriptions>) {
     Mock::given(method("GET"))
         .and(path_regex("^/v1/subscriptions(/[^/]+)?/?$"))
-        .respond_with(Api(Arc::clone(&standin), Arc::clone(&subs)))
+        .respond_with(super::Guarded(Api(Arc::clone(&standin), Arc::clone(&subs))))
         .mount(server)
         .await;
     Mock::given(method("POST"))

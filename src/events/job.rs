@@ -14,7 +14,7 @@ use crate::facts::TableFacts;
 use crate::lease::Lease;
 use crate::lifecycle::{Checks, Clock, Failure, Job, JobContext, JobSpec, Reported};
 use crate::metrics::{EventsFigures, EventsMetrics, EventsState, RunMetrics};
-use crate::outcome::{RunError, RunOutcome};
+use crate::outcome::RunOutcome;
 use crate::store::lease::LeaseTable;
 use crate::store::{events_position, Context};
 use crate::stripe::{RequestCounts, StripeGateway};
@@ -75,16 +75,6 @@ impl Job for EventsJob {
         lease.ttl_seconds += f64::from(settings.events.max_pages)
             / f64::from(settings.scan.stripe.rate_limit_rps.max(1));
         Some(lease)
-    }
-
-    async fn refused(
-        &mut self,
-        ctx: &JobContext<'_, '_, Self>,
-        summary: &mut EventsSummary,
-        error: &RunError,
-    ) {
-        summary.duration_seconds = ctx.clock.elapsed_seconds();
-        summary.outcome = error.outcome();
     }
 
     async fn body(

@@ -113,3 +113,10 @@ pub struct EventsSummary {
     /// Wall time, seconds.
     pub duration_seconds: f64,
 }
+
+impl crate::lifecycle::Ended for EventsSummary {
+    fn ended(&mut self, outcome: RunOutcome, duration_seconds: f64) {
+        self.outcome = outcome;
+        self.duration_seconds = duration_seconds;
+    }
+}

@@ -52,6 +52,14 @@ pub struct Reported<'a> {
     pub notifies: bool,
 }
 
+/// How a run ended, as its summary records it: the outcome and, where the
+/// summary has one, the run's duration.
+pub trait Ended {
+    /// Records the run's `outcome` and its `duration_seconds` (seconds since
+    /// the run started; a summary without a duration ignores it).
+    fn ended(&mut self, outcome: RunOutcome, duration_seconds: f64);
+}
+
 /// A job's run context: its settings groups and its gateway.
 pub type JobContext<'a, 'g, J> = RunContext<'a, <J as Job>::Groups<'g>, <J as Job>::Gateway>;
 
@@ -75,7 +83,7 @@ pub trait Job {
     /// or [`super::NoGateway`]).
     type Gateway: Gateway;
     /// What the run reports (printed, logged, pushed).
-    type Summary;
+    type Summary: Ended;
     /// Why a run stopped early; a refused lease is a [`RunError`].
     type Error: Failure + From<RunError>;
     /// The job's stored state, read after the run for the push.
@@ -99,13 +107,16 @@ pub trait Job {
     fn lease(&self, ctx: &JobContext<'_, '_, Self>) -> Option<Lease>;
 
     /// The lease was not taken (held by another run, or the database
-    /// failed): completes the summary with `error`.
+    /// failed): completes the summary with `error` (its outcome, and the
+    /// run's duration so far).
     async fn refused(
         &mut self,
         ctx: &JobContext<'_, '_, Self>,
         summary: &mut Self::Summary,
         error: &RunError,
-    );
+    ) {
+        summary.ended(error.outcome(), ctx.clock.elapsed_seconds());
+    }
 
     /// The job's work, with the lease (if any) in [`RunContext::lease`].
     ///

@@ -20,7 +20,7 @@ mod push;
 
 pub use context::{Clock, Gateway, NoGateway, RunContext};
 pub use error::{Failure, JobFailure, LifecycleError};
-pub use job::{run_once, Checks, Job, JobContext, JobSpec, Reported};
+pub use job::{run_once, Checks, Ended, Job, JobContext, JobSpec, Reported};
 
 use crate::config::Settings;
 use crate::preflight;

@@ -39,6 +39,14 @@ pub struct RepairSummary {
     pub outcome: RunOutcome,
 }
 
+impl crate::lifecycle::Ended for RepairSummary {
+    fn ended(&mut self, outcome: RunOutcome, duration_seconds: f64) {
+        // The repair summary records no duration.
+        let _ = duration_seconds;
+        self.outcome = outcome;
+    }
+}
+
 impl Job for RepairJob {
     const SPEC: JobSpec = JobSpec {
         checks: Checks::Schema,

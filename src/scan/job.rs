@@ -107,10 +107,11 @@ impl Job for ScanJob {
         summary: &mut RunSummary,
         error: &RunError,
     ) {
-        summary.outcome = error.outcome();
+        // The cursor where it really is (the summary shows it), then what
+        // every job records of a refused run (`Job::refused`'s default).
         (summary.cursor_position, summary.cursor_key) =
             real_cursor(ctx.pool, &ctx.settings.run.job).await;
-        summary.duration_seconds = ctx.clock.elapsed_seconds();
+        crate::lifecycle::Ended::ended(summary, error.outcome(), ctx.clock.elapsed_seconds());
     }
 
     async fn body(

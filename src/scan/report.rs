@@ -99,6 +99,13 @@ pub struct RunSummary {
     pub plan: Option<crate::capacity::RunPlan>,
 }
 
+impl crate::lifecycle::Ended for RunSummary {
+    fn ended(&mut self, outcome: crate::outcome::RunOutcome, duration_seconds: f64) {
+        self.outcome = outcome;
+        self.duration_seconds = duration_seconds;
+    }
+}
+
 impl RunSummary {
     /// Adds a committed batch.
     pub fn add_batch(&mut self, batch: &BatchReport) {

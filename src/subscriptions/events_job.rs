@@ -40,6 +40,13 @@ pub struct SubscriptionEventsSummary {
     pub stripe_requests: RequestCounts,
 }
 
+impl crate::lifecycle::Ended for SubscriptionEventsSummary {
+    fn ended(&mut self, outcome: RunOutcome, duration_seconds: f64) {
+        self.outcome = outcome;
+        self.duration_seconds = duration_seconds;
+    }
+}
+
 /// `events`' second feed: subscriptions.
 #[derive(Debug, Default)]
 pub struct SubscriptionEventsJob {
@@ -99,16 +106,6 @@ impl Job for SubscriptionEventsJob {
             LeaseTable::EventsPosition,
             &job,
         ))
-    }
-
-    async fn refused(
-        &mut self,
-        ctx: &JobContext<'_, '_, Self>,
-        summary: &mut SubscriptionEventsSummary,
-        error: &RunError,
-    ) {
-        summary.outcome = error.outcome();
-        summary.duration_seconds = ctx.clock.elapsed_seconds();
     }
 
     async fn body(

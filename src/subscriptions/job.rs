@@ -81,16 +81,6 @@ impl Job for SubscriptionsJob {
         (!self.dry_run).then(|| Lease::new(s.scan, s.stripe, LeaseTable::Cursor, &job_name(s.run)))
     }
 
-    async fn refused(
-        &mut self,
-        ctx: &JobContext<'_, '_, Self>,
-        summary: &mut SubscriptionsSummary,
-        error: &RunError,
-    ) {
-        summary.outcome = error.outcome();
-        summary.duration_seconds = ctx.clock.elapsed_seconds();
-    }
-
     async fn body(
         &mut self,
         ctx: &JobContext<'_, '_, Self>,

@@ -74,6 +74,13 @@ pub struct SubscriptionsSummary {
     pub stripe_requests: RequestCounts,
 }
 
+impl crate::lifecycle::Ended for SubscriptionsSummary {
+    fn ended(&mut self, outcome: RunOutcome, duration_seconds: f64) {
+        self.outcome = outcome;
+        self.duration_seconds = duration_seconds;
+    }
+}
+
 impl SubscriptionsSummary {
     /// Adds a committed batch.
     pub fn add(&mut self, b: &BatchCounts) {

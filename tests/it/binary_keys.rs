@@ -10,8 +10,8 @@ use std::collections::BTreeSet;
 
 use sqlx::PgPool;
 
-use crate::support::events_feed::event;
 use crate::support::keyed::{app_table, insert, migrate, open_findings, unconfirmed};
+use crate::support::stripe_fake::event;
 use crate::support::stripe_fake::{StripeFake, LIST};
 use crate::support::*;
 

@@ -298,12 +298,12 @@ async fn run_reads_the_grace_window_from_the_environment(pool: PgPool) {
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn events_reads_its_lookback_and_orphan_key_from_the_environment(pool: PgPool) {
     let stripe = StripeFake::start().await;
-    let mut no_key = crate::support::events_feed::event("evt_NoKey", "pi_NoKey", "succeeded", 900);
+    let mut no_key = crate::support::stripe_fake::event("evt_NoKey", "pi_NoKey", "succeeded", 900);
     no_key["data"]["object"]["metadata"] = json!({});
     for e in [
-        crate::support::events_feed::event("evt_Keyed", "pi_Keyed", "succeeded", 900),
+        crate::support::stripe_fake::event("evt_Keyed", "pi_Keyed", "succeeded", 900),
         no_key,
-        crate::support::events_feed::event("evt_Old", "pi_Old", "succeeded", 2 * 3600),
+        crate::support::stripe_fake::event("evt_Old", "pi_Old", "succeeded", 2 * 3600),
     ] {
         stripe.add_object(None, e["data"]["object"].clone());
         stripe.push_event(None, e);

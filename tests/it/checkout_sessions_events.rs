@@ -64,7 +64,7 @@ async fn a_missed_checkout_session_completed_is_found_by_one_events_run(pool: Pg
     for (account, pi) in [(None, "pi_EvPlatform"), (Some(ACCT), "pi_EvConnect")] {
         stripe.push_event(
             account,
-            crate::support::events_feed::event(&format!("evt_s_{pi}"), pi, "succeeded", 890),
+            crate::support::stripe_fake::event(&format!("evt_s_{pi}"), pi, "succeeded", 890),
         );
     }
 

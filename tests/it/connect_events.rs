@@ -5,7 +5,7 @@
 //! header: the platform's).
 
 use crate::support::connected::add_account_column;
-use crate::support::events_feed::event;
+use crate::support::stripe_fake::event;
 use crate::support::stripe_fake::{no_access, StripeFake, EVENTS};
 use crate::support::*;
 use sqlx::PgPool;

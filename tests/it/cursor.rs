@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::support::stripe_fake::{StripeFake, RETRIEVE};
 use crate::support::*;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
@@ -139,14 +140,29 @@ async fn two_runs_racing_on_one_cursor_commit_exactly_one_batch(pool: PgPool) {
         .execute(&pool)
         .await
         .unwrap();
-    // Two Stripes that disagree, so the rows show whose batch committed. The
-    // delay keeps both batches in phase 2 at the same time.
-    let says_succeeded = stripe_answering("succeeded", Duration::from_millis(150)).await;
-    let says_processing = stripe_answering("processing", Duration::from_millis(150)).await;
+    // Two Stripes that disagree, so the rows show whose batch committed.
+    // Each holds its first read unanswered until both have one: both
+    // batches are in phase 2 at the same time, whatever the machine's speed.
+    let says_succeeded = StripeFake::start().await;
+    says_succeeded.answer_any("succeeded");
+    let says_processing = StripeFake::start().await;
+    says_processing.answer_any("processing");
+    let mut held_a = says_succeeded.hold_request(RETRIEVE, 1);
+    let mut held_b = says_processing.hold_request(RETRIEVE, 1);
     let (gw_a, gw_b) = (gateway(&says_succeeded), gateway(&says_processing));
     let s = settings(20);
 
-    let (a, b) = tokio::join!(scan_with(&pool, &gw_a, &s), scan_with(&pool, &gw_b, &s));
+    let both_reading = async {
+        held_a.arrived().await;
+        held_b.arrived().await;
+        held_a.release();
+        held_b.release();
+    };
+    let (a, b, ()) = tokio::join!(
+        scan_with(&pool, &gw_a, &s),
+        scan_with(&pool, &gw_b, &s),
+        both_reading
+    );
 
     let (winner_status, won, lost) = match (a, b) {
         (Ok(r), Err(e)) => ("succeeded", r, e),

@@ -3,15 +3,14 @@
 
 use super::events_held::held;
 use crate::support::arrange;
-use crate::support::events_feed::*;
+use crate::support::stripe_fake::{event, StripeFake};
 use crate::support::*;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use stripe_reconciler::events::{EventsError, EventsJob, EventsSummary};
 use stripe_reconciler::scan::RunError;
 use stripe_reconciler::store::events_position;
-use wiremock::matchers::method;
-use wiremock::{Mock, MockServer, Request};
+use wiremock::MockServer;
 
 const JOB: &str = "payments-vs-stripe-events";
 
@@ -63,22 +62,22 @@ pub(super) async fn all_findings(pool: &PgPool) -> Vec<Finding> {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn missed_success_missed_cancel_and_a_refund_are_found_through_events(pool: PgPool) {
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
+    let stripe = StripeFake::start().await;
+    let feed = stripe.feed();
     let success = arrange::payment("pi_MissedSuccess")
         .local("pending")
-        .insert(&pool, &stripe)
+        .insert_held_by(&pool, &stripe)
         .await
         .id;
     let cancel = arrange::payment("pi_MissedCancel")
         .local("pending")
         .stripe("canceled")
-        .insert(&pool, &stripe)
+        .insert_held_by(&pool, &stripe)
         .await
         .id;
     let refunded = arrange::payment("pi_Refunded")
         .refunded(500)
-        .insert(&pool, &stripe)
+        .insert_held_by(&pool, &stripe)
         .await
         .id;
     feed.push(event("evt_1", "pi_MissedSuccess", "succeeded", 120));
@@ -132,11 +131,11 @@ async fn missed_success_missed_cancel_and_a_refund_are_found_through_events(pool
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_payment_intent_named_by_five_events_is_read_once(pool: PgPool) {
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
+    let stripe = StripeFake::start().await;
+    let feed = stripe.feed();
     arrange::payment("pi_Busy")
         .local("pending")
-        .insert(&pool, &stripe)
+        .insert_held_by(&pool, &stripe)
         .await;
     for (i, status) in [
         "requires_action",
@@ -171,12 +170,12 @@ async fn a_payment_intent_named_by_five_events_is_read_once(pool: PgPool) {
 async fn an_event_about_a_row_updated_within_the_grace_window_is_skipped_and_read_again_later(
     pool: PgPool,
 ) {
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
+    let stripe = StripeFake::start().await;
+    let feed = stripe.feed();
     let fresh = arrange::payment("pi_Fresh")
         .local("pending")
         .updated_secs_ago(20)
-        .insert(&pool, &stripe)
+        .insert_held_by(&pool, &stripe)
         .await
         .id;
     feed.push(event("evt_1", "pi_Fresh", "succeeded", 10));
@@ -226,16 +225,16 @@ async fn an_event_about_a_row_updated_within_the_grace_window_is_skipped_and_rea
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_crash_before_the_commit_reprocesses_the_same_window_without_duplicates(pool: PgPool) {
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
+    let stripe = StripeFake::start().await;
+    let feed = stripe.feed();
     arrange::payment("pi_MissedSuccess")
         .local("pending")
-        .insert(&pool, &stripe)
+        .insert_held_by(&pool, &stripe)
         .await;
     feed.push(event("evt_1", "pi_MissedSuccess", "succeeded", 300));
     // Out of the grace window: a younger orphan might still get its row.
     feed.push(event("evt_2", "pi_Orphan", "succeeded", 900));
-    mount(&stripe, "pi_Orphan", ok("pi_Orphan", "succeeded")).await;
+    stripe.add_object(None, payment_intent("pi_Orphan", "succeeded"));
     // The first run dies at its commit: moving the position fails.
     sqlx::raw_sql(
         "CREATE FUNCTION crash() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -279,13 +278,13 @@ async fn a_crash_before_the_commit_reprocesses_the_same_window_without_duplicate
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn the_position_resumes_where_the_last_run_ended(pool: PgPool) {
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
+    let stripe = StripeFake::start().await;
+    let feed = stripe.feed();
     for (pi, status) in [("pi_Old", "succeeded"), ("pi_New", "canceled")] {
         arrange::payment(pi)
             .local("pending")
             .stripe(status)
-            .insert(&pool, &stripe)
+            .insert_held_by(&pool, &stripe)
             .await;
     }
     feed.push(event("evt_1", "pi_Old", "succeeded", 600));
@@ -318,8 +317,8 @@ async fn the_position_resumes_where_the_last_run_ended(pool: PgPool) {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_position_older_than_thirty_days_is_a_gap_restarting_at_the_oldest_event(pool: PgPool) {
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
+    let stripe = StripeFake::start().await;
+    let feed = stripe.feed();
     sqlx::query("INSERT INTO reconciliation_events_position (job, covered_until) VALUES ($1, now() - interval '40 days')")
         .bind(JOB)
         .execute(&pool)
@@ -338,8 +337,8 @@ async fn a_position_older_than_thirty_days_is_a_gap_restarting_at_the_oldest_eve
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_second_events_run_exits_75_without_asking_stripe(pool: PgPool) {
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
+    let stripe = StripeFake::start().await;
+    let _feed = stripe.feed();
     let mut conn = pool.acquire().await.unwrap();
     assert!(
         events_position::acquire_lease(&mut conn, JOB, "other-pod:1:abcd", 600.0)
@@ -357,27 +356,14 @@ async fn a_second_events_run_exits_75_without_asking_stripe(pool: PgPool) {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn events_and_the_scan_at_the_same_time_never_duplicate_a_finding_or_a_command(pool: PgPool) {
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
-    Mock::given(method("GET"))
-        .and(wiremock::matchers::path_regex(
-            "^/v1/payment_intents/pi_[A-Za-z0-9]+$",
-        ))
-        .respond_with(|req: &Request| {
-            let id = req.url.path().rsplit('/').next().unwrap();
-            let status = if id.ends_with('0') {
-                "canceled"
-            } else {
-                "succeeded"
-            };
-            ok(id, status).set_delay(std::time::Duration::from_millis(fastrand::u64(0..20)))
-        })
-        .mount(&stripe)
-        .await;
+    let stripe = StripeFake::start().await;
+    let feed = stripe.feed();
     let mut first = 0;
     for i in 0..40 {
         let pi = format!("pi_Race{i}");
         let id = insert_payment(&pool, &pi, "pending", 3600).await;
+        let status = if i % 10 == 0 { "canceled" } else { "succeeded" };
+        stripe.add_object(None, payment_intent(&pi, status));
         if i == 0 {
             first = id;
         }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::events::{covered_until, events_once};
 use crate::support::arrange;
-use crate::support::events_feed::*;
+use crate::support::stripe_fake::{event, StripeFake};
 use crate::support::*;
 use chrono::Utc;
 use serde_json::{json, Value};
@@ -40,11 +40,11 @@ async fn a_slice_ending_before_the_stored_position_leaves_it_unchanged(pool: PgP
     // window ends at its own now, before the stored position.
     let ahead = Utc::now() + chrono::Duration::seconds(30);
     set_position(&pool, ahead).await;
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
+    let stripe = StripeFake::start().await;
+    let feed = stripe.feed();
     let row = arrange::payment("pi_InWindow")
         .local("pending")
-        .insert(&pool, &stripe)
+        .insert_held_by(&pool, &stripe)
         .await
         .id;
     feed.push(event("evt_1", "pi_InWindow", "succeeded", 10));
@@ -142,6 +142,10 @@ impl Respond for EmptyMore {
 pub(super) struct Endless {
     next: Arc<AtomicU64>,
     delay: Duration,
+    /// `(n, hook)`: `hook` runs when the `n`-th page (from 1) is asked,
+    /// before it is answered.
+    on_page: Option<(u64, Box<dyn Fn() + Send + Sync>)>,
+    asked: AtomicU64,
 }
 
 impl Endless {
@@ -150,12 +154,25 @@ impl Endless {
         Endless {
             next: Arc::default(),
             delay,
+            on_page: None,
+            asked: AtomicU64::new(0),
         }
+    }
+
+    /// Runs `hook` when the `n`-th page is asked (a signal sent while that
+    /// page is in flight).
+    pub(super) fn on_page(mut self, n: u64, hook: impl Fn() + Send + Sync + 'static) -> Self {
+        self.on_page = Some((n, Box::new(hook)));
+        self
     }
 }
 
 impl Respond for Endless {
     fn respond(&self, req: &Request) -> ResponseTemplate {
+        let asked = self.asked.fetch_add(1, Ordering::SeqCst) + 1;
+        if let Some((_, hook)) = self.on_page.as_ref().filter(|(n, _)| *n == asked) {
+            hook();
+        }
         let lt: i64 = req
             .url
             .query_pairs()
@@ -245,11 +262,7 @@ async fn has_more_with_no_new_ids_is_an_error_for_the_feed(pool: PgPool) {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn pages_of_new_ids_for_ever_stop_at_the_page_cap_from_the_first_page(pool: PgPool) {
-    let stripe = events_answering(Endless {
-        next: Arc::default(),
-        delay: Duration::ZERO,
-    })
-    .await;
+    let stripe = events_answering(Endless::slow(Duration::ZERO)).await;
     let mut s = settings(200);
     s.events.max_pages = 6;
     let (summary, result) = bounded_run(&pool, &stripe, &s).await;
@@ -262,11 +275,7 @@ async fn pages_of_new_ids_for_ever_stop_at_the_page_cap_from_the_first_page(pool
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn pages_of_new_ids_for_ever_stop_at_the_run_deadline_from_the_first_page(pool: PgPool) {
-    let stripe = events_answering(Endless {
-        next: Arc::default(),
-        delay: Duration::from_millis(20),
-    })
-    .await;
+    let stripe = events_answering(Endless::slow(Duration::from_millis(20))).await;
     let mut s = settings(200);
     s.events.max_pages = 10_000;
     s.run.run_deadline = Some(Duration::from_secs(2));

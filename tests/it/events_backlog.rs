@@ -3,11 +3,10 @@
 //! real PostgreSQL with Stripe's `/v1/events` faked in Stripe's shape.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::support::arrange;
-use crate::support::events_feed::*;
+use crate::support::stripe_fake::{event, StripeFake, RETRIEVE};
 use crate::support::*;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -16,36 +15,14 @@ use stripe_reconciler::metrics::{EventsMetrics, EventsState};
 use stripe_reconciler::scan::RunError;
 use stripe_reconciler::store::events_position;
 use tokio_util::sync::CancellationToken;
-use wiremock::matchers::{method, path_regex};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+use wiremock::MockServer;
 
 const JOB: &str = "payments-vs-stripe-events";
 
-/// `GET /v1/payment_intents/{id}`: every PaymentIntent succeeded. Counts the
-/// reads per PaymentIntent and cancels `token` when the `cancel_at`-th read
-/// arrives (a SIGTERM in the middle of a slice's reads).
-#[derive(Clone)]
-struct Succeeded {
-    reads: Arc<Mutex<HashMap<String, usize>>>,
-    cancel_at: Option<usize>,
-    token: CancellationToken,
-}
-
-impl Respond for Succeeded {
-    fn respond(&self, req: &Request) -> ResponseTemplate {
-        let pi = req.url.path().trim_start_matches("/v1/payment_intents/");
-        let mut reads = self.reads.lock().unwrap();
-        *reads.entry(pi.to_owned()).or_default() += 1;
-        if Some(reads.values().sum()) == self.cancel_at {
-            self.token.cancel();
-        }
-        ok(pi, "succeeded")
-    }
-}
-
-/// `n` pending rows `pi_{i}`, and one `payment_intent.succeeded` event each,
-/// 4 s apart, the newest 400 s old: missed webhooks, `n` findings to record.
-async fn backlog(pool: &PgPool, feed: &Feed, n: i64) {
+/// `n` pending rows `pi_{i}`, each PaymentIntent succeeded at Stripe, and
+/// one `payment_intent.succeeded` event each, 4 s apart, the newest 400 s
+/// old: missed webhooks, `n` findings to record.
+async fn backlog(pool: &PgPool, stripe: &StripeFake, n: i64) {
     sqlx::query(
         "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
          SELECT 'order-' || i, 'pi_' || i, 'pending', now() - interval '30 days', now() - interval '1 hour'
@@ -55,25 +32,22 @@ async fn backlog(pool: &PgPool, feed: &Feed, n: i64) {
     .execute(pool)
     .await
     .unwrap();
+    let feed = stripe.feed();
     for i in 1..=n {
+        let pi = format!("pi_{i}");
+        stripe.add_object(None, payment_intent(&pi, "succeeded"));
         let secs_ago = 400 + 4 * (n - i);
-        feed.push(event(
-            &format!("evt_{i}"),
-            &format!("pi_{i}"),
-            "succeeded",
-            secs_ago,
-        ));
+        feed.push(event(&format!("evt_{i}"), &pi, "succeeded", secs_ago));
     }
 }
 
-async fn stripe(feed: &Feed, reads: &Succeeded) -> MockServer {
-    let server = stripe_with(feed).await;
-    Mock::given(method("GET"))
-        .and(path_regex("^/v1/payment_intents/pi_[0-9]+$"))
-        .respond_with(reads.clone())
-        .mount(&server)
-        .await;
-    server
+/// Retrieves per PaymentIntent the fake received.
+fn reads(stripe: &StripeFake) -> HashMap<String, usize> {
+    let mut reads = HashMap::new();
+    for pi in stripe.retrieved() {
+        *reads.entry(pi).or_default() += 1;
+    }
+    reads
 }
 
 fn events_settings(max_pages: u32) -> Settings {
@@ -135,15 +109,12 @@ async fn run(
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_backlog_interrupted_mid_run_drains_in_later_runs_with_every_finding_once(pool: PgPool) {
-    let feed = Feed::default();
+    let server = StripeFake::start().await;
     let token = CancellationToken::new();
-    let reads = Succeeded {
-        reads: Arc::default(),
-        cancel_at: Some(120),
-        token: token.clone(),
-    };
-    let server = stripe(&feed, &reads).await;
-    backlog(&pool, &feed, 350).await;
+    // A SIGTERM in the middle of a slice's reads: the 120th retrieve.
+    let cancel = token.clone();
+    server.on_request(RETRIEVE, 120, move || cancel.cancel());
+    backlog(&pool, &server, 350).await;
     let created: HashMap<String, i64> = (1..=350)
         .map(|i| {
             (
@@ -174,7 +145,9 @@ async fn a_backlog_interrupted_mid_run_drains_in_later_runs_with_every_finding_o
 
     // 2. Later runs, four pages each, continue from the position.
     let mut positions = vec![position];
+    let mut last_started = Utc::now();
     for _ in 0..10 {
+        last_started = Utc::now();
         let (summary, result) = run(
             &pool,
             &server,
@@ -194,9 +167,12 @@ async fn a_backlog_interrupted_mid_run_drains_in_later_runs_with_every_finding_o
         positions.windows(2).all(|w| w[0] < w[1]),
         "the position only advances: {positions:?}"
     );
-    assert!(*positions.last().unwrap() > Utc::now() - chrono::Duration::seconds(5));
+    assert!(
+        *positions.last().unwrap() >= last_started,
+        "the last run covered the feed up to its own start"
+    );
     assert_eq!(recorded(&pool).await, (350, 350, 350), "each finding once");
-    let reads = reads.reads.lock().unwrap();
+    let reads = reads(&server);
     assert_eq!(reads.len(), 350);
     let twice = reads.values().filter(|n| **n > 1).count();
     assert!(
@@ -209,14 +185,9 @@ async fn a_backlog_interrupted_mid_run_drains_in_later_runs_with_every_finding_o
 async fn a_page_cap_smaller_than_the_backlog_records_no_gap_and_the_next_run_continues(
     pool: PgPool,
 ) {
-    let feed = Feed::default();
-    let reads = Succeeded {
-        reads: Arc::default(),
-        cancel_at: None,
-        token: CancellationToken::new(),
-    };
-    let server = stripe(&feed, &reads).await;
-    backlog(&pool, &feed, 250).await;
+    let server = StripeFake::start().await;
+    let feed = server.feed();
+    backlog(&pool, &server, 250).await;
     let newest = Utc::now().timestamp() - 400;
     // Four pages a run, from the run's first page: two to find
     // the first slice crowded, then slices of about a page.
@@ -237,15 +208,19 @@ async fn a_page_cap_smaller_than_the_backlog_records_no_gap_and_the_next_run_con
         position.timestamp() < newest,
         "{position} is behind the burst"
     );
+    // The lag is how far behind now the position is, now being some
+    // instant of the measure (bracketed, so no speed of the machine matters).
+    let before = (Utc::now() - position).num_milliseconds() as f64 / 1000.0;
     let lag = lag_seconds(&pool, &server, &first).await;
-    let behind = (Utc::now() - position).num_seconds() as f64;
+    let after = (Utc::now() - position).num_milliseconds() as f64 / 1000.0;
     assert!(
-        (lag - behind).abs() <= 2.0,
-        "lag {lag} s, behind {behind} s"
+        before - 1.0 <= lag && lag <= after + 1.0,
+        "lag {lag} s, behind {before} to {after} s"
     );
     assert!(lag > 400.0, "the lag shows the backlog: {lag}");
     let asked_before = feed.pages_asked();
 
+    let mut last_started = Utc::now();
     let (second, result) = run(
         &pool,
         &server,
@@ -266,6 +241,7 @@ async fn a_page_cap_smaller_than_the_backlog_records_no_gap_and_the_next_run_con
         if !last.truncated {
             break;
         }
+        last_started = Utc::now();
         let (summary, result) = run(
             &pool,
             &server,
@@ -279,7 +255,14 @@ async fn a_page_cap_smaller_than_the_backlog_records_no_gap_and_the_next_run_con
     }
     assert!(!last.truncated, "the backlog drained");
     assert_eq!(recorded(&pool).await, (250, 250, 250));
-    assert!(lag_seconds(&pool, &server, &last).await < 5.0, "caught up");
+    // Caught up: the last run covered the feed up to its own start, so the
+    // lag is no more than the time since (however long the run took).
+    let since = (Utc::now() - last_started).num_milliseconds() as f64 / 1000.0;
+    let lag = lag_seconds(&pool, &server, &last).await;
+    assert!(
+        lag <= since + 1.0,
+        "caught up: lag {lag} s, {since} s since the last run started"
+    );
 }
 
 /// `events_lag_seconds` as the run's push would carry it, from the committed
@@ -316,8 +299,8 @@ async fn lag_seconds(pool: &PgPool, server: &MockServer, s: &EventsSummary) -> f
 /// about it: the earlier decision said nothing about the newer event.
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_later_slices_event_about_a_payment_intent_not_read_earlier_is_not_skipped(pool: PgPool) {
-    let feed = Feed::default();
-    let server = stripe_with(&feed).await;
+    let server = StripeFake::start().await;
+    let feed = server.feed();
     // 300 events of other PaymentIntents (no rows, not succeeded: no reads)
     // between the two events of each PaymentIntent below, so that the
     // window is cut into several slices.
@@ -335,17 +318,12 @@ async fn a_later_slices_event_about_a_payment_intent_not_read_earlier_is_not_ski
     feed.push(event("evt_o2", "pi_Orphan", "succeeded", 650));
     let mut orphan = payment_intent("pi_Orphan", "succeeded");
     orphan["metadata"] = serde_json::json!({"shop_order": "order-9"});
-    mount(
-        &server,
-        "pi_Orphan",
-        ResponseTemplate::new(200).set_body_json(orphan),
-    )
-    .await;
+    server.add_object(None, orphan);
     // A pending row confirmed processing after its first event; its
     // success webhook is missed.
     let row = arrange::payment("pi_Row")
         .local("pending")
-        .insert(&pool, &server)
+        .insert_held_by(&pool, &server)
         .await
         .id;
     sqlx::query(

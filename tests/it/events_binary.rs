@@ -2,20 +2,20 @@
 //! for a bad setting or a key Stripe rejects, 75 while another run holds
 //! the lease), SIGTERM, `RECONCILER_RUN_DEADLINE_SECONDS`, and its push to a
 //! real Pushgateway. Stripe's `/v1/events` and PaymentIntents are faked by
-//! wiremock.
+//! the one fake (`support::stripe_fake`); the lists that do not advance are
+//! bare wiremock (a broken proxy, not Stripe).
 
 use std::process::{Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::pushgateway::{self, value};
+use crate::support::stripe_fake::{event, StripeFake, EVENTS, LIST, RETRIEVE};
+use crate::support::*;
 use serde_json::Value;
 use sqlx::PgPool;
 use stripe_reconciler::store::events_position;
-use wiremock::matchers::{method, path, path_regex};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
-
-use crate::support::events_feed::*;
-use crate::support::pushgateway::{self, value};
-use crate::support::*;
 
 const EVENTS_JOB: &str = "payments-vs-stripe-events";
 
@@ -43,74 +43,67 @@ fn summary(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", all_output(o)))
 }
 
-/// `/v1/events` answering from `feed` after `delay` per page.
-struct SlowFeed(Feed, Duration);
-
-impl Respond for SlowFeed {
-    fn respond(&self, req: &Request) -> ResponseTemplate {
-        self.0.respond(req).set_delay(self.1)
-    }
-}
-
-/// A fake Stripe: `/v1/events` from `feed`, each page after `page_delay`;
-/// every PaymentIntent `succeeded`.
-async fn stripe(feed: &Feed, page_delay: Duration) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("GET"))
-        .and(path("/v1/events"))
-        .respond_with(SlowFeed(feed.clone(), page_delay))
-        .mount(&server)
-        .await;
-    Mock::given(method("GET"))
-        .and(path_regex("^/v1/payment_intents/pi_[A-Za-z0-9]+$"))
-        .respond_with(|r: &Request| ok(r.url.path().rsplit('/').next().unwrap(), "succeeded"))
-        .mount(&server)
-        .await;
-    server
-}
-
 /// `n` pending rows `pi_{i}`, one `payment_intent.succeeded` event each,
 /// `apart` seconds apart, the newest 400 s old (past the grace window): `n`
 /// missed webhooks.
-async fn missed_webhooks(pool: &PgPool, feed: &Feed, n: i64, apart: i64) {
-    sqlx::query(
-        "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
-         SELECT 'order-' || i, 'pi_' || i, 'pending', now() - interval '30 days', now() - interval '1 hour'
-           FROM generate_series(1, $1) AS i",
-    )
-    .bind(n)
-    .execute(pool)
-    .await
-    .unwrap();
-    for i in 1..=n {
-        feed.push(event(
-            &format!("evt_{i}"),
-            &format!("pi_{i}"),
-            "succeeded",
-            400 + apart * (n - i),
-        ));
+async fn missed_webhooks(pool: &PgPool, stripe: &StripeFake, n: i64, apart: i64) {
+    missed_webhooks_aged(pool, stripe, (1..=n).map(|i| 400 + apart * (n - i))).await;
+}
+
+/// A pending row `pi_{i}` for each of `ages` (`i` from 1), its PaymentIntent
+/// succeeded at Stripe and one `payment_intent.succeeded` event about it,
+/// that many seconds old: missed webhooks. Returns each event's `created`
+/// (Unix seconds), in the order of `ages`.
+async fn missed_webhooks_aged(
+    pool: &PgPool,
+    stripe: &StripeFake,
+    ages: impl Iterator<Item = i64>,
+) -> Vec<i64> {
+    let feed = stripe.feed();
+    let mut created = Vec::new();
+    let month_ago = chrono::Utc::now().timestamp() - 30 * 86_400;
+    for (i, secs_ago) in (1_i64..).zip(ages) {
+        let pi = format!("pi_{i}");
+        sqlx::query(
+            "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
+             VALUES ($1, $2, 'pending', now() - interval '30 days', now() - interval '1 hour')",
+        )
+        .bind(format!("order-{i}"))
+        .bind(&pi)
+        .execute(pool)
+        .await
+        .unwrap();
+        stripe.add(None, &pi, "succeeded", month_ago);
+        let e = event(&format!("evt_{i}"), &pi, "succeeded", secs_ago);
+        created.push(e["created"].as_i64().unwrap());
+        feed.push(e);
     }
+    created
 }
 
 async fn findings_count(pool: &PgPool) -> i64 {
     count(pool, "SELECT count(*) FROM reconciliation_findings").await
 }
 
-/// The events position's `covered_until` is set (some slice committed).
-async fn position_moved(pool: &PgPool) -> bool {
+/// The events position's stored `covered_until` (`None`: no slice committed
+/// yet).
+async fn stored_position(pool: &PgPool) -> Option<chrono::DateTime<chrono::Utc>> {
     let mut conn = pool.acquire().await.unwrap();
     events_position::read(&mut conn, EVENTS_JOB)
         .await
         .unwrap()
         .and_then(|p| p.covered_until)
-        .is_some()
+}
+
+/// The events position's `covered_until` is set (some slice committed).
+async fn position_moved(pool: &PgPool) -> bool {
+    stored_position(pool).await.is_some()
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn the_events_job_pushes_its_figures_to_a_real_pushgateway(pool: PgPool) {
-    let feed = Feed::default();
-    missed_webhooks(&pool, &feed, 3, 4).await;
-    let stripe = stripe(&feed, Duration::ZERO).await;
+    let stripe = StripeFake::start().await;
+    missed_webhooks(&pool, &stripe, 3, 4).await;
     let gw = pushgateway::start().await;
 
     let out = reconciler_output(
@@ -164,12 +157,18 @@ async fn the_events_job_pushes_its_figures_to_a_real_pushgateway(pool: PgPool) {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn sigterm_stops_the_events_job_without_a_write_and_pushes_interrupted(pool: PgPool) {
-    let feed = Feed::default();
-    missed_webhooks(&pool, &feed, 3, 4).await;
-    // Each page takes 3 s: the run is inside its first read when stopped.
-    let stripe = stripe(&feed, Duration::from_secs(3)).await;
+    let stripe = StripeFake::start().await;
+    missed_webhooks(&pool, &stripe, 3, 4).await;
+    // The signal is sent by the fake when the first page arrives, and that
+    // page is answered 5 s later: the run is inside its first read when
+    // stopped, however slowly the machine runs the test.
+    let pid = Arc::new(AtomicU32::new(0));
+    let to_stop = pid.clone();
+    stripe
+        .answer_slowly(EVENTS, 1, Duration::from_secs(5))
+        .on_request(EVENTS, 1, move || wait::signal_pid(&to_stop, "-TERM"));
     let gw = pushgateway::start().await;
-    let mut child = reconciler(
+    let child = reconciler(
         &["events"],
         &env(&pool, &stripe.uri(), &[("PUSHGATEWAY_URL", &gw.url)]),
     )
@@ -177,19 +176,16 @@ async fn sigterm_stops_the_events_job_without_a_write_and_pushes_interrupted(poo
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
+    pid.store(child.id(), Ordering::SeqCst);
 
-    wait::requests_seen(&stripe, 1).await;
-    assert!(child.try_wait().unwrap().is_none(), "still reading");
-    let started = std::time::Instant::now();
-    wait::signal(&child, "-TERM");
     let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
         .await
         .unwrap();
 
     assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
     // The page in flight is finished (a slice is small), no new one is asked.
-    assert!(started.elapsed() < Duration::from_secs(10));
     assert_eq!(requests(&stripe).await, 1, "no read after the signal");
+    assert_eq!(stripe.count(EVENTS), 1);
     assert_eq!(
         summary(&out)["outcome"],
         "interrupted",
@@ -212,22 +208,41 @@ async fn sigterm_stops_the_events_job_without_a_write_and_pushes_interrupted(poo
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn the_events_job_past_its_deadline_starts_no_new_slice_and_keeps_what_it_did(pool: PgPool) {
-    // 600 events spread over a new install's one-day window (one every 130
-    // s): six
-    // slices or more (a slice aims at one page of 100), each page 500 ms, and
-    // a run deadline of two seconds. The first slice, the whole window, is
-    // cut after its two pages (1 s); the slices started before the deadline
-    // finish (at most about three).
-    let feed = Feed::default();
-    missed_webhooks(&pool, &feed, 600, 130).await;
-    let stripe = stripe(&feed, Duration::from_millis(500)).await;
+    // A new install reads the hour back (RECONCILER_EVENTS_LOOKBACK_SECONDS).
+    // In it: 5 missed webhooks early in the hour (3450 to 3446 s old), and
+    // a burst of 250 more a second apart, 649 to 400 s old.
+    //
+    // - Pages 1 and 2: the first slice, the whole hour, holds more than two
+    //   pages (200 events of the burst, over its newest 600 s): crowded,
+    //   cut to about 300 s (a page's worth at that density); nothing
+    //   committed.
+    // - Page 3: the slice [hour start, +300 s), the 5 early events, whole in
+    //   one page. The fake answers it 12 s after it arrived, and the run's
+    //   deadline is 10 s from its start (before that arrival): the deadline
+    //   has passed when the page comes back, whatever the machine's speed.
+    //   The slice is committed; no new slice (and no page) is started.
+    //
+    // The only time the test depends on is the 10 s the binary has to start
+    // and ask its first three pages (local, unhurried), as a wait's timeout
+    // turns a hang into a failure: a slower start fails the test (fewer
+    // pages, nothing committed), it cannot pass it.
+    let stripe = StripeFake::start().await;
+    let early = 3450..3455;
+    let burst = 400..650;
+    let created = missed_webhooks_aged(&pool, &stripe, early.rev().chain(burst.rev())).await;
+    let (early, burst) = created.split_at(5);
+    stripe.answer_slowly(EVENTS, 3, Duration::from_secs(12));
 
     let out = reconciler_output(
         &["events"],
         &env(
             &pool,
             &stripe.uri(),
-            &[("RECONCILER_RUN_DEADLINE_SECONDS", "2")],
+            &[
+                ("RECONCILER_EVENTS_LOOKBACK_SECONDS", "3600"),
+                ("RECONCILER_RUN_DEADLINE_SECONDS", "10"),
+                ("RECONCILER_HTTP_TIMEOUT_SECONDS", "60"),
+            ],
         ),
     )
     .await;
@@ -236,26 +251,45 @@ async fn the_events_job_past_its_deadline_starts_no_new_slice_and_keeps_what_it_
     let s = summary(&out);
     assert_eq!(s["deadline_reached"], true, "{s}");
     assert_eq!(s["outcome"], "completed", "{s}");
-    let found = findings_count(&pool).await;
-    assert!(
-        (1..600).contains(&found),
-        "some slices committed, not the whole backlog: {found}\n{}",
-        all_output(&out)
+    assert_eq!(s["pages"], 3, "no page after the deadline: {s}");
+    assert_eq!(stripe.count(EVENTS), 3, "{:#?}", stripe.seen());
+    assert_eq!(
+        s["slices"], 1,
+        "one slice committed, none started after: {s}"
     );
-    assert_eq!(s["findings_created"], found, "{s}");
-    assert!(position_moved(&pool).await, "the slices done are kept");
+    assert_eq!(s["findings_created"], 5, "{s}");
+    let found: Vec<String> = sqlx::query_scalar(
+        "SELECT p.stripe_payment_intent_id FROM reconciliation_findings f
+           JOIN payments p ON p.id = f.payment_id ORDER BY p.id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        found,
+        ["pi_1", "pi_2", "pi_3", "pi_4", "pi_5"],
+        "exactly the committed slice's missed webhooks"
+    );
+    let kept = stored_position(&pool)
+        .await
+        .expect("the slice done is kept");
+    let kept = kept.timestamp();
+    assert!(
+        early.iter().all(|&c| c < kept) && burst.iter().all(|&c| kept <= c),
+        "the position is the committed slice's end, after the early events and before the burst: {kept} {early:?} {burst:?}"
+    );
 
     // The next run continues from the position to the end.
     let out = reconciler_output(&["events"], &env(&pool, &stripe.uri(), &[])).await;
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
-    assert_eq!(findings_count(&pool).await, 600);
+    assert_eq!(summary(&out)["deadline_reached"], false);
+    assert_eq!(findings_count(&pool).await, 255);
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_bad_setting_stops_the_events_job_with_exit_78_before_any_read(pool: PgPool) {
-    let feed = Feed::default();
-    missed_webhooks(&pool, &feed, 3, 4).await;
-    let stripe = stripe(&feed, Duration::ZERO).await;
+    let stripe = StripeFake::start().await;
+    missed_webhooks(&pool, &stripe, 3, 4).await;
 
     let out = reconciler_output(
         &["events"],
@@ -279,13 +313,16 @@ async fn a_bad_setting_stops_the_events_job_with_exit_78_before_any_read(pool: P
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_key_stripe_rejects_stops_the_events_job_with_exit_78_and_writes_nothing(pool: PgPool) {
-    let feed = Feed::default();
-    missed_webhooks(&pool, &feed, 3, 4).await;
-    let stripe = MockServer::start().await;
-    Mock::given(method("GET"))
-        .respond_with(err(401, "invalid_request_error", "api_key_invalid"))
-        .mount(&stripe)
-        .await;
+    let stripe = StripeFake::start().await;
+    missed_webhooks(&pool, &stripe, 3, 4).await;
+    // A revoked key: Stripe's 401 on every endpoint.
+    for endpoint in [EVENTS, LIST, RETRIEVE] {
+        stripe.answer_on(
+            None,
+            endpoint,
+            err(401, "invalid_request_error", "api_key_invalid"),
+        );
+    }
 
     let out = reconciler_output(&["events"], &env(&pool, &stripe.uri(), &[])).await;
 
@@ -297,9 +334,8 @@ async fn a_key_stripe_rejects_stops_the_events_job_with_exit_78_and_writes_nothi
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn an_events_run_while_another_holds_the_lease_exits_75_without_asking_stripe(pool: PgPool) {
-    let feed = Feed::default();
-    missed_webhooks(&pool, &feed, 3, 4).await;
-    let stripe = stripe(&feed, Duration::ZERO).await;
+    let stripe = StripeFake::start().await;
+    missed_webhooks(&pool, &stripe, 3, 4).await;
     let mut conn = pool.acquire().await.unwrap();
     assert!(
         events_position::acquire_lease(&mut conn, EVENTS_JOB, "other-pod:1:abcd", 600.0)
@@ -352,10 +388,17 @@ async fn sigterm_during_an_endless_events_list_ends_the_run_at_once_and_keeps_th
 ) {
     use super::events_advance::{events_answering, set_position, Endless};
     // A position committed by an earlier run; a list of new ids for ever,
-    // half a second a page, and a cap and deadline far away.
+    // two seconds a page, and a cap and deadline far away. The signal is
+    // sent when the third page is asked, while it is in flight.
     let committed = chrono::Utc::now() - chrono::Duration::seconds(120);
     set_position(&pool, committed).await;
-    let stripe = events_answering(Endless::slow(Duration::from_millis(500))).await;
+    let pid = Arc::new(AtomicU32::new(0));
+    let to_stop = pid.clone();
+    let stripe = events_answering(
+        Endless::slow(Duration::from_secs(2))
+            .on_page(3, move || wait::signal_pid(&to_stop, "-TERM")),
+    )
+    .await;
     let child = reconciler(
         &["events"],
         &env(
@@ -368,9 +411,8 @@ async fn sigterm_during_an_endless_events_list_ends_the_run_at_once_and_keeps_th
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
+    pid.store(child.id(), Ordering::SeqCst);
 
-    wait::requests_seen(&stripe, 3).await;
-    wait::signal(&child, "-TERM");
     let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
         .await
         .unwrap();
@@ -383,13 +425,11 @@ async fn sigterm_during_an_endless_events_list_ends_the_run_at_once_and_keeps_th
         "{}",
         all_output(&out)
     );
-    assert!(asked <= 5, "no page asked after the signal: {asked}");
-    let mut conn = pool.acquire().await.unwrap();
-    let stored = events_position::read(&mut conn, EVENTS_JOB)
-        .await
-        .unwrap()
-        .and_then(|p| p.covered_until)
-        .unwrap();
+    assert_eq!(
+        asked, 3,
+        "the page in flight is finished, no page asked after the signal"
+    );
+    let stored = stored_position(&pool).await.unwrap();
     assert_eq!(
         stored.timestamp_micros(),
         committed.timestamp_micros(),

@@ -4,7 +4,7 @@
 
 use super::events::{all_findings, covered_until, events_once, retrieves};
 use crate::support::arrange;
-use crate::support::events_feed::*;
+use crate::support::stripe_fake::{event, StripeFake, RETRIEVE};
 use crate::support::*;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -26,23 +26,19 @@ pub(super) async fn held(pool: &PgPool) -> Vec<(String, String, i32)> {
 async fn a_payment_intent_stripe_keeps_failing_for_waits_alone_while_the_position_moves_on(
     pool: PgPool,
 ) {
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
+    let stripe = StripeFake::start().await;
+    let feed = stripe.feed();
     let mut payments = Vec::new();
     for i in 0..30 {
         let pi = format!("pi_Burst{i:02}");
         payments.push(insert_payment(&pool, &pi, "pending", 3600).await);
         feed.push(event(&format!("evt_{i}"), &pi, "succeeded", 300 - i));
         if i != 7 {
-            mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+            stripe.add_object(None, payment_intent(&pi, "succeeded"));
         }
     }
     // Stripe answers 500 for one of them, every time, for now.
-    let failing = Mock::given(method("GET"))
-        .and(wiremock::matchers::path("/v1/payment_intents/pi_Burst07"))
-        .respond_with(ResponseTemplate::new(500))
-        .mount_as_scoped(&stripe)
-        .await;
+    stripe.fail_object(RETRIEVE, "pi_Burst07", ResponseTemplate::new(500));
 
     let (first, result) = events_once(&pool, &stripe, &settings(200)).await;
     result.unwrap();
@@ -93,8 +89,9 @@ async fn a_payment_intent_stripe_keeps_failing_for_waits_alone_while_the_positio
     assert_eq!(held(&pool).await[0].2, 2, "a second attempt");
 
     // Stripe answers again: the missed success is recorded, once, and settled.
-    drop(failing);
-    mount(&stripe, "pi_Burst07", ok("pi_Burst07", "succeeded")).await;
+    stripe
+        .heal("pi_Burst07")
+        .add_object(None, payment_intent("pi_Burst07", "succeeded"));
     let (third, result) = events_once(&pool, &stripe, &settings(200)).await;
     result.unwrap();
     assert_eq!(third.findings_created, 1);
@@ -110,8 +107,8 @@ async fn a_payment_intent_stripe_keeps_failing_for_waits_alone_while_the_positio
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_held_payment_intent_older_than_grace_plus_an_hour_is_left_to_the_scan(pool: PgPool) {
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
+    let stripe = StripeFake::start().await;
+    let feed = stripe.feed();
     insert_payment(&pool, "pi_Fresh", "pending", 20).await;
     feed.push(event("evt_1", "pi_Fresh", "succeeded", 10));
     events_once(&pool, &stripe, &settings(200)).await.1.unwrap();
@@ -167,33 +164,31 @@ async fn thousands_of_held_payment_intents_stripe_keeps_failing_leave_the_run_ti
     // 2,000 PaymentIntents held by earlier runs; Stripe answers 500 for
     // each, slowly (every read spends its retries).
     hold_many(&pool, 2_000).await;
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
+    let stripe = StripeFake::start().await;
+    let feed = stripe.feed();
     Mock::given(method("GET"))
         .and(wiremock::matchers::path_regex(
             "^/v1/payment_intents/pi_Held[0-9]+$",
         ))
         .respond_with(ResponseTemplate::new(500).set_delay(std::time::Duration::from_millis(40)))
+        .with_priority(1)
         .mount(&stripe)
         .await;
-    // Stripe answers a probe: most reads failing is these PaymentIntents' trouble.
-    Mock::given(method("GET"))
-        .and(wiremock::matchers::path("/v1/payment_intents"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(
-            serde_json::json!({"object": "list", "url": "/v1/payment_intents", "has_more": false, "data": []}),
-        ))
-        .mount(&stripe)
-        .await;
+    // Stripe (the fake) answers a probe: the failures are these
+    // PaymentIntents' own.
     // Later, a missed success on the feed.
     let missed = arrange::payment("pi_MissedLater")
         .local("pending")
-        .insert(&pool, &stripe)
+        .insert_held_by(&pool, &stripe)
         .await
         .id;
     feed.push(event("evt_missed", "pi_MissedLater", "succeeded", 120));
 
+    // A deadline of 30 s: the held share (a third, 10 s) cannot read the
+    // 2,000 (each read spends its retries), and the feed's one page and
+    // read after it fit in the 20 s left on any machine.
     let mut s = settings(200);
-    s.run.run_deadline = Some(std::time::Duration::from_secs(3));
+    s.run.run_deadline = Some(std::time::Duration::from_secs(30));
     let (summary, result) = events_once(&pool, &stripe, &s).await;
     result.unwrap();
 

@@ -7,26 +7,15 @@
 use super::events::all_findings;
 use super::events_held::{held, hold_many};
 use crate::support::arrange;
-use crate::support::events_feed::*;
+use crate::support::stripe_fake::{event, StripeFake, RETRIEVE};
 use crate::support::*;
 use sqlx::PgPool;
 use std::collections::HashSet;
 use std::time::Duration;
 use stripe_reconciler::events::EventsJob;
-use wiremock::matchers::{method, path, path_regex};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+use wiremock::{MockServer, ResponseTemplate};
 
 const HELD: i64 = 100;
-
-/// Answers a retrieve of any PaymentIntent as succeeded.
-struct Succeeded;
-
-impl Respond for Succeeded {
-    fn respond(&self, req: &Request) -> ResponseTemplate {
-        let id = req.url.path().rsplit('/').next().unwrap_or_default();
-        ok(id, "succeeded")
-    }
-}
 
 /// The held PaymentIntents Stripe was asked about since request `from`,
 /// each once however many attempts.
@@ -48,8 +37,8 @@ async fn a_missed_success_behind_held_payment_intents_is_found_and_the_held_shar
     // 100 PaymentIntents held by earlier runs (Stripe failed for them),
     // each with a newer event on the feed; Stripe still answers 500.
     hold_many(&pool, HELD).await;
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
+    let stripe = StripeFake::start().await;
+    let feed = stripe.feed();
     for i in 1..=HELD {
         feed.push(event(
             &format!("evt_new{i}"),
@@ -58,32 +47,27 @@ async fn a_missed_success_behind_held_payment_intents_is_found_and_the_held_shar
             40,
         ));
     }
-    let failing = Mock::given(method("GET"))
-        .and(path_regex("^/v1/payment_intents/pi_Held[0-9]+$"))
-        .respond_with(ResponseTemplate::new(500))
-        .mount_as_scoped(&stripe)
-        .await;
-    // Stripe answers a probe: the failures are these PaymentIntents' own.
-    Mock::given(method("GET"))
-        .and(path("/v1/payment_intents"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!(
-            {"object": "list", "url": "/v1/payment_intents", "has_more": false, "data": []})))
-        .mount(&stripe)
-        .await;
+    for i in 1..=HELD {
+        stripe.fail_object(RETRIEVE, &format!("pi_Held{i}"), ResponseTemplate::new(500));
+    }
+    // Stripe (the fake) answers a probe: the failures are these
+    // PaymentIntents' own.
     // After them on the feed, a missed success.
     let missed = arrange::payment("pi_MissedLater")
         .local("pending")
-        .insert(&pool, &stripe)
+        .insert_held_by(&pool, &stripe)
         .await
         .id;
     feed.push(event("evt_missed", "pi_MissedLater", "succeeded", 20));
 
-    // 20 reads a second: the feed reading the held ones again (3 attempts
-    // each) would spend 15 s on them; the run's deadline is 3 s.
+    // 4 reads a second: the feed reading the held ones again (3 attempts
+    // each) would spend 75 s on them; the run's deadline is 30 s, its held
+    // share a third of it, and the feed's page and read fit in the 20 s
+    // left on any machine.
     let mut s = settings(200);
-    s.stripe.rate_limit_rps = 20;
-    s.run.run_deadline = Some(Duration::from_secs(3));
-    let gw = gateway_with(&stripe, 20, Duration::from_secs(2));
+    s.stripe.rate_limit_rps = 4;
+    s.run.run_deadline = Some(Duration::from_secs(30));
+    let gw = gateway_with(&stripe, 4, Duration::from_secs(2));
     let (first, result) = run_job(&pool, &gw, &s, EventsJob).await;
     result.unwrap();
 
@@ -118,12 +102,12 @@ async fn a_missed_success_behind_held_payment_intents_is_found_and_the_held_shar
 
     // Stripe answers again: the next run's held share (no deadline: its
     // steps are a slice's worth) reads them all, and nothing waits.
-    drop(failing);
-    Mock::given(method("GET"))
-        .and(path_regex("^/v1/payment_intents/pi_Held[0-9]+$"))
-        .respond_with(Succeeded)
-        .mount(&stripe)
-        .await;
+    for i in 1..=HELD {
+        let pi = format!("pi_Held{i}");
+        stripe
+            .heal(&pi)
+            .add_object(None, payment_intent(&pi, "succeeded"));
+    }
     let s = settings(200);
     let before = stripe.received_requests().await.unwrap().len();
     let (second, result) = run_job(&pool, &gateway(&stripe), &s, EventsJob).await;

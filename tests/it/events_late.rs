@@ -6,7 +6,7 @@
 
 use super::events::{all_findings, events_once, retrieves};
 use crate::support::arrange;
-use crate::support::events_feed::*;
+use crate::support::stripe_fake::{event, StripeFake};
 use crate::support::*;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
@@ -45,9 +45,11 @@ fn refund_event(id: &str, pi: &str) -> Value {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_late_event_within_the_overlap_is_handled_exactly_once(pool: PgPool) {
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
-    arrange::payment("pi_OnTime").insert(&pool, &stripe).await;
+    let stripe = StripeFake::start().await;
+    let feed = stripe.feed();
+    arrange::payment("pi_OnTime")
+        .insert_held_by(&pool, &stripe)
+        .await;
     feed.push(event("evt_on_time", "pi_OnTime", "succeeded", 300));
     events_once(&pool, &stripe, &settings(200)).await.1.unwrap();
     let (first, _) = position(&pool).await;
@@ -55,7 +57,7 @@ async fn a_late_event_within_the_overlap_is_handled_exactly_once(pool: PgPool) {
     // A refund created 30 s before that position, listed only now.
     let refunded = arrange::payment("pi_LateRefund")
         .refunded(1099)
-        .insert(&pool, &stripe)
+        .insert_held_by(&pool, &stripe)
         .await
         .id;
     feed.push(behind(refund_event("evt_late", "pi_LateRefund"), first, 30));
@@ -91,11 +93,11 @@ async fn a_late_event_within_the_overlap_is_handled_exactly_once(pool: PgPool) {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn an_event_listed_later_than_the_old_sixty_seconds_is_not_lost(pool: PgPool) {
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
+    let stripe = StripeFake::start().await;
+    let feed = stripe.feed();
     for pi in ["pi_Late45", "pi_Late120"] {
         insert_payment(&pool, pi, "pending", 3600).await;
-        mount(&stripe, pi, ok(pi, "succeeded")).await;
+        stripe.add_object(None, payment_intent(pi, "succeeded"));
     }
     events_once(&pool, &stripe, &settings(200)).await.1.unwrap();
     let (first, _) = position(&pool).await;
@@ -143,10 +145,10 @@ async fn an_event_listed_later_than_the_old_sixty_seconds_is_not_lost(pool: PgPo
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn the_first_event_listed_later_than_the_overlap_is_read_by_the_hourly_sweep(pool: PgPool) {
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
+    let stripe = StripeFake::start().await;
+    let feed = stripe.feed();
     insert_payment(&pool, "pi_Late300", "pending", 3600).await;
-    mount(&stripe, "pi_Late300", ok("pi_Late300", "succeeded")).await;
+    stripe.add_object(None, payment_intent("pi_Late300", "succeeded"));
     events_once(&pool, &stripe, &settings(200)).await.1.unwrap();
     let (first, _) = position(&pool).await;
     // No lateness observed yet (a 60 s overlap), and an event 300 s late.

@@ -4,7 +4,7 @@
 
 use super::events::{all_findings, covered_until, events_once, retrieves};
 use crate::support::arrange;
-use crate::support::events_feed::*;
+use crate::support::stripe_fake::{event, StripeFake};
 use crate::support::*;
 use chrono::Utc;
 use serde_json::{json, Value};
@@ -31,16 +31,16 @@ fn refund_object(charge: &str, pi: Value, amount: i64) -> Value {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_refund_and_a_dispute_on_paid_orders_are_found_by_one_events_run(pool: PgPool) {
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
+    let stripe = StripeFake::start().await;
+    let feed = stripe.feed();
     let refunded = arrange::payment("pi_Refunded")
         .refunded(1099)
-        .insert(&pool, &stripe)
+        .insert_held_by(&pool, &stripe)
         .await
         .id;
     let disputed = arrange::payment("pi_Disputed")
         .disputed()
-        .insert(&pool, &stripe)
+        .insert_held_by(&pool, &stripe)
         .await
         .id;
     let mut charge = clean_charge("pi_Refunded");
@@ -95,8 +95,8 @@ async fn a_refund_and_a_dispute_on_paid_orders_are_found_by_one_events_run(pool:
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_refund_of_a_charge_without_a_payment_intent_is_counted_not_an_error(pool: PgPool) {
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
+    let stripe = StripeFake::start().await;
+    let feed = stripe.feed();
     feed.push(money_event(
         "evt_legacy_refund",
         "refund.created",

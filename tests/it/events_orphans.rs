@@ -2,26 +2,20 @@
 //! `missing_locally` once, and with a metadata key only this application's.
 
 use super::events::{all_findings, events_once, retrieves, Finding};
-use crate::support::events_feed::*;
+use crate::support::stripe_fake::{event, StripeFake};
 use crate::support::*;
 use serde_json::json;
 use sqlx::PgPool;
-use wiremock::ResponseTemplate;
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_succeeded_payment_intent_without_a_row_is_missing_locally_once(pool: PgPool) {
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
+    let stripe = StripeFake::start().await;
+    let feed = stripe.feed();
     feed.push(event("evt_1", "pi_Orphan", "succeeded", 900));
     feed.push(event("evt_2", "pi_NotMoney", "payment_failed", 900));
     let mut orphan = payment_intent("pi_Orphan", "succeeded");
     orphan["metadata"] = json!({"shop_order": "order-9"});
-    mount(
-        &stripe,
-        "pi_Orphan",
-        ResponseTemplate::new(200).set_body_json(orphan),
-    )
-    .await;
+    stripe.add_object(None, orphan);
 
     let (summary, result) = events_once(&pool, &stripe, &settings(200)).await;
     result.unwrap();
@@ -68,8 +62,8 @@ async fn a_succeeded_payment_intent_without_a_row_is_missing_locally_once(pool: 
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn with_a_metadata_key_only_this_applications_payment_intents_are_orphans(pool: PgPool) {
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
+    let stripe = StripeFake::start().await;
+    let feed = stripe.feed();
     let mut ours = event("evt_1", "pi_Ours", "succeeded", 900);
     ours["data"]["object"]["metadata"] = json!({"shop_order": "order-1"});
     let mut theirs = event("evt_2", "pi_Theirs", "succeeded", 900);
@@ -78,12 +72,7 @@ async fn with_a_metadata_key_only_this_applications_payment_intents_are_orphans(
     feed.push(theirs);
     let mut pi = payment_intent("pi_Ours", "succeeded");
     pi["metadata"] = json!({"shop_order": "order-1"});
-    mount(
-        &stripe,
-        "pi_Ours",
-        ResponseTemplate::new(200).set_body_json(pi),
-    )
-    .await;
+    stripe.add_object(None, pi);
     let mut s = settings(200);
     s.events.orphan_metadata_key = Some("shop_order".into());
 

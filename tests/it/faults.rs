@@ -1,6 +1,8 @@
 //! Faults and bad input: the job keeps its promises when the world misbehaves.
 //! Run the whole fault suite with `scripts/faults.sh`.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::arrange;
@@ -120,23 +122,23 @@ async fn sigterm_abandons_the_batch_pushes_metrics_and_the_next_run_redoes_it(po
         ],
     );
 
+    // In phase 2: the fake sends the signal when the first read reaches it,
+    // and answers that read 3 s later, so the signal always comes while the
+    // batch reads, however slowly the machine runs the test.
+    let pid = Arc::new(AtomicU32::new(0));
+    let to_stop = pid.clone();
+    slow.on_request(LIST, 1, move || wait::signal_pid(&to_stop, "-TERM"));
     let child = spawn_run(&run_env);
-    // In phase 2: the first read reached Stripe (each answer takes 3 s).
-    wait::requests_seen(&slow, 1).await;
-    let pid = child.id().to_string();
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    let started = std::time::Instant::now();
+    pid.store(child.id(), Ordering::SeqCst);
     let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
         .await
         .unwrap();
 
     assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    let asked = requests(&slow).await;
     assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "stopped within seconds"
+        asked <= 2,
+        "no read started after the signal (at most the two in flight): {asked}"
     );
     assert!(
         all_output(&out).contains("interrupted"),
@@ -168,20 +170,21 @@ async fn sigterm_abandons_the_batch_pushes_metrics_and_the_next_run_redoes_it(po
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_connection_killed_in_phase_3_writes_nothing_and_exits_1(pool: PgPool) {
     one_missed_success_in_ten(&pool).await;
-    let slow = stripe_mirroring(&pool, "succeeded", Duration::from_millis(800)).await;
+    let slow = stripe_mirroring(&pool, "succeeded", Duration::ZERO).await;
+    let mut first_read = slow.hold_request(LIST, 1);
     let run_env = env(&pool, &slow.uri(), &[("RECONCILER_BATCHES_PER_RUN", "1")]);
     let child = spawn_run(&run_env);
 
-    // While the job asks Stripe (each answer takes 800 ms), hold the cursor
-    // row: phase 3 will wait on it. Wait for the first request rather than a
-    // fixed time, so a slow start on a loaded machine cannot let the batch
-    // finish before the lock is taken.
-    wait::requests_seen(&slow, 1).await;
+    // While the job asks Stripe (its first read held unanswered by the
+    // fake), hold the cursor row: phase 3 will wait on it, however slowly
+    // the machine runs.
+    first_read.arrived().await;
     let mut blocker = pool.begin().await.unwrap();
     sqlx::query("SELECT 1 FROM reconciliation_cursor FOR UPDATE")
         .execute(&mut *blocker)
         .await
         .unwrap();
+    first_read.release();
     // Wait until the job's phase 3 is blocked on that lock, then kill that
     // connection (only the job's, only in this test's database).
     let waiting = wait::until("phase 3 blocked on the cursor", || async {
@@ -212,12 +215,13 @@ async fn a_connection_killed_in_phase_3_writes_nothing_and_exits_1(pool: PgPool)
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_connection_killed_in_phase_2_is_replaced_and_the_batch_commits_once(pool: PgPool) {
     one_missed_success_in_ten(&pool).await;
-    let slow = stripe_mirroring(&pool, "succeeded", Duration::from_millis(800)).await;
+    let slow = stripe_mirroring(&pool, "succeeded", Duration::ZERO).await;
+    let mut first_read = slow.hold_request(LIST, 1);
     let run_env = env(&pool, &slow.uri(), &[("RECONCILER_BATCHES_PER_RUN", "1")]);
     let child = spawn_run(&run_env);
-    // In phase 2 (the first read reached Stripe; each takes 800 ms), kill
-    // every connection the job holds to this test's database.
-    wait::requests_seen(&slow, 1).await;
+    // In phase 2 (the first read reached Stripe and is held unanswered),
+    // kill every connection the job holds to this test's database.
+    first_read.arrived().await;
     let held = wait::until("the job's connections", || async {
         let pids = wait::reconciler_backends(&pool).await;
         (!pids.is_empty()).then_some(pids)
@@ -229,6 +233,7 @@ async fn a_connection_killed_in_phase_2_is_replaced_and_the_batch_commits_once(p
         0,
         "killed before phase 3 committed"
     );
+    first_read.release();
     let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
         .await
         .unwrap();

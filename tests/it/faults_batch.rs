@@ -2,9 +2,8 @@
 //! `resource_missing`, and a payment the webhook moves while the batch reads
 //! Stripe.
 
-use std::time::Duration;
-
 use super::faults::nothing_written;
+use crate::support::stripe_fake::{StripeFake, RETRIEVE};
 use crate::support::*;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
@@ -35,15 +34,18 @@ async fn a_stripe_404_that_is_not_resource_missing_is_a_configuration_error(pool
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_payment_moved_by_the_webhook_during_phase_2_gets_no_stale_finding(pool: PgPool) {
     let id = insert_payment(&pool, "pi_Racing", "pending", 3600).await;
-    let stripe = stripe_answering("succeeded", Duration::from_millis(600)).await;
+    let stripe = StripeFake::start().await;
+    stripe.answer_any("succeeded");
+    // The batch's one read is held unanswered until the webhook has moved
+    // the payment: the move falls in phase 2 whatever the machine's speed.
+    let mut read = stripe.hold_request(RETRIEVE, 1);
     let gw = gateway(&stripe);
     let s = settings(200);
 
     let batch = scan_with(&pool, &gw, &s);
     let webhook = async {
-        // While the batch reads Stripe (its one answer takes 600 ms).
-        wait::requests_seen(&stripe, 1).await;
-        stripe_reconciler::repair::apply_payment_succeeded(
+        read.arrived().await;
+        let applied = stripe_reconciler::repair::apply_payment_succeeded(
             &pool,
             &Default::default(),
             &id.into(),
@@ -51,7 +53,9 @@ async fn a_payment_moved_by_the_webhook_during_phase_2_gets_no_stale_finding(poo
             "webhook",
         )
         .await
-        .unwrap()
+        .unwrap();
+        read.release();
+        applied
     };
     let (report, applied) = tokio::join!(batch, webhook);
     let report = report.unwrap();

@@ -4,8 +4,8 @@
 
 use std::collections::BTreeSet;
 
-use crate::support::events_feed::event;
 use crate::support::keyed::*;
+use crate::support::stripe_fake::event;
 use crate::support::stripe_fake::{StripeFake, RETRIEVE};
 use crate::support::*;
 use serde_json::Value;

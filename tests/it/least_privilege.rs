@@ -47,13 +47,18 @@ async fn run_as_least_privileged_role(pool: &PgPool) {
     let repair = reconciler_output(&["repair"], &env).await;
     // The events job: an event about a row the application just changed is
     // held for another read (reconciliation_events_retry).
-    let feed = events_feed::Feed::default();
-    let events_stripe = events_feed::stripe_with(&feed).await;
+    let events_stripe = crate::support::stripe_fake::StripeFake::start().await;
+    let feed = events_stripe.feed();
     sqlx::query("UPDATE payments SET updated_at = now() WHERE id = 3")
         .execute(pool)
         .await
         .unwrap();
-    feed.push(events_feed::event("evt_1", "pi_3", "succeeded", 5));
+    feed.push(crate::support::stripe_fake::event(
+        "evt_1",
+        "pi_3",
+        "succeeded",
+        5,
+    ));
     let mut events_env = env.clone();
     events_env[2].1 = events_stripe.uri();
     let events = reconciler_output(&["events"], &events_env).await;

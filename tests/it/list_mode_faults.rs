@@ -3,7 +3,7 @@
 //! while overlapping batches read.
 
 use super::list_mode::{an_hour_ago, list_settings};
-use crate::support::stripe_fake::{StripeFake, RETRIEVE};
+use crate::support::stripe_fake::{StripeFake, LIST, RETRIEVE};
 use crate::support::*;
 use sqlx::PgPool;
 use stripe_reconciler::config::{Settings, Sizing, StripeSettings};
@@ -60,7 +60,6 @@ async fn a_page_that_is_not_a_stripe_list_is_a_failed_read(pool: PgPool) {
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_cursor_moved_during_overlapping_batches_rolls_back_and_stops(pool: PgPool) {
     let account = StripeFake::start().await;
-    account.set_latency(std::time::Duration::from_millis(300));
     let t = an_hour_ago();
     for i in 0..60 {
         let pi = format!("pi_Race{i:03}");
@@ -68,7 +67,8 @@ async fn a_cursor_moved_during_overlapping_batches_rolls_back_and_stops(pool: Pg
         account.add(None, &pi, "succeeded", t - 600 + i);
     }
     // Two requests a second: batch 2's page leaves half a second after batch
-    // 1's, so batch 1 commits (and the cursor moves) long before batch 2 can.
+    // 1's (answered at once), so the batches overlap; batch 2's page is
+    // held below until batch 1 has committed and the cursor was moved.
     let s = Settings {
         scan: ScanSettings {
             batches_per_run: Sizing::Fixed(10),
@@ -80,10 +80,16 @@ async fn a_cursor_moved_during_overlapping_batches_rolls_back_and_stops(pool: Pg
         },
         ..list_settings(20)
     };
+    // Batch 2's page is held unanswered by the fake until the intruder has
+    // moved the cursor: batch 2 cannot commit first, however slowly the
+    // machine runs.
+    let mut page_2 = account.hold_request(LIST, 2);
     let intruder = {
         let pool = pool.clone();
         tokio::spawn(async move {
-            // Once batch 1 has committed, another writer moves the cursor.
+            // Once batch 1 has committed and batch 2 reads, another writer
+            // moves the cursor.
+            page_2.arrived().await;
             wait::until_true("batch 1 committed", || async {
                 cursor(&pool, "payments-vs-stripe").await >= 20
             })
@@ -92,6 +98,7 @@ async fn a_cursor_moved_during_overlapping_batches_rolls_back_and_stops(pool: Pg
                 .execute(&pool)
                 .await
                 .unwrap();
+            page_2.release();
         })
     };
 

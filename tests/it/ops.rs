@@ -15,6 +15,7 @@ use wiremock::{Mock, MockServer};
 use crate::support::arrange;
 use crate::support::pushgateway::{self, value};
 use crate::support::secrets::{assert_no_secret, url_with_password, DB_PASSWORD, SECRET_KEY};
+use crate::support::stripe_fake::LIST;
 use crate::support::*;
 
 fn binary(args: &[&str], env: &[(&str, String)]) -> Output {
@@ -257,15 +258,30 @@ async fn an_unreachable_database_exits_1_without_echoing_the_password(_pool: PgP
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_run_past_its_deadline_starts_no_new_batch(pool: PgPool) {
+    // Batches of one row, overlapped (up to three in progress). Batch 2's
+    // list page is answered 12 s after it arrived, and the run's deadline is
+    // 10 s from its start (before that arrival): the deadline has passed
+    // when that page comes back, whatever the machine's speed. Batch 1 is
+    // committed before; batch 2 and the batches already reading beside it
+    // finish; none starts after. (Which batch that page belongs to
+    // depends on how the batches' reads interleave, so the number of
+    // batches is not asserted, only that every one started was committed
+    // and none started after the deadline.)
+    //
+    // The only time the test depends on is the 10 s the binary has to start
+    // and send its first pages (local, unhurried): a slower start fails the
+    // test, it cannot pass it.
     insert_paid(&pool, 40).await;
-    let slow = stripe_mirroring(&pool, "succeeded", std::time::Duration::from_millis(400)).await;
+    let slow = stripe_mirroring(&pool, "succeeded", std::time::Duration::ZERO).await;
+    slow.answer_slowly(LIST, 2, std::time::Duration::from_secs(12));
     let env = [
         ("DATABASE_URL", database_url(&pool)),
         ("STRIPE_API_KEY", SECRET_KEY.to_owned()),
         ("STRIPE_API_BASE", slow.uri()),
         ("RECONCILER_BATCH_SIZE", "1".to_owned()),
         ("RECONCILER_BATCHES_PER_RUN", "40".to_owned()),
-        ("RECONCILER_RUN_DEADLINE_SECONDS", "1".to_owned()),
+        ("RECONCILER_RUN_DEADLINE_SECONDS", "10".to_owned()),
+        ("RECONCILER_HTTP_TIMEOUT_SECONDS", "60".to_owned()),
     ];
 
     let out = reconciler_output(&["run"], &env).await;
@@ -273,12 +289,18 @@ async fn a_run_past_its_deadline_starts_no_new_batch(pool: PgPool) {
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
     let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
     let batches = summary["batches"].as_u64().unwrap();
-    // Batches overlap (up to three in progress, each a 400 ms read): about
-    // nine start within the second; those in progress at the deadline finish.
+    let seen = slow.seen();
+    let answered = seen[1].at + std::time::Duration::from_secs(12);
     assert!(
-        (2..=15).contains(&batches),
-        "stopped at the deadline, not after 40 batches: {batches}"
+        seen.iter().all(|r| r.at < answered),
+        "no page was asked after the slow page came back (past the deadline): {seen:#?}"
     );
+    assert_eq!(
+        slow.count(LIST) as u64,
+        batches,
+        "one page a batch, none after the deadline: {seen:#?}"
+    );
+    assert!(batches < 40, "stopped at the deadline: {batches}");
     assert_eq!(
         cursor(&pool, "payments-vs-stripe").await,
         batches as i64,

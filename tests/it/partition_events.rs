@@ -3,19 +3,18 @@
 //! integer partition through the binary.
 
 use super::partition::{env, open_kinds, partition_columns, payment, US_KEY};
-use crate::support::events_feed::*;
+use crate::support::stripe_fake::{event, StripeFake};
 use crate::support::*;
 use serde_json::json;
 use sqlx::PgPool;
 use stripe_reconciler::config::{ColumnName, PartitionSetting};
 use stripe_reconciler::events::EventsJob;
-use wiremock::ResponseTemplate;
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn an_event_about_another_partitions_row_is_neither_read_nor_an_orphan(pool: PgPool) {
     partition_columns(&pool).await;
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
+    let stripe = StripeFake::start().await;
+    let feed = stripe.feed();
     let eu_row = payment(&pool, "pi_EuRow", "pending", Some("eu"), 1).await;
     payment(&pool, "pi_UsRow", "pending", Some("us"), 2).await;
     feed.push(event("evt_1", "pi_EuRow", "succeeded", 900));
@@ -24,12 +23,7 @@ async fn an_event_about_another_partitions_row_is_neither_read_nor_an_orphan(poo
     for pi in ["pi_EuRow", "pi_UsRow", "pi_NoRow"] {
         let mut object = payment_intent(pi, "succeeded");
         object["metadata"] = json!({"shop_order": format!("order-{pi}")});
-        mount(
-            &stripe,
-            pi,
-            ResponseTemplate::new(200).set_body_json(object),
-        )
-        .await;
+        stripe.add_object(None, object);
     }
     let mut s = settings(200);
     s.run.job = "payments-eu".into();
@@ -72,14 +66,14 @@ async fn an_event_about_another_partitions_row_is_neither_read_nor_an_orphan(poo
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn the_events_command_keeps_to_an_integer_partition(pool: PgPool) {
     partition_columns(&pool).await;
-    let feed = Feed::default();
-    let stripe = stripe_with(&feed).await;
+    let stripe = StripeFake::start().await;
+    let feed = stripe.feed();
     payment(&pool, "pi_One", "pending", Some("eu"), 1).await;
     let two = payment(&pool, "pi_Two", "pending", Some("us"), 2).await;
     feed.push(event("evt_1", "pi_One", "succeeded", 900));
     feed.push(event("evt_2", "pi_Two", "succeeded", 900));
     for pi in ["pi_One", "pi_Two"] {
-        mount(&stripe, pi, ok(pi, "succeeded")).await;
+        stripe.add_object(None, payment_intent(pi, "succeeded"));
     }
     let who = [
         ("STRIPE_API_KEY", US_KEY),

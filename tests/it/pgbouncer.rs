@@ -7,8 +7,8 @@
 
 use std::process::Output;
 
-use crate::support::events_feed::event;
 use crate::support::pgbouncer::{self, PgBouncer};
+use crate::support::stripe_fake::event;
 use crate::support::stripe_fake::{StripeFake, EVENTS, LIST};
 use crate::support::*;
 use secrecy::SecretString;
@@ -250,13 +250,13 @@ async fn the_transaction_timeouts_apply_through_pgbouncer_and_end_with_the_trans
         lock: "100ms",
     };
     let mut tx = store::begin_with(&through, short).await.unwrap();
-    let started = std::time::Instant::now();
+    // 57014 is the server cancelling the statement (a `pg_sleep` that ran
+    // its 5 s would succeed), whatever the machine's speed.
     let err = sqlx::query("SELECT pg_sleep(5)")
         .persistent(false)
         .execute(&mut *tx)
         .await
         .expect_err("pg_sleep(5) must hit the 200ms statement_timeout");
-    assert!(started.elapsed() < std::time::Duration::from_secs(3));
     let code = err
         .as_database_error()
         .and_then(|e| e.code())

@@ -11,6 +11,7 @@ use wiremock::matchers::{method, path_regex};
 use wiremock::{Mock, MockServer, Request};
 
 use crate::support::arrange;
+use crate::support::stripe_fake::{StripeFake, RETRIEVE};
 use crate::support::*;
 
 fn env(pool: &PgPool, stripe: &str, extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
@@ -134,8 +135,19 @@ async fn sigterm_while_phase_3_waits_commits_that_batch_whole_and_starts_no_othe
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn sigint_abandons_the_batch_in_phase_2_and_exits_1(pool: PgPool) {
     arrange::paid_with_pending(&pool, 10, &[3]).await;
-    let slow = stripe_answering("succeeded", Duration::from_secs(30)).await;
-    let child = spawn(&["run"], &env(&pool, &slow.uri(), &[]));
+    // Reads answered after two minutes, and an HTTP timeout longer still:
+    // a run that waited for its reads (or their timeout) cannot end before
+    // the first answer, however fast the machine.
+    let answer = Duration::from_secs(120);
+    let slow = stripe_answering("succeeded", answer).await;
+    let child = spawn(
+        &["run"],
+        &env(
+            &pool,
+            &slow.uri(),
+            &[("RECONCILER_HTTP_TIMEOUT_SECONDS", "300")],
+        ),
+    );
 
     wait::requests_seen(&slow, 1).await;
     let started = std::time::Instant::now();
@@ -144,8 +156,9 @@ async fn sigint_abandons_the_batch_in_phase_2_and_exits_1(pool: PgPool) {
 
     assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
     assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "stopped within seconds, not after the 30 s reads"
+        started.elapsed() < answer,
+        "stopped before any read was answered, not after the reads: {:?}",
+        started.elapsed()
     );
     assert!(
         all_output(&out).contains("interrupted"),
@@ -161,18 +174,22 @@ async fn sigint_abandons_the_batch_in_phase_2_and_exits_1(pool: PgPool) {
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn another_run_moving_the_cursor_mid_batch_stops_the_run_with_exit_75(pool: PgPool) {
     arrange::paid_with_pending(&pool, 10, &[3]).await;
-    let slow = stripe_answering("succeeded", Duration::from_millis(1500)).await;
+    // While the batch reads Stripe, another run commits a batch: the fake
+    // moves the cursor when the first read arrives, before answering it, so
+    // the move always falls inside phase 2, however slowly the machine runs.
+    let slow = StripeFake::start().await;
+    slow.answer_any("succeeded");
+    let url = database_url(&pool);
+    slow.on_request(RETRIEVE, 1, move || {
+        wait::execute_now(
+            &url,
+            "UPDATE reconciliation_cursor SET last_id = 1000 WHERE job = 'payments-vs-stripe'",
+        );
+    });
     let child = spawn(
         &["run"],
         &env(&pool, &slow.uri(), &[("RECONCILER_BATCHES_PER_RUN", "1")]),
     );
-
-    // While the batch reads Stripe, another run commits a batch.
-    wait::requests_seen(&slow, 1).await;
-    sqlx::query("UPDATE reconciliation_cursor SET last_id = 1000 WHERE job = 'payments-vs-stripe'")
-        .execute(&pool)
-        .await
-        .unwrap();
     let out = finish(child).await;
 
     assert_eq!(out.status.code(), Some(75), "{}", all_output(&out));

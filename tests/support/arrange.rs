@@ -241,6 +241,27 @@ impl PaymentBuilder {
     }
 }
 
+impl PaymentBuilder {
+    /// Inserts the payment row (and its other columns) and adds its
+    /// PaymentIntent to the one fake Stripe, which answers it by Stripe's
+    /// rules (retrieve with `expand[]`, list pages).
+    pub async fn insert_held_by(
+        self,
+        pool: &PgPool,
+        stripe: &super::stripe_fake::StripeFake,
+    ) -> Arranged {
+        let id = insert_payment(pool, &self.pi, &self.local, self.updated_secs_ago).await;
+        set_columns(pool, id, &self.columns).await;
+        let object = self.stripe_object();
+        stripe.add_object(None, object.clone());
+        Arranged {
+            id,
+            pi: self.pi,
+            object,
+        }
+    }
+}
+
 /// Sets the columns named in `values` (a JSON object) of payment `id`.
 async fn set_columns(pool: &PgPool, id: i64, values: &Value) {
     let names: Vec<&String> = values.as_object().unwrap().keys().collect();

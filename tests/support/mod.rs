@@ -4,7 +4,6 @@
 
 pub mod arrange;
 pub mod connected;
-pub mod events_feed;
 mod jobs;
 pub mod keyed;
 pub mod pgbouncer;

@@ -197,6 +197,49 @@ pub fn signal(child: &std::process::Child, sig: &str) {
     assert!(status.success(), "kill {sig} failed");
 }
 
+/// Sends `sig` to the process whose id `pid` holds, once the test has stored
+/// it there: for a fake's hook ([`super::stripe_fake::StripeFake::on_request`]),
+/// which may run before `spawn` has returned the child to the test. Panics if
+/// no id is stored within 10 s.
+pub fn signal_pid(pid: &std::sync::atomic::AtomicU32, sig: &str) {
+    use std::sync::atomic::Ordering;
+    let mut id = pid.load(Ordering::SeqCst);
+    for _ in 0..10_000 {
+        if id != 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+        id = pid.load(Ordering::SeqCst);
+    }
+    assert_ne!(id, 0, "no process id to signal");
+    let status = std::process::Command::new("kill")
+        .args([sig, &id.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {sig} {id} failed");
+}
+
+/// Runs `sql` on the database at `url` and waits for it to commit, from
+/// synchronous code: for a fake's hook ([`super::stripe_fake::StripeFake::on_request`]),
+/// which runs inside the fake's own runtime (the statement runs on a thread
+/// and runtime of its own).
+pub fn execute_now(url: &str, sql: &'static str) {
+    use sqlx::Connection;
+    let url = url.to_owned();
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+                sqlx::query(sql).execute(&mut conn).await.unwrap();
+            });
+    })
+    .join()
+    .unwrap();
+}
+
 /// Runs write-mode batches until one wraps the cursor; returns how many
 /// batches ran (the wrapping one included). Panics after 1,000 batches, so a
 /// cursor that never wraps fails the test instead of hanging CI.

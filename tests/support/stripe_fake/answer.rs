@@ -2,15 +2,18 @@
 //! docs of `stripe_fake`), and the record of the request.
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use wiremock::{Request, Respond, ResponseTemplate};
 
 use super::holdings::{Holdings, State};
 use super::query::{all, created_range, get, page, Query};
+use super::status::status_of;
 use super::subscriptions::{self, SUBSCRIPTION_LIST, SUBSCRIPTION_RETRIEVE};
-use super::{sessions, Seen, EVENTS, LIST, OTHER, RETRIEVE, SESSION_LIST, SESSION_RETRIEVE};
+use super::{
+    events, sessions, Seen, EVENTS, LIST, OTHER, RETRIEVE, SESSION_LIST, SESSION_RETRIEVE,
+};
 use crate::support::{err, payment_intent};
 
 /// Answers every request from the shared state.
@@ -30,7 +33,15 @@ impl Handler {
         s: &mut State,
         endpoint: &'static str,
         account: &Option<String>,
+        object: &str,
     ) -> Option<ResponseTemplate> {
+        if let Some((_, _, r)) = s
+            .object_faults
+            .iter()
+            .find(|(e, id, _)| *e == endpoint && id == object)
+        {
+            return Some(r.clone());
+        }
         if endpoint == LIST {
             match s.list_faults.front_mut() {
                 Some((0, _)) => return s.list_faults.pop_front().map(|(_, r)| r),
@@ -140,23 +151,10 @@ impl Handler {
                     Err(e) => *e,
                 }
             }
-            EVENTS => {
-                let (gte, lt) = match created_range(q) {
-                    Ok(r) => r,
-                    Err(e) => return *e,
-                };
-                let types = all(q, "types[]");
-                let items: Vec<&Value> = holdings
-                    .events
-                    .iter()
-                    .filter(|e| (gte..lt).contains(&e["created"].as_i64().unwrap_or(0)))
-                    .filter(|e| types.is_empty() || types.iter().any(|t| e["type"] == t.as_str()))
-                    .collect();
-                match page(&items, q, "/v1/events") {
-                    Ok(body) => ok(body, "req_events"),
-                    Err(e) => *e,
-                }
-            }
+            EVENTS => match events::answer(holdings, q) {
+                Ok(body) => ok(body, "req_events"),
+                Err(e) => *e,
+            },
             _ => ResponseTemplate::new(404).set_body_json(json!({"error": {
                 "type": "invalid_request_error",
                 "message": format!("Unrecognized request URL (GET: {path}). Please see https://stripe.com/docs or we can help at https://support.stripe.com/."),
@@ -187,7 +185,9 @@ impl Respond for Handler {
             p if p.starts_with("/v1/payment_intents/") && p.matches('/').count() == 3 => RETRIEVE,
             p => subscriptions::endpoint(p).unwrap_or(OTHER),
         };
-        let fault = Self::forced(&mut s, endpoint, &account);
+        let nth = 1 + s.seen.iter().filter(|x| x.endpoint == endpoint).count();
+        let object = path.rsplit('/').next().unwrap_or_default();
+        let fault = Self::forced(&mut s, endpoint, &account, object);
         let forced = fault.is_some();
         let response = fault.unwrap_or_else(|| self.answer(&s, req, endpoint, &account, &q));
         let created = |k: &str| get(&q, k).and_then(|v| v.parse().ok());
@@ -209,17 +209,19 @@ impl Respond for Handler {
             forced,
         };
         s.seen.push(seen);
-        response.set_delay(s.latency)
+        for (_, _, hook) in s
+            .hooks
+            .iter()
+            .filter(|(e, n, _)| *e == endpoint && *n == nth)
+        {
+            hook();
+        }
+        let delay = s
+            .slow
+            .iter()
+            .filter(|(e, n, _)| *e == endpoint && *n == nth)
+            .map(|(_, _, d)| *d)
+            .fold(s.latency, Duration::max);
+        response.set_delay(delay)
     }
-}
-
-/// The HTTP status a template answers (wiremock keeps it private; its
-/// `Debug` shows it).
-fn status_of(r: &ResponseTemplate) -> u16 {
-    let text = format!("{r:?}");
-    text.split("status_code: ")
-        .nth(1)
-        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
 }

@@ -14,11 +14,69 @@ use super::{
 };
 use crate::support::payment_intent;
 
+/// A request the fake holds unanswered ([`StripeFake::hold_request`]).
+pub struct Held {
+    arrivals: tokio::sync::mpsc::UnboundedReceiver<()>,
+    release: std::sync::mpsc::Sender<()>,
+}
+
+impl Held {
+    /// Waits until the held request has arrived (panics after
+    /// `wait::PATIENCE`, so a run that never asks fails instead of hanging).
+    pub async fn arrived(&mut self) {
+        tokio::time::timeout(crate::support::wait::PATIENCE, self.arrivals.recv())
+            .await
+            .expect("the held request arrives");
+    }
+
+    /// Lets the fake answer the held request.
+    pub fn release(self) {
+        let _ = self.release.send(());
+    }
+}
+
 impl StripeFake {
     /// Every answer takes `latency`.
     pub fn set_latency(&self, latency: Duration) -> &Self {
         self.state().latency = latency;
         self
+    }
+
+    /// The `n`-th request to `endpoint` (counted from 1 over every account)
+    /// is answered after `delay` (on top of nothing else: the longer of it
+    /// and [`Self::set_latency`]'s).
+    pub fn answer_slowly(&self, endpoint: &'static str, n: usize, delay: Duration) -> &Self {
+        self.state().slow.push((endpoint, n, delay));
+        self
+    }
+
+    /// Runs `hook` when the `n`-th request to `endpoint` (counted from 1 over
+    /// every account) arrives, before it is answered (a signal in the middle
+    /// of a run's reads).
+    pub fn on_request(
+        &self,
+        endpoint: &'static str,
+        n: usize,
+        hook: impl Fn() + Send + 'static,
+    ) -> &Self {
+        self.state().hooks.push((endpoint, n, Box::new(hook)));
+        self
+    }
+
+    /// Holds the `n`-th request to `endpoint` (counted from 1 over every
+    /// account) when it arrives, unanswered, until the test releases it
+    /// ([`Held`]): the test acts while that read is in flight, whatever the
+    /// machine's speed.
+    pub fn hold_request(&self, endpoint: &'static str, n: usize) -> Held {
+        let (arrived, arrivals) = tokio::sync::mpsc::unbounded_channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        self.on_request(endpoint, n, move || {
+            let _ = arrived.send(());
+            // A test that fails before releasing drops its `Held`: the
+            // request is answered then.
+            let _ = released.recv_timeout(Duration::from_secs(120));
+        });
+        Held { arrivals, release }
     }
 
     /// A platform retrieve of any `pi_...` the fake does not hold answers
@@ -134,6 +192,27 @@ impl StripeFake {
     ) -> &Self {
         let mut s = self.state();
         s.overrides.push((key(account), endpoint, response));
+        self
+    }
+
+    /// Every retrieve of object `id` at `endpoint` ([`RETRIEVE`],
+    /// [`SESSION_RETRIEVE`], …), on any account, answers `response` until
+    /// [`Self::heal`] (a PaymentIntent Stripe keeps failing for).
+    pub fn fail_object(
+        &self,
+        endpoint: &'static str,
+        id: &str,
+        response: ResponseTemplate,
+    ) -> &Self {
+        self.state()
+            .object_faults
+            .push((endpoint, id.to_owned(), response));
+        self
+    }
+
+    /// Object `id` is answered from the holdings again.
+    pub fn heal(&self, id: &str) -> &Self {
+        self.state().object_faults.retain(|(_, x, _)| x != id);
         self
     }
 

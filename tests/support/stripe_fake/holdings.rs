@@ -68,4 +68,16 @@ pub(super) struct State {
     pub(super) list_failures_expected: bool,
     /// `Authorization` header → the account whose own key it is.
     pub(super) keys: HashMap<String, String>,
+    /// `(endpoint, id, answer)`: a retrieve of that object answers this
+    /// instead of the holdings (every account).
+    pub(super) object_faults: Vec<(&'static str, String, ResponseTemplate)>,
+    /// `(endpoint, n, delay)`: the `n`-th request to `endpoint` (from 1, all
+    /// accounts) is answered after `delay`.
+    pub(super) slow: Vec<(&'static str, usize, Duration)>,
+    /// `(endpoint, n, hook)`: run when the `n`-th request to `endpoint`
+    /// arrives, before it is answered.
+    pub(super) hooks: Vec<(&'static str, usize, Hook)>,
 }
+
+/// What a test runs when a given request arrives.
+pub(super) type Hook = Box<dyn Fn() + Send>;

@@ -17,7 +17,9 @@
 //!   and list `GET /v1/subscriptions` with Stripe's `status` rule (without
 //!   `status=all` canceled ones are not listed), see `subscriptions`;
 //! - events `GET /v1/events`: newest first, honouring `types[]`,
-//!   `created[gte|gt|lte|lt]`, `starting_after` and `limit`;
+//!   `created[gte|gt|lte|lt]`, `starting_after` and `limit` as above, see
+//!   `events` (a [`Feed`] is one account's feed, as a test fills and reads
+//!   it);
 //! - Connect: a request's `Stripe-Account` header selects that account's own
 //!   PaymentIntents, sessions and events (none: the platform's); an account
 //!   the fake does not hold has none (404 on retrieve, empty pages); a
@@ -46,16 +48,27 @@
 //!   events, deletions, faults).
 //! - `observe`: what a test reads back (the requests seen, per endpoint).
 //! - `answer`: the answer to each request, as Stripe gives it.
-//! - `query`: a request's query parameters and Stripe's 400s for them.
+//! - `query`: a request's query parameters and Stripe's 400s for them (the
+//!   demo's stand-in serves its events feed with them too).
+//! - `status`: the HTTP status of an answer (the guards read it).
 //! - `sessions`: Checkout Session objects and their expansion.
 //! - `subscriptions`: subscriptions held, retrieved and listed.
+//! - `events`: the events feeds, and Stripe's event shape.
+//!
+//! Timing, where a test needs it: [`StripeFake::set_latency`] (every
+//! answer), [`StripeFake::answer_slowly`] (the n-th request to one
+//! endpoint), [`StripeFake::on_request`] (something the test does when the
+//! n-th request arrives), [`StripeFake::hold_request`] (the n-th request
+//! left unanswered until the test, having acted, releases it).
 
 mod answer;
 mod arrange;
+pub mod events;
 mod holdings;
 mod observe;
 mod query;
 mod sessions;
+mod status;
 pub mod subscriptions;
 
 use std::ops::Deref;
@@ -67,6 +80,8 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 
 pub(in crate::support) use answer::collapse_charge;
 use answer::Handler;
+#[allow(unused_imports)] // Not every test binary reads events.
+pub use events::{event, Feed};
 pub(in crate::support) use holdings::Holdings;
 use holdings::State;
 pub use observe::Seen;
