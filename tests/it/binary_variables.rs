@@ -7,7 +7,7 @@
 
 use std::process::Output;
 
-use serde_json::json;
+use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::support::arrange;
@@ -107,4 +107,150 @@ async fn aging_thresholds_and_the_unverifiable_streak_are_read_by_run(pool: PgPo
     .map(|(p, k)| ((*p).to_owned(), (*k).to_owned()))
     .collect();
     assert_eq!(open_kinds(&pool).await, expected);
+}
+
+/// A subscriptions table whose columns are all named otherwise than the
+/// defaults (`created_at`, `updated_at`), with a Connect account column.
+const MEMBERSHIPS: &str = "CREATE TABLE memberships (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    stripe_subscription_id text,
+    status text NOT NULL,
+    acct text,
+    made_at timestamptz NOT NULL,
+    touched_at timestamptz NOT NULL)";
+
+const MEMBERSHIP_VARS: [(&str, &str); 5] = [
+    ("RECONCILER_SUBSCRIPTIONS_TABLE", "memberships"),
+    ("RECONCILER_LIST_WINDOW_SLACK_SECONDS", "1800"),
+    ("RECONCILER_SUBSCRIPTION_CREATED_COLUMN", "made_at"),
+    ("RECONCILER_SUBSCRIPTION_UPDATED_COLUMN", "touched_at"),
+    ("RECONCILER_SUBSCRIPTION_ACCOUNT_COLUMN", "acct"),
+];
+
+const SUB_ACCT: &str = "acct_1VarsConnected";
+
+/// `RECONCILER_SUBSCRIPTION_ACCOUNT_COLUMN`, `_CREATED_COLUMN` and
+/// `_UPDATED_COLUMN` through `run --object subscriptions`, with a row whose
+/// write the database refuses. Four rows the application still calls
+/// `active` whose subscriptions Stripe has canceled: one of the platform,
+/// one of a connected account (held only there: read with its
+/// `Stripe-Account`, else it would be missing), one whose repair command
+/// the application's outbox trigger refuses (`write_refused`, the rest of
+/// the batch commits), one touched a minute ago (inside the grace window
+/// the updated column gives: no finding). Every subscription is found by a
+/// list page whose `created` window the created column and
+/// `RECONCILER_LIST_WINDOW_SLACK_SECONDS` give (the oldest row's `created`
+/// minus the slack to the newest row's plus a minute): none is retrieved
+/// one by one.
+#[sqlx::test(migrations = false)]
+async fn subscription_columns_and_a_refused_write_through_run(pool: PgPool) {
+    let stripe = StripeFake::start().await;
+    sqlx::raw_sql(MEMBERSHIPS).execute(&pool).await.unwrap();
+    let t = chrono::Utc::now().timestamp();
+    let made = |n: i64| t - 3 * DAY + 600 * n;
+    let rows = [
+        ("sub_VarsPlatform", None, 3600),
+        ("sub_VarsConnected", Some(SUB_ACCT), 3600),
+        ("sub_VarsRefused", None, 3600),
+        ("sub_VarsFresh", None, 60),
+    ];
+    for (n, (id, account, touched)) in rows.into_iter().enumerate() {
+        let made = made(n as i64);
+        sqlx::query(
+            "INSERT INTO memberships (stripe_subscription_id, status, acct, made_at, touched_at)
+             VALUES ($1, 'active', $2, to_timestamp($3), now() - make_interval(secs => $4))",
+        )
+        .bind(id)
+        .bind(account)
+        .bind(made as f64)
+        .bind(touched as f64)
+        .execute(&pool)
+        .await
+        .unwrap();
+        let mut sub = crate::support::stripe_fake::subscription(id, "canceled", made);
+        sub["ended_at"] = json!(t - DAY);
+        stripe.add_subscription_object(account, sub);
+    }
+    let vars = env(&pool, &stripe.uri(), &MEMBERSHIP_VARS);
+    create_demo_payments(&pool).await;
+    ok_run(&["migrate"], &vars).await;
+    // The application's outbox trigger refuses the third row's command.
+    sqlx::raw_sql(
+        "CREATE FUNCTION hold_membership() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN RAISE EXCEPTION 'membership % is on hold', NEW.aggregate_id; END $$;
+         CREATE TRIGGER hold_membership BEFORE INSERT ON outbox
+            FOR EACH ROW WHEN (NEW.aggregate_id = '3') EXECUTE FUNCTION hold_membership();",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let out = ok_run(&["run", "--object", "subscriptions"], &vars).await;
+
+    let summary: Value = stdout(&out)
+        .lines()
+        .find_map(|l| {
+            serde_json::from_str(l)
+                .ok()
+                .filter(|v: &Value| v["object"] == "subscriptions")
+        })
+        .unwrap_or_else(|| panic!("no summary: {}", all_output(&out)));
+    let open: Vec<(String, String)> = sqlx::query_as(
+        "SELECT subscription_id, kind FROM reconciliation_findings
+          WHERE resolved_at IS NULL ORDER BY subscription_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let want = |items: &[(&str, &str)]| -> Vec<(String, String)> {
+        items
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    };
+    assert_eq!(
+        open,
+        want(&[
+            ("1", "subscription_missed_cancel"),
+            ("2", "subscription_missed_cancel"),
+            ("3", "write_refused"),
+        ]),
+        "{summary}"
+    );
+    assert_eq!(summary["writes_refused"], 1, "{summary}");
+    let commanded: Vec<String> = sqlx::query_scalar(
+        "SELECT aggregate_id FROM outbox WHERE event_type = 'ApplySubscriptionState'
+          ORDER BY aggregate_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(commanded, ["1", "2"], "the rest of the batch committed");
+    use crate::support::stripe_fake::{SUBSCRIPTION_LIST, SUBSCRIPTION_RETRIEVE};
+    assert_eq!(
+        stripe.count(SUBSCRIPTION_RETRIEVE),
+        0,
+        "{:#?}",
+        stripe.seen()
+    );
+    let windows: Vec<(Option<String>, Option<i64>, Option<i64>)> = stripe
+        .seen()
+        .into_iter()
+        .filter(|x| x.endpoint == SUBSCRIPTION_LIST)
+        .map(|x| (x.account, x.gte, x.lte))
+        .collect();
+    let slack = 1800;
+    let mut want_windows = vec![
+        // Rows 1 and 3 (20 minutes apart) share the platform's window.
+        (None, Some(made(0) - slack), Some(made(2) + 60)),
+        (
+            Some(SUB_ACCT.to_owned()),
+            Some(made(1) - slack),
+            Some(made(1) + 60),
+        ),
+    ];
+    let mut windows = windows;
+    windows.sort();
+    want_windows.sort();
+    assert_eq!(windows, want_windows);
 }
