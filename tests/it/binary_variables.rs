@@ -254,3 +254,50 @@ async fn subscription_columns_and_a_refused_write_through_run(pool: PgPool) {
     want_windows.sort();
     assert_eq!(windows, want_windows);
 }
+
+/// `RECONCILER_HTTP_TIMEOUT_SECONDS` through `run`: Stripe holds the answer
+/// for one PaymentIntent 5 s, five times the 1 s timeout (a loaded machine
+/// only makes the wait longer) and half the 10 s default. Each attempt is
+/// abandoned as a timeout: the row is unverifiable (counted in the summary,
+/// its streak's last error a timeout) while the other row is confirmed.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn the_http_timeout_abandons_a_slow_answer(pool: PgPool) {
+    use wiremock::matchers::{method, path};
+    let slow = insert_payment(&pool, "pi_VarsSlow", "paid", 3600).await;
+    let quick = insert_payment(&pool, "pi_VarsQuick", "paid", 3600).await;
+    let stripe = StripeFake::start().await;
+    stripe.mirror(&pool, "succeeded").await;
+    wiremock::Mock::given(method("GET"))
+        .and(path("/v1/payment_intents/pi_VarsSlow"))
+        .respond_with(ok("pi_VarsSlow", "succeeded").set_delay(std::time::Duration::from_secs(5)))
+        .with_priority(1)
+        .mount(&stripe)
+        .await;
+    let out = ok_run(
+        &["run"],
+        &env(
+            &pool,
+            &stripe.uri(),
+            &[
+                ("RECONCILER_READ_MODE", "retrieve"),
+                ("RECONCILER_HTTP_TIMEOUT_SECONDS", "1"),
+            ],
+        ),
+    )
+    .await;
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["verdicts"]["unverifiable"], 1, "{summary}");
+    assert_eq!(
+        verified(&pool, quick).await,
+        (Some("succeeded".into()), true)
+    );
+    assert!(!verified(&pool, slow).await.1, "not stamped");
+    let last_error: String = sqlx::query_scalar(
+        "SELECT last_error FROM reconciliation_unverifiable WHERE payment_id = $1",
+    )
+    .bind(slow)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(last_error.contains("timed out"), "{last_error}");
+}
