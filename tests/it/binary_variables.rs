@@ -301,3 +301,52 @@ async fn the_http_timeout_abandons_a_slow_answer(pool: PgPool) {
     .unwrap();
     assert!(last_error.contains("timed out"), "{last_error}");
 }
+
+/// `RECONCILER_LIST_MAX_PAGES` through `run` (list mode, the default): 20
+/// rows created within 20 seconds among another application's 3,000
+/// PaymentIntents of the same seconds. With the cap at 4 the batch asks
+/// for exactly 4 list pages (`auto` allows 10 for a batch of 100), then
+/// reads the rows those pages did not hold one by one, each once.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn the_list_page_cap_is_the_number_of_pages_asked(pool: PgPool) {
+    let stripe = StripeFake::start().await;
+    let t = chrono::Utc::now().timestamp() - 3600;
+    for i in 0..20 {
+        let pi = format!("pi_VarsOurs{i:03}");
+        insert_at(&pool, &pi, "paid", t - 20 + i).await;
+        stripe.add(None, &pi, "succeeded", t - 20 + i);
+    }
+    for i in 0..3000 {
+        stripe.add(
+            None,
+            &format!("pi_VarsOther{i:05}"),
+            "succeeded",
+            t - 20 + i % 20,
+        );
+    }
+    let out = ok_run(
+        &["run"],
+        &env(
+            &pool,
+            &stripe.uri(),
+            &[
+                ("RECONCILER_BATCH_SIZE", "100"),
+                ("RECONCILER_LIST_MAX_PAGES", "4"),
+            ],
+        ),
+    )
+    .await;
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["verdicts"]["in_sync"], 20, "{summary}");
+    use crate::support::stripe_fake::LIST;
+    assert_eq!(stripe.count(LIST), 4, "the page cap: {:#?}", stripe.seen());
+    let retrieved = stripe.retrieved();
+    let mut unique = retrieved.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), retrieved.len(), "none read twice");
+    assert!(
+        !retrieved.is_empty() && retrieved.len() <= 20,
+        "{retrieved:?}"
+    );
+}
