@@ -350,3 +350,52 @@ async fn the_list_page_cap_is_the_number_of_pages_asked(pool: PgPool) {
         "{retrieved:?}"
     );
 }
+
+/// `RECONCILER_EVENTS_ACCOUNT_ACTIVE_SECONDS` through `events`: with a day,
+/// only the connected account whose row changed an hour ago has its feed
+/// read; the account whose rows are three days old is not. At the default
+/// (30 days) both are.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn events_reads_the_feeds_of_the_accounts_active_within_the_setting(pool: PgPool) {
+    crate::support::connected::add_account_column(&pool).await;
+    for (pi, account, updated) in [
+        ("pi_VarsRecent", "acct_1VarsRecent", 3600),
+        ("pi_VarsDormant", "acct_1VarsDormant", 3 * DAY),
+    ] {
+        let id = insert_payment(&pool, pi, "paid", updated).await;
+        sqlx::query("UPDATE payments SET stripe_account = $2 WHERE id = $1")
+            .bind(id)
+            .bind(account)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    let stripe = StripeFake::start().await;
+    let feeds = |stripe: &StripeFake| -> Vec<Option<String>> {
+        let mut accounts: Vec<Option<String>> = stripe
+            .seen()
+            .into_iter()
+            .filter(|x| x.endpoint == crate::support::stripe_fake::EVENTS)
+            .map(|x| x.account)
+            .collect();
+        accounts.sort();
+        accounts.dedup();
+        accounts
+    };
+    let vars = [("RECONCILER_ACCOUNT_COLUMN", "stripe_account")];
+    let mut with_day = vars.to_vec();
+    with_day.push(("RECONCILER_EVENTS_ACCOUNT_ACTIVE_SECONDS", "86400"));
+    ok_run(&["events"], &env(&pool, &stripe.uri(), &with_day)).await;
+    assert_eq!(feeds(&stripe), [None, Some("acct_1VarsRecent".to_owned())]);
+
+    let stripe = StripeFake::start().await;
+    ok_run(&["events"], &env(&pool, &stripe.uri(), &vars)).await;
+    assert_eq!(
+        feeds(&stripe),
+        [
+            None,
+            Some("acct_1VarsDormant".to_owned()),
+            Some("acct_1VarsRecent".to_owned())
+        ]
+    );
+}
