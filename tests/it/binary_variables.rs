@@ -399,3 +399,41 @@ async fn events_reads_the_feeds_of_the_accounts_active_within_the_setting(pool: 
         ]
     );
 }
+
+/// `RECONCILER_SCHEDULE_INTERVAL_SECONDS` through `status --json`: 10,000
+/// rows to check within the hour's target cycle, a run every 20 minutes
+/// (three runs a cycle, not six at the default 10 minutes): each run needs
+/// 3,334 rows, +20% = 4,000, 40 batches of 100 (20 at the default,
+/// `plan::status_json_shows_the_next_runs_plan`).
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn status_plans_the_runs_the_schedule_interval_gives(pool: PgPool) {
+    insert_paid(&pool, 10_000).await;
+    sqlx::raw_sql(
+        "INSERT INTO reconciliation_cursor (job, last_id, cycle_started_at) VALUES ('payments-vs-stripe', 0, now());
+         INSERT INTO reconciliation_runs (job, started_at, finished_at, batch_size, batches, rows_scanned, outcome, max_payment_id) VALUES
+             ('payments-vs-stripe', now() - interval '40 minutes', now() - interval '40 minutes' + interval '100 seconds', 1900, 1, 1000, 'completed', 10000),
+             ('payments-vs-stripe', now() - interval '20 minutes', now() - interval '20 minutes' + interval '100 seconds', 1900, 1, 1000, 'completed', 10000);
+         ANALYZE payments;",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let out = ok_run(
+        &["status", "--json"],
+        &[
+            ("DATABASE_URL", database_url(&pool)),
+            ("RECONCILER_TARGET_CYCLE_SECONDS", "3600".into()),
+            ("RECONCILER_BATCH_SIZE", "100".into()),
+            ("RECONCILER_SCHEDULE_INTERVAL_SECONDS", "1200".into()),
+        ],
+    )
+    .await;
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let plan = &s["plan"];
+    assert_eq!(plan["batches"], 40, "{plan}");
+    assert_eq!(
+        plan["rows_per_run_needed"].as_f64().map(f64::round),
+        Some(4_000.0),
+        "{plan}"
+    );
+}
