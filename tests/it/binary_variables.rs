@@ -437,3 +437,135 @@ async fn status_plans_the_runs_the_schedule_interval_gives(pool: PgPool) {
         "{plan}"
     );
 }
+
+/// `RECONCILER_MAX_IN_FLIGHT` through `run`: a Stripe that holds every
+/// answer until as many requests as the setting have been open at once
+/// (and at least 300 ms) saw exactly 3 open at once with the setting at 3, over 9
+/// rows read one by one (the default, 8, would open more).
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn max_in_flight_bounds_the_requests_open_at_once(pool: PgPool) {
+    insert_paid(&pool, 9).await;
+    let stripe = holding::HoldingStripe::start(3).await;
+    let out = ok_run(
+        &["run"],
+        &env(
+            &pool,
+            &stripe.uri(),
+            &[
+                ("RECONCILER_READ_MODE", "retrieve"),
+                ("RECONCILER_MAX_IN_FLIGHT", "3"),
+            ],
+        ),
+    )
+    .await;
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["verdicts"]["in_sync"], 9, "{summary}");
+    assert_eq!(stripe.requests(), 9);
+    assert_eq!(stripe.most_open(), 3, "the most requests open at once");
+}
+
+/// A Stripe that answers every `GET /v1/payment_intents/{id}` with that
+/// PaymentIntent `succeeded` (its charge expanded), holding each answer
+/// until `hold_until` requests have been open at once and 300 ms have
+/// passed (3 s at most), and counts the most requests open at once.
+/// Plain HTTP/1.1 with keep-alive over tokio, as reqwest speaks it.
+mod holding {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use crate::support::payment_intent;
+
+    #[derive(Default)]
+    struct Counts {
+        open: AtomicUsize,
+        most: AtomicUsize,
+        requests: AtomicUsize,
+    }
+
+    pub struct HoldingStripe {
+        addr: std::net::SocketAddr,
+        counts: Arc<Counts>,
+    }
+
+    impl HoldingStripe {
+        pub async fn start(hold_until: usize) -> Self {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let counts = Arc::new(Counts::default());
+            let c = counts.clone();
+            tokio::spawn(async move {
+                while let Ok((stream, _)) = listener.accept().await {
+                    tokio::spawn(serve(stream, c.clone(), hold_until));
+                }
+            });
+            HoldingStripe { addr, counts }
+        }
+
+        pub fn uri(&self) -> String {
+            format!("http://{}", self.addr)
+        }
+
+        pub fn most_open(&self) -> usize {
+            self.counts.most.load(Ordering::SeqCst)
+        }
+
+        pub fn requests(&self) -> usize {
+            self.counts.requests.load(Ordering::SeqCst)
+        }
+    }
+
+    /// One connection: request after request (no request body: GETs).
+    async fn serve(mut stream: TcpStream, counts: Arc<Counts>, hold_until: usize) {
+        let mut buf = Vec::new();
+        loop {
+            let head_end = loop {
+                if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break p + 4;
+                }
+                let mut chunk = [0u8; 4096];
+                match stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            };
+            let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+            buf.drain(..head_end);
+            let target = head
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or_default()
+                .to_owned();
+            let path = target.split('?').next().unwrap_or_default();
+            counts.requests.fetch_add(1, Ordering::SeqCst);
+            let open = counts.open.fetch_add(1, Ordering::SeqCst) + 1;
+            counts.most.fetch_max(open, Ordering::SeqCst);
+            let arrived = Instant::now();
+            while arrived.elapsed() < Duration::from_secs(3)
+                && (arrived.elapsed() < Duration::from_millis(300)
+                    || counts.most.load(Ordering::SeqCst) < hold_until)
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let (status, body) = match path.strip_prefix("/v1/payment_intents/") {
+                Some(id) if id.starts_with("pi_") => {
+                    ("200 OK", payment_intent(id, "succeeded").to_string())
+                }
+                _ => ("404 Not Found", r#"{"error":{"type":"invalid_request_error","message":"Unrecognized request URL"}}"#.to_owned()),
+            };
+            // Closed before the answer is written: the client may send the
+            // next request as soon as it has this one's answer.
+            counts.open.fetch_sub(1, Ordering::SeqCst);
+            let answer = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nRequest-Id: req_holding\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            if stream.write_all(answer.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+    }
+}
