@@ -464,6 +464,39 @@ async fn max_in_flight_bounds_the_requests_open_at_once(pool: PgPool) {
     assert_eq!(stripe.most_open(), 3, "the most requests open at once");
 }
 
+/// `RECONCILER_RATE_LIMIT_RPS` through `run`: at 2 reads a second (a burst
+/// of one, each read at least 1.03 / 2 s after the one before:
+/// src/stripe/transport.rs) 5 reads span at least 4 × 0.515 s = 2.06 s
+/// from the first arrival to the last; the test allows 0.5 s for the first
+/// read's way to the fake being slower than the last's. At the default
+/// (10 a second) they would span about 0.4 s. Only a lower bound: a slow
+/// machine can only spread them further.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn the_rate_limit_spaces_the_reads(pool: PgPool) {
+    insert_paid(&pool, 5).await;
+    let stripe = StripeFake::start().await;
+    stripe.mirror(&pool, "succeeded").await;
+    ok_run(
+        &["run"],
+        &env(
+            &pool,
+            &stripe.uri(),
+            &[
+                ("RECONCILER_READ_MODE", "retrieve"),
+                ("RECONCILER_RATE_LIMIT_RPS", "2"),
+            ],
+        ),
+    )
+    .await;
+    let arrivals: Vec<std::time::Instant> = stripe.seen().iter().map(|x| x.at).collect();
+    assert_eq!(arrivals.len(), 5, "{:#?}", stripe.seen());
+    let span = *arrivals.iter().max().unwrap() - *arrivals.iter().min().unwrap();
+    assert!(
+        span >= std::time::Duration::from_millis(2060 - 500),
+        "5 reads at 2/s spanned only {span:?}"
+    );
+}
+
 /// A Stripe that answers every `GET /v1/payment_intents/{id}` with that
 /// PaymentIntent `succeeded` (its charge expanded), holding each answer
 /// until `hold_until` requests have been open at once and 300 ms have
