@@ -497,6 +497,42 @@ async fn the_rate_limit_spaces_the_reads(pool: PgPool) {
     );
 }
 
+/// The JSON log lines of stderr.
+fn log_lines(out: &Output) -> Vec<Value> {
+    stderr(out)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// `HOSTNAME` through `run`: the run's lease owner, `host:pid:random`, as
+/// its log line "payments lease taken" shows it (the owner a refused second
+/// run names, `ops::a_run_refused_by_the_lease_names_the_holder_and_its_expiry`),
+/// starts with it.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn hostname_names_the_lease_owner(pool: PgPool) {
+    let stripe = StripeFake::start().await;
+    let out = ok_run(
+        &["run"],
+        &env(&pool, &stripe.uri(), &[("HOSTNAME", "reconciler-pod-7x2")]),
+    )
+    .await;
+    let owners: Vec<String> = log_lines(&out)
+        .iter()
+        .filter(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.ends_with("lease taken"))
+        })
+        .filter_map(|l| l["owner"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(owners.len(), 1, "{}", stderr(&out));
+    let parts: Vec<&str> = owners[0].split(':').collect();
+    assert_eq!(parts.len(), 3, "{owners:?}");
+    assert_eq!(parts[0], "reconciler-pod-7x2", "{owners:?}");
+    assert!(parts[1].parse::<u32>().is_ok(), "the pid: {owners:?}");
+}
+
 /// A Stripe that answers every `GET /v1/payment_intents/{id}` with that
 /// PaymentIntent `succeeded` (its charge expanded), holding each answer
 /// until `hold_until` requests have been open at once and 300 ms have
