@@ -533,6 +533,48 @@ async fn hostname_names_the_lease_owner(pool: PgPool) {
     assert!(parts[1].parse::<u32>().is_ok(), "the pid: {owners:?}");
 }
 
+/// `NO_COLOR` through `run` on a terminal (`script` from util-linux gives
+/// the binary a pseudo-terminal): pretty logs carry colour codes there, and
+/// none with `NO_COLOR` set (`ops::pretty_logs_carry_no_colour_codes_when_stderr_is_not_a_terminal`
+/// covers a pipe).
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn no_color_turns_the_colour_off_on_a_terminal(pool: PgPool) {
+    let stripe = StripeFake::start().await;
+    let on_a_terminal = |extra: &[(&'static str, &str)]| {
+        let mut vars = env(&pool, &stripe.uri(), &[("RECONCILER_LOG_FORMAT", "pretty")]);
+        vars.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+        let mut cmd = std::process::Command::new("script");
+        cmd.args([
+            "-qec",
+            &format!("exec {} run", env!("CARGO_BIN_EXE_stripe-reconciler")),
+            "/dev/null",
+        ])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(vars.iter().map(|(k, v)| (*k, v.as_str())));
+        cmd
+    };
+    let output = |mut cmd: std::process::Command| async move {
+        let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let coloured = output(on_a_terminal(&[])).await;
+    assert!(coloured.contains("lease taken"), "{coloured}");
+    assert!(
+        coloured.contains("\u{1b}["),
+        "colour on a terminal: {coloured:?}"
+    );
+    let plain = output(on_a_terminal(&[("NO_COLOR", "1")])).await;
+    assert!(plain.contains("lease taken"), "{plain}");
+    assert!(
+        !plain.contains('\u{1b}'),
+        "no colour with NO_COLOR: {plain:?}"
+    );
+}
+
 /// A Stripe that answers every `GET /v1/payment_intents/{id}` with that
 /// PaymentIntent `succeeded` (its charge expanded), holding each answer
 /// until `hold_until` requests have been open at once and 300 ms have
