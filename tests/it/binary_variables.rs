@@ -351,6 +351,56 @@ async fn the_list_page_cap_is_the_number_of_pages_asked(pool: PgPool) {
     );
 }
 
+/// `RECONCILER_LIST_WINDOW_SLACK_SECONDS` through `run` (list mode): three
+/// rows created 10 seconds apart, the third one's PaymentIntent created 100
+/// seconds before the first row (outside the rows' window). The batch lists
+/// the rows' window, then the two slack rings beside it, 300 seconds each
+/// with the setting at 300, where the third PaymentIntent is found: no row
+/// is retrieved one by one.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn the_list_window_slack_widens_the_listed_window(pool: PgPool) {
+    let stripe = StripeFake::start().await;
+    let t = chrono::Utc::now().timestamp() - 3600;
+    for (i, pi) in ["pi_VarsSlackA", "pi_VarsSlackB", "pi_VarsSlackC"]
+        .into_iter()
+        .enumerate()
+    {
+        let created = t + 10 * i as i64;
+        insert_at(&pool, pi, "paid", created).await;
+        let in_stripe = if i == 2 { t - 100 } else { created };
+        stripe.add(None, pi, "succeeded", in_stripe);
+    }
+    let out = ok_run(
+        &["run"],
+        &env(
+            &pool,
+            &stripe.uri(),
+            &[("RECONCILER_LIST_WINDOW_SLACK_SECONDS", "300")],
+        ),
+    )
+    .await;
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["verdicts"]["in_sync"], 3, "{summary}");
+    let mut windows: Vec<(Option<i64>, Option<i64>)> = stripe
+        .seen()
+        .into_iter()
+        .filter(|x| x.endpoint == crate::support::stripe_fake::LIST && x.gte.is_some())
+        .map(|x| (x.gte, x.lte))
+        .collect();
+    windows.sort();
+    assert_eq!(
+        windows,
+        [
+            (Some(t - 300), Some(t - 1)),
+            (Some(t), Some(t + 20)),
+            (Some(t + 21), Some(t + 20 + 300)),
+        ],
+        "{:#?}",
+        stripe.seen()
+    );
+    assert_eq!(stripe.retrieved(), Vec::<String>::new());
+}
+
 /// `RECONCILER_EVENTS_ACCOUNT_ACTIVE_SECONDS` through `events`: with a day,
 /// only the connected account whose row changed an hour ago has its feed
 /// read; the account whose rows are three days old is not. At the default
