@@ -255,6 +255,66 @@ async fn subscription_columns_and_a_refused_write_through_run(pool: PgPool) {
     assert_eq!(windows, want_windows);
 }
 
+/// `RECONCILER_SUBSCRIPTION_UPDATED_COLUMN` through `events`: Stripe's
+/// `customer.subscription.deleted` for two rows the application still
+/// calls `active`; the row touched a minute ago (its `touched_at`) is left
+/// to a later run (in grace), the one touched an hour ago is a missed cancel.
+#[sqlx::test(migrations = false)]
+async fn events_reads_the_subscriptions_updated_column(pool: PgPool) {
+    let stripe = StripeFake::start().await;
+    sqlx::raw_sql(MEMBERSHIPS).execute(&pool).await.unwrap();
+    let t = chrono::Utc::now().timestamp();
+    for (n, (id, touched)) in [("sub_VarsEvOld", 3600), ("sub_VarsEvFresh", 60)]
+        .into_iter()
+        .enumerate()
+    {
+        sqlx::query(
+            "INSERT INTO memberships (stripe_subscription_id, status, made_at, touched_at)
+             VALUES ($1, 'active', to_timestamp($2), now() - make_interval(secs => $3))",
+        )
+        .bind(id)
+        .bind((t - DAY) as f64)
+        .bind(touched as f64)
+        .execute(&pool)
+        .await
+        .unwrap();
+        let mut sub = crate::support::stripe_fake::subscription(id, "canceled", t - DAY);
+        sub["ended_at"] = json!(t - 300);
+        stripe.add_subscription_object(None, sub.clone());
+        stripe.push_event(
+            None,
+            json!({"id": format!("evt_VarsEv{n}"), "object": "event",
+                   "type": "customer.subscription.deleted", "created": t - 300 + n as i64,
+                   "data": {"object": sub}}),
+        );
+    }
+    let vars = env(&pool, &stripe.uri(), &MEMBERSHIP_VARS);
+    create_demo_payments(&pool).await;
+    ok_run(&["migrate"], &vars).await;
+
+    let out = ok_run(&["events"], &vars).await;
+
+    let summary: Value = stdout(&out)
+        .lines()
+        .find_map(|l| {
+            serde_json::from_str(l)
+                .ok()
+                .filter(|v: &Value| v["object"] == "subscriptions")
+        })
+        .unwrap_or_else(|| panic!("no summary: {}", all_output(&out)));
+    assert_eq!(summary["rows_in_grace"], 1, "{summary}");
+    let open: Vec<(String, String)> = sqlx::query_as(
+        "SELECT subscription_id, kind FROM reconciliation_findings WHERE resolved_at IS NULL",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        open,
+        [("1".to_owned(), "subscription_missed_cancel".to_owned())]
+    );
+}
+
 /// `RECONCILER_HTTP_TIMEOUT_SECONDS` through `run`: Stripe holds the answer
 /// for one PaymentIntent 5 s, five times the 1 s timeout (a loaded machine
 /// only makes the wait longer) and half the 10 s default. Each attempt is
