@@ -255,6 +255,44 @@ async fn subscription_columns_and_a_refused_write_through_run(pool: PgPool) {
     assert_eq!(windows, want_windows);
 }
 
+/// `RECONCILER_LIST_MAX_PAGES` through `run --object subscriptions`: one
+/// row whose subscription Stripe lists after 250 others created within its
+/// window (a page holds 100). With the cap at 2 its window takes exactly 2
+/// list pages (the default allows 22), then the row is read on its own.
+#[sqlx::test(migrations = false)]
+async fn the_list_page_cap_bounds_a_subscriptions_window(pool: PgPool) {
+    let stripe = StripeFake::start().await;
+    sqlx::raw_sql(MEMBERSHIPS).execute(&pool).await.unwrap();
+    let t = chrono::Utc::now().timestamp() - DAY;
+    sqlx::query(
+        "INSERT INTO memberships (stripe_subscription_id, status, made_at, touched_at)
+         VALUES ('sub_VarsCrowded', 'active', to_timestamp($1), now() - interval '1 hour')",
+    )
+    .bind(t as f64)
+    .execute(&pool)
+    .await
+    .unwrap();
+    stripe.add_subscription(None, "sub_VarsCrowded", "active", t);
+    for i in 0..250 {
+        stripe.add_subscription(None, &format!("sub_VarsOther{i:03}"), "active", t + 30);
+    }
+    let mut vars = env(&pool, &stripe.uri(), &MEMBERSHIP_VARS);
+    vars.push(("RECONCILER_LIST_MAX_PAGES", "2".to_owned()));
+    create_demo_payments(&pool).await;
+    ok_run(&["migrate"], &vars).await;
+
+    ok_run(&["run", "--object", "subscriptions"], &vars).await;
+
+    use crate::support::stripe_fake::{SUBSCRIPTION_LIST, SUBSCRIPTION_RETRIEVE};
+    assert_eq!(stripe.count(SUBSCRIPTION_LIST), 2, "{:#?}", stripe.seen());
+    assert_eq!(stripe.count(SUBSCRIPTION_RETRIEVE), 1);
+    let findings: i64 = sqlx::query_scalar("SELECT count(*) FROM reconciliation_findings")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(findings, 0, "in sync, read on its own");
+}
+
 /// `RECONCILER_SUBSCRIPTION_UPDATED_COLUMN` through `events`: Stripe's
 /// `customer.subscription.deleted` for two rows the application still
 /// calls `active`; the row touched a minute ago (its `touched_at`) is left
