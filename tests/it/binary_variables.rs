@@ -653,19 +653,50 @@ fn log_lines(out: &Output) -> Vec<Value> {
         .collect()
 }
 
-/// `HOSTNAME` through `run`: the run's lease owner, `host:pid:random`, as
-/// its log line "payments lease taken" shows it (the owner a refused second
-/// run names, `ops::a_run_refused_by_the_lease_names_the_holder_and_its_expiry`),
-/// starts with it.
+/// `HOSTNAME` through `run`, where a user sees the lease owner
+/// (`host:pid:random`): a second run, started while the first holds the
+/// lease (its phase 3 waiting on a lock the test holds), is refused (exit
+/// 75) naming the first run's owner, which starts with the first run's
+/// `HOSTNAME`; the first run's log line "payments lease taken" shows the
+/// same owner.
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
-async fn hostname_names_the_lease_owner(pool: PgPool) {
+async fn hostname_names_the_lease_owner_a_refused_run_shows(pool: PgPool) {
+    use sqlx::Connection;
+    insert_payment(&pool, "pi_VarsLeased", "paid", 3600).await;
     let stripe = StripeFake::start().await;
-    let out = ok_run(
-        &["run"],
-        &env(&pool, &stripe.uri(), &[("HOSTNAME", "reconciler-pod-7x2")]),
+    stripe.mirror(&pool, "succeeded").await;
+    let as_host = |host: &str| env(&pool, &stripe.uri(), &[("HOSTNAME", host)]);
+    let mut holder = sqlx::PgConnection::connect(&database_url(&pool))
+        .await
+        .unwrap();
+    let mut tx = holder.begin().await.unwrap();
+    sqlx::query("LOCK TABLE reconciliation_payment_state IN SHARE MODE")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let first = reconciler(&["run"], &as_host("reconciler-pod-first"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    crate::support::wait::until_true(
+        "the first run's phase 3 waiting on the test's lock",
+        || async {
+            !crate::support::wait::reconciler_backends_waiting_on_a_lock(&pool)
+                .await
+                .is_empty()
+        },
     )
     .await;
-    let owners: Vec<String> = log_lines(&out)
+
+    let second = reconciler_output(&["run"], &as_host("reconciler-pod-second")).await;
+    tx.rollback().await.unwrap();
+    let first = tokio::task::spawn_blocking(move || first.wait_with_output().unwrap())
+        .await
+        .unwrap();
+
+    assert_eq!(first.status.code(), Some(0), "{}", all_output(&first));
+    let owners: Vec<String> = log_lines(&first)
         .iter()
         .filter(|l| {
             l["message"]
@@ -674,11 +705,15 @@ async fn hostname_names_the_lease_owner(pool: PgPool) {
         })
         .filter_map(|l| l["owner"].as_str().map(str::to_owned))
         .collect();
-    assert_eq!(owners.len(), 1, "{}", stderr(&out));
+    assert_eq!(owners.len(), 1, "{}", stderr(&first));
     let parts: Vec<&str> = owners[0].split(':').collect();
     assert_eq!(parts.len(), 3, "{owners:?}");
-    assert_eq!(parts[0], "reconciler-pod-7x2", "{owners:?}");
+    assert_eq!(parts[0], "reconciler-pod-first", "{owners:?}");
     assert!(parts[1].parse::<u32>().is_ok(), "the pid: {owners:?}");
+    assert_eq!(second.status.code(), Some(75), "{}", all_output(&second));
+    let refusal = stderr(&second);
+    assert!(refusal.contains("another run holds the lease"), "{refusal}");
+    assert!(refusal.contains(&owners[0]), "{refusal}");
 }
 
 /// `NO_COLOR` through `run` on a terminal (`script` from util-linux gives
