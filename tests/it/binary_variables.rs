@@ -614,14 +614,15 @@ async fn max_in_flight_bounds_the_requests_open_at_once(pool: PgPool) {
 
 /// `RECONCILER_RATE_LIMIT_RPS` through `run`: at 2 reads a second (a burst
 /// of one, each read at least 1.03 / 2 s after the one before:
-/// src/stripe/transport.rs) 5 reads span at least 4 × 0.515 s = 2.06 s
-/// from the first arrival to the last; the test allows 0.5 s for the first
-/// read's way to the fake being slower than the last's. At the default
-/// (10 a second) they would span about 0.4 s. Only a lower bound: a slow
-/// machine can only spread them further.
+/// src/stripe/transport.rs) 7 reads leave at least 6 × 0.515 s = 3.09 s
+/// apart, first to last; the test allows 1 s for the first read's way to
+/// the fake being slower than the last's, and asserts a span of at least
+/// 2.09 s between their arrivals. At the default (10 a second) they would
+/// span about 0.62 s. Only a lower bound: a slow machine can only spread
+/// them further.
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn the_rate_limit_spaces_the_reads(pool: PgPool) {
-    insert_paid(&pool, 5).await;
+    insert_paid(&pool, 7).await;
     let stripe = StripeFake::start().await;
     stripe.mirror(&pool, "succeeded").await;
     ok_run(
@@ -637,11 +638,11 @@ async fn the_rate_limit_spaces_the_reads(pool: PgPool) {
     )
     .await;
     let arrivals: Vec<std::time::Instant> = stripe.seen().iter().map(|x| x.at).collect();
-    assert_eq!(arrivals.len(), 5, "{:#?}", stripe.seen());
+    assert_eq!(arrivals.len(), 7, "{:#?}", stripe.seen());
     let span = *arrivals.iter().max().unwrap() - *arrivals.iter().min().unwrap();
     assert!(
-        span >= std::time::Duration::from_millis(2060 - 500),
-        "5 reads at 2/s spanned only {span:?}"
+        span >= std::time::Duration::from_millis(3090 - 1000),
+        "7 reads at 2/s spanned only {span:?}"
     );
 }
 
