@@ -586,19 +586,22 @@ async fn status_plans_the_runs_the_schedule_interval_gives(pool: PgPool) {
     );
 }
 
-/// `RECONCILER_MAX_IN_FLIGHT` through `run`: a Stripe that holds every
-/// answer until as many requests as the setting have been open at once
-/// (and at least 300 ms) saw exactly 3 open at once with the setting at 3, over 9
-/// rows read one by one (the default, 8, would open more).
+/// `RECONCILER_MAX_IN_FLIGHT` through `run`: a proxy in front of the fake
+/// that holds every read until as many reads as the setting have been open
+/// at once (and at least 300 ms) saw exactly 3 open at once with the
+/// setting at 3, over 9 rows read one by one (the default, 8, would open
+/// more).
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn max_in_flight_bounds_the_requests_open_at_once(pool: PgPool) {
     insert_paid(&pool, 9).await;
-    let stripe = holding::HoldingStripe::start(3).await;
+    let stripe = StripeFake::start().await;
+    stripe.mirror(&pool, "succeeded").await;
+    let proxy = holding::HoldingProxy::start(3, stripe.uri()).await;
     let out = ok_run(
         &["run"],
         &env(
             &pool,
-            &stripe.uri(),
+            &proxy.uri(),
             &[
                 ("RECONCILER_READ_MODE", "retrieve"),
                 ("RECONCILER_MAX_IN_FLIGHT", "3"),
@@ -608,8 +611,45 @@ async fn max_in_flight_bounds_the_requests_open_at_once(pool: PgPool) {
     .await;
     let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary["verdicts"]["in_sync"], 9, "{summary}");
-    assert_eq!(stripe.requests(), 9);
-    assert_eq!(stripe.most_open(), 3, "the most requests open at once");
+    assert_eq!(proxy.retrieves(), 9);
+    assert_eq!(proxy.most_open(), 3, "the most reads open at once");
+}
+
+/// `RECONCILER_MAX_IN_FLIGHT` through `events`: six succeeded
+/// PaymentIntents no row names, each read again before it is a
+/// `missing_locally` finding; behind the holding proxy the most reads open
+/// at once is exactly 2 with the setting at 2.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn max_in_flight_bounds_the_events_jobs_reads(pool: PgPool) {
+    let stripe = StripeFake::start().await;
+    let created = chrono::Utc::now().timestamp() - 900;
+    for n in 0..6 {
+        let pi = format!("pi_VarsOrphan{n}");
+        stripe.add(None, &pi, "succeeded", created);
+        let mut object = payment_intent(&pi, "succeeded");
+        object["created"] = json!(created);
+        stripe.push_event(
+            None,
+            json!({"id": format!("evt_VarsOrphan{n}"), "object": "event",
+                   "type": "payment_intent.succeeded", "created": created + n,
+                   "data": {"object": object}}),
+        );
+    }
+    let proxy = holding::HoldingProxy::start(2, stripe.uri()).await;
+    ok_run(
+        &["events"],
+        &env(&pool, &proxy.uri(), &[("RECONCILER_MAX_IN_FLIGHT", "2")]),
+    )
+    .await;
+    let orphans: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM reconciliation_findings WHERE kind = 'missing_locally'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(orphans, 6);
+    assert_eq!(proxy.retrieves(), 6);
+    assert_eq!(proxy.most_open(), 2, "the most reads open at once");
 }
 
 /// `RECONCILER_RATE_LIMIT_RPS` through `run`: at 2 reads a second (a burst
@@ -759,11 +799,12 @@ async fn no_color_turns_the_colour_off_on_a_terminal(pool: PgPool) {
     );
 }
 
-/// A Stripe that answers every `GET /v1/payment_intents/{id}` with that
-/// PaymentIntent `succeeded` (its charge expanded), holding each answer
-/// until `hold_until` requests have been open at once and 300 ms have
-/// passed (3 s at most), and counts the most requests open at once.
-/// Plain HTTP/1.1 with keep-alive over tokio, as reqwest speaks it.
+/// A proxy in front of the shared fake Stripe that holds each retrieve
+/// (`GET /v1/payment_intents/{id}`) until `hold_until` retrieves have been
+/// open at once and 300 ms have passed (3 s at most), then passes it on,
+/// and counts the most retrieves open at once; every other request is
+/// passed on at once. Plain HTTP/1.1 with keep-alive over tokio, as
+/// reqwest speaks it; the fake's answer (status, body) is relayed as is.
 mod holding {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
@@ -772,49 +813,57 @@ mod holding {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
 
-    use crate::support::payment_intent;
-
     #[derive(Default)]
     struct Counts {
         open: AtomicUsize,
         most: AtomicUsize,
-        requests: AtomicUsize,
+        retrieves: AtomicUsize,
     }
 
-    pub struct HoldingStripe {
+    /// The proxy; [`HoldingProxy::uri`] is the `STRIPE_API_BASE` to give.
+    pub struct HoldingProxy {
         addr: std::net::SocketAddr,
         counts: Arc<Counts>,
     }
 
-    impl HoldingStripe {
-        pub async fn start(hold_until: usize) -> Self {
+    impl HoldingProxy {
+        pub async fn start(hold_until: usize, upstream: String) -> Self {
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap();
             let counts = Arc::new(Counts::default());
             let c = counts.clone();
+            let client = reqwest::Client::new();
             tokio::spawn(async move {
                 while let Ok((stream, _)) = listener.accept().await {
-                    tokio::spawn(serve(stream, c.clone(), hold_until));
+                    let hop = (client.clone(), upstream.clone());
+                    tokio::spawn(serve(stream, c.clone(), hold_until, hop));
                 }
             });
-            HoldingStripe { addr, counts }
+            HoldingProxy { addr, counts }
         }
 
         pub fn uri(&self) -> String {
             format!("http://{}", self.addr)
         }
 
+        /// The most retrieves open at once.
         pub fn most_open(&self) -> usize {
             self.counts.most.load(Ordering::SeqCst)
         }
 
-        pub fn requests(&self) -> usize {
-            self.counts.requests.load(Ordering::SeqCst)
+        /// Retrieves received.
+        pub fn retrieves(&self) -> usize {
+            self.counts.retrieves.load(Ordering::SeqCst)
         }
     }
 
     /// One connection: request after request (no request body: GETs).
-    async fn serve(mut stream: TcpStream, counts: Arc<Counts>, hold_until: usize) {
+    async fn serve(
+        mut stream: TcpStream,
+        counts: Arc<Counts>,
+        hold_until: usize,
+        (client, upstream): (reqwest::Client, String),
+    ) {
         let mut buf = Vec::new();
         loop {
             let head_end = loop {
@@ -829,33 +878,46 @@ mod holding {
             };
             let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
             buf.drain(..head_end);
-            let target = head
-                .split_whitespace()
-                .nth(1)
+            let mut lines = head.lines();
+            let target = lines
+                .next()
+                .and_then(|l| l.split_whitespace().nth(1))
                 .unwrap_or_default()
                 .to_owned();
             let path = target.split('?').next().unwrap_or_default();
-            counts.requests.fetch_add(1, Ordering::SeqCst);
-            let open = counts.open.fetch_add(1, Ordering::SeqCst) + 1;
-            counts.most.fetch_max(open, Ordering::SeqCst);
-            let arrived = Instant::now();
-            while arrived.elapsed() < Duration::from_secs(3)
-                && (arrived.elapsed() < Duration::from_millis(300)
-                    || counts.most.load(Ordering::SeqCst) < hold_until)
-            {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            let (status, body) = match path.strip_prefix("/v1/payment_intents/") {
-                Some(id) if id.starts_with("pi_") => {
-                    ("200 OK", payment_intent(id, "succeeded").to_string())
+            let retrieve = path.starts_with("/v1/payment_intents/pi_");
+            if retrieve {
+                counts.retrieves.fetch_add(1, Ordering::SeqCst);
+                let open = counts.open.fetch_add(1, Ordering::SeqCst) + 1;
+                counts.most.fetch_max(open, Ordering::SeqCst);
+                let arrived = Instant::now();
+                while arrived.elapsed() < Duration::from_secs(3)
+                    && (arrived.elapsed() < Duration::from_millis(300)
+                        || counts.most.load(Ordering::SeqCst) < hold_until)
+                {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
                 }
-                _ => ("404 Not Found", r#"{"error":{"type":"invalid_request_error","message":"Unrecognized request URL"}}"#.to_owned()),
+            }
+            let mut request = client.get(format!("{upstream}{target}"));
+            for line in lines {
+                if let Some((name, value)) = line.split_once(':') {
+                    let name = name.trim().to_ascii_lowercase();
+                    if name == "authorization" || name == "stripe-account" {
+                        request = request.header(name, value.trim());
+                    }
+                }
+            }
+            let (status, body) = match request.send().await {
+                Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
+                Err(_) => (502, String::new()),
             };
             // Closed before the answer is written: the client may send the
             // next request as soon as it has this one's answer.
-            counts.open.fetch_sub(1, Ordering::SeqCst);
+            if retrieve {
+                counts.open.fetch_sub(1, Ordering::SeqCst);
+            }
             let answer = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nRequest-Id: req_holding\r\nContent-Length: {}\r\n\r\n{body}",
+                "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nRequest-Id: req_holding\r\nContent-Length: {}\r\n\r\n{body}",
                 body.len()
             );
             if stream.write_all(answer.as_bytes()).await.is_err() {
