@@ -400,6 +400,55 @@ async fn the_http_timeout_abandons_a_slow_answer(pool: PgPool) {
     assert!(last_error.contains("timed out"), "{last_error}");
 }
 
+/// `RECONCILER_HTTP_TIMEOUT_SECONDS` through `events`: of two succeeded
+/// PaymentIntents no row names, the one whose answer Stripe holds 5 s (five
+/// times the 1 s timeout) is unverifiable, read again by a later run; the
+/// other is `missing_locally`.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn the_http_timeout_abandons_a_slow_answer_in_events(pool: PgPool) {
+    use wiremock::matchers::{method, path};
+    let stripe = StripeFake::start().await;
+    let created = chrono::Utc::now().timestamp() - 900;
+    for (n, pi) in ["pi_VarsEvSlow", "pi_VarsEvQuick"].into_iter().enumerate() {
+        stripe.add(None, pi, "succeeded", created);
+        let mut object = payment_intent(pi, "succeeded");
+        object["created"] = json!(created);
+        stripe.push_event(
+            None,
+            json!({"id": format!("evt_VarsTimeout{n}"), "object": "event",
+                   "type": "payment_intent.succeeded", "created": created + n as i64,
+                   "data": {"object": object}}),
+        );
+    }
+    wiremock::Mock::given(method("GET"))
+        .and(path("/v1/payment_intents/pi_VarsEvSlow"))
+        .respond_with(ok("pi_VarsEvSlow", "succeeded").set_delay(std::time::Duration::from_secs(5)))
+        .with_priority(1)
+        .mount(&stripe)
+        .await;
+    let out = ok_run(
+        &["events"],
+        &env(
+            &pool,
+            &stripe.uri(),
+            &[("RECONCILER_HTTP_TIMEOUT_SECONDS", "1")],
+        ),
+    )
+    .await;
+    let orphans: Vec<String> = sqlx::query_scalar(
+        "SELECT stripe_payment_intent_id FROM reconciliation_findings WHERE kind = 'missing_locally'",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(orphans, ["pi_VarsEvQuick"]);
+    let timed_out = log_lines(&out).into_iter().any(|l| {
+        l["payment_intent"] == "pi_VarsEvSlow"
+            && l["error"].as_str().is_some_and(|e| e.contains("timed out"))
+    });
+    assert!(timed_out, "{}", stderr(&out));
+}
+
 /// `RECONCILER_LIST_MAX_PAGES` through `run` (list mode, the default): 20
 /// rows created within 20 seconds among another application's 3,000
 /// PaymentIntents of the same seconds. With the cap at 4 the batch asks
