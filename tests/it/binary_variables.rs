@@ -735,6 +735,48 @@ async fn the_rate_limit_spaces_the_reads(pool: PgPool) {
     );
 }
 
+/// `RECONCILER_RATE_LIMIT_RPS` through `events`: every request the job
+/// makes (its events pages, then six PaymentIntents no row names read
+/// again) at 2 a second: n requests leave at least (n − 1) × 0.515 s apart;
+/// their arrivals span that less 1 s (as in the `run` test above).
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn the_rate_limit_spaces_the_events_jobs_reads(pool: PgPool) {
+    let stripe = StripeFake::start().await;
+    let created = chrono::Utc::now().timestamp() - 900;
+    for n in 0..6 {
+        let pi = format!("pi_VarsPaced{n}");
+        stripe.add(None, &pi, "succeeded", created);
+        let mut object = payment_intent(&pi, "succeeded");
+        object["created"] = json!(created);
+        stripe.push_event(
+            None,
+            json!({"id": format!("evt_VarsPaced{n}"), "object": "event",
+                   "type": "payment_intent.succeeded", "created": created + n,
+                   "data": {"object": object}}),
+        );
+    }
+    ok_run(
+        &["events"],
+        &env(&pool, &stripe.uri(), &[("RECONCILER_RATE_LIMIT_RPS", "2")]),
+    )
+    .await;
+    let seen = stripe.seen();
+    let retrieves = seen
+        .iter()
+        .filter(|x| x.endpoint == crate::support::stripe_fake::RETRIEVE)
+        .count();
+    assert_eq!(retrieves, 6, "{seen:#?}");
+    let arrivals: Vec<std::time::Instant> = seen.iter().map(|x| x.at).collect();
+    let span = *arrivals.iter().max().unwrap() - *arrivals.iter().min().unwrap();
+    let spacing = std::time::Duration::from_millis(515);
+    let least = spacing * (arrivals.len() as u32 - 1) - std::time::Duration::from_secs(1);
+    assert!(
+        span >= least,
+        "{} requests at 2/s spanned only {span:?} (at least {least:?})",
+        arrivals.len()
+    );
+}
+
 /// The JSON log lines of stderr.
 fn log_lines(out: &Output) -> Vec<Value> {
     stderr(out)
