@@ -848,6 +848,35 @@ async fn hostname_names_the_lease_owner_a_refused_run_shows(pool: PgPool) {
     assert!(refusal.contains(&owners[0]), "{refusal}");
 }
 
+/// `HOSTNAME` through `events`: the events job's own lease (its position
+/// row) is taken by an owner named after it, as its log line shows.
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn hostname_names_the_events_jobs_lease_owner(pool: PgPool) {
+    let stripe = StripeFake::start().await;
+    let out = ok_run(
+        &["events"],
+        &env(
+            &pool,
+            &stripe.uri(),
+            &[("HOSTNAME", "reconciler-pod-events")],
+        ),
+    )
+    .await;
+    let owners: Vec<String> = log_lines(&out)
+        .iter()
+        .filter(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.ends_with("lease taken"))
+        })
+        .filter_map(|l| l["owner"].as_str().map(str::to_owned))
+        .collect();
+    assert!(!owners.is_empty(), "{}", stderr(&out));
+    for owner in &owners {
+        assert!(owner.starts_with("reconciler-pod-events:"), "{owners:?}");
+    }
+}
+
 /// `NO_COLOR` through `run` on a terminal (`script` from util-linux gives
 /// the binary a pseudo-terminal): pretty logs carry colour codes there, and
 /// none with `NO_COLOR` set (`ops::pretty_logs_carry_no_colour_codes_when_stderr_is_not_a_terminal`
