@@ -9,6 +9,7 @@
 //! - `app_table`: `migrate` never locks or alters the application's `payments`; upgrades
 //! - `binary_keys`: `run` and `events` through the binary once per key type (a collated text key included)
 //! - `binary_settings`: Checkout Sessions with Connect through `events`, `run` and `repair`; a scan's own findings notified as configured
+//! - `binary_variables`: the aging thresholds, the unverifiable streak, the subscriptions columns and a refused subscription write, the list page cap and slack, the HTTP timeout, rate limit and in-flight bound, the events' active accounts, the schedule interval, `HOSTNAME` and `NO_COLOR` through the binary
 //! - `app_table_runs`: a payment the application deletes (`payment_deleted`); a short batch ends the cycle
 //! - `connect`: connected accounts (`Stripe-Account`), a revoked account, the account in `findings list`
 //! - `connect_faults`: an account every read 404s, a malformed account value, no or an unusable account column
@@ -100,6 +101,7 @@ mod app_table;
 mod app_table_runs;
 mod binary_keys;
 mod binary_settings;
+mod binary_variables;
 mod checkout_sessions;
 mod checkout_sessions_events;
 mod connect;
