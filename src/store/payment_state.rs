@@ -27,7 +27,10 @@ use crate::key::{KeyKind, KeyType, PaymentKey, Position, Walk};
 /// `observed_external_status` (a NULL status, Stripe's 404 or a malformed id,
 /// keeps the last observed one). Rows not confirmed keep what they had. Ids of
 /// payments deleted meanwhile are skipped; a repeated id counts once,
-/// confirmed if any of its entries is.
+/// confirmed if any of its entries is. Each id is one primary-key probe of
+/// `payments` (a lateral subquery the planner cannot turn into a join: as a
+/// join it chose a merge join that read `payments`' primary key from the
+/// table's start to the batch, a cost growing with the cursor's position).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -45,10 +48,11 @@ pub async fn record(
     let sql = format!(
         "INSERT INTO reconciliation_payment_state AS s
                 (payment_id, created_at, observed_external_status, last_reconciled_at)
-         SELECT DISTINCT ON (v.id) p.id, {}, v.status,
+         SELECT DISTINCT ON (v.id) p.id, p.created_at, v.status,
                 CASE WHEN v.confirmed THEN now() END
            FROM unnest({ids}, $2::bool[], $3::text[]) AS v(id, confirmed, status)
-           JOIN payments p ON p.id = v.id
+          CROSS JOIN LATERAL (SELECT p.id, {} AS created_at FROM payments p
+                               WHERE p.id = v.id OFFSET 0) p
           ORDER BY v.id, v.confirmed DESC
          ON CONFLICT (payment_id) DO UPDATE
             SET observed_external_status =
