@@ -414,17 +414,24 @@ fn bind_range<'q>(
 /// a range of `(created_at, payment_id)` tenfold): a cost growing with the
 /// table, not the batch.
 ///
+/// The keys of `read` (the rows the batch read from `payments` in its
+/// phase 1) are not probed: they existed a moment ago. One deleted since
+/// is forgotten when the next cycle's walk passes it (its open findings
+/// resolve now: the batch's keys are looked up for them); this spares a
+/// random probe of `payments` per row of a walk of the own copy.
+///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn forget_deleted(
     conn: &mut PgConnection,
     key: &KeyType,
-    after: Option<&Position>,
-    through: Option<&Position>,
+    (after, through): (Option<&Position>, Option<&Position>),
+    read: &[PaymentKey],
 ) -> Result<Vec<PaymentKey>, StoreError> {
     let sql = format!(
         "DELETE FROM reconciliation_payment_state s
           WHERE {}
+            AND NOT (s.payment_id = ANY({}))
             AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = s.payment_id OFFSET 0)
          RETURNING s.payment_id::text",
         in_range(
@@ -432,13 +439,15 @@ pub async fn forget_deleted(
             ("s", "created_at", "payment_id"),
             (after.is_some(), through.is_some()),
             None
-        )
+        ),
+        key.cast_array("$5")
     );
     super::query_scalar(&sql)
         .bind(after.map(|p| &p.key))
         .bind(after.and_then(|p| p.created_at))
         .bind(through.map(|p| &p.key))
         .bind(through.and_then(|p| p.created_at))
+        .bind(read)
         .fetch_all(conn)
         .await
         .context("forgetting deleted payments")
