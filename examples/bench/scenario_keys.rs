@@ -8,13 +8,15 @@
 //!   `created_at` (default: `(created_at)`, walked in `(created_at, id)`
 //!   order), `created_at_id` (`(created_at, id)`) or `none` (walked by key,
 //!   docs/keys.md's fallback). The bigint table never gets one (walked by key).
+//! - `BENCH_K_FAULTS=1`: 2 % of the rows unknown to Stripe (404) and 0.5 %
+//!   whose reads fail (500), in no list page ([`Faults`]).
 //! - `BENCH_K_ROWS` (1,000,000): rows of the DB-bound run; `BENCH_K_SLOW_ROWS`
 //!   (1,000,000): rows of the 200 ms / 25 per second run; 0 skips a run.
 
 use super::binary::*;
 use super::common::*;
 use super::scenario_1::batch_line;
-use super::scenario_list::{list_mode, ListStandin};
+use super::scenario_list::{list_mode, Faults, ListStandin};
 
 /// `payments.id`'s SQL type and the expression that keys row `g`.
 fn key_type(name: &str) -> anyhow::Result<(&'static str, &'static str)> {
@@ -132,8 +134,16 @@ async fn keyed_run(
         };
         format!("index ({columns}), (created_at, id) walk")
     };
+    let faults = Faults {
+        on: std::env::var("BENCH_K_FAULTS").is_ok_and(|f| f == "1"),
+    };
     say(&format!(
-        "issue 31: {key} keys, {walk}, {rows} rows, list mode, {case}"
+        "issue 31: {key} keys, {walk}, {rows} rows, list mode, {case}{}",
+        if faults.on {
+            ", 2% unknown to Stripe, 0.5% failing reads"
+        } else {
+            ""
+        }
     ));
     let url = dbs
         .fresh(
@@ -147,7 +157,7 @@ async fn keyed_run(
         "    seeded and migrated in {:.1} s",
         seeded.elapsed().as_secs_f64()
     );
-    let stripe = ListStandin::start(&url, rows, 0, latency).await?;
+    let stripe = ListStandin::start_with(&url, rows, 0, latency, faults).await?;
     let settings = RunSettings {
         batch_size: 1_900,
         batches_per_run: u32::try_from(rows / 1_900 + 2).unwrap_or(u32::MAX),

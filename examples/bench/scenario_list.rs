@@ -26,6 +26,29 @@ pub(crate) struct ListAccount {
     pub(crate) latency: Duration,
     pub(crate) arrivals: Arc<Mutex<Vec<Instant>>>,
     pub(crate) lists: AtomicU64,
+    /// Rows Stripe does not know and rows whose reads fail ([`Faults`]).
+    pub(crate) faults: Faults,
+}
+
+/// Rows of the seed the stand-in answers badly (scenario 31's
+/// `BENCH_K_FAULTS=1`): `unknown` rows (`g % 50 == 7`, 2 %) are in no list and
+/// retrieving them is Stripe's 404; `failing` rows (`g % 200 == 13`, 0.5 %)
+/// are in no list and retrieving them is a 500 with `Stripe-Should-Retry:
+/// false` (one attempt: the read fails without the 0.5 s + 1 s of backoff
+/// that would make a DB-bound run wait for Stripe).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Faults {
+    pub(crate) on: bool,
+}
+
+impl Faults {
+    pub(crate) fn unknown(self, g: u64) -> bool {
+        self.on && g % 50 == 7
+    }
+
+    pub(crate) fn failing(self, g: u64) -> bool {
+        self.on && g % 200 == 13
+    }
 }
 
 impl ListAccount {
@@ -125,11 +148,23 @@ impl Respond for ListAccount {
             .unwrap_or_else(|p| p.into_inner())
             .push(Instant::now());
         let path = request.url.path().trim_end_matches('/');
+        let mut should_retry = None;
         let (status, body) = if path == "/v1/payment_intents" {
             (200, self.list(request))
         } else {
+            let g = |key: u64| key / (self.foreign + 1);
             match path.rsplit('/').next().and_then(|id| self.key(id)) {
-                Some(key) if key / (self.foreign + 1) <= self.rows => (200, self.object(key)),
+                Some(key) if self.faults.failing(g(key)) => {
+                    should_retry = Some("false");
+                    (
+                        500,
+                        r#"{"error":{"type":"api_error","message":"bench: this read fails"}}"#
+                            .to_owned(),
+                    )
+                }
+                Some(key) if g(key) <= self.rows && !self.faults.unknown(g(key)) => {
+                    (200, self.object(key))
+                }
                 _ => (
                     404,
                     r#"{"error":{"type":"invalid_request_error","code":"resource_missing","message":"No such payment_intent"}}"#
@@ -137,9 +172,12 @@ impl Respond for ListAccount {
                 ),
             }
         };
-        let template = ResponseTemplate::new(status)
+        let mut template = ResponseTemplate::new(status)
             .insert_header("Request-Id", "req_bench_list")
             .set_body_raw(body, "application/json");
+        if let Some(v) = should_retry {
+            template = template.insert_header("Stripe-Should-Retry", v);
+        }
         if self.latency.is_zero() {
             template
         } else {
@@ -160,6 +198,17 @@ impl ListStandin {
         rows: u64,
         foreign: u64,
         latency: Duration,
+    ) -> anyhow::Result<Self> {
+        Self::start_with(url, rows, foreign, latency, Faults::default()).await
+    }
+
+    /// [`Self::start`] with rows Stripe does not know and rows whose reads fail.
+    pub(crate) async fn start_with(
+        url: &str,
+        rows: u64,
+        foreign: u64,
+        latency: Duration,
+        faults: Faults,
     ) -> anyhow::Result<Self> {
         let mut conn = PgConnection::connect(url).await?;
         let first: i64 = sqlx::query_scalar(
@@ -196,9 +245,10 @@ impl ListStandin {
             latency,
             arrivals: Arc::new(Mutex::new(Vec::with_capacity(200_000))),
             lists: AtomicU64::new(0),
+            faults,
         };
         let mut order = Vec::with_capacity((rows * (foreign + 1)) as usize);
-        for g in 1..=rows {
+        for g in (1..=rows).filter(|&g| !faults.unknown(g) && !faults.failing(g)) {
             for k in 0..=foreign {
                 let key = g * (foreign + 1) + k;
                 order.push((account.created(key), key));

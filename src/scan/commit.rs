@@ -167,7 +167,8 @@ async fn write_phase(
         .context("opening the write transaction")?;
     // At the end of the table the walked range runs to its end.
     let through = (!reached_end).then_some(last_id);
-    let forgotten = own_state_before(&mut tx, settings, (cursor_id, through)).await?;
+    let read: Vec<PaymentKey> = observations.iter().map(|o| o.payment_id.clone()).collect();
+    let forgotten = own_state_before(&mut tx, settings, (cursor_id, through), &read).await?;
     let recorded = record_observations(&mut tx, settings.record_target(), observations).await?;
     let key = &settings.facts.key;
     payment_state::register_new(
@@ -207,7 +208,8 @@ async fn write_phase(
 
 /// The reconciler's own state over the walked range `(after, through]`,
 /// before the batch's rows are recorded: forgets payments deleted in it
-/// (returns their keys) and, for a partition's batch, registers the other
+/// (returns their keys; the batch's rows, `read`, existed at its phase 1
+/// and are not looked up) and, for a partition's batch, registers the other
 /// partitions' rows in it too, or they would be below the highest seen id
 /// without a state row, invisible to their job's lag (store::payment_state).
 /// The range is registered first, in key order: every state row the
@@ -217,9 +219,10 @@ async fn own_state_before(
     tx: &mut sqlx::PgConnection,
     settings: &ScanGroups<'_>,
     (after, through): (Option<&Position>, Option<&Position>),
+    read: &[PaymentKey],
 ) -> Result<Vec<PaymentKey>, RunError> {
     let (key, times) = (&settings.facts.key, &settings.facts.times);
-    let forgotten = payment_state::forget_deleted(&mut *tx, key, after, through).await?;
+    let forgotten = payment_state::forget_deleted(&mut *tx, key, (after, through), read).await?;
     // A walk of the own copy registered every partition's rows at the run's start.
     if settings.schema.partition.is_some() && !key.own_copy() {
         payment_state::register_range(&mut *tx, key, after, through, times).await?;

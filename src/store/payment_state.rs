@@ -27,7 +27,10 @@ use crate::key::{KeyKind, KeyType, PaymentKey, Position, Walk};
 /// `observed_external_status` (a NULL status, Stripe's 404 or a malformed id,
 /// keeps the last observed one). Rows not confirmed keep what they had. Ids of
 /// payments deleted meanwhile are skipped; a repeated id counts once,
-/// confirmed if any of its entries is.
+/// confirmed if any of its entries is. Each id is one primary-key probe of
+/// `payments` (a lateral subquery the planner cannot turn into a join: as a
+/// join it chose a merge join that read `payments`' primary key from the
+/// table's start to the batch, a cost growing with the cursor's position).
 ///
 /// # Errors
 /// [`StoreError`] from the database.
@@ -45,10 +48,11 @@ pub async fn record(
     let sql = format!(
         "INSERT INTO reconciliation_payment_state AS s
                 (payment_id, created_at, observed_external_status, last_reconciled_at)
-         SELECT DISTINCT ON (v.id) p.id, {}, v.status,
+         SELECT DISTINCT ON (v.id) p.id, p.created_at, v.status,
                 CASE WHEN v.confirmed THEN now() END
            FROM unnest({ids}, $2::bool[], $3::text[]) AS v(id, confirmed, status)
-           JOIN payments p ON p.id = v.id
+          CROSS JOIN LATERAL (SELECT p.id, {} AS created_at FROM payments p
+                               WHERE p.id = v.id OFFSET 0) p
           ORDER BY v.id, v.confirmed DESC
          ON CONFLICT (payment_id) DO UPDATE
             SET observed_external_status =
@@ -410,17 +414,24 @@ fn bind_range<'q>(
 /// a range of `(created_at, payment_id)` tenfold): a cost growing with the
 /// table, not the batch.
 ///
+/// The keys of `read` (the rows the batch read from `payments` in its
+/// phase 1) are not probed: they existed a moment ago. One deleted since
+/// is forgotten when the next cycle's walk passes it (its open findings
+/// resolve now: the batch's keys are looked up for them); this spares a
+/// random probe of `payments` per row of a walk of the own copy.
+///
 /// # Errors
 /// [`StoreError`] from the database.
 pub async fn forget_deleted(
     conn: &mut PgConnection,
     key: &KeyType,
-    after: Option<&Position>,
-    through: Option<&Position>,
+    (after, through): (Option<&Position>, Option<&Position>),
+    read: &[PaymentKey],
 ) -> Result<Vec<PaymentKey>, StoreError> {
     let sql = format!(
         "DELETE FROM reconciliation_payment_state s
           WHERE {}
+            AND NOT (s.payment_id = ANY({}))
             AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = s.payment_id OFFSET 0)
          RETURNING s.payment_id::text",
         in_range(
@@ -428,13 +439,15 @@ pub async fn forget_deleted(
             ("s", "created_at", "payment_id"),
             (after.is_some(), through.is_some()),
             None
-        )
+        ),
+        key.cast_array("$5")
     );
     super::query_scalar(&sql)
         .bind(after.map(|p| &p.key))
         .bind(after.and_then(|p| p.created_at))
         .bind(through.map(|p| &p.key))
         .bind(through.and_then(|p| p.created_at))
+        .bind(read)
         .fetch_all(conn)
         .await
         .context("forgetting deleted payments")

@@ -306,15 +306,26 @@ pub async fn resolve_stale(
     if payment_ids.is_empty() {
         return Ok(Vec::new());
     }
+    // Each key's open findings are probed by index in a lateral subquery,
+    // then updated by primary key: as a join of the keys with the findings
+    // the planner scanned every finding of the table for each batch (a cost
+    // growing with the findings a first cycle has made so far).
     let sql = format!(
-        "UPDATE reconciliation_findings f
+        "WITH m AS MATERIALIZED (
+             SELECT o.id,
+                    CASE WHEN v.kind IS NULL OR o.kind = $7 THEN $5::text ELSE $6::text END
+                        AS resolution
+               FROM unnest({}, $2::text[], $3::bool[]) AS v(payment_id, kind, with_status)
+              CROSS JOIN LATERAL (
+                    SELECT o.id, o.kind FROM reconciliation_findings o
+                     WHERE o.payment_id = v.payment_id AND o.resolved_at IS NULL
+                       AND o.kind IS DISTINCT FROM v.kind
+                       AND (v.with_status OR NOT o.kind = ANY($4))
+                    OFFSET 0) o)
+         UPDATE reconciliation_findings f
             SET resolved_at = now(),
-                resolution = CASE WHEN v.kind IS NULL OR f.kind = $7 THEN $5::text
-                                  ELSE $6::text END
-           FROM unnest({}, $2::text[], $3::bool[]) AS v(payment_id, kind, with_status)
-          WHERE f.payment_id = v.payment_id AND f.resolved_at IS NULL
-            AND f.kind IS DISTINCT FROM v.kind
-            AND (v.with_status OR NOT f.kind = ANY($4))
+                resolution = (SELECT m.resolution FROM m WHERE m.id = f.id LIMIT 1)
+          WHERE f.id = ANY(ARRAY(SELECT m.id FROM m)) AND f.resolved_at IS NULL
          RETURNING f.id",
         key.cast_array("$1")
     );
@@ -367,19 +378,29 @@ pub async fn resolve_deleted(
         Walk::Key => {
             let mut parts = vec!["TRUE".to_owned()];
             if after.is_some() {
-                parts.push(format!("f.payment_id > {}", key.cast("$1")));
+                parts.push(format!("o.payment_id > {}", key.cast("$1")));
             }
             if through.is_some() {
-                parts.push(format!("f.payment_id <= {}", key.cast("$2")));
+                parts.push(format!("o.payment_id <= {}", key.cast("$2")));
             }
             parts.join(" AND ")
         }
     };
+    // The open findings of the range and of the keys, each found by its own
+    // index range (an `OR` of the two read every open finding), then
+    // updated by primary key.
     let sql = format!(
         "UPDATE reconciliation_findings f
             SET resolved_at = now(), resolution = $4
-          WHERE f.resolved_at IS NULL AND f.payment_id IS NOT NULL
-            AND (({range}) OR f.payment_id = ANY({}))
+          WHERE f.id = ANY(ARRAY(
+                    SELECT o.id FROM reconciliation_findings o
+                     WHERE o.resolved_at IS NULL AND o.payment_id IS NOT NULL AND ({range})
+                    UNION
+                    SELECT o.id FROM unnest({}) AS k(id)
+                     CROSS JOIN LATERAL (SELECT o.id FROM reconciliation_findings o
+                                          WHERE o.payment_id = k.id AND o.resolved_at IS NULL
+                                         OFFSET 0) o))
+            AND f.resolved_at IS NULL AND f.payment_id IS NOT NULL
             AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = f.payment_id OFFSET 0)
          RETURNING f.id",
         key.cast_array("$3")

@@ -26,13 +26,21 @@ pub async fn lock_unchanged(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
+    // The keys in order, each probed in `payments` by primary key and locked
+    // there (the lateral subquery keeps its lock: it is never flattened into
+    // a join, which the planner made a merge join reading `payments` from
+    // the table's start to the batch); the nested loop keeps the keys' order,
+    // so rows are locked in id order.
     let sql = format!(
-        "SELECT p.id::text FROM payments AS p
-           JOIN unnest({}, $2::bigint[], $3::timestamptz[]) AS v(id, version, updated_at)
-             ON p.id = v.id
-          WHERE p.version = v.version AND {} = v.updated_at
-          ORDER BY p.id
-          FOR NO KEY UPDATE OF p",
+        "SELECT l.id::text
+           FROM (SELECT u.id, u.version, u.updated_at
+                   FROM unnest({}, $2::bigint[], $3::timestamptz[]) AS u(id, version, updated_at)
+                  ORDER BY u.id) v
+          CROSS JOIN LATERAL (SELECT p.id FROM payments AS p
+                               WHERE p.id = v.id AND p.version = v.version
+                                 AND {} = v.updated_at
+                                 FOR NO KEY UPDATE OF p) l
+          ORDER BY v.id",
         key.cast_array("$1"),
         times.updated("p")
     );

@@ -241,7 +241,10 @@ impl MoneyColumns<'_> {
     /// (docs/keys.md, "The walk"): the state rows after the position in
     /// `(created_at, payment_id)` order, on `reconciliation_payment_state_walk`
     /// (migration 0021), each probed in `payments` by primary key; the
-    /// position is the state row's (`walk_created_at`).
+    /// position is the state row's (`walk_created_at`). The probe is a
+    /// lateral subquery the planner cannot flatten into a join: as a join,
+    /// near the copy's end it hashed the whole of `payments` (a parallel
+    /// sequential scan) for a batch's rows.
     fn copy_batch_sql(&self, from_start: bool) -> String {
         let after = if from_start {
             "TRUE".to_owned()
@@ -254,7 +257,7 @@ impl MoneyColumns<'_> {
         format!(
             "SELECT {}, s.created_at AS walk_created_at
                FROM reconciliation_payment_state s
-               JOIN payments p ON p.id = s.payment_id
+              CROSS JOIN LATERAL (SELECT * FROM payments p WHERE p.id = s.payment_id OFFSET 0) p
               WHERE {after}{partition}
               ORDER BY s.created_at, s.payment_id
               LIMIT $3",
