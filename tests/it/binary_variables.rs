@@ -442,6 +442,14 @@ async fn the_http_timeout_abandons_a_slow_answer_in_events(pool: PgPool) {
     .await
     .unwrap();
     assert_eq!(orphans, ["pi_VarsEvQuick"]);
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["payment_intents_held"], 1, "{summary}");
+    let held: Vec<String> =
+        sqlx::query_scalar("SELECT stripe_payment_intent_id FROM reconciliation_events_retry")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(held, ["pi_VarsEvSlow"], "held for a later run");
     let timed_out = log_lines(&out).into_iter().any(|l| {
         l["payment_intent"] == "pi_VarsEvSlow"
             && l["error"].as_str().is_some_and(|e| e.contains("timed out"))
