@@ -709,14 +709,14 @@ async fn max_in_flight_bounds_the_events_jobs_reads(pool: PgPool) {
     assert_eq!(proxy.most_open(), 2, "the most reads open at once");
 }
 
-/// `RECONCILER_RATE_LIMIT_RPS` through `run`: at 2 reads a second (a burst
-/// of one, each read at least 1.03 / 2 s after the one before:
-/// src/stripe/transport.rs) 7 reads leave at least 6 × 0.515 s = 3.09 s
-/// apart, first to last; the test allows 1 s for the first read's way to
-/// the fake being slower than the last's, and asserts a span of at least
-/// 2.09 s between their arrivals. At the default (10 a second) they would
-/// span about 0.62 s. Only a lower bound: a slow machine can only spread
-/// them further.
+/// `RECONCILER_RATE_LIMIT_RPS` through `run`: at 2 reads a second (each
+/// read at least 1.03 / 2 s after the one before: src/stripe/transport.rs)
+/// 7 reads leave at least 6 × 0.515 s = 3.09 s apart, first to last; the
+/// test allows 1 s for the first read's way to the fake being slower than
+/// the last's, and asserts a span of at least 2.09 s between their
+/// arrivals. At the default (10 a second) they would span about 0.62 s, so
+/// the test shows the variable is read; with its 1 s allowance it does not
+/// show the burst of one (the unit test in src/stripe/transport.rs does).
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn the_rate_limit_spaces_the_reads(pool: PgPool) {
     insert_paid(&pool, 7).await;
