@@ -43,14 +43,18 @@ pub const RATE_HEADROOM: f64 = 0.03;
 
 /// The run's one rate limiter for `rps` reads per second.
 pub(super) fn rate_limiter(rps: NonZeroU32) -> DefaultDirectRateLimiter {
-    // Burst of one, and spacing a little wider than 1/rate: requests leave
-    // evenly, and network jitter of up to RATE_HEADROOM of a second cannot
-    // put rate + 1 arrivals into one second as Stripe counts them.
+    RateLimiter::direct(rate_quota(rps))
+}
+
+/// The quota of [`rate_limiter`]: a burst of one, and spacing a little wider
+/// than 1/rate: requests leave evenly, and network jitter of up to
+/// RATE_HEADROOM of a second cannot put rate + 1 arrivals into one second as
+/// Stripe counts them.
+fn rate_quota(rps: NonZeroU32) -> Quota {
     let spacing = Duration::from_secs(1).mul_f64(1.0 + RATE_HEADROOM) / rps.get();
-    let quota = Quota::with_period(spacing)
+    Quota::with_period(spacing)
         .unwrap_or_else(|| Quota::per_second(rps))
-        .allow_burst(NonZeroU32::MIN);
-    RateLimiter::direct(quota)
+        .allow_burst(NonZeroU32::MIN)
 }
 
 /// One attempt's failure, before the retry rule has looked at it.
@@ -396,5 +400,27 @@ async fn read_capped(
             Err(e) if e.is_timeout() => return Err(Unavailable::Timeout),
             Err(e) => return Err(Unavailable::Connection(e.without_url())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use governor::clock::FakeRelativeClock;
+
+    /// At 2 reads a second: one read goes at once, the second is refused
+    /// until 1.03 / 2 s (515 ms) have passed (a burst of one).
+    #[test]
+    fn the_limiter_at_two_a_second_allows_one_read_at_once() {
+        let clock = FakeRelativeClock::default();
+        let limiter =
+            RateLimiter::direct_with_clock(rate_quota(NonZeroU32::new(2).unwrap()), clock.clone());
+        assert!(limiter.check().is_ok(), "the first read goes at once");
+        assert!(limiter.check().is_err(), "the second is refused");
+        clock.advance(Duration::from_millis(514));
+        assert!(limiter.check().is_err(), "still refused at 514 ms");
+        clock.advance(Duration::from_millis(1));
+        assert!(limiter.check().is_ok(), "allowed at 515 ms");
+        assert!(limiter.check().is_err(), "and again one only");
     }
 }

@@ -62,20 +62,6 @@ pub(super) async fn nothing_written(pool: &PgPool) {
     );
 }
 
-/// Cursor rows a committed phase 3 has touched: a batch inside the table
-/// leaves its position (`last_key`), a batch that read the table's last
-/// rows puts `last_id` back to 0 but stamps the cycle
-/// (`last_cycle_completed_at`). So 0 until phase 3 commits, whichever batch
-/// it is (`last_id <= 0` alone is also what a cycle's end leaves).
-async fn phase_3_commits(pool: &PgPool) -> i64 {
-    count(
-        pool,
-        "SELECT count(*) FROM reconciliation_cursor
-          WHERE last_key IS NOT NULL OR last_cycle_completed_at IS NOT NULL",
-    )
-    .await
-}
-
 /// Ten paid payments, one of them (id 3) pending while Stripe says succeeded.
 async fn one_missed_success_in_ten(pool: &PgPool) {
     arrange::paid_with_pending(pool, 10, &[3]).await;

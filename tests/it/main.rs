@@ -69,7 +69,7 @@
 //! - `session_index`: migrate names the index that would serve lookups by Checkout Session id
 //! - `scan`: one batch's verdict paths and its set-based phase 3
 //! - `subscriptions_review`: subscription findings in `findings list/show/resolve --file`, the review view and `status`
-//! - `subscriptions_scan`: `run --object subscriptions` and `repair` through the binary: every kind in both read modes, a refused list falling back, repairs applied once
+//! - `subscriptions_scan`: `run --object subscriptions` and `repair` through the binary: every kind in both read modes, a refused list falling back, repairs applied once, a run refused by another's lease (exit 75, no request)
 //! - `subscriptions_events`: `events` with a subscriptions table: a missed cancel and a subscription no row names, once
 //! - `subscriptions_migrate`: `migrate` with a subscriptions table: exit 78 naming what does not fit, the lookup index built CONCURRENTLY per partition and kept
 //! - `subscriptions_shapes`: Cashier with a word map and a multi-item subscription, a status-less uuid-keyed `users` table, `past_due` under both policies

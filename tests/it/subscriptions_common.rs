@@ -84,6 +84,11 @@ impl SubsFake {
         self.0.count(SUBSCRIPTION_LIST)
     }
 
+    /// Requests seen, to any endpoint.
+    pub fn requests(&self) -> usize {
+        self.0.seen().len()
+    }
+
     /// Its base URL.
     pub fn uri(&self) -> String {
         self.0.uri()

@@ -2,7 +2,8 @@
 //! Pay-shaped table (`status`, `current_period_end`, `ends_at`, Rails
 //! wall-clock timestamps): every kind in both read modes — the canceled
 //! subscription only `status=all` lists included — one repair command per
-//! repairable row, applied exactly once, nothing else touched.
+//! repairable row, applied exactly once, nothing else touched; and a run
+//! refused by another run's lease (exit 75, `concurrent_run`, no request).
 
 use serde_json::Value;
 use sqlx::PgPool;
@@ -348,4 +349,46 @@ async fn repairs_are_applied_once_and_touch_nothing_else(pool: PgPool) {
         .await
         .unwrap();
     assert_eq!(pending, 0);
+}
+
+/// A `run --object subscriptions` while another run holds the scan's lease
+/// (job `subscriptions-vs-stripe`, held by another pod for 10 minutes):
+/// exit 75, its summary's outcome `concurrent_run` with the run's duration,
+/// and no request to Stripe although a row waits to be read.
+#[sqlx::test(migrations = false)]
+async fn a_run_while_another_holds_the_lease_exits_75_without_asking_stripe(pool: PgPool) {
+    let stripe = SubsFake::start().await;
+    sqlx::raw_sql(TABLE).execute(&pool).await.unwrap();
+    sqlx::raw_sql(
+        "INSERT INTO pay_subscriptions (processor_id, status, created_at, updated_at)
+         VALUES ('sub_Waiting', 'active', now() - interval '2 hours', now() - interval '1 hour')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let env = env(&pool, &stripe, "list", &VARS);
+    migrate(&pool, &env).await;
+    sqlx::query(
+        "INSERT INTO reconciliation_cursor (job, last_id, lease_owner, lease_expires_at)
+         VALUES ('subscriptions-vs-stripe', 0, 'other-pod:42:cafe', now() + interval '10 minutes')
+         ON CONFLICT (job) DO UPDATE
+            SET lease_owner = excluded.lease_owner, lease_expires_at = excluded.lease_expires_at",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let out = binary(&["run", "--object", "subscriptions"], &env, 75).await;
+
+    let summary: Value = out
+        .lines()
+        .find_map(|l| {
+            serde_json::from_str(l)
+                .ok()
+                .filter(|v: &Value| v["object"] == "subscriptions")
+        })
+        .unwrap_or_else(|| panic!("no summary: {out}"));
+    assert_eq!(summary["outcome"], "concurrent_run", "{summary}");
+    assert!(summary["duration_seconds"].is_number(), "{summary}");
+    assert_eq!(stripe.requests(), 0, "no Stripe read was spent: {out}");
 }

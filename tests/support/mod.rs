@@ -231,6 +231,20 @@ pub async fn cursor(pool: &PgPool, job: &str) -> i64 {
         .unwrap_or(-1)
 }
 
+/// Cursor rows a committed phase 3 has touched: a batch inside the table
+/// leaves its position (`last_key`), a batch that read the table's last
+/// rows puts `last_id` back to 0 but stamps the cycle
+/// (`last_cycle_completed_at`). So 0 until phase 3 commits, whichever batch
+/// it is (`last_id <= 0` alone is also what a cycle's end leaves).
+pub async fn phase_3_commits(pool: &PgPool) -> i64 {
+    count(
+        pool,
+        "SELECT count(*) FROM reconciliation_cursor
+          WHERE last_key IS NOT NULL OR last_cycle_completed_at IS NOT NULL",
+    )
+    .await
+}
+
 pub async fn count(pool: &PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
 }

@@ -209,19 +209,24 @@ impl Respond for Handler {
             forced,
         };
         s.seen.push(seen);
-        for (_, _, hook) in s
+        let hooks: Vec<_> = s
             .hooks
             .iter()
             .filter(|(e, n, _)| *e == endpoint && *n == nth)
-        {
-            hook();
-        }
+            .map(|(_, _, hook)| hook.clone())
+            .collect();
         let delay = s
             .slow
             .iter()
             .filter(|(e, n, _)| *e == endpoint && *n == nth)
             .map(|(_, _, d)| *d)
             .fold(s.latency, Duration::max);
+        // The state is unlocked while the hooks run: the test's `seen()`,
+        // `count()` and arrangements go on while a hook waits.
+        drop(s);
+        for hook in hooks {
+            hook();
+        }
         response.set_delay(delay)
     }
 }

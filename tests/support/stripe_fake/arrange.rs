@@ -1,6 +1,7 @@
 //! What a test puts into the fake: PaymentIntents, Checkout Sessions,
 //! events, deletions, and the faults it answers instead.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -52,29 +53,38 @@ impl StripeFake {
 
     /// Runs `hook` when the `n`-th request to `endpoint` (counted from 1 over
     /// every account) arrives, before it is answered (a signal in the middle
-    /// of a run's reads).
+    /// of a run's reads). The fake's state is unlocked while it runs, but
+    /// wiremock answers on one thread through a blocking `Respond`: until
+    /// the hook returns, no other request to this fake is answered.
     pub fn on_request(
         &self,
         endpoint: &'static str,
         n: usize,
-        hook: impl Fn() + Send + 'static,
+        hook: impl Fn() + Send + Sync + 'static,
     ) -> &Self {
-        self.state().hooks.push((endpoint, n, Box::new(hook)));
+        self.state().hooks.push((endpoint, n, Arc::new(hook)));
         self
     }
 
     /// Holds the `n`-th request to `endpoint` (counted from 1 over every
     /// account) when it arrives, unanswered, until the test releases it
     /// ([`Held`]): the test acts while that read is in flight, whatever the
-    /// machine's speed.
+    /// machine's speed. The hold blocks the fake's only server thread
+    /// (wiremock's `Respond` cannot wait asynchronously): while it lasts,
+    /// every other request to this fake waits too (requests to another fake
+    /// do not); the test's `seen()` and `count()` answer.
     pub fn hold_request(&self, endpoint: &'static str, n: usize) -> Held {
         let (arrived, arrivals) = tokio::sync::mpsc::unbounded_channel();
         let (release, released) = std::sync::mpsc::channel::<()>();
+        let released = Mutex::new(released);
         self.on_request(endpoint, n, move || {
             let _ = arrived.send(());
             // A test that fails before releasing drops its `Held`: the
             // request is answered then.
-            let _ = released.recv_timeout(Duration::from_secs(120));
+            let _ = released
+                .lock()
+                .unwrap()
+                .recv_timeout(Duration::from_secs(120));
         });
         Held { arrivals, release }
     }

@@ -80,4 +80,4 @@ pub(super) struct State {
 }
 
 /// What a test runs when a given request arrives.
-pub(super) type Hook = Box<dyn Fn() + Send>;
+pub(super) type Hook = std::sync::Arc<dyn Fn() + Send + Sync>;

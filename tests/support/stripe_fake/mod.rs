@@ -59,7 +59,9 @@
 //! answer), [`StripeFake::answer_slowly`] (the n-th request to one
 //! endpoint), [`StripeFake::on_request`] (something the test does when the
 //! n-th request arrives), [`StripeFake::hold_request`] (the n-th request
-//! left unanswered until the test, having acted, releases it).
+//! left unanswered until the test, having acted, releases it). Hooks and
+//! holds run with the fake's state unlocked, but on wiremock's one server
+//! thread: while one waits, no other request to that fake is answered.
 
 mod answer;
 mod arrange;
