@@ -293,6 +293,58 @@ async fn the_list_page_cap_bounds_a_subscriptions_window(pool: PgPool) {
     assert_eq!(findings, 0, "in sync, read on its own");
 }
 
+/// `RECONCILER_TARGET_CYCLE_SECONDS` and `RECONCILER_SCHEDULE_INTERVAL_SECONDS`
+/// through `run --object subscriptions` with `RECONCILER_BATCHES_PER_RUN`
+/// at its default (`auto`): 1,000 rows (analysed: the catalogue's estimate
+/// is exact), batches of 10, no subscription id on any row (no Stripe
+/// read). A cycle of 3,600 s at one run per 600 s is 6 runs a cycle:
+/// 1,000 / 10 / 6 = 16.7, so 17 batches and one for growth, 18. The next
+/// run with one run per 1,200 s (3 a cycle): 33.3, so 35. Neither reaches
+/// the table's end (101 batches would: the plan with either variable
+/// ignored differs, with both ignored it is 2).
+#[sqlx::test(migrations = false)]
+async fn the_cycle_and_the_interval_size_an_automatic_subscriptions_run(pool: PgPool) {
+    let stripe = StripeFake::start().await;
+    sqlx::raw_sql(MEMBERSHIPS).execute(&pool).await.unwrap();
+    sqlx::raw_sql(
+        "INSERT INTO memberships (status, made_at, touched_at)
+         SELECT 'active', now() - interval '2 days', now() - interval '1 hour'
+           FROM generate_series(1, 1000);
+         ANALYZE memberships;",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let vars = env(&pool, &stripe.uri(), &MEMBERSHIP_VARS);
+    create_demo_payments(&pool).await;
+    ok_run(&["migrate"], &vars).await;
+
+    for (interval, batches) in [("600", 18), ("1200", 35)] {
+        let mut vars = vars.clone();
+        vars.extend([
+            ("RECONCILER_BATCH_SIZE", "10".to_owned()),
+            ("RECONCILER_TARGET_CYCLE_SECONDS", "3600".to_owned()),
+            ("RECONCILER_SCHEDULE_INTERVAL_SECONDS", interval.to_owned()),
+        ]);
+        let out = ok_run(&["run", "--object", "subscriptions"], &vars).await;
+        let summary: Value = stdout(&out)
+            .lines()
+            .find_map(|l| {
+                serde_json::from_str(l)
+                    .ok()
+                    .filter(|v: &Value| v["object"] == "subscriptions")
+            })
+            .unwrap_or_else(|| panic!("no summary: {}", all_output(&out)));
+        assert_eq!(
+            summary["batches"], batches,
+            "interval {interval}: {summary}"
+        );
+        assert_eq!(summary["rows_scanned"], batches * 10, "{summary}");
+        assert_eq!(summary["wrapped"], false, "{summary}");
+    }
+    assert_eq!(stripe.seen().len(), 0, "no row names a subscription");
+}
+
 /// `RECONCILER_SUBSCRIPTION_UPDATED_COLUMN` through `events`: Stripe's
 /// `customer.subscription.deleted` for two rows the application still
 /// calls `active`; the row touched a minute ago (its `touched_at`) is left
