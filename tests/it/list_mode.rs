@@ -471,6 +471,20 @@ async fn the_guard_fails_a_test_whose_session_list_page_failed_unasked() {
     drop(stripe);
 }
 
+/// The guard covers the subscriptions list too (`limit=0` is a 400 at
+/// Stripe): a subscriptions run whose window page failed unasked would
+/// otherwise pass by reading each row on its own.
+#[tokio::test]
+#[should_panic(expected = "list page(s) failed that the test did not make fail")]
+async fn the_guard_fails_a_test_whose_subscription_list_page_failed_unasked() {
+    let stripe = StripeFake::start().await;
+    assert_eq!(
+        get_status(&stripe, "/v1/subscriptions?limit=0", None).await,
+        400
+    );
+    drop(stripe);
+}
+
 /// The guard covers the events feed too (`limit=101` is a 400 at Stripe).
 #[tokio::test]
 #[should_panic(expected = "list page(s) failed that the test did not make fail")]
