@@ -63,7 +63,7 @@
 //! - `review`: the review queue (`findings list`/`resolve`)
 //! - `review_loop`: differs, the CSV round trip, history (`findings show`)
 //! - `review_view`: the BI view `reconciliation_review` and its read-only role
-//! - `resolve_file_atomic`: `findings resolve --file` whose third resolution a trigger refuses resolves nothing
+//! - `resolve_file_atomic`: `findings resolve --file` whose last (fifth) resolution a trigger refuses resolves nothing
 //! - `resolve_file_lines`: `findings resolve --file` names the line an editor shows (CRLF, BOM, blank lines); a `;`-separated file
 //! - `resolve_file_locks`: a 100,000-line resolution file never blocks the application's writes to `payments`
 //! - `session_index`: migrate names the index that would serve lookups by Checkout Session id

@@ -1,10 +1,10 @@
 //! `findings resolve --file` is all or nothing on the database's side too:
 //! a trigger on the reconciler's own `reconciliation_findings` (in the
-//! test's own database) refuses the third resolution the file asks for,
-//! after two were already written by the same command; nothing is resolved,
-//! and the same file resolves every finding once the trigger is gone. A
-//! command that resolved line by line (or committed in pieces) fails here:
-//! its first two resolutions would stay.
+//! test's own database) refuses the last of the five resolutions the file
+//! asks for, after four were already written by the same command; nothing
+//! is resolved, and the same file resolves every finding once the trigger
+//! is past it. A command that resolved line by line, or committed in
+//! chunks of any size under five, fails here: its first chunk would stay.
 
 use sqlx::PgPool;
 
@@ -23,22 +23,22 @@ async fn open_finding(pool: &PgPool, pi: &str) -> i64 {
     .unwrap()
 }
 
-/// Refuses the third finding resolved (by anyone, in any statement) with
-/// an error; counts every resolution it sees in `resolutions_seen`, which
+/// Refuses the fifth finding resolved (by anyone, in any statement: the
+/// last of the file's five) with an error; counts every resolution it sees in `resolutions_seen`, which
 /// a rollback does not undo.
-async fn refuse_the_third_resolution(pool: &PgPool) {
+async fn refuse_the_fifth_resolution(pool: &PgPool) {
     sqlx::raw_sql(
         "CREATE SEQUENCE resolutions_seen;
-         CREATE FUNCTION refuse_third() RETURNS trigger LANGUAGE plpgsql AS $$
+         CREATE FUNCTION refuse_fifth() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN
-             IF nextval('resolutions_seen') = 3 THEN
-                 RAISE EXCEPTION 'the test refuses the third resolution (finding %)', NEW.id;
+             IF nextval('resolutions_seen') = 5 THEN
+                 RAISE EXCEPTION 'the test refuses the fifth resolution (finding %)', NEW.id;
              END IF;
              RETURN NEW;
          END $$;
-         CREATE TRIGGER refuse_third BEFORE UPDATE OF resolved_at ON reconciliation_findings
+         CREATE TRIGGER refuse_fifth BEFORE UPDATE OF resolved_at ON reconciliation_findings
             FOR EACH ROW WHEN (OLD.resolved_at IS NULL AND NEW.resolved_at IS NOT NULL)
-            EXECUTE FUNCTION refuse_third();",
+            EXECUTE FUNCTION refuse_fifth();",
     )
     .execute(pool)
     .await
@@ -75,26 +75,26 @@ async fn a_resolution_refused_midway_resolves_nothing(pool: PgPool) {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("decisions.csv");
     std::fs::write(&path, &text).unwrap();
-    refuse_the_third_resolution(&pool).await;
+    refuse_the_fifth_resolution(&pool).await;
 
     let out = resolve_file(&pool, &path).await;
 
     assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
     assert!(
-        all_output(&out).contains("the test refuses the third resolution"),
+        all_output(&out).contains("the test refuses the fifth resolution"),
         "{}",
         all_output(&out)
     );
-    // The trigger saw exactly three resolutions: two written, the third
+    // The trigger saw exactly five resolutions: four written, the last
     // refused, and the command stopped there.
     let seen: i64 = sqlx::query_scalar("SELECT last_value FROM resolutions_seen")
         .fetch_one(&pool)
         .await
         .unwrap();
-    assert_eq!(seen, 3);
-    assert_eq!(resolved(&pool).await, 0, "the first two were rolled back");
+    assert_eq!(seen, 5);
+    assert_eq!(resolved(&pool).await, 0, "the first four were rolled back");
 
-    // The same file, the trigger past its third: every finding resolved.
+    // The same file, the trigger past its fifth: every finding resolved.
     let out = resolve_file(&pool, &path).await;
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
     assert_eq!(resolved(&pool).await, 5);
