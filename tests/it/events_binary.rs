@@ -159,37 +159,45 @@ async fn the_events_job_pushes_its_figures_to_a_real_pushgateway(pool: PgPool) {
 async fn sigterm_stops_the_events_job_without_a_write_and_pushes_interrupted(pool: PgPool) {
     let stripe = StripeFake::start().await;
     missed_webhooks(&pool, &stripe, 3, 4).await;
-    // The signal is sent by the fake when the first page arrives, and that
-    // page is answered 5 s later: the run is inside its first read when
+    // The fake holds the first page unanswered; the signal is sent while it
+    // is held, and the page is answered only once the binary has logged
+    // that it got the signal: the run is inside its first read when
     // stopped, however slowly the machine runs the test.
-    let pid = Arc::new(AtomicU32::new(0));
-    let to_stop = pid.clone();
-    stripe
-        .answer_slowly(EVENTS, 1, Duration::from_secs(5))
-        .on_request(EVENTS, 1, move || wait::signal_pid(&to_stop, "-TERM"));
+    let mut first_page = stripe.hold_request(EVENTS, 1);
     let gw = pushgateway::start().await;
+    let log = std::env::temp_dir().join(format!("{}-events-sigterm.log", database_name(&pool)));
     let child = reconciler(
         &["events"],
         &env(&pool, &stripe.uri(), &[("PUSHGATEWAY_URL", &gw.url)]),
     )
     .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
+    .stderr(std::fs::File::create(&log).unwrap())
     .spawn()
     .unwrap();
-    pid.store(child.id(), Ordering::SeqCst);
+    first_page.arrived().await;
+    wait::signal(&child, "-TERM");
+    wait::until_true("the events job says it got the signal", || async {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("shutdown signal received")
+    })
+    .await;
+    first_page.release();
 
     let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
         .await
         .unwrap();
+    let said = std::fs::read_to_string(&log).unwrap();
+    std::fs::remove_file(&log).unwrap();
 
-    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert_eq!(out.status.code(), Some(1), "{}{said}", all_output(&out));
     // The page in flight is finished (a slice is small), no new one is asked.
     assert_eq!(requests(&stripe).await, 1, "no read after the signal");
     assert_eq!(stripe.count(EVENTS), 1);
     assert_eq!(
         summary(&out)["outcome"],
         "interrupted",
-        "{}",
+        "{}{said}",
         all_output(&out)
     );
     assert_eq!(findings_count(&pool).await, 0);

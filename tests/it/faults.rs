@@ -1,8 +1,6 @@
 //! Faults and bad input: the job keeps its promises when the world misbehaves.
 //! Run the whole fault suite with `scripts/faults.sh`.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::arrange;
@@ -97,40 +95,60 @@ async fn next_run_completes_the_batch_once(pool: &PgPool) {
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn sigterm_abandons_the_batch_pushes_metrics_and_the_next_run_redoes_it(pool: PgPool) {
     arrange::paid_with_pending(&pool, 10, &[2]).await;
-    let slow = stripe_mirroring(&pool, "succeeded", Duration::from_secs(3)).await;
+    let slow = stripe_mirroring(&pool, "succeeded", Duration::ZERO).await;
     let gw = pushgateway::start().await;
+    // Read one by one, one read at a time: the batch's ten rows are ten
+    // reads, so a run that went on reading after the signal asks more than
+    // the one held.
     let run_env = env(
         &pool,
         &slow.uri(),
         &[
             ("PUSHGATEWAY_URL", &gw.url),
-            ("RECONCILER_MAX_IN_FLIGHT", "2"),
+            ("RECONCILER_READ_MODE", "retrieve"),
+            ("RECONCILER_MAX_IN_FLIGHT", "1"),
         ],
     );
 
-    // In phase 2: the fake sends the signal when the first read reaches it,
-    // and answers that read 3 s later, so the signal always comes while the
-    // batch reads, however slowly the machine runs the test.
-    let pid = Arc::new(AtomicU32::new(0));
-    let to_stop = pid.clone();
-    slow.on_request(LIST, 1, move || wait::signal_pid(&to_stop, "-TERM"));
-    let child = spawn_run(&run_env);
-    pid.store(child.id(), Ordering::SeqCst);
+    // In phase 2: the fake holds the first read unanswered; the signal is
+    // sent while it is held, and the read is answered only once the binary
+    // has logged that it got the signal, however slowly the machine runs.
+    let mut first_read = slow.hold_request(RETRIEVE, 1);
+    let log = std::env::temp_dir().join(format!("{}-sigterm.log", database_name(&pool)));
+    let child = reconciler(&["run"], &run_env)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    first_read.arrived().await;
+    wait::signal(&child, "-TERM");
+    wait::until_true("the run says it got the signal", || async {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("shutdown signal received")
+    })
+    .await;
+    first_read.release();
     let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
         .await
         .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        std::fs::read_to_string(&log).unwrap()
+    );
+    std::fs::remove_file(&log).unwrap();
 
-    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
-    let asked = requests(&slow).await;
-    assert!(
-        asked <= 2,
-        "no read started after the signal (at most the two in flight): {asked}"
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert_eq!(
+        slow.count(RETRIEVE),
+        1,
+        "no read started after the signal (one at a time): {:#?}",
+        slow.seen()
     );
-    assert!(
-        all_output(&out).contains("interrupted"),
-        "{}",
-        all_output(&out)
-    );
+    assert_eq!(requests(&slow).await, 1, "{:#?}", slow.seen());
+    assert!(said.contains("interrupted"), "{said}");
+    assert!(!said.contains(SECRET_KEY) && !said.contains(DB_PASSWORD));
     nothing_written(&pool).await;
     let m = gw.scrape().await;
     assert_eq!(
