@@ -68,7 +68,9 @@ async fn sigterm_while_phase_3_waits_commits_that_batch_whole_and_starts_no_othe
     for n in 6..=10 {
         stripe.answer_slowly(RETRIEVE, n, Duration::from_secs(60));
     }
-    let child = spawn(
+    // The log goes to a file the test reads while the process runs.
+    let log = std::env::temp_dir().join(format!("{}-phase-3.log", database_name(&pool)));
+    let child = reconciler(
         &["run"],
         &env(
             &pool,
@@ -78,7 +80,11 @@ async fn sigterm_while_phase_3_waits_commits_that_batch_whole_and_starts_no_othe
                 ("RECONCILER_BATCHES_PER_RUN", "10"),
             ],
         ),
-    );
+    )
+    .stdout(Stdio::piped())
+    .stderr(std::fs::File::create(&log).unwrap())
+    .spawn()
+    .unwrap();
 
     // While batch 1's first read is held, hold the cursor row: its phase 3
     // waits.
@@ -99,19 +105,29 @@ async fn sigterm_while_phase_3_waits_commits_that_batch_whole_and_starts_no_othe
     })
     .await;
     wait::signal(&child, "-TERM");
+    // Only once the process has the signal: a phase 3 that gave up on it
+    // would have stopped waiting by now (the cursor row is still held).
+    wait::until_true("the run says it got the signal", || async {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("shutdown signal received")
+    })
+    .await;
     assert!(
         !phase_3().await.is_empty(),
         "phase 3 still waits after the signal"
     );
     blocker.rollback().await.unwrap();
     let out = finish(child).await;
-
-    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
-    assert!(
-        all_output(&out).contains("interrupted"),
-        "{}",
-        all_output(&out)
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        std::fs::read_to_string(&log).unwrap()
     );
+    std::fs::remove_file(&log).unwrap();
+
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("interrupted"), "{said}");
     // Phase 3 is never interrupted: batch 1 is written whole; batch 2 not at all.
     assert_eq!(cursor(&pool, "payments-vs-stripe").await, 5);
     assert_eq!(stamped(&pool).await, 5, "batch 1's rows, only");
