@@ -308,11 +308,23 @@ async fn migrate_and_run_work_under_a_roles_statement_timeout(pool: PgPool) {
     // The timeout bites: as the role, with its default, a count of the
     // duplicate PaymentIntent ids in one scan (the statement
     // store::payment_index runs when no index orders the column) and the
-    // index build are cancelled (57014, query_canceled). Below, `migrate`
-    // builds the index with the session's timeout lifted
-    // (store::legacy::concurrently), then counts in bounded steps along it,
-    // and succeeds.
+    // index build are cancelled (57014, query_canceled). Each waits on
+    // payments, which another session holds locked, so it runs past the
+    // 200 ms on any machine, however fast; a lock timeout of the tests'
+    // patience (30 s) turns a timeout that never bites into a 55P03 here
+    // instead of a hang. Below, `migrate` builds the index with the
+    // session's timeout lifted (store::legacy::concurrently), then counts
+    // in bounded steps along it, and succeeds.
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::raw_sql("LOCK payments IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
     let mut as_role = sqlx::PgConnection::connect(&role.url()).await.unwrap();
+    sqlx::raw_sql("SET lock_timeout = '30s'")
+        .execute(&mut as_role)
+        .await
+        .unwrap();
     for targeted in [
         "SELECT count(*), coalesce(sum(n), 0)::bigint FROM (
              SELECT count(*) AS n FROM payments
@@ -329,7 +341,9 @@ async fn migrate_and_run_work_under_a_roles_statement_timeout(pool: PgPool) {
             .and_then(|e| e.code().map(|c| c.into_owned()));
         assert_eq!(code.as_deref(), Some("57014"), "{targeted}: {error}");
     }
-    // The cancelled concurrent build leaves an invalid index behind.
+    holder.rollback().await.unwrap();
+    // A concurrent build cancelled past its start leaves an invalid index
+    // behind (this one was cancelled waiting for its first lock: none).
     sqlx::raw_sql("DROP INDEX IF EXISTS probe_index")
         .execute(&mut as_role)
         .await
