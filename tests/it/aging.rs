@@ -73,7 +73,7 @@ async fn aging_findings_carry_a_deadline_and_clear_when_the_payment_intent_moves
     let held = aged("pi_HeldSixDays", "pending", "requires_capture", 6)
         .field("capture_method", manual.clone())
         .field("amount_capturable", json!(1099))
-        .insert(&pool, &stripe)
+        .insert_bare(&pool, &stripe)
         .await;
     // The row is 30 days old (insert_payment) but its PaymentIntent is an
     // hour old: the clock is Stripe's `created`, not the row's.
@@ -81,19 +81,19 @@ async fn aging_findings_carry_a_deadline_and_clear_when_the_payment_intent_moves
         .local("pending")
         .stripe("requires_capture")
         .field("capture_method", manual)
-        .insert(&pool, &stripe)
+        .insert_bare(&pool, &stripe)
         .await;
     let debit = aged("pi_SepaDebit", "pending", "processing", 15)
         .field("payment_method_types", sepa_debit.clone())
         .field("processing", json!({"type": "sepa_debit"}))
-        .insert(&pool, &stripe)
+        .insert_bare(&pool, &stripe)
         .await;
     let left = aged("pi_CartLeft", "pending", "requires_payment_method", 20)
-        .insert(&pool, &stripe)
+        .insert_bare(&pool, &stripe)
         .await;
     let early = aged("pi_ShippedEarly", "paid", "processing", 15)
         .field("payment_method_types", sepa_debit)
-        .insert(&pool, &stripe)
+        .insert_bare(&pool, &stripe)
         .await;
     let (auth, fresh, sepa, gone, shipped) = (held.id, held_fresh.id, debit.id, left.id, early.id);
     let (held, held_fresh, debit, left, early) = (
@@ -161,14 +161,14 @@ async fn aging_findings_carry_a_deadline_and_clear_when_the_payment_intent_moves
     // went through, the cart's PaymentIntent was canceled and the webhook
     // marked the row failed meanwhile.
     stripe.reset().await;
-    mount_pi(&stripe, &captured("pi_HeldSixDays", created(&held))).await;
-    mount_pi(&stripe, &held_fresh).await;
-    mount_pi(&stripe, &captured("pi_SepaDebit", created(&debit))).await;
+    mount_pi_bare(&stripe, &captured("pi_HeldSixDays", created(&held))).await;
+    mount_pi_bare(&stripe, &held_fresh).await;
+    mount_pi_bare(&stripe, &captured("pi_SepaDebit", created(&debit))).await;
     let mut canceled = left.clone();
     canceled["status"] = json!("canceled");
     canceled["cancellation_reason"] = json!("abandoned");
-    mount_pi(&stripe, &canceled).await;
-    mount_pi(&stripe, &early).await;
+    mount_pi_bare(&stripe, &canceled).await;
+    mount_pi_bare(&stripe, &early).await;
     sqlx::query(
         "UPDATE payments SET status = 'failed', version = version + 1,
                 updated_at = now() - interval '1 hour' WHERE id = $1",
@@ -231,7 +231,7 @@ async fn abandoned_is_off_by_default(pool: PgPool) {
         "requires_payment_method",
         200,
     )
-    .insert(&pool, &stripe)
+    .insert_bare(&pool, &stripe)
     .await;
     let payment = p.id;
 
@@ -250,7 +250,7 @@ async fn an_aging_finding_resolved_by_hand_stays_resolved_while_nothing_changes(
     let stripe = MockServer::start().await;
     let p = aged("pi_SlowDebit", "pending", "processing", 15)
         .field("payment_method_types", json!(["sepa_debit"]))
-        .insert(&pool, &stripe)
+        .insert_bare(&pool, &stripe)
         .await;
     let payment = p.id;
     p.scan(&pool, &stripe).await;

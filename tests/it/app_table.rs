@@ -184,14 +184,14 @@ async fn previous_release(pool: &PgPool, own_columns: bool) -> MockServer {
     let pending = insert_payment(pool, "pi_Missed", "pending", 3600).await;
     let stripe = MockServer::start().await;
     for i in 1..=3 {
-        mount(
+        mount_bare(
             &stripe,
             &format!("pi_{i}"),
             ok(&format!("pi_{i}"), "succeeded"),
         )
         .await;
     }
-    mount(&stripe, "pi_Missed", ok("pi_Missed", "succeeded")).await;
+    mount_bare(&stripe, "pi_Missed", ok("pi_Missed", "succeeded")).await;
     let report = scan(pool, &stripe, &settings(100)).await;
     assert_eq!(report.findings_created, 1);
     assert_eq!(report.commands_enqueued, 1);

@@ -22,7 +22,7 @@ async fn a_deleted_payment_closes_its_findings_and_skips_its_commands(pool: PgPo
     let kept = insert_payment(&pool, "pi_Kept", "pending", 3600).await;
     let stripe = MockServer::start().await;
     for pi in ["pi_Gone", "pi_Kept", "pi_Late"] {
-        mount(&stripe, pi, ok(pi, "succeeded")).await;
+        mount_bare(&stripe, pi, ok(pi, "succeeded")).await;
     }
     let s = settings(100);
     let report = scan(&pool, &stripe, &s).await;
@@ -118,7 +118,7 @@ async fn a_small_table_is_verified_again_by_every_run(pool: PgPool) {
     insert_paid(&pool, 10).await;
     let stripe = MockServer::start().await;
     for i in 1..=10 {
-        mount(
+        mount_bare(
             &stripe,
             &format!("pi_{i}"),
             ok(&format!("pi_{i}"), "succeeded"),
@@ -192,7 +192,7 @@ async fn a_small_partition_is_verified_again_by_every_run(pool: PgPool) {
     .unwrap();
     let stripe = MockServer::start().await;
     for i in 1..=30 {
-        mount(
+        mount_bare(
             &stripe,
             &format!("pi_{i}"),
             ok(&format!("pi_{i}"), "succeeded"),

@@ -54,7 +54,7 @@ async fn the_cursor_reaches_rows_that_limit_200_starves(pool: PgPool) {
         .execute(&pool)
         .await
         .unwrap();
-    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+    let stripe = stripe_answering_bare("succeeded", Duration::ZERO).await;
     let gw = gateway(&stripe);
     let mut remaining = Vec::new();
     for batch in 0..3 {
@@ -90,7 +90,7 @@ async fn two_full_cycles_record_each_drift_once(pool: PgPool) {
         .unwrap();
     // pi_33 is paid locally but canceled at Stripe.
     let stripe = MockServer::start().await;
-    mount(&stripe, "pi_33", ok("pi_33", "canceled")).await;
+    mount_bare(&stripe, "pi_33", ok("pi_33", "canceled")).await;
     Mock::given(method("GET"))
         .and(path_regex("^/v1/payment_intents/pi_[0-9]+$"))
         .respond_with(|req: &Request| ok(req.url.path().rsplit('/').next().unwrap(), "succeeded"))
@@ -243,11 +243,11 @@ async fn a_row_stripe_never_answers_for_gets_one_finding_after_three_cycles_and_
 ) {
     let stripe = MockServer::start().await;
     let bad = insert_payment(&pool, "pi_Broken", "paid", 3600).await;
-    mount(&stripe, "pi_Broken", server_error()).await;
+    mount_bare(&stripe, "pi_Broken", server_error()).await;
     for i in 0..5 {
         let pi = format!("pi_Good{i}");
         insert_payment(&pool, &pi, "paid", 3600).await;
-        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+        mount_bare(&stripe, &pi, ok(&pi, "succeeded")).await;
     }
     let gw = gateway(&stripe);
     let mut s = settings(10);
@@ -316,10 +316,10 @@ async fn a_row_stripe_never_answers_for_gets_one_finding_after_three_cycles_and_
 
     // Stripe answers for it again, in sync: the finding is cleared.
     stripe.reset().await;
-    mount(&stripe, "pi_Broken", ok("pi_Broken", "succeeded")).await;
+    mount_bare(&stripe, "pi_Broken", ok("pi_Broken", "succeeded")).await;
     for i in 0..5 {
         let pi = format!("pi_Good{i}");
-        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+        mount_bare(&stripe, &pi, ok(&pi, "succeeded")).await;
     }
     one_cycle(&pool, &gw, &s).await;
 
@@ -348,7 +348,7 @@ async fn a_payment_committed_after_the_cursor_passed_its_id_is_checked_by_the_ne
     for i in 1..=20 {
         let pi = format!("pi_Row{i}");
         insert_payment(&pool, &pi, "paid", 3600).await;
-        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+        mount_bare(&stripe, &pi, ok(&pi, "succeeded")).await;
     }
     // Ids 21 and 22 are taken by two long transactions; the cursor passes
     // them (rows 23..=30 commit first).
@@ -359,7 +359,7 @@ async fn a_payment_committed_after_the_cursor_passed_its_id_is_checked_by_the_ne
     for i in 23..=30 {
         let pi = format!("pi_Row{i}");
         insert_payment(&pool, &pi, "paid", 3600).await;
-        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+        mount_bare(&stripe, &pi, ok(&pi, "succeeded")).await;
     }
     let gw = gateway(&stripe);
     // Batches of 20 read up to 2 rows behind the cursor each.
@@ -395,14 +395,14 @@ async fn a_payment_committed_after_the_cursor_passed_its_id_is_checked_by_the_ne
         .await
         .unwrap();
     }
-    mount(&stripe, "pi_Late", ok("pi_Late", "succeeded")).await;
-    mount(&stripe, "pi_LateBroken", server_error()).await;
+    mount_bare(&stripe, "pi_Late", ok("pi_Late", "succeeded")).await;
+    mount_bare(&stripe, "pi_LateBroken", server_error()).await;
     mount_probe(&stripe, empty_list()).await;
     // 21 rows after the cursor: the batch reads 20, not the table's end.
     for i in 31..=51 {
         let pi = format!("pi_Row{i}");
         insert_payment(&pool, &pi, "paid", 3600).await;
-        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+        mount_bare(&stripe, &pi, ok(&pi, "succeeded")).await;
     }
 
     let next = scan_with(&pool, &gw, &s).await.unwrap();
@@ -435,7 +435,7 @@ async fn a_payment_committed_after_the_cursor_passed_its_id_is_checked_by_the_ne
     for i in 52..=56 {
         let pi = format!("pi_Row{i}");
         insert_payment(&pool, &pi, "paid", 3600).await;
-        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+        mount_bare(&stripe, &pi, ok(&pi, "succeeded")).await;
     }
     let later = scan_with(&pool, &gw, &s).await.unwrap();
     assert_eq!(

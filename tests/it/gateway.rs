@@ -16,7 +16,7 @@ fn id(s: &str) -> PaymentIntentId {
 
 async fn read(response: ResponseTemplate) -> (Result<ExternalStatus, GatewayError>, usize) {
     let server = MockServer::start().await;
-    mount(&server, "pi_X", response).await;
+    mount_bare(&server, "pi_X", response).await;
     let result = gateway(&server).payment_intent_status(&id("pi_X")).await;
     (result, server.received_requests().await.unwrap().len())
 }
@@ -127,7 +127,7 @@ async fn rate_limited_429_is_unavailable() {
 #[tokio::test]
 async fn a_timeout_is_unavailable() {
     let server = MockServer::start().await;
-    mount(
+    mount_bare(
         &server,
         "pi_X",
         ok("pi_X", "succeeded").set_delay(Duration::from_secs(3)),

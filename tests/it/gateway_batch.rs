@@ -49,7 +49,7 @@ async fn stripe_down_for_most_of_a_batch_abandons_it_without_moving_the_cursor(p
         insert_payment(&pool, &format!("pi_{i}"), "pending", 3600).await;
     }
     let server = MockServer::start().await;
-    mount(&server, "pi_1", ok("pi_1", "succeeded")).await;
+    mount_bare(&server, "pi_1", ok("pi_1", "succeeded")).await;
     Mock::given(method("GET"))
         .respond_with(err(503, "api_error", ""))
         .mount(&server)
@@ -83,7 +83,7 @@ async fn occasional_failures_are_unverifiable_and_the_cursor_moves_on(pool: PgPo
         insert_payment(&pool, &format!("pi_{i}"), "paid", 3600).await;
     }
     let server = MockServer::start().await;
-    mount(&server, "pi_4", err(500, "api_error", "")).await;
+    mount_bare(&server, "pi_4", err(500, "api_error", "")).await;
     Mock::given(method("GET"))
         .respond_with(|r: &wiremock::Request| {
             ok(r.url.path().rsplit('/').next().unwrap(), "succeeded")
@@ -134,11 +134,11 @@ async fn a_404_that_is_neither_resource_missing_nor_a_wrong_url_leaves_only_that
     for i in 0..7 {
         let pi = format!("pi_Healthy{i}");
         healthy.push(insert_payment(&pool, &pi, "paid", 3600).await);
-        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+        mount_bare(&stripe, &pi, ok(&pi, "succeeded")).await;
     }
     // A Stripe envelope with another code, an empty object, a proxy's HTML page.
     let odd_code = insert_payment(&pool, "pi_OddCode", "pending", 3600).await;
-    mount(
+    mount_bare(
         &stripe,
         "pi_OddCode",
         ResponseTemplate::new(404).set_body_json(json!({"error": {
@@ -147,14 +147,14 @@ async fn a_404_that_is_neither_resource_missing_nor_a_wrong_url_leaves_only_that
     )
     .await;
     let empty = insert_payment(&pool, "pi_EmptyBody", "pending", 3600).await;
-    mount(
+    mount_bare(
         &stripe,
         "pi_EmptyBody",
         ResponseTemplate::new(404).set_body_json(json!({})),
     )
     .await;
     let html = insert_payment(&pool, "pi_HtmlBody", "pending", 3600).await;
-    mount(
+    mount_bare(
         &stripe,
         "pi_HtmlBody",
         ResponseTemplate::new(404).set_body_raw("<html><body>Not Found</body></html>", "text/html"),
@@ -201,10 +201,10 @@ async fn stripes_unrecognized_request_url_404_is_a_configuration_error_and_write
     for i in 0..5 {
         let pi = format!("pi_Fine{i}");
         insert_payment(&pool, &pi, "pending", 3600).await;
-        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+        mount_bare(&stripe, &pi, ok(&pi, "succeeded")).await;
     }
     insert_payment(&pool, "pi_X", "paid", 3600).await;
-    mount(
+    mount_bare(
         &stripe,
         "pi_X",
         ResponseTemplate::new(404).set_body_json(json!({"error": {
@@ -249,9 +249,9 @@ async fn six_failing_of_ten(pool: &PgPool, stripe: &MockServer) -> Vec<i64> {
         let pi = format!("pi_Row{i}");
         ids.push(insert_payment(pool, &pi, "paid", 3600).await);
         if i < 6 {
-            mount(stripe, &pi, server_error()).await;
+            mount_bare(stripe, &pi, server_error()).await;
         } else {
-            mount(stripe, &pi, ok(&pi, "succeeded")).await;
+            mount_bare(stripe, &pi, ok(&pi, "succeeded")).await;
         }
     }
     ids

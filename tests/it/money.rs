@@ -147,18 +147,18 @@ async fn refunds_disputes_and_duplicates_are_reported_and_never_repaired(pool: P
     let pending = |pi: &str| arrange::payment(pi).local("pending");
     let refunded = pending("pi_Refunded")
         .refunded(1099)
-        .insert(&pool, &stripe)
+        .insert_bare(&pool, &stripe)
         .await
         .id;
     let disputed = pending("pi_Disputed")
         .disputed()
-        .insert(&pool, &stripe)
+        .insert_bare(&pool, &stripe)
         .await
         .id;
-    let dup_a = pending("pi_Shared").insert(&pool, &stripe).await.id;
+    let dup_a = pending("pi_Shared").insert_bare(&pool, &stripe).await.id;
     // A second row holding the same PaymentIntent.
     let dup_b = insert_payment(&pool, "pi_Shared", "pending", 3600).await;
-    let clean_id = pending("pi_Clean").insert(&pool, &stripe).await.id;
+    let clean_id = pending("pi_Clean").insert_bare(&pool, &stripe).await.id;
 
     let report = scan(&pool, &stripe, &settings(200)).await;
 
@@ -246,7 +246,7 @@ async fn the_worker_skips_a_command_whose_payment_got_a_refund_finding(pool: PgP
     let stripe = MockServer::start().await;
     let p = arrange::payment("pi_LateRefund")
         .local("pending")
-        .insert(&pool, &stripe)
+        .insert_bare(&pool, &stripe)
         .await;
     let payment = p.id;
     let report = p.scan(&pool, &stripe).await;
@@ -287,12 +287,12 @@ async fn the_worker_skips_a_command_whose_payment_got_a_refund_finding(pool: PgP
 async fn a_rescan_that_sees_the_refund_closes_the_earlier_command(pool: PgPool) {
     let stripe = MockServer::start().await;
     let late_refund = arrange::payment("pi_LateRefund").local("pending");
-    let p = late_refund.clone().insert(&pool, &stripe).await;
+    let p = late_refund.clone().insert_bare(&pool, &stripe).await;
     let payment = p.id;
     assert_eq!(p.scan(&pool, &stripe).await.commands_enqueued, 1);
     // Refunded in full before the worker ran.
     stripe.reset().await;
-    mount_pi(&stripe, &late_refund.refunded(1099).stripe_object()).await;
+    mount_pi_bare(&stripe, &late_refund.refunded(1099).stripe_object()).await;
 
     let report = rescan(&pool, &stripe, &settings(200)).await;
 
@@ -334,7 +334,7 @@ async fn a_command_for_a_payment_intent_the_payment_no_longer_holds_is_skipped(p
     let stripe = MockServer::start().await;
     let p = arrange::payment("pi_FirstAttempt")
         .local("pending")
-        .insert(&pool, &stripe)
+        .insert_bare(&pool, &stripe)
         .await;
     let payment = p.id;
     assert_eq!(p.scan(&pool, &stripe).await.commands_enqueued, 1);

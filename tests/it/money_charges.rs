@@ -19,7 +19,7 @@ async fn an_unexpanded_charge_is_unverifiable_never_repaired(pool: PgPool) {
     let payment = arrange::payment("pi_Stripped")
         .local("pending")
         .latest_charge(json!("ch_3Stripped"))
-        .insert(&pool, &stripe)
+        .insert_bare(&pool, &stripe)
         .await
         .id;
     let mut settings = settings(200);
@@ -57,7 +57,7 @@ async fn a_refunded_charge_without_disputed_is_refunded(pool: PgPool) {
     trimmed.as_object_mut().unwrap().remove("disputed");
     let p = arrange::payment("pi_Trimmed")
         .latest_charge(trimmed)
-        .insert(&pool, &stripe)
+        .insert_bare(&pool, &stripe)
         .await;
     let payment = p.id;
 
@@ -78,7 +78,7 @@ async fn a_missed_success_waits_for_its_money_then_gets_its_repair(pool: PgPool)
     let p = arrange::payment("pi_Unproven")
         .local("pending")
         .latest_charge(trimmed)
-        .insert(&pool, &stripe)
+        .insert_bare(&pool, &stripe)
         .await;
     let payment = p.id;
 
@@ -98,7 +98,7 @@ async fn a_missed_success_waits_for_its_money_then_gets_its_repair(pool: PgPool)
 
     // A later read shows the whole charge: the money is proven kept.
     stripe.reset().await;
-    mount_pi(&stripe, &clean("pi_Unproven")).await;
+    mount_pi_bare(&stripe, &clean("pi_Unproven")).await;
     let report = rescan(&pool, &stripe, &settings(200)).await;
 
     assert_eq!(report.commands_enqueued, 1);
@@ -121,7 +121,7 @@ async fn an_acknowledged_partial_refund_does_not_hide_the_payment_from_review(po
     let p = arrange::payment("pi_Goodwill")
         .local("pending")
         .refunded(200)
-        .insert(&pool, &stripe)
+        .insert_bare(&pool, &stripe)
         .await;
     let payment = p.id;
     p.scan(&pool, &stripe).await;
@@ -175,7 +175,7 @@ async fn a_partial_capture_is_not_a_refund(pool: PgPool) {
         .latest_charge(part)
         .field("capture_method", json!("manual"))
         .field("amount_received", json!(800))
-        .insert(&pool, &stripe)
+        .insert_bare(&pool, &stripe)
         .await;
     let payment = p.id;
 
@@ -194,7 +194,7 @@ async fn a_dry_run_counts_only_the_findings_a_real_run_would_create(pool: PgPool
     let stripe = MockServer::start().await;
     let p = arrange::payment("pi_Acknowledged")
         .refunded(100)
-        .insert(&pool, &stripe)
+        .insert_bare(&pool, &stripe)
         .await;
     let payment = p.id;
     p.scan(&pool, &stripe).await;
@@ -238,7 +238,7 @@ async fn a_404_never_clears_a_money_finding(pool: PgPool) {
     let stripe = MockServer::start().await;
     let payment = arrange::payment("pi_Disputed")
         .disputed()
-        .insert(&pool, &stripe)
+        .insert_bare(&pool, &stripe)
         .await
         .id;
     let gw = gateway(&stripe);
@@ -248,7 +248,7 @@ async fn a_404_never_clears_a_money_finding(pool: PgPool) {
     assert_eq!(count_for(&pool, open_disputes, payment).await, 1);
 
     stripe.reset().await;
-    mount(
+    mount_bare(
         &stripe,
         "pi_Disputed",
         err(404, "invalid_request_error", "resource_missing"),

@@ -54,19 +54,19 @@ async fn configured_amount_and_currency_columns_are_compared(pool: PgPool) {
     };
     let yen = pending("pi_Yen", json!(1000), json!("JPY"))
         .charged(100_000, "jpy")
-        .insert(&pool, &stripe)
+        .insert_bare(&pool, &stripe)
         .await
         .id;
     let euro = pending("pi_Euro", json!(1099), json!("eur"))
-        .insert(&pool, &stripe)
+        .insert_bare(&pool, &stripe)
         .await
         .id;
     let upper = pending("pi_Upper", json!(1099), json!("USD"))
-        .insert(&pool, &stripe)
+        .insert_bare(&pool, &stripe)
         .await
         .id;
     let unknown = pending("pi_NoAmount", Value::Null, Value::Null)
-        .insert(&pool, &stripe)
+        .insert_bare(&pool, &stripe)
         .await
         .id;
 
@@ -111,7 +111,7 @@ async fn without_configured_columns_amounts_are_not_compared(pool: PgPool) {
     let p = arrange::payment("pi_Unchecked")
         .local("pending")
         .columns(json!({"amount_cents": 5, "currency": "eur"}))
-        .insert(&pool, &stripe)
+        .insert_bare(&pool, &stripe)
         .await;
     let payment = p.id;
 

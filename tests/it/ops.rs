@@ -147,7 +147,7 @@ async fn pending_rows_without_a_payment_intent_are_counted_not_flagged(pool: PgP
     .execute(&pool)
     .await
     .unwrap();
-    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+    let stripe = stripe_answering_bare("succeeded", Duration::ZERO).await;
     let gateway = pushgateway::start().await;
     let env = env(
         &pool,

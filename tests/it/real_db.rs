@@ -117,7 +117,7 @@ async fn rails_table_in(pool: PgPool, zone: Option<&str>) {
         ("pi_Old", "succeeded"),
         ("pi_Paid", "succeeded"),
     ] {
-        mount(&stripe, pi, ok(pi, status)).await;
+        mount_bare(&stripe, pi, ok(pi, status)).await;
     }
     let env = rails_env(&pool, &stripe, zone);
 
@@ -335,7 +335,7 @@ async fn migrate_and_run_work_under_a_roles_statement_timeout(pool: PgPool) {
         .await
         .unwrap();
     drop(as_role);
-    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+    let stripe = stripe_answering_bare("succeeded", Duration::ZERO).await;
     let env = vec![
         ("DATABASE_URL", role.url()),
         ("STRIPE_API_KEY", API_KEY.to_owned()),
@@ -443,7 +443,7 @@ async fn reads_per_intent(stripe: &MockServer) -> HashMap<String, usize> {
 async fn two_partitions_running_at_once_never_fail_and_check_each_row_once_per_cycle(pool: PgPool) {
     const ROWS: i64 = 4_000;
     interleaved(&pool, ROWS).await;
-    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+    let stripe = stripe_answering_bare("succeeded", Duration::ZERO).await;
     let (eu, us) = (
         partition_env(&pool, &stripe, "eu"),
         partition_env(&pool, &stripe, "us"),

@@ -60,8 +60,8 @@ async fn findings_from_a_scan_are_repaired_once(pool: PgPool) {
     let stripe = MockServer::start().await;
     let success = insert_payment(&pool, "pi_Success", "pending", 3600).await;
     let cancel = insert_payment(&pool, "pi_Cancel", "pending", 3600).await;
-    mount(&stripe, "pi_Success", ok("pi_Success", "succeeded")).await;
-    mount(&stripe, "pi_Cancel", ok("pi_Cancel", "canceled")).await;
+    mount_bare(&stripe, "pi_Success", ok("pi_Success", "succeeded")).await;
+    mount_bare(&stripe, "pi_Cancel", ok("pi_Cancel", "canceled")).await;
     scan_with(&pool, &gateway(&stripe), &settings(200))
         .await
         .unwrap();
@@ -126,7 +126,7 @@ async fn findings_from_a_scan_are_repaired_once(pool: PgPool) {
         .execute(&pool)
         .await
         .unwrap();
-    mount(&stripe, "pi_Cancel", ok("pi_Cancel", "canceled")).await;
+    mount_bare(&stripe, "pi_Cancel", ok("pi_Cancel", "canceled")).await;
     let again = scan_with(&pool, &gateway(&stripe), &settings(200))
         .await
         .unwrap();
@@ -143,7 +143,7 @@ async fn findings_from_a_scan_are_repaired_once(pool: PgPool) {
 async fn the_webhook_wins_the_race(pool: PgPool) {
     let stripe = MockServer::start().await;
     let id = insert_payment(&pool, "pi_Raced", "pending", 3600).await;
-    mount(&stripe, "pi_Raced", ok("pi_Raced", "succeeded")).await;
+    mount_bare(&stripe, "pi_Raced", ok("pi_Raced", "succeeded")).await;
     scan_with(&pool, &gateway(&stripe), &settings(200))
         .await
         .unwrap();
@@ -376,7 +376,7 @@ async fn a_payment_that_moved_elsewhere_supersedes_the_finding(pool: PgPool) {
 async fn a_stuck_repair_command_is_closed_when_a_later_scan_clears_its_finding(pool: PgPool) {
     let stripe = MockServer::start().await;
     let id = insert_payment(&pool, "pi_Stuck", "pending", 3600).await;
-    mount(&stripe, "pi_Stuck", ok("pi_Stuck", "succeeded")).await;
+    mount_bare(&stripe, "pi_Stuck", ok("pi_Stuck", "succeeded")).await;
     let gw = gateway(&stripe);
     let s = settings(10);
     assert_eq!(
@@ -459,7 +459,7 @@ async fn a_stuck_repair_command_is_closed_when_a_later_scan_clears_its_finding(p
 async fn a_pending_repair_waits_while_stripe_cannot_confirm_the_drift(pool: PgPool) {
     let stripe = MockServer::start().await;
     let payment = insert_payment(&pool, "pi_Missed", "pending", 3600).await;
-    mount(&stripe, "pi_Missed", ok("pi_Missed", "succeeded")).await;
+    mount_bare(&stripe, "pi_Missed", ok("pi_Missed", "succeeded")).await;
     let gw = gateway(&stripe);
     scan_with(&pool, &gw, &settings(200)).await.unwrap();
     let live = "SELECT count(*) FROM outbox WHERE processed_at IS NULL
@@ -468,7 +468,7 @@ async fn a_pending_repair_waits_while_stripe_cannot_confirm_the_drift(pool: PgPo
 
     // Stripe now answers 500 for it: the command is closed, not applied.
     stripe.reset().await;
-    mount(&stripe, "pi_Missed", server_error()).await;
+    mount_bare(&stripe, "pi_Missed", server_error()).await;
     rewind_cursor(&pool).await;
     scan_with(&pool, &gw, &settings(200)).await.unwrap();
     assert_eq!(count_for(&pool, live, payment).await, 0);
@@ -479,7 +479,7 @@ async fn a_pending_repair_waits_while_stripe_cannot_confirm_the_drift(pool: PgPo
 
     // Stripe confirms the success again: one new command, one repair.
     stripe.reset().await;
-    mount(&stripe, "pi_Missed", ok("pi_Missed", "succeeded")).await;
+    mount_bare(&stripe, "pi_Missed", ok("pi_Missed", "succeeded")).await;
     rewind_cursor(&pool).await;
     scan_with(&pool, &gw, &settings(200)).await.unwrap();
     assert_eq!(count_for(&pool, live, payment).await, 1);

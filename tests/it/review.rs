@@ -22,7 +22,7 @@ fn reconciler(pool: &PgPool, args: &[&str]) -> std::process::Output {
 async fn a_needs_review_finding_is_listed_resolved_and_reopened_by_a_later_scan(pool: PgPool) {
     let stripe = MockServer::start().await;
     let id = insert_payment(&pool, "pi_Shipped", "paid", 3600).await;
-    mount(
+    mount_bare(
         &stripe,
         "pi_Shipped",
         ok("pi_Shipped", "requires_payment_method"),
@@ -120,7 +120,7 @@ async fn a_needs_review_finding_is_listed_resolved_and_reopened_by_a_later_scan(
 
     // Stripe's status moves on (still not paid there): a new finding opens.
     stripe.reset().await;
-    mount(&stripe, "pi_Shipped", ok("pi_Shipped", "requires_action")).await;
+    mount_bare(&stripe, "pi_Shipped", ok("pi_Shipped", "requires_action")).await;
     sqlx::query("UPDATE reconciliation_cursor SET last_id = 0")
         .execute(&pool)
         .await
@@ -144,7 +144,7 @@ async fn a_needs_review_finding_is_listed_resolved_and_reopened_by_a_later_scan(
 async fn a_finding_with_a_pending_repair_cannot_be_resolved_by_hand(pool: PgPool) {
     let stripe = MockServer::start().await;
     insert_payment(&pool, "pi_Missed", "pending", 3600).await;
-    mount(&stripe, "pi_Missed", ok("pi_Missed", "succeeded")).await;
+    mount_bare(&stripe, "pi_Missed", ok("pi_Missed", "succeeded")).await;
     scan(&pool, &stripe, &settings(200)).await;
     let finding = count(&pool, "SELECT id FROM reconciliation_findings")
         .await
@@ -314,8 +314,8 @@ async fn the_review_queue_follows_stripes_current_state(pool: PgPool) {
     let stripe = MockServer::start().await;
     let failed = insert_payment(&pool, "pi_Failed", "failed", 3600).await;
     let paid = insert_payment(&pool, "pi_Paid", "paid", 3600).await;
-    mount(&stripe, "pi_Failed", ok("pi_Failed", "requires_action")).await;
-    mount(&stripe, "pi_Paid", ok("pi_Paid", "requires_action")).await;
+    mount_bare(&stripe, "pi_Failed", ok("pi_Failed", "requires_action")).await;
+    mount_bare(&stripe, "pi_Paid", ok("pi_Paid", "requires_action")).await;
     let gw = gateway(&stripe);
     let s = settings(10);
     scan_with(&pool, &gw, &s).await.unwrap();
@@ -347,8 +347,8 @@ async fn the_review_queue_follows_stripes_current_state(pool: PgPool) {
 
     // Stripe moves on to `processing`.
     stripe.reset().await;
-    mount(&stripe, "pi_Failed", ok("pi_Failed", "processing")).await;
-    mount(&stripe, "pi_Paid", ok("pi_Paid", "processing")).await;
+    mount_bare(&stripe, "pi_Failed", ok("pi_Failed", "processing")).await;
+    mount_bare(&stripe, "pi_Paid", ok("pi_Paid", "processing")).await;
     age_last_seen(&pool).await;
     rewind_cursor(&pool).await;
     let report = scan_with(&pool, &gw, &s).await.unwrap();

@@ -25,40 +25,40 @@ async fn every_verdict_path_writes_exactly_what_it_should(pool: PgPool) {
     let malicious = insert_payment(&pool, "pi_1/../../v1/customers", "pending", 3600).await;
     let retried_failure = insert_payment(&pool, "pi_RetriedFailure", "failed", 3600).await;
 
-    mount(&stripe, "pi_InSync1", ok("pi_InSync1", "succeeded")).await;
-    mount(
+    mount_bare(&stripe, "pi_InSync1", ok("pi_InSync1", "succeeded")).await;
+    mount_bare(
         &stripe,
         "pi_MissedSuccess",
         ok("pi_MissedSuccess", "succeeded"),
     )
     .await;
-    mount(
+    mount_bare(
         &stripe,
         "pi_MissedCancel",
         ok("pi_MissedCancel", "canceled"),
     )
     .await;
-    mount(
+    mount_bare(
         &stripe,
         "pi_PaidNotExt",
         ok("pi_PaidNotExt", "requires_payment_method"),
     )
     .await;
-    mount(
+    mount_bare(
         &stripe,
         "pi_FailedSucceeded",
         ok("pi_FailedSucceeded", "succeeded"),
     )
     .await;
-    mount(&stripe, "pi_Processing", ok("pi_Processing", "processing")).await;
-    mount(
+    mount_bare(&stripe, "pi_Processing", ok("pi_Processing", "processing")).await;
+    mount_bare(
         &stripe,
         "pi_Missing",
         err(404, "invalid_request_error", "resource_missing"),
     )
     .await;
-    mount(&stripe, "pi_Down", err(503, "api_error", "")).await;
-    mount(
+    mount_bare(&stripe, "pi_Down", err(503, "api_error", "")).await;
+    mount_bare(
         &stripe,
         "pi_RetriedFailure",
         ok("pi_RetriedFailure", "requires_payment_method"),
@@ -195,7 +195,7 @@ async fn every_verdict_path_writes_exactly_what_it_should(pool: PgPool) {
 async fn a_row_updated_a_minute_ago_is_in_flight_without_a_stripe_call(pool: PgPool) {
     let stripe = MockServer::start().await;
     let id = insert_payment(&pool, "pi_JustChanged", "pending", 60).await;
-    mount(&stripe, "pi_JustChanged", ok("pi_JustChanged", "succeeded")).await;
+    mount_bare(&stripe, "pi_JustChanged", ok("pi_JustChanged", "succeeded")).await;
 
     let report = scan_with(&pool, &gateway(&stripe), &settings(200))
         .await
@@ -224,7 +224,7 @@ async fn a_verified_in_sync_row_clears_its_open_findings(pool: PgPool) {
         .execute(&pool)
         .await
         .unwrap();
-    mount(&stripe, "pi_Healed", ok("pi_Healed", "succeeded")).await;
+    mount_bare(&stripe, "pi_Healed", ok("pi_Healed", "succeeded")).await;
 
     let report = scan_with(&pool, &gateway(&stripe), &settings(200))
         .await
@@ -243,7 +243,7 @@ async fn a_verified_in_sync_row_clears_its_open_findings(pool: PgPool) {
 async fn dry_run_writes_nothing_not_even_the_cursor(pool: PgPool) {
     let stripe = MockServer::start().await;
     insert_payment(&pool, "pi_Drift", "pending", 3600).await;
-    mount(&stripe, "pi_Drift", ok("pi_Drift", "succeeded")).await;
+    mount_bare(&stripe, "pi_Drift", ok("pi_Drift", "succeeded")).await;
 
     let s = settings(200);
     let facts = facts(&pool, &s).await;
@@ -329,9 +329,9 @@ async fn set_based_phase_3_writes_what_the_design_notes_algorithm_writes(pool: P
     ] {
         insert_payment(&pool, pi, local, 3600).await;
         match remote {
-            Some(status) => mount(&stripe, pi, ok(pi, status)).await,
+            Some(status) => mount_bare(&stripe, pi, ok(pi, status)).await,
             None => {
-                mount(
+                mount_bare(
                     &stripe,
                     pi,
                     err(404, "invalid_request_error", "resource_missing"),

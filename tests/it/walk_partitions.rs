@@ -66,7 +66,7 @@ async fn one_partitions_job_beside_rows_it_never_confirms_completes_its_cycle_an
     .execute(&pool)
     .await
     .unwrap();
-    let stripe = stripe_answering("succeeded", std::time::Duration::ZERO).await;
+    let stripe = stripe_answering_bare("succeeded", std::time::Duration::ZERO).await;
 
     // Run 1: 12 of the cycle's 20 batches; row 400 is passed in its grace window.
     run(&pool, &stripe, "12").await;
@@ -202,7 +202,7 @@ async fn two_partitions_of_40000_rows_each_complete_their_cycles_alone_and_side_
     .execute(&pool)
     .await
     .unwrap();
-    let stripe = stripe_answering("succeeded", std::time::Duration::ZERO).await;
+    let stripe = stripe_answering_bare("succeeded", std::time::Duration::ZERO).await;
 
     // Alone: the eu job's one run walks its 20,000 rows (11 batches of
     // 1,900) beside 20,000 us rows it registers and never confirms.

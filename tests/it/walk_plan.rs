@@ -46,7 +46,7 @@ async fn a_key_walk_plans_its_runs_from_the_rows_done_and_completes_the_cycle_in
     .await
     .unwrap();
     migrate(&pool, &[]).await;
-    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
+    let stripe = stripe_answering_bare("succeeded", Duration::ZERO).await;
     // A 20-minute cycle target, a run every 10 minutes: two runs a cycle.
     let mut s = settings(100);
     s.scan.batches_per_run = Sizing::Auto;

@@ -14,7 +14,7 @@ use sqlx::PgPool;
 use stripe_reconciler::scan::BatchReport;
 use wiremock::MockServer;
 
-use super::{insert_payment, mount_pi, payment_intent, scan, settings};
+use super::{insert_payment, mount_pi_bare, payment_intent, scan, settings};
 
 /// A Stripe Charge object as `expand[]=latest_charge` returns it (API
 /// version 2024-06-20): `amount` captured in full, `amount_refunded` of it
@@ -227,12 +227,13 @@ impl PaymentBuilder {
     }
 
     /// Inserts the payment row (and its other columns) and mounts its
-    /// PaymentIntent on `stripe`.
-    pub async fn insert(self, pool: &PgPool, stripe: &MockServer) -> Arranged {
+    /// PaymentIntent on a bare wiremock (answered whole whatever the
+    /// request asks): being moved to [`Self::insert`].
+    pub async fn insert_bare(self, pool: &PgPool, stripe: &MockServer) -> Arranged {
         let id = insert_payment(pool, &self.pi, &self.local, self.updated_secs_ago).await;
         set_columns(pool, id, &self.columns).await;
         let object = self.stripe_object();
-        mount_pi(stripe, &object).await;
+        mount_pi_bare(stripe, &object).await;
         Arranged {
             id,
             pi: self.pi,
@@ -245,11 +246,7 @@ impl PaymentBuilder {
     /// Inserts the payment row (and its other columns) and adds its
     /// PaymentIntent to the one fake Stripe, which answers it by Stripe's
     /// rules (retrieve with `expand[]`, list pages).
-    pub async fn insert_held_by(
-        self,
-        pool: &PgPool,
-        stripe: &super::stripe_fake::StripeFake,
-    ) -> Arranged {
+    pub async fn insert(self, pool: &PgPool, stripe: &super::stripe_fake::StripeFake) -> Arranged {
         let id = insert_payment(pool, &self.pi, &self.local, self.updated_secs_ago).await;
         set_columns(pool, id, &self.columns).await;
         let object = self.stripe_object();

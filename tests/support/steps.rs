@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use wiremock::matchers::{method, path, query_param};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use super::{gateway, mount};
+use super::{gateway, mount_bare};
 
 /// The scan's job name (`RECONCILER_JOB`'s default: docs/configuration.md).
 pub const SCAN_JOB: &str = "payments-vs-stripe";
@@ -71,10 +71,19 @@ pub async fn drain_all(pool: &PgPool) -> RepairReport {
         .unwrap()
 }
 
-/// Mounts the PaymentIntent `body` (a full Stripe object) at its id.
-pub async fn mount_pi(stripe: &MockServer, body: &Value) {
+/// Stripe (the one fake) holds the PaymentIntent `body` (a full Stripe
+/// object) on the platform, replacing one with its id: retrieved with its
+/// `latest_charge` expanded only when asked, listed by its `created`.
+pub async fn mount_pi(stripe: &super::stripe_fake::StripeFake, body: &Value) {
+    stripe.add_object(None, body.clone());
+}
+
+/// Mounts the PaymentIntent `body` at its id on a bare wiremock (always
+/// answered whole, `latest_charge` expanded or not): being moved to
+/// [`mount_pi`].
+pub async fn mount_pi_bare(stripe: &MockServer, body: &Value) {
     let id = body["id"].as_str().unwrap().to_owned();
-    mount(
+    mount_bare(
         stripe,
         &id,
         ResponseTemplate::new(200)
