@@ -4,13 +4,13 @@
 //! PaymentIntent moves on; and their three variables.
 
 use crate::support::arrange::{self, PaymentBuilder};
+use crate::support::stripe_fake::StripeFake;
 use crate::support::*;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use stripe_reconciler::config::Settings;
 use stripe_reconciler::reconcile::{Rules, Verdict};
-use wiremock::MockServer;
 
 const DAY: i64 = 24 * 3600;
 
@@ -67,13 +67,13 @@ async fn live_commands(pool: &PgPool, payment: i64) -> Vec<String> {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn aging_findings_carry_a_deadline_and_clear_when_the_payment_intent_moves_on(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let manual = json!("manual");
     let sepa_debit = json!(["sepa_debit"]);
     let held = aged("pi_HeldSixDays", "pending", "requires_capture", 6)
         .field("capture_method", manual.clone())
         .field("amount_capturable", json!(1099))
-        .insert_bare(&pool, &stripe)
+        .insert(&pool, &stripe)
         .await;
     // The row is 30 days old (insert_payment) but its PaymentIntent is an
     // hour old: the clock is Stripe's `created`, not the row's.
@@ -81,19 +81,19 @@ async fn aging_findings_carry_a_deadline_and_clear_when_the_payment_intent_moves
         .local("pending")
         .stripe("requires_capture")
         .field("capture_method", manual)
-        .insert_bare(&pool, &stripe)
+        .insert(&pool, &stripe)
         .await;
     let debit = aged("pi_SepaDebit", "pending", "processing", 15)
         .field("payment_method_types", sepa_debit.clone())
         .field("processing", json!({"type": "sepa_debit"}))
-        .insert_bare(&pool, &stripe)
+        .insert(&pool, &stripe)
         .await;
     let left = aged("pi_CartLeft", "pending", "requires_payment_method", 20)
-        .insert_bare(&pool, &stripe)
+        .insert(&pool, &stripe)
         .await;
     let early = aged("pi_ShippedEarly", "paid", "processing", 15)
         .field("payment_method_types", sepa_debit)
-        .insert_bare(&pool, &stripe)
+        .insert(&pool, &stripe)
         .await;
     let (auth, fresh, sepa, gone, shipped) = (held.id, held_fresh.id, debit.id, left.id, early.id);
     let (held, held_fresh, debit, left, early) = (
@@ -160,15 +160,14 @@ async fn aging_findings_carry_a_deadline_and_clear_when_the_payment_intent_moves
     // Each PaymentIntent leaves its state: the hold was captured, the debit
     // went through, the cart's PaymentIntent was canceled and the webhook
     // marked the row failed meanwhile.
-    stripe.reset().await;
-    mount_pi_bare(&stripe, &captured("pi_HeldSixDays", created(&held))).await;
-    mount_pi_bare(&stripe, &held_fresh).await;
-    mount_pi_bare(&stripe, &captured("pi_SepaDebit", created(&debit))).await;
+    mount_pi(&stripe, &captured("pi_HeldSixDays", created(&held))).await;
+    mount_pi(&stripe, &held_fresh).await;
+    mount_pi(&stripe, &captured("pi_SepaDebit", created(&debit))).await;
     let mut canceled = left.clone();
     canceled["status"] = json!("canceled");
     canceled["cancellation_reason"] = json!("abandoned");
-    mount_pi_bare(&stripe, &canceled).await;
-    mount_pi_bare(&stripe, &early).await;
+    mount_pi(&stripe, &canceled).await;
+    mount_pi(&stripe, &early).await;
     sqlx::query(
         "UPDATE payments SET status = 'failed', version = version + 1,
                 updated_at = now() - interval '1 hour' WHERE id = $1",
@@ -224,14 +223,14 @@ async fn aging_findings_carry_a_deadline_and_clear_when_the_payment_intent_moves
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn abandoned_is_off_by_default(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let p = aged(
         "pi_LongForgotten",
         "pending",
         "requires_payment_method",
         200,
     )
-    .insert_bare(&pool, &stripe)
+    .insert(&pool, &stripe)
     .await;
     let payment = p.id;
 
@@ -247,10 +246,10 @@ async fn abandoned_is_off_by_default(pool: PgPool) {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn an_aging_finding_resolved_by_hand_stays_resolved_while_nothing_changes(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let p = aged("pi_SlowDebit", "pending", "processing", 15)
         .field("payment_method_types", json!(["sepa_debit"]))
-        .insert_bare(&pool, &stripe)
+        .insert(&pool, &stripe)
         .await;
     let payment = p.id;
     p.scan(&pool, &stripe).await;

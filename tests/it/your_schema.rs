@@ -4,6 +4,7 @@
 //! two-, zero- and three-decimal currencies.
 
 use crate::support::arrange;
+use crate::support::stripe_fake::StripeFake;
 use crate::support::*;
 use serde_json::json;
 use sqlx::PgPool;
@@ -11,7 +12,6 @@ use stripe_reconciler::config::{AmountUnit, ColumnName, Settings, StatusMap};
 use stripe_reconciler::reconcile::Verdict;
 use stripe_reconciler::repair::{drain_with, RepairOptions};
 use tokio_util::sync::CancellationToken;
-use wiremock::MockServer;
 
 const WORDS: &str = "pending=awaiting_payment,pending;paid=complete,paid;\
                      failed=canceled,expired;refunded=refunded,partially_refunded";
@@ -58,7 +58,7 @@ async fn kinds(pool: &PgPool, payment: i64) -> Vec<String> {
 #[sqlx::test(migrations = false)]
 async fn the_applications_status_words_are_read_and_written(pool: PgPool) {
     application_schema(&pool).await;
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let rows = [
         (
             "pi_Waiting",
@@ -79,7 +79,7 @@ async fn the_applications_status_words_are_read_and_written(pool: PgPool) {
             .local(word)
             .stripe(external)
             .refunded(refunded);
-        ids.push(p.insert_bare(&pool, &stripe).await.id);
+        ids.push(p.insert(&pool, &stripe).await.id);
     }
     let [waiting, complete, canceled, refunded, missed, no_refund, on_hold] = ids[..] else {
         unreachable!()
@@ -195,7 +195,7 @@ fn major(mut settings: Settings) -> Settings {
 #[sqlx::test(migrations = false)]
 async fn major_unit_amounts_are_compared_with_each_currencys_exponent(pool: PgPool) {
     application_schema(&pool).await;
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let rows = [
         ("pi_Usd", "12.00", "USD", 1200, "usd"),
         ("pi_Jpy", "1200", "JPY", 1200, "jpy"),
@@ -209,7 +209,7 @@ async fn major_unit_amounts_are_compared_with_each_currencys_exponent(pool: PgPo
             .local("complete")
             .columns(json!({"total": total, "currency": currency}))
             .charged(amount, stripe_currency);
-        ids.push(p.insert_bare(&pool, &stripe).await.id);
+        ids.push(p.insert(&pool, &stripe).await.id);
     }
     let [usd, jpy, kwd, tenth, cents] = ids[..] else {
         unreachable!()
@@ -251,7 +251,7 @@ async fn major_unit_amounts_are_compared_with_each_currencys_exponent(pool: PgPo
 
 fn run_env(
     pool: &PgPool,
-    stripe: &MockServer,
+    stripe: &StripeFake,
     extra: &[(&'static str, &str)],
 ) -> Vec<(&'static str, String)> {
     let mut env = vec![
@@ -277,7 +277,7 @@ async fn run(env: Vec<(&'static str, String)>) -> (Option<i32>, String) {
 #[sqlx::test(migrations = false)]
 async fn a_malformed_status_map_or_unit_exits_78_naming_the_variable(pool: PgPool) {
     application_schema(&pool).await;
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     for (extra, var, says) in [
         (
             vec![(
@@ -343,11 +343,11 @@ async fn a_malformed_status_map_or_unit_exits_78_naming_the_variable(pool: PgPoo
 #[sqlx::test(migrations = false)]
 async fn a_numeric_column_in_major_units_is_accepted_by_run(pool: PgPool) {
     application_schema(&pool).await;
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let id = arrange::payment("pi_Major")
         .local("complete")
         .columns(json!({"total": 10.99, "currency": "usd"}))
-        .insert_bare(&pool, &stripe)
+        .insert(&pool, &stripe)
         .await
         .id;
     let (code, text) = run(run_env(
