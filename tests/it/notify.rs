@@ -16,7 +16,7 @@ use crate::support::*;
 const HOOK: &str = "/services/T000/B000/sekret-hook-token";
 
 async fn env(pool: &PgPool, receiver: &MockServer, format: &str) -> Vec<(&'static str, String)> {
-    let stripe = stripe_answering_bare("succeeded", Duration::ZERO).await;
+    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
     let uri = stripe.uri();
     // The mock must outlive the run: leak it into the test's lifetime.
     std::mem::forget(stripe);

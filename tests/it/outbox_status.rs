@@ -35,7 +35,7 @@ async fn application_with_a_missed_success(pool: &PgPool) {
 
 /// `migrate`, then one `run` pushing to a fresh Pushgateway; returns its scrape.
 async fn migrate_and_run(pool: &PgPool, env: &[(&str, String)]) -> String {
-    let stripe = stripe_answering_bare("succeeded", Duration::ZERO).await;
+    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
     let gw = pushgateway::start().await;
     let mut env = env.to_vec();
     env.extend([

@@ -53,7 +53,7 @@ async fn a_full_cycle_over_an_in_sync_table_updates_no_payment_and_fires_no_trig
         .await
         .unwrap();
     let before = updates_of_payments(&one).await;
-    let stripe = stripe_answering_bare("succeeded", std::time::Duration::ZERO).await;
+    let stripe = stripe_answering("succeeded", std::time::Duration::ZERO).await;
     let gw = gateway(&stripe);
     let s = settings(20);
     let mut batches = 0;
@@ -191,7 +191,7 @@ async fn the_lag_is_exact_for_a_fresh_a_partly_and_a_fully_scanned_table(pool: P
     .execute(&pool)
     .await
     .unwrap();
-    let stripe = stripe_answering_bare("succeeded", std::time::Duration::ZERO).await;
+    let stripe = stripe_answering("succeeded", std::time::Duration::ZERO).await;
     let gw = gateway(&stripe);
     let s = settings(10);
 
@@ -238,7 +238,7 @@ async fn the_lag_is_exact_for_a_fresh_a_partly_and_a_fully_scanned_table(pool: P
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn the_scan_forgets_the_state_of_deleted_payments(pool: PgPool) {
     insert_paid(&pool, 20).await;
-    let stripe = stripe_answering_bare("succeeded", std::time::Duration::ZERO).await;
+    let stripe = stripe_answering("succeeded", std::time::Duration::ZERO).await;
     let gw = gateway(&stripe);
     let s = settings(10);
     wait::scan_until_wrapped(&pool, &gw, &s).await;

@@ -14,7 +14,7 @@ use crate::support::*;
 
 async fn run(
     pool: &PgPool,
-    stripe: &wiremock::MockServer,
+    stripe: &stripe_fake::StripeFake,
     rps: u32,
     s: &Settings,
 ) -> stripe_reconciler::scan::RunSummary {
@@ -27,7 +27,7 @@ async fn run(
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn auto_plans_no_more_than_fits_before_the_deadline(pool: PgPool) {
     insert_paid(&pool, 2_000).await;
-    let stripe = stripe_answering_bare("succeeded", Duration::from_millis(50)).await;
+    let stripe = stripe_answering("succeeded", Duration::from_millis(50)).await;
     let s = Settings {
         scan: ScanSettings {
             batches_per_run: Sizing::Auto,
@@ -79,7 +79,7 @@ async fn auto_plans_no_more_than_fits_before_the_deadline(pool: PgPool) {
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_number_means_that_many_batches_and_auto_sizes_for_the_target(pool: PgPool) {
     insert_paid(&pool, 200).await;
-    let stripe = stripe_answering_bare("succeeded", Duration::ZERO).await;
+    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
 
     let fixed = run(
         &pool,

@@ -126,7 +126,7 @@ async fn sigint_abandons_the_batch_in_phase_2_and_exits_1(pool: PgPool) {
     // a run that waited for its reads (or their timeout) cannot end before
     // the first answer, however fast the machine.
     let answer = Duration::from_secs(120);
-    let slow = stripe_answering_bare("succeeded", answer).await;
+    let slow = stripe_answering("succeeded", answer).await;
     let child = spawn(
         &["run"],
         &env(

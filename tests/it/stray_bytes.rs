@@ -99,7 +99,7 @@ async fn a_stray_byte_fails_no_batch_and_no_listing() {
 
         let migrate = reconciler_output(&["migrate"], &[("DATABASE_URL", url.clone())]).await;
         assert_eq!(migrate.status.code(), Some(0), "{}", all_output(&migrate));
-        let stripe = stripe_answering_bare("succeeded", Duration::ZERO).await;
+        let stripe = stripe_answering("succeeded", Duration::ZERO).await;
         let env = env(&url, &stripe.uri(), &[]);
 
         let run = reconciler_output(&["run"], &env).await;
@@ -190,7 +190,7 @@ async fn a_null_amount_is_a_finding_and_a_huge_order_id_is_shortened(pool: PgPoo
         .execute(&pool)
         .await
         .unwrap();
-    let stripe = stripe_answering_bare("succeeded", Duration::ZERO).await;
+    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
     let env = env(
         &database_url(&pool),
         &stripe.uri(),
@@ -287,7 +287,7 @@ async fn a_stray_byte_in_a_text_key_is_unverifiable_and_fails_no_run() {
         .unwrap();
         let migrate = reconciler_output(&["migrate"], &[("DATABASE_URL", url.clone())]).await;
         assert_eq!(migrate.status.code(), Some(0), "{}", all_output(&migrate));
-        let stripe = stripe_answering_bare("succeeded", Duration::ZERO).await;
+        let stripe = stripe_answering("succeeded", Duration::ZERO).await;
         let env = env(&url, &stripe.uri(), &[("RECONCILER_BATCH_SIZE", "2")]);
 
         let run = reconciler_output(&["run"], &env).await;

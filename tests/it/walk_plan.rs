@@ -14,13 +14,13 @@ use crate::support::*;
 
 const ROWS: i64 = 3_000;
 
-async fn run(pool: &PgPool, stripe: &wiremock::MockServer, s: &Settings) -> RunSummary {
+async fn run(pool: &PgPool, stripe: &stripe_fake::StripeFake, s: &Settings) -> RunSummary {
     let (summary, result) = run_job(pool, &gateway(stripe), s, ScanJob::default()).await;
     result.unwrap();
     summary
 }
 
-async fn status_percent(pool: &PgPool, stripe: &wiremock::MockServer) -> f64 {
+async fn status_percent(pool: &PgPool, stripe: &stripe_fake::StripeFake) -> f64 {
     let env = vec![
         ("DATABASE_URL", database_url(pool)),
         ("STRIPE_API_BASE", stripe.uri()),
@@ -46,7 +46,7 @@ async fn a_key_walk_plans_its_runs_from_the_rows_done_and_completes_the_cycle_in
     .await
     .unwrap();
     migrate(&pool, &[]).await;
-    let stripe = stripe_answering_bare("succeeded", Duration::ZERO).await;
+    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
     // A 20-minute cycle target, a run every 10 minutes: two runs a cycle.
     let mut s = settings(100);
     s.scan.batches_per_run = Sizing::Auto;

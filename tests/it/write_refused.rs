@@ -144,7 +144,7 @@ async fn a_batch_refused_for_every_row_fails_the_run_and_keeps_the_cursor(pool: 
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_row_locked_past_the_lock_timeout_is_refused_then_cleared(pool: PgPool) {
-    let stripe = stripe_answering_bare("succeeded", Duration::ZERO).await;
+    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
     let locked = insert_payment(&pool, "pi_Locked", "paid", 3600).await;
     let after = insert_payment(&pool, "pi_After", "pending", 3600).await;
     let s = settings(2);

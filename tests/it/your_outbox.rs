@@ -57,7 +57,7 @@ async fn outbox_layout(pool: &PgPool) -> (Vec<(String, String, String)>, Vec<Str
 async fn a_debezium_outbox_is_used_as_it_is_and_its_relay_delivers(pool: PgPool) {
     application_with_debezium_outbox(&pool).await;
     let before = outbox_layout(&pool).await;
-    let stripe = stripe_answering_bare("succeeded", Duration::ZERO).await;
+    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
     let env = |extra: &[(&'static str, &str)]| {
         let mut env = vec![
             ("DATABASE_URL", database_url(&pool)),
@@ -169,7 +169,7 @@ async fn the_design_notes_outbox_is_written_with_the_plain_shape_and_left_to_its
     .await
     .unwrap();
     let before = outbox_layout(&pool).await;
-    let stripe = stripe_answering_bare("succeeded", Duration::ZERO).await;
+    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
     let env = |shape: &str| {
         vec![
             ("DATABASE_URL", database_url(&pool)),
