@@ -459,7 +459,7 @@ async fn hostile_payment_intent_ids_become_findings_without_a_request(pool: PgPo
             .await
             .unwrap();
     }
-    let stripe = stripe_answering_bare("succeeded", Duration::ZERO).await;
+    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
 
     let report = scan_with(&pool, &gateway(&stripe), &settings(200))
         .await

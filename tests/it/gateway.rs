@@ -1,4 +1,6 @@
-//! Each gateway failure class, against wiremock, and what a batch does with
+//! Each gateway failure class, against a bare wiremock (not the fake: each
+//! test hands the gateway one raw answer, Stripe's or not, or a timeout on
+//! the wire, and checks how it is classified), and what a batch does with
 //! the ones that stop it: a 404 is classified by its body, and rows that
 //! always fail do not stall the scan while Stripe answers the outage probe.
 

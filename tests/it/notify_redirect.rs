@@ -15,7 +15,7 @@ const HOOK: &str = "/services/T000/B000/sekret-hook-token";
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_redirect_is_not_a_delivery_and_the_next_run_posts_again(pool: PgPool) {
-    let stripe = stripe_answering_bare("succeeded", Duration::ZERO).await;
+    let stripe = stripe_answering("succeeded", Duration::ZERO).await;
     let receiver = MockServer::start().await;
     let env = vec![
         ("DATABASE_URL", database_url(&pool)),

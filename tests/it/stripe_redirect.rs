@@ -88,7 +88,7 @@ async fn run_against_a_redirecting_base_exits_78_and_sends_the_key_nowhere_else(
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_live_key_over_plain_http_is_warned_about_once_without_the_key(pool: PgPool) {
     const LIVE_KEY: &str = "sk_live_Distinctive51Key0123456789";
-    let stripe = stripe_answering_bare("succeeded", std::time::Duration::ZERO).await;
+    let stripe = stripe_answering("succeeded", std::time::Duration::ZERO).await;
     let run = |key: &str| {
         let env = [
             ("DATABASE_URL", database_url(&pool)),

@@ -292,23 +292,6 @@ pub async fn stripe_answering(status: &'static str, delay: Duration) -> stripe_f
     stripe
 }
 
-/// A bare wiremock answering `GET /v1/payment_intents/{id}` for any id in
-/// `status` after `delay`, `latest_charge` always expanded (not Stripe's
-/// rule): being moved to [`stripe_answering`].
-pub async fn stripe_answering_bare(status: &'static str, delay: Duration) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("GET"))
-        .and(wiremock::matchers::path_regex(
-            "^/v1/payment_intents/pi_[A-Za-z0-9]+$",
-        ))
-        .respond_with(move |req: &wiremock::Request| {
-            ok(req.url.path().rsplit('/').next().unwrap(), status).set_delay(delay)
-        })
-        .mount(&server)
-        .await;
-    server
-}
-
 /// The shared fake Stripe ([`stripe_fake::StripeFake`]) for a run of the
 /// real binary in its default read mode (`list`): it holds the PaymentIntent
 /// of every row already in `pool`'s `payments`, in `status`, created when its

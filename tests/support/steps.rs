@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use wiremock::matchers::{method, path, query_param};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use super::{gateway, mount_bare};
+use super::gateway;
 
 /// The scan's job name (`RECONCILER_JOB`'s default: docs/configuration.md).
 pub const SCAN_JOB: &str = "payments-vs-stripe";
@@ -76,21 +76,6 @@ pub async fn drain_all(pool: &PgPool) -> RepairReport {
 /// `latest_charge` expanded only when asked, listed by its `created`.
 pub async fn mount_pi(stripe: &super::stripe_fake::StripeFake, body: &Value) {
     stripe.add_object(None, body.clone());
-}
-
-/// Mounts the PaymentIntent `body` at its id on a bare wiremock (always
-/// answered whole, `latest_charge` expanded or not): being moved to
-/// [`mount_pi`].
-pub async fn mount_pi_bare(stripe: &MockServer, body: &Value) {
-    let id = body["id"].as_str().unwrap().to_owned();
-    mount_bare(
-        stripe,
-        &id,
-        ResponseTemplate::new(200)
-            .insert_header("Request-Id", "req_test123")
-            .set_body_json(body),
-    )
-    .await;
 }
 
 /// A finding of one payment, as the review queue shows it.
