@@ -7,12 +7,11 @@
 //! acknowledged, all in one database: scan, resolve each by hand, scan again
 //! (it holds), change each case's detail, scan again (it reopens).
 
+use crate::support::stripe_fake::{self, StripeFake};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use stripe_reconciler::config::{ColumnName, Settings, StatusMap};
 use stripe_reconciler::reconcile::Rules;
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use crate::support::arrange::{charge, clean, intent};
 use crate::support::*;
@@ -233,18 +232,14 @@ fn ack_settings() -> Settings {
     s
 }
 
-/// Mounts `answer` for `pi`; `priority` 1 wins over the default 5.
-async fn answer(stripe: &MockServer, pi: &str, answer: &Answer, priority: u8) {
-    let response = match answer {
-        Answer::Object(body) => ResponseTemplate::new(200).set_body_json(body),
-        Answer::NotFound => err(404, "invalid_request_error", "resource_missing"),
-    };
-    Mock::given(method("GET"))
-        .and(path(format!("/v1/payment_intents/{pi}")))
-        .respond_with(response)
-        .with_priority(priority)
-        .mount(stripe)
-        .await;
+/// Stripe (the one fake) holds `answer` for `pi`, replacing what it held.
+fn answer(stripe: &StripeFake, pi: &str, answer: &Answer) {
+    match answer {
+        Answer::Object(body) => {
+            stripe.add_object(None, body.clone());
+        }
+        Answer::NotFound => stripe.delete(pi),
+    }
 }
 
 /// `(open, resolution)` of every finding of `kind` for `payment`, oldest first.
@@ -266,7 +261,7 @@ async fn an_acknowledgement_holds_per_kind_until_a_detail_that_matters_changes(p
     .execute(&pool)
     .await
     .unwrap();
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let s = ack_settings();
     let cases = cases();
     let mut ids = Vec::new();
@@ -279,7 +274,7 @@ async fn an_acknowledgement_holds_per_kind_until_a_detail_that_matters_changes(p
             .execute(&pool)
             .await
             .unwrap();
-        answer(&stripe, c.pi, &c.answer, 5).await;
+        answer(&stripe, c.pi, &c.answer);
         ids.push(id);
     }
 
@@ -321,7 +316,7 @@ async fn an_acknowledgement_holds_per_kind_until_a_detail_that_matters_changes(p
     // A detail that matters changes: a new finding opens.
     for (c, id) in cases.iter().zip(&ids) {
         match &c.change {
-            Change::Stripe(body) => answer(&stripe, c.pi, &Answer::Object(body.clone()), 1).await,
+            Change::Stripe(body) => answer(&stripe, c.pi, &Answer::Object(body.clone())),
             Change::Row(set) => {
                 sqlx::query(&format!(
                     "UPDATE payments SET {set}, updated_at = now() - interval '1 hour' WHERE id = $1"
@@ -355,13 +350,9 @@ async fn an_acknowledgement_holds_per_kind_until_a_detail_that_matters_changes(p
 /// cause still there is reported again.
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_persistent_failure_resolved_by_hand_is_reported_again(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let payment = insert_payment(&pool, "pi_AckDown", "pending", 3600).await;
-    Mock::given(method("GET"))
-        .and(path("/v1/payment_intents/pi_AckDown"))
-        .respond_with(ResponseTemplate::new(500))
-        .mount(&stripe)
-        .await;
+    stripe.fail_object(stripe_fake::RETRIEVE, "pi_AckDown", server_error());
     let s = settings(200);
     for _ in 0..s.run.unverifiable_cycles {
         one_cycle(&pool, &stripe, &s).await;
@@ -387,7 +378,7 @@ async fn a_persistent_failure_resolved_by_hand_is_reported_again(pool: PgPool) {
 }
 
 /// Runs batches until one wraps the cursor (one cycle).
-async fn one_cycle(pool: &PgPool, stripe: &MockServer, s: &Settings) {
+async fn one_cycle(pool: &PgPool, stripe: &StripeFake, s: &Settings) {
     for _ in 0..50 {
         if scan(pool, stripe, s).await.wrapped {
             return;

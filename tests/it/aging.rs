@@ -4,13 +4,13 @@
 //! PaymentIntent moves on; and their three variables.
 
 use crate::support::arrange::{self, PaymentBuilder};
+use crate::support::stripe_fake::StripeFake;
 use crate::support::*;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use stripe_reconciler::config::Settings;
 use stripe_reconciler::reconcile::{Rules, Verdict};
-use wiremock::MockServer;
 
 const DAY: i64 = 24 * 3600;
 
@@ -67,7 +67,7 @@ async fn live_commands(pool: &PgPool, payment: i64) -> Vec<String> {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn aging_findings_carry_a_deadline_and_clear_when_the_payment_intent_moves_on(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let manual = json!("manual");
     let sepa_debit = json!(["sepa_debit"]);
     let held = aged("pi_HeldSixDays", "pending", "requires_capture", 6)
@@ -160,7 +160,6 @@ async fn aging_findings_carry_a_deadline_and_clear_when_the_payment_intent_moves
     // Each PaymentIntent leaves its state: the hold was captured, the debit
     // went through, the cart's PaymentIntent was canceled and the webhook
     // marked the row failed meanwhile.
-    stripe.reset().await;
     mount_pi(&stripe, &captured("pi_HeldSixDays", created(&held))).await;
     mount_pi(&stripe, &held_fresh).await;
     mount_pi(&stripe, &captured("pi_SepaDebit", created(&debit))).await;
@@ -224,7 +223,7 @@ async fn aging_findings_carry_a_deadline_and_clear_when_the_payment_intent_moves
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn abandoned_is_off_by_default(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let p = aged(
         "pi_LongForgotten",
         "pending",
@@ -247,7 +246,7 @@ async fn abandoned_is_off_by_default(pool: PgPool) {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn an_aging_finding_resolved_by_hand_stays_resolved_while_nothing_changes(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let p = aged("pi_SlowDebit", "pending", "processing", 15)
         .field("payment_method_types", json!(["sepa_debit"]))
         .insert(&pool, &stripe)

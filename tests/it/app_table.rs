@@ -8,8 +8,8 @@
 //! closes its findings as `payment_deleted` and skips its commands; a batch
 //! that reads the table's last rows ends the cycle.
 
+use crate::support::stripe_fake::StripeFake;
 use sqlx::PgPool;
-use wiremock::MockServer;
 
 use crate::support::*;
 
@@ -177,21 +177,16 @@ async fn migrate_with_a_row_held_does_not_block_the_applications_inserts(pool: P
 /// A database migrated by the previous release: the migration files as
 /// released (sqlx's migrator, every statement of 0001, 0005 and 0007), with
 /// a finding and its queued repair command made by a scan.
-async fn previous_release(pool: &PgPool, own_columns: bool) -> MockServer {
+async fn previous_release(pool: &PgPool, own_columns: bool) -> StripeFake {
     application_payments(pool, 3, own_columns).await;
     stripe_reconciler::MIGRATOR.run(pool).await.unwrap();
     // The tests' outbox: 0001's own section made it, as in the previous release.
     let pending = insert_payment(pool, "pi_Missed", "pending", 3600).await;
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     for i in 1..=3 {
-        mount(
-            &stripe,
-            &format!("pi_{i}"),
-            ok(&format!("pi_{i}"), "succeeded"),
-        )
-        .await;
+        stripe.set_status(&format!("pi_{i}"), "succeeded");
     }
-    mount(&stripe, "pi_Missed", ok("pi_Missed", "succeeded")).await;
+    stripe.set_status("pi_Missed", "succeeded");
     let report = scan(pool, &stripe, &settings(100)).await;
     assert_eq!(report.findings_created, 1);
     assert_eq!(report.commands_enqueued, 1);

@@ -4,11 +4,11 @@
 //! last rows ends the cycle, so a small table or partition is verified again
 //! by every run. (`app_table` covers `migrate` and upgrades.)
 
+use crate::support::stripe_fake::StripeFake;
 use serde_json::Value;
 use sqlx::PgPool;
 use stripe_reconciler::config::Sizing;
 use stripe_reconciler::scan::ScanJob;
-use wiremock::MockServer;
 
 use crate::support::*;
 
@@ -20,9 +20,9 @@ async fn a_deleted_payment_closes_its_findings_and_skips_its_commands(pool: PgPo
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
     let gone = insert_payment(&pool, "pi_Gone", "pending", 3600).await;
     let kept = insert_payment(&pool, "pi_Kept", "pending", 3600).await;
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     for pi in ["pi_Gone", "pi_Kept", "pi_Late"] {
-        mount(&stripe, pi, ok(pi, "succeeded")).await;
+        stripe.set_status(pi, "succeeded");
     }
     let s = settings(100);
     let report = scan(&pool, &stripe, &s).await;
@@ -116,14 +116,9 @@ async fn a_small_table_is_verified_again_by_every_run(pool: PgPool) {
     let out = reconciler_output(&["migrate"], &[("DATABASE_URL", database_url(&pool))]).await;
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
     insert_paid(&pool, 10).await;
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     for i in 1..=10 {
-        mount(
-            &stripe,
-            &format!("pi_{i}"),
-            ok(&format!("pi_{i}"), "succeeded"),
-        )
-        .await;
+        stripe.set_status(&format!("pi_{i}"), "succeeded");
     }
     let s = Settings {
         scan: ScanSettings {
@@ -190,14 +185,9 @@ async fn a_small_partition_is_verified_again_by_every_run(pool: PgPool) {
     .execute(&pool)
     .await
     .unwrap();
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     for i in 1..=30 {
-        mount(
-            &stripe,
-            &format!("pi_{i}"),
-            ok(&format!("pi_{i}"), "succeeded"),
-        )
-        .await;
+        stripe.set_status(&format!("pi_{i}"), "succeeded");
     }
     let mut s = Settings {
         scan: ScanSettings {

@@ -11,8 +11,6 @@ use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
 use stripe_reconciler::scan::RunError;
 use stripe_reconciler::stripe::StripeGateway;
-use wiremock::matchers::{method, path_regex};
-use wiremock::{Mock, MockServer, Request};
 
 /// The design note's broken scan: "the 200 most recently updated rows".
 async fn scan_broken(pool: &PgPool) {
@@ -89,13 +87,9 @@ async fn two_full_cycles_record_each_drift_once(pool: PgPool) {
         .await
         .unwrap();
     // pi_33 is paid locally but canceled at Stripe.
-    let stripe = MockServer::start().await;
-    mount(&stripe, "pi_33", ok("pi_33", "canceled")).await;
-    Mock::given(method("GET"))
-        .and(path_regex("^/v1/payment_intents/pi_[0-9]+$"))
-        .respond_with(|req: &Request| ok(req.url.path().rsplit('/').next().unwrap(), "succeeded"))
-        .mount(&stripe)
-        .await;
+    let stripe = StripeFake::start().await;
+    stripe.set_status("pi_33", "canceled");
+    stripe.answer_any("succeeded");
     let gw = gateway(&stripe);
 
     let mut wraps = 0;
@@ -241,13 +235,13 @@ async fn unverifiable_findings(
 async fn a_row_stripe_never_answers_for_gets_one_finding_after_three_cycles_and_it_clears(
     pool: PgPool,
 ) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let bad = insert_payment(&pool, "pi_Broken", "paid", 3600).await;
-    mount(&stripe, "pi_Broken", server_error()).await;
+    stripe.fail_object(stripe_fake::RETRIEVE, "pi_Broken", server_error());
     for i in 0..5 {
         let pi = format!("pi_Good{i}");
         insert_payment(&pool, &pi, "paid", 3600).await;
-        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+        stripe.set_status(&pi, "succeeded");
     }
     let gw = gateway(&stripe);
     let mut s = settings(10);
@@ -315,11 +309,11 @@ async fn a_row_stripe_never_answers_for_gets_one_finding_after_three_cycles_and_
     );
 
     // Stripe answers for it again, in sync: the finding is cleared.
-    stripe.reset().await;
-    mount(&stripe, "pi_Broken", ok("pi_Broken", "succeeded")).await;
+    stripe.heal("pi_Broken");
+    stripe.set_status("pi_Broken", "succeeded");
     for i in 0..5 {
         let pi = format!("pi_Good{i}");
-        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+        stripe.set_status(&pi, "succeeded");
     }
     one_cycle(&pool, &gw, &s).await;
 
@@ -344,11 +338,11 @@ async fn a_row_stripe_never_answers_for_gets_one_finding_after_three_cycles_and_
 async fn a_payment_committed_after_the_cursor_passed_its_id_is_checked_by_the_next_batch(
     pool: PgPool,
 ) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     for i in 1..=20 {
         let pi = format!("pi_Row{i}");
         insert_payment(&pool, &pi, "paid", 3600).await;
-        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+        stripe.set_status(&pi, "succeeded");
     }
     // Ids 21 and 22 are taken by two long transactions; the cursor passes
     // them (rows 23..=30 commit first).
@@ -359,7 +353,7 @@ async fn a_payment_committed_after_the_cursor_passed_its_id_is_checked_by_the_ne
     for i in 23..=30 {
         let pi = format!("pi_Row{i}");
         insert_payment(&pool, &pi, "paid", 3600).await;
-        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+        stripe.set_status(&pi, "succeeded");
     }
     let gw = gateway(&stripe);
     // Batches of 20 read up to 2 rows behind the cursor each.
@@ -395,14 +389,14 @@ async fn a_payment_committed_after_the_cursor_passed_its_id_is_checked_by_the_ne
         .await
         .unwrap();
     }
-    mount(&stripe, "pi_Late", ok("pi_Late", "succeeded")).await;
-    mount(&stripe, "pi_LateBroken", server_error()).await;
+    stripe.set_status("pi_Late", "succeeded");
+    stripe.fail_object(stripe_fake::RETRIEVE, "pi_LateBroken", server_error());
     mount_probe(&stripe, empty_list()).await;
     // 21 rows after the cursor: the batch reads 20, not the table's end.
     for i in 31..=51 {
         let pi = format!("pi_Row{i}");
         insert_payment(&pool, &pi, "paid", 3600).await;
-        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+        stripe.set_status(&pi, "succeeded");
     }
 
     let next = scan_with(&pool, &gw, &s).await.unwrap();
@@ -435,7 +429,7 @@ async fn a_payment_committed_after_the_cursor_passed_its_id_is_checked_by_the_ne
     for i in 52..=56 {
         let pi = format!("pi_Row{i}");
         insert_payment(&pool, &pi, "paid", 3600).await;
-        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+        stripe.set_status(&pi, "succeeded");
     }
     let later = scan_with(&pool, &gw, &s).await.unwrap();
     assert_eq!(

@@ -66,18 +66,18 @@ async fn missed_success_missed_cancel_and_a_refund_are_found_through_events(pool
     let feed = stripe.feed();
     let success = arrange::payment("pi_MissedSuccess")
         .local("pending")
-        .insert_held_by(&pool, &stripe)
+        .insert(&pool, &stripe)
         .await
         .id;
     let cancel = arrange::payment("pi_MissedCancel")
         .local("pending")
         .stripe("canceled")
-        .insert_held_by(&pool, &stripe)
+        .insert(&pool, &stripe)
         .await
         .id;
     let refunded = arrange::payment("pi_Refunded")
         .refunded(500)
-        .insert_held_by(&pool, &stripe)
+        .insert(&pool, &stripe)
         .await
         .id;
     feed.push(event("evt_1", "pi_MissedSuccess", "succeeded", 120));
@@ -135,7 +135,7 @@ async fn a_payment_intent_named_by_five_events_is_read_once(pool: PgPool) {
     let feed = stripe.feed();
     arrange::payment("pi_Busy")
         .local("pending")
-        .insert_held_by(&pool, &stripe)
+        .insert(&pool, &stripe)
         .await;
     for (i, status) in [
         "requires_action",
@@ -175,7 +175,7 @@ async fn an_event_about_a_row_updated_within_the_grace_window_is_skipped_and_rea
     let fresh = arrange::payment("pi_Fresh")
         .local("pending")
         .updated_secs_ago(20)
-        .insert_held_by(&pool, &stripe)
+        .insert(&pool, &stripe)
         .await
         .id;
     feed.push(event("evt_1", "pi_Fresh", "succeeded", 10));
@@ -229,7 +229,7 @@ async fn a_crash_before_the_commit_reprocesses_the_same_window_without_duplicate
     let feed = stripe.feed();
     arrange::payment("pi_MissedSuccess")
         .local("pending")
-        .insert_held_by(&pool, &stripe)
+        .insert(&pool, &stripe)
         .await;
     feed.push(event("evt_1", "pi_MissedSuccess", "succeeded", 300));
     // Out of the grace window: a younger orphan might still get its row.
@@ -284,7 +284,7 @@ async fn the_position_resumes_where_the_last_run_ended(pool: PgPool) {
         arrange::payment(pi)
             .local("pending")
             .stripe(status)
-            .insert_held_by(&pool, &stripe)
+            .insert(&pool, &stripe)
             .await;
     }
     feed.push(event("evt_1", "pi_Old", "succeeded", 600));

@@ -44,7 +44,7 @@ async fn a_slice_ending_before_the_stored_position_leaves_it_unchanged(pool: PgP
     let feed = stripe.feed();
     let row = arrange::payment("pi_InWindow")
         .local("pending")
-        .insert_held_by(&pool, &stripe)
+        .insert(&pool, &stripe)
         .await
         .id;
     feed.push(event("evt_1", "pi_InWindow", "succeeded", 10));

@@ -323,7 +323,7 @@ async fn a_later_slices_event_about_a_payment_intent_not_read_earlier_is_not_ski
     // success webhook is missed.
     let row = arrange::payment("pi_Row")
         .local("pending")
-        .insert_held_by(&pool, &server)
+        .insert(&pool, &server)
         .await
         .id;
     sqlx::query(

@@ -179,7 +179,7 @@ async fn thousands_of_held_payment_intents_stripe_keeps_failing_leave_the_run_ti
     // Later, a missed success on the feed.
     let missed = arrange::payment("pi_MissedLater")
         .local("pending")
-        .insert_held_by(&pool, &stripe)
+        .insert(&pool, &stripe)
         .await
         .id;
     feed.push(event("evt_missed", "pi_MissedLater", "succeeded", 120));

@@ -55,7 +55,7 @@ async fn a_missed_success_behind_held_payment_intents_is_found_and_the_held_shar
     // After them on the feed, a missed success.
     let missed = arrange::payment("pi_MissedLater")
         .local("pending")
-        .insert_held_by(&pool, &stripe)
+        .insert(&pool, &stripe)
         .await
         .id;
     feed.push(event("evt_missed", "pi_MissedLater", "succeeded", 20));

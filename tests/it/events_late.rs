@@ -47,9 +47,7 @@ fn refund_event(id: &str, pi: &str) -> Value {
 async fn a_late_event_within_the_overlap_is_handled_exactly_once(pool: PgPool) {
     let stripe = StripeFake::start().await;
     let feed = stripe.feed();
-    arrange::payment("pi_OnTime")
-        .insert_held_by(&pool, &stripe)
-        .await;
+    arrange::payment("pi_OnTime").insert(&pool, &stripe).await;
     feed.push(event("evt_on_time", "pi_OnTime", "succeeded", 300));
     events_once(&pool, &stripe, &settings(200)).await.1.unwrap();
     let (first, _) = position(&pool).await;
@@ -57,7 +55,7 @@ async fn a_late_event_within_the_overlap_is_handled_exactly_once(pool: PgPool) {
     // A refund created 30 s before that position, listed only now.
     let refunded = arrange::payment("pi_LateRefund")
         .refunded(1099)
-        .insert_held_by(&pool, &stripe)
+        .insert(&pool, &stripe)
         .await
         .id;
     feed.push(behind(refund_event("evt_late", "pi_LateRefund"), first, 30));

@@ -35,12 +35,12 @@ async fn a_refund_and_a_dispute_on_paid_orders_are_found_by_one_events_run(pool:
     let feed = stripe.feed();
     let refunded = arrange::payment("pi_Refunded")
         .refunded(1099)
-        .insert_held_by(&pool, &stripe)
+        .insert(&pool, &stripe)
         .await
         .id;
     let disputed = arrange::payment("pi_Disputed")
         .disputed()
-        .insert_held_by(&pool, &stripe)
+        .insert(&pool, &stripe)
         .await
         .id;
     let mut charge = clean_charge("pi_Refunded");

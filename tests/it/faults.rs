@@ -382,6 +382,8 @@ async fn a_proxy_answering_html_for_everything_stops_the_run_without_moving_the_
     pool: PgPool,
 ) {
     insert_paid(&pool, 20).await;
+    // Bare wiremock, not the fake: a proxy's HTML on every path is no
+    // Stripe answer (docs/testing.md "Stripe in tests").
     let stripe = MockServer::start().await;
     Mock::given(method("GET"))
         .respond_with(

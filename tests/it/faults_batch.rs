@@ -14,6 +14,8 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_stripe_404_that_is_not_resource_missing_is_a_configuration_error(pool: PgPool) {
     insert_paid(&pool, 5).await;
+    // Bare wiremock, not the fake: a wrong base URL, Stripe's
+    // "Unrecognized request URL" 404 on every path (docs/testing.md).
     let stripe = MockServer::start().await;
     Mock::given(method("GET"))
         .respond_with(ResponseTemplate::new(404).set_body_json(serde_json::json!({

@@ -1,4 +1,6 @@
-//! Each gateway failure class, against wiremock, and what a batch does with
+//! Each gateway failure class, against a bare wiremock (not the fake: each
+//! test hands the gateway one raw answer, Stripe's or not, or a timeout on
+//! the wire, and checks how it is classified), and what a batch does with
 //! the ones that stop it: a 404 is classified by its body, and rows that
 //! always fail do not stall the scan while Stripe answers the outage probe.
 
@@ -16,7 +18,7 @@ fn id(s: &str) -> PaymentIntentId {
 
 async fn read(response: ResponseTemplate) -> (Result<ExternalStatus, GatewayError>, usize) {
     let server = MockServer::start().await;
-    mount(&server, "pi_X", response).await;
+    mount_bare(&server, "pi_X", response).await;
     let result = gateway(&server).payment_intent_status(&id("pi_X")).await;
     (result, server.received_requests().await.unwrap().len())
 }
@@ -127,7 +129,7 @@ async fn rate_limited_429_is_unavailable() {
 #[tokio::test]
 async fn a_timeout_is_unavailable() {
     let server = MockServer::start().await;
-    mount(
+    mount_bare(
         &server,
         "pi_X",
         ok("pi_X", "succeeded").set_delay(Duration::from_secs(3)),

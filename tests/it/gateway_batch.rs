@@ -2,25 +2,29 @@
 //! down for most of a batch, occasional failures, 404s that are and are not
 //! `resource_missing`, rows that always fail, and a failing probe.
 
+use crate::support::stripe_fake::{StripeFake, LIST, RETRIEVE};
 use crate::support::*;
 use serde_json::json;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
 use stripe_reconciler::scan::RunError;
 use stripe_reconciler::stripe::GatewayError;
-use wiremock::matchers::method;
-use wiremock::{Mock, MockServer, ResponseTemplate};
+use wiremock::ResponseTemplate;
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_rejected_key_aborts_the_batch_and_writes_nothing(pool: PgPool) {
     for i in 1..=5 {
         insert_payment(&pool, &format!("pi_{i}"), "pending", 3600).await;
     }
-    let server = MockServer::start().await;
-    Mock::given(method("GET"))
-        .respond_with(err(401, "invalid_request_error", "api_key_invalid"))
-        .mount(&server)
-        .await;
+    // A rejected key: Stripe's 401 on every endpoint.
+    let server = StripeFake::start().await;
+    for endpoint in [LIST, RETRIEVE] {
+        server.answer_on(
+            None,
+            endpoint,
+            err(401, "invalid_request_error", "api_key_invalid"),
+        );
+    }
 
     let e = scan_with(&pool, &gateway(&server), &settings(200))
         .await
@@ -48,12 +52,13 @@ async fn stripe_down_for_most_of_a_batch_abandons_it_without_moving_the_cursor(p
     for i in 1..=10 {
         insert_payment(&pool, &format!("pi_{i}"), "pending", 3600).await;
     }
-    let server = MockServer::start().await;
-    mount(&server, "pi_1", ok("pi_1", "succeeded")).await;
-    Mock::given(method("GET"))
-        .respond_with(err(503, "api_error", ""))
-        .mount(&server)
-        .await;
+    let server = StripeFake::start().await;
+    server.set_status("pi_1", "succeeded");
+    // Stripe down for every other read, its outage probe too.
+    for i in 2..=10 {
+        server.fail_object(RETRIEVE, &format!("pi_{i}"), err(503, "api_error", ""));
+    }
+    server.answer_on(None, LIST, err(503, "api_error", ""));
 
     let e = scan_with(&pool, &gateway(&server), &settings(200))
         .await
@@ -82,14 +87,9 @@ async fn occasional_failures_are_unverifiable_and_the_cursor_moves_on(pool: PgPo
     for i in 1..=10 {
         insert_payment(&pool, &format!("pi_{i}"), "paid", 3600).await;
     }
-    let server = MockServer::start().await;
-    mount(&server, "pi_4", err(500, "api_error", "")).await;
-    Mock::given(method("GET"))
-        .respond_with(|r: &wiremock::Request| {
-            ok(r.url.path().rsplit('/').next().unwrap(), "succeeded")
-        })
-        .mount(&server)
-        .await;
+    let server = StripeFake::start().await;
+    server.fail_object(RETRIEVE, "pi_4", err(500, "api_error", ""));
+    server.answer_any("succeeded");
 
     let report = scan_with(&pool, &gateway(&server), &settings(200))
         .await
@@ -115,51 +115,44 @@ async fn occasional_failures_are_unverifiable_and_the_cursor_moves_on(pool: PgPo
     );
 }
 
-async fn probes(server: &MockServer) -> usize {
-    server
-        .received_requests()
-        .await
-        .unwrap_or_default()
-        .iter()
-        .filter(|r| r.url.path() == "/v1/payment_intents")
-        .count()
+/// Outage probes (`GET /v1/payment_intents?limit=1`): the only list reads
+/// of a retrieve-mode batch.
+async fn probes(server: &StripeFake) -> usize {
+    server.count(LIST)
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_404_that_is_neither_resource_missing_nor_a_wrong_url_leaves_only_that_row_unverifiable(
     pool: PgPool,
 ) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let mut healthy = Vec::new();
     for i in 0..7 {
         let pi = format!("pi_Healthy{i}");
         healthy.push(insert_payment(&pool, &pi, "paid", 3600).await);
-        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+        stripe.set_status(&pi, "succeeded");
     }
     // A Stripe envelope with another code, an empty object, a proxy's HTML page.
     let odd_code = insert_payment(&pool, "pi_OddCode", "pending", 3600).await;
-    mount(
-        &stripe,
+    stripe.fail_object(
+        RETRIEVE,
         "pi_OddCode",
         ResponseTemplate::new(404).set_body_json(json!({"error": {
             "type": "invalid_request_error", "code": "parameter_unknown",
             "message": "Received unknown parameter: expand"}})),
-    )
-    .await;
+    );
     let empty = insert_payment(&pool, "pi_EmptyBody", "pending", 3600).await;
-    mount(
-        &stripe,
+    stripe.fail_object(
+        RETRIEVE,
         "pi_EmptyBody",
         ResponseTemplate::new(404).set_body_json(json!({})),
-    )
-    .await;
+    );
     let html = insert_payment(&pool, "pi_HtmlBody", "pending", 3600).await;
-    mount(
-        &stripe,
+    stripe.fail_object(
+        RETRIEVE,
         "pi_HtmlBody",
         ResponseTemplate::new(404).set_body_raw("<html><body>Not Found</body></html>", "text/html"),
-    )
-    .await;
+    );
 
     let report = scan_with(&pool, &gateway(&stripe), &settings(20))
         .await
@@ -197,21 +190,16 @@ async fn a_404_that_is_neither_resource_missing_nor_a_wrong_url_leaves_only_that
 async fn stripes_unrecognized_request_url_404_is_a_configuration_error_and_writes_nothing(
     pool: PgPool,
 ) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     for i in 0..5 {
         let pi = format!("pi_Fine{i}");
         insert_payment(&pool, &pi, "pending", 3600).await;
-        mount(&stripe, &pi, ok(&pi, "succeeded")).await;
+        stripe.set_status(&pi, "succeeded");
     }
     insert_payment(&pool, "pi_X", "paid", 3600).await;
-    mount(
-        &stripe,
-        "pi_X",
-        ResponseTemplate::new(404).set_body_json(json!({"error": {
+    stripe.fail_object(RETRIEVE, "pi_X", ResponseTemplate::new(404).set_body_json(json!({"error": {
             "type": "invalid_request_error",
-            "message": "Unrecognized request URL (GET: /v1/payment_intents/pi_X). Please see https://stripe.com/docs or we can help at https://support.stripe.com/."}})),
-    )
-    .await;
+            "message": "Unrecognized request URL (GET: /v1/payment_intents/pi_X). Please see https://stripe.com/docs or we can help at https://support.stripe.com/."}})));
 
     let err = scan_with(&pool, &gateway(&stripe), &settings(20))
         .await
@@ -243,15 +231,15 @@ async fn stripes_unrecognized_request_url_404_is_a_configuration_error_and_write
 
 /// Ten paid payments; the first six answer 500 on every attempt, the other
 /// four `succeeded`. Returns the ids in order.
-async fn six_failing_of_ten(pool: &PgPool, stripe: &MockServer) -> Vec<i64> {
+async fn six_failing_of_ten(pool: &PgPool, stripe: &StripeFake) -> Vec<i64> {
     let mut ids = Vec::new();
     for i in 0..10 {
         let pi = format!("pi_Row{i}");
         ids.push(insert_payment(pool, &pi, "paid", 3600).await);
         if i < 6 {
-            mount(stripe, &pi, server_error()).await;
+            stripe.fail_object(RETRIEVE, &pi, server_error());
         } else {
-            mount(stripe, &pi, ok(&pi, "succeeded")).await;
+            stripe.set_status(&pi, "succeeded");
         }
     }
     ids
@@ -261,9 +249,9 @@ async fn six_failing_of_ten(pool: &PgPool, stripe: &MockServer) -> Vec<i64> {
 async fn rows_that_always_fail_at_the_head_of_a_batch_do_not_stall_the_scan_when_stripe_answers(
     pool: PgPool,
 ) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let ids = six_failing_of_ten(&pool, &stripe).await;
-    mount_probe(&stripe, empty_list()).await;
+    // The probe reads the fake's (empty) PaymentIntent list.
     let gw = gateway(&stripe);
     let s = settings(10);
 
@@ -291,9 +279,9 @@ async fn rows_that_always_fail_at_the_head_of_a_batch_do_not_stall_the_scan_when
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn when_the_probe_fails_too_the_batch_is_abandoned_as_stripe_down(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     six_failing_of_ten(&pool, &stripe).await;
-    mount_probe(&stripe, server_error()).await;
+    stripe.answer_on(None, LIST, server_error());
 
     let err = scan_with(&pool, &gateway(&stripe), &settings(10))
         .await

@@ -39,6 +39,9 @@ const DEADLOCK_ROUNDS: [usize; 5] = [950, 900, 980, 850, 1000];
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_scan_and_two_repair_workers_on_the_same_rows_never_deadlock(pool: PgPool) {
+    // Bare wiremock, not the fake: its own `Respond` counts the reads to
+    // start the workers mid-way through the rescan (arrival timing,
+    // docs/testing.md "Stripe in tests").
     let stripe = MockServer::start().await;
     let reads = Arc::new(AtomicUsize::new(0));
     Mock::given(method("GET"))

@@ -307,6 +307,8 @@ async fn fifty_undocumented_stripe_statuses_push_one_open_findings_label(pool: P
         .execute(&pool)
         .await
         .unwrap();
+    // Bare wiremock, not the fake: a new, made-up status on every read is
+    // no answer Stripe gives (docs/testing.md "Stripe in tests").
     let stripe = MockServer::start().await;
     Mock::given(method("GET"))
         .respond_with(|r: &Request| {

@@ -1,23 +1,16 @@
 //! Money beats status (docs/design.md, "Money beyond status"): the latest charge read in
 //! the same request, refunds, disputes, duplicates and amount/currency
 //! mismatches recorded as findings that block every repair of their payment,
-//! on a real PostgreSQL with Stripe faked by wiremock.
+//! on a real PostgreSQL with Stripe faked by the one fake (`stripe_fake`).
 
 use crate::support::arrange::{self, charge, intent};
+use crate::support::stripe_fake::StripeFake;
 use crate::support::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::{Charge, ChargeFacts, Verdict};
 use stripe_reconciler::repair::RepairReport;
 use stripe_reconciler::stripe::PaymentIntentId;
-use wiremock::matchers::{method, path, query_param};
-use wiremock::{Mock, MockServer, ResponseTemplate};
-
-pub(super) fn answer(body: Value) -> ResponseTemplate {
-    ResponseTemplate::new(200)
-        .insert_header("Request-Id", "req_money")
-        .set_body_json(body)
-}
 
 /// `payment_id` of every `PaymentStatusChanged` event, in order.
 async fn status_events(pool: &PgPool) -> Vec<i64> {
@@ -45,7 +38,7 @@ pub(super) async fn commands(pool: &PgPool) -> Vec<(i64, String, bool, Option<St
 
 #[tokio::test]
 async fn latest_charge_is_read_in_every_shape_stripe_sends() {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let known = |amount_refunded, refunded, disputed| {
         ChargeFacts::Known(Charge {
             amount: Some(1099),
@@ -97,16 +90,9 @@ async fn latest_charge_is_read_in_every_shape_stripe_sends() {
         (absent, ChargeFacts::NotExpanded),
     ];
     for (body, _) in &cases {
-        let id = body["id"].as_str().unwrap();
-        // Answers only a request that asks for the charge: a read without
-        // `expand[]=latest_charge` gets wiremock's bare 404 and fails.
-        Mock::given(method("GET"))
-            .and(path(format!("/v1/payment_intents/{id}")))
-            .and(query_param("expand[]", "latest_charge"))
-            .respond_with(answer(body.clone()))
-            .expect(1)
-            .mount(&stripe)
-            .await;
+        // Stripe's rule: `latest_charge` expanded only when the read asks
+        // `expand[]=latest_charge` (its id otherwise).
+        stripe.add_object(None, body.clone());
     }
     let gateway = gateway(&stripe);
 
@@ -125,16 +111,15 @@ async fn latest_charge_is_read_in_every_shape_stripe_sends() {
             "{id}"
         );
     }
-    let received = stripe.received_requests().await.unwrap();
-    assert_eq!(received.len(), cases.len());
-    for r in &received {
-        let expand: Vec<String> = r
-            .url
-            .query_pairs()
-            .filter(|(k, _)| k == "expand[]")
-            .map(|(_, v)| v.into_owned())
-            .collect();
-        assert_eq!(expand, ["latest_charge"], "{}", r.url);
+    let ids: Vec<&str> = cases
+        .iter()
+        .map(|(b, _)| b["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(stripe.retrieved(), ids, "one retrieve per PaymentIntent");
+    let seen = stripe.seen();
+    assert_eq!(seen.len(), cases.len());
+    for r in &seen {
+        assert_eq!(r.expand, ["latest_charge"], "{:?}", r.id);
     }
 }
 
@@ -143,7 +128,7 @@ async fn latest_charge_is_read_in_every_shape_stripe_sends() {
 #[sqlx::test(migrations = false)]
 async fn refunds_disputes_and_duplicates_are_reported_and_never_repaired(pool: PgPool) {
     payments_without_unique(&pool).await;
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let pending = |pi: &str| arrange::payment(pi).local("pending");
     let refunded = pending("pi_Refunded")
         .refunded(1099)
@@ -243,7 +228,7 @@ async fn refunds_disputes_and_duplicates_are_reported_and_never_repaired(pool: P
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn the_worker_skips_a_command_whose_payment_got_a_refund_finding(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let p = arrange::payment("pi_LateRefund")
         .local("pending")
         .insert(&pool, &stripe)
@@ -285,13 +270,12 @@ async fn the_worker_skips_a_command_whose_payment_got_a_refund_finding(pool: PgP
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_rescan_that_sees_the_refund_closes_the_earlier_command(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let late_refund = arrange::payment("pi_LateRefund").local("pending");
     let p = late_refund.clone().insert(&pool, &stripe).await;
     let payment = p.id;
     assert_eq!(p.scan(&pool, &stripe).await.commands_enqueued, 1);
     // Refunded in full before the worker ran.
-    stripe.reset().await;
     mount_pi(&stripe, &late_refund.refunded(1099).stripe_object()).await;
 
     let report = rescan(&pool, &stripe, &settings(200)).await;
@@ -331,7 +315,7 @@ async fn a_rescan_that_sees_the_refund_closes_the_earlier_command(pool: PgPool) 
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_command_for_a_payment_intent_the_payment_no_longer_holds_is_skipped(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let p = arrange::payment("pi_FirstAttempt")
         .local("pending")
         .insert(&pool, &stripe)

@@ -5,16 +5,16 @@
 
 use super::money::commands;
 use crate::support::arrange::{self, charge, clean};
+use crate::support::stripe_fake::StripeFake;
 use crate::support::*;
 use serde_json::json;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
 use stripe_reconciler::scan::{run_batch, Mode, ScanGroups};
-use wiremock::MockServer;
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn an_unexpanded_charge_is_unverifiable_never_repaired(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     // A proxy that drops `expand[]`: the charge comes back as a bare id.
     let payment = arrange::payment("pi_Stripped")
         .local("pending")
@@ -52,7 +52,7 @@ async fn an_unexpanded_charge_is_unverifiable_never_repaired(pool: PgPool) {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_refunded_charge_without_disputed_is_refunded(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let mut trimmed = charge("ch_3Trimmed", "pi_Trimmed", 1099, 300, false);
     trimmed.as_object_mut().unwrap().remove("disputed");
     let p = arrange::payment("pi_Trimmed")
@@ -72,7 +72,7 @@ async fn a_refunded_charge_without_disputed_is_refunded(pool: PgPool) {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_missed_success_waits_for_its_money_then_gets_its_repair(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let mut trimmed = charge("ch_3Unproven", "pi_Unproven", 1099, 0, false);
     trimmed.as_object_mut().unwrap().remove("disputed");
     let p = arrange::payment("pi_Unproven")
@@ -97,7 +97,6 @@ async fn a_missed_success_waits_for_its_money_then_gets_its_repair(pool: PgPool)
     );
 
     // A later read shows the whole charge: the money is proven kept.
-    stripe.reset().await;
     mount_pi(&stripe, &clean("pi_Unproven")).await;
     let report = rescan(&pool, &stripe, &settings(200)).await;
 
@@ -117,7 +116,7 @@ async fn a_missed_success_waits_for_its_money_then_gets_its_repair(pool: PgPool)
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn an_acknowledged_partial_refund_does_not_hide_the_payment_from_review(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let p = arrange::payment("pi_Goodwill")
         .local("pending")
         .refunded(200)
@@ -163,7 +162,7 @@ async fn an_acknowledged_partial_refund_does_not_hide_the_payment_from_review(po
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_partial_capture_is_not_a_refund(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     // Authorised $10.99 with manual capture, captured $8.00: Stripe releases
     // the other $2.99 as a refund of the uncaptured remainder (PaymentIntent
     // capture, `amount_to_capture`: "any additional amount is automatically
@@ -191,7 +190,7 @@ async fn a_partial_capture_is_not_a_refund(pool: PgPool) {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_dry_run_counts_only_the_findings_a_real_run_would_create(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let p = arrange::payment("pi_Acknowledged")
         .refunded(100)
         .insert(&pool, &stripe)
@@ -235,7 +234,7 @@ async fn a_dry_run_counts_only_the_findings_a_real_run_would_create(pool: PgPool
 /// only an answer that shows the charge can clear it.
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_404_never_clears_a_money_finding(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let payment = arrange::payment("pi_Disputed")
         .disputed()
         .insert(&pool, &stripe)
@@ -247,13 +246,8 @@ async fn a_404_never_clears_a_money_finding(pool: PgPool) {
                           WHERE payment_id = $1 AND kind = 'disputed' AND resolved_at IS NULL";
     assert_eq!(count_for(&pool, open_disputes, payment).await, 1);
 
-    stripe.reset().await;
-    mount(
-        &stripe,
-        "pi_Disputed",
-        err(404, "invalid_request_error", "resource_missing"),
-    )
-    .await;
+    // Stripe no longer holds it: 404 `resource_missing`.
+    stripe.delete("pi_Disputed");
     rewind_cursor(&pool).await;
     scan_with(&pool, &gw, &settings(200)).await.unwrap();
 

@@ -4,12 +4,12 @@
 
 use super::money::commands;
 use crate::support::arrange::{self, clean};
+use crate::support::stripe_fake::StripeFake;
 use crate::support::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use stripe_reconciler::config::{ColumnName, Settings};
 use stripe_reconciler::reconcile::Verdict;
-use wiremock::MockServer;
 
 // (6) Amount and currency columns.
 
@@ -46,7 +46,7 @@ fn with_columns(amount: &str, currency: &str) -> Settings {
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn configured_amount_and_currency_columns_are_compared(pool: PgPool) {
     add_money_columns(&pool).await;
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let pending = |pi: &str, amount: Value, currency: Value| {
         arrange::payment(pi)
             .local("pending")
@@ -107,7 +107,7 @@ async fn configured_amount_and_currency_columns_are_compared(pool: PgPool) {
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn without_configured_columns_amounts_are_not_compared(pool: PgPool) {
     add_money_columns(&pool).await;
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let p = arrange::payment("pi_Unchecked")
         .local("pending")
         .columns(json!({"amount_cents": 5, "currency": "eur"}))

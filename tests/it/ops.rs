@@ -2,20 +2,18 @@
 //! the
 //! summary on stdout that tells the truth, secrets never printed, errors a
 //! person can read, and log lines that say how far a cycle is. Real binary,
-//! real PostgreSQL, real Pushgateway; Stripe is wiremock.
+//! real PostgreSQL, real Pushgateway; Stripe is the one fake (`stripe_fake`).
 
 use std::process::Output;
 use std::time::Duration;
 
+use crate::support::stripe_fake::{StripeFake, LIST, RETRIEVE};
 use serde_json::Value;
 use sqlx::PgPool;
-use wiremock::matchers::method;
-use wiremock::{Mock, MockServer};
 
 use crate::support::arrange;
 use crate::support::pushgateway::{self, value};
 use crate::support::secrets::{assert_no_secret, url_with_password, DB_PASSWORD, SECRET_KEY};
-use crate::support::stripe_fake::LIST;
 use crate::support::*;
 
 fn binary(args: &[&str], env: &[(&str, String)]) -> Output {
@@ -197,11 +195,15 @@ async fn pending_rows_without_a_payment_intent_are_counted_not_flagged(pool: PgP
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_key_stripe_rejects_exits_78_and_writes_nothing(pool: PgPool) {
     insert_paid(&pool, 3).await;
-    let stripe = MockServer::start().await;
-    Mock::given(method("GET"))
-        .respond_with(err(401, "invalid_request_error", "api_key_invalid"))
-        .mount(&stripe)
-        .await;
+    // A rejected key: Stripe's 401 on every endpoint.
+    let stripe = StripeFake::start().await;
+    for endpoint in [LIST, RETRIEVE] {
+        stripe.answer_on(
+            None,
+            endpoint,
+            err(401, "invalid_request_error", "api_key_invalid"),
+        );
+    }
     let env = [
         ("DATABASE_URL", url_with_password(&pool)),
         ("STRIPE_API_KEY", SECRET_KEY.to_owned()),
@@ -382,16 +384,16 @@ async fn a_failed_run_reports_the_real_cursor_in_its_summary_and_metrics(pool: P
     insert_paid(&pool, 20).await;
     set_cursor(&pool, 7).await;
     let gw = pushgateway::start().await;
-    let rejecting = MockServer::start().await;
-    Mock::given(method("GET"))
-        .respond_with(err(401, "invalid_request_error", "api_key_invalid"))
-        .mount(&rejecting)
-        .await;
-    let down = MockServer::start().await;
-    Mock::given(method("GET"))
-        .respond_with(err(500, "api_error", "internal"))
-        .mount(&down)
-        .await;
+    let rejecting = StripeFake::start().await;
+    let down = StripeFake::start().await;
+    for endpoint in [LIST, RETRIEVE] {
+        rejecting.answer_on(
+            None,
+            endpoint,
+            err(401, "invalid_request_error", "api_key_invalid"),
+        );
+        down.answer_on(None, endpoint, err(500, "api_error", "internal"));
+    }
 
     for (stripe, code, outcome) in [
         (rejecting.uri(), 78, "stripe_rejected_key"),

@@ -14,7 +14,7 @@ use crate::support::*;
 
 async fn run(
     pool: &PgPool,
-    stripe: &wiremock::MockServer,
+    stripe: &stripe_fake::StripeFake,
     rps: u32,
     s: &Settings,
 ) -> stripe_reconciler::scan::RunSummary {

@@ -8,8 +8,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::support::stripe_fake::StripeFake;
 use sqlx::PgPool;
-use wiremock::MockServer;
 
 use crate::support::*;
 
@@ -69,7 +69,7 @@ async fn database_time_zone(pool: &PgPool, zone: &str) {
 
 fn rails_env(
     pool: &PgPool,
-    stripe: &MockServer,
+    stripe: &StripeFake,
     zone: Option<&str>,
 ) -> Vec<(&'static str, String)> {
     // The connection's own TimeZone is not UTC either (libpq's `options`).
@@ -108,7 +108,7 @@ async fn rails_table_in(pool: PgPool, zone: Option<&str>) {
     let wall = zone.unwrap_or("UTC");
     rails_payments(&pool).await;
     database_time_zone(&pool, "America/New_York").await;
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let fresh = rails_row(&pool, wall, "pi_Fresh", "pending", 60).await;
     let old = rails_row(&pool, wall, "pi_Old", "pending", 2 * 3600).await;
     let paid = rails_row(&pool, wall, "pi_Paid", "paid", 2 * 3600).await;
@@ -117,7 +117,7 @@ async fn rails_table_in(pool: PgPool, zone: Option<&str>) {
         ("pi_Old", "succeeded"),
         ("pi_Paid", "succeeded"),
     ] {
-        mount(&stripe, pi, ok(pi, status)).await;
+        stripe.set_status(pi, status);
     }
     let env = rails_env(&pool, &stripe, zone);
 
@@ -185,7 +185,7 @@ async fn a_rails_table_in_a_stated_zone_is_read_in_that_zone(pool: PgPool) {
 #[sqlx::test(migrations = false)]
 async fn an_unknown_timestamp_zone_is_refused_naming_the_variable(pool: PgPool) {
     rails_payments(&pool).await;
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let env = rails_env(&pool, &stripe, Some("Mars/Olympus_Mons"));
     let out = reconciler_output(&["migrate"], &env).await;
     assert_eq!(out.status.code(), Some(78), "{}", all_output(&out));
@@ -203,7 +203,7 @@ async fn an_unknown_timestamp_zone_is_refused_naming_the_variable(pool: PgPool) 
 #[sqlx::test(migrations = false)]
 async fn numeric_offsets_and_posix_zones_are_refused_naming_an_iana_zone(pool: PgPool) {
     rails_payments(&pool).await;
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     for (zone, commands) in [
         (
             "+05:30",
@@ -425,7 +425,7 @@ async fn interleaved(pool: &PgPool, n: i64) {
     .unwrap();
 }
 
-fn partition_env(pool: &PgPool, stripe: &MockServer, entity: &str) -> Vec<(&'static str, String)> {
+fn partition_env(pool: &PgPool, stripe: &StripeFake, entity: &str) -> Vec<(&'static str, String)> {
     vec![
         ("DATABASE_URL", database_url(pool)),
         ("STRIPE_API_KEY", API_KEY.to_owned()),
@@ -443,7 +443,7 @@ fn partition_env(pool: &PgPool, stripe: &MockServer, entity: &str) -> Vec<(&'sta
 }
 
 /// Retrieves per PaymentIntent id so far.
-async fn reads_per_intent(stripe: &MockServer) -> HashMap<String, usize> {
+async fn reads_per_intent(stripe: &StripeFake) -> HashMap<String, usize> {
     let mut reads = HashMap::new();
     for r in stripe.received_requests().await.unwrap_or_default() {
         if let Some(pi) = r.url.path().strip_prefix("/v1/payment_intents/") {

@@ -1,6 +1,7 @@
 //! The canonical writer and the outbox worker, on a real PostgreSQL; a stuck
 //! or unconfirmed repair command is closed by the scan that sees why.
 
+use crate::support::stripe_fake::{self, StripeFake};
 use crate::support::*;
 use serde_json::json;
 use sqlx::PgPool;
@@ -8,7 +9,6 @@ use stripe_reconciler::reconcile::RepairCommand;
 use stripe_reconciler::repair::worker::MAX_ATTEMPTS;
 use stripe_reconciler::repair::{drain, RepairOptions, RepairReport};
 use tokio_util::sync::CancellationToken;
-use wiremock::MockServer;
 
 /// A finding of `kind` for the payment and its repair command, as a scan writes them.
 pub(super) async fn enqueue_repair(
@@ -57,11 +57,11 @@ async fn events(pool: &PgPool) -> Vec<serde_json::Value> {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn findings_from_a_scan_are_repaired_once(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let success = insert_payment(&pool, "pi_Success", "pending", 3600).await;
     let cancel = insert_payment(&pool, "pi_Cancel", "pending", 3600).await;
-    mount(&stripe, "pi_Success", ok("pi_Success", "succeeded")).await;
-    mount(&stripe, "pi_Cancel", ok("pi_Cancel", "canceled")).await;
+    stripe.set_status("pi_Success", "succeeded");
+    stripe.set_status("pi_Cancel", "canceled");
     scan_with(&pool, &gateway(&stripe), &settings(200))
         .await
         .unwrap();
@@ -126,7 +126,7 @@ async fn findings_from_a_scan_are_repaired_once(pool: PgPool) {
         .execute(&pool)
         .await
         .unwrap();
-    mount(&stripe, "pi_Cancel", ok("pi_Cancel", "canceled")).await;
+    stripe.set_status("pi_Cancel", "canceled");
     let again = scan_with(&pool, &gateway(&stripe), &settings(200))
         .await
         .unwrap();
@@ -141,9 +141,9 @@ async fn findings_from_a_scan_are_repaired_once(pool: PgPool) {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn the_webhook_wins_the_race(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let id = insert_payment(&pool, "pi_Raced", "pending", 3600).await;
-    mount(&stripe, "pi_Raced", ok("pi_Raced", "succeeded")).await;
+    stripe.set_status("pi_Raced", "succeeded");
     scan_with(&pool, &gateway(&stripe), &settings(200))
         .await
         .unwrap();
@@ -374,9 +374,9 @@ async fn a_payment_that_moved_elsewhere_supersedes_the_finding(pool: PgPool) {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_stuck_repair_command_is_closed_when_a_later_scan_clears_its_finding(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let id = insert_payment(&pool, "pi_Stuck", "pending", 3600).await;
-    mount(&stripe, "pi_Stuck", ok("pi_Stuck", "succeeded")).await;
+    stripe.set_status("pi_Stuck", "succeeded");
     let gw = gateway(&stripe);
     let s = settings(10);
     assert_eq!(
@@ -457,9 +457,9 @@ async fn a_stuck_repair_command_is_closed_when_a_later_scan_clears_its_finding(p
 /// read that confirms it enqueues one again; the payment is repaired once.
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_pending_repair_waits_while_stripe_cannot_confirm_the_drift(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let payment = insert_payment(&pool, "pi_Missed", "pending", 3600).await;
-    mount(&stripe, "pi_Missed", ok("pi_Missed", "succeeded")).await;
+    stripe.set_status("pi_Missed", "succeeded");
     let gw = gateway(&stripe);
     scan_with(&pool, &gw, &settings(200)).await.unwrap();
     let live = "SELECT count(*) FROM outbox WHERE processed_at IS NULL
@@ -467,8 +467,7 @@ async fn a_pending_repair_waits_while_stripe_cannot_confirm_the_drift(pool: PgPo
     assert_eq!(count_for(&pool, live, payment).await, 1);
 
     // Stripe now answers 500 for it: the command is closed, not applied.
-    stripe.reset().await;
-    mount(&stripe, "pi_Missed", server_error()).await;
+    stripe.fail_object(stripe_fake::RETRIEVE, "pi_Missed", server_error());
     rewind_cursor(&pool).await;
     scan_with(&pool, &gw, &settings(200)).await.unwrap();
     assert_eq!(count_for(&pool, live, payment).await, 0);
@@ -478,8 +477,7 @@ async fn a_pending_repair_waits_while_stripe_cannot_confirm_the_drift(pool: PgPo
     assert_eq!(report.applied, 0);
 
     // Stripe confirms the success again: one new command, one repair.
-    stripe.reset().await;
-    mount(&stripe, "pi_Missed", ok("pi_Missed", "succeeded")).await;
+    stripe.heal("pi_Missed");
     rewind_cursor(&pool).await;
     scan_with(&pool, &gw, &settings(200)).await.unwrap();
     assert_eq!(count_for(&pool, live, payment).await, 1);

@@ -3,10 +3,10 @@
 
 use std::process::Command;
 
+use crate::support::stripe_fake::StripeFake;
 use crate::support::*;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
-use wiremock::MockServer;
 
 fn reconciler(pool: &PgPool, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_stripe-reconciler"))
@@ -20,14 +20,9 @@ fn reconciler(pool: &PgPool, args: &[&str]) -> std::process::Output {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_needs_review_finding_is_listed_resolved_and_reopened_by_a_later_scan(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let id = insert_payment(&pool, "pi_Shipped", "paid", 3600).await;
-    mount(
-        &stripe,
-        "pi_Shipped",
-        ok("pi_Shipped", "requires_payment_method"),
-    )
-    .await;
+    stripe.set_status("pi_Shipped", "requires_payment_method");
     scan(&pool, &stripe, &settings(200)).await;
     let finding = count(&pool, "SELECT id FROM reconciliation_findings").await;
 
@@ -119,8 +114,7 @@ async fn a_needs_review_finding_is_listed_resolved_and_reopened_by_a_later_scan(
     );
 
     // Stripe's status moves on (still not paid there): a new finding opens.
-    stripe.reset().await;
-    mount(&stripe, "pi_Shipped", ok("pi_Shipped", "requires_action")).await;
+    stripe.set_status("pi_Shipped", "requires_action");
     sqlx::query("UPDATE reconciliation_cursor SET last_id = 0")
         .execute(&pool)
         .await
@@ -142,9 +136,9 @@ async fn a_needs_review_finding_is_listed_resolved_and_reopened_by_a_later_scan(
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_finding_with_a_pending_repair_cannot_be_resolved_by_hand(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     insert_payment(&pool, "pi_Missed", "pending", 3600).await;
-    mount(&stripe, "pi_Missed", ok("pi_Missed", "succeeded")).await;
+    stripe.set_status("pi_Missed", "succeeded");
     scan(&pool, &stripe, &settings(200)).await;
     let finding = count(&pool, "SELECT id FROM reconciliation_findings")
         .await
@@ -311,11 +305,11 @@ async fn age_last_seen(pool: &PgPool) {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn the_review_queue_follows_stripes_current_state(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let failed = insert_payment(&pool, "pi_Failed", "failed", 3600).await;
     let paid = insert_payment(&pool, "pi_Paid", "paid", 3600).await;
-    mount(&stripe, "pi_Failed", ok("pi_Failed", "requires_action")).await;
-    mount(&stripe, "pi_Paid", ok("pi_Paid", "requires_action")).await;
+    stripe.set_status("pi_Failed", "requires_action");
+    stripe.set_status("pi_Paid", "requires_action");
     let gw = gateway(&stripe);
     let s = settings(10);
     scan_with(&pool, &gw, &s).await.unwrap();
@@ -346,9 +340,8 @@ async fn the_review_queue_follows_stripes_current_state(pool: PgPool) {
     );
 
     // Stripe moves on to `processing`.
-    stripe.reset().await;
-    mount(&stripe, "pi_Failed", ok("pi_Failed", "processing")).await;
-    mount(&stripe, "pi_Paid", ok("pi_Paid", "processing")).await;
+    stripe.set_status("pi_Failed", "processing");
+    stripe.set_status("pi_Paid", "processing");
     age_last_seen(&pool).await;
     rewind_cursor(&pool).await;
     let report = scan_with(&pool, &gw, &s).await.unwrap();

@@ -3,16 +3,16 @@
 //! note's per-row algorithm writes (docs/design.md; timings are in BENCHMARKS.md).
 
 use crate::support::seed_algorithm::seed_run_batch;
+use crate::support::stripe_fake::{self, StripeFake};
 use crate::support::*;
 use serde_json::json;
 use sqlx::PgPool;
 use stripe_reconciler::reconcile::Verdict;
 use stripe_reconciler::scan::{run_batch, Mode, ScanGroups};
-use wiremock::MockServer;
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn every_verdict_path_writes_exactly_what_it_should(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let in_sync = insert_payment(&pool, "pi_InSync1", "paid", 3600).await;
     let missed_success = insert_payment(&pool, "pi_MissedSuccess", "pending", 3600).await;
     let missed_cancel = insert_payment(&pool, "pi_MissedCancel", "pending", 3600).await;
@@ -25,45 +25,15 @@ async fn every_verdict_path_writes_exactly_what_it_should(pool: PgPool) {
     let malicious = insert_payment(&pool, "pi_1/../../v1/customers", "pending", 3600).await;
     let retried_failure = insert_payment(&pool, "pi_RetriedFailure", "failed", 3600).await;
 
-    mount(&stripe, "pi_InSync1", ok("pi_InSync1", "succeeded")).await;
-    mount(
-        &stripe,
-        "pi_MissedSuccess",
-        ok("pi_MissedSuccess", "succeeded"),
-    )
-    .await;
-    mount(
-        &stripe,
-        "pi_MissedCancel",
-        ok("pi_MissedCancel", "canceled"),
-    )
-    .await;
-    mount(
-        &stripe,
-        "pi_PaidNotExt",
-        ok("pi_PaidNotExt", "requires_payment_method"),
-    )
-    .await;
-    mount(
-        &stripe,
-        "pi_FailedSucceeded",
-        ok("pi_FailedSucceeded", "succeeded"),
-    )
-    .await;
-    mount(&stripe, "pi_Processing", ok("pi_Processing", "processing")).await;
-    mount(
-        &stripe,
-        "pi_Missing",
-        err(404, "invalid_request_error", "resource_missing"),
-    )
-    .await;
-    mount(&stripe, "pi_Down", err(503, "api_error", "")).await;
-    mount(
-        &stripe,
-        "pi_RetriedFailure",
-        ok("pi_RetriedFailure", "requires_payment_method"),
-    )
-    .await;
+    stripe.set_status("pi_InSync1", "succeeded");
+    stripe.set_status("pi_MissedSuccess", "succeeded");
+    stripe.set_status("pi_MissedCancel", "canceled");
+    stripe.set_status("pi_PaidNotExt", "requires_payment_method");
+    stripe.set_status("pi_FailedSucceeded", "succeeded");
+    stripe.set_status("pi_Processing", "processing");
+    stripe.delete("pi_Missing");
+    stripe.fail_object(stripe_fake::RETRIEVE, "pi_Down", err(503, "api_error", ""));
+    stripe.set_status("pi_RetriedFailure", "requires_payment_method");
 
     let report = scan_with(&pool, &gateway(&stripe), &settings(200))
         .await
@@ -193,9 +163,9 @@ async fn every_verdict_path_writes_exactly_what_it_should(pool: PgPool) {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_row_updated_a_minute_ago_is_in_flight_without_a_stripe_call(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let id = insert_payment(&pool, "pi_JustChanged", "pending", 60).await;
-    mount(&stripe, "pi_JustChanged", ok("pi_JustChanged", "succeeded")).await;
+    stripe.set_status("pi_JustChanged", "succeeded");
 
     let report = scan_with(&pool, &gateway(&stripe), &settings(200))
         .await
@@ -217,14 +187,14 @@ async fn a_row_updated_a_minute_ago_is_in_flight_without_a_stripe_call(pool: PgP
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn a_verified_in_sync_row_clears_its_open_findings(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let id = insert_payment(&pool, "pi_Healed", "paid", 3600).await;
     sqlx::query("INSERT INTO reconciliation_findings (payment_id, kind, local_status) VALUES ($1, 'missing_externally', 'paid')")
         .bind(id)
         .execute(&pool)
         .await
         .unwrap();
-    mount(&stripe, "pi_Healed", ok("pi_Healed", "succeeded")).await;
+    stripe.set_status("pi_Healed", "succeeded");
 
     let report = scan_with(&pool, &gateway(&stripe), &settings(200))
         .await
@@ -241,9 +211,9 @@ async fn a_verified_in_sync_row_clears_its_open_findings(pool: PgPool) {
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn dry_run_writes_nothing_not_even_the_cursor(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     insert_payment(&pool, "pi_Drift", "pending", 3600).await;
-    mount(&stripe, "pi_Drift", ok("pi_Drift", "succeeded")).await;
+    stripe.set_status("pi_Drift", "succeeded");
 
     let s = settings(200);
     let facts = facts(&pool, &s).await;
@@ -312,7 +282,7 @@ async fn snapshot(
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
 async fn set_based_phase_3_writes_what_the_design_notes_algorithm_writes(pool: PgPool) {
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     for (pi, local, remote) in [
         ("pi_InSync", "paid", Some("succeeded")),
         ("pi_MissedSuccess", "pending", Some("succeeded")),
@@ -329,15 +299,10 @@ async fn set_based_phase_3_writes_what_the_design_notes_algorithm_writes(pool: P
     ] {
         insert_payment(&pool, pi, local, 3600).await;
         match remote {
-            Some(status) => mount(&stripe, pi, ok(pi, status)).await,
-            None => {
-                mount(
-                    &stripe,
-                    pi,
-                    err(404, "invalid_request_error", "resource_missing"),
-                )
-                .await
+            Some(status) => {
+                stripe.set_status(pi, status);
             }
+            None => stripe.delete(pi),
         }
     }
     insert_payment(&pool, "pi_Recent", "pending", 30).await;

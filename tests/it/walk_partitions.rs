@@ -12,7 +12,11 @@ use sqlx::PgPool;
 
 const ROWS: i64 = 2_000;
 
-fn env(pool: &PgPool, stripe: &wiremock::MockServer, batches: &str) -> Vec<(&'static str, String)> {
+fn env(
+    pool: &PgPool,
+    stripe: &stripe_fake::StripeFake,
+    batches: &str,
+) -> Vec<(&'static str, String)> {
     vec![
         ("DATABASE_URL", database_url(pool)),
         ("STRIPE_API_BASE", stripe.uri()),
@@ -28,7 +32,7 @@ fn env(pool: &PgPool, stripe: &wiremock::MockServer, batches: &str) -> Vec<(&'st
     ]
 }
 
-async fn run(pool: &PgPool, stripe: &wiremock::MockServer, batches: &str) {
+async fn run(pool: &PgPool, stripe: &stripe_fake::StripeFake, batches: &str) {
     let out = reconciler_output(&["run"], &env(pool, stripe, batches)).await;
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
     assert!(
@@ -120,7 +124,7 @@ async fn one_partitions_job_beside_rows_it_never_confirms_completes_its_cycle_an
 /// The environment of partition `entity`'s job (`payments-<entity>`).
 fn partition_env(
     pool: &PgPool,
-    stripe: &wiremock::MockServer,
+    stripe: &stripe_fake::StripeFake,
     entity: &str,
     batch: &str,
     batches: &str,
@@ -142,7 +146,7 @@ fn partition_env(
 }
 
 /// Runs partition `entity`'s job once; it must exit 0 without a lock timeout.
-async fn run_partition(pool: &PgPool, stripe: &wiremock::MockServer, entity: &str) {
+async fn run_partition(pool: &PgPool, stripe: &stripe_fake::StripeFake, entity: &str) {
     let env = partition_env(pool, stripe, entity, "1900", "30");
     let out = reconciler_output(&["run"], &env).await;
     assert_eq!(out.status.code(), Some(0), "{entity}: {}", all_output(&out));

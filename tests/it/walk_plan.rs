@@ -14,13 +14,13 @@ use crate::support::*;
 
 const ROWS: i64 = 3_000;
 
-async fn run(pool: &PgPool, stripe: &wiremock::MockServer, s: &Settings) -> RunSummary {
+async fn run(pool: &PgPool, stripe: &stripe_fake::StripeFake, s: &Settings) -> RunSummary {
     let (summary, result) = run_job(pool, &gateway(stripe), s, ScanJob::default()).await;
     result.unwrap();
     summary
 }
 
-async fn status_percent(pool: &PgPool, stripe: &wiremock::MockServer) -> f64 {
+async fn status_percent(pool: &PgPool, stripe: &stripe_fake::StripeFake) -> f64 {
     let env = vec![
         ("DATABASE_URL", database_url(pool)),
         ("STRIPE_API_BASE", stripe.uri()),

@@ -4,6 +4,7 @@
 //! two-, zero- and three-decimal currencies.
 
 use crate::support::arrange;
+use crate::support::stripe_fake::StripeFake;
 use crate::support::*;
 use serde_json::json;
 use sqlx::PgPool;
@@ -11,7 +12,6 @@ use stripe_reconciler::config::{AmountUnit, ColumnName, Settings, StatusMap};
 use stripe_reconciler::reconcile::Verdict;
 use stripe_reconciler::repair::{drain_with, RepairOptions};
 use tokio_util::sync::CancellationToken;
-use wiremock::MockServer;
 
 const WORDS: &str = "pending=awaiting_payment,pending;paid=complete,paid;\
                      failed=canceled,expired;refunded=refunded,partially_refunded";
@@ -58,7 +58,7 @@ async fn kinds(pool: &PgPool, payment: i64) -> Vec<String> {
 #[sqlx::test(migrations = false)]
 async fn the_applications_status_words_are_read_and_written(pool: PgPool) {
     application_schema(&pool).await;
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let rows = [
         (
             "pi_Waiting",
@@ -195,7 +195,7 @@ fn major(mut settings: Settings) -> Settings {
 #[sqlx::test(migrations = false)]
 async fn major_unit_amounts_are_compared_with_each_currencys_exponent(pool: PgPool) {
     application_schema(&pool).await;
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let rows = [
         ("pi_Usd", "12.00", "USD", 1200, "usd"),
         ("pi_Jpy", "1200", "JPY", 1200, "jpy"),
@@ -251,7 +251,7 @@ async fn major_unit_amounts_are_compared_with_each_currencys_exponent(pool: PgPo
 
 fn run_env(
     pool: &PgPool,
-    stripe: &MockServer,
+    stripe: &StripeFake,
     extra: &[(&'static str, &str)],
 ) -> Vec<(&'static str, String)> {
     let mut env = vec![
@@ -277,7 +277,7 @@ async fn run(env: Vec<(&'static str, String)>) -> (Option<i32>, String) {
 #[sqlx::test(migrations = false)]
 async fn a_malformed_status_map_or_unit_exits_78_naming_the_variable(pool: PgPool) {
     application_schema(&pool).await;
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     for (extra, var, says) in [
         (
             vec![(
@@ -343,7 +343,7 @@ async fn a_malformed_status_map_or_unit_exits_78_naming_the_variable(pool: PgPoo
 #[sqlx::test(migrations = false)]
 async fn a_numeric_column_in_major_units_is_accepted_by_run(pool: PgPool) {
     application_schema(&pool).await;
-    let stripe = MockServer::start().await;
+    let stripe = StripeFake::start().await;
     let id = arrange::payment("pi_Major")
         .local("complete")
         .columns(json!({"total": 10.99, "currency": "usd"}))

@@ -1,6 +1,7 @@
 //! The arrangement most tests start from, in one place: a payment row as
 //! the application wrote it, its PaymentIntent and that PaymentIntent's
-//! latest charge as Stripe holds them (mounted on the wiremock Stripe), and
+//! latest charge as Stripe holds them (held by the one fake Stripe,
+//! `stripe_fake`), and
 //! a scan over it.
 //!
 //! ```ignore
@@ -12,9 +13,9 @@
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use stripe_reconciler::scan::BatchReport;
-use wiremock::MockServer;
 
-use super::{insert_payment, mount_pi, payment_intent, scan, settings};
+use super::stripe_fake::StripeFake;
+use super::{insert_payment, payment_intent, scan, settings};
 
 /// A Stripe Charge object as `expand[]=latest_charge` returns it (API
 /// version 2024-06-20): `amount` captured in full, `amount_refunded` of it
@@ -110,7 +111,8 @@ pub fn payment(pi: &str) -> PaymentBuilder {
     }
 }
 
-/// One payment, its PaymentIntent and its charge, to be inserted and mounted.
+/// One payment, its PaymentIntent and its charge, to be inserted and held
+/// by the fake.
 #[derive(Debug, Clone)]
 pub struct PaymentBuilder {
     pi: String,
@@ -226,30 +228,10 @@ impl PaymentBuilder {
         pi
     }
 
-    /// Inserts the payment row (and its other columns) and mounts its
-    /// PaymentIntent on `stripe`.
-    pub async fn insert(self, pool: &PgPool, stripe: &MockServer) -> Arranged {
-        let id = insert_payment(pool, &self.pi, &self.local, self.updated_secs_ago).await;
-        set_columns(pool, id, &self.columns).await;
-        let object = self.stripe_object();
-        mount_pi(stripe, &object).await;
-        Arranged {
-            id,
-            pi: self.pi,
-            object,
-        }
-    }
-}
-
-impl PaymentBuilder {
     /// Inserts the payment row (and its other columns) and adds its
     /// PaymentIntent to the one fake Stripe, which answers it by Stripe's
     /// rules (retrieve with `expand[]`, list pages).
-    pub async fn insert_held_by(
-        self,
-        pool: &PgPool,
-        stripe: &super::stripe_fake::StripeFake,
-    ) -> Arranged {
+    pub async fn insert(self, pool: &PgPool, stripe: &StripeFake) -> Arranged {
         let id = insert_payment(pool, &self.pi, &self.local, self.updated_secs_ago).await;
         set_columns(pool, id, &self.columns).await;
         let object = self.stripe_object();
@@ -295,7 +277,7 @@ pub struct Arranged {
 
 impl Arranged {
     /// One write-mode batch (`settings(200)`) over the table, expected to commit.
-    pub async fn scan(&self, pool: &PgPool, stripe: &MockServer) -> BatchReport {
+    pub async fn scan(&self, pool: &PgPool, stripe: &StripeFake) -> BatchReport {
         scan(pool, stripe, &settings(200)).await
     }
 }

@@ -82,8 +82,12 @@ pub fn err(status: u16, kind: &str, code: &str) -> ResponseTemplate {
         .set_body_json(stripe_error(kind, code))
 }
 
-/// Mounts `GET /v1/payment_intents/{id}` answering `response`.
-pub async fn mount(server: &MockServer, id: &str, response: ResponseTemplate) {
+/// Mounts `GET /v1/payment_intents/{id}` answering `response` on a bare
+/// wiremock server: no `expand[]` rule, no list endpoint, no guard. Only for
+/// what docs/testing.md ("Stripe in tests") keeps off the fake (transport
+/// faults, answers that are not Stripe's); Stripe's own answers come from
+/// [`stripe_fake::StripeFake`] (`set_status`, `add_object`, `fail_object`).
+pub async fn mount_bare(server: &MockServer, id: &str, response: ResponseTemplate) {
     Mock::given(method("GET"))
         .and(path(format!("/v1/payment_intents/{id}")))
         .respond_with(response)
@@ -279,19 +283,13 @@ pub async fn reconciler_output(args: &[&str], env: &[(&str, String)]) -> std::pr
         .unwrap()
 }
 
-/// `GET /v1/payment_intents/{id}` for any id, answering `status` after `delay`.
-pub async fn stripe_answering(status: &'static str, delay: Duration) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("GET"))
-        .and(wiremock::matchers::path_regex(
-            "^/v1/payment_intents/pi_[A-Za-z0-9]+$",
-        ))
-        .respond_with(move |req: &wiremock::Request| {
-            ok(req.url.path().rsplit('/').next().unwrap(), status).set_delay(delay)
-        })
-        .mount(&server)
-        .await;
-    server
+/// The one fake Stripe ([`stripe_fake::StripeFake`]) answering a retrieve
+/// of any `pi_...` it does not hold in `status` (`expand[]` honoured, list
+/// pages empty), every answer after `delay`: for runs in retrieve mode.
+pub async fn stripe_answering(status: &'static str, delay: Duration) -> stripe_fake::StripeFake {
+    let stripe = stripe_fake::StripeFake::start().await;
+    stripe.answer_any(status).set_latency(delay);
+    stripe
 }
 
 /// The shared fake Stripe ([`stripe_fake::StripeFake`]) for a run of the

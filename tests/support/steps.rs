@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use wiremock::matchers::{method, path, query_param};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use super::{gateway, mount};
+use super::gateway;
 
 /// The scan's job name (`RECONCILER_JOB`'s default: docs/configuration.md).
 pub const SCAN_JOB: &str = "payments-vs-stripe";
@@ -71,17 +71,11 @@ pub async fn drain_all(pool: &PgPool) -> RepairReport {
         .unwrap()
 }
 
-/// Mounts the PaymentIntent `body` (a full Stripe object) at its id.
-pub async fn mount_pi(stripe: &MockServer, body: &Value) {
-    let id = body["id"].as_str().unwrap().to_owned();
-    mount(
-        stripe,
-        &id,
-        ResponseTemplate::new(200)
-            .insert_header("Request-Id", "req_test123")
-            .set_body_json(body),
-    )
-    .await;
+/// Stripe (the one fake) holds the PaymentIntent `body` (a full Stripe
+/// object) on the platform, replacing one with its id: retrieved with its
+/// `latest_charge` expanded only when asked, listed by its `created`.
+pub async fn mount_pi(stripe: &super::stripe_fake::StripeFake, body: &Value) {
+    stripe.add_object(None, body.clone());
 }
 
 /// A finding of one payment, as the review queue shows it.
