@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::pushgateway::{self, value};
-use crate::support::stripe_fake::{event, StripeFake, EVENTS, LIST, RETRIEVE};
+use crate::support::stripe_fake::{event, StripeFake, EVENTS};
 use crate::support::*;
 use serde_json::Value;
 use sqlx::PgPool;
@@ -324,13 +324,7 @@ async fn a_key_stripe_rejects_stops_the_events_job_with_exit_78_and_writes_nothi
     let stripe = StripeFake::start().await;
     missed_webhooks(&pool, &stripe, 3, 4).await;
     // A revoked key: Stripe's 401 on every endpoint.
-    for endpoint in [EVENTS, LIST, RETRIEVE] {
-        stripe.answer_on(
-            None,
-            endpoint,
-            err(401, "invalid_request_error", "api_key_invalid"),
-        );
-    }
+    stripe.answer_every_request(&err(401, "invalid_request_error", "api_key_invalid"));
 
     let out = reconciler_output(&["events"], &env(&pool, &stripe.uri(), &[])).await;
 

@@ -515,13 +515,7 @@ async fn secrets_never_appear_in_output_or_metrics(pool: PgPool) {
     let good = stripe_mirroring(&pool, "succeeded", Duration::ZERO).await;
     // A revoked key: Stripe's 401 on every endpoint.
     let rejecting = StripeFake::start().await;
-    for endpoint in [LIST, RETRIEVE] {
-        rejecting.answer_on(
-            None,
-            endpoint,
-            err(401, "invalid_request_error", "api_key_invalid"),
-        );
-    }
+    rejecting.answer_every_request(&err(401, "invalid_request_error", "api_key_invalid"));
     let unreachable = format!(
         "http://127.0.0.1:{}",
         std::net::TcpListener::bind("127.0.0.1:0")

@@ -18,13 +18,7 @@ async fn a_rejected_key_aborts_the_batch_and_writes_nothing(pool: PgPool) {
     }
     // A rejected key: Stripe's 401 on every endpoint.
     let server = StripeFake::start().await;
-    for endpoint in [LIST, RETRIEVE] {
-        server.answer_on(
-            None,
-            endpoint,
-            err(401, "invalid_request_error", "api_key_invalid"),
-        );
-    }
+    server.answer_every_request(&err(401, "invalid_request_error", "api_key_invalid"));
 
     let e = scan_with(&pool, &gateway(&server), &settings(200))
         .await

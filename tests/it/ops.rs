@@ -7,7 +7,7 @@
 use std::process::Output;
 use std::time::Duration;
 
-use crate::support::stripe_fake::{StripeFake, LIST, RETRIEVE};
+use crate::support::stripe_fake::{StripeFake, LIST};
 use serde_json::Value;
 use sqlx::PgPool;
 
@@ -197,13 +197,7 @@ async fn a_key_stripe_rejects_exits_78_and_writes_nothing(pool: PgPool) {
     insert_paid(&pool, 3).await;
     // A rejected key: Stripe's 401 on every endpoint.
     let stripe = StripeFake::start().await;
-    for endpoint in [LIST, RETRIEVE] {
-        stripe.answer_on(
-            None,
-            endpoint,
-            err(401, "invalid_request_error", "api_key_invalid"),
-        );
-    }
+    stripe.answer_every_request(&err(401, "invalid_request_error", "api_key_invalid"));
     let env = [
         ("DATABASE_URL", url_with_password(&pool)),
         ("STRIPE_API_KEY", SECRET_KEY.to_owned()),
@@ -385,15 +379,9 @@ async fn a_failed_run_reports_the_real_cursor_in_its_summary_and_metrics(pool: P
     set_cursor(&pool, 7).await;
     let gw = pushgateway::start().await;
     let rejecting = StripeFake::start().await;
+    rejecting.answer_every_request(&err(401, "invalid_request_error", "api_key_invalid"));
     let down = StripeFake::start().await;
-    for endpoint in [LIST, RETRIEVE] {
-        rejecting.answer_on(
-            None,
-            endpoint,
-            err(401, "invalid_request_error", "api_key_invalid"),
-        );
-        down.answer_on(None, endpoint, err(500, "api_error", "internal"));
-    }
+    down.answer_every_request(&err(500, "api_error", "internal"));
 
     for (stripe, code, outcome) in [
         (rejecting.uri(), 78, "stripe_rejected_key"),

@@ -9,10 +9,7 @@ use sqlx::PgPool;
 use wiremock::ResponseTemplate;
 
 use super::holdings::put;
-use super::{
-    key, no_access, StripeFake, EVENTS, LIST, RETRIEVE, SESSION_LIST, SESSION_RETRIEVE,
-    SUBSCRIPTION_LIST, SUBSCRIPTION_RETRIEVE,
-};
+use super::{key, no_access, StripeFake, ENDPOINTS};
 use crate::support::payment_intent;
 
 /// A request the fake holds unanswered ([`StripeFake::hold_request`]).
@@ -178,16 +175,18 @@ impl StripeFake {
     /// other accounts answer as before; only this account's failed list
     /// pages are excused by the drop guard).
     pub fn refuse(&self, account: &str) -> &Self {
-        for endpoint in [
-            RETRIEVE,
-            LIST,
-            EVENTS,
-            SESSION_RETRIEVE,
-            SESSION_LIST,
-            SUBSCRIPTION_RETRIEVE,
-            SUBSCRIPTION_LIST,
-        ] {
+        for endpoint in ENDPOINTS {
             self.answer_on(Some(account), endpoint, no_access(account));
+        }
+        self
+    }
+
+    /// Every request made with the platform's key, at every endpoint,
+    /// answers `response`: a rejected key (401) or Stripe down (500). The
+    /// list pages so failed are ones the test asked for.
+    pub fn answer_every_request(&self, response: &ResponseTemplate) -> &Self {
+        for endpoint in ENDPOINTS {
+            self.answer_on(None, endpoint, response.clone());
         }
         self
     }

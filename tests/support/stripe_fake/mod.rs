@@ -110,6 +110,18 @@ pub const OTHER: &str = "other";
 /// The endpoints that answer Stripe list pages (the drop guard's scope).
 pub const LISTS: [&str; 4] = [LIST, SESSION_LIST, EVENTS, SUBSCRIPTION_LIST];
 
+/// Every Stripe endpoint the fake answers (what a refused account or a
+/// rejected key fails on).
+pub const ENDPOINTS: [&str; 7] = [
+    RETRIEVE,
+    LIST,
+    EVENTS,
+    SESSION_RETRIEVE,
+    SESSION_LIST,
+    SUBSCRIPTION_RETRIEVE,
+    SUBSCRIPTION_LIST,
+];
+
 /// The fake Stripe (see the module docs). Derefs to its [`MockServer`]
 /// (`stripe.uri()`, extra mocks for odd faults).
 pub struct StripeFake {
