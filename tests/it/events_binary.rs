@@ -176,12 +176,7 @@ async fn sigterm_stops_the_events_job_without_a_write_and_pushes_interrupted(poo
     .unwrap();
     first_page.arrived().await;
     wait::signal(&child, "-TERM");
-    wait::until_true("the events job says it got the signal", || async {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("shutdown signal received")
-    })
-    .await;
+    wait::until_logged(&log, "shutdown signal received").await;
     first_page.release();
 
     let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())

@@ -122,12 +122,7 @@ async fn sigterm_abandons_the_batch_pushes_metrics_and_the_next_run_redoes_it(po
         .unwrap();
     first_read.arrived().await;
     wait::signal(&child, "-TERM");
-    wait::until_true("the run says it got the signal", || async {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("shutdown signal received")
-    })
-    .await;
+    wait::until_logged(&log, "shutdown signal received").await;
     first_read.release();
     let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
         .await

@@ -107,12 +107,7 @@ async fn sigterm_while_phase_3_waits_commits_that_batch_whole_and_starts_no_othe
     wait::signal(&child, "-TERM");
     // Only once the process has the signal: a phase 3 that gave up on it
     // would have stopped waiting by now (the cursor row is still held).
-    wait::until_true("the run says it got the signal", || async {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("shutdown signal received")
-    })
-    .await;
+    wait::until_logged(&log, "shutdown signal received").await;
     assert!(
         !phase_3().await.is_empty(),
         "phase 3 still waits after the signal"
@@ -250,12 +245,7 @@ async fn sigterm_during_repair_finishes_the_chunk_in_progress_and_exits_1(pool: 
     wait::signal(&child, "-TERM");
     // The chunk is released only once the process has the signal, so the
     // drain's check between chunks sees it: exactly one chunk is applied.
-    wait::until_true("repair says it got the signal", || async {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("shutdown signal received")
-    })
-    .await;
+    wait::until_logged(&log, "shutdown signal received").await;
     blocker.rollback().await.unwrap();
     let out = finish(child).await;
     let said = std::fs::read_to_string(&log).unwrap();

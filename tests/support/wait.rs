@@ -63,6 +63,17 @@ where
     .await
 }
 
+/// Waits until the file `log` (a child's stderr) holds `line`; panics
+/// after [`PATIENCE`]. A missing file reads as empty.
+pub async fn until_logged(log: &std::path::Path, line: &str) {
+    until_true(&format!("{line:?} in {}", log.display()), || async {
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .contains(line)
+    })
+    .await
+}
+
 /// Waits until `server` has received at least `n` requests.
 pub async fn requests_seen(server: &MockServer, n: usize) {
     until_true(&format!("{n} request(s) at the fake Stripe"), || async {
