@@ -187,13 +187,7 @@ async fn subscription_columns_and_a_refused_write_through_run(pool: PgPool) {
 
     let out = ok_run(&["run", "--object", "subscriptions"], &vars).await;
 
-    let summary: Value = stdout(&out)
-        .lines()
-        .find_map(|l| {
-            serde_json::from_str(l)
-                .ok()
-                .filter(|v: &Value| v["object"] == "subscriptions")
-        })
+    let summary: Value = object_summary(&stdout(&out), "subscriptions")
         .unwrap_or_else(|| panic!("no summary: {}", all_output(&out)));
     let open: Vec<(String, String)> = sqlx::query_as(
         "SELECT subscription_id, kind FROM reconciliation_findings
@@ -327,13 +321,7 @@ async fn the_cycle_and_the_interval_size_an_automatic_subscriptions_run(pool: Pg
             ("RECONCILER_SCHEDULE_INTERVAL_SECONDS", interval.to_owned()),
         ]);
         let out = ok_run(&["run", "--object", "subscriptions"], &vars).await;
-        let summary: Value = stdout(&out)
-            .lines()
-            .find_map(|l| {
-                serde_json::from_str(l)
-                    .ok()
-                    .filter(|v: &Value| v["object"] == "subscriptions")
-            })
+        let summary: Value = object_summary(&stdout(&out), "subscriptions")
             .unwrap_or_else(|| panic!("no summary: {}", all_output(&out)));
         assert_eq!(
             summary["batches"], batches,
@@ -384,13 +372,7 @@ async fn events_reads_the_subscriptions_updated_column(pool: PgPool) {
 
     let out = ok_run(&["events"], &vars).await;
 
-    let summary: Value = stdout(&out)
-        .lines()
-        .find_map(|l| {
-            serde_json::from_str(l)
-                .ok()
-                .filter(|v: &Value| v["object"] == "subscriptions")
-        })
+    let summary: Value = object_summary(&stdout(&out), "subscriptions")
         .unwrap_or_else(|| panic!("no summary: {}", all_output(&out)));
     assert_eq!(summary["rows_in_grace"], 1, "{summary}");
     let open: Vec<(String, String)> = sqlx::query_as(

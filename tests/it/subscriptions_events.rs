@@ -8,15 +8,11 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use super::subscriptions_common::*;
+use crate::support::object_summary;
 
 /// The subscriptions feed's summary line of an `events` run.
 fn feed_summary(out: &str) -> Value {
-    out.lines()
-        .find_map(|l| {
-            serde_json::from_str::<Value>(l)
-                .ok()
-                .filter(|v| v["object"] == "subscriptions")
-        })
+    object_summary(out, "subscriptions")
         .unwrap_or_else(|| panic!("no subscriptions summary: {out}"))
 }
 
@@ -69,13 +65,7 @@ async fn a_missed_cancel_and_a_subscription_no_row_names(pool: PgPool) {
     migrate(&pool, &env).await;
 
     let out = binary(&["events"], &env, 0).await;
-    let summary = out
-        .lines()
-        .find_map(|l| {
-            serde_json::from_str::<Value>(l)
-                .ok()
-                .filter(|v| v["object"] == "subscriptions")
-        })
+    let summary = object_summary(&out, "subscriptions")
         .unwrap_or_else(|| panic!("no subscriptions summary: {out}"));
     assert_eq!(
         summary["job"], "subscriptions-vs-stripe-events",

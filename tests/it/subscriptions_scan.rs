@@ -9,6 +9,7 @@ use serde_json::Value;
 use sqlx::PgPool;
 
 use super::subscriptions_common::*;
+use crate::support::object_summary;
 
 const TABLE: &str = "CREATE TABLE pay_subscriptions (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -223,14 +224,8 @@ async fn scan(pool: &PgPool, stripe: &SubsFake, mode: &str) -> Value {
     let env = env(pool, stripe, mode, &VARS);
     migrate(pool, &env).await;
     let out = binary(&["run", "--object", "subscriptions"], &env, 0).await;
-    let summary: Value = out
-        .lines()
-        .find_map(|l| {
-            serde_json::from_str(l)
-                .ok()
-                .filter(|v: &Value| v["object"] == "subscriptions")
-        })
-        .unwrap_or_else(|| panic!("no summary: {out}"));
+    let summary: Value =
+        object_summary(&out, "subscriptions").unwrap_or_else(|| panic!("no summary: {out}"));
     assert_eq!(open(pool).await, expected_findings(), "{mode}");
     assert_eq!(
         commanded(pool).await,
@@ -380,14 +375,8 @@ async fn a_run_while_another_holds_the_lease_exits_75_without_asking_stripe(pool
 
     let out = binary(&["run", "--object", "subscriptions"], &env, 75).await;
 
-    let summary: Value = out
-        .lines()
-        .find_map(|l| {
-            serde_json::from_str(l)
-                .ok()
-                .filter(|v: &Value| v["object"] == "subscriptions")
-        })
-        .unwrap_or_else(|| panic!("no summary: {out}"));
+    let summary: Value =
+        object_summary(&out, "subscriptions").unwrap_or_else(|| panic!("no summary: {out}"));
     assert_eq!(summary["outcome"], "concurrent_run", "{summary}");
     assert!(summary["duration_seconds"].is_number(), "{summary}");
     assert_eq!(stripe.requests(), 0, "no Stripe read was spent: {out}");

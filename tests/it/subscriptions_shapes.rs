@@ -8,20 +8,15 @@ use serde_json::Value;
 use sqlx::PgPool;
 
 use super::subscriptions_common::*;
+use crate::support::object_summary;
 
 const DAY: i64 = 86_400;
 
 /// Runs `run --object subscriptions` then `repair`; returns the run's summary.
 async fn scan_and_repair(env: &[(&'static str, String)]) -> Value {
     let out = binary(&["run", "--object", "subscriptions"], env, 0).await;
-    let summary = out
-        .lines()
-        .find_map(|l| {
-            serde_json::from_str::<Value>(l)
-                .ok()
-                .filter(|v| v["object"] == "subscriptions")
-        })
-        .unwrap_or_else(|| panic!("no summary: {out}"));
+    let summary =
+        object_summary(&out, "subscriptions").unwrap_or_else(|| panic!("no summary: {out}"));
     binary(&["repair"], env, 0).await;
     summary
 }

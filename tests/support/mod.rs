@@ -76,6 +76,17 @@ pub fn ok(id: &str, status: &str) -> ResponseTemplate {
         .set_body_json(payment_intent(id, status))
 }
 
+/// The summary line a command printed on stdout for `object` (a JSON
+/// object whose `"object"` is that word, e.g. `"subscriptions"`); `None`
+/// when no line is.
+pub fn object_summary(out: &str, object: &str) -> Option<serde_json::Value> {
+    out.lines().find_map(|l| {
+        serde_json::from_str::<serde_json::Value>(l)
+            .ok()
+            .filter(|v| v["object"] == object)
+    })
+}
+
 pub fn err(status: u16, kind: &str, code: &str) -> ResponseTemplate {
     ResponseTemplate::new(status)
         .insert_header("Request-Id", "req_err456")
