@@ -52,24 +52,34 @@ async fn cycle_completed(pool: &PgPool) -> bool {
         == 1
 }
 
-#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
-async fn one_partitions_job_beside_rows_it_never_confirms_completes_its_cycle_and_reads_a_row_behind_them(
-    pool: PgPool,
-) {
+/// `rows` paid payments loaded after the migrations (none registered in the
+/// state table), 30 days old, in two partitions of a `legal_entity` column:
+/// `eu` on even ids, `us` on odd ones; then `ANALYZE`.
+async fn partitioned_payments(pool: &PgPool, rows: i64) {
     sqlx::raw_sql(&format!(
         "ALTER TABLE payments ADD COLUMN legal_entity text;
          CREATE INDEX payments_legal_entity_id ON payments (legal_entity, id);
          INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at, legal_entity)
          SELECT 'order-' || i, 'pi_' || i, 'paid', now() - interval '30 days',
                 now() - interval '1 hour', CASE WHEN i % 2 = 0 THEN 'eu' ELSE 'us' END
-           FROM generate_series(1, {ROWS}) AS i;
-         -- In the grace window when the cursor passes it.
-         UPDATE payments SET updated_at = now() WHERE id = 400;
+           FROM generate_series(1, {rows}) AS i;
          ANALYZE payments;"
     ))
-    .execute(&pool)
+    .execute(pool)
     .await
     .unwrap();
+}
+
+#[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
+async fn one_partitions_job_beside_rows_it_never_confirms_completes_its_cycle_and_reads_a_row_behind_them(
+    pool: PgPool,
+) {
+    partitioned_payments(&pool, ROWS).await;
+    // In the grace window when the cursor passes it.
+    sqlx::query("UPDATE payments SET updated_at = now() WHERE id = 400")
+        .execute(&pool)
+        .await
+        .unwrap();
     let stripe = stripe_answering("succeeded", std::time::Duration::ZERO).await;
 
     // Run 1: 12 of the cycle's 20 batches; row 400 is passed in its grace window.
@@ -194,18 +204,7 @@ async fn two_partitions_of_40000_rows_each_complete_their_cycles_alone_and_side_
 ) {
     const BIG: i64 = 40_000;
     // Loaded after the migrations: no row is registered in the state table.
-    sqlx::raw_sql(&format!(
-        "ALTER TABLE payments ADD COLUMN legal_entity text;
-         CREATE INDEX payments_legal_entity_id ON payments (legal_entity, id);
-         INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at, legal_entity)
-         SELECT 'order-' || i, 'pi_' || i, 'paid', now() - interval '30 days',
-                now() - interval '1 hour', CASE WHEN i % 2 = 0 THEN 'eu' ELSE 'us' END
-           FROM generate_series(1, {BIG}) AS i;
-         ANALYZE payments;"
-    ))
-    .execute(&pool)
-    .await
-    .unwrap();
+    partitioned_payments(&pool, BIG).await;
     let stripe = stripe_answering("succeeded", std::time::Duration::ZERO).await;
 
     // Alone: the eu job's one run walks its 20,000 rows (11 batches of
