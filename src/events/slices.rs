@@ -50,6 +50,12 @@ pub struct Slicer {
     width: i64,
     /// The stored position: no slice commits a position before it.
     floor: Option<DateTime<Utc>>,
+    /// The second a crowded slice's pages reached down to (Unix seconds):
+    /// Stripe lists newest first, so every event after it up to that
+    /// slice's end was on those pages and the crowd is in that second or
+    /// before. No slice crosses it until it is read whole on its own; once
+    /// behind `next` it bounds nothing.
+    crowd: Option<i64>,
 }
 
 impl Slicer {
@@ -66,6 +72,7 @@ impl Slicer {
             until: end,
             width: (up - next).max(1),
             floor: None,
+            crowd: None,
         }
     }
 
@@ -80,10 +87,17 @@ impl Slicer {
         self
     }
 
-    /// The next slice to read; `None` once the window is covered.
+    /// The next slice to read; `None` once the window is covered. A slice
+    /// ends before the crowded second a cut found, and that second, once
+    /// reached, is a slice of its own (read whole).
     pub fn next(&self) -> Option<Slice> {
         (self.next < self.end).then(|| {
-            let lt = self.end.min(self.next.saturating_add(self.width));
+            let wide = self.next.saturating_add(self.width);
+            let lt = self.end.min(match self.crowd {
+                Some(crowd) if crowd == self.next => crowd + 1,
+                Some(crowd) if crowd > self.next => wide.min(crowd),
+                _ => wide,
+            });
             let until = match DateTime::from_timestamp(lt, 0) {
                 Some(t) if lt < self.end => t,
                 _ => self.until,
@@ -100,8 +114,15 @@ impl Slicer {
     /// `slice` held more than [`SLICE_PAGES`] pages: `seen` events read over
     /// `[oldest_seen, slice.lt)`. The next slice starts at the same second,
     /// as wide as that density gives [`SLICE_EVENTS`], and at most half as
-    /// wide, so a burst is cut down to size in a few tries.
+    /// wide, so a burst is cut down to size in a few tries; and no slice
+    /// reaches past `oldest_seen` until that second is read whole, so a
+    /// crowd in one second (a bulk capture, renewals at midnight) costs its
+    /// own pages and a few more, not a cut after a cut around it.
     pub fn crowded(&mut self, slice: Slice, seen: usize, oldest_seen: i64) {
+        // With nothing seen, `oldest_seen` says nothing of where the crowd is.
+        if seen > 0 {
+            self.crowd = Some(oldest_seen.clamp(slice.gte, slice.lt - 1));
+        }
         let half = (slice.seconds() / 2).max(1);
         let span = (slice.lt - oldest_seen).max(1);
         let estimate = match i64::try_from(seen) {
@@ -198,5 +219,81 @@ mod tests {
         let mut s = Slicer::new(at(0), at(100));
         s.crowded(first, 0, 0);
         assert_eq!(s.next(), Some(slice(0, 50)));
+    }
+
+    /// Reads `[start, end)` as `read_slice` does over `events` (their
+    /// `created`, Unix seconds), Stripe's pages of 100, newest first: a slice
+    /// of more than one second is given up after [`SLICE_PAGES`] pages; a
+    /// single second is read whole. Returns (pages asked, events handled).
+    fn read_window(events: &[i64], start: i64, end: i64) -> (usize, usize) {
+        let mut s = Slicer::new(at(start), at(end));
+        let (mut pages, mut handled) = (0, 0);
+        while let Some(slice) = s.next() {
+            let mut inside: Vec<i64> = events
+                .iter()
+                .copied()
+                .filter(|t| (slice.gte..slice.lt).contains(t))
+                .collect();
+            inside.sort_unstable_by(|a, b| b.cmp(a));
+            let limit = SLICE_EVENTS * SLICE_PAGES as usize;
+            if slice.seconds() > 1 && inside.len() > limit {
+                pages += SLICE_PAGES as usize;
+                s.crowded(slice, limit, inside[limit - 1]);
+                continue;
+            }
+            pages += inside.len() / SLICE_EVENTS + 1;
+            handled += inside.len();
+            s.done(slice, inside.len());
+        }
+        (pages, handled)
+    }
+
+    #[test]
+    fn a_crowded_second_in_a_quiet_day_is_read_whole_in_a_few_more_pages_than_its_own() {
+        // A first run's day: 1,500 events in one second (a bulk capture,
+        // renewals at midnight) 40 s before the end, one event 20 s before.
+        let end = 86_400;
+        let mut events = vec![end - 40; 1_500];
+        events.push(end - 20);
+        let (pages, handled) = read_window(&events, 0, end);
+        assert_eq!(handled, 1_501);
+        // The second alone takes 15 pages (16 as this count goes), 162 before
+        // a cut stopped at the second its pages reached.
+        assert!(pages <= 24, "{pages} pages");
+    }
+
+    #[test]
+    fn every_event_is_read_once_and_crowds_cost_about_their_own_pages() {
+        let end = 86_400;
+        let layouts: Vec<(&str, Vec<i64>, usize)> = vec![
+            ("a crowd in the window's first second", vec![0; 1_500], 22),
+            (
+                "two crowded seconds an hour apart",
+                [vec![end - 3_640; 800], vec![end - 40; 800]].concat(),
+                40,
+            ),
+            (
+                "1,500 events over three seconds",
+                (0..1_500).map(|i| end - 42 + i % 3).collect(),
+                45,
+            ),
+            (
+                "a crowd beside a steady trickle",
+                (0..86_400 / 60)
+                    .map(|i| i * 60)
+                    .chain(std::iter::repeat_n(end - 600, 1_000))
+                    .collect(),
+                40,
+            ),
+        ];
+        let over: Vec<String> = layouts
+            .into_iter()
+            .filter_map(|(what, events, most)| {
+                let (pages, handled) = read_window(&events, 0, end);
+                assert_eq!(handled, events.len(), "{what}");
+                (pages > most).then(|| format!("{what}: {pages} pages (at most {most})"))
+            })
+            .collect();
+        assert!(over.is_empty(), "{over:#?}");
     }
 }

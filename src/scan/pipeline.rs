@@ -141,6 +141,13 @@ impl Pipeline<'_, '_> {
         let mut progress = Progress::new(table, self.run_started, scan, self.planned_batches);
         while let Some(read) = receiver.recv().await {
             let (read, slot) = read?;
+            // A batch whose reads ended before a shutdown signal but whose
+            // transaction has not begun is abandoned like one still reading
+            // (docs/scan.md, "Signals"): only a batch already writing
+            // finishes, and no transaction starts after the signal.
+            if self.ctx.shutdown.is_cancelled() {
+                return Err(RunError::Interrupted);
+            }
             let report = commit(self.ctx, &self.mode, read).await?;
             drop(slot);
             summary.add_batch(&report);

@@ -129,8 +129,9 @@ async fn a_held_payment_intent_older_than_grace_plus_an_hour_is_left_to_the_scan
     assert_eq!(retrieves(&stripe, "pi_Fresh").await, 0);
 }
 
-/// Holds `n` PaymentIntents `pi_Held{i}` (rows pending, events 300 s old) as
-/// earlier runs would have after Stripe failed for them.
+/// Holds `n` PaymentIntents `pi_Held{i}` (rows pending, their events 0.1 s
+/// apart from 300 s ago: all in the past for up to 3,000) as earlier runs
+/// would have after Stripe failed for them.
 pub(super) async fn hold_many(pool: &PgPool, n: i64) {
     sqlx::query(
         "INSERT INTO payments (order_id, stripe_payment_intent_id, status, created_at, updated_at)
@@ -147,7 +148,8 @@ pub(super) async fn hold_many(pool: &PgPool, n: i64) {
                 (job, stripe_payment_intent_id, event_id, event_type, event_created,
                  event_status, reason, last_held_at)
          SELECT 'payments-vs-stripe-events', 'pi_Held' || i, 'evt_held' || i,
-                'payment_intent.succeeded', now() - interval '300 seconds' + make_interval(secs => i),
+                'payment_intent.succeeded',
+                now() - interval '300 seconds' + make_interval(secs => i / 10.0::float8),
                 'succeeded', 'stripe_unanswered', now() - interval '60 seconds'
            FROM generate_series(1, $1) AS i",
     )
