@@ -148,6 +148,15 @@ impl SliceEvents {
             .min()
     }
 
+    /// The oldest second (Unix seconds) among the events read and how many
+    /// of them it holds; `None` when none was.
+    fn oldest_second(&self) -> Option<(i64, usize)> {
+        let oldest = self.oldest_created()?;
+        let pi = self.events.iter().map(|e| e.created.timestamp());
+        let cs = self.sessions.iter().map(|e| e.created.timestamp());
+        Some((oldest, pi.chain(cs).filter(|t| *t == oldest).count()))
+    }
+
     /// `(id, created)` of the newest event read, of any kind.
     pub fn newest(&self) -> Option<(&str, DateTime<Utc>)> {
         let pi = self.events.first().map(|e| (e.id.as_str(), e.created));
@@ -171,6 +180,8 @@ pub enum SliceRead {
         seen: usize,
         /// The oldest `created` among them (Unix seconds).
         oldest_seen: i64,
+        /// How many of them were created in that oldest second.
+        at_oldest: usize,
     },
     /// `RECONCILER_EVENTS_MAX_PAGES` pages were read by this run before the
     /// slice was whole: the slice is left to the next run (not a gap).
@@ -288,9 +299,11 @@ pub async fn read_slice(
         after = read.add(page);
         // A single second cannot be cut: it is read whole.
         if slice.seconds() > 1 && slice_pages >= SLICE_PAGES {
+            let (oldest_seen, at_oldest) = read.oldest_second().unwrap_or((slice.gte, 0));
             return Ok(SliceRead::Crowded {
                 seen: read.len() + read.skipped,
-                oldest_seen: read.oldest_created().unwrap_or(slice.gte),
+                oldest_seen,
+                at_oldest,
             });
         }
     }

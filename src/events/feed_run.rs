@@ -70,8 +70,8 @@ impl FeedRun {
     }
 
     /// `slice` was crowded ([`Slicer::crowded`]).
-    pub fn crowded(&mut self, slice: Slice, seen: usize, oldest_seen: i64) {
-        self.current().crowded(slice, seen, oldest_seen);
+    pub fn crowded(&mut self, slice: Slice, seen: usize, oldest_seen: i64, at_oldest: usize) {
+        self.current().crowded(slice, seen, oldest_seen, at_oldest);
     }
 }
 

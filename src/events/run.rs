@@ -181,8 +181,12 @@ async fn next_slice(
             }
             Ok(Step::Next)
         }
-        Ok(SliceRead::Crowded { seen, oldest_seen }) => {
-            feed.crowded(slice, seen, oldest_seen);
+        Ok(SliceRead::Crowded {
+            seen,
+            oldest_seen,
+            at_oldest,
+        }) => {
+            feed.crowded(slice, seen, oldest_seen, at_oldest);
             Ok(Step::Next)
         }
         Ok(SliceRead::Capped) => {

@@ -144,7 +144,7 @@ impl Pipeline<'_, '_> {
             // A batch whose reads ended before a shutdown signal but whose
             // transaction has not begun is abandoned like one still reading
             // (docs/scan.md, "Signals"): only a batch already writing
-            // finishes, and no transaction starts after the signal.
+            // finishes, and no batch starts writing after the signal.
             if self.ctx.shutdown.is_cancelled() {
                 return Err(RunError::Interrupted);
             }

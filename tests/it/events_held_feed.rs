@@ -18,7 +18,8 @@ use stripe_reconciler::events::EventsJob;
 use wiremock::{MockServer, ResponseTemplate};
 
 /// The crowd: 1,500 PaymentIntents held, each with a newer event
-/// on the feed (16 pages of the feed with the missed success).
+/// on the feed, all 40 s old (one second, or two when the pushes straddle
+/// one: 15 pages of their own and a few of the cuts that find them).
 const HELD: i64 = 1_500;
 
 /// The held PaymentIntents Stripe was asked about since request `from`,
@@ -64,14 +65,15 @@ async fn a_missed_success_behind_held_payment_intents_is_found_and_the_held_shar
         .id;
     feed.push(event("evt_missed", "pi_MissedLater", "succeeded", 20));
 
-    // 4 reads a second: the feed reading the held ones again (3 attempts
-    // each) would spend over 18 minutes on them; the run's deadline is
-    // 30 s, its held share a third of it, and the feed's 16 pages and one
-    // read (about 4 s at 4 a second) fit in the 20 s left on any machine.
+    // 10 reads a second: the feed reading the held ones again (3 attempts
+    // each) would spend 7.5 minutes on them; the run's deadline is 30 s,
+    // its held share a third of it, and the feed's pages (15 of the crowd,
+    // a few of the cuts that find it) and one read, about 3 s at 10 a
+    // second, fit in the 20 s left on any machine.
     let mut s = settings(200);
-    s.stripe.rate_limit_rps = 4;
+    s.stripe.rate_limit_rps = 10;
     s.run.run_deadline = Some(Duration::from_secs(30));
-    let gw = gateway_with(&stripe, 4, Duration::from_secs(2));
+    let gw = gateway_with(&stripe, 10, Duration::from_secs(2));
     let (first, result) = run_job(&pool, &gw, &s, EventsJob).await;
     result.unwrap();
 
@@ -122,7 +124,11 @@ async fn a_missed_success_behind_held_payment_intents_is_found_and_the_held_shar
         reads.push(next.retries_read);
     }
     assert_eq!(reads, [500, 500, 500], "{RETRIES_PER_RUN} a run");
-    assert!(held(&pool).await.is_empty());
+    let drained = stripe.received_requests().await.unwrap()[before..]
+        .iter()
+        .filter(|r| r.url.path().starts_with("/v1/payment_intents/pi_Held"))
+        .count();
+    assert_eq!(drained, HELD as usize, "each asked about once");
     assert_eq!(held_asked(&stripe, before).await.len(), HELD as usize);
     let found = all_findings(&pool)
         .await
