@@ -273,6 +273,10 @@ mod tests {
     #[test]
     fn every_event_is_read_once_and_crowds_cost_about_their_own_pages() {
         let end = 86_400;
+        // One event every `step` seconds of the day, and `more` besides.
+        let steady = |step: i64, more: Vec<i64>| -> Vec<i64> {
+            (0..end / step).map(|i| i * step).chain(more).collect()
+        };
         let layouts: Vec<(&str, Vec<i64>, usize)> = vec![
             ("a crowd in the window's first second", vec![0; 1_500], 22),
             (
@@ -287,26 +291,17 @@ mod tests {
             ),
             (
                 "a crowd beside a steady trickle",
-                (0..86_400 / 60)
-                    .map(|i| i * 60)
-                    .chain(std::iter::repeat_n(end - 600, 1_000))
-                    .collect(),
+                steady(60, vec![end - 600; 1_000]),
                 40,
             ),
             (
                 "a busy day (an event every 4 s) with 1,500 more over ten minutes",
-                (0..86_400 / 4)
-                    .map(|i| i * 4)
-                    .chain((0..1_500).map(|i| end - 4_200 + i * 2 / 5))
-                    .collect(),
+                steady(4, (0..1_500).map(|i| end - 4_200 + i * 2 / 5).collect()),
                 460,
             ),
             (
                 "a busy day (an event every 4 s) with 1,500 more in one second",
-                (0..86_400 / 4)
-                    .map(|i| i * 4)
-                    .chain(std::iter::repeat_n(end - 4_200, 1_500))
-                    .collect(),
+                steady(4, vec![end - 4_200; 1_500]),
                 460,
             ),
         ];

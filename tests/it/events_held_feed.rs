@@ -22,9 +22,9 @@ use wiremock::{MockServer, ResponseTemplate};
 /// one: 15 pages of their own and a few of the cuts that find them).
 const HELD: i64 = 1_500;
 
-/// The held PaymentIntents Stripe was asked about since request `from`,
-/// each once however many attempts.
-async fn held_asked(stripe: &MockServer, from: usize) -> HashSet<String> {
+/// Every request for a held PaymentIntent since request `from`, in order
+/// (one per attempt).
+async fn held_requests(stripe: &MockServer, from: usize) -> Vec<String> {
     stripe.received_requests().await.unwrap()[from..]
         .iter()
         .map(|r| r.url.path().to_owned())
@@ -33,6 +33,12 @@ async fn held_asked(stripe: &MockServer, from: usize) -> HashSet<String> {
                 .map(str::to_owned)
         })
         .collect()
+}
+
+/// The held PaymentIntents Stripe was asked about since request `from`,
+/// each once however many attempts.
+async fn held_asked(stripe: &MockServer, from: usize) -> HashSet<String> {
+    held_requests(stripe, from).await.into_iter().collect()
 }
 
 #[sqlx::test(migrator = "stripe_reconciler::MIGRATOR")]
@@ -124,10 +130,7 @@ async fn a_missed_success_behind_held_payment_intents_is_found_and_the_held_shar
         reads.push(next.retries_read);
     }
     assert_eq!(reads, [500, 500, 500], "{RETRIES_PER_RUN} a run");
-    let drained = stripe.received_requests().await.unwrap()[before..]
-        .iter()
-        .filter(|r| r.url.path().starts_with("/v1/payment_intents/pi_Held"))
-        .count();
+    let drained = held_requests(&stripe, before).await.len();
     assert_eq!(drained, HELD as usize, "each asked about once");
     assert_eq!(held_asked(&stripe, before).await.len(), HELD as usize);
     let found = all_findings(&pool)
